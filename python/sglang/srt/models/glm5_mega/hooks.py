@@ -1,0 +1,76 @@
+"""Upstream SGLang's calls into the fork (placed by the patch series).
+
+``handle_fused_decode_backend`` runs in upstream's argument-resolution pipeline, before any
+weight loads: it refuses an unserved setup with one error naming every reason, or, under
+``auto``, logs the reasons and resolves the flag to ``off``. ``install_fused_decode`` runs in
+``ModelRunner.initialize`` after the weights load and before the KV cache is sized, so the
+fused path's derived weights and buffers are counted before KV sizing.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable
+
+from sglang.srt.layers.fused_decode import spec
+
+logger = logging.getLogger(__name__)
+
+FLAG = "--fused-decode-backend"
+_OTHER_KERNEL_FLAGS = {
+    "enable_nvidia_megakernel": "--enable-nvidia-megakernel",
+    "enable_amd_monokernel": "--enable-amd-monokernel",
+}
+
+
+def handle_fused_decode_backend(server_args: Any) -> None:
+    from sglang.srt.arg_groups.model_override_base import model_config_of, resolving_view
+    from sglang.srt.arg_groups.overrides import declare_resolution
+
+    cfg = resolving_view(server_args)
+    backend = cfg.fused_decode_backend
+    if backend == spec.OFF:
+        return
+    hf_config = model_config_of(server_args).hf_config
+    setup = spec.Setup(
+        architectures=tuple(getattr(hf_config, "architectures", None) or ()),
+        other_kernel_flags=tuple(
+            flag for field, flag in _OTHER_KERNEL_FLAGS.items() if getattr(cfg, field)
+        ),
+    )
+    reasons = spec.refusal_reasons(backend, setup)
+    if not reasons:
+        logger.info("%s %s: serving %s", FLAG, backend, list(setup.architectures))
+        return
+    if backend == spec.AUTO:
+        for reason in reasons:
+            logger.warning("%s auto: %s; decode runs upstream's path", FLAG, reason)
+        declare_resolution(
+            server_args, "handle_fused_decode_backend", fused_decode_backend=spec.OFF
+        )
+        return
+    raise ValueError(f"{FLAG} {backend} cannot run this setup:\n  - " + "\n  - ".join(reasons))
+
+
+def fused_decode_backend() -> str:
+    """The resolved flag of this server; off where no server config is published (tools)."""
+    from sglang.srt.runtime_context import get_context, get_exec
+
+    if not get_context().is_config_namespace_published("exec"):
+        return spec.OFF
+    return get_exec().kernel.fused_decode_backend
+
+
+def install_fused_decode(
+    *, model: Any, hf_config: Any, capture_tail_hooks: list[Callable[..., None]], is_draft: bool
+) -> None:
+    """Build the fused path for this model before the KV cache is sized (no-op when off)."""
+    backend = fused_decode_backend()
+    if backend == spec.OFF:
+        return
+    # Resolution refuses every backend without kernels, so reaching here means a
+    # resolution bypass: stop rather than serve a half-built path.
+    raise RuntimeError(
+        f"{FLAG} {backend}: no fused decode plan exists in this build for "
+        f"{type(model).__name__} (draft={is_draft}); run with {FLAG} off"
+    )

@@ -1,0 +1,39 @@
+"""Every upstream SGLang name the fork's model package reads, in one place.
+
+A CPU contract test imports each against the installed upstream (and checks the listed
+signatures), and checks that the package's modules import nothing from upstream that is not
+declared here. A rebase that breaks a read fails that test before anything runs.
+"""
+
+# (module, attribute path)
+UPSTREAM_READS = (
+    ("sglang.srt.arg_groups.model_override_base", "resolving_view"),
+    ("sglang.srt.arg_groups.model_override_base", "model_config_of"),
+    ("sglang.srt.arg_groups.overrides", "declare_resolution"),
+    ("sglang.srt.runtime_context", "get_context"),
+    ("sglang.srt.runtime_context", "get_exec"),
+    ("sglang.srt.models.glm4_moe", "GlmMoeDsaForCausalLM"),
+    ("sglang.srt.models.glm4_moe", "GlmMoeDsaForCausalLMNextN"),
+    ("sglang.srt.models.glm5_next", "Glm5NextForConditionalGeneration"),
+)
+
+# Server-argument fields read through upstream's resolving view.
+SERVER_ARGS_FIELDS = (
+    "fused_decode_backend",  # added by patch 0001
+    "enable_nvidia_megakernel",
+    "enable_amd_monokernel",
+)
+
+# Signatures the fork relies on: graph runners inspect forward's parameters, and the
+# fork's forward overrides must keep them.
+SIGNATURES = {
+    ("sglang.srt.models.glm4_moe", "GlmMoeDsaForCausalLM.forward"): (
+        "self", "input_ids", "positions", "forward_batch", "input_embeds", "pp_proxy_tensors",
+    ),
+    ("sglang.srt.models.glm4_moe", "GlmMoeDsaForCausalLMNextN.forward"): (
+        "self", "input_ids", "positions", "forward_batch", "pp_proxy_tensors",
+    ),
+    ("sglang.srt.models.glm5_next", "Glm5NextForConditionalGeneration.forward"): (
+        "self", "input_ids", "positions", "forward_batch", "input_embeds", "pp_proxy_tensors",
+    ),
+}

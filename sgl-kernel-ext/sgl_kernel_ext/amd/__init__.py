@@ -1,0 +1,1 @@
+"""AMD-specialised kernels, one subpackage per architecture."""

@@ -1,0 +1,1 @@
+"""NVIDIA-specialised kernels, one subpackage per architecture."""

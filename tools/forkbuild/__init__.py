@@ -1,0 +1,1 @@
+"""Builds and maintains the fork: upstream pin, patch series, overlay, wheel, rebase."""
