@@ -51,6 +51,8 @@ def index_scores(cfg: Glm5Config, w: IndexerWeights, x, c_q, batch: RowBatch, in
 def topk_positions(scores: torch.Tensor, seq_lens: torch.Tensor, k: int) -> torch.Tensor:
     """SGLang's top-k semantics over fp32 scores [M, L]: int64 [M, k] ascending positions, -1 padded."""
     m, width = scores.shape
+    in_ctx = torch.arange(width, device=scores.device) < seq_lens.unsqueeze(1)
+    scores = torch.where(in_ctx, scores, torch.full_like(scores, float("-inf")))
     if width < k:
         scores = torch.cat([scores, scores.new_full((m, k - width), float("-inf"))], dim=1)
     order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k]
