@@ -97,3 +97,20 @@ def gather_index(cache: torch.Tensor, slots: torch.Tensor):
     sc = scales[s // INDEX_PAGE_SIZE, s % INDEX_PAGE_SIZE]
     zero = torch.zeros((), device=k.device)
     return torch.where(ok.unsqueeze(-1), k, zero), torch.where(ok, sc, zero)
+
+
+def fill_random(caches: Caches, seed: int = 0) -> None:
+    """Fill every slot of every cache with random rows of realistic scale (unit-RMS KV rows;
+    e4m3 index keys with scales ~1/448), to stand in for a long prefilled context in benchmarks."""
+    from .rng import uniform  # local: only benchmarks need it
+
+    for layer, kv in caches.kv.items():
+        dev = kv.device
+        kv.copy_(uniform(seed, f"kv.{layer}", list(kv.shape), device=dev) * 3**0.5)
+    for layer, ix in caches.index.items():
+        dev = ix.device
+        n = ix.shape[0] * INDEX_PAGE_SIZE
+        slots = torch.arange(n, device=dev)
+        k8 = (uniform(seed, f"ixk.{layer}", [n, INDEX_KEY_BYTES], device=dev) * 448).to(FP8)
+        sc = (1.0 + 0.25 * uniform(seed, f"ixs.{layer}", [n], device=dev)) / 448
+        write_index(ix, slots, k8, sc)
