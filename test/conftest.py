@@ -1,5 +1,7 @@
 """Run the tests against this checkout's overlay and extension, not a stale install.
 
+Without a GPU, Triton kernels run in its CPU interpreter (TRITON_INTERPRET=1).
+
 The fork installs the overlay (``python/sglang/...``) into the upstream ``sglang`` package.
 Here the checkout's overlay directory is put first on ``sglang.__path__`` (``sglang.srt`` and
 below are namespace packages upstream, so they merge), and ``sgl-kernel-ext`` first on
@@ -8,10 +10,17 @@ below are namespace packages upstream, so they merge), and ``sgl-kernel-ext`` fi
 """
 
 import importlib.util
+import os
 import sys
 from pathlib import Path
 
+import torch
+
 REPO = Path(__file__).resolve().parents[1]
+
+# Triton reads this when a kernel is defined: without a GPU, kernels run in its interpreter.
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
 OVERLAY = REPO / "python"
 
 sys.path.insert(0, str(REPO / "sgl-kernel-ext"))

@@ -1,0 +1,113 @@
+"""Decode-layer cases for kernel tests and benchmarks: one rank's layer, caches holding each
+row's earlier context, a step of M rows, and a comparison of the fused layer with the
+reference on identical inputs and cache copies.
+
+Caches start poisoned (NaN) and only the context positions are filled, so a kernel that reads
+a slot no request owns turns its output into NaN. Rows get different context lengths and
+scattered slots; a pad row (position -1) may be added.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import torch
+
+from .reference.batch import RowBatch, decode_batch
+from .reference.cache import Caches, alloc_caches, write_index, write_kv
+from .reference.config import INDEX_PAGE_SIZE, Glm5Config
+from .reference.indexer import topk_positions
+from .reference.model import layer_forward
+from .reference.quant import quant_index_vec
+from .reference.weights import LayerWeights, gen_layer
+
+
+@dataclass
+class LayerCase:
+    cfg: Glm5Config
+    lw: LayerWeights
+    caches: Caches
+    batch: RowBatch
+    hidden: torch.Tensor
+    residual: torch.Tensor
+    topk_prev: Optional[torch.Tensor]
+
+
+def clone_caches(c: Caches) -> Caches:
+    return Caches(kv={k: v.clone() for k, v in c.kv.items()},
+                  index={k: v.clone() for k, v in c.index.items()})
+
+
+def make_case(cfg: Glm5Config, layer_id: int, contexts: List[int], seed: int = 0,
+              device="cpu", tp_size: int = 8, lw: Optional[LayerWeights] = None) -> LayerCase:
+    """contexts[m] = the context length of row m after this step (its new token included);
+    0 makes row m a pad row."""
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    lw = lw or gen_layer(cfg, seed, layer_id, tp_size=tp_size, tp_rank=0, device=device)
+    need = sum(max(c, 1) for c in contexts)
+    num_slots = -(-(need + INDEX_PAGE_SIZE) // INDEX_PAGE_SIZE) * INDEX_PAGE_SIZE
+    caches = alloc_caches(cfg, num_slots, device, layers=[layer_id], poison=True)
+    perm = torch.randperm(num_slots - 1, generator=g) + 1  # slot 0 stays the dummy slot
+    tables, positions, start = [], [], 0
+    for c in contexts:
+        n = max(c, 1)
+        tables.append(perm[start:start + n].to(device))
+        start += n
+        positions.append(c - 1 if c > 0 else -1)
+        if c > 1:  # earlier tokens: latent rows near unit scale, and their index keys
+            old = tables[-1][: c - 1]
+            rows = torch.randn(c - 1, cfg.kv_cache_dim, generator=g).to(device)
+            write_kv(caches.kv[layer_id], old, rows)
+            if layer_id in caches.index:
+                keys = torch.randn(c - 1, cfg.index_head_dim, generator=g).to(device)
+                write_index(caches.index[layer_id], old, *quant_index_vec(keys))
+    batch = decode_batch(positions, tables, device)
+    m, h = len(contexts), cfg.hidden_size
+    hidden = torch.randn(m, h, generator=g).to(device, torch.bfloat16)
+    residual = (4 * torch.randn(m, h, generator=g)).to(device, torch.bfloat16)
+    topk_prev = None
+    if not cfg.runs_indexer(layer_id):
+        scores = torch.randn(m, batch.token_slots.shape[1], generator=g).to(device)
+        topk_prev = topk_positions(scores, batch.seq_lens, cfg.index_topk)
+    return LayerCase(cfg, lw, caches, batch, hidden, residual, topk_prev)
+
+
+def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| over max |b| (fp32)."""
+    a, b = a.float(), b.float()
+    return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
+
+
+def compare_with_reference(case: LayerCase, fused_layer_cls) -> Dict[str, float]:
+    """Run the reference and a fused layer (built by fused_layer_cls(cfg, lw, caches, rows,
+    context)) on the same inputs and cache copies; return the errors and cache checks."""
+    cfg, lid, b = case.cfg, case.lw.layer_id, case.batch
+    ref_caches, fused_caches = clone_caches(case.caches), clone_caches(case.caches)
+    y_ref, res_ref, topk_ref = layer_forward(cfg, [case.lw], case.hidden, case.residual, b,
+                                             ref_caches, case.topk_prev)
+    fused = fused_layer_cls(cfg, case.lw, fused_caches, b.num_rows, b.token_slots.shape[1])
+    y, res, topk = fused(case.hidden, case.residual, b, case.topk_prev)
+    v = b.valid
+    written = b.out_slots[v]
+    untouched = torch.ones(case.caches.kv[lid].shape[0], dtype=torch.bool, device=written.device)
+    untouched[written] = False
+    kv_ref, kv = ref_caches.kv[lid], fused_caches.kv[lid]
+    out = {
+        "y_rel": _rel(y[v], y_ref[v]),
+        "residual_rel": _rel(res[v], res_ref[v]),
+        "y_nan": bool(torch.isnan(y[v]).any()),
+        "topk_equal": bool(torch.equal(topk[v], topk_ref[v])),
+        "topk_overlap": float((torch.isin(topk[v], topk_ref[v]) | (topk[v] < 0)).float().mean()),
+        "kv_written_rel": _rel(kv[written], kv_ref[written]),
+        "kv_untouched_bitwise": bool(torch.equal(kv[untouched].view(torch.int16),
+                                                 case.caches.kv[lid][untouched].view(torch.int16))),
+    }
+    if lid in case.caches.index:
+        pages_ref, pages = ref_caches.index[lid], fused_caches.index[lid]
+        out["index_bytes_differing"] = int((pages_ref != pages).sum())
+        touched = torch.zeros(pages.shape[0], dtype=torch.bool, device=pages.device)
+        touched[written // INDEX_PAGE_SIZE] = True
+        out["index_untouched_pages_bitwise"] = bool(
+            torch.equal(pages[~touched], case.caches.index[lid][~touched]))
+    return out

@@ -1,0 +1,55 @@
+"""Small-M bf16 linear with a split K: fp32 partial products [SPLIT, M, N].
+
+For the narrow bf16 matrices of a decode layer (the router's [256, 6144], the indexer's
+merged wk / weights_proj [160, 6144]): too few output columns to fill the GPU, so K is split
+too and the consumer sums the SPLIT partials in a fixed order (deterministic, no atomics).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .fp8_linear import block_m, interpreting
+
+
+@triton.jit
+def _bf16_linear_splitk_kernel(x_ptr, stride_xm, M, K, w_ptr, part_ptr, N, k_chunk,
+                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                               BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr):
+    tile = tl.program_id(0)
+    split = tl.program_id(1)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    k_lo = split * k_chunk
+    for k0 in range(k_lo, k_lo + k_chunk, BLOCK_K):
+        k = k0 + tl.arange(0, BLOCK_K)
+        k_ok = k < K
+        w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :], mask=n_ok[:, None] & k_ok[None, :],
+                    other=0.0)
+        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :],
+                    mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0)
+        if INTERPRET:
+            acc += tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)))
+        else:
+            acc += tl.dot(x, tl.trans(w))
+    out = part_ptr + split * M * N + offs_m[:, None] * N + offs_n[None, :]
+    tl.store(out, acc, mask=(offs_m[:, None] < M) & n_ok[None, :])
+
+
+def bf16_linear_splitk(x: torch.Tensor, w: torch.Tensor, parts: torch.Tensor,
+                       block_n: int = 16, block_k: int = 128) -> None:
+    """parts[s] = x[:, chunk s] W[:, chunk s]^T in fp32; parts [SPLIT, M, N] contiguous."""
+    m, k = x.shape
+    split, pm, n = parts.shape
+    assert x.stride(1) == 1 and w.is_contiguous() and w.shape == (n, k) and pm == m
+    assert parts.is_contiguous() and parts.dtype == torch.float32
+    k_chunk = triton.cdiv(triton.cdiv(k, split), block_k) * block_k
+    _bf16_linear_splitk_kernel[(triton.cdiv(n, block_n), split)](
+        x, x.stride(0), m, k, w, parts, n, k_chunk,
+        BLOCK_M=block_m(m), BLOCK_N=block_n, BLOCK_K=block_k, INTERPRET=interpreting(),
+        num_warps=4, num_stages=4,
+    )

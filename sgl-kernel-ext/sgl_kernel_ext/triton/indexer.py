@@ -1,0 +1,136 @@
+"""The DSA indexer of a GLM-5.3 'full' layer for 1-16 rows (no Hadamard: interleaved rope).
+
+- ``prepare``: per row, the index key (sum of the split-K [wk; weights_proj] partials, bf16,
+  LayerNorm in fp32, rope on the first dims, e4m3 with one scale) written into the FP8 index
+  cache at the row's slot (64-token pages: 64 x 128 B keys, then 64 fp32 scales); the query
+  heads roped and quantized (one scale per head), and the fp32 head weights
+  w_raw * heads^-1/2 * dim^-1/2 * scale_q.
+- ``scores``: for every position of each row's context, sum over heads of
+  w[h] * ReLU(q8[h] . k8[s]) * scale_k[s] (e4m3 dots, fp32 sums); -inf past the context.
+
+The exact top-k over the scores is left to the caller (``topk_positions``).
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .fp8_linear import interpreting
+from .mla import _rope_pairs
+from .quant import to_e4m3
+
+PAGE = 64
+KEY_BYTES = 128
+
+
+@triton.jit
+def _prepare_kernel(kw_parts_ptr, SPLIT, M, NKW, q_ptr, ln_w_ptr, ln_b_ptr, ln_eps,
+                    pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, cache_ptr,
+                    q8_ptr, head_w_ptr, head_scale,
+                    NH: tl.constexpr, D: tl.constexpr, HALF_R: tl.constexpr,
+                    INTERPRET: tl.constexpr):
+    m = tl.program_id(0)
+    od = tl.arange(0, D)
+    oh = tl.arange(0, NH)
+    pos = tl.load(pos_ptr + m)
+    rpos = tl.maximum(pos, 0)
+    k = tl.zeros((D,), tl.float32)
+    w_raw = tl.zeros((NH,), tl.float32)
+    for s in range(0, SPLIT):
+        k += tl.load(kw_parts_ptr + (s * M + m) * NKW + od)
+        w_raw += tl.load(kw_parts_ptr + (s * M + m) * NKW + D + oh)
+    k = k.to(tl.bfloat16).to(tl.float32)
+    w_raw = w_raw.to(tl.bfloat16).to(tl.float32)
+    mean = tl.sum(k, axis=0) / D
+    kc = k - mean
+    var = tl.sum(kc * kc, axis=0) / D
+    k = kc / tl.sqrt(var + ln_eps) * tl.load(ln_w_ptr + od).to(tl.float32) \
+        + tl.load(ln_b_ptr + od).to(tl.float32)
+    # rope on dims [0, 2*HALF_R): k stays in registers, so rotate via an even/odd exchange
+    i = od // 2
+    is_rot = od < 2 * HALF_R
+    f = rpos.to(tl.float32) * tl.load(inv_freq_ptr + i, mask=is_rot, other=0.0)
+    c = tl.cos(f)
+    sn = tl.sin(f)
+    partner = tl.sum(tl.where((od[:, None] ^ 1) == od[None, :], k[None, :], 0.0), axis=1)
+    sign = tl.where(od % 2 == 0, -1.0, 1.0)
+    k = tl.where(is_rot, k * c + sign * partner * sn, k)
+    sk = tl.maximum(tl.max(tl.abs(k), axis=0), 1e-4) / 448.0
+    k8 = to_e4m3(tl.clamp(k * (1.0 / sk), -448.0, 448.0), INTERPRET)
+    if pos >= 0:
+        slot = tl.load(slots_ptr + m * stride_slots + pos)
+        page = cache_ptr + (slot // 64) * (64 * 132)
+        tl.store(page + (slot % 64) * 128 + od, k8.to(tl.uint8, bitcast=True))
+        tl.store((page + 64 * 128).to(tl.pointer_type(tl.float32)) + slot % 64, sk)
+    # query heads: rope the first dims of each head, one e4m3 scale per head
+    ih = tl.arange(0, HALF_R)
+    qrow = q_ptr + (m * NH + oh[:, None]) * D
+    x1 = tl.load(qrow + 2 * ih[None, :]).to(tl.float32)
+    x2 = tl.load(qrow + 2 * ih[None, :] + 1).to(tl.float32)
+    r1, r2 = _rope_pairs(x1, x2, rpos, tl.load(inv_freq_ptr + ih)[None, :])
+    rest_d = tl.arange(0, D)
+    q_all = tl.load(qrow + rest_d[None, :]).to(tl.float32)
+    amax = tl.maximum(tl.max(tl.abs(r1), axis=1), tl.max(tl.abs(r2), axis=1))
+    amax = tl.maximum(amax, tl.max(tl.where(rest_d[None, :] >= 2 * HALF_R, tl.abs(q_all), 0.0),
+                                   axis=1))
+    sq = tl.maximum(amax, 1e-4) / 448.0
+    inv = (1.0 / sq)[:, None]
+    out = q8_ptr + (m * NH + oh[:, None]) * D
+    tl.store(out + 2 * ih[None, :], to_e4m3(tl.clamp(r1 * inv, -448.0, 448.0), INTERPRET))
+    tl.store(out + 2 * ih[None, :] + 1, to_e4m3(tl.clamp(r2 * inv, -448.0, 448.0), INTERPRET))
+    tl.store(out + rest_d[None, :], to_e4m3(tl.clamp(q_all * inv, -448.0, 448.0), INTERPRET),
+             mask=rest_d[None, :] >= 2 * HALF_R)
+    tl.store(head_w_ptr + m * NH + oh, w_raw * head_scale * sq)
+
+
+@triton.jit
+def _scores_kernel(q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, stride_slots,
+                   scores_ptr, stride_scores, L,
+                   NH: tl.constexpr, D: tl.constexpr, BLOCK_H: tl.constexpr,
+                   BLOCK_L: tl.constexpr, INTERPRET: tl.constexpr):
+    m = tl.program_id(0)
+    lt = tl.program_id(1)
+    ol = lt * BLOCK_L + tl.arange(0, BLOCK_L)
+    od = tl.arange(0, D)
+    oh = tl.arange(0, BLOCK_H)  # heads padded to the 16-row MMA minimum
+    h_ok = oh < NH
+    seq = tl.load(pos_ptr + m) + 1
+    in_ctx = ol < seq
+    slot = tl.load(slots_ptr + m * stride_slots + ol, mask=in_ctx, other=0)
+    page = cache_ptr + (slot // 64) * (64 * 132)
+    keys = tl.load(page[:, None] + (slot % 64)[:, None] * 128 + od[None, :],
+                   mask=in_ctx[:, None], other=0).to(tl.float8e4nv, bitcast=True)
+    sk = tl.load((page + 64 * 128).to(tl.pointer_type(tl.float32)) + slot % 64,
+                 mask=in_ctx, other=0.0)
+    q = tl.load(q8_ptr + (m * NH + oh[:, None]) * D + od[None, :], mask=h_ok[:, None], other=0.0)
+    if INTERPRET:
+        dots = tl.dot(q.to(tl.float32), tl.trans(keys.to(tl.float32)))
+    else:
+        dots = tl.dot(q, tl.trans(keys))
+    hw = tl.load(head_w_ptr + m * NH + oh, mask=h_ok, other=0.0)
+    s = tl.sum(tl.maximum(dots, 0.0) * hw[:, None], axis=0) * sk
+    tl.store(scores_ptr + m * stride_scores + ol, tl.where(in_ctx, s, float("-inf")), mask=ol < L)
+
+
+def prepare(kw_parts, q, ln_w, ln_b, ln_eps, positions, token_slots, inv_freq, index_cache,
+            q8, head_w, rope_dim: int) -> None:
+    """kw_parts fp32 [SPLIT, M, D + heads]; q bf16 [M, heads, D]; writes the index cache rows,
+    q8 e4m3 [M, heads, D] and head_w fp32 [M, heads]."""
+    split, m, nkw = kw_parts.shape
+    _, nh, d = q.shape
+    assert nkw == d + nh and q.is_contiguous() and q8.is_contiguous()
+    _prepare_kernel[(m,)](kw_parts, split, m, nkw, q, ln_w, ln_b, float(ln_eps), positions,
+                          token_slots, token_slots.stride(0), inv_freq, index_cache, q8, head_w,
+                          float(nh ** -0.5 * d ** -0.5), NH=nh, D=d, HALF_R=rope_dim // 2,
+                          INTERPRET=interpreting(), num_warps=4)
+
+
+def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 64) -> None:
+    """out fp32 [M, L] (L = token_slots width): index scores, -inf past each row's context."""
+    m, nh, d = q8.shape
+    width = out.shape[1]
+    _scores_kernel[(m, triton.cdiv(width, block_l))](
+        q8, head_w, index_cache, positions, token_slots, token_slots.stride(0), out, out.stride(0),
+        width, NH=nh, D=d, BLOCK_H=max(16, nh), BLOCK_L=block_l, INTERPRET=interpreting(), num_warps=4)

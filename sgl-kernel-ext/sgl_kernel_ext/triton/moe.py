@@ -1,0 +1,189 @@
+"""Small-M MoE for 1-16 rows: route, gate/up + SwiGLU, down + weighted combine.
+
+Three launches, each with a grid fixed by the plan (CUDA-graph capturable):
+
+1. ``route``: sums the router's split-K fp32 logits, sigmoid, top-k of score + correction
+   bias (ties to the lower expert), weights renormalized and scaled; then compacts the experts
+   any row chose into a slot list (slot 0 the shared expert with weight 1, then the chosen
+   experts ascending) with a [slot, row] weight table. Pad rows choose nothing.
+2. ``gate_up``: one program per (slot, BLOCK_N intermediate columns): FP8 block GEMMs of the
+   slot's expert for every row, SiLU(g) * u rounded to bf16 as SGLang's fused MoE does.
+3. ``down``: one program per BLOCK_N hidden columns, looping over the slots in order: FP8
+   GEMM of the slot's activations (re-quantized per 128), term = bf16(weight * y), summed in
+   fp32 in slot order (shared first, experts ascending), one rounding to bf16.
+
+Each touched expert's weights are read once per step. A dense MLP is the same gate_up/down
+pair over the single shared slot.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from .fp8_linear import block_m, interpreting
+from .quant import to_e4m3
+
+
+@triton.jit
+def _route_kernel(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr,
+                  slot_expert_ptr, slot_weight_ptr, num_slots_ptr, scale,
+                  BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
+                  RENORM: tl.constexpr):
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_e = tl.arange(0, BLOCK_E)
+    m_ok = offs_m < M
+    e_ok = offs_e < E
+    mask = m_ok[:, None] & e_ok[None, :]
+    logits = tl.zeros((BLOCK_M, BLOCK_E), dtype=tl.float32)
+    for s in range(0, SPLIT):
+        logits += tl.load(parts_ptr + s * M * E + offs_m[:, None] * E + offs_e[None, :],
+                          mask=mask, other=0.0)
+    score = 1.0 / (1.0 + tl.exp(-logits))
+    bias = tl.load(bias_ptr + offs_e, mask=e_ok, other=0.0)
+    valid = m_ok & (tl.load(pos_ptr + offs_m, mask=m_ok, other=-1) >= 0)
+    choice = tl.where(valid[:, None] & e_ok[None, :], score + bias[None, :], float("-inf"))
+    chosen = tl.zeros((BLOCK_M, BLOCK_E), dtype=tl.int32)
+    for _ in tl.static_range(TOPK):
+        best = tl.argmax(choice, axis=1)
+        hit = offs_e[None, :] == best[:, None]
+        chosen = tl.where(hit, 1, chosen)
+        choice = tl.where(hit, float("-inf"), choice)
+    chosen = tl.where(valid[:, None] & e_ok[None, :], chosen, 0)
+    w = tl.where(chosen > 0, score, 0.0)
+    if RENORM:
+        w = w / (tl.sum(w, axis=1) + 1e-20)[:, None]
+    w = w * scale
+    used = tl.max(chosen, axis=0)  # [BLOCK_E]
+    slot = tl.cumsum(used, axis=0)  # slot 0 is the shared expert
+    tl.store(slot_expert_ptr + slot, offs_e, mask=used > 0)
+    tl.store(slot_weight_ptr + slot[None, :] * M + offs_m[:, None], w,
+             mask=(used[None, :] > 0) & m_ok[:, None])
+    tl.store(slot_expert_ptr, E)
+    tl.store(slot_weight_ptr + offs_m, tl.full((BLOCK_M,), 1.0, tl.float32), mask=m_ok)
+    tl.store(num_slots_ptr, tl.sum(used, axis=0) + 1)
+
+
+@triton.jit
+def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr):
+    """fp32 [BLOCK_M, BLOCK_N] = quant(a[M, K]) . W[offs_n, K]^T with both block scales."""
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_k = tl.arange(0, 128)
+    n_ok = offs_n < N
+    kblocks = tl.cdiv(K, 128)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for kb in range(0, kblocks):
+        k = kb * 128 + offs_k
+        k_ok = k < K
+        w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :], mask=n_ok[:, None] & k_ok[None, :],
+                    other=0.0)
+        a = tl.load(a_ptr + offs_m[:, None] * stride_am + k[None, :],
+                    mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0).to(tl.float32)
+        sa = tl.maximum(tl.max(tl.abs(a), axis=1), 1e-10) / 448.0
+        aq = to_e4m3(tl.clamp(a * (1.0 / sa)[:, None], -448.0, 448.0), INTERPRET)
+        if INTERPRET:
+            part = tl.dot(aq.to(tl.float32), tl.trans(w.to(tl.float32)))
+        else:
+            part = tl.dot(aq, tl.trans(w))
+        sw = tl.load(s_ptr + (offs_n // 128) * kblocks + kb, mask=n_ok, other=0.0)
+        acc += part * sa[:, None] * sw[None, :]
+    return acc
+
+
+@triton.jit
+def _gate_up_kernel(x_ptr, stride_xm, M, K, I, E, slot_expert_ptr, num_slots_ptr,
+                    gq_ptr, gs_ptr, uq_ptr, us_ptr, sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr):
+    tile = tl.program_id(0)
+    slot = tl.program_id(1)
+    if slot < tl.load(num_slots_ptr):
+        e = tl.load(slot_expert_ptr + slot)
+        offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        if e == E:
+            g = _fp8_tile_dot(x_ptr, stride_xm, M, K, sgq_ptr, sgs_ptr, offs_n, I,
+                              BLOCK_M, BLOCK_N, INTERPRET)
+            u = _fp8_tile_dot(x_ptr, stride_xm, M, K, suq_ptr, sus_ptr, offs_n, I,
+                              BLOCK_M, BLOCK_N, INTERPRET)
+        else:
+            wq = e.to(tl.int64) * I * K
+            ws = e.to(tl.int64) * tl.cdiv(I, 128) * tl.cdiv(K, 128)
+            g = _fp8_tile_dot(x_ptr, stride_xm, M, K, gq_ptr + wq, gs_ptr + ws, offs_n, I,
+                              BLOCK_M, BLOCK_N, INTERPRET)
+            u = _fp8_tile_dot(x_ptr, stride_xm, M, K, uq_ptr + wq, us_ptr + ws, offs_n, I,
+                              BLOCK_M, BLOCK_N, INTERPRET)
+        g = g.to(tl.bfloat16).to(tl.float32)
+        u = u.to(tl.bfloat16).to(tl.float32)
+        a = (g / (1.0 + tl.exp(-g)) * u).to(tl.bfloat16)
+        offs_m = tl.arange(0, BLOCK_M)
+        tl.store(act_ptr + (slot * M + offs_m[:, None]) * I + offs_n[None, :], a,
+                 mask=(offs_m[:, None] < M) & (offs_n[None, :] < I))
+
+
+@triton.jit
+def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, num_slots_ptr,
+                 dq_ptr, ds_ptr, sdq_ptr, sds_ptr, out_ptr, stride_om,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr):
+    tile = tl.program_id(0)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_ok = offs_m < M
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for slot in range(0, tl.load(num_slots_ptr)):
+        e = tl.load(slot_expert_ptr + slot)
+        a_ptr = act_ptr + slot * M * I
+        if e == E:
+            y = _fp8_tile_dot(a_ptr, I, M, I, sdq_ptr, sds_ptr, offs_n, H,
+                              BLOCK_M, BLOCK_N, INTERPRET)
+            term = y.to(tl.bfloat16)
+        else:
+            wq = e.to(tl.int64) * H * I
+            ws = e.to(tl.int64) * tl.cdiv(H, 128) * tl.cdiv(I, 128)
+            y = _fp8_tile_dot(a_ptr, I, M, I, dq_ptr + wq, ds_ptr + ws, offs_n, H,
+                              BLOCK_M, BLOCK_N, INTERPRET)
+            w = tl.load(slot_weight_ptr + slot * M + offs_m, mask=m_ok, other=0.0)
+            term = (w[:, None] * y).to(tl.bfloat16)
+        acc += term.to(tl.float32)
+    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(tl.bfloat16),
+             mask=m_ok[:, None] & (offs_n[None, :] < H))
+
+
+def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tensor, topk: int,
+          scale: float, renorm: bool, slot_expert: torch.Tensor, slot_weight: torch.Tensor,
+          num_slots: torch.Tensor) -> None:
+    """router_parts fp32 [SPLIT, M, E]; writes slot_expert int32 [>= M*topk+1], slot_weight
+    fp32 [>= M*topk+1, M] and num_slots int32 [1]."""
+    split, m, e = router_parts.shape
+    assert router_parts.is_contiguous() and slot_weight.shape[1] == m
+    assert slot_expert.numel() >= m * topk + 1 and slot_weight.is_contiguous()
+    _route_kernel[(1,)](router_parts, split, m, e, bias, positions, slot_expert, slot_weight,
+                        num_slots, float(scale), BLOCK_M=block_m(m),
+                        BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm,
+                        num_warps=4)
+
+
+def gate_up(x, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
+            shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, block_n=16):
+    """act bf16 [SLOTS, M, I] = SiLU(x G_e^T) * (x U_e^T) for each slot's expert e."""
+    m, k = x.shape
+    slots, am, inter = act.shape
+    assert am == m and act.is_contiguous() and shared_gate_q.shape == (inter, k)
+    _gate_up_kernel[(triton.cdiv(inter, block_n), slots)](
+        x, x.stride(0), m, k, inter, num_experts, slot_expert, num_slots,
+        gate_q, gate_s, up_q, up_s, shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act,
+        BLOCK_M=block_m(m), BLOCK_N=block_n, INTERPRET=interpreting(), num_warps=4, num_stages=4,
+    )
+
+
+def down(act, num_experts, slot_expert, slot_weight, num_slots, down_q, down_s,
+         shared_down_q, shared_down_s, out, block_n=16):
+    """out bf16 [M, H] = sum over slots of bf16(weight * act_slot D_e^T), shared first."""
+    slots, m, inter = act.shape
+    h = out.shape[1]
+    assert shared_down_q.shape == (h, inter) and out.stride(1) == 1
+    _down_kernel[(triton.cdiv(h, block_n),)](
+        act, m, inter, h, num_experts, slot_expert, slot_weight, num_slots,
+        down_q, down_s, shared_down_q, shared_down_s, out, out.stride(0),
+        BLOCK_M=block_m(m), BLOCK_N=block_n, INTERPRET=interpreting(), num_warps=4, num_stages=4,
+    )

@@ -1,0 +1,112 @@
+"""The fused decode kernels on CPU under Triton's interpreter, at the tiny config: indexing,
+masking, cache writes and control flow (numerics are checked on the GPU; the interpreter
+truncates bf16 casts, so these tolerances are looser: NUMERICS['fused_layer_interpreter'])."""
+
+import os
+
+import pytest
+import torch
+
+if os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available():
+    pytest.skip("GPU present: the kernels are tested in test/srt/kernels", allow_module_level=True)
+
+from sgl_kernel_ext.triton import bf16_linear, fp8_linear, moe  # noqa: E402
+from sglang.srt.layers.fused_decode.layer import FusedLayer, topk_positions  # noqa: E402
+from sglang.srt.layers.fused_decode.reference import indexer as ref_indexer  # noqa: E402
+from sglang.srt.layers.fused_decode.reference.config import tiny_config  # noqa: E402
+from sglang.srt.layers.fused_decode.reference.moe import moe_partial, router  # noqa: E402
+from sglang.srt.layers.fused_decode.reference.quant import (  # noqa: E402
+    SGLANG,
+    fp8_linear as ref_fp8_linear,
+    quant_block,
+)
+from sglang.srt.layers.fused_decode.reference.weights import gen_layer  # noqa: E402
+from sglang.srt.layers.fused_decode.spec import NUMERICS  # noqa: E402
+from sglang.srt.layers.fused_decode.testing import compare_with_reference, make_case  # noqa: E402
+
+CFG = tiny_config()
+BF16_ULP = 2.0 ** -7  # relative spacing of bf16; the interpreter truncates instead of rounding
+
+
+def _rel(a, b):
+    return float((a.float() - b.float()).abs().max() / b.float().abs().max())
+
+
+@pytest.mark.parametrize("rows", [1, 3, 16])
+def test_fp8_linear_two_matrices_one_launch(rows):
+    g = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 384, generator=g).bfloat16()
+    wa = quant_block(torch.randn(200, 384, generator=g) * 0.05)  # partial last N block
+    wb = quant_block(torch.randn(40, 384, generator=g) * 0.05)
+    ya = torch.full((rows, 200), float("nan"), dtype=torch.bfloat16)
+    yb = torch.full((rows, 40), float("nan"), dtype=torch.bfloat16)
+    fp8_linear.fp8_linear(x, wa.q, wa.s, ya, wb.q, wb.s, yb)
+    assert _rel(ya, ref_fp8_linear(x, wa, SGLANG)) <= 2 * BF16_ULP
+    assert _rel(yb, ref_fp8_linear(x, wb, SGLANG)) <= 2 * BF16_ULP
+
+
+def test_bf16_split_k_sums_to_the_product():
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(5, 640, generator=g).bfloat16()
+    w = torch.randn(48, 640, generator=g).bfloat16()
+    parts = torch.full((4, 5, 48), float("nan"))
+    bf16_linear.bf16_linear_splitk(x, w, parts)
+    torch.testing.assert_close(parts.sum(0), x.float() @ w.float().T, rtol=1e-5, atol=1e-4)
+
+
+def test_moe_route_slots_and_combine():
+    lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
+    mw, m = lw.mlp, 5
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(m, CFG.hidden_size, generator=g).bfloat16()
+    pos = torch.tensor([3, 4, -1, 7, 9])
+    ids, weights = router(CFG, mw, x)
+    e, k = CFG.n_routed_experts, CFG.num_experts_per_tok
+    parts = torch.empty(2, m, e)
+    bf16_linear.bf16_linear_splitk(x, mw.router, parts)
+    slots = m * k + 1
+    se = torch.full((slots,), -7, dtype=torch.int32)
+    sw = torch.full((slots, m), float("nan"))
+    ns = torch.zeros(1, dtype=torch.int32)
+    moe.route(parts, mw.bias, pos, k, CFG.routed_scaling_factor, True, se, sw, ns)
+    valid = pos >= 0
+    n = int(ns)
+    assert se[0] == e and se[1:n].tolist() == sorted(set(ids[valid].flatten().tolist()))
+    for s in range(1, n):  # routed weights per (slot, row); pad row gets none
+        for r in range(m):
+            hit = (ids[r] == se[s]) & valid[r]
+            want = float(weights[r][hit].sum()) if hit.any() else 0.0
+            assert abs(float(sw[s, r]) - want) <= 1e-5 * max(1.0, abs(want))
+    inter = mw.gate.q.shape[1]
+    act = torch.full((slots, m, inter), float("nan"), dtype=torch.bfloat16)
+    sh = mw.shared
+    moe.gate_up(x, e, se, ns, mw.gate.q, mw.gate.s, mw.up.q, mw.up.s, sh.gate.q, sh.gate.s,
+                sh.up.q, sh.up.s, act)
+    out = torch.full((m, CFG.hidden_size), float("nan"), dtype=torch.bfloat16)
+    moe.down(act, e, se, sw, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, out)
+    ref = moe_partial(CFG, mw, x, ids, weights, SGLANG)
+    assert not torch.isnan(out[valid]).any()
+    assert _rel(out[valid], ref[valid]) <= 8 * BF16_ULP
+
+
+def test_topk_positions_follow_sglang_semantics():
+    g = torch.Generator().manual_seed(0)
+    scores = torch.randn(3, 40, generator=g)
+    seq = torch.tensor([40, 10, 0])
+    in_ctx = torch.arange(40) < seq[:, None]
+    masked = torch.where(in_ctx, scores, torch.full_like(scores, float("-inf")))
+    out = torch.full((3, 16), -7, dtype=torch.int64)
+    topk_positions(masked, 16, out)
+    assert torch.equal(out, ref_indexer.topk_positions(scores, seq, 16))
+
+
+@pytest.mark.parametrize("layer_id", [0, 1, 2], ids=["dense_indexer", "moe_indexer", "moe_shared"])
+def test_fused_layer_matches_reference(layer_id):
+    case = make_case(CFG, layer_id, [30, 0, 12, 40], seed=layer_id, tp_size=2)
+    r = compare_with_reference(case, FusedLayer)
+    tol = NUMERICS["fused_layer_interpreter"]
+    assert not r["y_nan"] and r["kv_untouched_bitwise"], r
+    assert r["y_rel"] <= tol["y_rel"] and r["residual_rel"] <= tol["residual_rel"], r
+    assert r["kv_written_rel"] <= tol["kv_written_rel"], r
+    assert r["topk_overlap"] >= tol["topk_overlap"], r
+    assert r.get("index_untouched_pages_bitwise", True), r
