@@ -1,0 +1,15 @@
+#!/usr/bin/env bash
+# One device call (run from the repo root with $OUT set): numerics sweep (JSON), stage timings (JSON), then the GPU pytest suite.
+set -u
+export PYTHONPATH=python:sgl-kernel-ext
+nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
+timeout 240 python3 test/srt/kernels/test_fused_layer.py "$OUT" > "$OUT/numerics.log" 2>&1; echo "numerics rc=$?"
+tail -c 6000 "$OUT/numerics.log"
+timeout 200 python3 benchmark/fused_stages.py --out "$OUT" > "$OUT/stages.log" 2>&1; echo "stages rc=$?"
+tail -c 5000 "$OUT/stages.log"
+if python3 -c "import pytest" 2>/dev/null; then
+  timeout 120 python3 -m pytest test/srt/kernels -q -x -k "graph_replay or pad_row" 2>&1 | tail -15
+else
+  echo "pytest is not installed on the device"
+fi
