@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (run from the repo root with $OUT set): numerics sweep (JSON), stage timings (JSON), then the GPU pytest suite.
 set -u
-export PYTHONPATH=python:sgl-kernel-ext
+export PYTHONPATH=python:sgl-kernel-ext:.
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 timeout 240 python3 test/srt/kernels/test_fused_layer.py "$OUT" > "$OUT/numerics.log" 2>&1; echo "numerics rc=$?"

@@ -109,4 +109,5 @@ def test_fused_layer_matches_reference(layer_id):
     assert r["y_rel"] <= tol["y_rel"] and r["residual_rel"] <= tol["residual_rel"], r
     assert r["kv_written_rel"] <= tol["kv_written_rel"], r
     assert r["topk_overlap"] >= tol["topk_overlap"], r
+    assert r["routing_flips"] <= tol["max_routing_flips"], r
     assert r.get("index_untouched_pages_bitwise", True), r

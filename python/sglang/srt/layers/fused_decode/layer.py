@@ -187,6 +187,19 @@ class FusedLayer:
         self._mlp(x2, pos, m)
         return b.y[:m], res, topk
 
+    def routed_experts(self, m: int) -> torch.Tensor:
+        """Experts each row of the last step was routed to, int64 [m, top-k] ascending (-1 for
+        a pad row). Reads the slot table back to the host: for tests and check mode only."""
+        b, k = self.buf, self.cfg.num_experts_per_tok
+        n = int(b.num_slots)
+        experts = b.slot_expert[1:n].long().cpu()
+        weights = _prefix(b.slot_weight, b.slot_weight.shape[0], m)[1:n].cpu()
+        out = torch.full((m, k), -1, dtype=torch.int64)
+        for r in range(m):
+            chosen = experts[weights[:, r] > 0].sort().values
+            out[r, : len(chosen)] = chosen
+        return out
+
     def _mlp(self, x2: torch.Tensor, pos: torch.Tensor, m: int) -> None:
         cfg, mlp, b = self.cfg, self.lw.mlp, self.buf
         slots, _, inter = b.act.shape

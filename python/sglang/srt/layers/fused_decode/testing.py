@@ -9,6 +9,7 @@ scattered slots; a pad row (position -1) may be added.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
@@ -18,8 +19,10 @@ from .reference.batch import RowBatch, decode_batch
 from .reference.cache import Caches, alloc_caches, write_index, write_kv
 from .reference.config import INDEX_PAGE_SIZE, Glm5Config
 from .reference.indexer import topk_positions
+from .reference import model as ref_model
 from .reference.model import layer_forward
-from .reference.quant import quant_index_vec
+from .reference.moe import RENORM_EPS
+from .reference.quant import bf16_linear, quant_index_vec
 from .reference.weights import LayerWeights, gen_layer
 
 
@@ -79,15 +82,48 @@ def _rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
 
 
+@contextmanager
+def forced_routing(experts: torch.Tensor, flips: List[int]):
+    """Make the reference route each row to `experts` (its weights still computed from its own
+    scores), counting in flips[0] the valid rows whose own choice differs."""
+    own_router = ref_model.router
+
+    def router(cfg, w, x):
+        ids, _ = own_router(cfg, w, x)
+        forced = experts.to(ids.device)
+        valid = forced[:, 0] >= 0
+        flips[0] += int((ids.sort(dim=1).values != forced).any(dim=1)[valid].sum())
+        forced = torch.where(valid[:, None], forced, ids)
+        scores = bf16_linear(x, w.router, torch.float32).sigmoid()
+        weights = scores.gather(1, forced)
+        if cfg.norm_topk_prob:
+            weights = weights / (weights.sum(dim=-1, keepdim=True) + RENORM_EPS)
+        return forced, weights * cfg.routed_scaling_factor
+
+    ref_model.router = router
+    try:
+        yield
+    finally:
+        ref_model.router = own_router
+
+
 def compare_with_reference(case: LayerCase, fused_layer_cls) -> Dict[str, float]:
-    """Run the reference and a fused layer (built by fused_layer_cls(cfg, lw, caches, rows,
-    context)) on the same inputs and cache copies; return the errors and cache checks."""
+    """Run a fused layer (built by fused_layer_cls(cfg, lw, caches, rows, context)) and the
+    reference on the same inputs and cache copies, the reference routed to the experts the
+    fused layer chose (DESIGN: discrete choices forced from one side); return the errors,
+    the number of rows whose routing differed, and the cache checks."""
     cfg, lid, b = case.cfg, case.lw.layer_id, case.batch
     ref_caches, fused_caches = clone_caches(case.caches), clone_caches(case.caches)
-    y_ref, res_ref, topk_ref = layer_forward(cfg, [case.lw], case.hidden, case.residual, b,
-                                             ref_caches, case.topk_prev)
     fused = fused_layer_cls(cfg, case.lw, fused_caches, b.num_rows, b.token_slots.shape[1])
     y, res, topk = fused(case.hidden, case.residual, b, case.topk_prev)
+    flips = [0]
+    if case.lw.is_moe:
+        with forced_routing(fused.routed_experts(b.num_rows), flips):
+            y_ref, res_ref, topk_ref = layer_forward(cfg, [case.lw], case.hidden, case.residual,
+                                                     b, ref_caches, case.topk_prev)
+    else:
+        y_ref, res_ref, topk_ref = layer_forward(cfg, [case.lw], case.hidden, case.residual, b,
+                                                 ref_caches, case.topk_prev)
     v = b.valid
     written = b.out_slots[v]
     untouched = torch.ones(case.caches.kv[lid].shape[0], dtype=torch.bool, device=written.device)
@@ -97,6 +133,7 @@ def compare_with_reference(case: LayerCase, fused_layer_cls) -> Dict[str, float]
         "y_rel": _rel(y[v], y_ref[v]),
         "residual_rel": _rel(res[v], res_ref[v]),
         "y_nan": bool(torch.isnan(y[v]).any()),
+        "routing_flips": flips[0],
         "topk_equal": bool(torch.equal(topk[v], topk_ref[v])),
         "topk_overlap": float((torch.isin(topk[v], topk_ref[v]) | (topk[v] < 0)).float().mean()),
         "kv_written_rel": _rel(kv[written], kv_ref[written]),
