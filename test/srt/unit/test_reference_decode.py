@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from sglang.srt.layers.fused_decode.reference import attention, batch as B, cache as K
-from sglang.srt.layers.fused_decode.reference import config as C, indexer, model, weights as W
+from sglang.srt.layers.fused_decode.reference import config as C, indexer, model, ops, quant
+from sglang.srt.layers.fused_decode.reference import weights as W
 from sglang.srt.layers.fused_decode.reference.engine import ReferenceEngine
 from sglang.srt.layers.fused_decode.reference.kl import kl_div
 from sglang.srt.layers.fused_decode.reference.quant import FP32, SGLANG
@@ -126,7 +127,6 @@ def test_indexer_scores_match_a_direct_computation(w):
     scl = torch.stack([raw[s // 64, 8192 + (s % 64) * 4: 8192 + (s % 64) * 4 + 4] for s in table.tolist()])
     keys = keys.view(torch.float8_e4m3fn).float() * scl.view(torch.float32)
     iw = lw.attn.indexer
-    from sglang.srt.layers.fused_decode.reference import ops, quant
     key = (x.float() @ iw.wk.dequant().bfloat16().float().T).bfloat16()
     key = ops.rope_interleaved(ops.layer_norm(key, iw.k_norm_weight, iw.k_norm_bias, 1e-6), bt.positions, CFG.rope_theta, 64)
     torch.testing.assert_close(keys, key, atol=0, rtol=2**-3)  # the e4m3-quantized key

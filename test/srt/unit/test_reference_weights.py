@@ -6,7 +6,7 @@ import torch
 
 from sglang.srt.layers.fused_decode.reference import config as C
 from sglang.srt.layers.fused_decode.reference import rng, weights as W
-from sglang.srt.layers.fused_decode.reference.quant import FP8, Fp8Weight
+from sglang.srt.layers.fused_decode.reference.quant import FP8
 
 
 def _u8(t):

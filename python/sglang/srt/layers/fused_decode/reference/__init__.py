@@ -18,4 +18,12 @@ model       layer_forward, decode_step, prefill (TP ranks simulated, pluggable a
 checkpoint  Hugging Face FP8 checkpoint writer / reader / validator
 engine      prefill + greedy decode over the reference
 kl          KL of decode against prefill of the same prefix
+
+Entry points: `config.glm53_config()` / `tiny_config()` / `Glm5Config.from_dict(d)`;
+`weights.generate_weights(cfg, seed, tp_size, tp_rank, device, layers)`;
+`cache.alloc_caches(cfg, num_slots, device)`; `batch.decode_batch(positions, tables)`;
+`model.layer_forward(cfg, shards, hidden, residual, batch, caches, topk_prev, num, reduce)`,
+`model.decode_step(cfg, weights, input_ids, batch, caches)`, `model.prefill(...)`;
+`checkpoint.write_checkpoint(cfg, path, seed)` / `read_checkpoint(path)`;
+`engine.ReferenceEngine`; `kl.decode_vs_prefill_kl(cfg, weights, prompts, steps)`.
 """

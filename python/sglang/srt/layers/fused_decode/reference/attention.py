@@ -5,6 +5,8 @@ RMSNorm of c_q and c_kv; interleaved rope of k_pe; the KV-cache row [c_kv | k_pe
 row's slot. Per rank (its heads): q = FP8GEMM(c_q, q_b); rope of q_pe; q_lat = q_nope . w_kc
 (bf16 bmm); softmax(0.0625 * ([q_lat | q_pe] . cache rows)) over the selected positions (fp32);
 o_lat = p . c_kv rows; o = o_lat . w_vc (bf16 bmm); the rank's o_proj partial sum (FP8GEMM).
+The probabilities stay fp32 (a flash kernel's bf16 P before the PV product depends on its tile
+order, so it is left to the kernel tolerance rather than modelled).
 """
 
 from __future__ import annotations

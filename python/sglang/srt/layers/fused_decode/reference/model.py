@@ -18,7 +18,7 @@ from typing import Callable, List, Optional, Sequence, Tuple, Union
 import torch
 
 from .attention import latent_qkv, mla_heads
-from .batch import RowBatch
+from .batch import RowBatch, prefill_batch
 from .cache import Caches
 from .config import Glm5Config
 from .indexer import indexer_topk
@@ -122,8 +122,6 @@ def prefill(cfg, weights, prompts: Sequence[Sequence[int]], tables: Sequence[tor
 
     Attention is the same top-k sparse attention decode runs, per prompt token over its causal
     prefix (SGLang's dense short-context prefill equals this once contexts fit in index_topk)."""
-    from .batch import prefill_batch
-
     lengths = [len(p) for p in prompts]
     batch = prefill_batch(tables, lengths, device)
     ids = torch.tensor([t for p in prompts for t in p], dtype=torch.int64, device=device)
