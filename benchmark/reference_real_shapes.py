@@ -7,6 +7,9 @@ exercised). Reports weight bytes, generation time, median step time and peak mem
 Phase 2 (--full-rank, time permitting): all 78 layers + embedding + LM head of one TP8 rank
 built in GPU memory, bytes and peak memory, and whole decode steps at M=1 and M=16.
 
+Phase 0 (--device-check): the tiny config's weights built on the GPU equal those built on the
+CPU bitwise, and a tiny decode on the GPU matches the CPU (KL of the logits).
+
 Writes $OUT/reference_real_shapes.json (updated after every measurement) and prints a summary.
 Usage: PYTHONPATH=python:sgl-kernel-ext python benchmark/reference_real_shapes.py --out $OUT
 """
@@ -60,6 +63,57 @@ def time_fn(fn, reps):
     return statistics.median(ts), ts
 
 
+def _tensors(obj, prefix=""):
+    from sglang.srt.layers.fused_decode.reference.quant import Fp8Weight
+
+    if isinstance(obj, torch.Tensor):
+        yield prefix, obj
+    elif isinstance(obj, Fp8Weight):
+        yield prefix + ".q", obj.q
+        yield prefix + ".s", obj.s
+    elif isinstance(obj, dict):
+        for k, v in obj.items():
+            yield from _tensors(v, f"{prefix}.{k}")
+    elif hasattr(obj, "__dataclass_fields__"):
+        for f in obj.__dataclass_fields__:
+            if f != "cfg":
+                yield from _tensors(getattr(obj, f), f"{prefix}.{f}")
+
+
+def device_check():
+    from sglang.srt.layers.fused_decode.reference import rng
+    from sglang.srt.layers.fused_decode.reference.engine import ReferenceEngine
+    from sglang.srt.layers.fused_decode.reference.kl import kl_div
+    from sglang.srt.layers.fused_decode.reference.quant import FP32, SGLANG
+
+    cfg = C.tiny_config()
+    wc = W.generate_weights(cfg, 0, mtp=True)
+    wg = W.generate_weights(cfg, 0, device="cuda", mtp=True)
+    gpu = dict(_tensors(wg))
+    n, bad = 0, []
+    for name, t in _tensors(wc):
+        g = gpu[name].cpu()
+        same = torch.equal(t.view(torch.uint8), g.view(torch.uint8)) if t.dtype == torch.float8_e4m3fn \
+            else torch.equal(t, g)
+        n += 1
+        if not same:
+            bad.append(name)
+    pin = rng.uniform(0, "pin", [4, 5], device="cuda").flatten()[:6].cpu().tolist()
+    out = {"tensors": n, "mismatched": bad[:20], "pin": pin}
+    g = torch.Generator().manual_seed(100)
+    prompts = [torch.randint(2, cfg.vocab_size, (k,), generator=g).tolist() for k in (20, 33, 9, 3)]
+    for name, num in (("fp32", FP32), ("sglang", SGLANG)):
+        logits = []
+        for w, dev in ((wc, "cpu"), (wg, "cuda")):
+            eng = ReferenceEngine(cfg, w, 512, dev, num)
+            rids = [eng.add_request(p, len(p) + 1) for p in prompts]
+            eng.prefill(rids)
+            logits.append(eng.decode(rids, [5, 6, 7, 8]).cpu())
+        k = kl_div(logits[0], logits[1])
+        out[f"decode_kl_cpu_vs_cuda_{name}"] = {"mean": float(k.mean()), "max": float(k.max())}
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=os.environ.get("OUT", "."))
@@ -71,6 +125,8 @@ def main():
     ap.add_argument("--full-rank", action="store_true")
     ap.add_argument("--budget-s", type=float, default=200.0)
     ap.add_argument("--tiny", action="store_true", help="CPU smoke test at the tiny config, TP2")
+    ap.add_argument("--device-check", action="store_true")
+    ap.add_argument("--skip-phase1", action="store_true")
     args = ap.parse_args()
     t_start = time.time()
     dev = torch.device("cuda" if CUDA else "cpu")
@@ -90,6 +146,12 @@ def main():
         with open(out_json, "w") as f:
             json.dump(res, f, indent=1)
 
+    if args.device_check and CUDA:
+        res["device_check"] = device_check()
+        save()
+        print("device check:", res["device_check"], flush=True)
+    if args.skip_phase1:
+        ms = []
     reset_peak()
     t = time.perf_counter()
     w = W.generate_weights(cfg, args.seed, tp_size=tp, tp_rank=0, device=dev, layers=[lf, ls],
