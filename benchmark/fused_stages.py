@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from collections import defaultdict
 
@@ -80,7 +81,7 @@ def run(rows_list, context, copies, out_dir):
             torch.cuda.empty_cache()
         del weights
         torch.cuda.empty_cache()
-    meta = {"commit": git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
+    meta = {"commit": os.environ.get("GLM5MEGA_COMMIT") or git_commit(), "date": time.strftime("%Y-%m-%d %H:%M:%S"),
             "gpu": torch.cuda.get_device_name(), "torch": torch.__version__,
             "triton": __import__("triton").__version__, "copy_bandwidth_bytes_per_s": bw,
             "copies": copies}
