@@ -10,7 +10,8 @@ activations mean/max ~7e-13 / 2e-12 (summation order only); SGLang numerics (bf1
 activations) mean 4e-5 .. 5.7e-3, max 6e-4 .. 0.26: decode and prefill differ only in fp32
 accumulation order, which every bf16/FP8 rounding point amplifies, and in a tiny random model a
 flipped top-k or expert choice moves a distribution by up to ~0.3. Bounds used in
-test_reference_kl.py: fp32 1e-9; SGLang mean 0.02, max 0.5.
+test_reference_kl.py: fp32 1e-9; SGLang mean 0.02, max 0.5. For scale: the same decode on
+CPU and on an H200 differs by KL 2.7e-12 (fp32) and mean 0.056 / max 0.12 (SGLang numerics).
 """
 
 from __future__ import annotations
