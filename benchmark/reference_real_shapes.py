@@ -137,8 +137,10 @@ def main():
               if cfg.is_moe(i) and cfg.runs_indexer(i) and not cfg.runs_indexer(i + 1))
     ls = lf + 1
     ms = [int(x) for x in args.ms.split(",")]
-    res = {"commit": args.commit, "device": torch.cuda.get_device_name() if CUDA else "cpu", "torch": torch.__version__,
-           "tp_size": tp, "tp_rank": 0, "layers": [lf, ls], "config": "tiny" if args.tiny else "glm53", "ctx": args.ctx, "index_topk": cfg.index_topk,
+    res = {"commit": args.commit, "device": torch.cuda.get_device_name() if CUDA else "cpu",
+           "torch": torch.__version__,
+           "tp_size": tp, "tp_rank": 0, "layers": [lf, ls],
+           "config": "tiny" if args.tiny else "glm53", "ctx": args.ctx, "index_topk": cfg.index_topk,
            "numerics": "sglang (bf16 activations, FP8 per-128 activation quant)", "phase1": {}}
     out_json = os.path.join(args.out, "reference_real_shapes.json")
 
@@ -218,7 +220,8 @@ def main():
         ph["weight_bytes"] = W.tensor_bytes(wf)
         ph["peak_after_gen_gb"] = peak_gb()
         save()
-        print(f"full rank: {len(wf.layers)} layers, {ph['weight_bytes'] / 1e9:.1f} GB in {ph['gen_s']:.1f} s, "
+        print(f"full rank: {len(wf.layers)} layers, {ph['weight_bytes'] / 1e9:.1f} GB "
+              f"in {ph['gen_s']:.1f} s, "
               f"peak {ph['peak_after_gen_gb']:.1f} GB", flush=True)
         if len(wf.layers) == cfg.num_hidden_layers:
             ctx = 2048 + 64

@@ -300,7 +300,8 @@ def read_checkpoint(path: str, device="cpu") -> Tuple[Glm5Config, ModelWeights]:
     w = ModelWeights(cfg, 1, 0)
     for i in range(cfg.num_hidden_layers):
         w.layers[i] = layer_from_tensors(cfg, t, i)
-    w.embed, w.final_norm, w.lm_head = t["model.embed_tokens.weight"], t["model.norm.weight"], t["lm_head.weight"]
+    w.embed, w.final_norm = t["model.embed_tokens.weight"], t["model.norm.weight"]
+    w.lm_head = t["lm_head.weight"]
     if cfg.num_nextn_predict_layers:
         i = cfg.num_hidden_layers
         p = f"model.layers.{i}"

@@ -3,8 +3,9 @@
 Any slice of a logical tensor (one TP rank's share, one expert, one layer) is produced on any
 device without producing the rest, and the values do not depend on the device or on how the
 tensor is sliced: one TP8 rank built on a GPU holds exactly the rows the TP1 tensor built on a
-CPU holds. Only integer ops and exact float conversions are used, so CPU and GPU agree bitwise (checked on an H200 for every
-tensor of the tiny model: benchmark/results/reference_real_shapes_h200_run2.json).
+CPU holds. Only integer ops and exact float conversions are used, so CPU and GPU agree bitwise
+(checked on an H200 for every tensor of the tiny model:
+benchmark/results/reference_real_shapes_h200_run2.json).
 """
 
 from __future__ import annotations
