@@ -217,3 +217,17 @@ def test_decode_rows_shapes(w, m):
     out = eng.decode(rids, list(range(2, 2 + m)))
     assert out.shape == (m, CFG.vocab_size) and out.dtype == torch.float32
     assert torch.isfinite(out).all()
+
+
+def test_dense_prefill_equals_sparse_within_topk_and_differs_beyond(w):
+    def run(n, dense):
+        caches = K.alloc_caches(CFG, 128, poison=True)
+        table = torch.randperm(128, generator=torch.Generator().manual_seed(10))[:n]
+        return model.prefill(CFG, w, _prompts(10, [n]), [table], caches, dense=dense)[0]
+
+    short = CFG.index_topk  # every context fits in the top-k
+    assert torch.equal(run(short, False), run(short, True))
+    long_s, long_d = run(40, False), run(40, True)
+    assert torch.equal(long_s[:short], long_d[:short])
+    assert not torch.equal(long_s[short:], long_d[short:])
+    assert torch.isfinite(long_d).all()

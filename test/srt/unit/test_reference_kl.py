@@ -58,3 +58,10 @@ def test_kl_div_definition():
     lp, lq = torch.log_softmax(p.double(), -1), torch.log_softmax(q.double(), -1)
     assert abs(kl.kl_div(p, q).item() - (lp.exp() * (lp - lq)).sum().item()) < 1e-12
     assert kl.kl_div(p, q).item() > 0
+
+
+def test_kl_against_dense_prefill_is_zero_while_contexts_fit_the_topk():
+    w, prompts = _setup()
+    short = [p[:5] for p in prompts]  # 5 + 6 steps <= index_topk = 16
+    r = kl.decode_vs_prefill_kl(CFG, w, short, 6, num=FP32, dense_prefill=True)
+    assert r["max"] < FP32_BOUND, r

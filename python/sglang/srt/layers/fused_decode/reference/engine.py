@@ -55,13 +55,15 @@ class ReferenceEngine:
         self.requests[rid] = Request(rid, list(prompt), slots)
         return rid
 
-    def prefill(self, rids: Sequence[int]) -> List[torch.Tensor]:
-        """Run the uncached prompt of each request (must start at position 0): logits per token."""
+    def prefill(self, rids: Sequence[int], dense: bool = False) -> List[torch.Tensor]:
+        """Run the uncached prompt of each request (must start at position 0): logits per token.
+        `dense` attends to whole prefixes (SGLang's short-context prefill)."""
         reqs = [self.requests[r] for r in rids]
         assert all(r.cached == 0 for r in reqs), "prefill starts a request from position 0"
         batch = prefill_batch([r.slots for r in reqs], [len(r.tokens) for r in reqs], self.device)
         ids = torch.tensor([t for r in reqs for t in r.tokens], dtype=torch.int64, device=self.device)
-        logits = forward_rows(self.cfg, self.ranks, ids, batch, self.caches, self.num, self.reduce)
+        logits = forward_rows(self.cfg, self.ranks, ids, batch, self.caches, self.num, self.reduce,
+                              dense)
         for r in reqs:
             r.cached = len(r.tokens)
         return list(logits.split([len(r.tokens) for r in reqs]))

@@ -12,6 +12,9 @@ accumulation order, which every bf16/FP8 rounding point amplifies, and in a tiny
 flipped top-k or expert choice moves a distribution by up to ~0.3. Bounds used in
 test_reference_kl.py: fp32 1e-9; SGLang mean 0.02, max 0.5. For scale: the same decode on
 CPU and on an H200 differs by KL 2.7e-12 (fp32) and mean 0.056 / max 0.12 (SGLang numerics).
+Against a dense prefill (SGLang's choice up to 2048 tokens): 0 while contexts fit in
+index_topk, but mean ~0.6-0.7, max ~2-3 on the tiny model once they exceed its top-k of 16, so
+an end-to-end KL check against upstream SGLang on a tiny model keeps contexts <= index_topk.
 """
 
 from __future__ import annotations
@@ -44,14 +47,17 @@ def decode_vs_prefill_kl(
     num_slots: int = 1024,
     pad_rows: int = 0,
     seed: int = 0,
+    dense_prefill: bool = False,
 ) -> Dict[str, object]:
+    """KL(prefill || decode) over every decoded position; `dense_prefill` compares against a
+    prefill that attends densely (SGLang's choice up to 2048 tokens) instead of sparsely."""
     eng = ReferenceEngine(cfg, weights, num_slots, device, num, reduce, seed)
     rids, _, step_logits = eng.generate(prompts, steps, pad_rows)
     # the sequence whose prefill reproduces every decode step: prompt + tokens fed to decode
     seqs = [eng.requests[r].tokens for r in rids]
     ref = ReferenceEngine(cfg, weights, num_slots, device, num, reduce, seed + 1)
     ref_rids = [ref.add_request(s, len(s)) for s in seqs]
-    pre = ref.prefill(ref_rids)
+    pre = ref.prefill(ref_rids, dense=dense_prefill)
     kls = []
     for m, p in enumerate(prompts):
         plen = len(p)

@@ -47,11 +47,14 @@ def layer_forward(
     topk_prev: Optional[torch.Tensor] = None,
     num: Numerics = SGLANG,
     reduce: Reduce = sum_partials,
+    dense: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One decoder layer for M rows: returns (y, residual, topk positions [M, index_topk]).
 
     Writes the layer's KV-cache row (and index-cache row on a 'full' layer) at each valid row's
-    slot; a 'shared' layer reuses `topk_prev`, the previous layer's top-k."""
+    slot; a 'shared' layer reuses `topk_prev`, the previous layer's top-k. `dense` attends to
+    the whole context instead (SGLang's prefill for short contexts); the indexer still writes
+    its keys, and the returned top-k is still the indexer's."""
     lw = shards[0]
     lid, eps = lw.layer_id, cfg.rms_norm_eps
     x, residual = add_rms_norm(hidden, residual, lw.input_norm, eps, num.act_dtype)
@@ -63,7 +66,8 @@ def layer_forward(
         if topk_prev is None:
             raise ValueError(f"layer {lid} reuses the previous top-k but none was given")
         topk = topk_prev
-    y = reduce([mla_heads(cfg, s.attn, c_q, batch, kv_cache, topk, num) for s in shards])
+    attend = all_positions(batch) if dense else topk
+    y = reduce([mla_heads(cfg, s.attn, c_q, batch, kv_cache, attend, num) for s in shards])
     x2, residual = add_rms_norm(y, residual, lw.post_attention_norm, eps, num.act_dtype)
     if lw.is_moe:
         ids, weights = router(cfg, lw.mlp, x2)
@@ -71,6 +75,13 @@ def layer_forward(
     else:
         y = reduce([dense_mlp(s.mlp, x2, num) for s in shards])
     return y, residual, topk
+
+
+def all_positions(batch: RowBatch) -> torch.Tensor:
+    """Every context position of each row, ascending, -1 padded: [M, L_max]."""
+    pos = torch.arange(batch.token_slots.shape[1], device=batch.token_slots.device)
+    pos = pos.expand(batch.num_rows, -1)
+    return torch.where(pos < batch.seq_lens.unsqueeze(1), pos, torch.full_like(pos, -1))
 
 
 def as_ranks(weights: Union[ModelWeights, Sequence[ModelWeights]]) -> List[ModelWeights]:
@@ -93,6 +104,7 @@ def forward_rows(
     caches: Caches,
     num: Numerics = SGLANG,
     reduce: Reduce = sum_partials,
+    dense: bool = False,
 ) -> torch.Tensor:
     """Embedding, every decoder layer the weights hold (in order), final norm and LM head.
 
@@ -104,7 +116,8 @@ def forward_rows(
     residual, topk = None, None
     for lid in sorted(w0.layers):
         hidden, residual, topk = layer_forward(
-            cfg, [r.layers[lid] for r in ranks], hidden, residual, batch, caches, topk, num, reduce
+            cfg, [r.layers[lid] for r in ranks], hidden, residual, batch, caches, topk, num, reduce,
+            dense,
         )
     return final_logits(cfg, ranks, hidden, residual, num)
 
@@ -117,13 +130,14 @@ def decode_step(cfg, weights, input_ids, batch: RowBatch, caches: Caches, num: N
 
 def prefill(cfg, weights, prompts: Sequence[Sequence[int]], tables: Sequence[torch.Tensor],
             caches: Caches, num: Numerics = SGLANG, reduce: Reduce = sum_partials,
-            device="cpu") -> List[torch.Tensor]:
+            device="cpu", dense: bool = False) -> List[torch.Tensor]:
     """Prefill prompts (prompt i's token t written at tables[i][t]); logits [len_i, vocab] each.
 
     Attention is the same top-k sparse attention decode runs, per prompt token over its causal
-    prefix (SGLang's dense short-context prefill equals this once contexts fit in index_topk)."""
+    prefix. `dense=True` attends to the whole prefix instead, as SGLang's prefill does for
+    contexts up to 2048 tokens (equal to sparse while contexts fit in index_topk)."""
     lengths = [len(p) for p in prompts]
     batch = prefill_batch(tables, lengths, device)
     ids = torch.tensor([t for p in prompts for t in p], dtype=torch.int64, device=device)
-    logits = forward_rows(cfg, weights, ids, batch, caches, num, reduce)
+    logits = forward_rows(cfg, weights, ids, batch, caches, num, reduce, dense)
     return list(logits.split(lengths))
