@@ -1,12 +1,14 @@
-"""Small-M FP8 block-128 linear: y = x W^T for 1-16 rows, activation quantized in-kernel.
+"""Small-M FP8 block-128 linear with a split K: fp32 partials of y = x W^T for 1-16 rows.
 
-W is e4m3 [N, K] with one fp32 scale per 128x128 block; x is bf16 [M, K]. Each program owns
-BLOCK_N output columns for every row: per 128-column group it quantizes x to e4m3 with
-scale = max(amax, 1e-10)/448 (SGLang's per-token-group quant), takes the e4m3 dot with the
-weight tile in fp32 and applies both scales, so one launch replaces SGLang's quant + GEMM
-pair. Up to two matrices that share x (q_a and kv_a, q_b and the indexer's wq_b) run in one
-launch: programs past the first matrix's tiles take the second.
+W is e4m3 [N, K] with one fp32 scale per 128x128 block; x comes already quantized (e4m3
+[M, K] with one fp32 scale per row and 128 columns, SGLang's per-token-group quant) by the
+kernel that produced it. Each program owns BLOCK_N output columns (inside one 128-row scale
+block) and one K chunk, and takes GROUPS 128-column groups per iteration as independent loads
+(bytes in flight), one e4m3 MMA per group with both scales applied in fp32. The SPLIT
+partials [SPLIT, M, N] are summed in a fixed order by the consumer, which rounds once to bf16:
+deterministic, no atomics, and a short dependency chain per program.
 
+Up to two matrices sharing x (q_a and kv_a; q_b and the indexer's wq_b) run in one launch.
 Rows past M are zero-padded to the 16-row MMA minimum; nothing is written for them.
 """
 
@@ -18,53 +20,63 @@ import torch
 import triton
 import triton.language as tl
 
-from .quant import to_e4m3
-
-FP8_MAX = 448.0
-ACT_EPS = 1e-10
 GROUP = 128
 
 
 @triton.jit
-def _tile(x_ptr, stride_xm, M, K, w_ptr, s_ptr, y_ptr, stride_ym, N, tile,
-          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr):
+def _fp8_group_dot(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, offs_n, N, kb,
+                   BLOCK_M: tl.constexpr, INTERPRET: tl.constexpr):
+    """fp32 [BLOCK_M, BLOCK_N]: the 128-column group kb of xq . W[offs_n]^T, both scales on."""
     offs_m = tl.arange(0, BLOCK_M)
-    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    offs_k = tl.arange(0, 128)
-    n_ok = offs_n < N
+    k = kb * 128 + tl.arange(0, 128)
     kblocks = tl.cdiv(K, 128)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kb in range(0, kblocks):
-        k = kb * 128 + offs_k
-        k_ok = k < K
-        w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :], mask=n_ok[:, None] & k_ok[None, :],
-                    other=0.0)
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :],
-                    mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0).to(tl.float32)
-        sx = tl.maximum(tl.max(tl.abs(x), axis=1), 1e-10) / 448.0
-        xq = to_e4m3(tl.clamp(x * (1.0 / sx)[:, None], -448.0, 448.0), INTERPRET)
-        if INTERPRET:  # bf16/fp8 dots are unreliable in the interpreter
-            part = tl.dot(xq.to(tl.float32), tl.trans(w.to(tl.float32)))
-        else:
-            part = tl.dot(xq, tl.trans(w))
-        sw = tl.load(s_ptr + (offs_n // 128) * kblocks + kb, mask=n_ok, other=0.0)
-        acc += part * sx[:, None] * sw[None, :]
-    tl.store(y_ptr + offs_m[:, None] * stride_ym + offs_n[None, :],
-             acc.to(y_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & n_ok[None, :])
+    n_ok = offs_n < N
+    k_ok = k < K
+    w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :], mask=n_ok[:, None] & k_ok[None, :],
+                other=0.0)
+    x = tl.load(xq_ptr + offs_m[:, None] * K + k[None, :],
+                mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0)
+    sx = tl.load(sx_ptr + offs_m * kblocks + kb, mask=offs_m < M, other=0.0)
+    sw = tl.load(s_ptr + (offs_n // 128) * kblocks + kb, mask=n_ok, other=0.0)
+    if INTERPRET:  # fp8 / bf16 dots are unreliable in the interpreter
+        part = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)))
+    else:
+        part = tl.dot(x, tl.trans(w))
+    return part * sx[:, None] * sw[None, :]
 
 
 @triton.jit
-def _fp8_linear_kernel(x_ptr, stride_xm, M, K,
-                       wa_ptr, sa_ptr, ya_ptr, stride_yam, NA, tiles_a,
-                       wb_ptr, sb_ptr, yb_ptr, stride_ybm, NB,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr):
+def _tile(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, part_ptr, N, tile, split, k_chunk,
+          BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
+          INTERPRET: tl.constexpr):
+    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    kb0 = split * k_chunk
+    kb_end = tl.minimum(kb0 + k_chunk, tl.cdiv(K, 128))
+    for kb in range(kb0, kb_end, GROUPS):
+        for g in tl.static_range(GROUPS):
+            acc += _fp8_group_dot(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, offs_n, N,
+                                  tl.minimum(kb + g, kb_end - 1), BLOCK_M, INTERPRET) \
+                * (kb + g < kb_end)
+    offs_m = tl.arange(0, BLOCK_M)
+    out = part_ptr + (split * M + offs_m[:, None]) * N + offs_n[None, :]
+    tl.store(out, acc, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+
+
+@triton.jit
+def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
+                       wa_ptr, sa_ptr, pa_ptr, NA, tiles_a,
+                       wb_ptr, sb_ptr, pb_ptr, NB,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
+                       INTERPRET: tl.constexpr):
     pid = tl.program_id(0)
+    split = tl.program_id(1)
     if pid < tiles_a:
-        _tile(x_ptr, stride_xm, M, K, wa_ptr, sa_ptr, ya_ptr, stride_yam, NA, pid,
-              BLOCK_M, BLOCK_N, INTERPRET)
+        _tile(xq_ptr, sx_ptr, M, K, wa_ptr, sa_ptr, pa_ptr, NA, pid, split, k_chunk,
+              BLOCK_M, BLOCK_N, GROUPS, INTERPRET)
     else:
-        _tile(x_ptr, stride_xm, M, K, wb_ptr, sb_ptr, yb_ptr, stride_ybm, NB, pid - tiles_a,
-              BLOCK_M, BLOCK_N, INTERPRET)
+        _tile(xq_ptr, sx_ptr, M, K, wb_ptr, sb_ptr, pb_ptr, NB, pid - tiles_a, split, k_chunk,
+              BLOCK_M, BLOCK_N, GROUPS, INTERPRET)
 
 
 def interpreting() -> bool:
@@ -79,25 +91,40 @@ def block_m(m: int) -> int:
     return max(16, triton.next_power_of_2(m))
 
 
-def fp8_linear(x: torch.Tensor, wq: torch.Tensor, ws: torch.Tensor, out: torch.Tensor,
-               wq_b: Optional[torch.Tensor] = None, ws_b: Optional[torch.Tensor] = None,
-               out_b: Optional[torch.Tensor] = None, block_n: int = 16) -> None:
-    """out[M, N] = x W^T (and out_b = x W_b^T in the same launch). x bf16 [M, K] (last dim
-    contiguous), wq e4m3 [N, K] contiguous, ws fp32 [ceil(N/128), ceil(K/128)]."""
-    m, k = x.shape
-    assert x.stride(1) == 1 and wq.is_contiguous() and ws.is_contiguous() and wq.shape[1] == k
-    assert out.shape == (m, wq.shape[0]) and out.stride(1) == 1
+def choose_split(n: int, k: int, block_n: int = 64, groups: int = 2,
+                 target_programs: int = 264) -> int:
+    """K chunks for an [n, k] matrix: enough programs to fill the GPU twice, each with at
+    least one full iteration of `groups` 128-column groups."""
+    tiles = triton.cdiv(n, block_n)
+    most = max(1, triton.cdiv(k, 128) // groups)
+    return max(1, min(most, triton.cdiv(target_programs, tiles)))
+
+
+def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.Tensor,
+               parts: torch.Tensor, wq_b: Optional[torch.Tensor] = None,
+               ws_b: Optional[torch.Tensor] = None, parts_b: Optional[torch.Tensor] = None,
+               block_n: int = 64, groups: int = 2) -> None:
+    """parts[s] = the K chunk s of xq W^T, fp32 [SPLIT, M, N] (and parts_b for W_b in the same
+    launch, with the same SPLIT). xq e4m3 [M, K] contiguous, sx fp32 [M, ceil(K/128)],
+    wq e4m3 [N, K] contiguous, ws fp32 [ceil(N/128), ceil(K/128)]."""
+    m, k = xq.shape
+    split = parts.shape[0]
+    assert xq.is_contiguous() and sx.is_contiguous() and wq.is_contiguous() and ws.is_contiguous()
+    assert wq.shape[1] == k and parts.shape[1:] == (m, wq.shape[0]) and parts.is_contiguous()
+    assert 128 % block_n == 0
     tiles_a = triton.cdiv(wq.shape[0], block_n)
     tiles = tiles_a
     if wq_b is not None:
-        assert wq_b.shape[1] == k and out_b.shape == (m, wq_b.shape[0]) and out_b.stride(1) == 1
+        assert wq_b.shape[1] == k and parts_b.shape == (split, m, wq_b.shape[0])
         tiles += triton.cdiv(wq_b.shape[0], block_n)
     else:
-        wq_b, ws_b, out_b = wq, ws, out
-    _fp8_linear_kernel[(tiles,)](
-        x, x.stride(0), m, k,
-        wq, ws, out, out.stride(0), wq.shape[0], tiles_a,
-        wq_b, ws_b, out_b, out_b.stride(0), wq_b.shape[0],
-        BLOCK_M=block_m(m), BLOCK_N=block_n, INTERPRET=interpreting(),
-        num_warps=4, num_stages=4,
+        wq_b, ws_b, parts_b = wq, ws, parts
+    kblocks = triton.cdiv(k, 128)
+    k_chunk = triton.cdiv(triton.cdiv(kblocks, split), groups) * groups
+    _fp8_linear_kernel[(tiles, split)](
+        xq, sx, m, k, k_chunk,
+        wq, ws, parts, wq.shape[0], tiles_a,
+        wq_b, ws_b, parts_b, wq_b.shape[0],
+        BLOCK_M=block_m(m), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
+        num_warps=4, num_stages=3,
     )

@@ -19,14 +19,14 @@ import triton.language as tl
 
 from .fp8_linear import interpreting
 from .mla import _rope_pairs
-from .quant import to_e4m3
+from .quant import sum_parts, to_e4m3
 
 PAGE = 64
 KEY_BYTES = 128
 
 
 @triton.jit
-def _prepare_kernel(kw_parts_ptr, SPLIT, M, NKW, q_ptr, ln_w_ptr, ln_b_ptr, ln_eps,
+def _prepare_kernel(kw_parts_ptr, SPLIT, M, NKW, q_ptr, Q_SPLIT, ln_w_ptr, ln_b_ptr, ln_eps,
                     pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, cache_ptr,
                     q8_ptr, head_w_ptr, head_scale,
                     NH: tl.constexpr, D: tl.constexpr, HALF_R: tl.constexpr,
@@ -66,12 +66,16 @@ def _prepare_kernel(kw_parts_ptr, SPLIT, M, NKW, q_ptr, ln_w_ptr, ln_b_ptr, ln_e
         tl.store((page + 64 * 128).to(tl.pointer_type(tl.float32)) + slot % 64, sk)
     # query heads: rope the first dims of each head, one e4m3 scale per head
     ih = tl.arange(0, HALF_R)
-    qrow = q_ptr + (m * NH + oh[:, None]) * D
-    x1 = tl.load(qrow + 2 * ih[None, :]).to(tl.float32)
-    x2 = tl.load(qrow + 2 * ih[None, :] + 1).to(tl.float32)
+    qrow = (m * NH + oh[:, None]) * D
+    stride_q = M * NH * D
+    x1 = sum_parts(q_ptr, Q_SPLIT, stride_q, qrow + 2 * ih[None, :], ih[None, :] < HALF_R)
+    x2 = sum_parts(q_ptr, Q_SPLIT, stride_q, qrow + 2 * ih[None, :] + 1, ih[None, :] < HALF_R)
+    x1 = x1.to(tl.bfloat16).to(tl.float32)
+    x2 = x2.to(tl.bfloat16).to(tl.float32)
     r1, r2 = _rope_pairs(x1, x2, rpos, tl.load(inv_freq_ptr + ih)[None, :])
     rest_d = tl.arange(0, D)
-    q_all = tl.load(qrow + rest_d[None, :]).to(tl.float32)
+    q_all = sum_parts(q_ptr, Q_SPLIT, stride_q, qrow + rest_d[None, :], rest_d[None, :] < D)
+    q_all = q_all.to(tl.bfloat16).to(tl.float32)
     amax = tl.maximum(tl.max(tl.abs(r1), axis=1), tl.max(tl.abs(r2), axis=1))
     amax = tl.maximum(amax, tl.max(tl.where(rest_d[None, :] >= 2 * HALF_R, tl.abs(q_all), 0.0),
                                    axis=1))
@@ -114,14 +118,16 @@ def _scores_kernel(q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, stride_slo
     tl.store(scores_ptr + m * stride_scores + ol, tl.where(in_ctx, s, float("-inf")), mask=ol < L)
 
 
-def prepare(kw_parts, q, ln_w, ln_b, ln_eps, positions, token_slots, inv_freq, index_cache,
-            q8, head_w, rope_dim: int) -> None:
-    """kw_parts fp32 [SPLIT, M, D + heads]; q bf16 [M, heads, D]; writes the index cache rows,
-    q8 e4m3 [M, heads, D] and head_w fp32 [M, heads]."""
+def prepare(kw_parts, q_parts, ln_w, ln_b, ln_eps, positions, token_slots, inv_freq,
+            index_cache, q8, head_w, rope_dim: int) -> None:
+    """kw_parts fp32 [SPLIT, M, D + heads] ([wk; weights_proj] partials); q_parts fp32
+    [Q_SPLIT, M, heads * D] (wq_b partials); writes the index cache rows, q8 e4m3
+    [M, heads, D] and head_w fp32 [M, heads]."""
     split, m, nkw = kw_parts.shape
-    _, nh, d = q.shape
-    assert nkw == d + nh and q.is_contiguous() and q8.is_contiguous()
-    _prepare_kernel[(m,)](kw_parts, split, m, nkw, q, ln_w, ln_b, float(ln_eps), positions,
+    _, nh, d = q8.shape
+    assert nkw == d + nh and q_parts.is_contiguous() and q8.is_contiguous()
+    _prepare_kernel[(m,)](kw_parts, split, m, nkw, q_parts, q_parts.shape[0], ln_w, ln_b,
+                          float(ln_eps), positions,
                           token_slots, token_slots.stride(0), inv_freq, index_cache, q8, head_w,
                           float(nh ** -0.5 * d ** -0.5), NH=nh, D=d, HALF_R=rope_dim // 2,
                           INTERPRET=interpreting(), num_warps=4)

@@ -19,6 +19,7 @@ import triton
 import triton.language as tl
 
 from .fp8_linear import interpreting
+from .quant import store_row_groups, sum_parts, to_e4m3
 
 
 @triton.jit
@@ -30,34 +31,40 @@ def _rope_pairs(x1, x2, pos, inv_freq):
 
 
 @triton.jit
-def _latent_kernel(qa_ptr, kva_ptr, stride_kva, qn_w_ptr, kvn_w_ptr, cq_ptr, kv_cache_ptr,
-                   pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, eps, Q, C, R,
-                   BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr, HALF_R: tl.constexpr):
+def _latent_kernel(qa_ptr, kva_ptr, SPLIT, M, qn_w_ptr, kvn_w_ptr, cq_q_ptr, cq_s_ptr,
+                   kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, eps, Q, C, R,
+                   BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr, HALF_R: tl.constexpr,
+                   INTERPRET: tl.constexpr):
     m = tl.program_id(0)
     oq = tl.arange(0, BLOCK_Q)
-    q = tl.load(qa_ptr + m * Q + oq, mask=oq < Q, other=0.0).to(tl.float32)
+    q = sum_parts(qa_ptr, SPLIT, M * Q, m * Q + oq, oq < Q).to(tl.bfloat16).to(tl.float32)
     q = q / tl.sqrt(tl.sum(q * q, axis=0) / Q + eps)
     wq = tl.load(qn_w_ptr + oq, mask=oq < Q, other=0.0).to(tl.float32)
-    tl.store(cq_ptr + m * Q + oq, (q * wq).to(tl.bfloat16), mask=oq < Q)
+    cq = (q * wq).to(tl.bfloat16).to(tl.float32)
+    store_row_groups(cq, oq, Q, cq_q_ptr + m * Q, cq_s_ptr + m * tl.cdiv(Q, 128), BLOCK_Q,
+                     INTERPRET)
     pos = tl.load(pos_ptr + m)
     if pos >= 0:
         slot = tl.load(slots_ptr + m * stride_slots + pos)
+        kv_w = C + R
         oc = tl.arange(0, BLOCK_C)
-        c = tl.load(kva_ptr + m * stride_kva + oc, mask=oc < C, other=0.0).to(tl.float32)
+        c = sum_parts(kva_ptr, SPLIT, M * kv_w, m * kv_w + oc, oc < C)
+        c = c.to(tl.bfloat16).to(tl.float32)
         c = c / tl.sqrt(tl.sum(c * c, axis=0) / C + eps)
         wc = tl.load(kvn_w_ptr + oc, mask=oc < C, other=0.0).to(tl.float32)
-        row = kv_cache_ptr + slot * (C + R)
+        row = kv_cache_ptr + slot * kv_w
         tl.store(row + oc, (c * wc).to(tl.bfloat16), mask=oc < C)
         i = tl.arange(0, HALF_R)
-        x1 = tl.load(kva_ptr + m * stride_kva + C + 2 * i).to(tl.float32)
-        x2 = tl.load(kva_ptr + m * stride_kva + C + 2 * i + 1).to(tl.float32)
+        base = m * kv_w + C + 2 * i
+        x1 = sum_parts(kva_ptr, SPLIT, M * kv_w, base, i < HALF_R).to(tl.bfloat16).to(tl.float32)
+        x2 = sum_parts(kva_ptr, SPLIT, M * kv_w, base + 1, i < HALF_R).to(tl.bfloat16).to(tl.float32)
         r1, r2 = _rope_pairs(x1, x2, pos, tl.load(inv_freq_ptr + i))
         tl.store(row + C + 2 * i, r1.to(tl.bfloat16))
         tl.store(row + C + 2 * i + 1, r2.to(tl.bfloat16))
 
 
 @triton.jit
-def _absorb_kernel(q_ptr, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C,
+def _absorb_kernel(q_ptr, SPLIT, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C,
                    NOPE: tl.constexpr, ROPE: tl.constexpr, V: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
                    INTERPRET: tl.constexpr):
@@ -68,8 +75,8 @@ def _absorb_kernel(q_ptr, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C,
     oc = ct * BLOCK_C + tl.arange(0, BLOCK_C)
     m_ok = om < M
     qk = NOPE + ROPE
-    q = tl.load(q_ptr + (om[:, None] * NH + h) * qk + od[None, :],
-                mask=m_ok[:, None] & (od[None, :] < NOPE), other=0.0)
+    q = sum_parts(q_ptr, SPLIT, M * NH * qk, (om[:, None] * NH + h) * qk + od[None, :],
+                  m_ok[:, None] & (od[None, :] < NOPE)).to(tl.bfloat16)
     w = tl.load(kvb_ptr + (h * (NOPE + V) + od[:, None]) * C + oc[None, :],
                 mask=(od[:, None] < NOPE) & (oc[None, :] < C), other=0.0)
     if INTERPRET:
@@ -80,9 +87,11 @@ def _absorb_kernel(q_ptr, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C,
     tl.store(out + oc[None, :], lat.to(tl.bfloat16), mask=m_ok[:, None] & (oc[None, :] < C))
     if ct == 0:
         i = tl.arange(0, ROPE // 2)
-        base = q_ptr + (om[:, None] * NH + h) * qk + NOPE
-        x1 = tl.load(base + 2 * i[None, :], mask=m_ok[:, None], other=0.0).to(tl.float32)
-        x2 = tl.load(base + 2 * i[None, :] + 1, mask=m_ok[:, None], other=0.0).to(tl.float32)
+        base = (om[:, None] * NH + h) * qk + NOPE + 2 * i[None, :]
+        x1 = sum_parts(q_ptr, SPLIT, M * NH * qk, base, m_ok[:, None])
+        x2 = sum_parts(q_ptr, SPLIT, M * NH * qk, base + 1, m_ok[:, None])
+        x1 = x1.to(tl.bfloat16).to(tl.float32)
+        x2 = x2.to(tl.bfloat16).to(tl.float32)
         pos = tl.maximum(tl.load(pos_ptr + om, mask=m_ok, other=0), 0)
         r1, r2 = _rope_pairs(x1, x2, pos[:, None], tl.load(inv_freq_ptr + i)[None, :])
         tl.store(out + C + 2 * i[None, :], r1.to(tl.bfloat16), mask=m_ok[:, None])
@@ -160,13 +169,15 @@ def _combine_kernel(part_o_ptr, part_ml_ptr, olat_ptr, NH, NSP,
 
 
 @triton.jit
-def _absorb_v_kernel(olat_ptr, kvb_ptr, o_ptr, M, NH, C: tl.constexpr, NOPE: tl.constexpr,
-                     V: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_V: tl.constexpr,
+def _absorb_v_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C: tl.constexpr,
+                     NOPE: tl.constexpr, V: tl.constexpr, BLOCK_M: tl.constexpr,
                      INTERPRET: tl.constexpr):
+    """One program per (head, 128 output columns): o = o_lat . w_vc in bf16, then quantized
+    for o_proj (the program holds exactly one 128-column group of each row)."""
     h = tl.program_id(0)
     vt = tl.program_id(1)
     om = tl.arange(0, BLOCK_M)
-    ov = vt * BLOCK_V + tl.arange(0, BLOCK_V)
+    ov = vt * 128 + tl.arange(0, 128)
     oc = tl.arange(0, C)
     m_ok = om < M
     a = tl.load(olat_ptr + (om[:, None] * NH + h) * C + oc[None, :], mask=m_ok[:, None], other=0.0)
@@ -175,29 +186,37 @@ def _absorb_v_kernel(olat_ptr, kvb_ptr, o_ptr, M, NH, C: tl.constexpr, NOPE: tl.
         o = tl.dot(a.to(tl.float32), tl.trans(w.to(tl.float32)))
     else:
         o = tl.dot(a, tl.trans(w))
-    tl.store(o_ptr + om[:, None] * (NH * V) + h * V + ov[None, :], o.to(tl.bfloat16),
-             mask=m_ok[:, None])
+    o = o.to(tl.bfloat16).to(tl.float32)
+    so = tl.maximum(tl.max(tl.abs(o), axis=1), 1e-10) / 448.0
+    oq = to_e4m3(tl.clamp(o * (1.0 / so)[:, None], -448.0, 448.0), INTERPRET)
+    tl.store(oq_ptr + om[:, None] * (NH * V) + h * V + ov[None, :], oq, mask=m_ok[:, None])
+    tl.store(os_ptr + om * (NH * V // 128) + (h * V) // 128 + vt, so, mask=m_ok)
 
 
-def latent(qa, kva, q_a_norm, kv_a_norm, eps, positions, token_slots, inv_freq, cq, kv_cache,
-           kv_lora: int, rope: int) -> None:
-    m, q = qa.shape
-    assert qa.is_contiguous() and kva.stride(1) == 1 and cq.is_contiguous()
+def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots, inv_freq,
+           cq_q, cq_s, kv_cache, kv_lora: int, rope: int) -> None:
+    """From the split-K partials of q_a [S, M, Q] and kv_a [S, M, kv_lora + rope]: c_q normed
+    and quantized for q_b (cq_q e4m3 [M, Q], cq_s [M, Q/128]); the KV-cache row written."""
+    split, m, q = qa_parts.shape
+    assert qa_parts.is_contiguous() and kva_parts.is_contiguous() and kva_parts.shape[0] == split
     assert kv_cache.is_contiguous() and kv_cache.shape[1] == kv_lora + rope
-    _latent_kernel[(m,)](qa, kva, kva.stride(0), q_a_norm, kv_a_norm, cq, kv_cache, positions,
-                         token_slots, token_slots.stride(0), inv_freq, float(eps), q, kv_lora,
-                         rope, BLOCK_Q=triton.next_power_of_2(q),
-                         BLOCK_C=triton.next_power_of_2(kv_lora), HALF_R=rope // 2, num_warps=4)
+    _latent_kernel[(m,)](qa_parts, kva_parts, split, m, q_a_norm, kv_a_norm, cq_q, cq_s, kv_cache,
+                         positions, token_slots, token_slots.stride(0), inv_freq, float(eps), q,
+                         kv_lora, rope, BLOCK_Q=triton.next_power_of_2(q),
+                         BLOCK_C=triton.next_power_of_2(kv_lora), HALF_R=rope // 2,
+                         INTERPRET=interpreting(), num_warps=4)
 
 
-def absorb(q, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: int,
+def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: int,
            block_c: int = 64) -> None:
-    """q bf16 [M, heads, nope + rope] -> qcat bf16 [M, heads, kv_lora + rope]."""
-    m, nh, _ = q.shape
+    """q_b's split-K partials [S, M, heads * (nope + rope)] -> qcat bf16 [M, heads,
+    kv_lora + rope] (q_nope . w_kc, then the roped q_pe)."""
+    split, m, _ = q_parts.shape
+    _, nh, _ = qcat.shape
     c = kv_b.shape[1]
-    assert q.is_contiguous() and kv_b.is_contiguous() and qcat.is_contiguous()
+    assert q_parts.is_contiguous() and kv_b.is_contiguous() and qcat.is_contiguous()
     _absorb_kernel[(nh, triton.cdiv(c, block_c))](
-        q, kv_b, qcat, positions, inv_freq, m, nh, c, NOPE=nope, ROPE=rope, V=v,
+        q_parts, split, kv_b, qcat, positions, inv_freq, m, nh, c, NOPE=nope, ROPE=rope, V=v,
         BLOCK_M=max(16, triton.next_power_of_2(m)), BLOCK_D=triton.next_power_of_2(nope),
         BLOCK_C=block_c, INTERPRET=interpreting(), num_warps=4)
 
@@ -231,10 +250,11 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
                              BLOCK_S=triton.next_power_of_2(splits), num_warps=4)
 
 
-def absorb_v(olat, kv_b, o, nope: int, v: int, block_v: int = 64) -> None:
-    """o bf16 [M, heads * v] = o_lat . w_vc per head."""
+def absorb_v(olat, kv_b, oq, os, nope: int, v: int) -> None:
+    """o = o_lat . w_vc per head (bf16), quantized for o_proj: oq e4m3 [M, heads * v],
+    os fp32 [M, heads * v / 128]."""
     m, nh, c = olat.shape
-    assert olat.is_contiguous() and o.is_contiguous() and v % block_v == 0
-    _absorb_v_kernel[(nh, v // block_v)](
-        olat, kv_b, o, m, nh, C=c, NOPE=nope, V=v, BLOCK_M=max(16, triton.next_power_of_2(m)),
-        BLOCK_V=block_v, INTERPRET=interpreting(), num_warps=4)
+    assert olat.is_contiguous() and oq.is_contiguous() and os.is_contiguous() and v % 128 == 0
+    _absorb_v_kernel[(nh, v // 128)](
+        olat, kv_b, oq, os, m, nh, C=c, NOPE=nope, V=v, BLOCK_M=max(16, triton.next_power_of_2(m)),
+        INTERPRET=interpreting(), num_warps=4)

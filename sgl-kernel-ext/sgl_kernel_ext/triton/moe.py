@@ -1,16 +1,17 @@
 """Small-M MoE for 1-16 rows: route, gate/up + SwiGLU, down + weighted combine.
 
-Three launches, each with a grid fixed by the plan (CUDA-graph capturable):
+Launches with grids fixed by the plan (CUDA-graph capturable):
 
 1. ``route``: sums the router's split-K fp32 logits, sigmoid, top-k of score + correction
    bias (ties to the lower expert), weights renormalized and scaled; then compacts the experts
    any row chose into a slot list (slot 0 the shared expert with weight 1, then the chosen
    experts ascending) with a [slot, row] weight table. Pad rows choose nothing.
 2. ``gate_up``: one program per (slot, BLOCK_N intermediate columns): FP8 block GEMMs of the
-   slot's expert for every row, SiLU(g) * u rounded to bf16 as SGLang's fused MoE does.
-3. ``down``: one program per BLOCK_N hidden columns, looping over the slots in order: FP8
-   GEMM of the slot's activations (re-quantized per 128), term = bf16(weight * y), summed in
-   fp32 in slot order (shared first, experts ascending), one rounding to bf16.
+   slot's expert for every row (x arrives quantized), SiLU(g) * u rounded to bf16 as SGLang's
+   fused MoE does.
+3. ``down``: one program per (BLOCK_N hidden columns, slot split), looping over its slots:
+   FP8 GEMM of the slot's activations (re-quantized per 128), term = bf16(weight * y) summed
+   in fp32; the splits' partials are then summed in a fixed order and rounded once to bf16.
 
 Each touched expert's weights are read once per step. A dense MLP is the same gate_up/down
 pair over the single shared slot.
@@ -22,8 +23,8 @@ import torch
 import triton
 import triton.language as tl
 
-from .fp8_linear import block_m, interpreting
-from .quant import to_e4m3
+from .fp8_linear import _fp8_group_dot, block_m, interpreting
+from .quant import sum_parts, to_e4m3
 
 
 @triton.jit
@@ -93,26 +94,33 @@ def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
 
 
 @triton.jit
-def _gate_up_kernel(x_ptr, stride_xm, M, K, I, E, slot_expert_ptr, num_slots_ptr,
+def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     gq_ptr, gs_ptr, uq_ptr, us_ptr, sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr):
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
+                    INTERPRET: tl.constexpr):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     if slot < tl.load(num_slots_ptr):
         e = tl.load(slot_expert_ptr + slot)
+        shared = e == E
+        wq = tl.where(shared, 0, e).to(tl.int64) * I * K
+        ws = tl.where(shared, 0, e).to(tl.int64) * tl.cdiv(I, 128) * tl.cdiv(K, 128)
+        g_q = tl.where(shared, sgq_ptr, gq_ptr + wq)
+        g_s = tl.where(shared, sgs_ptr, gs_ptr + ws)
+        u_q = tl.where(shared, suq_ptr, uq_ptr + wq)
+        u_s = tl.where(shared, sus_ptr, us_ptr + ws)
         offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-        if e == E:
-            g = _fp8_tile_dot(x_ptr, stride_xm, M, K, sgq_ptr, sgs_ptr, offs_n, I,
-                              BLOCK_M, BLOCK_N, INTERPRET)
-            u = _fp8_tile_dot(x_ptr, stride_xm, M, K, suq_ptr, sus_ptr, offs_n, I,
-                              BLOCK_M, BLOCK_N, INTERPRET)
-        else:
-            wq = e.to(tl.int64) * I * K
-            ws = e.to(tl.int64) * tl.cdiv(I, 128) * tl.cdiv(K, 128)
-            g = _fp8_tile_dot(x_ptr, stride_xm, M, K, gq_ptr + wq, gs_ptr + ws, offs_n, I,
-                              BLOCK_M, BLOCK_N, INTERPRET)
-            u = _fp8_tile_dot(x_ptr, stride_xm, M, K, uq_ptr + wq, us_ptr + ws, offs_n, I,
-                              BLOCK_M, BLOCK_N, INTERPRET)
+        g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        kblocks = tl.cdiv(K, 128)
+        for kb in range(0, kblocks, GROUPS):
+            for j in tl.static_range(GROUPS):
+                kk = tl.minimum(kb + j, kblocks - 1)
+                on = (kb + j < kblocks).to(tl.float32)
+                g += _fp8_group_dot(xq_ptr, sx_ptr, M, K, g_q, g_s, offs_n, I, kk, BLOCK_M,
+                                    INTERPRET) * on
+                u += _fp8_group_dot(xq_ptr, sx_ptr, M, K, u_q, u_s, offs_n, I, kk, BLOCK_M,
+                                    INTERPRET) * on
         g = g.to(tl.bfloat16).to(tl.float32)
         u = u.to(tl.bfloat16).to(tl.float32)
         a = (g / (1.0 + tl.exp(-g)) * u).to(tl.bfloat16)
@@ -123,30 +131,34 @@ def _gate_up_kernel(x_ptr, stride_xm, M, K, I, E, slot_expert_ptr, num_slots_ptr
 
 @triton.jit
 def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, num_slots_ptr,
-                 dq_ptr, ds_ptr, sdq_ptr, sds_ptr, out_ptr, stride_om,
+                 dq_ptr, ds_ptr, sdq_ptr, sds_ptr, part_ptr, SLOT_SPLIT,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr):
+    """Program (tile, s) sums the slots s, s + SLOT_SPLIT, ... into partial s (fp32)."""
     tile = tl.program_id(0)
+    sp = tl.program_id(1)
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     m_ok = offs_m < M
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for slot in range(0, tl.load(num_slots_ptr)):
+    for slot in range(sp, tl.load(num_slots_ptr), SLOT_SPLIT):
         e = tl.load(slot_expert_ptr + slot)
-        a_ptr = act_ptr + slot * M * I
-        if e == E:
-            y = _fp8_tile_dot(a_ptr, I, M, I, sdq_ptr, sds_ptr, offs_n, H,
-                              BLOCK_M, BLOCK_N, INTERPRET)
-            term = y.to(tl.bfloat16)
-        else:
-            wq = e.to(tl.int64) * H * I
-            ws = e.to(tl.int64) * tl.cdiv(H, 128) * tl.cdiv(I, 128)
-            y = _fp8_tile_dot(a_ptr, I, M, I, dq_ptr + wq, ds_ptr + ws, offs_n, H,
-                              BLOCK_M, BLOCK_N, INTERPRET)
-            w = tl.load(slot_weight_ptr + slot * M + offs_m, mask=m_ok, other=0.0)
-            term = (w[:, None] * y).to(tl.bfloat16)
-        acc += term.to(tl.float32)
-    tl.store(out_ptr + offs_m[:, None] * stride_om + offs_n[None, :], acc.to(tl.bfloat16),
+        shared = e == E
+        wq = tl.where(shared, 0, e).to(tl.int64) * H * I
+        ws = tl.where(shared, 0, e).to(tl.int64) * tl.cdiv(H, 128) * tl.cdiv(I, 128)
+        y = _fp8_tile_dot(act_ptr + slot * M * I, I, M, I, tl.where(shared, sdq_ptr, dq_ptr + wq),
+                          tl.where(shared, sds_ptr, ds_ptr + ws), offs_n, H, BLOCK_M, BLOCK_N,
+                          INTERPRET)
+        w = tl.load(slot_weight_ptr + slot * M + offs_m, mask=m_ok, other=0.0)  # 1 when shared
+        acc += (w[:, None] * y).to(tl.bfloat16).to(tl.float32)
+    tl.store(part_ptr + (sp * M + offs_m[:, None]) * H + offs_n[None, :], acc,
              mask=m_ok[:, None] & (offs_n[None, :] < H))
+
+
+@triton.jit
+def _sum_parts_kernel(part_ptr, SPLIT, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < n
+    tl.store(out_ptr + offs, sum_parts(part_ptr, SPLIT, n, offs, ok).to(tl.bfloat16), mask=ok)
 
 
 def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tensor, topk: int,
@@ -158,32 +170,38 @@ def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tenso
     assert router_parts.is_contiguous() and slot_weight.shape[1] == m
     assert slot_expert.numel() >= m * topk + 1 and slot_weight.is_contiguous()
     _route_kernel[(1,)](router_parts, split, m, e, bias, positions, slot_expert, slot_weight,
-                        num_slots, float(scale), BLOCK_M=block_m(m),
+                        num_slots, float(scale), BLOCK_M=max(2, triton.next_power_of_2(m)),
                         BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm,
                         num_warps=4)
 
 
-def gate_up(x, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
-            shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, block_n=16):
-    """act bf16 [SLOTS, M, I] = SiLU(x G_e^T) * (x U_e^T) for each slot's expert e."""
-    m, k = x.shape
+def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
+            shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, block_n=16, groups=4):
+    """act bf16 [SLOTS, M, I] = SiLU(x G_e^T) * (x U_e^T) for each slot's expert e; x given
+    quantized (xq e4m3 [M, K], sx [M, K/128])."""
+    m, k = xq.shape
     slots, am, inter = act.shape
     assert am == m and act.is_contiguous() and shared_gate_q.shape == (inter, k)
+    assert xq.is_contiguous() and sx.is_contiguous()
     _gate_up_kernel[(triton.cdiv(inter, block_n), slots)](
-        x, x.stride(0), m, k, inter, num_experts, slot_expert, num_slots,
+        xq, sx, m, k, inter, num_experts, slot_expert, num_slots,
         gate_q, gate_s, up_q, up_s, shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act,
-        BLOCK_M=block_m(m), BLOCK_N=block_n, INTERPRET=interpreting(), num_warps=4, num_stages=4,
+        BLOCK_M=block_m(m), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
+        num_warps=4, num_stages=3,
     )
 
 
 def down(act, num_experts, slot_expert, slot_weight, num_slots, down_q, down_s,
-         shared_down_q, shared_down_s, out, block_n=16):
-    """out bf16 [M, H] = sum over slots of bf16(weight * act_slot D_e^T), shared first."""
+         shared_down_q, shared_down_s, parts, out, block_n=32):
+    """out bf16 [M, H] = sum over slots of bf16(weight * act_slot D_e^T), shared first, via
+    fp32 partials parts [SLOT_SPLIT, M, H] (slots interleaved over the splits)."""
     slots, m, inter = act.shape
-    h = out.shape[1]
-    assert shared_down_q.shape == (h, inter) and out.stride(1) == 1
-    _down_kernel[(triton.cdiv(h, block_n),)](
+    split, _, h = parts.shape
+    assert shared_down_q.shape == (h, inter) and out.is_contiguous() and parts.is_contiguous()
+    _down_kernel[(triton.cdiv(h, block_n), split)](
         act, m, inter, h, num_experts, slot_expert, slot_weight, num_slots,
-        down_q, down_s, shared_down_q, shared_down_s, out, out.stride(0),
-        BLOCK_M=block_m(m), BLOCK_N=block_n, INTERPRET=interpreting(), num_warps=4, num_stages=4,
+        down_q, down_s, shared_down_q, shared_down_s, parts, split,
+        BLOCK_M=block_m(m), BLOCK_N=block_n, INTERPRET=interpreting(), num_warps=4, num_stages=3,
     )
+    n = m * h
+    _sum_parts_kernel[(triton.cdiv(n, 1024),)](parts, split, out, n, BLOCK=1024, num_warps=4)

@@ -1,5 +1,10 @@
 """Residual add + RMSNorm for 1-16 rows (one program per row), as SGLang's fused kernel:
-the new residual is the sum rounded to bf16, the norm is taken of the unrounded fp32 sum."""
+the new residual is the sum rounded to bf16, the norm is taken of the unrounded fp32 sum.
+
+The layer input may arrive as fp32 split-K partials of the previous GEMM (summed here in a
+fixed order and rounded once to bf16), and the normed row can also be written quantized for
+the next FP8 GEMM (e4m3, one scale per 128 columns).
+"""
 
 from __future__ import annotations
 
@@ -9,28 +14,46 @@ import torch
 import triton
 import triton.language as tl
 
+from .fp8_linear import interpreting
+from .quant import store_row_groups, sum_parts
+
 
 @triton.jit
-def _add_rms_norm_kernel(x_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, H, eps,
-                         HAS_RES: tl.constexpr, BLOCK: tl.constexpr):
+def _add_rms_norm_kernel(x_ptr, x_split, res_ptr, w_ptr, out_ptr, res_out_ptr, xq_ptr, sx_ptr,
+                         M, H, eps, HAS_RES: tl.constexpr, HAS_OUT: tl.constexpr,
+                         QUANT: tl.constexpr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
     m = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     ok = offs < H
-    s = tl.load(x_ptr + m * H + offs, mask=ok, other=0.0).to(tl.float32)
+    x = sum_parts(x_ptr, x_split, M * H, m * H + offs, ok)
+    s = x.to(tl.bfloat16).to(tl.float32)
     if HAS_RES:
         s += tl.load(res_ptr + m * H + offs, mask=ok, other=0.0).to(tl.float32)
     tl.store(res_out_ptr + m * H + offs, s.to(res_out_ptr.dtype.element_ty), mask=ok)
     rstd = 1.0 / tl.sqrt(tl.sum(s * s, axis=0) / H + eps)
     w = tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
-    tl.store(out_ptr + m * H + offs, (s * rstd * w).to(out_ptr.dtype.element_ty), mask=ok)
+    y = (s * rstd * w).to(tl.bfloat16)
+    if HAS_OUT:
+        tl.store(out_ptr + m * H + offs, y, mask=ok)
+    if QUANT:
+        store_row_groups(y.to(tl.float32), offs, H, xq_ptr + m * H, sx_ptr + m * tl.cdiv(H, 128),
+                         BLOCK, INTERPRET)
 
 
 def add_rms_norm(x: torch.Tensor, residual: Optional[torch.Tensor], weight: torch.Tensor,
-                 eps: float, out: torch.Tensor, residual_out: torch.Tensor) -> None:
-    """out = RMSNorm(x + residual) * weight; residual_out = x + residual (x alone if None).
-    residual_out may alias residual."""
-    m, h = x.shape
-    assert x.is_contiguous() and out.is_contiguous() and residual_out.is_contiguous()
-    _add_rms_norm_kernel[(m,)](x, residual if residual is not None else x, weight, out,
-                               residual_out, h, float(eps), HAS_RES=residual is not None,
-                               BLOCK=triton.next_power_of_2(h), num_warps=8)
+                 eps: float, out: Optional[torch.Tensor], residual_out: torch.Tensor,
+                 out_q: Optional[torch.Tensor] = None, out_s: Optional[torch.Tensor] = None
+                 ) -> None:
+    """out = RMSNorm(x + residual) * weight (bf16, and/or e4m3 out_q with scales out_s);
+    residual_out = x + residual (x alone if None); may alias residual. x is bf16 [M, H] or
+    fp32 split-K partials [SPLIT, M, H]."""
+    parts = x if x.dim() == 3 else x.unsqueeze(0)
+    split, m, h = parts.shape
+    assert parts.is_contiguous() and residual_out.is_contiguous()
+    _add_rms_norm_kernel[(m,)](
+        parts, split, residual if residual is not None else residual_out, weight,
+        out if out is not None else residual_out, residual_out,
+        out_q if out_q is not None else residual_out, out_s if out_s is not None else weight,
+        m, h, float(eps), HAS_RES=residual is not None, HAS_OUT=out is not None,
+        QUANT=out_q is not None, BLOCK=triton.next_power_of_2(h), INTERPRET=interpreting(),
+        num_warps=8)

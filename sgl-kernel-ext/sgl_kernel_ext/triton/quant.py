@@ -20,3 +20,25 @@ def to_e4m3(v, INTERPRET: tl.constexpr):
         r = (t + 12582912.0) - 12582912.0  # 1.5 * 2^23: the fp32 add rounds t to even
         v = tl.where(v < 0, -r * ulp, r * ulp)
     return v.to(tl.float8e4nv)
+
+
+@triton.jit
+def store_row_groups(v, offs, n, xq_ptr, sx_ptr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
+    """Quantize one row v [BLOCK] (fp32 holding bf16 values; columns >= n ignored) per 128
+    columns as SGLang's per-token-group quant: e4m3 at xq_ptr[offs], one fp32 scale per group
+    (max(amax, 1e-10) / 448) at sx_ptr[group]."""
+    g = tl.reshape(tl.where(offs < n, v, 0.0), (BLOCK // 128, 128))
+    s = tl.maximum(tl.max(tl.abs(g), axis=1), 1e-10) / 448.0
+    q = tl.reshape(tl.clamp(g * (1.0 / s)[:, None], -448.0, 448.0), (BLOCK,))
+    tl.store(xq_ptr + offs, to_e4m3(q, INTERPRET), mask=offs < n)
+    gi = tl.arange(0, BLOCK // 128)
+    tl.store(sx_ptr + gi, s, mask=gi * 128 < n)
+
+
+@triton.jit
+def sum_parts(part_ptr, SPLIT, stride_split, offs, mask):
+    """fp32 sum, in split order, of SPLIT partials at part_ptr + s * stride_split + offs."""
+    acc = tl.load(part_ptr + offs, mask=mask, other=0.0)
+    for s in range(1, SPLIT):
+        acc += tl.load(part_ptr + s * stride_split + offs, mask=mask, other=0.0)
+    return acc

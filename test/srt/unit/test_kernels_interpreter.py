@@ -17,7 +17,9 @@ from sglang.srt.layers.fused_decode.reference.config import tiny_config  # noqa:
 from sglang.srt.layers.fused_decode.reference.moe import moe_partial, router  # noqa: E402
 from sglang.srt.layers.fused_decode.reference.quant import (  # noqa: E402
     SGLANG,
+    Numerics,
     fp8_linear as ref_fp8_linear,
+    quant_act,
     quant_block,
 )
 from sglang.srt.layers.fused_decode.reference.weights import gen_layer  # noqa: E402
@@ -25,6 +27,7 @@ from sglang.srt.layers.fused_decode.spec import NUMERICS  # noqa: E402
 from sglang.srt.layers.fused_decode.testing import compare_with_reference, make_case  # noqa: E402
 
 CFG = tiny_config()
+FP32_OUT = Numerics(act_dtype=torch.float32, act_fp8=True)  # FP8 activations, no rounding
 BF16_ULP = 2.0 ** -7  # relative spacing of bf16; the interpreter truncates instead of rounding
 
 
@@ -32,17 +35,18 @@ def _rel(a, b):
     return float((a.float() - b.float()).abs().max() / b.float().abs().max())
 
 
-@pytest.mark.parametrize("rows", [1, 3, 16])
-def test_fp8_linear_two_matrices_one_launch(rows):
+@pytest.mark.parametrize("rows, split", [(1, 1), (3, 2), (16, 3)])
+def test_fp8_linear_split_k_two_matrices_one_launch(rows, split):
     g = torch.Generator().manual_seed(rows)
-    x = torch.randn(rows, 384, generator=g).bfloat16()
-    wa = quant_block(torch.randn(200, 384, generator=g) * 0.05)  # partial last N block
-    wb = quant_block(torch.randn(40, 384, generator=g) * 0.05)
-    ya = torch.full((rows, 200), float("nan"), dtype=torch.bfloat16)
-    yb = torch.full((rows, 40), float("nan"), dtype=torch.bfloat16)
-    fp8_linear.fp8_linear(x, wa.q, wa.s, ya, wb.q, wb.s, yb)
-    assert _rel(ya, ref_fp8_linear(x, wa, SGLANG)) <= 2 * BF16_ULP
-    assert _rel(yb, ref_fp8_linear(x, wb, SGLANG)) <= 2 * BF16_ULP
+    x = torch.randn(rows, 640, generator=g).bfloat16()  # 5 groups: a ragged last chunk
+    wa = quant_block(torch.randn(200, 640, generator=g) * 0.05)  # partial last N block
+    wb = quant_block(torch.randn(40, 640, generator=g) * 0.05)
+    pa = torch.full((split, rows, 200), float("nan"))
+    pb = torch.full((split, rows, 40), float("nan"))
+    xq, sx = quant_act(x)
+    fp8_linear.fp8_linear(xq, sx.contiguous(), wa.q, wa.s, pa, wb.q, wb.s, pb)
+    torch.testing.assert_close(pa.sum(0), ref_fp8_linear(x, wa, FP32_OUT), rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(pb.sum(0), ref_fp8_linear(x, wb, FP32_OUT), rtol=1e-4, atol=1e-4)
 
 
 def test_bf16_split_k_sums_to_the_product():
@@ -80,10 +84,12 @@ def test_moe_route_slots_and_combine():
     inter = mw.gate.q.shape[1]
     act = torch.full((slots, m, inter), float("nan"), dtype=torch.bfloat16)
     sh = mw.shared
-    moe.gate_up(x, e, se, ns, mw.gate.q, mw.gate.s, mw.up.q, mw.up.s, sh.gate.q, sh.gate.s,
-                sh.up.q, sh.up.s, act)
+    xq, sx = quant_act(x)
+    moe.gate_up(xq, sx.contiguous(), e, se, ns, mw.gate.q, mw.gate.s, mw.up.q, mw.up.s,
+                sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act)
     out = torch.full((m, CFG.hidden_size), float("nan"), dtype=torch.bfloat16)
-    moe.down(act, e, se, sw, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, out)
+    parts = torch.full((3, m, CFG.hidden_size), float("nan"))
+    moe.down(act, e, se, sw, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, parts, out)
     ref = moe_partial(CFG, mw, x, ids, weights, SGLANG)
     assert not torch.isnan(out[valid]).any()
     assert _rel(out[valid], ref[valid]) <= 8 * BF16_ULP

@@ -7,14 +7,16 @@ returned callable has the semantics of the reference ``layer_forward`` for one r
 sums, the all-reduce left to the caller), writes the KV and index caches in place, allocates
 nothing and never synchronizes with the host, so a step of it can be captured in a CUDA graph.
 
-Launch sequence (stage kernels from ``sgl_kernel_ext.triton``): add+RMSNorm; q_a|kv_a;
-latent norms + rope + KV write; q_b (| wq_b); indexer keys/queries, scores, top-k; absorb;
-sparse attention + combine; w_vc; o_proj; add+RMSNorm; MLP (router, route, gate/up, down).
+Launch sequence (stage kernels from ``sgl_kernel_ext.triton``): add+RMSNorm (+ e4m3 of the
+row); q_a|kv_a (split-K partials); latent norms + rope + KV write (+ e4m3 of c_q); q_b
+(| wq_b); indexer keys/queries, scores, top-k; absorb; sparse attention + combine; w_vc
+(+ e4m3); o_proj; add+RMSNorm; MLP (router, route, gate/up, down, sum of the slot splits).
+Activations are quantized once by the kernel that produces them; every GEMM's split-K
+partials are summed in a fixed order by its consumer, so a step is deterministic.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Optional, Tuple
 
 import torch
@@ -28,6 +30,10 @@ from .reference.weights import LayerWeights, MoeWeights
 
 ROUTER_SPLIT = 8
 INDEX_KW_SPLIT = 8
+MOE_SLOT_SPLIT = 4
+# buffers whose rows are the second dimension (split-K partials, [slot, row] tables)
+_ROWS_SECOND = {"qa", "kva", "q", "q_index", "kw_parts", "y_attn", "router_parts", "mlp_parts",
+                "act", "slot_weight"}
 
 
 def topk_positions(scores: torch.Tensor, k: int, out: torch.Tensor) -> None:
@@ -50,35 +56,6 @@ def _prefix(buf: torch.Tensor, *shape: int) -> torch.Tensor:
     return buf.view(-1)[:n].view(*shape)
 
 
-@dataclass
-class _Buffers:
-    x: torch.Tensor
-    residual: torch.Tensor
-    qa: torch.Tensor
-    kva: torch.Tensor
-    cq: torch.Tensor
-    q: torch.Tensor
-    qcat: torch.Tensor
-    part_o: torch.Tensor
-    part_ml: torch.Tensor
-    olat: torch.Tensor
-    o: torch.Tensor
-    y_attn: torch.Tensor
-    x2: torch.Tensor
-    y: torch.Tensor
-    topk: torch.Tensor
-    act: torch.Tensor
-    slot_expert: torch.Tensor
-    slot_weight: torch.Tensor
-    num_slots: torch.Tensor
-    router_parts: Optional[torch.Tensor] = None
-    q_index: Optional[torch.Tensor] = None
-    kw_parts: Optional[torch.Tensor] = None
-    q8: Optional[torch.Tensor] = None
-    head_w: Optional[torch.Tensor] = None
-    scores: Optional[torch.Tensor] = None
-
-
 class FusedLayer:
     def __init__(self, cfg: Glm5Config, lw: LayerWeights, caches: Caches, max_rows: int,
                  max_context: Optional[int] = None):
@@ -88,139 +65,156 @@ class FusedLayer:
         self.kv_cache = caches.kv[lw.layer_id]
         self.index_cache = caches.index.get(lw.layer_id)
         self.runs_indexer = cfg.runs_indexer(lw.layer_id)
-        rope = cfg.qk_rope_head_dim
+        rope, c, h = cfg.qk_rope_head_dim, cfg.kv_lora_rank, cfg.hidden_size
         self.inv_freq = 1.0 / (cfg.rope_theta ** (
             torch.arange(0, rope, 2, dtype=torch.float32, device=dev) / rope))
         self.heads = a.q_b.q.shape[0] // cfg.qk_head_dim
-        m, h, c = max_rows, cfg.hidden_size, cfg.kv_lora_rank
-        self.splits = mla.attention_splits(max_rows, cfg.index_topk)
+        self.attn_splits = mla.attention_splits(max_rows, cfg.index_topk)
+        q_b_rows = a.q_b.q.shape[0]
         if self.runs_indexer:
             ix = a.indexer
+            # SGLang's merged [wk; weights_proj] bf16 GEMM (the one derived copy)
             self.wk_proj = torch.cat(
                 [ix.wk.dequant(torch.float32).to(torch.bfloat16), ix.weights_proj.to(torch.bfloat16)]
             ).contiguous()
+            q_b_rows += ix.wq_b.q.shape[0]
+        self.split_qkv_a = fp8_linear.choose_split(cfg.q_lora_rank + c + rope, h)
+        self.split_q_b = fp8_linear.choose_split(q_b_rows, cfg.q_lora_rank)
+        self.split_o = fp8_linear.choose_split(h, self.heads * cfg.v_head_dim)
         mlp = lw.mlp
         if isinstance(mlp, MoeWeights):
             self.experts = mlp.router.shape[0]
             inter = mlp.shared.gate.q.shape[0]
-            slots = m * cfg.num_experts_per_tok + 1
+            slots = max_rows * cfg.num_experts_per_tok + 1
         else:
-            self.experts = 0
-            inter = mlp.gate.q.shape[0]
-            slots = 1
-        f32, bf16 = torch.float32, torch.bfloat16
+            self.experts, inter, slots = 0, mlp.gate.q.shape[0], 1
+        self.slot_split = min(slots, MOE_SLOT_SPLIT)
+        m = max_rows
+        f32, bf16, fp8 = torch.float32, torch.bfloat16, torch.float8_e4m3fn
         e = lambda *s, dt=bf16: torch.empty(*s, dtype=dt, device=dev)  # noqa: E731
-        b = _Buffers(
-            x=e(m, h), residual=e(m, h), qa=e(m, cfg.q_lora_rank), kva=e(m, c + rope),
-            cq=e(m, cfg.q_lora_rank), q=e(m, self.heads, cfg.qk_head_dim),
-            qcat=e(m, self.heads, c + rope), part_o=e(m, self.splits, self.heads, c, dt=f32),
-            part_ml=e(m, self.splits, self.heads, 2, dt=f32), olat=e(m, self.heads, c),
-            o=e(m, self.heads * cfg.v_head_dim), y_attn=e(m, h), x2=e(m, h), y=e(m, h),
+        groups = lambda n: -(-n // 128)  # noqa: E731
+        self.buf = dict(
+            xq=e(m, h, dt=fp8), xs=e(m, groups(h), dt=f32), residual=e(m, h),
+            qa=e(self.split_qkv_a, m, cfg.q_lora_rank, dt=f32),
+            kva=e(self.split_qkv_a, m, c + rope, dt=f32),
+            cq_q=e(m, cfg.q_lora_rank, dt=fp8), cq_s=e(m, groups(cfg.q_lora_rank), dt=f32),
+            q=e(self.split_q_b, m, a.q_b.q.shape[0], dt=f32),
+            qcat=e(m, self.heads, c + rope),
+            part_o=e(m, self.attn_splits, self.heads, c, dt=f32),
+            part_ml=e(m, self.attn_splits, self.heads, 2, dt=f32), olat=e(m, self.heads, c),
+            oq=e(m, self.heads * cfg.v_head_dim, dt=fp8),
+            os=e(m, groups(self.heads * cfg.v_head_dim), dt=f32),
+            y_attn=e(self.split_o, m, h, dt=f32), x2=e(m, h), x2q=e(m, h, dt=fp8),
+            x2s=e(m, groups(h), dt=f32), mlp_parts=e(self.slot_split, m, h, dt=f32), y=e(m, h),
             topk=e(m, cfg.index_topk, dt=torch.int64), act=e(slots, m, inter),
             slot_expert=e(slots, dt=torch.int32), slot_weight=e(slots, m, dt=f32),
             num_slots=e(1, dt=torch.int32),
         )
+        b = self.buf
         if self.experts:
-            b.router_parts = e(ROUTER_SPLIT, m, self.experts, dt=f32)
+            b["router_parts"] = e(ROUTER_SPLIT, m, self.experts, dt=f32)
         else:  # the dense MLP is the single shared slot
-            b.slot_expert.fill_(0)
-            b.slot_weight.fill_(1.0)
-            b.num_slots.fill_(1)
+            b["slot_expert"].fill_(0)
+            b["slot_weight"].fill_(1.0)
+            b["num_slots"].fill_(1)
         if self.runs_indexer:
             ni, di = cfg.index_n_heads, cfg.index_head_dim
-            b.q_index = e(m, ni, di)
-            b.kw_parts = e(INDEX_KW_SPLIT, m, di + ni, dt=f32)
-            b.q8 = e(m, ni, di, dt=torch.float8_e4m3fn)
-            b.head_w = e(m, ni, dt=f32)
+            b["q_index"] = e(self.split_q_b, m, ni * di, dt=f32)
+            b["kw_parts"] = e(INDEX_KW_SPLIT, m, di + ni, dt=f32)
+            b["x"] = e(m, h)
+            b["q8"] = e(m, ni, di, dt=fp8)
+            b["head_w"] = e(m, ni, dt=f32)
             width = max(max_context or cfg.max_position_embeddings, cfg.index_topk)
-            b.scores = e(m, width, dt=f32)
-        self.buf = b
+            b["scores"] = e(m, width, dt=f32)
+
+    def _view(self, name: str, m: int) -> torch.Tensor:
+        """The step's view of a buffer: its first m rows, contiguous (split-K partials and
+        [slot, row] tables are indexed with the step's row count)."""
+        buf = self.buf[name]
+        if name in _ROWS_SECOND:  # [SPLIT or SLOTS, rows, ...]
+            return _prefix(buf, buf.shape[0], m, *buf.shape[2:])
+        return buf[:m]
 
     def __call__(self, hidden: torch.Tensor, residual: Optional[torch.Tensor], batch: RowBatch,
                  topk_prev: Optional[torch.Tensor] = None
                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        cfg, lw, a, b = self.cfg, self.lw, self.lw.attn, self.buf
+        cfg, lw, a = self.cfg, self.lw, self.lw.attn
         m = batch.num_rows
         if not 1 <= m <= self.max_rows:
             raise ValueError(f"{m} rows; this layer was built for 1..{self.max_rows}")
+        v = lambda name: self._view(name, m)  # noqa: E731
         pos, slots = batch.positions, batch.token_slots
         eps, c, rope = cfg.rms_norm_eps, cfg.kv_lora_rank, cfg.qk_rope_head_dim
-        x, res = b.x[:m], b.residual[:m]
-        norm.add_rms_norm(hidden, residual, lw.input_norm, eps, x, res)
-        qa, kva, cq = b.qa[:m], b.kva[:m], b.cq[:m]
-        fp8_linear.fp8_linear(x, a.q_a.q, a.q_a.s, qa, a.kv_a.q, a.kv_a.s, kva)
-        mla.latent(qa, kva, a.q_a_norm, a.kv_a_norm, eps, pos, slots, self.inv_freq, cq,
-                   self.kv_cache, c, rope)
-        q = b.q[:m]
+        res = v("residual")
+        # the indexer's bf16 [wk; weights_proj] GEMM also reads the normed row unquantized
+        x = v("x") if self.runs_indexer else None
+        norm.add_rms_norm(hidden, residual, lw.input_norm, eps, x, res, v("xq"), v("xs"))
+        fp8_linear.fp8_linear(v("xq"), v("xs"), a.q_a.q, a.q_a.s, v("qa"), a.kv_a.q, a.kv_a.s,
+                              v("kva"))
+        mla.latent(v("qa"), v("kva"), a.q_a_norm, a.kv_a_norm, eps, pos, slots, self.inv_freq,
+                   v("cq_q"), v("cq_s"), self.kv_cache, c, rope)
         if self.runs_indexer:
             ix = a.indexer
-            qi = b.q_index[:m]
-            fp8_linear.fp8_linear(cq, a.q_b.q, a.q_b.s, q.view(m, -1), ix.wq_b.q, ix.wq_b.s,
-                                  qi.view(m, -1))
-            kw_parts = _prefix(b.kw_parts, INDEX_KW_SPLIT, m, b.kw_parts.shape[2])
-            bf16_linear.bf16_linear_splitk(x, self.wk_proj, kw_parts)
-            indexer.prepare(kw_parts, qi, ix.k_norm_weight, ix.k_norm_bias, cfg.index_k_norm_eps,
-                            pos, slots, self.inv_freq, self.index_cache, b.q8[:m], b.head_w[:m],
-                            rope)
+            fp8_linear.fp8_linear(v("cq_q"), v("cq_s"), a.q_b.q, a.q_b.s, v("q"), ix.wq_b.q,
+                                  ix.wq_b.s, v("q_index"))
+            bf16_linear.bf16_linear_splitk(v("x"), self.wk_proj, v("kw_parts"))
+            indexer.prepare(v("kw_parts"), v("q_index"), ix.k_norm_weight, ix.k_norm_bias,
+                            cfg.index_k_norm_eps, pos, slots, self.inv_freq, self.index_cache,
+                            v("q8"), v("head_w"), rope)
             width = max(slots.shape[1], cfg.index_topk)
-            if width > b.scores.shape[1]:
-                raise ValueError(f"context width {width} > the {b.scores.shape[1]} built for")
-            scores = b.scores[:m, :width]
-            indexer.scores(b.q8[:m], b.head_w[:m], self.index_cache, pos, slots, scores)
-            topk = b.topk[:m]
+            if width > self.buf["scores"].shape[1]:
+                raise ValueError(f"context width {width} > the {self.buf['scores'].shape[1]} "
+                                 "built for")
+            scores = self.buf["scores"][:m, :width]
+            indexer.scores(v("q8"), v("head_w"), self.index_cache, pos, slots, scores)
+            topk = v("topk")
             topk_positions(scores, cfg.index_topk, topk)
         else:
             if topk_prev is None:
                 raise ValueError(f"layer {lw.layer_id} reuses the previous top-k but none was given")
-            fp8_linear.fp8_linear(cq, a.q_b.q, a.q_b.s, q.view(m, -1))
+            fp8_linear.fp8_linear(v("cq_q"), v("cq_s"), a.q_b.q, a.q_b.s, v("q"))
             topk = topk_prev
-        qcat = b.qcat[:m]
-        mla.absorb(q, a.kv_b, pos, self.inv_freq, qcat, cfg.qk_nope_head_dim, rope,
+        mla.absorb(v("q"), a.kv_b, pos, self.inv_freq, v("qcat"), cfg.qk_nope_head_dim, rope,
                    cfg.v_head_dim)
-        mla.sparse_attention(qcat, self.kv_cache, topk, slots, cfg.softmax_scale,
-                             b.part_o[:m], b.part_ml[:m], b.olat[:m], c, rope)
-        mla.absorb_v(b.olat[:m], a.kv_b, b.o[:m], cfg.qk_nope_head_dim, cfg.v_head_dim)
-        y_attn = b.y_attn[:m]
-        fp8_linear.fp8_linear(b.o[:m], a.o_proj.q, a.o_proj.s, y_attn)
-        x2 = b.x2[:m]
-        norm.add_rms_norm(y_attn, res, lw.post_attention_norm, eps, x2, res)
-        self._mlp(x2, pos, m)
-        return b.y[:m], res, topk
+        mla.sparse_attention(v("qcat"), self.kv_cache, topk, slots, cfg.softmax_scale,
+                             v("part_o"), v("part_ml"), v("olat"), c, rope)
+        mla.absorb_v(v("olat"), a.kv_b, v("oq"), v("os"), cfg.qk_nope_head_dim, cfg.v_head_dim)
+        fp8_linear.fp8_linear(v("oq"), v("os"), a.o_proj.q, a.o_proj.s, v("y_attn"))
+        norm.add_rms_norm(v("y_attn"), res, lw.post_attention_norm, eps, v("x2"), res,
+                          v("x2q"), v("x2s"))
+        self._mlp(pos, m)
+        return v("y"), res, topk
 
     def routed_experts(self, m: int) -> torch.Tensor:
         """Experts each row of the last step was routed to, int64 [m, top-k] ascending (-1 for
         a pad row). Reads the slot table back to the host: for tests and check mode only."""
-        b, k = self.buf, self.cfg.num_experts_per_tok
-        n = int(b.num_slots)
-        experts = b.slot_expert[1:n].long().cpu()
-        weights = _prefix(b.slot_weight, b.slot_weight.shape[0], m)[1:n].cpu()
+        k = self.cfg.num_experts_per_tok
+        n = int(self.buf["num_slots"])
+        experts = self.buf["slot_expert"][1:n].long().cpu()
+        weights = self._view("slot_weight", m)[1:n].cpu()
         out = torch.full((m, k), -1, dtype=torch.int64)
         for r in range(m):
             chosen = experts[weights[:, r] > 0].sort().values
             out[r, : len(chosen)] = chosen
         return out
 
-    def _mlp(self, x2: torch.Tensor, pos: torch.Tensor, m: int) -> None:
+    def _mlp(self, pos: torch.Tensor, m: int) -> None:
         cfg, mlp, b = self.cfg, self.lw.mlp, self.buf
-        slots, _, inter = b.act.shape
-        act = _prefix(b.act, slots, m, inter)
-        slot_weight = _prefix(b.slot_weight, slots, m)
-        y = b.y[:m]
+        v = lambda name: self._view(name, m)  # noqa: E731
         if self.experts:
-            parts = _prefix(b.router_parts, ROUTER_SPLIT, m, self.experts)
-            bf16_linear.bf16_linear_splitk(x2, mlp.router, parts)
-            moe.route(parts, mlp.bias, pos, cfg.num_experts_per_tok, cfg.routed_scaling_factor,
-                      cfg.norm_topk_prob, b.slot_expert, slot_weight, b.num_slots)
-            sh = mlp.shared
-            moe.gate_up(x2, self.experts, b.slot_expert, b.num_slots, mlp.gate.q, mlp.gate.s,
-                        mlp.up.q, mlp.up.s, sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act)
-            moe.down(act, self.experts, b.slot_expert, slot_weight, b.num_slots, mlp.down.q,
-                     mlp.down.s, sh.down.q, sh.down.s, y)
+            bf16_linear.bf16_linear_splitk(v("x2"), mlp.router, v("router_parts"))
+            moe.route(v("router_parts"), mlp.bias, pos, cfg.num_experts_per_tok,
+                      cfg.routed_scaling_factor, cfg.norm_topk_prob, b["slot_expert"],
+                      v("slot_weight"), b["num_slots"])
+            routed, shared = mlp, mlp.shared
         else:
-            moe.gate_up(x2, 0, b.slot_expert, b.num_slots, mlp.gate.q, mlp.gate.s, mlp.up.q,
-                        mlp.up.s, mlp.gate.q, mlp.gate.s, mlp.up.q, mlp.up.s, act)
-            moe.down(act, 0, b.slot_expert, slot_weight, b.num_slots, mlp.down.q, mlp.down.s,
-                     mlp.down.q, mlp.down.s, y)
+            routed = shared = mlp  # the dense MLP is the single shared slot
+        moe.gate_up(v("x2q"), v("x2s"), self.experts, b["slot_expert"], b["num_slots"],
+                    routed.gate.q, routed.gate.s, routed.up.q, routed.up.s,
+                    shared.gate.q, shared.gate.s, shared.up.q, shared.up.s, v("act"))
+        moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"), b["num_slots"],
+                 routed.down.q, routed.down.s, shared.down.q, shared.down.s, v("mlp_parts"),
+                 v("y"))
 
 
 def build_fused_layer(cfg: Glm5Config, lw: LayerWeights, caches: Caches, max_rows: int,
