@@ -149,7 +149,7 @@ def main():
                 extra_idx = (m * ctx * 4 * 2) if kind != "moe" else 0  # indexer logits out + in
                 base_info = {"floor_bytes_expected_experts": RL.layer_bytes(kind, tp, m, ctx, "bf16", geom),
                              "experts_touched": experts}
-                if args.check and m == min(4, max(ms)) and ctx == ls[0]:
+                if args.check and m == min(ms, key=lambda v: abs(v - 4)) and ctx == ls[0]:
                     checks.append(check(cfg, layers[0], hid, res, batch, rows, caches, tprev, ops,
                                         fused, layer_forward, kind, m, ctx))
                     H.log(f"check {checks[-1]}")
