@@ -65,7 +65,7 @@ def main():
     ls = [int(v) for v in args.ls.split(",")] if not args.dry else [40]
     arms = [a for a in args.arms.split(",") if a]
     meta = {"benchmark": "decode_layer", "tp": tp, "kv_dtype": "bf16", "copies": args.copies,
-            "replays": args.replays, "args": vars(args)}
+            "replays": args.replays, "args": H.portable_args(args)}
     if not args.dry:
         meta.update(H.run_meta(dev))
         bw = H.measure_bandwidth(dev)
@@ -192,7 +192,7 @@ def main():
 
     table, paths = save(final=True)
     for p in paths:
-        H.log(f"wrote {p}")
+        H.log(f"wrote {H.portable(str(p))}")
     print()
     print(f"decode_layer, GLM-5.3 TP8 rank, KV bf16, bandwidth {bw / 1e12:.2f} TB/s, "
           f"fused: {meta['fused']}")

@@ -56,7 +56,7 @@ def main():
     arms = [a for a in args.arms.split(",") if a]
     n = min(args.layers, cfg.num_hidden_layers)
     meta = {"benchmark": "decode_step", "tp": tp, "kv_dtype": "bf16", "layers": n, "ctx": ctx,
-            "replays": args.replays, "args": vars(args)}
+            "replays": args.replays, "args": H.portable_args(args)}
     meta.update(H.run_meta(dev))
     bw = H.measure_bandwidth(dev)
     meta["bandwidth_Bps"] = bw
@@ -199,7 +199,7 @@ def main():
                              [args.results, args.out], stamp)
         torch.cuda.empty_cache()
     for p in paths:
-        H.log(f"wrote {p}")
+        H.log(f"wrote {H.portable(str(p))}")
     print()
     print(f"decode_step, GLM-5.3 TP8 rank, {n} layers + LM head, L={ctx}, KV bf16, "
           f"{wbytes / 1e9:.1f} GB weights, bandwidth {bw / 1e12:.2f} TB/s, fused: {meta['fused']}")

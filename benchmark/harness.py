@@ -227,6 +227,24 @@ def git_commit() -> str:
         return os.environ.get("BENCH_COMMIT", "unknown")
 
 
+def portable(value: str) -> str:
+    """A path as committed files may hold it: repo-relative, $OUT for the device's out folder."""
+    if not value:
+        return value
+    out = os.environ.get("OUT")
+    if out and str(value).startswith(out):
+        return "$OUT" + str(value)[len(out):]
+    try:
+        return str(Path(value).resolve().relative_to(REPO))
+    except ValueError:
+        return Path(value).name
+
+
+def portable_args(args) -> dict:
+    return {k: portable(v) if k in ("out", "results", "upstream_dir") else v
+            for k, v in vars(args).items()}
+
+
 def run_meta(device) -> dict:
     import triton
 
