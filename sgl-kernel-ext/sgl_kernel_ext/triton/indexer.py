@@ -26,43 +26,44 @@ KEY_BYTES = 128
 
 
 @triton.jit
-def _prepare_kernel(kw_parts_ptr, SPLIT, M, NKW, q_ptr, Q_SPLIT, ln_w_ptr, ln_b_ptr, ln_eps,
+def _prepare_kernel(kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: tl.constexpr,
+                    ln_w_ptr, ln_b_ptr, ln_eps,
                     pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, cache_ptr,
                     q8_ptr, head_w_ptr, head_scale,
                     NH: tl.constexpr, D: tl.constexpr, HALF_R: tl.constexpr,
                     INTERPRET: tl.constexpr):
     m = tl.program_id(0)
-    od = tl.arange(0, D)
     oh = tl.arange(0, NH)
     pos = tl.load(pos_ptr + m)
     rpos = tl.maximum(pos, 0)
-    k = tl.zeros((D,), tl.float32)
-    w_raw = tl.zeros((NH,), tl.float32)
-    for s in range(0, SPLIT):
-        k += tl.load(kw_parts_ptr + (s * M + m) * NKW + od)
-        w_raw += tl.load(kw_parts_ptr + (s * M + m) * NKW + D + oh)
-    k = k.to(tl.bfloat16).to(tl.float32)
+    # the key as its even and odd dims, so rope pairs (2i, 2i+1) are elementwise
+    i = tl.arange(0, D // 2)
+    row = m * NKW
+    ke = sum_parts(kw_parts_ptr, SPLIT, M * NKW, row + 2 * i, i < D // 2)
+    ko = sum_parts(kw_parts_ptr, SPLIT, M * NKW, row + 2 * i + 1, i < D // 2)
+    w_raw = sum_parts(kw_parts_ptr, SPLIT, M * NKW, row + D + oh, oh < NH)
+    ke = ke.to(tl.bfloat16).to(tl.float32)
+    ko = ko.to(tl.bfloat16).to(tl.float32)
     w_raw = w_raw.to(tl.bfloat16).to(tl.float32)
-    mean = tl.sum(k, axis=0) / D
-    kc = k - mean
-    var = tl.sum(kc * kc, axis=0) / D
-    k = kc / tl.sqrt(var + ln_eps) * tl.load(ln_w_ptr + od).to(tl.float32) \
-        + tl.load(ln_b_ptr + od).to(tl.float32)
-    # rope on dims [0, 2*HALF_R): k stays in registers, so rotate via an even/odd exchange
-    i = od // 2
-    is_rot = od < 2 * HALF_R
-    f = rpos.to(tl.float32) * tl.load(inv_freq_ptr + i, mask=is_rot, other=0.0)
-    c = tl.cos(f)
-    sn = tl.sin(f)
-    partner = tl.sum(tl.where((od[:, None] ^ 1) == od[None, :], k[None, :], 0.0), axis=1)
-    sign = tl.where(od % 2 == 0, -1.0, 1.0)
-    k = tl.where(is_rot, k * c + sign * partner * sn, k)
-    sk = tl.maximum(tl.max(tl.abs(k), axis=0), 1e-4) / 448.0
-    k8 = to_e4m3(tl.clamp(k * (1.0 / sk), -448.0, 448.0), INTERPRET)
+    mean = (tl.sum(ke, axis=0) + tl.sum(ko, axis=0)) / D
+    ke -= mean
+    ko -= mean
+    rstd = 1.0 / tl.sqrt((tl.sum(ke * ke, axis=0) + tl.sum(ko * ko, axis=0)) / D + ln_eps)
+    ke = ke * rstd * tl.load(ln_w_ptr + 2 * i).to(tl.float32) + tl.load(ln_b_ptr + 2 * i).to(tl.float32)
+    ko = ko * rstd * tl.load(ln_w_ptr + 2 * i + 1).to(tl.float32) \
+        + tl.load(ln_b_ptr + 2 * i + 1).to(tl.float32)
+    re, ro = _rope_pairs(ke, ko, rpos, tl.load(inv_freq_ptr + i, mask=i < HALF_R, other=0.0))
+    ke = tl.where(i < HALF_R, re, ke)
+    ko = tl.where(i < HALF_R, ro, ko)
+    sk = tl.maximum(tl.maximum(tl.max(tl.abs(ke), axis=0), tl.max(tl.abs(ko), axis=0)), 1e-4) / 448.0
+    ke8 = to_e4m3(tl.clamp(ke * (1.0 / sk), -448.0, 448.0), INTERPRET)
+    ko8 = to_e4m3(tl.clamp(ko * (1.0 / sk), -448.0, 448.0), INTERPRET)
     if pos >= 0:
         slot = tl.load(slots_ptr + m * stride_slots + pos)
         page = cache_ptr + (slot // 64) * (64 * 132)
-        tl.store(page + (slot % 64) * 128 + od, k8.to(tl.uint8, bitcast=True))
+        key = page + (slot % 64) * 128
+        tl.store(key + 2 * i, ke8.to(tl.uint8, bitcast=True))
+        tl.store(key + 2 * i + 1, ko8.to(tl.uint8, bitcast=True))
         tl.store((page + 64 * 128).to(tl.pointer_type(tl.float32)) + slot % 64, sk)
     # query heads: rope the first dims of each head, one e4m3 scale per head
     ih = tl.arange(0, HALF_R)

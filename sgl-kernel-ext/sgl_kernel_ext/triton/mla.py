@@ -31,7 +31,7 @@ def _rope_pairs(x1, x2, pos, inv_freq):
 
 
 @triton.jit
-def _latent_kernel(qa_ptr, kva_ptr, SPLIT, M, qn_w_ptr, kvn_w_ptr, cq_q_ptr, cq_s_ptr,
+def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr, cq_q_ptr, cq_s_ptr,
                    kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, eps, Q, C, R,
                    BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr, HALF_R: tl.constexpr,
                    INTERPRET: tl.constexpr):
@@ -64,7 +64,7 @@ def _latent_kernel(qa_ptr, kva_ptr, SPLIT, M, qn_w_ptr, kvn_w_ptr, cq_q_ptr, cq_
 
 
 @triton.jit
-def _absorb_kernel(q_ptr, SPLIT, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C,
+def _absorb_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C,
                    NOPE: tl.constexpr, ROPE: tl.constexpr, V: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
                    INTERPRET: tl.constexpr):
@@ -245,7 +245,7 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
         qcat, kv_cache, topk, topk.stride(0), token_slots, token_slots.stride(0), part_o,
         part_ml, nh, float(sm_scale), k // splits, C=kv_lora, R=rope,
         BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, INTERPRET=interpreting(),
-        num_warps=4, num_stages=2)
+        num_warps=8, num_stages=2)
     _combine_kernel[(m, nh)](part_o, part_ml, olat, nh, splits, C=kv_lora,
                              BLOCK_S=triton.next_power_of_2(splits), num_warps=4)
 

@@ -28,7 +28,7 @@ from .quant import sum_parts, to_e4m3
 
 
 @triton.jit
-def _route_kernel(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr,
+def _route_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
                   slot_expert_ptr, slot_weight_ptr, num_slots_ptr, scale,
                   BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
                   RENORM: tl.constexpr):
@@ -38,7 +38,7 @@ def _route_kernel(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr,
     e_ok = offs_e < E
     mask = m_ok[:, None] & e_ok[None, :]
     logits = tl.zeros((BLOCK_M, BLOCK_E), dtype=tl.float32)
-    for s in range(0, SPLIT):
+    for s in tl.static_range(SPLIT):
         logits += tl.load(parts_ptr + s * M * E + offs_m[:, None] * E + offs_e[None, :],
                           mask=mask, other=0.0)
     score = 1.0 / (1.0 + tl.exp(-logits))
@@ -95,7 +95,8 @@ def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
 
 @triton.jit
 def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
-                    gq_ptr, gs_ptr, uq_ptr, us_ptr, sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr,
+                    gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
+                    sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                     INTERPRET: tl.constexpr):
     tile = tl.program_id(0)
@@ -103,8 +104,8 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
     if slot < tl.load(num_slots_ptr):
         e = tl.load(slot_expert_ptr + slot)
         shared = e == E
-        wq = tl.where(shared, 0, e).to(tl.int64) * I * K
-        ws = tl.where(shared, 0, e).to(tl.int64) * tl.cdiv(I, 128) * tl.cdiv(K, 128)
+        wq = tl.where(shared, 0, e).to(tl.int64) * q_stride_e
+        ws = tl.where(shared, 0, e).to(tl.int64) * s_stride_e
         g_q = tl.where(shared, sgq_ptr, gq_ptr + wq)
         g_s = tl.where(shared, sgs_ptr, gs_ptr + ws)
         u_q = tl.where(shared, suq_ptr, uq_ptr + wq)
@@ -131,7 +132,7 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
 
 @triton.jit
 def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, num_slots_ptr,
-                 dq_ptr, ds_ptr, sdq_ptr, sds_ptr, part_ptr, SLOT_SPLIT,
+                 dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr, part_ptr, SLOT_SPLIT,
                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr):
     """Program (tile, s) sums the slots s, s + SLOT_SPLIT, ... into partial s (fp32)."""
     tile = tl.program_id(0)
@@ -143,8 +144,8 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, num_slot
     for slot in range(sp, tl.load(num_slots_ptr), SLOT_SPLIT):
         e = tl.load(slot_expert_ptr + slot)
         shared = e == E
-        wq = tl.where(shared, 0, e).to(tl.int64) * H * I
-        ws = tl.where(shared, 0, e).to(tl.int64) * tl.cdiv(H, 128) * tl.cdiv(I, 128)
+        wq = tl.where(shared, 0, e).to(tl.int64) * q_stride_e
+        ws = tl.where(shared, 0, e).to(tl.int64) * s_stride_e
         y = _fp8_tile_dot(act_ptr + slot * M * I, I, M, I, tl.where(shared, sdq_ptr, dq_ptr + wq),
                           tl.where(shared, sds_ptr, ds_ptr + ws), offs_n, H, BLOCK_M, BLOCK_N,
                           INTERPRET)
@@ -155,7 +156,7 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, num_slot
 
 
 @triton.jit
-def _sum_parts_kernel(part_ptr, SPLIT, out_ptr, n, BLOCK: tl.constexpr):
+def _sum_parts_kernel(part_ptr, SPLIT: tl.constexpr, out_ptr, n, BLOCK: tl.constexpr):
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < n
     tl.store(out_ptr + offs, sum_parts(part_ptr, SPLIT, n, offs, ok).to(tl.bfloat16), mask=ok)
@@ -172,22 +173,46 @@ def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tenso
     _route_kernel[(1,)](router_parts, split, m, e, bias, positions, slot_expert, slot_weight,
                         num_slots, float(scale), BLOCK_M=max(2, triton.next_power_of_2(m)),
                         BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm,
-                        num_warps=4)
+                        num_warps=16 if m > 4 else 4)  # [rows, experts] tiles: no spills
+
+
+def _check_expert_stack(*tensors) -> None:
+    """Each expert's [rows, cols] block must be row-major contiguous (the stack stride free)."""
+    for t in tensors:
+        if t.dim() == 3:
+            assert t.stride(2) == 1 and t.stride(1) == t.shape[2], "expert rows must be contiguous"
+        else:
+            assert t.is_contiguous()
+
+
+def gate_up_tiling(m: int) -> tuple:
+    """(BLOCK_N, GROUPS) for m rows: narrow tiles keep the GPU busy when few experts are
+    touched; wide tiles cut the re-reads of x when many are."""
+    if m <= 2:
+        return 16, 4
+    if m <= 8:
+        return 32, 4
+    return 64, 2
 
 
 def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
-            shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, block_n=16, groups=4):
+            shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act):
     """act bf16 [SLOTS, M, I] = SiLU(x G_e^T) * (x U_e^T) for each slot's expert e; x given
-    quantized (xq e4m3 [M, K], sx [M, K/128])."""
+    quantized (xq e4m3 [M, K], sx [M, K/128]). The routed stacks [E, I, K] may be views of
+    one [E, 2I, K] gate|up tensor: each expert's rows contiguous, any expert stride."""
     m, k = xq.shape
+    block_n, groups = gate_up_tiling(m)
     slots, am, inter = act.shape
     assert am == m and act.is_contiguous() and shared_gate_q.shape == (inter, k)
     assert xq.is_contiguous() and sx.is_contiguous()
+    _check_expert_stack(gate_q, gate_s, up_q, up_s)
     _gate_up_kernel[(triton.cdiv(inter, block_n), slots)](
         xq, sx, m, k, inter, num_experts, slot_expert, num_slots,
-        gate_q, gate_s, up_q, up_s, shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act,
+        gate_q, gate_s, up_q, up_s, gate_q.stride(0) if gate_q.dim() == 3 else 0,
+        gate_s.stride(0) if gate_s.dim() == 3 else 0,
+        shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act,
         BLOCK_M=block_m(m), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
-        num_warps=4, num_stages=3,
+        num_warps=8 if block_n == 64 else 4, num_stages=3,
     )
 
 
@@ -198,9 +223,11 @@ def down(act, num_experts, slot_expert, slot_weight, num_slots, down_q, down_s,
     slots, m, inter = act.shape
     split, _, h = parts.shape
     assert shared_down_q.shape == (h, inter) and out.is_contiguous() and parts.is_contiguous()
+    _check_expert_stack(down_q, down_s)
     _down_kernel[(triton.cdiv(h, block_n), split)](
         act, m, inter, h, num_experts, slot_expert, slot_weight, num_slots,
-        down_q, down_s, shared_down_q, shared_down_s, parts, split,
+        down_q, down_s, down_q.stride(0) if down_q.dim() == 3 else 0,
+        down_s.stride(0) if down_s.dim() == 3 else 0, shared_down_q, shared_down_s, parts, split,
         BLOCK_M=block_m(m), BLOCK_N=block_n, INTERPRET=interpreting(), num_warps=4, num_stages=3,
     )
     n = m * h

@@ -19,7 +19,7 @@ from .quant import store_row_groups, sum_parts
 
 
 @triton.jit
-def _add_rms_norm_kernel(x_ptr, x_split, res_ptr, w_ptr, out_ptr, res_out_ptr, xq_ptr, sx_ptr,
+def _add_rms_norm_kernel(x_ptr, x_split: tl.constexpr, res_ptr, w_ptr, out_ptr, res_out_ptr, xq_ptr, sx_ptr,
                          M, H, eps, HAS_RES: tl.constexpr, HAS_OUT: tl.constexpr,
                          QUANT: tl.constexpr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
     m = tl.program_id(0)

@@ -36,9 +36,10 @@ def store_row_groups(v, offs, n, xq_ptr, sx_ptr, BLOCK: tl.constexpr, INTERPRET:
 
 
 @triton.jit
-def sum_parts(part_ptr, SPLIT, stride_split, offs, mask):
-    """fp32 sum, in split order, of SPLIT partials at part_ptr + s * stride_split + offs."""
+def sum_parts(part_ptr, SPLIT: tl.constexpr, stride_split, offs, mask):
+    """fp32 sum, in split order, of SPLIT partials at part_ptr + s * stride_split + offs
+    (unrolled, so the SPLIT loads are in flight together)."""
     acc = tl.load(part_ptr + offs, mask=mask, other=0.0)
-    for s in range(1, SPLIT):
+    for s in tl.static_range(1, SPLIT):
         acc += tl.load(part_ptr + s * stride_split + offs, mask=mask, other=0.0)
     return acc

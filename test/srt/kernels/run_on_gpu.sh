@@ -13,3 +13,9 @@ if python3 -c "import pytest" 2>/dev/null; then
 else
   echo "pytest is not installed on the device"
 fi
+if command -v compute-sanitizer >/dev/null; then
+  for tool in memcheck racecheck; do
+    timeout 150 compute-sanitizer --tool $tool --error-exitcode 9 python3 test/srt/kernels/sanitize_fused_layer.py > "$OUT/sanitizer_$tool.log" 2>&1
+    echo "compute-sanitizer $tool rc=$?"; tail -4 "$OUT/sanitizer_$tool.log"
+  done
+fi

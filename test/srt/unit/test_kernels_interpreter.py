@@ -85,8 +85,12 @@ def test_moe_route_slots_and_combine():
     act = torch.full((slots, m, inter), float("nan"), dtype=torch.bfloat16)
     sh = mw.shared
     xq, sx = quant_act(x)
-    moe.gate_up(xq, sx.contiguous(), e, se, ns, mw.gate.q, mw.gate.s, mw.up.q, mw.up.s,
-                sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act)
+    # SGLang holds gate|up as one [E, 2I, K] stack: pass the halves as strided views
+    w13_q = torch.cat([mw.gate.q.view(torch.uint8), mw.up.q.view(torch.uint8)], 1).view(mw.gate.q.dtype)
+    w13_s = torch.cat([mw.gate.s, mw.up.s], 1)
+    rows_s = mw.gate.s.shape[1]
+    moe.gate_up(xq, sx.contiguous(), e, se, ns, w13_q[:, :inter], w13_s[:, :rows_s],
+                w13_q[:, inter:], w13_s[:, rows_s:], sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act)
     out = torch.full((m, CFG.hidden_size), float("nan"), dtype=torch.bfloat16)
     parts = torch.full((3, m, CFG.hidden_size), float("nan"))
     moe.down(act, e, se, sw, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, parts, out)

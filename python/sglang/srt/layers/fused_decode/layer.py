@@ -30,7 +30,7 @@ from .reference.weights import LayerWeights, MoeWeights
 
 ROUTER_SPLIT = 8
 INDEX_KW_SPLIT = 8
-MOE_SLOT_SPLIT = 4
+MOE_SLOT_SPLIT = 8
 # buffers whose rows are the second dimension (split-K partials, [slot, row] tables)
 _ROWS_SECOND = {"qa", "kva", "q", "q_index", "kw_parts", "y_attn", "router_parts", "mlp_parts",
                 "act", "slot_weight"}
