@@ -10,6 +10,7 @@ fused path's derived weights and buffers are counted before KV sizing.
 from __future__ import annotations
 
 import logging
+import os
 from typing import Any, Callable
 
 from sglang.srt.layers.fused_decode import spec
@@ -31,13 +32,7 @@ def handle_fused_decode_backend(server_args: Any) -> None:
     backend = cfg.fused_decode_backend
     if backend == spec.OFF:
         return
-    hf_config = model_config_of(server_args).hf_config
-    setup = spec.Setup(
-        architectures=tuple(getattr(hf_config, "architectures", None) or ()),
-        other_kernel_flags=tuple(
-            flag for field, flag in _OTHER_KERNEL_FLAGS.items() if getattr(cfg, field)
-        ),
-    )
+    setup = read_setup(cfg, model_config_of(server_args).hf_config)
     reasons = spec.refusal_reasons(backend, setup)
     if not reasons:
         logger.info("%s %s: serving %s", FLAG, backend, list(setup.architectures))
@@ -50,6 +45,26 @@ def handle_fused_decode_backend(server_args: Any) -> None:
         )
         return
     raise ValueError(f"{FLAG} {backend} cannot run this setup:\n  - " + "\n  - ".join(reasons))
+
+
+def read_setup(cfg: Any, hf_config: Any) -> spec.Setup:
+    """The plain facts spec judges, from upstream's resolving view and the HF config."""
+    args = {name: getattr(cfg, name) for name in spec.SERVER_ARG_FIELDS}
+    graphs = getattr(cfg.cuda_graph_config, "decode", None)
+    if cfg.disable_cuda_graph:
+        args["cuda_graph_backend_decode"] = "disabled"
+    elif args.get("cuda_graph_backend_decode") is None and graphs is not None:
+        args["cuda_graph_backend_decode"] = str(getattr(graphs, "backend", "full"))
+    to_dict = getattr(hf_config, "to_dict", None)
+    return spec.Setup(
+        architectures=tuple(getattr(hf_config, "architectures", None) or ()),
+        other_kernel_flags=tuple(
+            flag for field, flag in _OTHER_KERNEL_FLAGS.items() if getattr(cfg, field)
+        ),
+        server_args=args,
+        hf_config=to_dict() if to_dict else dict(vars(hf_config)),
+        env={k: v for k, v in os.environ.items() if k == spec.RAGGED_VERIFY_ENV},
+    )
 
 
 def fused_decode_backend() -> str:

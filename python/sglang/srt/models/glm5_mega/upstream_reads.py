@@ -5,6 +5,8 @@ signatures), and checks that the package's modules import nothing from upstream 
 declared here. A rebase that breaks a read fails that test before anything runs.
 """
 
+from sglang.srt.layers.fused_decode.spec import SERVER_ARG_FIELDS
+
 # (module, attribute path)
 UPSTREAM_READS = (
     ("sglang.srt.arg_groups.model_override_base", "resolving_view"),
@@ -17,12 +19,15 @@ UPSTREAM_READS = (
     ("sglang.srt.models.glm5_next", "Glm5NextForConditionalGeneration"),
 )
 
-# Server-argument fields read through upstream's resolving view.
+# Server-argument fields read through upstream's resolving view (spec's rules name the rest).
 SERVER_ARGS_FIELDS = (
     "fused_decode_backend",  # added by patch 0001
     "enable_nvidia_megakernel",
     "enable_amd_monokernel",
-)
+    "cuda_graph_config",
+    "disable_cuda_graph",
+    "speculative_num_draft_tokens",
+) + SERVER_ARG_FIELDS
 
 # Signatures the fork relies on: graph runners inspect forward's parameters, and the
 # fork's forward overrides must keep them.
