@@ -82,6 +82,8 @@ _ARG_RULES: Tuple[Tuple[str, Callable[[Any], bool], str], ...] = (
     ("pp_size", lambda v: v in (None, 1), "--pp {v}: pipeline parallelism is not served"),
     ("dp_size", lambda v: v in (None, 1), "--dp {v}: data parallelism is not served"),
     ("enable_dp_attention", _off, "--enable-dp-attention: DP attention relabels decode batches"),
+    ("attn_dp_size", lambda v: v in (None, 1),
+     "--attn-dp-size {v}: DP attention relabels decode batches"),
     ("ep_size", lambda v: v in (None, 1), "--ep {v}: expert parallelism is not served"),
     ("moe_a2a_backend", lambda v: v in (None, "none"), "--moe-a2a-backend {v}: A2A MoE is not served"),
     ("attn_cp_size", lambda v: v in (None, 1), "--attn-cp-size {v}: context parallelism is not served"),
