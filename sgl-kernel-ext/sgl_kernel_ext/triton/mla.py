@@ -222,10 +222,10 @@ def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: in
 
 
 def attention_block(topk: int) -> int:
-    return min(32, triton.next_power_of_2(topk))
+    return min(64, triton.next_power_of_2(topk))
 
 
-def attention_splits(rows: int, topk: int, target_programs: int = 128) -> int:
+def attention_splits(rows: int, topk: int, target_programs: int = 256) -> int:
     """How many top-k chunks a row's attention is split into (a power of two)."""
     most = max(1, topk // attention_block(topk))
     want = max(1, target_programs // max(rows, 1))

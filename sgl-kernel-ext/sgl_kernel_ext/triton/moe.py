@@ -96,11 +96,12 @@ def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
 @triton.jit
 def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
-                    sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr,
+                    sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
-                    INTERPRET: tl.constexpr):
+                    SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
+    split = tl.program_id(2)
     if slot < tl.load(num_slots_ptr):
         e = tl.load(slot_expert_ptr + slot)
         shared = e == E
@@ -111,23 +112,51 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
         u_q = tl.where(shared, suq_ptr, uq_ptr + wq)
         u_s = tl.where(shared, sus_ptr, us_ptr + ws)
         offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        offs_m = tl.arange(0, BLOCK_M)
         g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        kblocks = tl.cdiv(K, 128)
-        for kb in range(0, kblocks, GROUPS):
+        kb0 = split * k_chunk
+        kb_end = tl.minimum(kb0 + k_chunk, tl.cdiv(K, 128))
+        for kb in range(kb0, kb_end, GROUPS):
             for j in tl.static_range(GROUPS):
-                kk = tl.minimum(kb + j, kblocks - 1)
-                on = (kb + j < kblocks).to(tl.float32)
+                kk = tl.minimum(kb + j, kb_end - 1)
+                on = (kb + j < kb_end).to(tl.float32)
                 g += _fp8_group_dot(xq_ptr, sx_ptr, M, K, g_q, g_s, offs_n, I, kk, BLOCK_M,
                                     INTERPRET) * on
                 u += _fp8_group_dot(xq_ptr, sx_ptr, M, K, u_q, u_s, offs_n, I, kk, BLOCK_M,
                                     INTERPRET) * on
-        g = g.to(tl.bfloat16).to(tl.float32)
-        u = u.to(tl.bfloat16).to(tl.float32)
-        a = (g / (1.0 + tl.exp(-g)) * u).to(tl.bfloat16)
+        mask = (offs_m[:, None] < M) & (offs_n[None, :] < I)
+        if SPLIT_K == 1:
+            tl.store(act_ptr + (slot * M + offs_m[:, None]) * I + offs_n[None, :],
+                     _swiglu(g, u), mask=mask)
+        else:  # [SPLIT_K, SLOTS, M, 2, I] fp32 partials, finished by _swiglu_kernel
+            part = gu_part_ptr + (((split * SLOTS + slot) * M + offs_m[:, None]) * 2) * I
+            tl.store(part + offs_n[None, :], g, mask=mask)
+            tl.store(part + I + offs_n[None, :], u, mask=mask)
+
+
+@triton.jit
+def _swiglu(g, u):
+    """SiLU(g) * u with g and u first rounded to bf16 (the GEMMs' outputs), bf16 out."""
+    g = g.to(tl.bfloat16).to(tl.float32)
+    u = u.to(tl.bfloat16).to(tl.float32)
+    return (g / (1.0 + tl.exp(-g)) * u).to(tl.bfloat16)
+
+
+@triton.jit
+def _swiglu_kernel(gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS, SPLIT_K: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_I: tl.constexpr):
+    slot = tl.program_id(0)
+    if slot < tl.load(num_slots_ptr):
         offs_m = tl.arange(0, BLOCK_M)
-        tl.store(act_ptr + (slot * M + offs_m[:, None]) * I + offs_n[None, :], a,
-                 mask=(offs_m[:, None] < M) & (offs_n[None, :] < I))
+        offs_i = tl.arange(0, BLOCK_I)
+        mask = (offs_m[:, None] < M) & (offs_i[None, :] < I)
+        row = ((slot * M + offs_m[:, None]) * 2) * I + offs_i[None, :]
+        stride = SLOTS * M * 2 * I
+        g = sum_parts(gu_part_ptr, SPLIT_K, stride, row, mask)
+        u = sum_parts(gu_part_ptr, SPLIT_K, stride, row + I, mask)
+        tl.store(act_ptr + (slot * M + offs_m[:, None]) * I + offs_i[None, :], _swiglu(g, u),
+                 mask=mask)
 
 
 @triton.jit
@@ -186,49 +215,63 @@ def _check_expert_stack(*tensors) -> None:
 
 
 def gate_up_tiling(m: int) -> tuple:
-    """(BLOCK_N, GROUPS) for m rows: narrow tiles keep the GPU busy when few experts are
-    touched; wide tiles cut the re-reads of x when many are."""
+    """(BLOCK_N, GROUPS, SPLIT_K) for m rows: with few rows few experts are touched, so narrow
+    tiles and a split K keep the GPU busy; with many, wide tiles cut the re-reads of x."""
     if m <= 2:
-        return 16, 4
+        return 16, 4, 4
     if m <= 8:
-        return 32, 4
-    return 64, 2
+        return 32, 4, 1
+    return 64, 2, 1
 
 
 def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
-            shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act):
+            shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts=None):
     """act bf16 [SLOTS, M, I] = SiLU(x G_e^T) * (x U_e^T) for each slot's expert e; x given
     quantized (xq e4m3 [M, K], sx [M, K/128]). The routed stacks [E, I, K] may be views of
-    one [E, 2I, K] gate|up tensor: each expert's rows contiguous, any expert stride."""
+    one [E, 2I, K] gate|up tensor: each expert's rows contiguous, any expert stride. With a
+    split K (few rows) the fp32 partials go through gu_parts [SPLIT_K, SLOTS, M, 2, I]."""
     m, k = xq.shape
-    block_n, groups = gate_up_tiling(m)
+    block_n, groups, split_k = gate_up_tiling(m)
     slots, am, inter = act.shape
     assert am == m and act.is_contiguous() and shared_gate_q.shape == (inter, k)
     assert xq.is_contiguous() and sx.is_contiguous()
     _check_expert_stack(gate_q, gate_s, up_q, up_s)
-    _gate_up_kernel[(triton.cdiv(inter, block_n), slots)](
+    if split_k > 1:
+        assert gu_parts is not None and gu_parts.shape == (split_k, slots, m, 2, inter)
+        assert gu_parts.is_contiguous()
+    else:
+        gu_parts = act
+    kblocks = triton.cdiv(k, 128)
+    k_chunk = triton.cdiv(triton.cdiv(kblocks, split_k), groups) * groups
+    _gate_up_kernel[(triton.cdiv(inter, block_n), slots, split_k)](
         xq, sx, m, k, inter, num_experts, slot_expert, num_slots,
         gate_q, gate_s, up_q, up_s, gate_q.stride(0) if gate_q.dim() == 3 else 0,
         gate_s.stride(0) if gate_s.dim() == 3 else 0,
-        shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act,
-        BLOCK_M=block_m(m), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
-        num_warps=8 if block_n == 64 else 4, num_stages=3,
+        shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts, slots, k_chunk,
+        BLOCK_M=block_m(m), BLOCK_N=block_n, GROUPS=groups, SPLIT_K=split_k,
+        INTERPRET=interpreting(), num_warps=8 if block_n == 64 else 4, num_stages=3,
     )
+    if split_k > 1:
+        _swiglu_kernel[(slots,)](gu_parts, num_slots, act, m, inter, slots, SPLIT_K=split_k,
+                                 BLOCK_M=max(2, triton.next_power_of_2(m)),
+                                 BLOCK_I=triton.next_power_of_2(inter), num_warps=4)
 
 
 def down(act, num_experts, slot_expert, slot_weight, num_slots, down_q, down_s,
-         shared_down_q, shared_down_s, parts, out, block_n=32):
+         shared_down_q, shared_down_s, parts, out):
     """out bf16 [M, H] = sum over slots of bf16(weight * act_slot D_e^T), shared first, via
     fp32 partials parts [SLOT_SPLIT, M, H] (slots interleaved over the splits)."""
     slots, m, inter = act.shape
     split, _, h = parts.shape
     assert shared_down_q.shape == (h, inter) and out.is_contiguous() and parts.is_contiguous()
     _check_expert_stack(down_q, down_s)
+    block_n = 32 if m < 4 else 64  # wider tiles re-quantize each slot's rows fewer times
     _down_kernel[(triton.cdiv(h, block_n), split)](
         act, m, inter, h, num_experts, slot_expert, slot_weight, num_slots,
         down_q, down_s, down_q.stride(0) if down_q.dim() == 3 else 0,
         down_s.stride(0) if down_s.dim() == 3 else 0, shared_down_q, shared_down_s, parts, split,
-        BLOCK_M=block_m(m), BLOCK_N=block_n, INTERPRET=interpreting(), num_warps=4, num_stages=3,
+        BLOCK_M=block_m(m), BLOCK_N=block_n, INTERPRET=interpreting(),
+        num_warps=8 if block_n == 64 else 4, num_stages=3,
     )
     n = m * h
     _sum_parts_kernel[(triton.cdiv(n, 1024),)](parts, split, out, n, BLOCK=1024, num_warps=4)

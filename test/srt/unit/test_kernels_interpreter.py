@@ -11,7 +11,8 @@ if os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available():
     pytest.skip("GPU present: the kernels are tested in test/srt/kernels", allow_module_level=True)
 
 from sgl_kernel_ext.triton import bf16_linear, fp8_linear, moe  # noqa: E402
-from sglang.srt.layers.fused_decode.layer import FusedLayer, topk_positions  # noqa: E402
+from sgl_kernel_ext.triton.topk import topk_positions  # noqa: E402
+from sglang.srt.layers.fused_decode.layer import FusedLayer  # noqa: E402
 from sglang.srt.layers.fused_decode.reference import indexer as ref_indexer  # noqa: E402
 from sglang.srt.layers.fused_decode.reference.config import tiny_config  # noqa: E402
 from sglang.srt.layers.fused_decode.reference.moe import moe_partial, router  # noqa: E402
@@ -99,20 +100,29 @@ def test_moe_route_slots_and_combine():
     assert _rel(out[valid], ref[valid]) <= 8 * BF16_ULP
 
 
-def test_topk_positions_follow_sglang_semantics():
-    g = torch.Generator().manual_seed(0)
-    scores = torch.randn(3, 40, generator=g)
-    seq = torch.tensor([40, 10, 0])
-    in_ctx = torch.arange(40) < seq[:, None]
+@pytest.mark.parametrize("k", [16, 256])
+def test_topk_radix_select_follows_sglang_semantics(k):
+    g = torch.Generator().manual_seed(k)
+    width = 3000
+    scores = torch.randn(5, width, generator=g)
+    scores[1, 100:400] = 0.5  # a block of ties straddling the threshold
+    scores[2] = torch.randint(0, 5, (width,), generator=g).float()  # ties everywhere
+    positions = torch.tensor([2999, 2500, 1000, 100, -1])  # the last a pad row
+    seq = positions + 1
+    in_ctx = torch.arange(width) < seq[:, None]
     masked = torch.where(in_ctx, scores, torch.full_like(scores, float("-inf")))
-    out = torch.full((3, 16), -7, dtype=torch.int64)
-    topk_positions(masked, 16, out)
-    assert torch.equal(out, ref_indexer.topk_positions(scores, seq, 16))
+    out = torch.full((5, k), -7, dtype=torch.int64)
+    topk_positions(masked, positions, k, out, block=512)
+    assert torch.equal(out, ref_indexer.topk_positions(scores, seq, k))
 
 
-@pytest.mark.parametrize("layer_id", [0, 1, 2], ids=["dense_indexer", "moe_indexer", "moe_shared"])
-def test_fused_layer_matches_reference(layer_id):
-    case = make_case(CFG, layer_id, [30, 0, 12, 40], seed=layer_id, tp_size=2)
+@pytest.mark.parametrize(
+    "layer_id, contexts",
+    [(0, [30, 0, 12, 40]), (1, [30, 0, 12, 40]), (2, [30, 0, 12, 40]), (1, [40, 9])],
+    ids=["dense_indexer", "moe_indexer", "moe_shared", "moe_two_rows_split_k"],
+)
+def test_fused_layer_matches_reference(layer_id, contexts):
+    case = make_case(CFG, layer_id, contexts, seed=layer_id, tp_size=2)
     r = compare_with_reference(case, FusedLayer)
     tol = NUMERICS["fused_layer_interpreter"]
     assert not r["y_nan"] and r["kv_untouched_bitwise"], r
@@ -121,3 +131,16 @@ def test_fused_layer_matches_reference(layer_id):
     assert r["topk_overlap"] >= tol["topk_overlap"], r
     assert r["routing_flips"] <= tol["max_routing_flips"], r
     assert r.get("index_untouched_pages_bitwise", True), r
+
+
+def test_layer_built_for_more_rows_serves_fewer():
+    """A layer is built once for its widest bucket and run with any row count up to it."""
+    case = make_case(CFG, 1, [33], seed=9, tp_size=2)
+
+    def wide(cfg, lw, caches, rows, context):
+        return FusedLayer(cfg, lw, caches, 4, context)
+
+    r = compare_with_reference(case, wide)
+    tol = NUMERICS["fused_layer_interpreter"]
+    assert not r["y_nan"] and r["kv_untouched_bitwise"], r
+    assert r["y_rel"] <= tol["y_rel"] and r["routing_flips"] <= tol["max_routing_flips"], r

@@ -21,7 +21,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from sgl_kernel_ext.triton import bf16_linear, fp8_linear, indexer, mla, moe, norm
+from sgl_kernel_ext.triton import bf16_linear, fp8_linear, indexer, mla, moe, norm, topk as topk_kernel
 
 from .reference.batch import RowBatch
 from .reference.cache import Caches
@@ -32,19 +32,7 @@ ROUTER_SPLIT = 8
 INDEX_KW_SPLIT = 8
 MOE_SLOT_SPLIT = 8
 # buffers whose rows are the second dimension (split-K partials, [slot, row] tables)
-_ROWS_SECOND = {"qa", "kva", "q", "q_index", "kw_parts", "y_attn", "router_parts", "mlp_parts",
-                "act", "slot_weight"}
-
-
-def topk_positions(scores: torch.Tensor, k: int, out: torch.Tensor) -> None:
-    """SGLang's top-k semantics on the GPU without a host sync: ascending context positions of
-    the k best scores (every position when the context is shorter), -1 padded. scores [M, >= k]
-    holds -inf past each context."""
-    vals, idx = scores.topk(k, dim=1, sorted=False)
-    big = torch.iinfo(torch.int64).max
-    idx.masked_fill_(vals == float("-inf"), big)
-    idx = idx.sort(dim=1).values
-    out.copy_(idx.masked_fill_(idx == big, -1))
+_ROWS_SECOND = {"qa", "kva", "q", "q_index", "kw_parts", "y_attn", "router_parts", "mlp_parts"}
 
 
 def _prefix(buf: torch.Tensor, *shape: int) -> torch.Tensor:
@@ -111,6 +99,10 @@ class FusedLayer:
             num_slots=e(1, dt=torch.int32),
         )
         b = self.buf
+        few = min(m, 2)  # rows for which gate/up splits K (moe.gate_up_tiling)
+        split_k = moe.gate_up_tiling(few)[2]
+        b["gu_parts"] = e(split_k, few * cfg.num_experts_per_tok + 1 if self.experts else 1,
+                          few, 2, inter, dt=f32)
         if self.experts:
             b["router_parts"] = e(ROUTER_SPLIT, m, self.experts, dt=f32)
         else:  # the dense MLP is the single shared slot
@@ -131,9 +123,15 @@ class FusedLayer:
         """The step's view of a buffer: its first m rows, contiguous (split-K partials and
         [slot, row] tables are indexed with the step's row count)."""
         buf = self.buf[name]
-        if name in _ROWS_SECOND:  # [SPLIT or SLOTS, rows, ...]
+        if name in ("act", "slot_weight"):  # [slots m rows can touch, rows, ...]
+            return _prefix(buf, self._slots(m), m, *buf.shape[2:])
+        if name in _ROWS_SECOND:  # [SPLIT, rows, ...]
             return _prefix(buf, buf.shape[0], m, *buf.shape[2:])
         return buf[:m]
+
+    def _slots(self, m: int) -> int:
+        """MoE slots m rows can touch: the shared expert and top-k per row (1 for dense)."""
+        return m * self.cfg.num_experts_per_tok + 1 if self.experts else 1
 
     def __call__(self, hidden: torch.Tensor, residual: Optional[torch.Tensor], batch: RowBatch,
                  topk_prev: Optional[torch.Tensor] = None
@@ -168,7 +166,7 @@ class FusedLayer:
             scores = self.buf["scores"][:m, :width]
             indexer.scores(v("q8"), v("head_w"), self.index_cache, pos, slots, scores)
             topk = v("topk")
-            topk_positions(scores, cfg.index_topk, topk)
+            topk_kernel.topk_positions(scores, pos, cfg.index_topk, topk)
         else:
             if topk_prev is None:
                 raise ValueError(f"layer {lw.layer_id} reuses the previous top-k but none was given")
@@ -209,9 +207,14 @@ class FusedLayer:
             routed, shared = mlp, mlp.shared
         else:
             routed = shared = mlp  # the dense MLP is the single shared slot
+        act = v("act")
+        split_k = moe.gate_up_tiling(m)[2]
+        gu_parts = None
+        if split_k > 1:
+            gu_parts = _prefix(b["gu_parts"], split_k, act.shape[0], m, 2, act.shape[2])
         moe.gate_up(v("x2q"), v("x2s"), self.experts, b["slot_expert"], b["num_slots"],
                     routed.gate.q, routed.gate.s, routed.up.q, routed.up.s,
-                    shared.gate.q, shared.gate.s, shared.up.q, shared.up.s, v("act"))
+                    shared.gate.q, shared.gate.s, shared.up.q, shared.up.s, act, gu_parts)
         moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"), b["num_slots"],
                  routed.down.q, routed.down.s, shared.down.q, shared.down.s, v("mlp_parts"),
                  v("y"))
