@@ -45,11 +45,16 @@ def _contexts(rows, context, pad=False):
     return ctx
 
 
-def check(kind, rows, context, pad=False):
+def check(kind, rows, context, pad=False, built_rows=None):
+    """Compare with the reference; built_rows: build the layer for more rows than it runs."""
     lid = KINDS[kind]
     case = make_case(CFG, lid, _contexts(rows, context, pad), seed=rows * 7 + context,
                      device="cuda", lw=_weights(lid))
-    return compare_with_reference(case, FusedLayer)
+
+    def build(cfg, lw, caches, n, width):
+        return FusedLayer(cfg, lw, caches, built_rows or n, width)
+
+    return compare_with_reference(case, build)
 
 
 def assert_within_numerics(r, context):
@@ -70,6 +75,12 @@ def assert_within_numerics(r, context):
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_matches_reference(kind, rows, context):
     assert_within_numerics(check(kind, rows, context), context)
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5])
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_built_for_16_rows_runs_fewer(kind, rows):
+    assert_within_numerics(check(kind, rows, 3000, built_rows=16), 3000)
 
 
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -132,6 +143,10 @@ def main(out_dir):
         r = check(kind, 3, 3000, pad=True)
         results.append({"kind": kind, "rows": 3, "context": 3000, "pad_row": True, **r})
         print(json.dumps(results[-1]), flush=True)
+        for rows in (1, 2, 5):
+            r = check(kind, rows, 3000, built_rows=16)
+            results.append({"kind": kind, "rows": rows, "context": 3000, "built_rows": 16, **r})
+            print(json.dumps(results[-1]), flush=True)
         results.append({"kind": kind, "replay": replay_checks(kind)})
         print(json.dumps(results[-1]), flush=True)
     with open(f"{out_dir}/fused_layer_numerics.json", "w") as f:
