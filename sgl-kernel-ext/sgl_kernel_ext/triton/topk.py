@@ -49,8 +49,8 @@ def _topk_kernel(scores_ptr, stride_s, width, pos_ptr, out_ptr, K: tl.constexpr,
                     match = in_row
                 else:
                     match = in_row & ((key >> (shift + 8)) == prefix)
-                digit = ((key >> shift) & 0xFF).to(tl.int32)
-                hist += tl.histogram(tl.where(match, digit, 0), 256)
+                dig = ((key >> shift) & 0xFF).to(tl.int32)
+                hist += tl.histogram(tl.where(match, dig, 0), 256)
                 hist -= tl.where(bins == 0, tl.sum((~match).to(tl.int32), axis=0), 0)
             # count of matching keys whose digit is >= each bin
             at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
