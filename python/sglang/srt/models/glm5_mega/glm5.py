@@ -1,19 +1,103 @@
 """GLM-5.3 (``GlmMoeDsaForCausalLM``) and its MTP draft (``GlmMoeDsaForCausalLMNextN``).
 
-These are the classes the architectures resolve to in the fork. They are upstream's
-classes, unchanged, until the forward branch into the fused runtime for covered steps
-lands (the model-integration issue); keeping them here now fixes the resolution path.
+The classes the architectures resolve to in the fork. ``forward`` keeps upstream's signature
+(graph runners inspect it) and branches by ``fused_mode``: a covered step (the plan's widths
+for its forward mode) runs the fused layers (``_fused_forward``) and hands the post-norm hidden
+state to upstream's logits processor; every other step runs upstream's forward unchanged.
+The decision reads only the forward mode and the row count, so a captured CUDA graph bakes a
+stable choice. Without a plan (``--fused-decode-backend off``, the default) nothing changes.
+
+The NextN draft always runs upstream's forward: no fused draft is built.
 """
 
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+
+from sglang.srt.layers.fused_decode import check, plan as fused_plan, runtime
 from sglang.srt.models import glm4_moe as _upstream
+
+STATE_KEY = "_fused_decode"  # in the module's __dict__, out of its state dict
+
+
+@dataclass
+class FusedState:
+    """What install_fused_decode leaves on the model: the plan and its upstream joins."""
+
+    plan: Any  # fused_decode.plan.Plan
+    weights: List[Any]  # LayerWeights views, for check mode
+    verify_rows_per_req: int
+    reduce: Callable[[torch.Tensor], torch.Tensor]
+    is_capturing: Callable[[], bool] = lambda: False
+    caches: Dict[int, Any] = field(default_factory=dict)  # id(pool) -> runtime Caches
+
+
+def fused_mode(state: Optional[FusedState], forward_batch: Any, rows: int,
+               input_embeds: Any = None, pp_proxy_tensors: Any = None) -> Optional[str]:
+    """The covered mode of this step ('decode' / 'target_verify'), or None for upstream's path."""
+    if state is None or input_embeds is not None or pp_proxy_tensors is not None:
+        return None
+    mode = forward_batch.forward_mode
+    name = "decode" if mode.is_decode() else "target_verify" if mode.is_target_verify() else None
+    return name if state.plan.covers(name, rows) else None
 
 
 class GlmMoeDsaForCausalLM(_upstream.GlmMoeDsaForCausalLM):
     """GLM-5.3 target model."""
 
+    @torch.no_grad()
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        forward_batch: Any,
+        input_embeds: torch.Tensor = None,
+        pp_proxy_tensors: Optional[Any] = None,
+    ) -> Any:
+        state = self.__dict__.get(STATE_KEY)
+        rows = input_ids.shape[0] if input_ids is not None else positions.shape[0]
+        mode = fused_mode(state, forward_batch, rows, input_embeds, pp_proxy_tensors)
+        if mode is None:
+            return super().forward(
+                input_ids, positions, forward_batch, input_embeds, pp_proxy_tensors
+            )
+        hidden = self._fused_forward(state, mode, input_ids, positions, forward_batch)
+        return self.logits_processor(input_ids, hidden, self.lm_head, forward_batch)
+
+    def _fused_forward(self, state: FusedState, mode: str, input_ids, positions, forward_batch):
+        spec_info = forward_batch.spec_info
+        if getattr(spec_info, "dsa_seed_topk_capture", None) is not None:
+            raise RuntimeError("fused decode: this step asks for an MTP top-k seed, which the "
+                               "fused target step does not publish")
+        plan = state.plan
+        pool = forward_batch.token_to_kv_pool
+        caches = state.caches.get(id(pool))
+        if caches is None:
+            from .adapt import pool_buffers
+
+            kv, index = pool_buffers(pool, plan.layer_ids, plan.cfg)
+            caches = state.caches[id(pool)] = runtime.pool_caches(kv, index, plan.cfg.kv_cache_dim)
+        fused_plan.bind_caches(plan, caches)
+        rows = runtime.step_rows(
+            positions, forward_batch.req_to_token_pool.req_to_token,
+            forward_batch.req_pool_indices,
+            state.verify_rows_per_req if mode == "target_verify" else 1,
+            plan.max_context, forward_batch.num_token_non_padded,
+        )
+        hidden = self.model.embed_tokens(input_ids)
+        hook = None
+        if check.enabled() and not state.is_capturing():
+            hook = check.Checker(plan.cfg, state.weights, caches, f"{mode} {input_ids.shape[0]} rows")
+        norm = self.model.norm
+        return runtime.run_layers(plan.layers, hidden, rows, state.reduce,
+                                  lambda h, r: norm(h, r)[0], hook)
+
 
 class GlmMoeDsaForCausalLMNextN(_upstream.GlmMoeDsaForCausalLMNextN):
-    """GLM-5.3 MTP draft model."""
+    """GLM-5.3 MTP draft model: upstream's forward (no fused draft in this build)."""
 
 
 EntryClass = [GlmMoeDsaForCausalLM, GlmMoeDsaForCausalLMNextN]

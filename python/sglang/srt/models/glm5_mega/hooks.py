@@ -83,9 +83,61 @@ def install_fused_decode(
     backend = fused_decode_backend()
     if backend == spec.OFF:
         return
-    # Resolution refuses every backend without kernels, so reaching here means a
-    # resolution bypass: stop rather than serve a half-built path.
-    raise RuntimeError(
-        f"{FLAG} {backend}: no fused decode plan exists in this build for "
-        f"{type(model).__name__} (draft={is_draft}); run with {FLAG} off"
+    built = backend in spec.BUILT_IMPLEMENTATIONS or (
+        backend == spec.AUTO and spec.BUILT_IMPLEMENTATIONS
     )
+    if not built:
+        # Resolution refuses every backend without kernels, so reaching here means a
+        # resolution bypass: stop rather than serve a half-built path.
+        raise RuntimeError(
+            f"{FLAG} {backend}: no fused decode plan exists in this build for "
+            f"{type(model).__name__} (draft={is_draft}); run with {FLAG} off"
+        )
+    from .glm5 import GlmMoeDsaForCausalLM
+
+    if is_draft or not isinstance(model, GlmMoeDsaForCausalLM):
+        logger.info("%s: %s runs upstream's forward (no fused plan for it)", FLAG,
+                    type(model).__name__)
+        return
+    from sglang.srt.distributed import tensor_model_parallel_all_reduce
+    from sglang.srt.distributed.parallel_state import get_tensor_model_parallel_rank
+    from sglang.srt.model_executor.runner import get_is_capture_mode
+    from sglang.srt.runtime_context import get_context
+
+    args = get_context().server_args
+    build_fused_state(
+        model, hf_config,
+        speculative_algorithm=args.speculative_algorithm,
+        draft_tokens=args.speculative_num_draft_tokens,
+        context_len=args.context_length or hf_config.max_position_embeddings,
+        rank=get_tensor_model_parallel_rank(),
+        reduce=tensor_model_parallel_all_reduce,
+        is_capturing=lambda: bool(get_is_capture_mode()),
+    )
+
+
+def build_fused_state(model: Any, hf_config: Any, *, speculative_algorithm: Any,
+                      draft_tokens: Any, context_len: int, rank: int,
+                      reduce: Callable[[Any], Any], is_capturing: Callable[[], bool],
+                      layer_cls: Any = None) -> Any:
+    """Views of the loaded weights, the plan of every covered width, left on the model."""
+    from sglang.srt.layers.fused_decode import plan as fused_plan
+    from sglang.srt.layers.fused_decode.reference.config import Glm5Config
+
+    from .adapt import model_weights
+    from .glm5 import STATE_KEY, FusedState
+
+    cfg = Glm5Config.from_dict(hf_config.to_dict())
+    weights, reasons = model_weights(model, cfg)
+    if getattr(model, "capture_aux_hidden_states", False):
+        reasons.append("the model captures aux hidden states (EAGLE3): not served")
+    if reasons:
+        raise RuntimeError(f"{FLAG}: cannot build the fused path from the loaded weights:"
+                           "\n  - " + "\n  - ".join(reasons))
+    algo = getattr(speculative_algorithm, "name", speculative_algorithm)
+    widths = spec.covered_widths(algo, draft_tokens)
+    plan = fused_plan.build_plan(cfg, weights, widths, int(context_len) + spec.MAX_ROWS,
+                                 layer_cls=layer_cls, rank=rank)
+    state = FusedState(plan, weights, int(draft_tokens or 1), reduce, is_capturing)
+    model.__dict__[STATE_KEY] = state
+    return state

@@ -14,12 +14,16 @@ UPSTREAM_READS = (
     ("sglang.srt.arg_groups.overrides", "declare_resolution"),
     ("sglang.srt.runtime_context", "get_context"),
     ("sglang.srt.runtime_context", "get_exec"),
+    ("sglang.srt.distributed.parallel_state", "get_tensor_model_parallel_rank"),
+    ("sglang.srt.distributed", "tensor_model_parallel_all_reduce"),
+    ("sglang.srt.model_executor.runner", "get_is_capture_mode"),
     ("sglang.srt.models.glm4_moe", "GlmMoeDsaForCausalLM"),
     ("sglang.srt.models.glm4_moe", "GlmMoeDsaForCausalLMNextN"),
     ("sglang.srt.models.glm5_next", "Glm5NextForConditionalGeneration"),
 )
 
-# Server-argument fields read through upstream's resolving view (spec's rules name the rest).
+# Server-argument fields read through upstream's resolving view or get_context().server_args
+# (spec's rules name the rest).
 SERVER_ARGS_FIELDS = (
     "fused_decode_backend",  # added by patch 0001
     "enable_nvidia_megakernel",
@@ -27,6 +31,7 @@ SERVER_ARGS_FIELDS = (
     "cuda_graph_config",
     "disable_cuda_graph",
     "speculative_num_draft_tokens",
+    "context_length",
 ) + SERVER_ARG_FIELDS
 
 # Signatures the fork relies on: graph runners inspect forward's parameters, and the

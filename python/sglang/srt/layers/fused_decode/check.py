@@ -1,0 +1,138 @@
+"""Check mode: run the reference beside each fused layer on the same inputs and caches.
+
+Set ``SGLANG_FUSED_DECODE_CHECK=1`` (eager steps only: a captured graph cannot read values
+back). Before a fused layer runs, the context rows the step reads are copied out of upstream's
+pool into a compact cache (slots renumbered, positions kept, so top-k positions compare
+directly); after it runs, the reference layer runs on the copy, routed to the experts the fused
+layer chose, and every value outside ``spec.NUMERICS`` is logged with the layer and step.
+The fused layer's own outputs and cache writes are what the step keeps.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import Dict, List, Optional
+
+import torch
+
+from . import spec
+from .reference.batch import RowBatch
+from .reference.cache import Caches, gather_index, gather_kv, write_index, write_kv
+from .reference.config import INDEX_PAGE_SIZE, Glm5Config
+from .reference.model import layer_forward
+from .reference.quant import FP8
+from .reference.weights import LayerWeights
+from .testing import _rel, forced_routing
+
+logger = logging.getLogger(__name__)
+
+CHECK_ENV = "SGLANG_FUSED_DECODE_CHECK"
+
+
+def enabled() -> bool:
+    return os.environ.get(CHECK_ENV, "0") not in ("", "0", "false", "False")
+
+
+def tolerances() -> Dict[str, float]:
+    interp = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return spec.NUMERICS["fused_layer_interpreter" if interp else "fused_layer"]
+
+
+@dataclass
+class Snapshot:
+    """The step's context rows of one layer's caches, compacted, taken before the layer runs."""
+
+    caches: Caches
+    batch: RowBatch
+    out_slots: torch.Tensor  # the pool slots the step writes (valid rows)
+    compact_out: torch.Tensor  # the same rows' compact slots
+
+
+def snapshot(cfg: Glm5Config, layer_id: int, caches: Caches, batch: RowBatch) -> Snapshot:
+    pos, table = batch.positions, batch.token_slots
+    width = table.shape[1]
+    cols = torch.arange(width, device=table.device)
+    used = (cols[None, :] <= pos[:, None]) & (table >= 0)
+    slots = torch.unique(table[used])
+    pages = -(-(slots.numel() + 1) // INDEX_PAGE_SIZE) * INDEX_PAGE_SIZE
+    remap = torch.full((int(table.max()) + 2,), -1, dtype=torch.int64, device=table.device)
+    remap[slots] = torch.arange(1, slots.numel() + 1, device=table.device)  # 0 stays unused
+    compact_table = torch.where(used, remap[table.clamp_min(0)], torch.full_like(table, -1))
+    kv = caches.kv[layer_id]
+    c = Caches()
+    c.kv[layer_id] = torch.zeros(pages, kv.shape[1], dtype=kv.dtype, device=kv.device)
+    write_kv(c.kv[layer_id], remap[slots], gather_kv(kv, slots))
+    if layer_id in caches.index:
+        ix = caches.index[layer_id]
+        c.index[layer_id] = torch.zeros(pages // INDEX_PAGE_SIZE, ix.shape[1], dtype=ix.dtype,
+                                        device=ix.device)
+        keys, scales = gather_index(ix, slots)
+        write_index(c.index[layer_id], remap[slots], keys.to(FP8), scales)
+    rows = RowBatch(pos.clone(), compact_table)
+    valid = pos >= 0
+    out = table.gather(1, pos.clamp_min(0)[:, None])[:, 0][valid]
+    return Snapshot(c, rows, out, remap[out])
+
+
+def compare(cfg: Glm5Config, lw: LayerWeights, snap: Snapshot, hidden, residual, topk_prev,
+            fused, fused_out, pool: Caches) -> Dict[str, float]:
+    """Run the reference on the snapshot and compare with the fused layer's outputs."""
+    y, res, topk = fused_out
+    b = snap.batch
+    flips = [0]
+    if lw.is_moe:
+        with forced_routing(fused.routed_experts(b.num_rows), flips):
+            ref = layer_forward(cfg, [lw], hidden, residual, b, snap.caches, topk_prev)
+    else:
+        ref = layer_forward(cfg, [lw], hidden, residual, b, snap.caches, topk_prev)
+    y_ref, res_ref, topk_ref = ref
+    v = b.valid
+    lid = lw.layer_id
+    return {
+        "y_rel": _rel(y[v], y_ref[v]),
+        "residual_rel": _rel(res[v], res_ref[v]),
+        "kv_written_rel": _rel(pool.kv[lid][snap.out_slots], snap.caches.kv[lid][snap.compact_out]),
+        "topk_overlap": float((torch.isin(topk[v], topk_ref[v]) | (topk[v] < 0)).float().mean()),
+        "routing_flips": flips[0],
+    }
+
+
+def outside(errors: Dict[str, float], tol: Dict[str, float]) -> List[str]:
+    """Every value outside the tolerances, as 'name=value (bound)'."""
+    bad = []
+    for name in ("y_rel", "residual_rel", "kv_written_rel"):
+        if not errors[name] <= tol[name]:
+            bad.append(f"{name}={errors[name]:.4g} (> {tol[name]})")
+    if not errors["topk_overlap"] >= tol["topk_overlap"]:
+        bad.append(f"topk_overlap={errors['topk_overlap']:.4g} (< {tol['topk_overlap']})")
+    if errors["routing_flips"] > tol["max_routing_flips"]:
+        bad.append(f"routing_flips={errors['routing_flips']} (> {tol['max_routing_flips']})")
+    return bad
+
+
+class Checker:
+    """The runtime's per-layer hook in check mode; keeps every layer's errors of the step."""
+
+    def __init__(self, cfg: Glm5Config, weights: List[LayerWeights], pool: Caches,
+                 step: Optional[str] = None):
+        self.cfg, self.weights, self.pool, self.step = cfg, weights, pool, step
+        self.tol = tolerances()
+        self.errors: List[Dict[str, float]] = []
+        self.problems: List[str] = []
+
+    def __call__(self, i, layer, hidden, residual, batch, topk_prev):
+        lw = self.weights[i]
+        hidden_in = hidden.clone()
+        residual_in = None if residual is None else residual.clone()
+        snap = snapshot(self.cfg, lw.layer_id, self.pool, batch)
+        out = layer(hidden, residual, batch, topk_prev)
+        errors = compare(self.cfg, lw, snap, hidden_in, residual_in, topk_prev, layer, out,
+                         self.pool)
+        self.errors.append(errors)
+        for problem in outside(errors, self.tol):
+            line = f"fused decode check: layer {lw.layer_id} ({self.step or 'step'}): {problem}"
+            self.problems.append(line)
+            logger.warning(line)
+        return out

@@ -1,0 +1,89 @@
+"""The step executor of a covered step: upstream's tensors in, the post-norm hidden state out.
+
+``step_rows`` builds the fused layers' ``RowBatch`` from upstream's addressing without a host
+sync: row m's position, and its request's slot row of ``req_to_token`` (the KV pool's slot of
+each context position; a target-verify step has ``rows_per_req`` rows per request, each with
+its own position). Rows past the real row count (CUDA-graph padding) get position -1: they
+read and write nothing (upstream writes their KV at the dummy slot 0, which nothing reads).
+
+``pool_caches`` views upstream's DSA pool as the layers' caches: the latent KV buffer
+[slots + page, 1, 576] bf16 as [slots + page, 576], and the FP8 index-K cache of each indexer
+layer as uint8 [pages, 64 * 132] (keys then fp32 scales per 64-token page, slot s at page
+s // 64, offset s % 64: the layout of upstream's ``IndexKeyCache`` with index_kpool 1).
+
+Top-k: the fused layers carry the top-k between layers as context positions (ascending, -1
+padded), which they resolve through ``token_slots``. Upstream's indexer carries physical slots
+(fused top-k) or positions; no upstream consumer reads the target's top-k after a decode or
+verify step (the target publishes no MTP carry; the draft runs upstream's own forward), so
+nothing is translated. The model package refuses a step whose ``spec_info`` asks for a seed.
+
+``run_layers`` runs the stack: each layer's partial sum is all-reduced by ``reduce`` (the TP
+group's all-reduce), and ``final_norm(hidden, residual)`` finishes the deferred residual add
+and the final RMSNorm, as upstream's ``residual_batch.final_norm`` does.
+"""
+
+from __future__ import annotations
+
+from typing import Callable, Dict, Optional, Sequence
+
+import torch
+
+from .reference.batch import RowBatch
+from .reference.cache import INDEX_PAGE_BYTES, Caches
+from .reference.config import INDEX_PAGE_SIZE
+
+Reduce = Callable[[torch.Tensor], torch.Tensor]
+FinalNorm = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+# check mode's per-layer hook: (layer index, layer, hidden, residual, batch, topk_prev, run)
+LayerHook = Callable[..., tuple]
+
+
+class StepRows(RowBatch):
+    """A RowBatch built on the device without the reference's host-side checks."""
+
+    def __post_init__(self):  # the reference's checks read values back to the host
+        pass
+
+
+def step_rows(positions: torch.Tensor, req_to_token: torch.Tensor,
+              req_pool_indices: torch.Tensor, rows_per_req: int, max_context: int,
+              num_real_rows: Optional[torch.Tensor] = None) -> StepRows:
+    """The rows of a decode (rows_per_req 1) or target-verify step; no host sync."""
+    table = req_to_token[:, :max_context].index_select(0, req_pool_indices.to(torch.int64))
+    if rows_per_req > 1:
+        table = table.repeat_interleave(rows_per_req, dim=0)
+    pos = positions.to(torch.int64)
+    if num_real_rows is not None:
+        row = torch.arange(pos.shape[0], device=pos.device)
+        pos = torch.where(row < num_real_rows, pos, torch.full_like(pos, -1))
+    return StepRows(pos, table.to(torch.int64))
+
+
+def pool_caches(kv_buffers: Dict[int, torch.Tensor],
+                index_buffers: Dict[int, torch.Tensor], kv_cache_dim: int) -> Caches:
+    """The layers' caches as views of upstream's pool buffers (refusing another layout)."""
+    c = Caches()
+    for lid, buf in kv_buffers.items():
+        if buf.dtype != torch.bfloat16 or buf.shape[-1] != kv_cache_dim:
+            raise ValueError(f"layer {lid}: KV buffer {tuple(buf.shape)} {buf.dtype}; the fused "
+                             f"layers read raw bf16 rows of {kv_cache_dim}")
+        c.kv[lid] = buf.view(buf.shape[0], kv_cache_dim)
+    for lid, buf in index_buffers.items():
+        if buf.dtype != torch.uint8 or buf.dim() != 2 or buf.shape[1] != INDEX_PAGE_BYTES:
+            raise ValueError(f"layer {lid}: index-K buffer {tuple(buf.shape)} {buf.dtype}; the "
+                             f"fused layers read uint8 pages of {INDEX_PAGE_SIZE} tokens x 132 B")
+        c.index[lid] = buf
+    return c
+
+
+def run_layers(layers: Sequence, hidden: torch.Tensor, batch: RowBatch, reduce: Reduce,
+               final_norm: FinalNorm, hook: Optional[LayerHook] = None) -> torch.Tensor:
+    """Every fused layer in order, then the final norm: the post-norm hidden state [M, H]."""
+    residual, topk = None, None
+    for i, layer in enumerate(layers):
+        if hook is None:
+            y, residual, topk = layer(hidden, residual, batch, topk)
+        else:
+            y, residual, topk = hook(i, layer, hidden, residual, batch, topk)
+        hidden = reduce(y)
+    return final_norm(hidden, residual)
