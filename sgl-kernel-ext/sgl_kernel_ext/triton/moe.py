@@ -9,9 +9,10 @@ Launches with grids fixed by the plan (CUDA-graph capturable):
 2. ``gate_up``: one program per (slot, BLOCK_N intermediate columns): FP8 block GEMMs of the
    slot's expert for every row (x arrives quantized), SiLU(g) * u rounded to bf16 as SGLang's
    fused MoE does.
-3. ``down``: one program per (BLOCK_N hidden columns, slot split), looping over its slots:
-   FP8 GEMM of the slot's activations (re-quantized per 128), term = bf16(weight * y) summed
-   in fp32; the splits' partials are then summed in a fixed order and rounded once to bf16.
+3. ``down``: one program per (BLOCK_N hidden columns, slot): FP8 GEMM of the slot's
+   activations (re-quantized per 128), term = bf16(weight * y) stored at [row, the expert's
+   place in the row's ascending choice]; then each row's k+1 terms are summed in fp32 in that
+   order (shared first, experts ascending, as SGLang's combine) and rounded once to bf16.
 
 Each touched expert's weights are read once per step. A dense MLP is the same gate_up/down
 pair over the single shared slot.
@@ -29,7 +30,7 @@ from .quant import sum_parts, to_e4m3
 
 @triton.jit
 def _route_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
-                  slot_expert_ptr, slot_weight_ptr, num_slots_ptr, scale,
+                  slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, scale,
                   BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
                   RENORM: tl.constexpr):
     offs_m = tl.arange(0, BLOCK_M)
@@ -61,8 +62,13 @@ def _route_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
     tl.store(slot_expert_ptr + slot, offs_e, mask=used > 0)
     tl.store(slot_weight_ptr + slot[None, :] * M + offs_m[:, None], w,
              mask=(used[None, :] > 0) & m_ok[:, None])
+    # the expert's place in its row's ascending choice (1..k; the shared expert is 0)
+    rank = tl.where(chosen > 0, tl.cumsum(chosen, axis=1), -1)
+    tl.store(slot_rank_ptr + slot[None, :] * M + offs_m[:, None], rank,
+             mask=(used[None, :] > 0) & m_ok[:, None])
     tl.store(slot_expert_ptr, E)
     tl.store(slot_weight_ptr + offs_m, tl.full((BLOCK_M,), 1.0, tl.float32), mask=m_ok)
+    tl.store(slot_rank_ptr + offs_m, tl.zeros((BLOCK_M,), tl.int32), mask=m_ok)
     tl.store(num_slots_ptr, tl.sum(used, axis=0) + 1)
 
 
@@ -160,47 +166,59 @@ def _swiglu_kernel(gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS, SPLIT_K: tl
 
 
 @triton.jit
-def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, num_slots_ptr,
-                 dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr, part_ptr, SLOT_SPLIT,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr):
-    """Program (tile, s) sums the slots s, s + SLOT_SPLIT, ... into partial s (fp32)."""
+def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
+                 num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
+                 terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 INTERPRET: tl.constexpr):
+    """Program (tile, slot): term = bf16(weight * act_slot D_e^T) for the rows that chose the
+    slot's expert, stored at terms[row, rank of the expert in the row]."""
     tile = tl.program_id(0)
-    sp = tl.program_id(1)
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    m_ok = offs_m < M
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for slot in range(sp, tl.load(num_slots_ptr), SLOT_SPLIT):
+    slot = tl.program_id(1)
+    if slot < tl.load(num_slots_ptr):
         e = tl.load(slot_expert_ptr + slot)
         shared = e == E
         wq = tl.where(shared, 0, e).to(tl.int64) * q_stride_e
         ws = tl.where(shared, 0, e).to(tl.int64) * s_stride_e
+        offs_m = tl.arange(0, BLOCK_M)
+        offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        m_ok = offs_m < M
         y = _fp8_tile_dot(act_ptr + slot * M * I, I, M, I, tl.where(shared, sdq_ptr, dq_ptr + wq),
                           tl.where(shared, sds_ptr, ds_ptr + ws), offs_n, H, BLOCK_M, BLOCK_N,
                           INTERPRET)
         w = tl.load(slot_weight_ptr + slot * M + offs_m, mask=m_ok, other=0.0)  # 1 when shared
-        acc += (w[:, None] * y).to(tl.bfloat16).to(tl.float32)
-    tl.store(part_ptr + (sp * M + offs_m[:, None]) * H + offs_n[None, :], acc,
-             mask=m_ok[:, None] & (offs_n[None, :] < H))
+        rank = tl.load(slot_rank_ptr + slot * M + offs_m, mask=m_ok, other=-1)
+        keep = m_ok & (rank >= 0)
+        dst = terms_ptr + ((offs_m * TERMS + tl.maximum(rank, 0)) * H)[:, None] + offs_n[None, :]
+        tl.store(dst, (w[:, None] * y).to(tl.bfloat16), mask=keep[:, None] & (offs_n[None, :] < H))
 
 
 @triton.jit
-def _sum_parts_kernel(part_ptr, SPLIT: tl.constexpr, out_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    ok = offs < n
-    tl.store(out_ptr + offs, sum_parts(part_ptr, SPLIT, n, offs, ok).to(tl.bfloat16), mask=ok)
+def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK: tl.constexpr):
+    """out[row] = bf16 of the fp32 sum of the row's terms in order (shared, then experts
+    ascending); a pad row has only its shared term."""
+    m = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < H
+    n_terms = tl.where(tl.load(pos_ptr + m) >= 0, TERMS, 1)
+    acc = tl.zeros((BLOCK,), tl.float32)
+    for j in tl.static_range(TERMS):
+        acc += tl.load(terms_ptr + (m * TERMS + j) * H + offs, mask=ok & (j < n_terms),
+                       other=0.0).to(tl.float32)
+    tl.store(out_ptr + m * H + offs, acc.to(tl.bfloat16), mask=ok)
 
 
 def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tensor, topk: int,
           scale: float, renorm: bool, slot_expert: torch.Tensor, slot_weight: torch.Tensor,
-          num_slots: torch.Tensor) -> None:
+          slot_rank: torch.Tensor, num_slots: torch.Tensor) -> None:
     """router_parts fp32 [SPLIT, M, E]; writes slot_expert int32 [>= M*topk+1], slot_weight
-    fp32 [>= M*topk+1, M] and num_slots int32 [1]."""
+    fp32 and slot_rank int32 [>= M*topk+1, M] (the expert's place in the row's ascending
+    choice; -1 where the row did not choose it) and num_slots int32 [1]."""
     split, m, e = router_parts.shape
     assert router_parts.is_contiguous() and slot_weight.shape[1] == m
     assert slot_expert.numel() >= m * topk + 1 and slot_weight.is_contiguous()
+    assert slot_rank.shape == slot_weight.shape and slot_rank.is_contiguous()
     _route_kernel[(1,)](router_parts, split, m, e, bias, positions, slot_expert, slot_weight,
-                        num_slots, float(scale), BLOCK_M=max(2, triton.next_power_of_2(m)),
+                        slot_rank, num_slots, float(scale), BLOCK_M=max(2, triton.next_power_of_2(m)),
                         BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm,
                         num_warps=16 if m > 4 else 4)  # [rows, experts] tiles: no spills
 
@@ -257,21 +275,21 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
                                  BLOCK_I=triton.next_power_of_2(inter), num_warps=4)
 
 
-def down(act, num_experts, slot_expert, slot_weight, num_slots, down_q, down_s,
-         shared_down_q, shared_down_s, parts, out):
-    """out bf16 [M, H] = sum over slots of bf16(weight * act_slot D_e^T), shared first, via
-    fp32 partials parts [SLOT_SPLIT, M, H] (slots interleaved over the splits)."""
+def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_q, down_s,
+         shared_down_q, shared_down_s, positions, terms, out):
+    """out bf16 [M, H] = sum over the row's experts of bf16(weight * act_slot D_e^T), shared
+    first then experts ascending (fp32 sum, one rounding), through terms bf16 [M, k+1, H]."""
     slots, m, inter = act.shape
-    split, _, h = parts.shape
-    assert shared_down_q.shape == (h, inter) and out.is_contiguous() and parts.is_contiguous()
+    _, n_terms, h = terms.shape
+    assert shared_down_q.shape == (h, inter) and out.is_contiguous() and terms.is_contiguous()
     _check_expert_stack(down_q, down_s)
-    block_n = 32 if m < 4 else 64  # wider tiles re-quantize each slot's rows fewer times
-    _down_kernel[(triton.cdiv(h, block_n), split)](
-        act, m, inter, h, num_experts, slot_expert, slot_weight, num_slots,
+    block_n = 64
+    _down_kernel[(triton.cdiv(h, block_n), slots)](
+        act, m, inter, h, num_experts, slot_expert, slot_weight, slot_rank, num_slots,
         down_q, down_s, down_q.stride(0) if down_q.dim() == 3 else 0,
-        down_s.stride(0) if down_s.dim() == 3 else 0, shared_down_q, shared_down_s, parts, split,
-        BLOCK_M=block_m(m), BLOCK_N=block_n, INTERPRET=interpreting(),
-        num_warps=8 if block_n == 64 else 4, num_stages=3,
+        down_s.stride(0) if down_s.dim() == 3 else 0, shared_down_q, shared_down_s, terms,
+        TERMS=n_terms, BLOCK_M=block_m(m), BLOCK_N=block_n, INTERPRET=interpreting(),
+        num_warps=4, num_stages=3,
     )
-    n = m * h
-    _sum_parts_kernel[(triton.cdiv(n, 1024),)](parts, split, out, n, BLOCK=1024, num_warps=4)
+    _sum_terms_kernel[(m, triton.cdiv(h, 1024))](terms, positions, out, h, TERMS=n_terms,
+                                                BLOCK=1024, num_warps=4)

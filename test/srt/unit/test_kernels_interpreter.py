@@ -72,8 +72,9 @@ def test_moe_route_slots_and_combine():
     slots = m * k + 1
     se = torch.full((slots,), -7, dtype=torch.int32)
     sw = torch.full((slots, m), float("nan"))
+    sr = torch.full((slots, m), -7, dtype=torch.int32)
     ns = torch.zeros(1, dtype=torch.int32)
-    moe.route(parts, mw.bias, pos, k, CFG.routed_scaling_factor, True, se, sw, ns)
+    moe.route(parts, mw.bias, pos, k, CFG.routed_scaling_factor, True, se, sw, sr, ns)
     valid = pos >= 0
     n = int(ns)
     assert se[0] == e and se[1:n].tolist() == sorted(set(ids[valid].flatten().tolist()))
@@ -82,6 +83,9 @@ def test_moe_route_slots_and_combine():
             hit = (ids[r] == se[s]) & valid[r]
             want = float(weights[r][hit].sum()) if hit.any() else 0.0
             assert abs(float(sw[s, r]) - want) <= 1e-5 * max(1.0, abs(want))
+            chosen = sorted(ids[r].tolist()) if valid[r] else []
+            rank = chosen.index(int(se[s])) + 1 if int(se[s]) in chosen else -1
+            assert int(sr[s, r]) == rank
     inter = mw.gate.q.shape[1]
     act = torch.full((slots, m, inter), float("nan"), dtype=torch.bfloat16)
     sh = mw.shared
@@ -93,8 +97,8 @@ def test_moe_route_slots_and_combine():
     moe.gate_up(xq, sx.contiguous(), e, se, ns, w13_q[:, :inter], w13_s[:, :rows_s],
                 w13_q[:, inter:], w13_s[:, rows_s:], sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act)
     out = torch.full((m, CFG.hidden_size), float("nan"), dtype=torch.bfloat16)
-    parts = torch.full((3, m, CFG.hidden_size), float("nan"))
-    moe.down(act, e, se, sw, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, parts, out)
+    terms = torch.full((m, k + 1, CFG.hidden_size), float("nan"), dtype=torch.bfloat16)
+    moe.down(act, e, se, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, pos, terms, out)
     ref = moe_partial(CFG, mw, x, ids, weights, SGLANG)
     assert not torch.isnan(out[valid]).any()
     assert _rel(out[valid], ref[valid]) <= 8 * BF16_ULP

@@ -10,7 +10,7 @@ nothing and never synchronizes with the host, so a step of it can be captured in
 Launch sequence (stage kernels from ``sgl_kernel_ext.triton``): add+RMSNorm (+ e4m3 of the
 row); q_a|kv_a (split-K partials); latent norms + rope + KV write (+ e4m3 of c_q); q_b
 (| wq_b); indexer keys/queries, scores, top-k; absorb; sparse attention + combine; w_vc
-(+ e4m3); o_proj; add+RMSNorm; MLP (router, route, gate/up, down, sum of the slot splits).
+(+ e4m3); o_proj; add+RMSNorm; MLP (router, route, gate/up, down, each row's terms summed).
 Activations are quantized once by the kernel that produces them; every GEMM's split-K
 partials are summed in a fixed order by its consumer, so a step is deterministic.
 """
@@ -30,9 +30,8 @@ from .reference.weights import LayerWeights, MoeWeights
 
 ROUTER_SPLIT = 8
 INDEX_KW_SPLIT = 8
-MOE_SLOT_SPLIT = 8
 # buffers whose rows are the second dimension (split-K partials, [slot, row] tables)
-_ROWS_SECOND = {"qa", "kva", "q", "q_index", "kw_parts", "y_attn", "router_parts", "mlp_parts"}
+_ROWS_SECOND = {"qa", "kva", "q", "q_index", "kw_parts", "y_attn", "router_parts"}
 
 
 def _prefix(buf: torch.Tensor, *shape: int) -> torch.Tensor:
@@ -76,7 +75,6 @@ class FusedLayer:
             slots = max_rows * cfg.num_experts_per_tok + 1
         else:
             self.experts, inter, slots = 0, mlp.gate.q.shape[0], 1
-        self.slot_split = min(slots, MOE_SLOT_SPLIT)
         m = max_rows
         f32, bf16, fp8 = torch.float32, torch.bfloat16, torch.float8_e4m3fn
         e = lambda *s, dt=bf16: torch.empty(*s, dtype=dt, device=dev)  # noqa: E731
@@ -93,9 +91,11 @@ class FusedLayer:
             oq=e(m, self.heads * cfg.v_head_dim, dt=fp8),
             os=e(m, groups(self.heads * cfg.v_head_dim), dt=f32),
             y_attn=e(self.split_o, m, h, dt=f32), x2=e(m, h), x2q=e(m, h, dt=fp8),
-            x2s=e(m, groups(h), dt=f32), mlp_parts=e(self.slot_split, m, h, dt=f32), y=e(m, h),
+            x2s=e(m, groups(h), dt=f32), y=e(m, h),
+            terms=e(m, cfg.num_experts_per_tok + 1 if self.experts else 1, h),
             topk=e(m, cfg.index_topk, dt=torch.int64), act=e(slots, m, inter),
             slot_expert=e(slots, dt=torch.int32), slot_weight=e(slots, m, dt=f32),
+            slot_rank=e(slots, m, dt=torch.int32),
             num_slots=e(1, dt=torch.int32),
         )
         b = self.buf
@@ -108,6 +108,7 @@ class FusedLayer:
         else:  # the dense MLP is the single shared slot
             b["slot_expert"].fill_(0)
             b["slot_weight"].fill_(1.0)
+            b["slot_rank"].fill_(0)
             b["num_slots"].fill_(1)
         if self.runs_indexer:
             ni, di = cfg.index_n_heads, cfg.index_head_dim
@@ -123,7 +124,7 @@ class FusedLayer:
         """The step's view of a buffer: its first m rows, contiguous (split-K partials and
         [slot, row] tables are indexed with the step's row count)."""
         buf = self.buf[name]
-        if name in ("act", "slot_weight"):  # [slots m rows can touch, rows, ...]
+        if name in ("act", "slot_weight", "slot_rank"):  # [slots m rows can touch, rows, ...]
             return _prefix(buf, self._slots(m), m, *buf.shape[2:])
         if name in _ROWS_SECOND:  # [SPLIT, rows, ...]
             return _prefix(buf, buf.shape[0], m, *buf.shape[2:])
@@ -203,7 +204,7 @@ class FusedLayer:
             bf16_linear.bf16_linear_splitk(v("x2"), mlp.router, v("router_parts"))
             moe.route(v("router_parts"), mlp.bias, pos, cfg.num_experts_per_tok,
                       cfg.routed_scaling_factor, cfg.norm_topk_prob, b["slot_expert"],
-                      v("slot_weight"), b["num_slots"])
+                      v("slot_weight"), v("slot_rank"), b["num_slots"])
             routed, shared = mlp, mlp.shared
         else:
             routed = shared = mlp  # the dense MLP is the single shared slot
@@ -215,9 +216,9 @@ class FusedLayer:
         moe.gate_up(v("x2q"), v("x2s"), self.experts, b["slot_expert"], b["num_slots"],
                     routed.gate.q, routed.gate.s, routed.up.q, routed.up.s,
                     shared.gate.q, shared.gate.s, shared.up.q, shared.up.s, act, gu_parts)
-        moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"), b["num_slots"],
-                 routed.down.q, routed.down.s, shared.down.q, shared.down.s, v("mlp_parts"),
-                 v("y"))
+        moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"), v("slot_rank"),
+                 b["num_slots"], routed.down.q, routed.down.s, shared.down.q, shared.down.s, pos,
+                 v("terms"), v("y"))
 
 
 def build_fused_layer(cfg: Glm5Config, lw: LayerWeights, caches: Caches, max_rows: int,
