@@ -1,0 +1,137 @@
+"""Compile every Triton kernel of the fused layer for sm_90 on a machine without a GPU.
+
+The CPU interpreter runs kernels as Python, so it cannot catch what only the compiler
+rejects (a loop-carried value changing type, an unsupported op or layout). This runs in two
+processes: ``record`` drives the tiny-config fused layer (and the top-k kernel) under the
+interpreter and writes each distinct launch's kernel, argument types and compile-time
+constants; ``compile`` (no interpreter) compiles each one for an H100/H200 target with
+Triton's own compiler and bundled ptxas.
+
+    TRITON_INTERPRET=1 python sm90_compile.py record specs.json
+    python sm90_compile.py compile specs.json
+"""
+
+from __future__ import annotations
+
+import importlib
+import inspect
+import json
+import sys
+
+_TYPES = {
+    "torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16",
+    "torch.float8_e4m3fn": "fp8e4nv", "torch.int64": "i64", "torch.int32": "i32",
+    "torch.uint8": "u8", "torch.bool": "i1",
+}
+
+
+def _describe(value):
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return "*" + _TYPES[str(value.dtype)]
+    if isinstance(value, bool):
+        return "i1"
+    if isinstance(value, int):
+        return "i32" if -(2**31) <= value < 2**31 else "i64"
+    if isinstance(value, float):
+        return "fp32"
+    raise TypeError(f"cannot describe a launch argument of type {type(value).__name__}")
+
+
+def record(path: str) -> None:
+    import triton.runtime.interpreter as interp
+
+    specs = {}
+    original = interp.InterpretedFunction.run
+
+    def run(self, *args, grid, warmup, **kwargs):
+        fn = self.fn
+        params = inspect.signature(fn).parameters
+        names = list(params)
+        options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
+        bound = dict(zip(names, args)) | kwargs
+        constexprs = {n: v for n, v in bound.items() if "constexpr" in str(params[n].annotation)}
+        signature = {n: ("constexpr" if n in constexprs else _describe(bound[n])) for n in names}
+        key = json.dumps([fn.__module__, fn.__name__, signature, constexprs, options],
+                         sort_keys=True, default=str)
+        specs[key] = {"module": fn.__module__, "name": fn.__name__, "signature": signature,
+                      "constexprs": constexprs, "options": options}
+        return original(self, *args, grid=grid, warmup=warmup, **kwargs, **options)
+
+    interp.InterpretedFunction.run = run
+    try:
+        _drive()
+    finally:
+        interp.InterpretedFunction.run = original
+    with open(path, "w") as f:
+        json.dump(list(specs.values()), f, indent=1)
+    print(f"recorded {len(specs)} distinct launches")
+
+
+def _drive() -> None:
+    import torch
+
+    from sgl_kernel_ext.triton import topk
+    from sglang.srt.layers.fused_decode.layer import FusedLayer
+    from sglang.srt.layers.fused_decode.reference.config import tiny_config
+    from sglang.srt.layers.fused_decode.testing import make_case
+
+    cfg = tiny_config()
+    for layer_id, contexts in ((0, [30, 0, 12, 40]), (1, [30, 0, 12, 40]), (2, [30, 12]),
+                               (1, [40]), (1, [40] * 9)):
+        case = make_case(cfg, layer_id, contexts, seed=layer_id, tp_size=2)
+        FusedLayer(cfg, case.lw, case.caches, len(contexts), case.batch.token_slots.shape[1])(
+            case.hidden, case.residual, case.batch, case.topk_prev)
+    scores = torch.randn(2, 3000)
+    topk.topk_positions(scores, torch.tensor([2999, 100]), 2048,
+                        torch.empty(2, 2048, dtype=torch.int64))
+
+
+def compile_all(path: str) -> int:
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile as triton_compile
+
+    failures = 0
+    with open(path) as f:
+        specs = json.load(f)
+    for spec in specs:
+        fn = getattr(importlib.import_module(spec["module"]), spec["name"])
+        constexprs = dict(spec["constexprs"])
+        if "INTERPRET" in constexprs:  # recorded under the interpreter: compile the GPU path
+            constexprs["INTERPRET"] = False
+        src = ASTSource(fn=fn, signature=spec["signature"], constexprs=constexprs)
+        try:
+            triton_compile(src, target=GPUTarget("cuda", 90, 32), options=spec["options"])
+            print(f"ok   {spec['name']} {spec['constexprs']}")
+        except Exception as exc:  # noqa: BLE001 - every failure is reported by name
+            failures += 1
+            print(f"FAIL {spec['name']} {spec['constexprs']}: {type(exc).__name__}: {exc}")
+    print(f"compiled {len(specs) - failures} of {len(specs)} for sm_90")
+    return failures
+
+
+def _use_checkout() -> None:
+    """Import this checkout's overlay and extension, as test/conftest.py does for pytest."""
+    from pathlib import Path
+
+    repo = Path(__file__).resolve().parents[3]
+    sys.path.insert(0, str(repo / "sgl-kernel-ext"))
+    spec = importlib.util.find_spec("sglang")
+    if spec is None or spec.origin in (None, "namespace"):
+        sys.path.insert(0, str(repo / "python"))
+    else:
+        import sglang
+
+        sglang.__path__.insert(0, str(repo / "python" / "sglang"))
+
+
+if __name__ == "__main__":
+    import importlib.util
+
+    _use_checkout()
+    mode, path = sys.argv[1], sys.argv[2]
+    if mode == "record":
+        record(path)
+    else:
+        sys.exit(1 if compile_all(path) else 0)
