@@ -74,10 +74,13 @@ def _topk_kernel(scores_ptr, stride_s, width, pos_ptr, out_ptr, K: tl.constexpr,
 
 
 def topk_positions(scores: torch.Tensor, positions: torch.Tensor, k: int, out: torch.Tensor,
-                   block: int = 1024) -> None:
+                   block: int = 0) -> None:
     """out int64 [M, k] = ascending positions of row m's k best scores among its first
-    positions[m] + 1 (all of them when that is <= k), -1 padded. scores fp32 [M, >= ctx]."""
+    positions[m] + 1 (all of them when that is <= k), -1 padded. scores fp32 [M, >= ctx].
+    block: scores per loop step (default: up to 8192, so a 32K context takes 4 steps a pass)."""
     m, width = scores.shape
     assert scores.stride(1) == 1 and out.shape == (m, k) and out.is_contiguous()
+    block = block or min(8192, max(1024, triton.next_power_of_2(width)))
     _topk_kernel[(m,)](scores, scores.stride(0), width, positions, out, K=k, BLOCK=block,
-                       OUT_BLOCK=min(1024, triton.next_power_of_2(k)), num_warps=8)
+                       OUT_BLOCK=min(1024, triton.next_power_of_2(k)),
+                       num_warps=16 if block >= 4096 else 8)
