@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
@@ -21,6 +22,7 @@ from . import spec
 from .reference.batch import RowBatch
 from .reference.cache import Caches, gather_index, gather_kv, write_index, write_kv
 from .reference.config import INDEX_PAGE_SIZE, Glm5Config
+from .reference import model as ref_model
 from .reference.model import layer_forward
 from .reference.quant import FP8
 from .reference.weights import LayerWeights
@@ -76,25 +78,67 @@ def snapshot(cfg: Glm5Config, layer_id: int, caches: Caches, batch: RowBatch) ->
     return Snapshot(c, rows, out, remap[out])
 
 
+@contextmanager
+def forced_topk(topks: List[torch.Tensor], valid: torch.Tensor, seen: List[torch.Tensor]):
+    """Make the reference's indexer layers (in order) select the given top-k positions for the
+    valid rows; each layer's own top-k (its keys still written) is appended to `seen`."""
+    own = ref_model.indexer_topk
+    queue = list(topks)
+
+    def indexer_topk(*args, **kwargs):
+        real = own(*args, **kwargs)
+        seen.append(real)
+        forced = queue.pop(0).to(real.device)
+        return torch.where(valid.to(real.device)[:, None], forced, real)
+
+    ref_model.indexer_topk = indexer_topk
+    try:
+        yield
+    finally:
+        ref_model.indexer_topk = own
+
+
+@contextmanager
+def forced_experts(experts: List[torch.Tensor], flips: List[int]):
+    """Route the reference's MoE layers (in order) to the given experts (testing.forced_routing
+    for a whole step)."""
+    own = ref_model.router
+    queue = list(experts)
+
+    def router(cfg, w, x):
+        ref_model.router = own
+        try:
+            with forced_routing(queue.pop(0), flips):
+                return ref_model.router(cfg, w, x)
+        finally:
+            ref_model.router = router
+
+    ref_model.router = router
+    try:
+        yield
+    finally:
+        ref_model.router = own
+
+
 def compare(cfg: Glm5Config, lw: LayerWeights, snap: Snapshot, hidden, residual, topk_prev,
             fused, fused_out, pool: Caches) -> Dict[str, float]:
-    """Run the reference on the snapshot and compare with the fused layer's outputs."""
+    """Run the reference on the snapshot, with the fused layer's discrete choices (its top-k
+    and experts) forced, and compare the outputs; topk_overlap compares the choices."""
     y, res, topk = fused_out
     b = snap.batch
-    flips = [0]
-    if lw.is_moe:
-        with forced_routing(fused.routed_experts(b.num_rows), flips):
-            ref = layer_forward(cfg, [lw], hidden, residual, b, snap.caches, topk_prev)
-    else:
-        ref = layer_forward(cfg, [lw], hidden, residual, b, snap.caches, topk_prev)
-    y_ref, res_ref, topk_ref = ref
     v = b.valid
+    flips, seen = [0], []
+    indexer = cfg.runs_indexer(lw.layer_id)
+    experts = [fused.routed_experts(b.num_rows)] if lw.is_moe else []
+    with forced_topk([topk] if indexer else [], v, seen), forced_experts(experts, flips):
+        y_ref, res_ref, _ = layer_forward(cfg, [lw], hidden, residual, b, snap.caches, topk_prev)
+    own = seen[0] if seen else topk
     lid = lw.layer_id
     return {
         "y_rel": _rel(y[v], y_ref[v]),
         "residual_rel": _rel(res[v], res_ref[v]),
         "kv_written_rel": _rel(pool.kv[lid][snap.out_slots], snap.caches.kv[lid][snap.compact_out]),
-        "topk_overlap": float((torch.isin(topk[v], topk_ref[v]) | (topk[v] < 0)).float().mean()),
+        "topk_overlap": float((torch.isin(topk[v], own[v]) | (topk[v] < 0)).float().mean()),
         "routing_flips": flips[0],
     }
 
@@ -121,6 +165,8 @@ class Checker:
         self.tol = tolerances()
         self.errors: List[Dict[str, float]] = []
         self.problems: List[str] = []
+        self.topks: List[torch.Tensor] = []  # each indexer layer's fused top-k, in order
+        self.experts: List[torch.Tensor] = []  # each MoE layer's fused experts, in order
 
     def __call__(self, i, layer, hidden, residual, batch, topk_prev):
         lw = self.weights[i]
@@ -131,6 +177,10 @@ class Checker:
         errors = compare(self.cfg, lw, snap, hidden_in, residual_in, topk_prev, layer, out,
                          self.pool)
         self.errors.append(errors)
+        if self.cfg.runs_indexer(lw.layer_id):
+            self.topks.append(out[2].clone())
+        if lw.is_moe:
+            self.experts.append(layer.routed_experts(batch.num_rows))
         for problem in outside(errors, self.tol):
             line = f"fused decode check: layer {lw.layer_id} ({self.step or 'step'}): {problem}"
             self.problems.append(line)

@@ -41,7 +41,9 @@ NUMERICS = {
     },
     "fused_layer_interpreter": {  # Triton's CPU interpreter truncates bf16 casts
         "y_rel": 0.12,
-        "residual_rel": 0.03,
+        # 0.032 measured on a first layer (no input residual) by
+        # test/srt/unit/test_model_fused_cpu.py; 0.02 with an input residual
+        "residual_rel": 0.035,
         "kv_written_rel": 0.05,
         "topk_overlap": 0.9,
         "max_routing_flips": 1,

@@ -18,6 +18,7 @@ from typing import Any, Callable, Dict, List, Optional
 import torch
 
 from sglang.srt.layers.fused_decode import check, plan as fused_plan, runtime
+from sglang.srt.model_executor.forward_context import get_req_to_token_pool, get_token_to_kv_pool
 from sglang.srt.models import glm4_moe as _upstream
 
 STATE_KEY = "_fused_decode"  # in the module's __dict__, out of its state dict
@@ -73,7 +74,7 @@ class GlmMoeDsaForCausalLM(_upstream.GlmMoeDsaForCausalLM):
             raise RuntimeError("fused decode: this step asks for an MTP top-k seed, which the "
                                "fused target step does not publish")
         plan = state.plan
-        pool = forward_batch.token_to_kv_pool
+        pool = get_token_to_kv_pool()
         caches = state.caches.get(id(pool))
         if caches is None:
             from .adapt import pool_buffers
@@ -82,7 +83,7 @@ class GlmMoeDsaForCausalLM(_upstream.GlmMoeDsaForCausalLM):
             caches = state.caches[id(pool)] = runtime.pool_caches(kv, index, plan.cfg.kv_cache_dim)
         fused_plan.bind_caches(plan, caches)
         rows = runtime.step_rows(
-            positions, forward_batch.req_to_token_pool.req_to_token,
+            positions, get_req_to_token_pool().req_to_token,
             forward_batch.req_pool_indices,
             state.verify_rows_per_req if mode == "target_verify" else 1,
             plan.max_context, forward_batch.num_token_non_padded,

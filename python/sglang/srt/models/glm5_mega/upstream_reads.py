@@ -17,6 +17,8 @@ UPSTREAM_READS = (
     ("sglang.srt.distributed.parallel_state", "get_tensor_model_parallel_rank"),
     ("sglang.srt.distributed", "tensor_model_parallel_all_reduce"),
     ("sglang.srt.model_executor.runner", "get_is_capture_mode"),
+    ("sglang.srt.model_executor.forward_context", "get_token_to_kv_pool"),
+    ("sglang.srt.model_executor.forward_context", "get_req_to_token_pool"),
     ("sglang.srt.models.glm4_moe", "GlmMoeDsaForCausalLM"),
     ("sglang.srt.models.glm4_moe", "GlmMoeDsaForCausalLMNextN"),
     ("sglang.srt.models.glm5_next", "Glm5NextForConditionalGeneration"),
