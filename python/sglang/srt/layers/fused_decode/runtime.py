@@ -24,6 +24,8 @@ and the final RMSNorm, as upstream's ``residual_batch.final_norm`` does.
 
 from __future__ import annotations
 
+import os
+import time
 from typing import Callable, Dict, Optional, Sequence
 
 import torch
@@ -31,6 +33,8 @@ import torch
 from .reference.batch import RowBatch
 from .reference.cache import INDEX_PAGE_BYTES, Caches
 from .reference.config import INDEX_PAGE_SIZE
+
+STALL_ENV = "SGLANG_FUSED_DECODE_INJECT_STALL"  # "<rank>:<fused step>:<seconds>", tests only
 
 Reduce = Callable[[torch.Tensor], torch.Tensor]
 FinalNorm = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -87,3 +91,15 @@ def run_layers(layers: Sequence, hidden: torch.Tensor, batch: RowBatch, reduce: 
             y, residual, topk = hook(i, layer, hidden, residual, batch, topk)
         hidden = reduce(y)
     return final_norm(hidden, residual)
+
+
+def maybe_inject_stall(rank: int, step: int) -> None:
+    """Fault injection for the e2e fault-stop test: rank `r` sleeps on the host before its
+    fused step `n` (eager steps only; a replayed graph does not call forward), so the other
+    ranks wait in that step's first all-reduce and upstream's watchdog must stop them."""
+    value = os.environ.get(STALL_ENV)
+    if not value:
+        return
+    r, n, seconds = value.split(":")
+    if int(r) == rank and int(n) == step:
+        time.sleep(float(seconds))

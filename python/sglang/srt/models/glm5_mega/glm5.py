@@ -33,6 +33,8 @@ class FusedState:
     verify_rows_per_req: int
     reduce: Callable[[torch.Tensor], torch.Tensor]
     is_capturing: Callable[[], bool] = lambda: False
+    rank: int = 0
+    steps: int = 0  # fused steps run eagerly or captured on this rank
     caches: Dict[int, Any] = field(default_factory=dict)  # id(pool) -> runtime Caches
 
 
@@ -88,6 +90,8 @@ class GlmMoeDsaForCausalLM(_upstream.GlmMoeDsaForCausalLM):
             state.verify_rows_per_req if mode == "target_verify" else 1,
             plan.max_context, forward_batch.num_token_non_padded,
         )
+        runtime.maybe_inject_stall(state.rank, state.steps)
+        state.steps += 1
         hidden = self.model.embed_tokens(input_ids)
         hook = None
         if check.enabled() and not state.is_capturing():

@@ -138,6 +138,6 @@ def build_fused_state(model: Any, hf_config: Any, *, speculative_algorithm: Any,
     widths = spec.covered_widths(algo, draft_tokens)
     plan = fused_plan.build_plan(cfg, weights, widths, int(context_len) + spec.MAX_ROWS,
                                  layer_cls=layer_cls, rank=rank)
-    state = FusedState(plan, weights, int(draft_tokens or 1), reduce, is_capturing)
+    state = FusedState(plan, weights, int(draft_tokens or 1), reduce, is_capturing, rank)
     model.__dict__[STATE_KEY] = state
     return state
