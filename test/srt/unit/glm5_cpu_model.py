@@ -6,7 +6,9 @@ upstream's process-wide context and a one-rank gloo group, so it runs in its own
     python glm5_cpu_model.py OUT.json
 
 Upstream builds on CPU with three stand-ins for what only a GPU answers: the device
-capability (9, 0) and, in its rope factory, the non-CPU rope class with its torch path.
+capability (9, 0) and, in its rope factory, the non-CPU rope class with its torch path. The
+model is built twice: as on CPU, and with the module forms CUDA takes (the indexer's merged
+bf16 wk_weights_proj, the shared expert fused into FusedMoE); the steps run on the second.
 """
 
 import json
@@ -31,7 +33,8 @@ def _paths():
     sys.path.insert(0, str(REPO / "sgl-kernel-ext"))
 
 
-def build(workdir: Path, port: int):
+def setup(workdir: Path, port: int):
+    """The tiny checkpoint, upstream's resolved arguments, published context and TP group."""
     import torch
 
     torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
@@ -63,15 +66,34 @@ def build(workdir: Path, port: int):
     rope_factory.get_rope_cpu = (
         lambda head, rot, max_pos, base, neox, scaling, dtype, partial, device:
         rope_factory.get_rope(head, rot, max_pos, base, neox, scaling, dtype, partial))
+    return cfg, server_args
+
+
+def load(server_args, cuda_structures: bool):
+    """Upstream's loader builds the architecture's class and loads the checkpoint. With
+    cuda_structures, the modules take the forms they take on CUDA: the indexer's merged bf16
+    wk_weights_proj and the shared expert fused into FusedMoE as its last expert."""
+    import sglang.srt.layers.attention.dsa.dsa_indexer as dsa_indexer
+    import sglang.srt.models.deepseek_v2 as deepseek_v2
     from sglang.srt.configs.device_config import DeviceConfig
     from sglang.srt.configs.load_config import LoadConfig
     from sglang.srt.configs.model_config import ModelConfig
     from sglang.srt.model_loader import get_model
 
-    model_config = ModelConfig.from_server_args(server_args)
-    model = get_model(model_config=model_config, load_config=LoadConfig(load_format="auto"),
-                      device_config=DeviceConfig("cpu"))
-    return cfg, model, model_config
+    saved = (dsa_indexer._is_cuda, getattr(dsa_indexer, "resolve_num_sms", None),
+             deepseek_v2.get_num_fused_shared_experts)
+    if cuda_structures:
+        dsa_indexer._is_cuda = True  # only __init__'s choices run: no CUDA kernel is called
+        dsa_indexer.resolve_num_sms = lambda *a, **k: 132
+        deepseek_v2.get_num_fused_shared_experts = lambda: 1
+    try:
+        model_config = ModelConfig.from_server_args(server_args)
+        model = get_model(model_config=model_config, load_config=LoadConfig(load_format="auto"),
+                          device_config=DeviceConfig("cpu"))
+    finally:
+        (dsa_indexer._is_cuda, dsa_indexer.resolve_num_sms,
+         deepseek_v2.get_num_fused_shared_experts) = saved
+    return model, model_config
 
 
 def _max_rel(a, b):
@@ -94,9 +116,16 @@ def main(out_path: str, port: int = 29517):
     t0 = time.time()
     res = {}
     with tempfile.TemporaryDirectory() as tmp:
-        cfg, model, model_config = build(Path(tmp), port)
+        cfg, server_args = setup(Path(tmp), port)
+        cpu_model, _ = load(server_args, cuda_structures=False)
+        model, model_config = load(server_args, cuda_structures=True)
     res["model_class"] = f"{type(model).__module__}.{type(model).__name__}"
     res["build_s"] = time.time() - t0
+    res["cuda_structures"] = {
+        "indexer_wk_weights_proj": hasattr(model.model.layers[1].self_attn.indexer,
+                                           "wk_weights_proj"),
+        "fused_shared_expert": int(model.model.layers[1].mlp.num_fused_shared_experts),
+    }
 
     from sglang.srt.layers.fused_decode import runtime
     from sglang.srt.layers.fused_decode.reference import model as ref_model
@@ -113,31 +142,10 @@ def main(out_path: str, port: int = 29517):
     from sglang.srt.models.glm5_mega import adapt, hooks
 
     ref_w = generate_weights(cfg, seed=0)
-    views, reasons = adapt.model_weights(model, cfg)
-    res["adapt_reasons"] = reasons
-    mismatched, shared = [], 0
-    params = {p.data_ptr() for p in model.parameters()}
-    for lw, rw in zip(views, [ref_w.layers[i] for i in sorted(ref_w.layers)]):
-        def walk(a, b, name):
-            nonlocal shared
-            if isinstance(a, torch.Tensor):
-                if not torch.equal(a.float(), b.float()):
-                    mismatched.append(name)
-                return
-            if hasattr(a, "q") and hasattr(a, "s"):
-                walk(a.q, b.q, name + ".q")
-                walk(a.s, b.s, name + ".s")
-                shared += a.q.untyped_storage().data_ptr() in params
-                return
-            if hasattr(a, "dequant"):  # a bf16 stand-in
-                walk(a.dequant(), b.dequant(), name)
-                return
-            for f in getattr(a, "__dataclass_fields__", {}):
-                walk(getattr(a, f), getattr(b, f), f"{name}.{f}")
-        walk(lw, rw, f"layer{lw.layer_id}")
-    res["weights_mismatched"] = mismatched
-    res["fp8_views_of_loaded_storage"] = shared
-    res["fp8_matrices"] = sum(1 for lw in views for _ in _fp8s(lw))
+    res["cpu_structures"] = _compare_views(cpu_model, cfg, ref_w, adapt)
+    res.update(_compare_views(model, cfg, ref_w, adapt))
+    del cpu_model
+
 
     state = hooks.build_fused_state(
         model, model_config.hf_config, speculative_algorithm="EAGLE", draft_tokens=2,
@@ -267,6 +275,36 @@ def main(out_path: str, port: int = 29517):
                                 [p1, p1 + 1, p2, p2 + 1], [5, 6, 7, 8], 4)
     res["total_s"] = time.time() - t0
     Path(out_path).write_text(json.dumps(res, indent=1))
+
+
+def _compare_views(model, cfg, ref_w, adapt):
+    """The adapter's views of the loaded parameters against the checkpoint's weights."""
+    import torch
+
+    views, reasons = adapt.model_weights(model, cfg)
+    mismatched, shared = [], 0
+    params = {p.data_ptr() for p in model.parameters()}
+    for lw, rw in zip(views, [ref_w.layers[i] for i in sorted(ref_w.layers)]):
+        def walk(a, b, name):
+            nonlocal shared
+            if isinstance(a, torch.Tensor):
+                if not torch.equal(a.float(), b.float()):
+                    mismatched.append(name)
+                return
+            if hasattr(a, "q") and hasattr(a, "s"):
+                walk(a.q, b.q, name + ".q")
+                walk(a.s, b.s, name + ".s")
+                shared += a.q.untyped_storage().data_ptr() in params
+                return
+            if hasattr(a, "dequant"):  # a bf16 stand-in
+                walk(a.dequant(), b.dequant().to(torch.bfloat16), name)
+                return
+            for f in getattr(a, "__dataclass_fields__", {}):
+                walk(getattr(a, f), getattr(b, f), f"{name}.{f}")
+        walk(lw, rw, f"layer{lw.layer_id}")
+    return {"adapt_reasons": reasons, "weights_mismatched": mismatched,
+            "fp8_views_of_loaded_storage": shared,
+            "fp8_matrices": sum(1 for lw in views for _ in _fp8s(lw))}
 
 
 def _fp8s(lw):

@@ -46,10 +46,16 @@ def test_architecture_builds_the_fork_class(run):
     assert run["model_class"] == "sglang.srt.models.glm5_mega.glm5.GlmMoeDsaForCausalLM"
 
 
-def test_weights_are_views_of_the_loaded_parameters(run):
-    assert run["adapt_reasons"] == []
-    assert run["weights_mismatched"] == []  # bitwise the checkpoint's (reference) weights
-    assert run["fp8_views_of_loaded_storage"] == run["fp8_matrices"] > 0
+def test_the_steps_run_on_the_module_forms_cuda_takes(run):
+    assert run["cuda_structures"] == {"indexer_wk_weights_proj": True, "fused_shared_expert": 1}
+
+
+@pytest.mark.parametrize("structures", ["cuda", "cpu"])
+def test_weights_are_views_of_the_loaded_parameters(run, structures):
+    r = run if structures == "cuda" else run["cpu_structures"]
+    assert r["adapt_reasons"] == []
+    assert r["weights_mismatched"] == []  # bitwise the checkpoint's (reference) weights
+    assert r["fp8_views_of_loaded_storage"] == r["fp8_matrices"] > 0
 
 
 def test_plan_covers_decode_and_whole_verify_requests(run):
