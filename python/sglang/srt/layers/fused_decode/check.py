@@ -186,3 +186,17 @@ class Checker:
             self.problems.append(line)
             logger.warning(line)
         return out
+
+
+def check_write_slots(batch: RowBatch, out_cache_loc: torch.Tensor, step: str) -> List[str]:
+    """The slot each valid row writes (token_slots at its position) must be upstream's
+    out_cache_loc for that row; log and return every row where it is not."""
+    valid = batch.positions >= 0
+    mine = batch.token_slots.gather(1, batch.positions.clamp_min(0)[:, None])[:, 0]
+    theirs = out_cache_loc[: mine.shape[0]].to(mine.dtype)
+    bad = (valid & (mine != theirs)).nonzero().flatten().tolist()
+    lines = [f"fused decode check: row {m} ({step}) writes slot {int(mine[m])}, upstream's "
+             f"out_cache_loc is {int(theirs[m])}" for m in bad]
+    for line in lines:
+        logger.warning(line)
+    return lines

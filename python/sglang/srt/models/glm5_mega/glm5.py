@@ -95,7 +95,9 @@ class GlmMoeDsaForCausalLM(_upstream.GlmMoeDsaForCausalLM):
         hidden = self.model.embed_tokens(input_ids)
         hook = None
         if check.enabled() and not state.is_capturing():
-            hook = check.Checker(plan.cfg, state.weights, caches, f"{mode} {input_ids.shape[0]} rows")
+            step = f"{mode} {input_ids.shape[0]} rows"
+            check.check_write_slots(rows, forward_batch.out_cache_loc, step)
+            hook = check.Checker(plan.cfg, state.weights, caches, step)
         norm = self.model.norm
         return runtime.run_layers(plan.layers, hidden, rows, state.reduce,
                                   lambda h, r: norm(h, r)[0], hook)
