@@ -147,6 +147,17 @@ def main(out_path: str, port: int = 29517):
     del cpu_model
 
 
+    # upstream's call (patch 0004) as a server with the flag makes it; this server has no
+    # speculation, so only decode is covered
+    from sglang.srt.layers.fused_decode import spec
+
+    spec.BUILT_IMPLEMENTATIONS = frozenset({"triton"})
+    hooks.fused_decode_backend = lambda: "triton"
+    hooks.install_fused_decode(model=model, hf_config=model_config.hf_config,
+                               capture_tail_hooks=[], is_draft=False)
+    installed = model.__dict__["_fused_decode"]
+    res["install_widths"] = {k: list(v) for k, v in installed.plan.widths.items()}
+    # the MTP target: verify steps of whole requests of 2 draft tokens
     state = hooks.build_fused_state(
         model, model_config.hf_config, speculative_algorithm="EAGLE", draft_tokens=2,
         context_len=112, rank=0, reduce=lambda y: y, is_capturing=lambda: False)

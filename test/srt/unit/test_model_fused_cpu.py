@@ -58,6 +58,10 @@ def test_weights_are_views_of_the_loaded_parameters(run, structures):
     assert r["fp8_views_of_loaded_storage"] == r["fp8_matrices"] > 0
 
 
+def test_install_builds_the_plan_through_upstreams_call(run):
+    assert run["install_widths"] == {"decode": list(range(1, 17)), "target_verify": []}
+
+
 def test_plan_covers_decode_and_whole_verify_requests(run):
     assert run["widths"] == {"decode": list(range(1, 17)), "target_verify": [2, 4, 6, 8, 10,
                                                                               12, 14, 16]}

@@ -94,6 +94,13 @@ def test_ragged_verify_is_refused(tmp_path, hopper_capability, triton_built, mon
     assert reason.startswith(f"{spec.RAGGED_VERIFY_ENV}=compact")
 
 
+def test_check_mode_needs_eager_decode(tmp_path, hopper_capability, triton_built, monkeypatch):
+    monkeypatch.setenv(spec.CHECK_ENV, "1")
+    (reason,) = _reasons(_model_dir(tmp_path))
+    assert reason.startswith(f"{spec.CHECK_ENV} is set: check mode is eager only")
+    assert _resolve(_model_dir(tmp_path), "--disable-cuda-graph").fused_decode_backend == "triton"
+
+
 @pytest.mark.parametrize("changes, starts", [
     ({"indexer_rope_interleave": None}, "config indexer_rope_interleave=False"),
     ({"rope_parameters": {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0,

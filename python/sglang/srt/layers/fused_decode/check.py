@@ -30,7 +30,7 @@ from .testing import _rel, forced_routing
 
 logger = logging.getLogger(__name__)
 
-CHECK_ENV = "SGLANG_FUSED_DECODE_CHECK"
+CHECK_ENV = spec.CHECK_ENV
 
 
 def enabled() -> bool:

@@ -71,6 +71,7 @@ SERVED_MOE_RUNNERS = ("auto", "triton")
 SERVED_SPECULATIVE = (None, "EAGLE", "NEXTN")
 SERVED_DECODE_GRAPH_BACKENDS = ("full", "disabled")
 RAGGED_VERIFY_ENV = "SGLANG_RAGGED_VERIFY_MODE"
+CHECK_ENV = "SGLANG_FUSED_DECODE_CHECK"  # check mode (fused_decode.check), eager only
 
 
 def _off(value: Any) -> bool:
@@ -189,6 +190,10 @@ def server_arg_reasons(args: Mapping[str, Any], env: Mapping[str, str] = {}) -> 
     ragged = env.get(RAGGED_VERIFY_ENV, "static")
     if ragged != "static":
         reasons.append(f"{RAGGED_VERIFY_ENV}={ragged}: verify steps must have uniform widths")
+    graphs = args.get("cuda_graph_backend_decode", "disabled")
+    if env.get(CHECK_ENV, "0") not in ("", "0", "false", "False") and graphs != "disabled":
+        reasons.append(f"{CHECK_ENV} is set: check mode is eager only, add --disable-cuda-graph "
+                       "(a replayed graph cannot run the reference beside its layers)")
     return reasons
 
 

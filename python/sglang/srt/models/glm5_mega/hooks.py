@@ -63,7 +63,7 @@ def read_setup(cfg: Any, hf_config: Any) -> spec.Setup:
         ),
         server_args=args,
         hf_config=to_dict() if to_dict else dict(vars(hf_config)),
-        env={k: v for k, v in os.environ.items() if k == spec.RAGGED_VERIFY_ENV},
+        env={k: v for k, v in os.environ.items() if k in (spec.RAGGED_VERIFY_ENV, spec.CHECK_ENV)},
     )
 
 
@@ -100,20 +100,49 @@ def install_fused_decode(
                     type(model).__name__)
         return
     from sglang.srt.distributed import tensor_model_parallel_all_reduce
-    from sglang.srt.distributed.parallel_state import get_tensor_model_parallel_rank
+    from sglang.srt.distributed.parallel_state import (
+        get_tensor_model_parallel_rank,
+        get_tp_group,
+    )
     from sglang.srt.model_executor.runner import get_is_capture_mode
     from sglang.srt.runtime_context import get_context
 
     args = get_context().server_args
-    build_fused_state(
-        model, hf_config,
-        speculative_algorithm=args.speculative_algorithm,
-        draft_tokens=args.speculative_num_draft_tokens,
-        context_len=args.context_length or hf_config.max_position_embeddings,
-        rank=get_tensor_model_parallel_rank(),
-        reduce=tensor_model_parallel_all_reduce,
-        is_capturing=lambda: bool(get_is_capture_mode()),
-    )
+    rank = get_tensor_model_parallel_rank()
+    reasons: list[str] = []
+    try:
+        build_fused_state(
+            model, hf_config,
+            speculative_algorithm=args.speculative_algorithm,
+            draft_tokens=args.speculative_num_draft_tokens,
+            context_len=args.context_length or hf_config.max_position_embeddings,
+            rank=rank,
+            reduce=tensor_model_parallel_all_reduce,
+            is_capturing=lambda: bool(get_is_capture_mode()),
+        )
+    except (RuntimeError, ValueError) as e:
+        reasons.append(f"rank {rank}: {e}")
+    # every rank stops, naming every rank's reasons, or none does (no rank left waiting)
+    every = gather_reasons(reasons, get_tp_group().cpu_group)
+    if every:
+        raise RuntimeError(f"{FLAG} {backend}: the fused path cannot be built:\n  - "
+                           + "\n  - ".join(every))
+    max_running = getattr(args, "max_running_requests", None)
+    if rank == 0 and (max_running is None or max_running > spec.MAX_ROWS):
+        logger.warning("%s: steps wider than %d rows run upstream's path while the fused "
+                       "path's buffers keep their memory (--max-running-requests %s)",
+                       FLAG, spec.MAX_ROWS, max_running)
+
+
+def gather_reasons(reasons: list[str], group: Any) -> list[str]:
+    """Every rank's reasons, on every rank (the TP group's CPU group)."""
+    import torch.distributed as dist
+
+    if group is None or not dist.is_initialized() or dist.get_world_size(group) == 1:
+        return list(reasons)
+    gathered: list[Any] = [None] * dist.get_world_size(group)
+    dist.all_gather_object(gathered, list(reasons), group=group)
+    return [r for rank_reasons in gathered for r in rank_reasons]
 
 
 def build_fused_state(model: Any, hf_config: Any, *, speculative_algorithm: Any,

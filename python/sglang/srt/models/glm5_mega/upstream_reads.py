@@ -15,6 +15,7 @@ UPSTREAM_READS = (
     ("sglang.srt.runtime_context", "get_context"),
     ("sglang.srt.runtime_context", "get_exec"),
     ("sglang.srt.distributed.parallel_state", "get_tensor_model_parallel_rank"),
+    ("sglang.srt.distributed.parallel_state", "get_tp_group"),
     ("sglang.srt.distributed", "tensor_model_parallel_all_reduce"),
     ("sglang.srt.model_executor.runner", "get_is_capture_mode"),
     ("sglang.srt.model_executor.forward_context", "get_token_to_kv_pool"),
@@ -34,6 +35,7 @@ SERVER_ARGS_FIELDS = (
     "disable_cuda_graph",
     "speculative_num_draft_tokens",
     "context_length",
+    "max_running_requests",
 ) + SERVER_ARG_FIELDS
 
 # Signatures the fork relies on: graph runners inspect forward's parameters, and the
