@@ -99,6 +99,7 @@ def install_fused_decode(
         logger.info("%s: %s runs upstream's forward (no fused plan for it)", FLAG,
                     type(model).__name__)
         return
+    from sglang.srt.arg_groups.model_override_base import resolved_view
     from sglang.srt.distributed import tensor_model_parallel_all_reduce
     from sglang.srt.distributed.parallel_state import (
         get_tensor_model_parallel_rank,
@@ -107,7 +108,7 @@ def install_fused_decode(
     from sglang.srt.model_executor.runner import get_is_capture_mode
     from sglang.srt.runtime_context import get_context
 
-    args = get_context().server_args
+    args = resolved_view(get_context().server_args)
     rank = get_tensor_model_parallel_rank()
     reasons: list[str] = []
     try:

@@ -11,6 +11,7 @@ from sglang.srt.layers.fused_decode.spec import SERVER_ARG_FIELDS
 UPSTREAM_READS = (
     ("sglang.srt.arg_groups.model_override_base", "resolving_view"),
     ("sglang.srt.arg_groups.model_override_base", "model_config_of"),
+    ("sglang.srt.arg_groups.model_override_base", "resolved_view"),
     ("sglang.srt.arg_groups.overrides", "declare_resolution"),
     ("sglang.srt.runtime_context", "get_context"),
     ("sglang.srt.runtime_context", "get_exec"),
@@ -25,8 +26,8 @@ UPSTREAM_READS = (
     ("sglang.srt.models.glm5_next", "Glm5NextForConditionalGeneration"),
 )
 
-# Server-argument fields read through upstream's resolving view or get_context().server_args
-# (spec's rules name the rest).
+# Server-argument fields read through upstream's resolving / resolved views (spec's rules
+# name the rest).
 SERVER_ARGS_FIELDS = (
     "fused_decode_backend",  # added by patch 0001
     "enable_nvidia_megakernel",
