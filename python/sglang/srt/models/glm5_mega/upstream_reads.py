@@ -52,3 +52,26 @@ SIGNATURES = {
         "self", "input_ids", "positions", "forward_batch", "input_embeds", "pp_proxy_tensors",
     ),
 }
+
+# Attributes read off upstream objects (not importable names, so not in UPSTREAM_READS);
+# test/srt/unit/test_model_fused_cpu.py reads every one of them from a model, pool and
+# ForwardBatch that the installed upstream builds on CPU.
+OBJECT_ATTRIBUTES = {
+    "DeepseekV2ForCausalLM": ("model", "lm_head", "logits_processor",
+                              "capture_aux_hidden_states"),
+    "DeepseekV2Model": ("embed_tokens", "layers", "norm"),
+    "DeepseekV2DecoderLayer": ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm"),
+    "DeepseekV2AttentionMLA": ("fused_qkv_a_proj_with_mqa", "q_a_layernorm", "kv_a_layernorm",
+                               "q_b_proj", "kv_b_proj", "o_proj", "indexer"),
+    "Indexer": ("wq_b", "wk", "weights_proj", "wk_weights_proj", "k_norm"),
+    "DeepseekV2MLP": ("gate_up_proj", "down_proj"),
+    "DeepseekV2MoE": ("gate", "experts", "shared_experts", "num_fused_shared_experts"),
+    "MoEGate": ("weight", "e_score_correction_bias"),
+    "FusedMoE": ("w13_weight", "w13_weight_scale_inv", "w2_weight", "w2_weight_scale_inv"),
+    "LinearBase (FP8 block)": ("weight", "weight_scale_inv"),
+    "DSATokenToKVPool": ("get_key_buffer", "get_index_k_with_scale_buffer"),
+    "ReqToTokenPool": ("req_to_token",),
+    "ForwardBatch": ("forward_mode", "req_pool_indices", "num_token_non_padded",
+                     "out_cache_loc", "spec_info"),
+    "EagleVerifyInput": ("dsa_seed_topk_capture",),
+}
