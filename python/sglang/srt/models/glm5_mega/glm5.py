@@ -75,6 +75,11 @@ class GlmMoeDsaForCausalLM(_upstream.GlmMoeDsaForCausalLM):
         if getattr(spec_info, "dsa_seed_topk_capture", None) is not None:
             raise RuntimeError("fused decode: this step asks for an MTP top-k seed, which the "
                                "fused target step does not publish")
+        if mode == "target_verify":
+            per_req = getattr(spec_info, "draft_token_num", state.verify_rows_per_req)
+            if per_req != state.verify_rows_per_req:
+                raise RuntimeError(f"fused decode: a verify step of {per_req} tokens per request; "
+                                   f"the plan was built for {state.verify_rows_per_req}")
         plan = state.plan
         pool = get_token_to_kv_pool()
         caches = state.caches.get(id(pool))
