@@ -49,9 +49,8 @@ class FusedLayer:
         self.cfg, self.lw, self.max_rows = cfg, lw, max_rows
         a = lw.attn
         dev = a.q_a.q.device
-        self.kv_cache = caches.kv[lw.layer_id]
-        self.index_cache = caches.index.get(lw.layer_id)
         self.runs_indexer = cfg.runs_indexer(lw.layer_id)
+        self.bind_caches(caches)
         rope, c, h = cfg.qk_rope_head_dim, cfg.kv_lora_rank, cfg.hidden_size
         self.inv_freq = 1.0 / (cfg.rope_theta ** (
             torch.arange(0, rope, 2, dtype=torch.float32, device=dev) / rope))
@@ -119,6 +118,15 @@ class FusedLayer:
             b["head_w"] = e(m, ni, dt=f32)
             width = max(max_context or cfg.max_position_embeddings, cfg.index_topk)
             b["scores"] = e(m, width, dt=f32)
+
+    def bind_caches(self, caches: Caches) -> None:
+        """Point the layer at its rows of another cache pool (the serving pool, which exists
+        only after the layers are built); host-only, so captured graphs see the new pool."""
+        self.kv_cache = caches.kv[self.lw.layer_id]
+        self.index_cache = caches.index.get(self.lw.layer_id)
+        if self.runs_indexer and self.index_cache is None:
+            raise ValueError(f"layer {self.lw.layer_id} runs the indexer but the pool has no "
+                             "index cache for it")
 
     def _view(self, name: str, m: int) -> torch.Tensor:
         """The step's view of a buffer: its first m rows, contiguous (split-K partials and

@@ -105,7 +105,6 @@ def bind_caches(plan: Plan, caches: Caches) -> None:
     """Point every layer at upstream's pool (views of its buffers, no copy)."""
     if plan.bound is caches:
         return
-    for lid, layer in zip(plan.layer_ids, plan.layers):
-        layer.kv_cache = caches.kv[lid]
-        layer.index_cache = caches.index.get(lid)
+    for layer in plan.layers:
+        layer.bind_caches(caches)
     plan.bound = caches
