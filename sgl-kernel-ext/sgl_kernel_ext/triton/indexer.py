@@ -13,7 +13,6 @@ The exact top-k over the scores is left to the caller (``topk_positions``).
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 

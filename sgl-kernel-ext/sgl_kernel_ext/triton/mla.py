@@ -14,7 +14,6 @@ w_kc and w_vc are read in place from kv_b [heads * (nope + v), kv_lora] (no deri
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
