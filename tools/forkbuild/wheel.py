@@ -50,7 +50,10 @@ def ext_requirement(repo: Path) -> str:
         raise BuildError(
             f"{EXT_DIR}/ is missing; set {EXT_REQUIREMENT_ENV} to a requirement for it"
         )
-    return f"sgl-kernel-ext @ {ext.resolve().as_uri()}"
+    # "/.": pip keeps a wheel built from a direct-URL folder whose name looks like
+    # name-version ("sgl-kernel-ext") in its persistent cache and would reinstall that stale
+    # build after the sources change; a path ending in "." is built afresh every time.
+    return f"sgl-kernel-ext @ {ext.resolve().as_uri()}/."
 
 
 def _record_hash(data: bytes) -> str:

@@ -3,6 +3,7 @@ every patched hunk, and the extension as a dependency."""
 
 import importlib.metadata as md
 import json
+import sys
 from pathlib import Path
 
 import pytest
@@ -50,6 +51,26 @@ def test_every_patched_hunk_is_in_the_installed_files(dist):
             text = _installed(dist, fp.path).read_text()
             for number, hunk in enumerate(fp.hunks, start=1):
                 assert "".join(hunk.new()) in text, (patch.name, fp.path, number)
+
+
+def test_installed_extension_is_the_checkouts(dist):
+    """The installed sgl_kernel_ext holds exactly the checkout's sources (a stale extension
+    would hide behind the tests, which import the checkout's)."""
+    # the installed one, not the build metadata a build leaves in the checkout (on sys.path)
+    site = [p for p in sys.path if not Path(p or ".").resolve().is_relative_to(REPO)]
+    found = [d for d in md.distributions(path=site) if d.metadata["Name"] == "sgl-kernel-ext"]
+    assert found, "sgl-kernel-ext is not installed (install the fork: pip install .)"
+    ext = found[0]
+    src = REPO / "sgl-kernel-ext"
+    direct = json.loads(ext.read_text("direct_url.json") or "{}")
+    if direct.get("dir_info", {}).get("editable"):  # installed as the checkout itself
+        assert Path(direct["url"].removeprefix("file://")).resolve() == src.resolve()
+        return
+    for path in sorted((src / "sgl_kernel_ext").rglob("*.py")):
+        rel = path.relative_to(src).as_posix()
+        installed = Path(ext.locate_file(rel))
+        assert installed.is_file() and installed.read_bytes() == path.read_bytes(), (
+            f"installed sgl-kernel-ext differs from the checkout at {rel}: reinstall the fork")
 
 
 def test_fork_requires_the_extension_and_it_is_installed(dist):
