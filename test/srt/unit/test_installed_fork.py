@@ -57,7 +57,8 @@ def test_installed_extension_is_the_checkouts(dist):
     """The installed sgl_kernel_ext holds exactly the checkout's sources (a stale extension
     would hide behind the tests, which import the checkout's)."""
     # the installed one, not the build metadata a build leaves in the checkout (on sys.path)
-    site = [p for p in sys.path if not Path(p or ".").resolve().is_relative_to(REPO)]
+    sources = {REPO, REPO / "sgl-kernel-ext", REPO / "python"}
+    site = [p for p in sys.path if Path(p or ".").resolve() not in sources]
     found = [d for d in md.distributions(path=site) if d.metadata["Name"] == "sgl-kernel-ext"]
     assert found, "sgl-kernel-ext is not installed (install the fork: pip install .)"
     ext = found[0]
