@@ -11,15 +11,22 @@ import torch
 import triton
 import triton.language as tl
 
+from . import overlap
 from .fp8_linear import block_m, interpreting
+from .overlap import prefetch_rows, stage_begin
 
 
 @triton.jit
 def _bf16_linear_splitk_kernel(x_ptr, stride_xm, M, K, w_ptr, part_ptr, N, k_chunk,
                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                               BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr):
+                               BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
+                               PDL: tl.constexpr):
     tile = tl.program_id(0)
     split = tl.program_id(1)
+    cols = tl.minimum(k_chunk, K - split * k_chunk) * 2
+    prefetch_rows(w_ptr, tile * BLOCK_N, BLOCK_N, N, K * 2, split * k_chunk * 2, cols, PDL,
+                  BLOCK_N, 4)
+    stage_begin(PDL)
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < N
@@ -51,5 +58,5 @@ def bf16_linear_splitk(x: torch.Tensor, w: torch.Tensor, parts: torch.Tensor,
     _bf16_linear_splitk_kernel[(triton.cdiv(n, block_n), split)](
         x, x.stride(0), m, k, w, parts, n, k_chunk,
         BLOCK_M=block_m(m), BLOCK_N=block_n, BLOCK_K=block_k, INTERPRET=interpreting(),
-        num_warps=4, num_stages=4,
+        PDL=overlap.enabled(), num_warps=4, num_stages=4, **overlap.launch_kw(),
     )

@@ -10,6 +10,8 @@ deterministic, no atomics, and a short dependency chain per program.
 
 Up to two matrices sharing x (q_a and kv_a; q_b and the indexer's wq_b) run in one launch.
 Rows past M are zero-padded to the 16-row MMA minimum; nothing is written for them.
+With ``overlap`` on, each program prefetches its weight tile into L2 before waiting for the
+previous kernel.
 """
 
 from __future__ import annotations
@@ -19,6 +21,9 @@ from typing import Optional
 import torch
 import triton
 import triton.language as tl
+
+from . import overlap
+from .overlap import prefetch_rows, stage_begin
 
 GROUP = 128
 
@@ -68,9 +73,17 @@ def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
                        wa_ptr, sa_ptr, pa_ptr, NA, tiles_a,
                        wb_ptr, sb_ptr, pb_ptr, NB,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
-                       INTERPRET: tl.constexpr):
+                       INTERPRET: tl.constexpr, PDL: tl.constexpr):
     pid = tl.program_id(0)
     split = tl.program_id(1)
+    k0 = split * k_chunk * 128
+    cols = tl.minimum(k_chunk * 128, K - k0)
+    if pid < tiles_a:
+        prefetch_rows(wa_ptr, pid * BLOCK_N, BLOCK_N, NA, K, k0, cols, PDL, BLOCK_N, 2)
+    else:
+        prefetch_rows(wb_ptr, (pid - tiles_a) * BLOCK_N, BLOCK_N, NB, K, k0, cols, PDL,
+                      BLOCK_N, 2)
+    stage_begin(PDL)
     if pid < tiles_a:
         _tile(xq_ptr, sx_ptr, M, K, wa_ptr, sa_ptr, pa_ptr, NA, pid, split, k_chunk,
               BLOCK_M, BLOCK_N, GROUPS, INTERPRET)
@@ -126,5 +139,5 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
         wq, ws, parts, wq.shape[0], tiles_a,
         wq_b, ws_b, parts_b, wq_b.shape[0],
         BLOCK_M=block_m(m), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
-        num_warps=4, num_stages=3,
+        PDL=overlap.enabled(), num_warps=4, num_stages=3, **overlap.launch_kw(),
     )

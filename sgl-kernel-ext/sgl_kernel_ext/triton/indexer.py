@@ -16,7 +16,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from . import overlap
 from .fp8_linear import interpreting
+from .overlap import stage_begin
 from .mla import _rope_pairs
 from .quant import sum_parts, to_e4m3
 
@@ -30,7 +32,8 @@ def _prepare_kernel(kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: t
                     pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, cache_ptr,
                     q8_ptr, head_w_ptr, head_scale,
                     NH: tl.constexpr, D: tl.constexpr, HALF_R: tl.constexpr,
-                    INTERPRET: tl.constexpr):
+                    INTERPRET: tl.constexpr, PDL: tl.constexpr):
+    stage_begin(PDL)
     m = tl.program_id(0)
     oh = tl.arange(0, NH)
     pos = tl.load(pos_ptr + m)
@@ -93,7 +96,8 @@ def _prepare_kernel(kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: t
 def _scores_kernel(q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, stride_slots,
                    scores_ptr, stride_scores, L,
                    NH: tl.constexpr, D: tl.constexpr, BLOCK_H: tl.constexpr,
-                   BLOCK_L: tl.constexpr, INTERPRET: tl.constexpr):
+                   BLOCK_L: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr):
+    stage_begin(PDL)
     m = tl.program_id(0)
     lt = tl.program_id(1)
     ol = lt * BLOCK_L + tl.arange(0, BLOCK_L)
@@ -130,7 +134,8 @@ def prepare(kw_parts, q_parts, ln_w, ln_b, ln_eps, positions, token_slots, inv_f
                           float(ln_eps), positions,
                           token_slots, token_slots.stride(0), inv_freq, index_cache, q8, head_w,
                           float(nh ** -0.5 * d ** -0.5), NH=nh, D=d, HALF_R=rope_dim // 2,
-                          INTERPRET=interpreting(), num_warps=4)
+                          INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=4,
+                          **overlap.launch_kw())
 
 
 def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 64) -> None:
@@ -139,4 +144,5 @@ def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 
     width = out.shape[1]
     _scores_kernel[(m, triton.cdiv(width, block_l))](
         q8, head_w, index_cache, positions, token_slots, token_slots.stride(0), out, out.stride(0),
-        width, NH=nh, D=d, BLOCK_H=max(16, nh), BLOCK_L=block_l, INTERPRET=interpreting(), num_warps=4)
+        width, NH=nh, D=d, BLOCK_H=max(16, nh), BLOCK_L=block_l, INTERPRET=interpreting(),
+        PDL=overlap.enabled(), num_warps=4, **overlap.launch_kw())

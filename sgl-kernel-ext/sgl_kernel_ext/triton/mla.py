@@ -17,7 +17,9 @@ from __future__ import annotations
 import triton
 import triton.language as tl
 
+from . import overlap
 from .fp8_linear import interpreting
+from .overlap import prefetch_l2, prefetch_rows, stage_begin
 from .quant import store_row_groups, sum_parts, to_e4m3
 
 
@@ -33,7 +35,8 @@ def _rope_pairs(x1, x2, pos, inv_freq):
 def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr, cq_q_ptr, cq_s_ptr,
                    kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, eps, Q, C, R,
                    BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr, HALF_R: tl.constexpr,
-                   INTERPRET: tl.constexpr):
+                   INTERPRET: tl.constexpr, PDL: tl.constexpr):
+    stage_begin(PDL)
     m = tl.program_id(0)
     oq = tl.arange(0, BLOCK_Q)
     q = sum_parts(qa_ptr, SPLIT, M * Q, m * Q + oq, oq < Q).to(tl.bfloat16).to(tl.float32)
@@ -66,9 +69,12 @@ def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr,
 def _absorb_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C,
                    NOPE: tl.constexpr, ROPE: tl.constexpr, V: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
-                   INTERPRET: tl.constexpr):
+                   INTERPRET: tl.constexpr, PDL: tl.constexpr):
     h = tl.program_id(0)
     ct = tl.program_id(1)
+    prefetch_rows(kvb_ptr, h * (NOPE + V), NOPE, NH * (NOPE + V), C * 2, ct * BLOCK_C * 2,
+                  BLOCK_C * 2, PDL, BLOCK_D, 1)
+    stage_begin(PDL)
     om = tl.arange(0, BLOCK_M)
     od = tl.arange(0, BLOCK_D)
     oc = ct * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -101,10 +107,17 @@ def _absorb_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_f
 def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr, stride_slots,
                         part_o_ptr, part_ml_ptr, NH, sm_scale, chunk,
                         C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
-                        BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr):
+                        BLOCK_T: tl.constexpr, CHUNK: tl.constexpr, INTERPRET: tl.constexpr,
+                        PDL: tl.constexpr):
     m = tl.program_id(0)
     sp = tl.program_id(1)
     nsp = tl.num_programs(1)
+    if PDL:  # the chunk's KV rows: the top-k and the cache rows come from >= 2 kernels back
+        pt = tl.load(topk_ptr + m * stride_topk + sp * CHUNK + tl.arange(0, CHUNK))
+        pt = tl.minimum(pt, stride_slots - 1)
+        pslot = tl.load(slots_ptr + m * stride_slots + tl.maximum(pt, 0), mask=pt >= 0, other=0)
+        prefetch_l2(kv_cache_ptr + pslot.to(tl.int64) * (C + R), (C + R) * 2, pt >= 0, PDL)
+    stage_begin(PDL)
     oh = tl.arange(0, BLOCK_H)
     oc = tl.arange(0, C)
     orr = tl.arange(0, R)
@@ -148,7 +161,8 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
 
 @triton.jit
 def _combine_kernel(part_o_ptr, part_ml_ptr, olat_ptr, NH, NSP,
-                    C: tl.constexpr, BLOCK_S: tl.constexpr):
+                    C: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr):
+    stage_begin(PDL)
     m = tl.program_id(0)
     h = tl.program_id(1)
     osp = tl.arange(0, BLOCK_S)
@@ -170,11 +184,14 @@ def _combine_kernel(part_o_ptr, part_ml_ptr, olat_ptr, NH, NSP,
 @triton.jit
 def _absorb_v_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C: tl.constexpr,
                      NOPE: tl.constexpr, V: tl.constexpr, BLOCK_M: tl.constexpr,
-                     INTERPRET: tl.constexpr):
+                     INTERPRET: tl.constexpr, PDL: tl.constexpr):
     """One program per (head, 128 output columns): o = o_lat . w_vc in bf16, then quantized
     for o_proj (the program holds exactly one 128-column group of each row)."""
     h = tl.program_id(0)
     vt = tl.program_id(1)
+    prefetch_rows(kvb_ptr, h * (NOPE + V) + NOPE + vt * 128, 128, NH * (NOPE + V), C * 2, 0,
+                  C * 2, PDL, 128, 1)
+    stage_begin(PDL)
     om = tl.arange(0, BLOCK_M)
     ov = vt * 128 + tl.arange(0, 128)
     oc = tl.arange(0, C)
@@ -203,7 +220,8 @@ def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots
                          positions, token_slots, token_slots.stride(0), inv_freq, float(eps), q,
                          kv_lora, rope, BLOCK_Q=triton.next_power_of_2(q),
                          BLOCK_C=triton.next_power_of_2(kv_lora), HALF_R=rope // 2,
-                         INTERPRET=interpreting(), num_warps=4)
+                         INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=4,
+                         **overlap.launch_kw())
 
 
 def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: int,
@@ -217,7 +235,8 @@ def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: in
     _absorb_kernel[(nh, triton.cdiv(c, block_c))](
         q_parts, split, kv_b, qcat, positions, inv_freq, m, nh, c, NOPE=nope, ROPE=rope, V=v,
         BLOCK_M=max(16, triton.next_power_of_2(m)), BLOCK_D=triton.next_power_of_2(nope),
-        BLOCK_C=block_c, INTERPRET=interpreting(), num_warps=4)
+        BLOCK_C=block_c, INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=4,
+        **overlap.launch_kw())
 
 
 def attention_block(topk: int) -> int:
@@ -243,10 +262,12 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
     _sparse_attn_kernel[(m, splits)](
         qcat, kv_cache, topk, topk.stride(0), token_slots, token_slots.stride(0), part_o,
         part_ml, nh, float(sm_scale), k // splits, C=kv_lora, R=rope,
-        BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, INTERPRET=interpreting(),
-        num_warps=8, num_stages=2)
+        BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, CHUNK=k // splits,
+        INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=8, num_stages=2,
+        **overlap.launch_kw())
     _combine_kernel[(m, nh)](part_o, part_ml, olat, nh, splits, C=kv_lora,
-                             BLOCK_S=triton.next_power_of_2(splits), num_warps=4)
+                             BLOCK_S=triton.next_power_of_2(splits), PDL=overlap.enabled(),
+                             num_warps=4, **overlap.launch_kw())
 
 
 def absorb_v(olat, kv_b, oq, os, nope: int, v: int) -> None:
@@ -256,4 +277,4 @@ def absorb_v(olat, kv_b, oq, os, nope: int, v: int) -> None:
     assert olat.is_contiguous() and oq.is_contiguous() and os.is_contiguous() and v % 128 == 0
     _absorb_v_kernel[(nh, v // 128)](
         olat, kv_b, oq, os, m, nh, C=c, NOPE=nope, V=v, BLOCK_M=max(16, triton.next_power_of_2(m)),
-        INTERPRET=interpreting(), num_warps=4)
+        INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=4, **overlap.launch_kw())

@@ -24,7 +24,9 @@ import torch
 import triton
 import triton.language as tl
 
+from . import overlap
 from .fp8_linear import _fp8_group_dot, block_m, interpreting
+from .overlap import prefetch_rows, stage_begin
 from .quant import sum_parts, to_e4m3
 
 
@@ -32,7 +34,8 @@ from .quant import sum_parts, to_e4m3
 def _route_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
                   slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, scale,
                   BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
-                  RENORM: tl.constexpr):
+                  RENORM: tl.constexpr, PDL: tl.constexpr):
+    stage_begin(PDL)
     offs_m = tl.arange(0, BLOCK_M)
     offs_e = tl.arange(0, BLOCK_E)
     m_ok = offs_m < M
@@ -104,10 +107,16 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
                     sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
-                    SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr):
+                    SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     split = tl.program_id(2)
+    if slot == 0:  # the shared expert's slice; the routed experts are known only after the wait
+        k0 = split * k_chunk * 128
+        cols = tl.minimum(k_chunk * 128, K - k0)
+        prefetch_rows(sgq_ptr, tile * BLOCK_N, BLOCK_N, I, K, k0, cols, PDL, BLOCK_N, 4)
+        prefetch_rows(suq_ptr, tile * BLOCK_N, BLOCK_N, I, K, k0, cols, PDL, BLOCK_N, 4)
+    stage_begin(PDL)
     if slot < tl.load(num_slots_ptr):
         e = tl.load(slot_expert_ptr + slot)
         shared = e == E
@@ -151,7 +160,8 @@ def _swiglu(g, u):
 
 @triton.jit
 def _swiglu_kernel(gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS, SPLIT_K: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_I: tl.constexpr):
+                   BLOCK_M: tl.constexpr, BLOCK_I: tl.constexpr, PDL: tl.constexpr):
+    stage_begin(PDL)
     slot = tl.program_id(0)
     if slot < tl.load(num_slots_ptr):
         offs_m = tl.arange(0, BLOCK_M)
@@ -169,11 +179,17 @@ def _swiglu_kernel(gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS, SPLIT_K: tl
 def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                  num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
                  terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 INTERPRET: tl.constexpr):
+                 INTERPRET: tl.constexpr, PDL: tl.constexpr):
     """Program (tile, slot): term = bf16(weight * act_slot D_e^T) for the rows that chose the
     slot's expert, stored at terms[row, rank of the expert in the row]."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
+    if PDL:  # the slot table was written by route, two or more kernels back
+        if slot < tl.load(num_slots_ptr):
+            pe = tl.minimum(tl.maximum(tl.load(slot_expert_ptr + slot), 0), E)
+            pq = tl.where(pe == E, sdq_ptr, dq_ptr + tl.where(pe == E, 0, pe).to(tl.int64) * q_stride_e)
+            prefetch_rows(pq, tile * BLOCK_N, BLOCK_N, H, I, 0, I, PDL, BLOCK_N, 2)
+    stage_begin(PDL)
     if slot < tl.load(num_slots_ptr):
         e = tl.load(slot_expert_ptr + slot)
         shared = e == E
@@ -193,9 +209,11 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
 
 
 @triton.jit
-def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK: tl.constexpr):
+def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK: tl.constexpr,
+                      PDL: tl.constexpr):
     """out[row] = bf16 of the fp32 sum of the row's terms in order (shared, then experts
     ascending); a pad row has only its shared term."""
+    stage_begin(PDL)
     m = tl.program_id(0)
     offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
     ok = offs < H
@@ -220,7 +238,8 @@ def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tenso
     _route_kernel[(1,)](router_parts, split, m, e, bias, positions, slot_expert, slot_weight,
                         slot_rank, num_slots, float(scale), BLOCK_M=max(2, triton.next_power_of_2(m)),
                         BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm,
-                        num_warps=16 if m > 4 else 4)  # [rows, experts] tiles: no spills
+                        PDL=overlap.enabled(), num_warps=16 if m > 4 else 4,
+                        **overlap.launch_kw())  # [rows, experts] tiles: no spills
 
 
 def _check_expert_stack(*tensors) -> None:
@@ -267,12 +286,14 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         gate_s.stride(0) if gate_s.dim() == 3 else 0,
         shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts, slots, k_chunk,
         BLOCK_M=block_m(m), BLOCK_N=block_n, GROUPS=groups, SPLIT_K=split_k,
-        INTERPRET=interpreting(), num_warps=8 if block_n == 64 else 4, num_stages=3,
+        INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=8 if block_n == 64 else 4,
+        num_stages=3, **overlap.launch_kw(),
     )
     if split_k > 1:
         _swiglu_kernel[(slots,)](gu_parts, num_slots, act, m, inter, slots, SPLIT_K=split_k,
                                  BLOCK_M=max(2, triton.next_power_of_2(m)),
-                                 BLOCK_I=triton.next_power_of_2(inter), num_warps=4)
+                                 BLOCK_I=triton.next_power_of_2(inter), PDL=overlap.enabled(),
+                                 num_warps=4, **overlap.launch_kw())
 
 
 def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_q, down_s,
@@ -289,7 +310,8 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         down_q, down_s, down_q.stride(0) if down_q.dim() == 3 else 0,
         down_s.stride(0) if down_s.dim() == 3 else 0, shared_down_q, shared_down_s, terms,
         TERMS=n_terms, BLOCK_M=block_m(m), BLOCK_N=block_n, INTERPRET=interpreting(),
-        num_warps=4, num_stages=3,
+        PDL=overlap.enabled(), num_warps=4, num_stages=3, **overlap.launch_kw(),
     )
     _sum_terms_kernel[(m, triton.cdiv(h, 1024))](terms, positions, out, h, TERMS=n_terms,
-                                                BLOCK=1024, num_warps=4)
+                                                BLOCK=1024, PDL=overlap.enabled(), num_warps=4,
+                                                **overlap.launch_kw())

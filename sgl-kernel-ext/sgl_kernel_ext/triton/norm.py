@@ -14,14 +14,18 @@ import torch
 import triton
 import triton.language as tl
 
+from . import overlap
 from .fp8_linear import interpreting
+from .overlap import stage_begin
 from .quant import store_row_groups, sum_parts
 
 
 @triton.jit
 def _add_rms_norm_kernel(x_ptr, x_split: tl.constexpr, res_ptr, w_ptr, out_ptr, res_out_ptr, xq_ptr, sx_ptr,
                          M, H, eps, HAS_RES: tl.constexpr, HAS_OUT: tl.constexpr,
-                         QUANT: tl.constexpr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
+                         QUANT: tl.constexpr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr,
+                         PDL: tl.constexpr):
+    stage_begin(PDL)
     m = tl.program_id(0)
     offs = tl.arange(0, BLOCK)
     ok = offs < H
@@ -56,4 +60,4 @@ def add_rms_norm(x: torch.Tensor, residual: Optional[torch.Tensor], weight: torc
         out_q if out_q is not None else residual_out, out_s if out_s is not None else weight,
         m, h, float(eps), HAS_RES=residual is not None, HAS_OUT=out is not None,
         QUANT=out_q is not None, BLOCK=triton.next_power_of_2(h), INTERPRET=interpreting(),
-        num_warps=8)
+        PDL=overlap.enabled(), num_warps=8, **overlap.launch_kw())

@@ -14,6 +14,9 @@ import torch
 import triton
 import triton.language as tl
 
+from . import overlap
+from .overlap import stage_begin
+
 
 @triton.jit
 def _keys(scores):
@@ -25,7 +28,8 @@ def _keys(scores):
 
 @triton.jit
 def _topk_kernel(scores_ptr, stride_s, width, pos_ptr, out_ptr, K: tl.constexpr,
-                 BLOCK: tl.constexpr, OUT_BLOCK: tl.constexpr):
+                 BLOCK: tl.constexpr, OUT_BLOCK: tl.constexpr, PDL: tl.constexpr):
+    stage_begin(PDL)
     m = tl.program_id(0)
     seq = tl.load(pos_ptr + m) + 1  # 0 for a pad row
     row = scores_ptr + m * stride_s
@@ -83,4 +87,5 @@ def topk_positions(scores: torch.Tensor, positions: torch.Tensor, k: int, out: t
     block = block or min(8192, max(1024, triton.next_power_of_2(width)))
     _topk_kernel[(m,)](scores, scores.stride(0), width, positions, out, K=k, BLOCK=block,
                        OUT_BLOCK=min(1024, triton.next_power_of_2(k)),
-                       num_warps=16 if block >= 4096 else 8)
+                       PDL=overlap.enabled(), num_warps=16 if block >= 4096 else 8,
+                       **overlap.launch_kw())

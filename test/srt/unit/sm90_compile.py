@@ -50,6 +50,7 @@ def record(path: str) -> None:
         params = inspect.signature(fn).parameters
         names = list(params)
         options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
+        kwargs.pop("launch_pdl", None)
         bound = dict(zip(names, args)) | kwargs
         constexprs = {n: v for n, v in bound.items() if "constexpr" in str(params[n].annotation)}
         signature = {n: ("constexpr" if n in constexprs else _describe(bound[n])) for n in names}
@@ -100,9 +101,13 @@ def compile_all(path: str) -> int:
         constexprs = dict(spec["constexprs"])
         if "INTERPRET" in constexprs:  # recorded under the interpreter: compile the GPU path
             constexprs["INTERPRET"] = False
+        options = dict(spec["options"])
+        if "PDL" in constexprs:  # and with the overlap the GPU turns on (overlap.enabled)
+            constexprs["PDL"] = True
+            options["launch_pdl"] = True
         src = ASTSource(fn=fn, signature=spec["signature"], constexprs=constexprs)
         try:
-            triton_compile(src, target=GPUTarget("cuda", 90, 32), options=spec["options"])
+            triton_compile(src, target=GPUTarget("cuda", 90, 32), options=options)
             print(f"ok   {spec['name']} {spec['constexprs']}")
         except Exception as exc:  # noqa: BLE001 - every failure is reported by name
             failures += 1

@@ -1,0 +1,93 @@
+"""Overlap of consecutive stage kernels: programmatic dependent launch and L2 prefetch.
+
+A decode layer is a chain of small kernels, each far too short to reach HBM bandwidth on its
+own: launch latency, the first loads' latency and the tail of the previous kernel dominate.
+With programmatic dependent launch (Hopper and later) kernel N+1 is scheduled while kernel N
+still runs; its programs first prefetch into L2 the bytes they will read that no kernel of
+the chain is still writing (weights; rows chosen by a stage two or more kernels back), then
+block in ``stage_begin`` until kernel N has finished and its writes are visible.
+
+The rule each kernel of the chain follows (so any number of them can be in flight):
+  1. before ``stage_begin``: only reads, and only of data written two or more kernels back
+     (kernel N+1 starts once kernel N has passed its own ``stage_begin``, so everything
+     before kernel N is complete);
+  2. ``stage_begin``: wait for the previous kernel, then let the next one launch.
+
+Everything here is a compile-time no-op unless the kernel is compiled with ``PDL=True``,
+which ``enabled()`` allows only on NVIDIA sm_90+ outside the interpreter: the stage kernels
+keep one portable source, and another backend passes ``PDL=False``.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+
+import triton
+import triton.language as tl
+
+try:  # Triton >= 3.3 on NVIDIA
+    from triton.language.extra.cuda import gdc_launch_dependents, gdc_wait
+except ImportError:  # pragma: no cover - older Triton or another backend
+    gdc_launch_dependents = gdc_wait = None
+
+ENV = "SGL_KERNEL_EXT_PDL"  # "0" turns the overlap off (for A/B timing and debugging)
+
+
+@functools.lru_cache(maxsize=None)
+def enabled() -> bool:
+    """Whether kernels launch with programmatic dependent launch and prefetch into L2."""
+    if os.environ.get(ENV, "1") == "0" or os.environ.get("TRITON_INTERPRET") == "1":
+        return False
+    if gdc_wait is None:
+        return False
+    try:
+        import torch
+
+        if not torch.cuda.is_available() or torch.version.cuda is None:
+            return False
+        return torch.cuda.get_device_capability()[0] >= 9
+    except Exception:  # pragma: no cover
+        return False
+
+
+def launch_kw() -> dict:
+    """Extra keyword arguments of a stage kernel's launch."""
+    return {"launch_pdl": True} if enabled() else {}
+
+
+@triton.jit
+def stage_begin(PDL: tl.constexpr):
+    """Wait until the previous kernel of the stream has finished (its writes visible), then
+    allow the next one to launch."""
+    if PDL:
+        gdc_wait()
+        gdc_launch_dependents()
+
+
+@triton.jit
+def prefetch_l2(ptrs, nbytes, mask, PDL: tl.constexpr):
+    """Bulk-prefetch nbytes (a multiple of 16) from each 16-byte aligned address in ptrs
+    where mask holds into L2. A hint: nothing is written, nothing waits for it."""
+    if PDL:
+        tl.inline_asm_elementwise(
+            "{ .reg .pred p; setp.ne.b32 p, $3, 0;\n"
+            "@p cp.async.bulk.prefetch.L2.global [$1], $2; mov.u32 $0, 0; }",
+            "=r,l,r,r", [ptrs, nbytes, mask.to(tl.int32)], dtype=tl.int32, is_pure=False,
+            pack=1)
+
+
+@triton.jit
+def prefetch_rows(base_ptr, row0, rows, n_rows, stride, col0, cols, PDL: tl.constexpr,
+                  ROWS: tl.constexpr, SEGS: tl.constexpr):
+    """Prefetch cols bytes from col0 of the rows [row0, row0 + rows) (< n_rows) of a
+    row-major byte matrix with the given row stride, as ROWS x SEGS bulk requests (one per
+    thread at most, so no request is issued twice). cols must be a multiple of 16 * SEGS."""
+    if PDL:
+        r = row0 + tl.arange(0, ROWS)
+        seg = cols // SEGS
+        s = tl.arange(0, SEGS)
+        ptrs = base_ptr.to(tl.pointer_type(tl.int8)) + r[:, None].to(tl.int64) * stride \
+            + col0 + s[None, :] * seg
+        ok = (r[:, None] < row0 + rows) & (r[:, None] < n_rows) & (s[None, :] < SEGS) & (seg > 0)
+        prefetch_l2(ptrs, seg, ok, PDL)
