@@ -1,7 +1,9 @@
 """The fused path's build at load, before the KV cache is sized.
 
 ``build_plan`` takes one rank's layer weights (views of the loaded parameters, made by the
-model package), builds one ``FusedLayer`` per decoder layer for the widest covered step, and
+model package: the target's decoder layers, or the MTP draft's one decoder layer, which is
+built the same way under its reference id ``num_hidden_layers``), builds one ``FusedLayer`` per
+decoder layer for the widest covered step, and
 counts what that costs per GPU: the derived weight copies (the indexer's bf16
 [wk; weights_proj], made by the layer) and the step buffers. The KV pool does not exist yet at
 load, so the layers are built against empty placeholder caches; ``bind_caches`` points them
@@ -43,6 +45,7 @@ class Plan:
     derived_bytes: int = 0
     buffer_bytes: int = 0
     bound: Optional[Caches] = field(default=None, repr=False)
+    role: str = "target"  # or "MTP draft" (one layer: the draft's decoder layer)
 
     def covers(self, mode: Optional[str], rows: int) -> bool:
         """The branch rule: host values only (the forward mode's name and the row count)."""
@@ -50,8 +53,8 @@ class Plan:
 
     def describe(self) -> str:
         parts = [f"{mode} {_ranges(w)}" for mode, w in self.widths.items() if w]
-        return (f"fused decode covers {'; '.join(parts) or 'no step'} rows on {len(self.layers)} "
-                f"layers; derived weight copies {self.derived_bytes / MiB:.1f} MiB and step "
+        return (f"fused decode covers {'; '.join(parts) or 'no step'} rows on "
+                f"{len(self.layers)} {self.role} layer{'s' if len(self.layers) != 1 else ''}; derived weight copies {self.derived_bytes / MiB:.1f} MiB and step "
                 f"buffers {self.buffer_bytes / MiB:.1f} MiB per GPU")
 
 
@@ -74,8 +77,11 @@ def placeholder_caches(cfg: Glm5Config, layer_ids: Sequence[int], device) -> Cac
 
 def build_plan(cfg: Glm5Config, weights: Sequence[LayerWeights],
                widths: Dict[str, Tuple[int, ...]], max_context: int,
-               layer_cls: Optional[Callable] = None, rank: int = 0) -> Plan:
-    """Build every layer for the widest covered step; rank 0 logs the widths and memory."""
+               layer_cls: Optional[Callable] = None, rank: int = 0,
+               role: str = "target") -> Plan:
+    """Build every layer for the widest covered step; rank 0 logs the widths and memory.
+    ``role`` names the model in the log: the target's layers, or the MTP draft's one layer
+    (``weights`` then holds the draft layer, ``layer_id == cfg.num_hidden_layers``)."""
     if layer_cls is None:
         from .layer import FusedLayer as layer_cls  # needs sgl_kernel_ext
     max_rows = max((w for ws in widths.values() for w in ws), default=0)
@@ -86,7 +92,7 @@ def build_plan(cfg: Glm5Config, weights: Sequence[LayerWeights],
     caches = placeholder_caches(cfg, ids, device)
     before = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
     layers = [layer_cls(cfg, lw, caches, max_rows, max_context) for lw in weights]
-    plan = Plan(cfg, dict(widths), ids, layers, max_rows, max_context)
+    plan = Plan(cfg, dict(widths), ids, layers, max_rows, max_context, role=role)
     for layer in layers:
         plan.derived_bytes += _bytes(getattr(layer, "wk_proj", None))
         plan.buffer_bytes += sum(_bytes(b) for b in getattr(layer, "buf", {}).values())

@@ -9,8 +9,13 @@ a field left out is taken as served (tools and tests that only know the architec
 Served (GLM-5.3 target, ``GlmMoeDsaForCausalLM``): CUDA, TP 1/2/4/8 (no PP, DP attention,
 EP, context parallel), the FP8 block-128 checkpoint, bf16 KV with 64-token pages, the ``dsa``
 attention backend, the ``auto`` / ``triton`` MoE runners, no speculation or EAGLE / NEXTN
-with top-k 1 and at most 16 draft tokens, decode CUDA graphs ``full`` or disabled. The NextN
-draft class always runs upstream's forward (no fused draft yet), so it is not refused.
+with top-k 1 and at most 16 draft tokens, decode CUDA graphs ``full`` or disabled.
+
+The MTP draft (``GlmMoeDsaForCausalLMNextN``) runs its draft-decode steps of 1..16 rows
+(``draft_widths``) on the same fused layer when ``draft_reasons`` gives none; otherwise the
+draft alone is refused the fused path: each reason is logged at resolution and at the draft's
+install, and the draft runs upstream's forward while the target keeps its fused steps (a setup
+is served or refused by ``refusal_reasons``, which does not judge the draft).
 """
 
 from __future__ import annotations
@@ -141,7 +146,24 @@ _ARG_RULES: Tuple[Tuple[str, Callable[[Any], bool], str], ...] = (
     ("dllm_algorithm", _off, "--dllm-algorithm {v}: diffusion decoding is not served"),
     ("speculative_enable_w4a4_mxfp4_megamoe", _off, "mega-MoE is not served"),
 )
-SERVER_ARG_FIELDS = tuple(rule[0] for rule in _ARG_RULES)
+
+# The draft's own server arguments: (field, served?, reason when not), judged by draft_reasons.
+_DRAFT_ARG_RULES: Tuple[Tuple[str, Callable[[Any], bool], str], ...] = (
+    ("speculative_moe_runner_backend", lambda v: v in (None,) + SERVED_MOE_RUNNERS,
+     f"--speculative-moe-runner-backend {{v}}: served draft runners are {SERVED_MOE_RUNNERS}"),
+    ("speculative_moe_a2a_backend", lambda v: v in (None, "none"),
+     "--speculative-moe-a2a-backend {v}: A2A MoE is not served"),
+    ("speculative_draft_kv_cache_dtype", lambda v: v in (None, "auto") + SERVED_KV_DTYPES,
+     "--speculative-draft-kv-cache-dtype {v}: the draft pool must hold raw bf16 rows"),
+    ("speculative_draft_attention_backend", lambda v: v in (None,) + SERVED_ATTENTION_BACKENDS,
+     "--speculative-draft-attention-backend {v}: served is dsa"),
+    ("speculative_draft_model_quantization", lambda v: v in (None, "fp8"),
+     "--speculative-draft-model-quantization {v}: the draft layer reads FP8 block-128 weights"),
+    ("speculative_draft_window_size", lambda v: v is None,
+     "--speculative-draft-window-size {v}: the fused draft layer attends its whole top-k"),
+    ("enable_multi_layer_eagle", _off, "--enable-multi-layer-eagle: one MTP layer is served"),
+)
+SERVER_ARG_FIELDS = tuple(rule[0] for rule in _ARG_RULES + _DRAFT_ARG_RULES)
 
 
 @dataclass(frozen=True)
@@ -255,6 +277,30 @@ def config_reasons(hf: Mapping[str, Any], tp_size: Optional[int] = None) -> List
     except ValueError as e:
         reasons.append(f"config: {e}")
     return reasons
+
+
+def draft_reasons(setup: Setup) -> List[str]:
+    """Every reason the MTP draft's decode steps cannot run fused (empty: they can, or the
+    setup has no draft). The draft then runs upstream's forward; the setup stays served."""
+    args = setup.server_args
+    algo = args.get("speculative_algorithm")
+    if getattr(algo, "name", algo) not in ("EAGLE", "NEXTN"):
+        return []
+    reasons = [why.format(v=args[name]) for name, ok, why in _DRAFT_ARG_RULES
+               if name in args and not ok(args[name])]
+    hf = setup.hf_config or {}
+    if hf.get("index_share_for_mtp_iteration") and args.get("speculative_eagle_topk") in (None, 1):
+        reasons.append(
+            "config index_share_for_mtp_iteration=true: upstream's draft steps reuse one top-k "
+            "carried across them (spec_info.dsa_topk_indices, seeded by draft-extend); the fused "
+            "draft layer runs its own indexer every step and takes no carried top-k")
+    return reasons
+
+
+def draft_widths() -> Dict[str, Tuple[int, ...]]:
+    """Row counts the fused MTP draft covers: its draft-decode steps (one row per request at
+    EAGLE top-k 1) of 1..MAX_ROWS rows; draft-extend and every other mode run upstream's."""
+    return {"decode": tuple(range(1, MAX_ROWS + 1))}
 
 
 def verify_widths(draft_tokens: Optional[int]) -> Tuple[int, ...]:

@@ -9,6 +9,10 @@ split off). Every FP8 matrix must be e4m3 with row-major fp32 block-128 scales o
 checkpoint's shape; anything else (requantized, transposed or column-major scales) is a
 reason, and the build stops naming every one.
 
+``draft_weights`` does the same for the MTP draft: its decoder layer (``model.decoder``,
+under the reference's layer id ``num_hidden_layers``: MoE with its own indexer) plus the bf16
+``enorm`` / ``hnorm`` / ``eh_proj`` / ``shared_head.norm`` the draft's torch input path reads.
+
 On CUDA upstream merges the indexer's wk (dequantized to bf16) and weights_proj into one
 bf16 ``wk_weights_proj``; ``Bf16Rows`` hands its wk rows to the fused layer, which rebuilds
 the same merged matrix (the one derived copy the plan counts).
@@ -29,6 +33,7 @@ from sglang.srt.layers.fused_decode.reference.weights import (
     IndexerWeights,
     LayerWeights,
     MoeWeights,
+    MtpWeights,
 )
 
 BLOCK = 128
@@ -146,9 +151,10 @@ def _indexer(ix: Any, cfg: Glm5Config, name: str, why: Reasons) -> Optional[Inde
                           k_norm_bias=None if norm.bias is None else norm.bias.data)
 
 
-def layer_weights(layer: Any, cfg: Glm5Config, layer_id: int, why: Reasons) -> LayerWeights:
+def layer_weights(layer: Any, cfg: Glm5Config, layer_id: int, why: Reasons,
+                  name: Optional[str] = None) -> LayerWeights:
     """One decoder layer's weights as views of upstream's loaded parameters."""
-    a, name = layer.self_attn, f"model.layers.{layer_id}"
+    a, name = layer.self_attn, name or f"model.layers.{layer_id}"
     q_lora = cfg.q_lora_rank
     qkv = a.fused_qkv_a_proj_with_mqa
     kv_b = a.kv_b_proj.weight
@@ -179,9 +185,39 @@ def model_weights(model: Any, cfg: Glm5Config) -> Tuple[List[LayerWeights], List
     return out, list(why)
 
 
-def pool_buffers(pool: Any, layer_ids: List[int], cfg: Glm5Config
+def _bf16(t: Any, name: str, shape: Tuple[int, ...], why: Reasons) -> Optional[torch.Tensor]:
+    if not why.need(t is not None, f"{name}: missing"):
+        return None
+    ok = why.need(t.dtype == torch.bfloat16, f"{name}: {t.dtype}, need bf16")
+    ok &= why.need(tuple(t.shape) == shape, f"{name}: shape {tuple(t.shape)}, need {shape}")
+    return t.data if ok else None
+
+
+def draft_weights(model: Any, cfg: Glm5Config) -> Tuple[Optional[MtpWeights], List[str]]:
+    """The MTP draft's weights as views of its loaded parameters (its decoder layer under the
+    reference's id ``num_hidden_layers``), and every reason the views cannot be made."""
+    why = Reasons()
+    nm, h = model.model, cfg.hidden_size
+    eh = nm.eh_proj
+    why.need(getattr(eh, "bias", None) is None, "model.eh_proj: a bias is not served")
+    mtp = MtpWeights(
+        enorm=_bf16(nm.enorm.weight, "model.enorm", (h,), why),
+        hnorm=_bf16(nm.hnorm.weight, "model.hnorm", (h,), why),
+        eh_proj=_bf16(getattr(eh, "weight", None), "model.eh_proj", (h, 2 * h), why),
+        layer=layer_weights(nm.decoder, cfg, cfg.num_hidden_layers, why, "model.decoder"),
+        head_norm=_bf16(nm.shared_head.norm.weight, "model.shared_head.norm", (h,), why),
+    )
+    return (None if why else mtp), list(why)
+
+
+def pool_buffers(pool: Any, layer_ids: List[int], cfg: Glm5Config,
+                 pool_ids: Optional[Dict[int, int]] = None
                  ) -> Tuple[Dict[int, torch.Tensor], Dict[int, torch.Tensor]]:
-    """Upstream's DSA pool buffers per layer: latent KV and (indexer layers) index-K pages."""
-    kv = {i: pool.get_key_buffer(i) for i in layer_ids}
-    index = {i: pool.get_index_k_with_scale_buffer(i) for i in layer_ids if cfg.runs_indexer(i)}
+    """Upstream's DSA pool buffers per layer: latent KV and (indexer layers) index-K pages,
+    keyed by the plan's layer ids. ``pool_ids`` maps a plan id to the pool's layer where they
+    differ (the draft's pool holds its one layer at 0)."""
+    at = lambda i: (pool_ids or {}).get(i, i)  # noqa: E731
+    kv = {i: pool.get_key_buffer(at(i)) for i in layer_ids}
+    index = {i: pool.get_index_k_with_scale_buffer(at(i)) for i in layer_ids
+             if cfg.runs_indexer(i)}
     return kv, index

@@ -7,7 +7,12 @@ state to upstream's logits processor; every other step runs upstream's forward u
 The decision reads only the forward mode and the row count, so a captured CUDA graph bakes a
 stable choice. Without a plan (``--fused-decode-backend off``, the default) nothing changes.
 
-The NextN draft always runs upstream's forward: no fused draft is built.
+The NextN draft branches the same way: a covered draft-decode step (``spec.draft_widths``)
+runs the draft's own input path in torch (embedding, enorm / hnorm of the embedding and of the
+handed-over hidden state, eh_proj; ``fused_decode.draft``), its one decoder layer on the fused
+layer, and ``shared_head.norm``; draft-extend and every other step run upstream's forward. The
+fused draft runs its indexer every step, so it is only built where no top-k is carried across
+draft steps (``spec.draft_reasons``); a step that carries one is refused.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
-from sglang.srt.layers.fused_decode import check, plan as fused_plan, runtime
+from sglang.srt.layers.fused_decode import check, draft, plan as fused_plan, runtime
 from sglang.srt.model_executor.forward_context import get_req_to_token_pool, get_token_to_kv_pool
 from sglang.srt.models import glm4_moe as _upstream
 
@@ -36,6 +41,8 @@ class FusedState:
     rank: int = 0
     steps: int = 0  # fused steps run eagerly or captured on this rank
     caches: Dict[int, Any] = field(default_factory=dict)  # id(pool) -> runtime Caches
+    pool_ids: Dict[int, int] = field(default_factory=dict)  # plan layer id -> pool layer
+    draft: Any = None  # the MTP draft's MtpWeights (a draft model's state only)
 
 
 def fused_mode(state: Optional[FusedState], forward_batch: Any, rows: int,
@@ -80,36 +87,72 @@ class GlmMoeDsaForCausalLM(_upstream.GlmMoeDsaForCausalLM):
             if per_req != state.verify_rows_per_req:
                 raise RuntimeError(f"fused decode: a verify step of {per_req} tokens per request; "
                                    f"the plan was built for {state.verify_rows_per_req}")
-        plan = state.plan
-        pool = get_token_to_kv_pool()
-        caches = state.caches.get(id(pool))
-        if caches is None:
-            from .adapt import pool_buffers
-
-            kv, index = pool_buffers(pool, plan.layer_ids, plan.cfg)
-            caches = state.caches[id(pool)] = runtime.pool_caches(kv, index, plan.cfg.kv_cache_dim)
-        fused_plan.bind_caches(plan, caches)
-        rows = runtime.step_rows(
-            positions, get_req_to_token_pool().req_to_token,
-            forward_batch.req_pool_indices,
-            state.verify_rows_per_req if mode == "target_verify" else 1,
-            plan.max_context, forward_batch.num_token_non_padded,
-        )
-        runtime.maybe_inject_stall(state.rank, state.steps)
-        state.steps += 1
         hidden = self.model.embed_tokens(input_ids)
-        hook = None
-        if check.enabled() and not state.is_capturing():
-            step = f"{mode} {input_ids.shape[0]} rows"
-            check.check_write_slots(rows, forward_batch.out_cache_loc, step)
-            hook = check.Checker(plan.cfg, state.weights, caches, step)
         norm = self.model.norm
-        return runtime.run_layers(plan.layers, hidden, rows, state.reduce,
-                                  lambda h, r: norm(h, r)[0], hook)
+        return run_step(state, mode, hidden, positions, forward_batch,
+                        lambda h, r: norm(h, r)[0])
 
 
 class GlmMoeDsaForCausalLMNextN(_upstream.GlmMoeDsaForCausalLMNextN):
-    """GLM-5.3 MTP draft model: upstream's forward (no fused draft in this build)."""
+    """GLM-5.3 MTP draft model."""
+
+    @torch.no_grad()
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        forward_batch: Any,
+        pp_proxy_tensors: Optional[Any] = None,
+    ) -> Any:
+        state = self.__dict__.get(STATE_KEY)
+        rows = input_ids.shape[0] if input_ids is not None else positions.shape[0]
+        mode = fused_mode(state, forward_batch, rows, pp_proxy_tensors=pp_proxy_tensors)
+        if mode is None:
+            return super().forward(input_ids, positions, forward_batch, pp_proxy_tensors)
+        hidden = self._fused_forward(state, mode, input_ids, positions, forward_batch)
+        return self.logits_processor(input_ids, hidden, self.lm_head, forward_batch)
+
+    def _fused_forward(self, state: FusedState, mode: str, input_ids, positions, forward_batch):
+        if getattr(forward_batch, "reuse_dsa_topk_indices", False):
+            raise RuntimeError("fused draft: this step reuses a top-k carried across draft steps "
+                               "(index_share_for_mtp_iteration), which the fused draft layer "
+                               "does not take; the draft should not have been built")
+        nm, mtp = self.model, state.draft
+        hidden = draft.eh_hidden(nm.embed_tokens(input_ids), forward_batch.spec_info.hidden_states,
+                                 mtp.enorm, mtp.hnorm, mtp.eh_proj, state.plan.cfg.rms_norm_eps)
+        norm = nm.shared_head.norm
+        return run_step(state, mode, hidden, positions, forward_batch,
+                        lambda h, r: norm(h, r)[0])
+
+
+def run_step(state: FusedState, mode: str, hidden: torch.Tensor, positions: torch.Tensor,
+             forward_batch: Any, final_norm: Callable) -> torch.Tensor:
+    """The plan's layers on upstream's pool for this step (the first layer's input `hidden`),
+    then `final_norm(hidden, residual)`: the post-norm hidden state [rows, H]."""
+    plan = state.plan
+    pool = get_token_to_kv_pool()
+    caches = state.caches.get(id(pool))
+    if caches is None:
+        from .adapt import pool_buffers
+
+        kv, index = pool_buffers(pool, plan.layer_ids, plan.cfg, state.pool_ids)
+        caches = state.caches[id(pool)] = runtime.pool_caches(kv, index, plan.cfg.kv_cache_dim)
+    fused_plan.bind_caches(plan, caches)
+    rows = runtime.step_rows(
+        positions, get_req_to_token_pool().req_to_token,
+        forward_batch.req_pool_indices,
+        state.verify_rows_per_req if mode == "target_verify" else 1,
+        plan.max_context, forward_batch.num_token_non_padded,
+    )
+    if state.draft is None:  # the fault test stalls the target's step n only
+        runtime.maybe_inject_stall(state.rank, state.steps)
+    state.steps += 1
+    hook = None
+    if check.enabled() and not state.is_capturing():
+        step = f"{mode} {hidden.shape[0]} rows" + (" of the MTP draft" if state.draft else "")
+        check.check_write_slots(rows, forward_batch.out_cache_loc, step)
+        hook = check.Checker(plan.cfg, state.weights, caches, step)
+    return runtime.run_layers(plan.layers, hidden, rows, state.reduce, final_norm, hook)
 
 
 EntryClass = [GlmMoeDsaForCausalLM, GlmMoeDsaForCausalLMNextN]

@@ -4,7 +4,9 @@
 weight loads: it refuses an unserved setup with one error naming every reason, or, under
 ``auto``, logs the reasons and resolves the flag to ``off``. ``install_fused_decode`` runs in
 ``ModelRunner.initialize`` after the weights load and before the KV cache is sized, so the
-fused path's derived weights and buffers are counted before KV sizing.
+fused path's derived weights and buffers are counted before KV sizing; it runs on the target
+and on the MTP draft's runner alike. Where ``spec.draft_reasons`` names reasons, the draft
+alone runs upstream's forward: they are logged at resolution and again at the draft's install.
 """
 
 from __future__ import annotations
@@ -36,6 +38,9 @@ def handle_fused_decode_backend(server_args: Any) -> None:
     reasons = spec.refusal_reasons(backend, setup)
     if not reasons:
         logger.info("%s %s: serving %s", FLAG, backend, list(setup.architectures))
+        for reason in spec.draft_reasons(setup):
+            logger.warning("%s %s: %s; the MTP draft runs upstream's forward", FLAG, backend,
+                           reason)
         return
     if backend == spec.AUTO:
         for reason in reasons:
@@ -93,9 +98,10 @@ def install_fused_decode(
             f"{FLAG} {backend}: no fused decode plan exists in this build for "
             f"{type(model).__name__} (draft={is_draft}); run with {FLAG} off"
         )
-    from .glm5 import GlmMoeDsaForCausalLM
+    from .glm5 import GlmMoeDsaForCausalLM, GlmMoeDsaForCausalLMNextN
 
-    if is_draft or not isinstance(model, GlmMoeDsaForCausalLM):
+    served = GlmMoeDsaForCausalLMNextN if is_draft else GlmMoeDsaForCausalLM
+    if not isinstance(model, served):
         logger.info("%s: %s runs upstream's forward (no fused plan for it)", FLAG,
                     type(model).__name__)
         return
@@ -110,17 +116,24 @@ def install_fused_decode(
 
     args = resolved_view(get_context().server_args)
     rank = get_tensor_model_parallel_rank()
+    if is_draft:
+        # the same facts on every rank, so every rank skips or builds
+        skip = spec.draft_reasons(read_setup(args, hf_config))
+        if skip:
+            if rank == 0:
+                for reason in skip:
+                    logger.warning("%s: %s; the MTP draft runs upstream's forward", FLAG, reason)
+            return
+    common = dict(context_len=args.context_length or hf_config.max_position_embeddings,
+                  rank=rank, reduce=tensor_model_parallel_all_reduce,
+                  is_capturing=lambda: bool(get_is_capture_mode()))
     reasons: list[str] = []
     try:
-        build_fused_state(
-            model, hf_config,
-            speculative_algorithm=args.speculative_algorithm,
-            draft_tokens=args.speculative_num_draft_tokens,
-            context_len=args.context_length or hf_config.max_position_embeddings,
-            rank=rank,
-            reduce=tensor_model_parallel_all_reduce,
-            is_capturing=lambda: bool(get_is_capture_mode()),
-        )
+        if is_draft:
+            build_draft_state(model, hf_config, **common)
+        else:
+            build_fused_state(model, hf_config, speculative_algorithm=args.speculative_algorithm,
+                              draft_tokens=args.speculative_num_draft_tokens, **common)
     except (RuntimeError, ValueError) as e:
         reasons.append(f"rank {rank}: {e}")
     # every rank stops, naming every rank's reasons, or none does (no rank left waiting)
@@ -129,7 +142,7 @@ def install_fused_decode(
         raise RuntimeError(f"{FLAG} {backend}: the fused path cannot be built:\n  - "
                            + "\n  - ".join(every))
     max_running = getattr(args, "max_running_requests", None)
-    if rank == 0 and (max_running is None or max_running > spec.MAX_ROWS):
+    if rank == 0 and not is_draft and (max_running is None or max_running > spec.MAX_ROWS):
         logger.warning("%s: steps wider than %d rows run upstream's path while the fused "
                        "path's buffers keep their memory (--max-running-requests %s)",
                        FLAG, spec.MAX_ROWS, max_running)
@@ -169,5 +182,32 @@ def build_fused_state(model: Any, hf_config: Any, *, speculative_algorithm: Any,
     plan = fused_plan.build_plan(cfg, weights, widths, int(context_len) + spec.MAX_ROWS,
                                  layer_cls=layer_cls, rank=rank)
     state = FusedState(plan, weights, int(draft_tokens or 1), reduce, is_capturing, rank)
+    model.__dict__[STATE_KEY] = state
+    return state
+
+
+def build_draft_state(model: Any, hf_config: Any, *, context_len: int, rank: int,
+                      reduce: Callable[[Any], Any], is_capturing: Callable[[], bool],
+                      layer_cls: Any = None) -> Any:
+    """The MTP draft's fused state: views of its loaded weights and the plan of its one decoder
+    layer for its draft-decode widths, left on the model. The draft's pool holds that layer at
+    the decoder's own layer id (0); the plan keys it by the reference's ``num_hidden_layers``."""
+    from sglang.srt.layers.fused_decode import plan as fused_plan
+    from sglang.srt.layers.fused_decode.reference.config import Glm5Config
+
+    from .adapt import draft_weights
+    from .glm5 import STATE_KEY, FusedState
+
+    cfg = Glm5Config.from_dict(hf_config.to_dict())
+    mtp, reasons = draft_weights(model, cfg)
+    if reasons:
+        raise RuntimeError(f"{FLAG}: cannot build the fused MTP draft from the loaded weights:"
+                           "\n  - " + "\n  - ".join(reasons))
+    plan = fused_plan.build_plan(cfg, [mtp.layer], spec.draft_widths(),
+                                 int(context_len) + spec.MAX_ROWS, layer_cls=layer_cls,
+                                 rank=rank, role="MTP draft")
+    state = FusedState(plan, [mtp.layer], 1, reduce, is_capturing, rank,
+                       pool_ids={mtp.layer.layer_id: int(model.model.decoder.layer_id)},
+                       draft=mtp)
     model.__dict__[STATE_KEY] = state
     return state

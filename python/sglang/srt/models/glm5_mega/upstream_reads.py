@@ -54,13 +54,18 @@ SIGNATURES = {
 }
 
 # Attributes read off upstream objects (not importable names, so not in UPSTREAM_READS);
-# test/srt/unit/test_model_fused_cpu.py reads every one of them from a model, pool and
-# ForwardBatch that the installed upstream builds on CPU.
+# test/srt/unit/test_model_fused_cpu.py and test_model_draft_cpu.py read them from the target
+# and draft models, pools and ForwardBatches that the installed upstream builds on CPU.
 OBJECT_ATTRIBUTES = {
     "DeepseekV2ForCausalLM": ("model", "lm_head", "logits_processor",
                               "capture_aux_hidden_states"),
     "DeepseekV2Model": ("embed_tokens", "layers", "norm"),
-    "DeepseekV2DecoderLayer": ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm"),
+    "DeepseekV3ForCausalLMNextN": ("model", "lm_head", "logits_processor"),
+    "DeepseekModelNextN": ("embed_tokens", "enorm", "hnorm", "eh_proj", "decoder", "shared_head"),
+    "RMSNorm": ("weight",),
+    "nn.Linear (eh_proj)": ("weight", "bias"),
+    "DeepseekV2DecoderLayer": ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm",
+                               "layer_id"),
     "DeepseekV2AttentionMLA": ("fused_qkv_a_proj_with_mqa", "q_a_layernorm", "kv_a_layernorm",
                                "q_b_proj", "kv_b_proj", "o_proj", "indexer"),
     "Indexer": ("wq_b", "wk", "weights_proj", "wk_weights_proj", "k_norm"),
@@ -72,6 +77,7 @@ OBJECT_ATTRIBUTES = {
     "DSATokenToKVPool": ("get_key_buffer", "get_index_k_with_scale_buffer"),
     "ReqToTokenPool": ("req_to_token",),
     "ForwardBatch": ("forward_mode", "req_pool_indices", "num_token_non_padded",
-                     "out_cache_loc", "spec_info"),
+                     "out_cache_loc", "spec_info", "reuse_dsa_topk_indices"),
     "EagleVerifyInput": ("dsa_seed_topk_capture",),
+    "EagleDraftInput": ("hidden_states",),
 }

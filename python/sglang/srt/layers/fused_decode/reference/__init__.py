@@ -15,6 +15,7 @@ indexer     DSA indexer: index-key write, scores, SGLang top-k
 attention   MLA latent projections, absorbed sparse attention, o_proj partial
 moe         dense MLP, router, shared + routed experts
 model       layer_forward, decode_step, prefill (TP ranks simulated, pluggable all-reduce)
+mtp         the MTP draft step: eh_proj input, the draft layer, head norm, LM head
 checkpoint  Hugging Face FP8 checkpoint writer / reader / validator
 engine      prefill + greedy decode over the reference
 kl          KL of decode against prefill of the same prefix
