@@ -1,0 +1,97 @@
+"""Probe: how close one small-M FP8 block-128 GEMV gets to HBM bandwidth, per kernel shape.
+
+Times, in CUDA graphs over enough distinct weight copies that nothing stays in L2, the
+stage kernel ``fp8_linear`` (looped K chunks) against single-shot variants (each program
+loads its whole [G groups x BLOCK_N rows x 128] tile at once and runs one batched dot), and
+a device copy of the same bytes (the practical ceiling for a kernel of that size).
+
+    PYTHONPATH=python:sgl-kernel-ext python3 -m benchmark.gemv_probe --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+import torch
+import triton
+
+from sgl_kernel_ext.triton import fp8_linear, overlap
+
+SHAPES = {"q_a|kv_a": (2624, 6144), "o_proj": (6144, 2048), "q_b|wq_b": (6144, 2048),
+          "expert_gate_up": (512, 6144), "9_experts_gate_up": (4608, 6144),
+          "9_experts_down": (55296, 256)}
+
+
+def graph_time(fn, copies: int, replays: int = 20) -> float:
+    """us per call: fn(i) for i in range(copies) captured in one graph."""
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for i in range(copies):
+            fn(i)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(copies):
+            fn(i)
+    g.replay()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(replays):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        g.replay()
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) * 1e3 / copies)
+    times.sort()
+    return times[len(times) // 2]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--ms", default="1,4,16")
+    args = ap.parse_args()
+    dev = "cuda"
+    bw_buf = torch.empty(2**30, dtype=torch.uint8, device=dev)
+    bw_dst = torch.empty_like(bw_buf)
+    us = graph_time(lambda i: bw_dst.copy_(bw_buf), 4)
+    bw = 2 * bw_buf.numel() / (us * 1e-6)
+    del bw_buf, bw_dst
+    results = {"copy_bandwidth_bytes_per_s": bw, "pdl": overlap.enabled(), "rows": []}
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s, pdl={overlap.enabled()}")
+    for name, (n, k) in SHAPES.items():
+        nbytes = n * k
+        copies = max(8, -(-240 * 2**20 // nbytes))
+        ws = [torch.randn(n, k, device=dev).to(torch.float8_e4m3fn) for _ in range(copies)]
+        ss = [torch.rand(-(-n // 128), k // 128, device=dev) + 0.5 for _ in range(copies)]
+        src = [torch.empty(nbytes, dtype=torch.uint8, device=dev) for _ in range(copies)]
+        dst = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+        floor_us = nbytes / bw * 1e6
+        row = {"matrix": name, "n": n, "k": k, "bytes": nbytes, "floor_us": floor_us}
+        row["copy_us"] = graph_time(lambda i: dst.copy_(src[i]), copies) * 0.5  # read half
+        for m in map(int, args.ms.split(",")):
+            xq = torch.randn(m, k, device=dev).to(torch.float8_e4m3fn)
+            sx = torch.rand(m, k // 128, device=dev) + 0.5
+            for variant in fp8_linear.probe_variants(n, k, m):
+                parts = torch.empty(variant["split"], m, n, device=dev)
+                try:
+                    t = graph_time(lambda i: fp8_linear.fp8_linear(
+                        xq, sx, ws[i], ss[i], parts, **variant["kw"]), copies)
+                except Exception as exc:  # noqa: BLE001 - report and go on
+                    print(f"{name} m={m} {variant['name']}: {type(exc).__name__}: {exc}")
+                    continue
+                r = dict(row, m=m, variant=variant["name"], us=t, frac_floor=floor_us / t)
+                results["rows"].append(r)
+                print(f"{name:16s} m={m:2d} {variant['name']:28s} {t:7.2f} us  floor "
+                      f"{floor_us:5.2f}  copy {row['copy_us']:5.2f}  {floor_us / t:5.2f}")
+        del ws, ss, src
+    with open(os.path.join(args.out, "gemv_probe.json"), "w") as f:
+        json.dump(results, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
