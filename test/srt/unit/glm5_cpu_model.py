@@ -33,8 +33,10 @@ def _paths():
     sys.path.insert(0, str(REPO / "sgl-kernel-ext"))
 
 
-def setup(workdir: Path, port: int):
-    """The tiny checkpoint, upstream's resolved arguments, published context and TP group."""
+def setup(workdir: Path, port: int, edit_config=None, extra_args=()):
+    """The tiny checkpoint, upstream's resolved arguments, published context and TP group
+    (edit_config: a function that edits the checkpoint's config.json dict in place;
+    extra_args: more server arguments)."""
     import torch
 
     torch.cuda.get_device_capability = lambda *a, **k: (9, 0)
@@ -44,9 +46,14 @@ def setup(workdir: Path, port: int):
     cfg = tiny_config()
     ckpt = workdir / "ckpt"
     write_checkpoint(cfg, ckpt, 0, mtp=True)
+    if edit_config is not None:
+        config = json.loads((ckpt / "config.json").read_text())
+        edit_config(config)
+        (ckpt / "config.json").write_text(json.dumps(config, indent=1))
     from sglang.srt.server_args import prepare_server_args
 
-    server_args = prepare_server_args(["--model-path", str(ckpt), "--device", "cpu"])
+    server_args = prepare_server_args(["--model-path", str(ckpt), "--device", "cpu",
+                                       *extra_args])
     server_args.resolve_once()
     from sglang.srt.runtime_context import SpawnRanks, publish
 
@@ -69,11 +76,13 @@ def setup(workdir: Path, port: int):
     return cfg, server_args
 
 
-def load(server_args, cuda_structures: bool):
-    """Upstream's loader builds the architecture's class and loads the checkpoint. With
-    cuda_structures, the modules take the forms they take on CUDA: the indexer's merged bf16
-    wk_weights_proj and the shared expert fused into FusedMoE as its last expert."""
+def load(server_args, cuda_structures: bool, is_draft: bool = False):
+    """Upstream's loader builds the architecture's class and loads the checkpoint (is_draft:
+    the MTP draft, as a draft worker loads it). With cuda_structures, the modules take the
+    forms they take on CUDA: the indexer's merged bf16 wk_weights_proj and the shared expert
+    fused into FusedMoE as its last expert."""
     import sglang.srt.layers.attention.dsa.dsa_indexer as dsa_indexer
+    import sglang.srt.models.deepseek_nextn as deepseek_nextn
     import sglang.srt.models.deepseek_v2 as deepseek_v2
     from sglang.srt.configs.device_config import DeviceConfig
     from sglang.srt.configs.load_config import LoadConfig
@@ -81,18 +90,20 @@ def load(server_args, cuda_structures: bool):
     from sglang.srt.model_loader import get_model
 
     saved = (dsa_indexer._is_cuda, getattr(dsa_indexer, "resolve_num_sms", None),
-             deepseek_v2.get_num_fused_shared_experts)
+             deepseek_v2.get_num_fused_shared_experts, deepseek_nextn.get_num_fused_shared_experts)
     if cuda_structures:
         dsa_indexer._is_cuda = True  # only __init__'s choices run: no CUDA kernel is called
         dsa_indexer.resolve_num_sms = lambda *a, **k: 132
         deepseek_v2.get_num_fused_shared_experts = lambda: 1
+        deepseek_nextn.get_num_fused_shared_experts = lambda: 1  # the draft reads its own
     try:
-        model_config = ModelConfig.from_server_args(server_args)
+        model_config = ModelConfig.from_server_args(server_args, is_draft_model=is_draft)
         model = get_model(model_config=model_config, load_config=LoadConfig(load_format="auto"),
                           device_config=DeviceConfig("cpu"))
     finally:
         (dsa_indexer._is_cuda, dsa_indexer.resolve_num_sms,
-         deepseek_v2.get_num_fused_shared_experts) = saved
+         deepseek_v2.get_num_fused_shared_experts,
+         deepseek_nextn.get_num_fused_shared_experts) = saved
     return model, model_config
 
 

@@ -1,0 +1,94 @@
+"""The fork's GLM-5.3 MTP draft class built by upstream's loader on CPU (as an EAGLE draft
+worker loads it) from the reference's tiny checkpoint, its fused draft-decode steps run through
+``forward`` on upstream's own one-layer DSA pool, ReqToTokenPool, ForwardBatch, EagleDraftInput
+and logits processor (Triton interpreter), compared with the reference draft step.
+
+The model is built and run once, in a subprocess (``glm5_cpu_draft.py``), for the reasons
+``test_model_fused_cpu.py`` gives. Each step runs in check mode, so the reference also runs
+beside the draft's fused layer.
+"""
+
+import json
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from sglang.srt.layers.fused_decode.spec import NUMERICS
+
+pytest.importorskip("sglang.srt.model_loader", reason="upstream SGLang is not installed")
+
+HERE = Path(__file__).resolve().parent
+TOL = NUMERICS["fused_layer_interpreter"]
+STEP_KL = 0.05  # as test_model_fused_cpu.py: two correct implementations of this tiny model
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("glm5draft") / "out.json"
+    proc = subprocess.run(
+        [sys.executable, str(HERE / "glm5_cpu_draft.py"), str(out), str(_free_port())],
+        capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+    return json.loads(out.read_text())
+
+
+def test_draft_architecture_builds_the_fork_class(run):
+    assert run["architectures"] == ["GlmMoeDsaForCausalLMNextN"]
+    assert run["model_class"] == "sglang.srt.models.glm5_mega.glm5.GlmMoeDsaForCausalLMNextN"
+    assert run["missing_attributes"] == []  # upstream_reads' draft-side attributes exist
+
+
+def test_draft_weights_are_the_checkpoints(run):
+    assert run["adapt_reasons"] == [] and run["weights_mismatched"] == []
+
+
+def test_a_carried_topk_leaves_the_draft_on_upstreams_forward(run):
+    assert run["carry_built"] is False
+    (line,) = run["carry_install_log"]
+    assert "index_share_for_mtp_iteration=true" in line
+    assert line.endswith("the MTP draft runs upstream's forward")
+
+
+def test_install_builds_the_draft_plan(run):
+    assert run["install_log"] == []
+    assert run["widths"] == {"decode": list(range(1, 17))}
+    assert run["describe"].startswith("fused decode covers decode 1-16 rows on 1 MTP draft layer")
+    assert run["pool_ids"] == {"4": 0}  # the tiny model's draft layer is the pool's layer 0
+
+
+def test_draft_branch_decision_by_mode_and_rows(run):
+    for mode, rows in run["branch_log"].items():
+        assert rows == (list(range(1, 17)) if mode == "DECODE" else []), mode
+
+
+def test_input_path_matches_upstreams_modules_and_the_reference(run):
+    assert run["eh_vs_upstream_rel"] == 0.0  # upstream's enorm / hnorm / eh_proj on CPU
+    assert run["eh_vs_reference_rel"] == 0.0
+
+
+@pytest.mark.parametrize("step", ["step1", "step2"])
+def test_fused_draft_step_matches_the_reference(run, step):
+    r = run[step]
+    assert r["check_lines"] == [], r["check_lines"]  # check mode: nothing outside NUMERICS
+    (errors,) = r["check_errors"]  # one layer
+    assert errors["y_rel"] <= TOL["y_rel"] and errors["residual_rel"] <= TOL["residual_rel"]
+    assert errors["kv_written_rel"] <= TOL["kv_written_rel"]
+    assert errors["topk_overlap"] >= TOL["topk_overlap"]
+    assert errors["routing_flips"] <= TOL["max_routing_flips"]
+    assert r["kl_max"] <= STEP_KL and r["argmax_equal"], r
+    assert r["hidden_rel"] <= TOL["y_rel"], r  # the hidden state the next draft step takes
+    assert r["kv_written_rel"] <= TOL["kv_written_rel"], r
+    assert r["kv_untouched_bitwise"] and r["index_untouched_pages_bitwise"], r
+
+
+def test_every_step_ran_fused(run):
+    assert run["steps_counted"] == 2
