@@ -14,8 +14,13 @@ s // 64, offset s % 64: the layout of upstream's ``IndexKeyCache`` with index_kp
 Top-k: the fused layers carry the top-k between layers as context positions (ascending, -1
 padded), which they resolve through ``token_slots``. Upstream's indexer carries physical slots
 (fused top-k) or positions; no upstream consumer reads the target's top-k after a decode or
-verify step (the target publishes no MTP carry; the draft runs upstream's own forward), so
-nothing is translated. The model package refuses a step whose ``spec_info`` asks for a seed.
+verify step (the target publishes no MTP carry; a fused MTP draft runs its own indexer every
+step and is built only where no top-k is carried across draft steps), so nothing is
+translated. The model package refuses a step whose ``spec_info`` asks for a seed or carries a
+top-k.
+
+The MTP draft runs through the same executor: its plan holds its one decoder layer, keyed by
+the reference's id ``num_hidden_layers`` while the draft's pool holds it at layer 0.
 
 ``run_layers`` runs the stack: each layer's partial sum is all-reduced by ``reduce`` (the TP
 group's all-reduce), and ``final_norm(hidden, residual)`` finishes the deferred residual add
