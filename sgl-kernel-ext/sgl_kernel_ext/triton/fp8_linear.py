@@ -209,15 +209,13 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
 def probe_variants(n: int, k: int, m: int) -> list:
     """Kernel configurations `benchmark.gemv_probe` times for an [n, k] matrix at m rows."""
     kblocks = triton.cdiv(k, 128)
-    out = [{"name": "loop 64x2", "split": choose_split(n, k), "kw": {}},
-           {"name": "loop 64x2 nopdl", "split": choose_split(n, k), "kw": {"pdl": False}}]
-    for bn, g, nw in ((32, 4, 4), (64, 2, 4), (64, 4, 8), (16, 8, 4), (32, 8, 8), (128, 2, 8),
-                      (16, 4, 4), (32, 2, 4)):
-        if g > kblocks:
-            continue
+    out = []
+    for bn, g, target in ((64, 2, 264), (64, 2, 528), (32, 2, 528), (64, 1, 528), (128, 2, 264),
+                          (64, 4, 264), (32, 4, 528), (32, 1, 1056)):
         for pdl in (True, False):
-            out.append({"name": f"shot {bn}x{g} w{nw}" + ("" if pdl else " nopdl"),
-                        "split": triton.cdiv(kblocks, g),
-                        "kw": {"block_n": bn, "groups": g, "shot": True, "num_warps": nw,
-                               "pdl": pdl}})
+            out.append({"name": f"loop {bn}x{g} t{target}" + ("" if pdl else " nopdl"),
+                        "split": choose_split(n, k, bn, g, target),
+                        "kw": {"block_n": bn, "groups": g, "pdl": pdl}})
+    out.append({"name": "shot 16x8 w4 nopdl", "split": triton.cdiv(kblocks, 8),
+                "kw": {"block_n": 16, "groups": 8, "shot": True, "pdl": False}})
     return out

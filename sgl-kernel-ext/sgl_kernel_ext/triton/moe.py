@@ -262,13 +262,14 @@ def gate_up_tiling(m: int) -> tuple:
 
 
 def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
-            shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts=None):
+            shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts=None,
+            tiling=None, num_warps=None):
     """act bf16 [SLOTS, M, I] = SiLU(x G_e^T) * (x U_e^T) for each slot's expert e; x given
     quantized (xq e4m3 [M, K], sx [M, K/128]). The routed stacks [E, I, K] may be views of
     one [E, 2I, K] gate|up tensor: each expert's rows contiguous, any expert stride. With a
     split K (few rows) the fp32 partials go through gu_parts [SPLIT_K, SLOTS, M, 2, I]."""
     m, k = xq.shape
-    block_n, groups, split_k = gate_up_tiling(m)
+    block_n, groups, split_k = tiling or gate_up_tiling(m)
     slots, am, inter = act.shape
     assert am == m and act.is_contiguous() and shared_gate_q.shape == (inter, k)
     assert xq.is_contiguous() and sx.is_contiguous()
@@ -286,7 +287,8 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         gate_s.stride(0) if gate_s.dim() == 3 else 0,
         shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts, slots, k_chunk,
         BLOCK_M=block_m(m), BLOCK_N=block_n, GROUPS=groups, SPLIT_K=split_k,
-        INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=8 if block_n == 64 else 4,
+        INTERPRET=interpreting(), PDL=overlap.enabled(),
+        num_warps=num_warps or (8 if block_n == 64 else 4),
         num_stages=3, **overlap.launch_kw(),
     )
     if split_k > 1:
@@ -297,20 +299,19 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
 
 
 def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_q, down_s,
-         shared_down_q, shared_down_s, positions, terms, out):
+         shared_down_q, shared_down_s, positions, terms, out, block_n=64, num_warps=4):
     """out bf16 [M, H] = sum over the row's experts of bf16(weight * act_slot D_e^T), shared
     first then experts ascending (fp32 sum, one rounding), through terms bf16 [M, k+1, H]."""
     slots, m, inter = act.shape
     _, n_terms, h = terms.shape
     assert shared_down_q.shape == (h, inter) and out.is_contiguous() and terms.is_contiguous()
     _check_expert_stack(down_q, down_s)
-    block_n = 64
     _down_kernel[(triton.cdiv(h, block_n), slots)](
         act, m, inter, h, num_experts, slot_expert, slot_weight, slot_rank, num_slots,
         down_q, down_s, down_q.stride(0) if down_q.dim() == 3 else 0,
         down_s.stride(0) if down_s.dim() == 3 else 0, shared_down_q, shared_down_s, terms,
         TERMS=n_terms, BLOCK_M=block_m(m), BLOCK_N=block_n, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), num_warps=4, num_stages=3, **overlap.launch_kw(),
+        PDL=overlap.enabled(), num_warps=num_warps, num_stages=3, **overlap.launch_kw(),
     )
     _sum_terms_kernel[(m, triton.cdiv(h, 1024))](terms, positions, out, h, TERMS=n_terms,
                                                 BLOCK=1024, PDL=overlap.enabled(), num_warps=4,
