@@ -115,10 +115,9 @@ def main(out_path: str, port: int = 29518):
     views, reasons = adapt.draft_weights(model, cfg)
     res["adapt_reasons"] = reasons
     res["weights_mismatched"] = [
-        name for name, a, b in [("enorm", views.enorm, mtp.enorm), ("hnorm", views.hnorm, mtp.hnorm),
-                                ("eh_proj", views.eh_proj, mtp.eh_proj),
-                                ("head_norm", views.head_norm, mtp.head_norm)]
-        if not torch.equal(a, b)] + _layer_mismatches(views.layer, mtp.layer)
+        name for name in ("enorm", "hnorm", "eh_proj", "head_norm")
+        if not torch.equal(getattr(views, name), getattr(mtp, name))
+    ] + _layer_mismatches(views.layer, mtp.layer)
 
     # upstream's call on the draft runner, as a server with the flag makes it
     spec.BUILT_IMPLEMENTATIONS = frozenset({"triton"})

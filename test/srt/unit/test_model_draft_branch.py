@@ -49,7 +49,7 @@ def test_draft_forward_dispatch(monkeypatch):
     monkeypatch.setattr(glm4_moe.GlmMoeDsaForCausalLMNextN, "forward",
                         lambda self, *a: calls.append(("upstream", a)) or "upstream-out")
     monkeypatch.setattr(glm5.GlmMoeDsaForCausalLMNextN, "_fused_forward",
-                        lambda self, state, mode, ids, pos, fb: calls.append(("fused", mode)) or "h")
+                        lambda self, state, mode, *a: calls.append(("fused", mode)) or "h")
     model = _draft_model()
     model.lm_head = "head"
     model.logits_processor = lambda ids, hidden, head, fb: ("logits", hidden, head)
@@ -82,9 +82,11 @@ def test_eh_hidden_is_the_normalized_halves_projected():
     we, wh = torch.rand(h, generator=g).bfloat16(), torch.rand(h, generator=g).bfloat16()
     w = (torch.randn(h, 2 * h, generator=g) / 16).bfloat16()
     out = draft.eh_hidden(e, p, we, wh, w, 1e-5)
-    norm = lambda x, wt: (x.float() * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + 1e-5)  # noqa: E731
-                          * wt.float()).bfloat16()
-    expected = (torch.cat((norm(e, we), norm(p, wh)), -1).float() @ w.float().T)
+    def norm(x, wt):
+        x = x.float()
+        return (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + 1e-5) * wt.float()).bfloat16()
+
+    expected = torch.cat((norm(e, we), norm(p, wh)), -1).float() @ w.float().T
     assert out.dtype == torch.bfloat16 and out.shape == (3, h)
     torch.testing.assert_close(out.float(), expected, rtol=1e-2, atol=1e-2)
     with pytest.raises(ValueError, match="hidden states handed over"):

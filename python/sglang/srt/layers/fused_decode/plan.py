@@ -53,9 +53,11 @@ class Plan:
 
     def describe(self) -> str:
         parts = [f"{mode} {_ranges(w)}" for mode, w in self.widths.items() if w]
-        return (f"fused decode covers {'; '.join(parts) or 'no step'} rows on "
-                f"{len(self.layers)} {self.role} layer{'s' if len(self.layers) != 1 else ''}; derived weight copies {self.derived_bytes / MiB:.1f} MiB and step "
-                f"buffers {self.buffer_bytes / MiB:.1f} MiB per GPU")
+        n = len(self.layers)
+        return (f"fused decode covers {'; '.join(parts) or 'no step'} rows on {n} {self.role} "
+                f"layer{'s' if n != 1 else ''}; derived weight copies "
+                f"{self.derived_bytes / MiB:.1f} MiB and step buffers "
+                f"{self.buffer_bytes / MiB:.1f} MiB per GPU")
 
 
 def _ranges(widths: Sequence[int]) -> str:
