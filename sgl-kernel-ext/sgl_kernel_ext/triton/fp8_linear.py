@@ -166,6 +166,15 @@ def choose_split(n: int, k: int, block_n: int = 64, groups: int = 2,
     return max(1, min(most, triton.cdiv(target_programs, tiles)))
 
 
+def tiling(n: int, k: int) -> tuple:
+    """(block_n, groups, split) for an [n, k] matrix, as measured by benchmark.gemv_probe on an
+    H200 (results/gemv_probe_h200_*.json): short K (<= 2048: o_proj, q_b) runs best one group
+    per step over ~528 programs, long K (q_a | kv_a) two groups per step over ~264."""
+    if k <= 2048:
+        return 64, 1, choose_split(n, k, 64, 1, 528)
+    return 64, 2, choose_split(n, k, 64, 2, 264)
+
+
 def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.Tensor,
                parts: torch.Tensor, wq_b: Optional[torch.Tensor] = None,
                ws_b: Optional[torch.Tensor] = None, parts_b: Optional[torch.Tensor] = None,

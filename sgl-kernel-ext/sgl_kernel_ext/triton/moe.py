@@ -252,13 +252,19 @@ def _check_expert_stack(*tensors) -> None:
 
 
 def gate_up_tiling(m: int) -> tuple:
-    """(BLOCK_N, GROUPS, SPLIT_K) for m rows: with few rows few experts are touched, so narrow
-    tiles and a split K keep the GPU busy; with many, wide tiles cut the re-reads of x."""
+    """(BLOCK_N, GROUPS, SPLIT_K) for m rows: with few rows few experts are touched, so a split
+    K keeps the GPU busy; with many, wide tiles cut the re-reads of x. The best of
+    benchmark.moe_probe's sweep on an H200 (results/moe_probe_h200_*.json)."""
     if m <= 2:
-        return 16, 4, 4
-    if m <= 8:
-        return 32, 4, 1
+        return 32, 2, 4
+    if m <= 4:
+        return 32, 2, 1
     return 64, 2, 1
+
+
+def down_block(m: int) -> int:
+    """Hidden columns per down program (benchmark.moe_probe, H200)."""
+    return 64 if m == 1 else 128
 
 
 def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
@@ -299,12 +305,13 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
 
 
 def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_q, down_s,
-         shared_down_q, shared_down_s, positions, terms, out, block_n=64, num_warps=4):
+         shared_down_q, shared_down_s, positions, terms, out, block_n=None, num_warps=4):
     """out bf16 [M, H] = sum over the row's experts of bf16(weight * act_slot D_e^T), shared
     first then experts ascending (fp32 sum, one rounding), through terms bf16 [M, k+1, H]."""
     slots, m, inter = act.shape
     _, n_terms, h = terms.shape
     assert shared_down_q.shape == (h, inter) and out.is_contiguous() and terms.is_contiguous()
+    block_n = block_n or down_block(m)
     _check_expert_stack(down_q, down_s)
     _down_kernel[(triton.cdiv(h, block_n), slots)](
         act, m, inter, h, num_experts, slot_expert, slot_weight, slot_rank, num_slots,

@@ -64,9 +64,12 @@ class FusedLayer:
                 [ix.wk.dequant(torch.float32).to(torch.bfloat16), ix.weights_proj.to(torch.bfloat16)]
             ).contiguous()
             q_b_rows += ix.wq_b.q.shape[0]
-        self.split_qkv_a = fp8_linear.choose_split(cfg.q_lora_rank + c + rope, h)
-        self.split_q_b = fp8_linear.choose_split(q_b_rows, cfg.q_lora_rank)
-        self.split_o = fp8_linear.choose_split(h, self.heads * cfg.v_head_dim)
+        # (block_n, groups, split) of each FP8 GEMM; the split sizes the partials buffers
+        self.tile_qkv_a = fp8_linear.tiling(cfg.q_lora_rank + c + rope, h)
+        self.tile_q_b = fp8_linear.tiling(q_b_rows, cfg.q_lora_rank)
+        self.tile_o = fp8_linear.tiling(h, self.heads * cfg.v_head_dim)
+        self.split_qkv_a, self.split_q_b, self.split_o = (
+            self.tile_qkv_a[2], self.tile_q_b[2], self.tile_o[2])
         mlp = lw.mlp
         if isinstance(mlp, MoeWeights):
             self.experts = mlp.router.shape[0]
@@ -157,13 +160,13 @@ class FusedLayer:
         x = v("x") if self.runs_indexer else None
         norm.add_rms_norm(hidden, residual, lw.input_norm, eps, x, res, v("xq"), v("xs"))
         fp8_linear.fp8_linear(v("xq"), v("xs"), a.q_a.q, a.q_a.s, v("qa"), a.kv_a.q, a.kv_a.s,
-                              v("kva"))
+                              v("kva"), *self.tile_qkv_a[:2])
         mla.latent(v("qa"), v("kva"), a.q_a_norm, a.kv_a_norm, eps, pos, slots, self.inv_freq,
                    v("cq_q"), v("cq_s"), self.kv_cache, c, rope)
         if self.runs_indexer:
             ix = a.indexer
             fp8_linear.fp8_linear(v("cq_q"), v("cq_s"), a.q_b.q, a.q_b.s, v("q"), ix.wq_b.q,
-                                  ix.wq_b.s, v("q_index"))
+                                  ix.wq_b.s, v("q_index"), *self.tile_q_b[:2])
             bf16_linear.bf16_linear_splitk(v("x"), self.wk_proj, v("kw_parts"))
             indexer.prepare(v("kw_parts"), v("q_index"), ix.k_norm_weight, ix.k_norm_bias,
                             cfg.index_k_norm_eps, pos, slots, self.inv_freq, self.index_cache,
@@ -179,14 +182,16 @@ class FusedLayer:
         else:
             if topk_prev is None:
                 raise ValueError(f"layer {lw.layer_id} reuses the previous top-k but none was given")
-            fp8_linear.fp8_linear(v("cq_q"), v("cq_s"), a.q_b.q, a.q_b.s, v("q"))
+            fp8_linear.fp8_linear(v("cq_q"), v("cq_s"), a.q_b.q, a.q_b.s, v("q"),
+                                  *(None,) * 3, *self.tile_q_b[:2])
             topk = topk_prev
         mla.absorb(v("q"), a.kv_b, pos, self.inv_freq, v("qcat"), cfg.qk_nope_head_dim, rope,
                    cfg.v_head_dim)
         mla.sparse_attention(v("qcat"), self.kv_cache, topk, slots, cfg.softmax_scale,
                              v("part_o"), v("part_ml"), v("olat"), c, rope)
         mla.absorb_v(v("olat"), a.kv_b, v("oq"), v("os"), cfg.qk_nope_head_dim, cfg.v_head_dim)
-        fp8_linear.fp8_linear(v("oq"), v("os"), a.o_proj.q, a.o_proj.s, v("y_attn"))
+        fp8_linear.fp8_linear(v("oq"), v("os"), a.o_proj.q, a.o_proj.s, v("y_attn"),
+                              *(None,) * 3, *self.tile_o[:2])
         norm.add_rms_norm(v("y_attn"), res, lw.post_attention_norm, eps, v("x2"), res,
                           v("x2q"), v("x2s"))
         self._mlp(pos, m)
