@@ -167,11 +167,12 @@ def choose_split(n: int, k: int, block_n: int = 64, groups: int = 2,
 
 
 def tiling(n: int, k: int) -> tuple:
-    """(block_n, groups, split) for an [n, k] matrix, as measured by benchmark.gemv_probe on an
-    H200 (results/gemv_probe_h200_*.json): short K (<= 2048: o_proj, q_b) runs best one group
-    per step over ~528 programs, long K (q_a | kv_a) two groups per step over ~264."""
-    if k <= 2048:
-        return 64, 1, choose_split(n, k, 64, 1, 528)
+    """(block_n, groups, split) for an [n, k] matrix in the fused layer.
+
+    On an H200 (results/gemv_probe_h200_f1d7a26.json) o_proj and q_b alone run ~25% faster
+    with one group per step over ~528 programs (split 6), but their consumers (the add+RMSNorm
+    and the absorb, which sum the split partials) then lose more than that in the layer
+    (decode_layer_20261130T112756Z): two groups over ~264 programs (split 3) is kept."""
     return 64, 2, choose_split(n, k, 64, 2, 264)
 
 

@@ -1,6 +1,7 @@
 """The fused GLM-5.3 decode layer against the torch reference at real shapes of one TP8 rank
 (H200): every layer kind, 1-16 rows, contexts on both sides of the 2048 top-k, a pad row;
-caches written exactly; CUDA-graph replay bitwise equal to eager; 100 replays identical.
+caches written exactly; CUDA-graph replay bitwise equal to eager; 100 replays identical; the
+overlapped launch (programmatic dependent launch + L2 prefetch) bitwise equal to the plain one.
 
 Run on the GPU machine: PYTHONPATH=python:sgl-kernel-ext python -m pytest test/srt/kernels -q
 (or ``python test/srt/kernels/test_fused_layer.py OUT_DIR`` to write every metric as JSON).
@@ -132,6 +133,41 @@ def test_graph_replay_is_bitwise_eager_and_repeatable(kind):
     assert r["graph_equals_eager"] and r["repeats_identical"], r
 
 
+def overlap_checks(kind, rows=2, context=3000):
+    """The layer with programmatic dependent launch and L2 prefetch (overlap) against the
+    same layer with it off: bitwise equal outputs and caches (eager; graphs: above)."""
+    import os
+
+    from sgl_kernel_ext.triton import overlap
+
+    lid = KINDS[kind]
+    case = make_case(CFG, lid, _contexts(rows, context), seed=11, device="cuda", lw=_weights(lid))
+    args = (case.hidden, case.residual, case.batch, case.topk_prev)
+    runs = {}
+    for flag in ("1", "0"):
+        os.environ[overlap.ENV] = flag
+        try:
+            caches = clone_caches(case.caches)
+            outs = [t.clone() for t in FusedLayer(CFG, case.lw, caches, rows, context)(*args)]
+            runs[flag] = (outs, caches, overlap.supported() and flag == "1")
+        finally:
+            os.environ.pop(overlap.ENV, None)
+    (on, c_on, used), (off, c_off, _) = runs["1"], runs["0"]
+    out = {"overlap_used": used,
+           "outputs_equal": all(torch.equal(a, b) for a, b in zip(on, off)),
+           "kv_equal": bool(torch.equal(c_on.kv[lid].view(torch.int16),
+                                        c_off.kv[lid].view(torch.int16)))}
+    if lid in c_on.index:
+        out["index_equal"] = bool(torch.equal(c_on.index[lid], c_off.index[lid]))
+    return out
+
+
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_overlap_is_bitwise_the_plain_launch(kind):
+    r = overlap_checks(kind)
+    assert all(r.values()), r
+
+
 def main(out_dir):
     results = []
     for kind in sorted(KINDS):
@@ -148,6 +184,8 @@ def main(out_dir):
             results.append({"kind": kind, "rows": rows, "context": 3000, "built_rows": 16, **r})
             print(json.dumps(results[-1]), flush=True)
         results.append({"kind": kind, "replay": replay_checks(kind)})
+        print(json.dumps(results[-1]), flush=True)
+        results.append({"kind": kind, "overlap": overlap_checks(kind)})
         print(json.dumps(results[-1]), flush=True)
     with open(f"{out_dir}/fused_layer_numerics.json", "w") as f:
         json.dump(results, f, indent=1)

@@ -21,7 +21,8 @@ from typing import Optional, Tuple
 
 import torch
 
-from sgl_kernel_ext.triton import bf16_linear, fp8_linear, indexer, mla, moe, norm, topk as topk_kernel
+from sgl_kernel_ext.triton import bf16_linear, fp8_linear, indexer, mla, moe, norm, overlap
+from sgl_kernel_ext.triton import topk as topk_kernel
 
 from .reference.batch import RowBatch
 from .reference.cache import Caches
@@ -148,10 +149,14 @@ class FusedLayer:
     def __call__(self, hidden: torch.Tensor, residual: Optional[torch.Tensor], batch: RowBatch,
                  topk_prev: Optional[torch.Tensor] = None
                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        cfg, lw, a = self.cfg, self.lw, self.lw.attn
         m = batch.num_rows
         if not 1 <= m <= self.max_rows:
             raise ValueError(f"{m} rows; this layer was built for 1..{self.max_rows}")
+        with overlap.step_rows(m):
+            return self._step(hidden, residual, batch, topk_prev, m)
+
+    def _step(self, hidden, residual, batch, topk_prev, m):
+        cfg, lw, a = self.cfg, self.lw, self.lw.attn
         v = lambda name: self._view(name, m)  # noqa: E731
         pos, slots = batch.positions, batch.token_slots
         eps, c, rope = cfg.rms_norm_eps, cfg.kv_lora_rank, cfg.qk_rope_head_dim

@@ -1,0 +1,21 @@
+"""The stage kernels' overlap policy (sgl_kernel_ext.triton.overlap), on CPU: never under the
+interpreter, only up to MAX_ROWS rows, off through the environment, and step_rows nests."""
+
+from sgl_kernel_ext.triton import overlap
+
+
+def test_off_under_the_interpreter_and_launches_plain():
+    assert not overlap.enabled()  # test/conftest.py runs kernels under the interpreter here
+    assert overlap.launch_kw() == {}
+
+
+def test_rows_bound_and_environment(monkeypatch):
+    monkeypatch.setattr(overlap, "supported", lambda: True)
+    assert overlap.enabled()
+    with overlap.step_rows(overlap.MAX_ROWS):
+        assert overlap.enabled() and overlap.launch_kw() == {"launch_pdl": True}
+        with overlap.step_rows(overlap.MAX_ROWS + 1):
+            assert not overlap.enabled() and overlap.launch_kw() == {}
+        assert overlap.enabled()
+    monkeypatch.setenv(overlap.ENV, "0")
+    assert not overlap.enabled()
