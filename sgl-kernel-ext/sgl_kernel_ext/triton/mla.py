@@ -243,7 +243,7 @@ def attention_block(topk: int) -> int:
     return min(64, triton.next_power_of_2(topk))
 
 
-def attention_splits(rows: int, topk: int, target_programs: int = 256) -> int:
+def attention_splits(rows: int, topk: int, target_programs: int = 512) -> int:
     """How many top-k chunks a row's attention is split into (a power of two)."""
     most = max(1, topk // attention_block(topk))
     want = max(1, target_programs // max(rows, 1))

@@ -56,7 +56,9 @@ class FusedLayer:
         self.inv_freq = 1.0 / (cfg.rope_theta ** (
             torch.arange(0, rope, 2, dtype=torch.float32, device=dev) / rope))
         self.heads = a.q_b.q.shape[0] // cfg.qk_head_dim
-        self.attn_splits = mla.attention_splits(max_rows, cfg.index_topk)
+        # top-k chunks per row are chosen per step (fewer rows, more chunks): the partials
+        # buffers hold the most any width needs
+        attn_cap = max(r * mla.attention_splits(r, cfg.index_topk) for r in range(1, max_rows + 1))
         q_b_rows = a.q_b.q.shape[0]
         if self.runs_indexer:
             ix = a.indexer
@@ -89,8 +91,8 @@ class FusedLayer:
             cq_q=e(m, cfg.q_lora_rank, dt=fp8), cq_s=e(m, groups(cfg.q_lora_rank), dt=f32),
             q=e(self.split_q_b, m, a.q_b.q.shape[0], dt=f32),
             qcat=e(m, self.heads, c + rope),
-            part_o=e(m, self.attn_splits, self.heads, c, dt=f32),
-            part_ml=e(m, self.attn_splits, self.heads, 2, dt=f32), olat=e(m, self.heads, c),
+            part_o=e(attn_cap, self.heads, c, dt=f32),
+            part_ml=e(attn_cap, self.heads, 2, dt=f32), olat=e(m, self.heads, c),
             oq=e(m, self.heads * cfg.v_head_dim, dt=fp8),
             os=e(m, groups(self.heads * cfg.v_head_dim), dt=f32),
             y_attn=e(self.split_o, m, h, dt=f32), x2=e(m, h), x2q=e(m, h, dt=fp8),
@@ -141,6 +143,12 @@ class FusedLayer:
         if name in _ROWS_SECOND:  # [SPLIT, rows, ...]
             return _prefix(buf, buf.shape[0], m, *buf.shape[2:])
         return buf[:m]
+
+    def _attention_parts(self, m: int) -> Tuple[torch.Tensor, torch.Tensor]:
+        """The step's flash-decoding partials [m, splits(m), heads, ...] (fp32 o, then m/l)."""
+        s = mla.attention_splits(m, self.cfg.index_topk)
+        o, ml = self.buf["part_o"], self.buf["part_ml"]
+        return _prefix(o, m, s, *o.shape[1:]), _prefix(ml, m, s, *ml.shape[1:])
 
     def _slots(self, m: int) -> int:
         """MoE slots m rows can touch: the shared expert and top-k per row (1 for dense)."""
@@ -193,7 +201,7 @@ class FusedLayer:
         mla.absorb(v("q"), a.kv_b, pos, self.inv_freq, v("qcat"), cfg.qk_nope_head_dim, rope,
                    cfg.v_head_dim)
         mla.sparse_attention(v("qcat"), self.kv_cache, topk, slots, cfg.softmax_scale,
-                             v("part_o"), v("part_ml"), v("olat"), c, rope)
+                             *self._attention_parts(m), v("olat"), c, rope)
         mla.absorb_v(v("olat"), a.kv_b, v("oq"), v("os"), cfg.qk_nope_head_dim, cfg.v_head_dim)
         fp8_linear.fp8_linear(v("oq"), v("os"), a.o_proj.q, a.o_proj.s, v("y_attn"),
                               *(None,) * 3, *self.tile_o[:2])
