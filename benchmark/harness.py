@@ -220,6 +220,10 @@ def fused_builder():
 
 # ------------------------------------------------------------------ run metadata and output
 def git_commit() -> str:
+    """BENCH_COMMIT when set (the device's copy of the tree is a snapshot whose own HEAD is
+    not a commit of this repository), else the checkout's HEAD."""
+    if os.environ.get("BENCH_COMMIT"):
+        return os.environ["BENCH_COMMIT"]
     try:
         return subprocess.check_output(["git", "rev-parse", "HEAD"], cwd=REPO, text=True,
                                        stderr=subprocess.DEVNULL).strip()
