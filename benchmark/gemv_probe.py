@@ -1,9 +1,11 @@
 """Probe: how close one small-M FP8 block-128 GEMV gets to HBM bandwidth, per kernel shape.
 
-Times, in CUDA graphs over enough distinct weight copies that nothing stays in L2, the
-stage kernel ``fp8_linear`` (looped K chunks) against single-shot variants (each program
-loads its whole [G groups x BLOCK_N rows x 128] tile at once and runs one batched dot), and
-a device copy of the same bytes (the practical ceiling for a kernel of that size).
+Times, in CUDA graphs over enough distinct weight copies that nothing stays in L2, the stage
+kernel ``fp8_linear`` over tilings (rows per program, 128-column groups per step, programs
+in all; with and without the overlap) and a device copy of the same bytes (the practical
+ceiling for a kernel of that size). A single-shot variant (each program loading its whole
+[groups x rows x 128] tile at once into one batched dot) was slower at every shape
+(results/gemv_probe_h200_361c489.json) and was dropped.
 
     PYTHONPATH=python:sgl-kernel-ext python3 -m benchmark.gemv_probe --out $OUT
 """
@@ -50,6 +52,18 @@ def graph_time(fn, copies: int, replays: int = 20) -> float:
     return times[len(times) // 2]
 
 
+def probe_variants(n: int, k: int, m: int) -> list:
+    """The fp8_linear configurations timed for an [n, k] matrix at m rows."""
+    out = []
+    for bn, g, target in ((64, 2, 264), (64, 2, 528), (32, 2, 528), (64, 1, 528), (128, 2, 264),
+                          (64, 4, 264), (32, 4, 528), (32, 1, 1056)):
+        for pdl in (True, False):
+            out.append({"name": f"loop {bn}x{g} t{target}" + ("" if pdl else " nopdl"),
+                        "split": fp8_linear.choose_split(n, k, bn, g, target),
+                        "kw": {"block_n": bn, "groups": g, "pdl": pdl}})
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
@@ -76,7 +90,7 @@ def main() -> None:
         for m in map(int, args.ms.split(",")):
             xq = torch.randn(m, k, device=dev).to(torch.float8_e4m3fn)
             sx = torch.rand(m, k // 128, device=dev) + 0.5
-            for variant in fp8_linear.probe_variants(n, k, m):
+            for variant in probe_variants(n, k, m):
                 parts = torch.empty(variant["split"], m, n, device=dev)
                 try:
                     t = graph_time(lambda i: fp8_linear.fp8_linear(

@@ -92,59 +92,6 @@ def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
               BLOCK_M, BLOCK_N, GROUPS, INTERPRET)
 
 
-@triton.jit
-def _shot_tile(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, part_ptr, N, tile, split,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, G: tl.constexpr,
-               INTERPRET: tl.constexpr):
-    """The G 128-column groups of K chunk `split` for BLOCK_N output columns, loaded at once
-    (every byte of the tile in flight together) and reduced by one batched dot."""
-    kblocks = tl.cdiv(K, 128)
-    g = split * G + tl.arange(0, G)
-    n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    j = tl.arange(0, 128)
-    m = tl.arange(0, BLOCK_M)
-    g_ok = g < kblocks
-    col = (g * 128)[:, None, None] + j[None, None, :]
-    w = tl.load(w_ptr + n[None, :, None] * K + col,
-                mask=g_ok[:, None, None] & (n < N)[None, :, None], other=0.0)  # [G, BN, 128]
-    x = tl.load(xq_ptr + m[None, :, None] * K + col,
-                mask=g_ok[:, None, None] & (m < M)[None, :, None], other=0.0)  # [G, BM, 128]
-    sx = tl.load(sx_ptr + m[None, :] * kblocks + g[:, None],
-                 mask=g_ok[:, None] & (m < M)[None, :], other=0.0)  # [G, BM]
-    sw = tl.load(s_ptr + ((tile * BLOCK_N) // 128) * kblocks + g, mask=g_ok, other=0.0)  # [G]
-    if INTERPRET:
-        d = tl.dot(x.to(tl.float32), tl.permute(w.to(tl.float32), (0, 2, 1)))
-    else:
-        d = tl.dot(x, tl.permute(w, (0, 2, 1)))  # [G, BM, BN]
-    y = tl.sum(d * (sx * sw[:, None])[:, :, None], axis=0)
-    tl.store(part_ptr + (split * M + m[:, None]) * N + n[None, :], y,
-             mask=(m[:, None] < M) & (n[None, :] < N))
-
-
-@triton.jit
-def _fp8_linear_shot_kernel(xq_ptr, sx_ptr, M, K,
-                            wa_ptr, sa_ptr, pa_ptr, NA, tiles_a,
-                            wb_ptr, sb_ptr, pb_ptr, NB,
-                            BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, G: tl.constexpr,
-                            INTERPRET: tl.constexpr, PDL: tl.constexpr):
-    pid = tl.program_id(0)
-    split = tl.program_id(1)
-    k0 = split * G * 128
-    cols = tl.minimum(G * 128, K - k0)
-    if pid < tiles_a:
-        prefetch_rows(wa_ptr, pid * BLOCK_N, BLOCK_N, NA, K, k0, cols, PDL, BLOCK_N, 2)
-    else:
-        prefetch_rows(wb_ptr, (pid - tiles_a) * BLOCK_N, BLOCK_N, NB, K, k0, cols, PDL,
-                      BLOCK_N, 2)
-    stage_begin(PDL)
-    if pid < tiles_a:
-        _shot_tile(xq_ptr, sx_ptr, M, K, wa_ptr, sa_ptr, pa_ptr, NA, pid, split,
-                   BLOCK_M, BLOCK_N, G, INTERPRET)
-    else:
-        _shot_tile(xq_ptr, sx_ptr, M, K, wb_ptr, sb_ptr, pb_ptr, NB, pid - tiles_a, split,
-                   BLOCK_M, BLOCK_N, G, INTERPRET)
-
-
 def interpreting() -> bool:
     import os
 
@@ -179,8 +126,7 @@ def tiling(n: int, k: int) -> tuple:
 def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.Tensor,
                parts: torch.Tensor, wq_b: Optional[torch.Tensor] = None,
                ws_b: Optional[torch.Tensor] = None, parts_b: Optional[torch.Tensor] = None,
-               block_n: int = 64, groups: int = 2, shot: bool = False, num_warps: int = 4,
-               pdl: bool = True) -> None:
+               block_n: int = 64, groups: int = 2, pdl: bool = True) -> None:
     """parts[s] = the K chunk s of xq W^T, fp32 [SPLIT, M, N] (and parts_b for W_b in the same
     launch, with the same SPLIT). xq e4m3 [M, K] contiguous, sx fp32 [M, ceil(K/128)],
     wq e4m3 [N, K] contiguous, ws fp32 [ceil(N/128), ceil(K/128)]."""
@@ -199,13 +145,6 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
     kblocks = triton.cdiv(k, 128)
     use_pdl = pdl and overlap.enabled()
     launch = overlap.launch_kw() if use_pdl else {}
-    if shot:
-        assert split == triton.cdiv(kblocks, groups), "shot: one K chunk of `groups` per split"
-        _fp8_linear_shot_kernel[(tiles, split)](
-            xq, sx, m, k, wq, ws, parts, wq.shape[0], tiles_a, wq_b, ws_b, parts_b,
-            wq_b.shape[0], BLOCK_M=block_m(m), BLOCK_N=block_n, G=groups,
-            INTERPRET=interpreting(), PDL=use_pdl, num_warps=num_warps, num_stages=1, **launch)
-        return
     k_chunk = triton.cdiv(triton.cdiv(kblocks, split), groups) * groups
     _fp8_linear_kernel[(tiles, split)](
         xq, sx, m, k, k_chunk,
@@ -215,17 +154,3 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
         PDL=use_pdl, num_warps=4, num_stages=3, **launch,
     )
 
-
-def probe_variants(n: int, k: int, m: int) -> list:
-    """Kernel configurations `benchmark.gemv_probe` times for an [n, k] matrix at m rows."""
-    kblocks = triton.cdiv(k, 128)
-    out = []
-    for bn, g, target in ((64, 2, 264), (64, 2, 528), (32, 2, 528), (64, 1, 528), (128, 2, 264),
-                          (64, 4, 264), (32, 4, 528), (32, 1, 1056)):
-        for pdl in (True, False):
-            out.append({"name": f"loop {bn}x{g} t{target}" + ("" if pdl else " nopdl"),
-                        "split": choose_split(n, k, bn, g, target),
-                        "kw": {"block_n": bn, "groups": g, "pdl": pdl}})
-    out.append({"name": "shot 16x8 w4 nopdl", "split": triton.cdiv(kblocks, 8),
-                "kw": {"block_n": 16, "groups": 8, "shot": True, "pdl": False}})
-    return out
