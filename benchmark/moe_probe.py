@@ -74,20 +74,17 @@ def main() -> None:
         terms = torch.empty(m, TOPK + 1, H, dtype=torch.bfloat16, device=dev)
         out = torch.empty(m, H, dtype=torch.bfloat16, device=dev)
         mean_slots = sum(c[4] for c in calls) / len(calls)
-        down_count = torch.zeros(-(-H // 16), dtype=torch.int32, device=dev)
         gu_bytes = mean_slots * 2 * I * H
         down_bytes = mean_slots * H * I
         for tiling in GATE_UP_TILINGS:
             bn, g, sk = tiling
             parts = torch.empty(sk, cap, m, 2, I, device=dev) if sk > 1 else None
-            count = torch.zeros(-(-I // bn) * cap, dtype=torch.int32, device=dev)
             for nw in (4, 8):
                 def run(i):
                     se, _, _, ns, _ = calls[i]
                     moe.gate_up(xq, sx, E, se, ns, gu[:, :I], gu_s[:, : I // 128], gu[:, I:],
                                 gu_s[:, I // 128:], sgu[:I], sgu_s[: I // 128], sgu[I:],
-                                sgu_s[I // 128:], act, parts, count, tiling=tiling,
-                                num_warps=nw)
+                                sgu_s[I // 128:], act, parts, tiling=tiling, num_warps=nw)
                 try:
                     t = graph_time(run, len(calls))
                 except Exception as exc:  # noqa: BLE001
@@ -101,7 +98,7 @@ def main() -> None:
         for bn, nw in DOWN_TILINGS:
             def run(i):
                 se, sw, sr, ns, _ = calls[i]
-                moe.down(act, E, se, sw, sr, ns, dq, ds, sdq, sds, pos, terms, out, down_count,
+                moe.down(act, E, se, sw, sr, ns, dq, ds, sdq, sds, pos, terms, out,
                          block_n=bn, num_warps=nw)
             try:
                 t = graph_time(run, len(calls))

@@ -6,19 +6,13 @@ Launches with grids fixed by the plan (CUDA-graph capturable):
    bias (ties to the lower expert), weights renormalized and scaled; then compacts the experts
    any row chose into a slot list (slot 0 the shared expert with weight 1, then the chosen
    experts ascending) with a [slot, row] weight table. Pad rows choose nothing.
-2. ``gate_up``: one program per (slot, BLOCK_N intermediate columns[, K chunk]): FP8 block
-   GEMMs of the slot's expert for every row (x arrives quantized), SiLU(g) * u rounded to
-   bf16 as SGLang's fused MoE does. With a split K the last chunk to arrive at its
-   (slot, columns) sums the fp32 partials in chunk order and applies the SwiGLU.
+2. ``gate_up``: one program per (slot, BLOCK_N intermediate columns): FP8 block GEMMs of the
+   slot's expert for every row (x arrives quantized), SiLU(g) * u rounded to bf16 as SGLang's
+   fused MoE does.
 3. ``down``: one program per (BLOCK_N hidden columns, slot): FP8 GEMM of the slot's
    activations (re-quantized per 128), term = bf16(weight * y) stored at [row, the expert's
-   place in the row's ascending choice]; the last slot to arrive at its columns sums each
-   row's k+1 terms in fp32 in that order (shared first, experts ascending, as SGLang's
-   combine) and rounds once to bf16.
-
-"Last to arrive" is an int32 counter per output tile in global memory (``last_arrival``):
-each program adds 1 after its stores; the one that sees the count complete finishes the tile
-and resets the counter to 0, so the caller zeroes the counters once, at build time.
+   place in the row's ascending choice]; then each row's k+1 terms are summed in fp32 in that
+   order (shared first, experts ascending, as SGLang's combine) and rounded once to bf16.
 
 Each touched expert's weights are read once per step. A dense MLP is the same gate_up/down
 pair over the single shared slot.
@@ -33,7 +27,7 @@ import triton.language as tl
 from . import overlap
 from .fp8_linear import _fp8_group_dot, block_m, interpreting
 from .overlap import prefetch_rows, stage_begin
-from .quant import last_arrival, sum_parts_l2, to_e4m3
+from .quant import sum_parts, to_e4m3
 
 
 @triton.jit
@@ -111,8 +105,7 @@ def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
 @triton.jit
 def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
-                    sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, count_ptr, SLOTS,
-                    k_chunk,
+                    sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk,
                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                     SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr):
     tile = tl.program_id(0)
@@ -151,17 +144,10 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
         if SPLIT_K == 1:
             tl.store(act_ptr + (slot * M + offs_m[:, None]) * I + offs_n[None, :],
                      _swiglu(g, u), mask=mask)
-        else:  # [SPLIT_K, SLOTS, M, 2, I] fp32 partials; the last split to arrive finishes
+        else:  # [SPLIT_K, SLOTS, M, 2, I] fp32 partials, finished by _swiglu_kernel
             part = gu_part_ptr + (((split * SLOTS + slot) * M + offs_m[:, None]) * 2) * I
             tl.store(part + offs_n[None, :], g, mask=mask)
             tl.store(part + I + offs_n[None, :], u, mask=mask)
-            if last_arrival(count_ptr + slot * tl.num_programs(0) + tile, SPLIT_K):
-                row = ((slot * M + offs_m[:, None]) * 2) * I + offs_n[None, :]
-                stride = SLOTS * M * 2 * I
-                g = sum_parts_l2(gu_part_ptr, SPLIT_K, stride, row, mask)
-                u = sum_parts_l2(gu_part_ptr, SPLIT_K, stride, row + I, mask)
-                tl.store(act_ptr + (slot * M + offs_m[:, None]) * I + offs_n[None, :],
-                         _swiglu(g, u), mask=mask)
 
 
 @triton.jit
@@ -173,15 +159,29 @@ def _swiglu(g, u):
 
 
 @triton.jit
+def _swiglu_kernel(gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS, SPLIT_K: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_I: tl.constexpr, PDL: tl.constexpr):
+    stage_begin(PDL)
+    slot = tl.program_id(0)
+    if slot < tl.load(num_slots_ptr):
+        offs_m = tl.arange(0, BLOCK_M)
+        offs_i = tl.arange(0, BLOCK_I)
+        mask = (offs_m[:, None] < M) & (offs_i[None, :] < I)
+        row = ((slot * M + offs_m[:, None]) * 2) * I + offs_i[None, :]
+        stride = SLOTS * M * 2 * I
+        g = sum_parts(gu_part_ptr, SPLIT_K, stride, row, mask)
+        u = sum_parts(gu_part_ptr, SPLIT_K, stride, row + I, mask)
+        tl.store(act_ptr + (slot * M + offs_m[:, None]) * I + offs_i[None, :], _swiglu(g, u),
+                 mask=mask)
+
+
+@triton.jit
 def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                  num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
-                 terms_ptr, pos_ptr, out_ptr, count_ptr, TERMS: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
-                 PDL: tl.constexpr):
+                 terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 INTERPRET: tl.constexpr, PDL: tl.constexpr):
     """Program (tile, slot): term = bf16(weight * act_slot D_e^T) for the rows that chose the
-    slot's expert, stored at terms[row, rank of the expert in the row]. The last slot to
-    arrive at a tile sums each row's terms of the tile in order (shared, then experts
-    ascending; a pad row has only its shared term) in fp32 and rounds once to bf16."""
+    slot's expert, stored at terms[row, rank of the expert in the row]."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     if PDL:  # the slot table was written by route, two or more kernels back
@@ -190,8 +190,7 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
             pq = tl.where(pe == E, sdq_ptr, dq_ptr + tl.where(pe == E, 0, pe).to(tl.int64) * q_stride_e)
             prefetch_rows(pq, tile * BLOCK_N, BLOCK_N, H, I, 0, I, PDL, BLOCK_N, 2)
     stage_begin(PDL)
-    num_slots = tl.load(num_slots_ptr)
-    if slot < num_slots:
+    if slot < tl.load(num_slots_ptr):
         e = tl.load(slot_expert_ptr + slot)
         shared = e == E
         wq = tl.where(shared, 0, e).to(tl.int64) * q_stride_e
@@ -207,16 +206,23 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
         keep = m_ok & (rank >= 0)
         dst = terms_ptr + ((offs_m * TERMS + tl.maximum(rank, 0)) * H)[:, None] + offs_n[None, :]
         tl.store(dst, (w[:, None] * y).to(tl.bfloat16), mask=keep[:, None] & (offs_n[None, :] < H))
-        if last_arrival(count_ptr + tile, num_slots):
-            n_ok = offs_n[None, :] < H
-            n_terms = tl.where(tl.load(pos_ptr + offs_m, mask=m_ok, other=-1) >= 0, TERMS, 1)
-            acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-            for j in tl.static_range(TERMS):
-                src = terms_ptr + ((offs_m * TERMS + j) * H)[:, None] + offs_n[None, :]
-                acc += tl.load(src, mask=m_ok[:, None] & n_ok & (j < n_terms)[:, None],
-                               other=0.0, cache_modifier=".cg").to(tl.float32)
-            tl.store(out_ptr + offs_m[:, None] * H + offs_n[None, :], acc.to(tl.bfloat16),
-                     mask=m_ok[:, None] & n_ok)
+
+
+@triton.jit
+def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK: tl.constexpr,
+                      PDL: tl.constexpr):
+    """out[row] = bf16 of the fp32 sum of the row's terms in order (shared, then experts
+    ascending); a pad row has only its shared term."""
+    stage_begin(PDL)
+    m = tl.program_id(0)
+    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    ok = offs < H
+    n_terms = tl.where(tl.load(pos_ptr + m) >= 0, TERMS, 1)
+    acc = tl.zeros((BLOCK,), tl.float32)
+    for j in tl.static_range(TERMS):
+        acc += tl.load(terms_ptr + (m * TERMS + j) * H + offs, mask=ok & (j < n_terms),
+                       other=0.0).to(tl.float32)
+    tl.store(out_ptr + m * H + offs, acc.to(tl.bfloat16), mask=ok)
 
 
 def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tensor, topk: int,
@@ -263,7 +269,7 @@ def down_block(m: int) -> int:
 
 def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
             shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts=None,
-            counters=None, tiling=None, num_warps=None):
+            tiling=None, num_warps=None):
     """act bf16 [SLOTS, M, I] = SiLU(x G_e^T) * (x U_e^T) for each slot's expert e; x given
     quantized (xq e4m3 [M, K], sx [M, K/128]). The routed stacks [E, I, K] may be views of
     one [E, 2I, K] gate|up tensor: each expert's rows contiguous, any expert stride. With a
@@ -274,57 +280,46 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
     assert am == m and act.is_contiguous() and shared_gate_q.shape == (inter, k)
     assert xq.is_contiguous() and sx.is_contiguous()
     _check_expert_stack(gate_q, gate_s, up_q, up_s)
-    tiles = triton.cdiv(inter, block_n)
     if split_k > 1:
         assert gu_parts is not None and gu_parts.shape == (split_k, slots, m, 2, inter)
         assert gu_parts.is_contiguous()
-        assert counters is not None and counters.numel() >= tiles * slots, (
-            "a split K needs zeroed int32 counters, one per (slot, tile): gate_up_counters")
     else:
-        gu_parts = counters = act
+        gu_parts = act
     kblocks = triton.cdiv(k, 128)
     k_chunk = triton.cdiv(triton.cdiv(kblocks, split_k), groups) * groups
-    _gate_up_kernel[(tiles, slots, split_k)](
+    _gate_up_kernel[(triton.cdiv(inter, block_n), slots, split_k)](
         xq, sx, m, k, inter, num_experts, slot_expert, num_slots,
         gate_q, gate_s, up_q, up_s, gate_q.stride(0) if gate_q.dim() == 3 else 0,
         gate_s.stride(0) if gate_s.dim() == 3 else 0,
-        shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts, counters, slots,
-        k_chunk,
+        shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts, slots, k_chunk,
         BLOCK_M=block_m(m), BLOCK_N=block_n, GROUPS=groups, SPLIT_K=split_k,
         INTERPRET=interpreting(), PDL=overlap.enabled(),
         num_warps=num_warps or (8 if block_n == 64 else 4),
         num_stages=3, **overlap.launch_kw(),
     )
-
-
-def gate_up_counters(m: int, inter: int, slots: int) -> int:
-    """int32 counters gate_up needs at m rows over `slots` slots (0 when K is not split)."""
-    block_n, _, split_k = gate_up_tiling(m)
-    return triton.cdiv(inter, block_n) * slots if split_k > 1 else 0
-
-
-def down_counters(h: int, m: int) -> int:
-    """int32 counters down needs at m rows: one per tile of hidden columns."""
-    return triton.cdiv(h, down_block(m))
+    if split_k > 1:
+        _swiglu_kernel[(slots,)](gu_parts, num_slots, act, m, inter, slots, SPLIT_K=split_k,
+                                 BLOCK_M=max(2, triton.next_power_of_2(m)),
+                                 BLOCK_I=triton.next_power_of_2(inter), PDL=overlap.enabled(),
+                                 num_warps=4, **overlap.launch_kw())
 
 
 def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_q, down_s,
-         shared_down_q, shared_down_s, positions, terms, out, counters, block_n=None,
-         num_warps=4):
+         shared_down_q, shared_down_s, positions, terms, out, block_n=None, num_warps=4):
     """out bf16 [M, H] = sum over the row's experts of bf16(weight * act_slot D_e^T), shared
     first then experts ascending (fp32 sum, one rounding), through terms bf16 [M, k+1, H]."""
     slots, m, inter = act.shape
     _, n_terms, h = terms.shape
     assert shared_down_q.shape == (h, inter) and out.is_contiguous() and terms.is_contiguous()
     block_n = block_n or down_block(m)
-    assert counters.dtype == torch.int32 and counters.numel() >= triton.cdiv(h, block_n), (
-        "down needs zeroed int32 counters, one per tile of hidden columns: down_counters")
     _check_expert_stack(down_q, down_s)
     _down_kernel[(triton.cdiv(h, block_n), slots)](
         act, m, inter, h, num_experts, slot_expert, slot_weight, slot_rank, num_slots,
         down_q, down_s, down_q.stride(0) if down_q.dim() == 3 else 0,
         down_s.stride(0) if down_s.dim() == 3 else 0, shared_down_q, shared_down_s, terms,
-        positions, out, counters, TERMS=n_terms, BLOCK_M=block_m(m), BLOCK_N=block_n,
-        INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=num_warps, num_stages=3,
-        **overlap.launch_kw(),
+        TERMS=n_terms, BLOCK_M=block_m(m), BLOCK_N=block_n, INTERPRET=interpreting(),
+        PDL=overlap.enabled(), num_warps=num_warps, num_stages=3, **overlap.launch_kw(),
     )
+    _sum_terms_kernel[(m, triton.cdiv(h, 1024))](terms, positions, out, h, TERMS=n_terms,
+                                                BLOCK=1024, PDL=overlap.enabled(), num_warps=4,
+                                                **overlap.launch_kw())

@@ -36,31 +36,6 @@ def store_row_groups(v, offs, n, xq_ptr, sx_ptr, BLOCK: tl.constexpr, INTERPRET:
 
 
 @triton.jit
-def sum_parts_l2(part_ptr, SPLIT: tl.constexpr, stride_split, offs, mask):
-    """sum_parts of partials other programs of the same launch wrote: loads from L2 (.cg),
-    never a stale L1 line."""
-    acc = tl.load(part_ptr + offs, mask=mask, other=0.0, cache_modifier=".cg")
-    for s in tl.static_range(1, SPLIT):
-        acc += tl.load(part_ptr + s * stride_split + offs, mask=mask, other=0.0,
-                       cache_modifier=".cg")
-    return acc
-
-
-@triton.jit
-def last_arrival(count_ptr, arrivals):
-    """True in the program that arrives last of `arrivals` at this counter (after every
-    earlier arrival's global writes are visible to it), which also resets the counter to 0
-    for the next launch. Call after the program's own stores."""
-    tl.debug_barrier()  # every thread's stores precede the release below
-    done = tl.atomic_add(count_ptr, 1, sem="acq_rel", scope="gpu")
-    last = done == arrivals - 1
-    if last:
-        tl.atomic_xchg(count_ptr, 0, sem="relaxed", scope="gpu")
-    tl.debug_barrier()
-    return last
-
-
-@triton.jit
 def sum_parts(part_ptr, SPLIT: tl.constexpr, stride_split, offs, mask):
     """fp32 sum, in split order, of SPLIT partials at part_ptr + s * stride_split + offs
     (unrolled, so the SPLIT loads are in flight together)."""

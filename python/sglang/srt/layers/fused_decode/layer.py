@@ -106,13 +106,8 @@ class FusedLayer:
         b = self.buf
         few = min(m, 2)  # rows for which gate/up splits K (moe.gate_up_tiling)
         split_k = moe.gate_up_tiling(few)[2]
-        few_slots = few * cfg.num_experts_per_tok + 1 if self.experts else 1
-        b["gu_parts"] = e(split_k, few_slots, few, 2, inter, dt=f32)
-        # last-arrival counters of gate_up (split K) and down; zero here, reset by the kernels
-        b["gu_count"] = torch.zeros(max(1, moe.gate_up_counters(few, inter, few_slots)),
-                                    dtype=torch.int32, device=dev)
-        b["down_count"] = torch.zeros(max(moe.down_counters(h, r) for r in range(1, m + 1)),
-                                      dtype=torch.int32, device=dev)
+        b["gu_parts"] = e(split_k, few * cfg.num_experts_per_tok + 1 if self.experts else 1,
+                          few, 2, inter, dt=f32)
         if self.experts:
             b["router_parts"] = e(ROUTER_SPLIT, m, self.experts, dt=f32)
         else:  # the dense MLP is the single shared slot
@@ -246,11 +241,10 @@ class FusedLayer:
             gu_parts = _prefix(b["gu_parts"], split_k, act.shape[0], m, 2, act.shape[2])
         moe.gate_up(v("x2q"), v("x2s"), self.experts, b["slot_expert"], b["num_slots"],
                     routed.gate.q, routed.gate.s, routed.up.q, routed.up.s,
-                    shared.gate.q, shared.gate.s, shared.up.q, shared.up.s, act, gu_parts,
-                    b["gu_count"])
+                    shared.gate.q, shared.gate.s, shared.up.q, shared.up.s, act, gu_parts)
         moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"), v("slot_rank"),
                  b["num_slots"], routed.down.q, routed.down.s, shared.down.q, shared.down.s, pos,
-                 v("terms"), v("y"), b["down_count"])
+                 v("terms"), v("y"))
 
 
 def build_fused_layer(cfg: Glm5Config, lw: LayerWeights, caches: Caches, max_rows: int,
