@@ -47,6 +47,17 @@ def tables(m: int, gen: torch.Generator, dev: str):
             torch.tensor([slots], dtype=torch.int32, device=dev), slots)
 
 
+def _timed(results: dict, run, calls: int, nbytes: float, label: str, **fields) -> None:
+    """Time run(i) over the calls in one graph; record and print us and TB/s (or the error)."""
+    try:
+        t = graph_time(run, calls)
+    except Exception as exc:  # noqa: BLE001 - report the configuration and go on
+        print(f"{label}: {type(exc).__name__}: {exc}")
+        return
+    results["rows"].append(dict(fields, us=t, bytes=nbytes, TBps=nbytes / t / 1e6))
+    print(f"{label} {t:7.2f} us {nbytes / t / 1e6:5.2f} TB/s")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
@@ -85,31 +96,17 @@ def main() -> None:
                     moe.gate_up(xq, sx, E, se, ns, gu[:, :I], gu_s[:, : I // 128], gu[:, I:],
                                 gu_s[:, I // 128:], sgu[:I], sgu_s[: I // 128], sgu[I:],
                                 sgu_s[I // 128:], act, parts, tiling=tiling, num_warps=nw)
-                try:
-                    t = graph_time(run, len(calls))
-                except Exception as exc:  # noqa: BLE001
-                    print(f"gate_up m={m} {tiling} w{nw}: {type(exc).__name__}: {exc}")
-                    continue
-                r = {"kernel": "gate_up", "m": m, "tiling": tiling, "num_warps": nw, "us": t,
-                     "slots": mean_slots, "bytes": gu_bytes, "TBps": gu_bytes / t / 1e6}
-                results["rows"].append(r)
-                print(f"gate_up m={m:2d} slots={mean_slots:5.1f} {str(tiling):14s} w{nw} "
-                      f"{t:7.2f} us {r['TBps']:5.2f} TB/s")
+                _timed(results, run, len(calls), gu_bytes,
+                       f"gate_up m={m:2d} slots={mean_slots:5.1f} {str(tiling):14s} w{nw}",
+                       kernel="gate_up", m=m, tiling=tiling, num_warps=nw, slots=mean_slots)
         for bn, nw in DOWN_TILINGS:
             def run(i):
                 se, sw, sr, ns, _ = calls[i]
                 moe.down(act, E, se, sw, sr, ns, dq, ds, sdq, sds, pos, terms, out,
                          block_n=bn, num_warps=nw)
-            try:
-                t = graph_time(run, len(calls))
-            except Exception as exc:  # noqa: BLE001
-                print(f"down m={m} {bn} w{nw}: {type(exc).__name__}: {exc}")
-                continue
-            r = {"kernel": "down", "m": m, "block_n": bn, "num_warps": nw, "us": t,
-                 "slots": mean_slots, "bytes": down_bytes, "TBps": down_bytes / t / 1e6}
-            results["rows"].append(r)
-            print(f"down    m={m:2d} slots={mean_slots:5.1f} bn={bn:3d} w{nw} {t:7.2f} us "
-                  f"{r['TBps']:5.2f} TB/s")
+            _timed(results, run, len(calls), down_bytes,
+                   f"down    m={m:2d} slots={mean_slots:5.1f} bn={bn:3d} w{nw}",
+                   kernel="down", m=m, block_n=bn, num_warps=nw, slots=mean_slots)
     with open(os.path.join(args.out, "moe_probe.json"), "w") as f:
         json.dump(results, f, indent=1)
 
