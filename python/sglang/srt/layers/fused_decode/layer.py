@@ -155,15 +155,19 @@ class FusedLayer:
         return m * self.cfg.num_experts_per_tok + 1 if self.experts else 1
 
     def __call__(self, hidden: torch.Tensor, residual: Optional[torch.Tensor], batch: RowBatch,
-                 topk_prev: Optional[torch.Tensor] = None
+                 topk_prev: Optional[torch.Tensor] = None, reuse_topk: bool = False
                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """One step of m rows: (y, residual, top-k positions). A layer without an indexer
+        attends `topk_prev`; with `reuse_topk` an indexer layer does too (the MTP draft's
+        top-k carried across its iterations): its indexer is skipped whole, as upstream skips
+        it, so no index-K row is written and no scores or top-k are computed."""
         m = batch.num_rows
         if not 1 <= m <= self.max_rows:
             raise ValueError(f"{m} rows; this layer was built for 1..{self.max_rows}")
         with overlap.step_rows(m):
-            return self._step(hidden, residual, batch, topk_prev, m)
+            return self._step(hidden, residual, batch, topk_prev, m, reuse_topk)
 
-    def _step(self, hidden, residual, batch, topk_prev, m):
+    def _step(self, hidden, residual, batch, topk_prev, m, reuse_topk=False):
         cfg, lw, a = self.cfg, self.lw, self.lw.attn
         v = lambda name: self._view(name, m)  # noqa: E731
         pos, slots = batch.positions, batch.token_slots
@@ -176,7 +180,7 @@ class FusedLayer:
                               v("kva"), *self.tile_qkv_a[:2])
         mla.latent(v("qa"), v("kva"), a.q_a_norm, a.kv_a_norm, eps, pos, slots, self.inv_freq,
                    v("cq_q"), v("cq_s"), self.kv_cache, c, rope)
-        if self.runs_indexer:
+        if self.runs_indexer and not reuse_topk:
             ix = a.indexer
             fp8_linear.fp8_linear(v("cq_q"), v("cq_s"), a.q_b.q, a.q_b.s, v("q"), ix.wq_b.q,
                                   ix.wq_b.s, v("q_index"), *self.tile_q_b[:2])

@@ -48,19 +48,22 @@ def layer_forward(
     num: Numerics = SGLANG,
     reduce: Reduce = sum_partials,
     dense: bool = False,
+    reuse_topk: bool = False,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One decoder layer for M rows: returns (y, residual, topk positions [M, index_topk]).
 
     Writes the layer's KV-cache row (and index-cache row on a 'full' layer) at each valid row's
     slot; a 'shared' layer reuses `topk_prev`, the previous layer's top-k. `dense` attends to
     the whole context instead (SGLang's prefill for short contexts); the indexer still writes
-    its keys, and the returned top-k is still the indexer's."""
+    its keys, and the returned top-k is still the indexer's. `reuse_topk` makes a 'full' layer
+    attend `topk_prev` too, its indexer skipped whole (no index-cache row written): the MTP
+    draft's top-k carried across its iterations (``mtp.draft_iterations``)."""
     lw = shards[0]
     lid, eps = lw.layer_id, cfg.rms_norm_eps
     x, residual = add_rms_norm(hidden, residual, lw.input_norm, eps, num.act_dtype)
     kv_cache = caches.kv[lid]
     c_q = latent_qkv(cfg, lw.attn, x, batch, kv_cache, num)
-    if cfg.runs_indexer(lid):
+    if cfg.runs_indexer(lid) and not reuse_topk:
         topk = indexer_topk(cfg, lw.attn.indexer, x, c_q, batch, caches.index[lid], num)
     else:
         if topk_prev is None:
