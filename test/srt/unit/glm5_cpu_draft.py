@@ -6,10 +6,13 @@ EagleDraftInput and logits processor; compare each step with the reference draft
 
     python glm5_cpu_draft.py OUT.json PORT
 
-The checkpoint's config is edited twice: its bf16 exclusions also name the draft's module
-paths (upstream's GLM NextN loader leaves the checkpoint's ``model.layers.<N>`` exclusions
-unmapped, so they would not reach ``model.decoder``), and ``index_share_for_mtp_iteration``
-starts true (the draft is not built: the reasons are recorded) and is then switched off.
+The checkpoint's bf16 exclusions also name the draft's module paths (upstream's GLM NextN
+loader leaves the checkpoint's ``model.layers.<N>`` exclusions unmapped, so they would not reach
+``model.decoder``). Its config keeps GLM-5.3's ``index_share_for_mtp_iteration``: besides two
+plain draft steps, two draft loops run as upstream's EAGLE worker runs them under it
+(``reuse_dsa_topk_indices`` set, one ``EagleDraftInput`` carrying ``dsa_topk_indices``): one
+seeded as draft-extend seeds it (physical slots, any order; the DSA backend's fused top-k on),
+one without a seed (its first iteration runs the indexer).
 """
 
 import json
@@ -58,6 +61,10 @@ def _attributes(model):
     from sglang.srt.models.glm5_mega.upstream_reads import OBJECT_ATTRIBUTES
     from sglang.srt.speculative.eagle_info import EagleDraftInput
 
+    import inspect
+
+    from sglang.srt.layers.attention.dsa_backend import DeepseekSparseAttnBackend
+
     objects = {
         "DeepseekV3ForCausalLMNextN": model, "DeepseekModelNextN": model.model,
         "DeepseekV2DecoderLayer": model.model.decoder, "RMSNorm": model.model.enorm,
@@ -69,6 +76,9 @@ def _attributes(model):
         fields = cls.__dataclass_fields__
         missing += [f"{cls.__name__}.{a}" for a in OBJECT_ATTRIBUTES[cls.__name__]
                     if a not in fields]
+    init = inspect.getsource(DeepseekSparseAttnBackend.__init__)
+    missing += [f"DeepseekSparseAttnBackend.{a}" for a in OBJECT_ATTRIBUTES[
+        "DeepseekSparseAttnBackend"] if f"self.{a} =" not in init]
     return missing
 
 
@@ -86,6 +96,7 @@ def main(out_path: str, port: int = 29518):
     res["architectures"] = list(hf.architectures)
     res["build_s"] = time.time() - t0
     res["missing_attributes"] = _attributes(model)
+    torch.manual_seed(0)
 
     from sglang.srt.layers.fused_decode import check as fused_check, draft, runtime, spec
     from sglang.srt.layers.fused_decode.reference import mtp as ref_mtp
@@ -122,9 +133,7 @@ def main(out_path: str, port: int = 29518):
     # upstream's call on the draft runner, as a server with the flag makes it
     spec.BUILT_IMPLEMENTATIONS = frozenset({"triton"})
     hooks.fused_decode_backend = lambda: "triton"
-    res["carry_install_log"] = _install(hooks, model, hf)
-    res["carry_built"] = STATE_KEY in model.__dict__
-    hf.index_share_for_mtp_iteration = False
+    res["index_share"] = bool(getattr(hf, "index_share_for_mtp_iteration", False))
     res["install_log"] = _install(hooks, model, hf)
     state = model.__dict__[STATE_KEY]
     res["widths"] = {k: list(v) for k, v in state.plan.widths.items()}
@@ -143,12 +152,15 @@ def main(out_path: str, port: int = 29518):
     caches = runtime.pool_caches(*adapt.pool_buffers(pool, [L], cfg, {L: 0}), cfg.kv_cache_dim)
 
     g = torch.Generator().manual_seed(2)
-    lengths = [21, 9, 30]
-    perm = torch.randperm(1024, generator=g)[:sum(n + 8 for n in lengths)] + 64  # never slot 0
-    tables, start = [], 0
+    # requests on shuffled 64-token pages (as upstream's paged allocator lays them out: position
+    # p at offset p % 64 of its page); the third spans two pages; page 0 (slot 0) never used
+    lengths = [21, 9, 70]
+    pages, start, tables = torch.randperm(15, generator=g) + 1, 0, []
     for req, n in enumerate(lengths):
-        tables.append(perm[start:start + n + 8])
-        start += n + 8
+        used = -(-(n + 8) // 64)
+        own = pages[start:start + used]
+        start += used
+        tables.append((own[:, None] * 64 + torch.arange(64)).flatten()[: n + 8])
         r2t.req_to_token[req + 1, : n + 8] = tables[-1].to(torch.int32)
 
     def hidden_like(rows):  # post-norm hidden states handed to the draft
@@ -156,8 +168,11 @@ def main(out_path: str, port: int = 29518):
 
     # the draft's context (its draft-extend), by the reference, into upstream's pool
     prompts = [torch.randint(2, cfg.vocab_size, (n,), generator=g) for n in lengths]
-    ref_mtp.draft_step(cfg, mtp, ref_w.embed, ref_w.lm_head, torch.cat(prompts),
-                       hidden_like(sum(lengths)), prefill_batch(tables, lengths), caches)
+    _, _, extend_topk = ref_mtp.draft_step_topk(
+        cfg, mtp, ref_w.embed, ref_w.lm_head, torch.cat(prompts), hidden_like(sum(lengths)),
+        prefill_batch(tables, lengths), caches)
+    # draft-extend's seed: the draft layer's top-k at each request's last row (positions)
+    seed_pos = extend_topk[torch.tensor(lengths).cumsum(0) - 1]
 
     # the torch input path against upstream's own modules (their CPU forward)
     ids, prev = torch.randint(2, cfg.vocab_size, (5,), generator=g), hidden_like(5)
@@ -184,10 +199,20 @@ def main(out_path: str, port: int = 29518):
         return Caches(kv={k: v.clone() for k, v in caches.kv.items()},
                       index={k: v.clone() for k, v in caches.index.items()})
 
-    def step(rows_req, positions, input_ids, prev_hidden, num_real):
+    layer = state.plan.layers[0]
+
+    def step(rows_req, positions, input_ids, prev_hidden, num_real, spec_info=None,
+             ref_carried=None, fused_topk=True):
         """One fused draft-decode step through model.forward (check mode on); the reference
-        draft step on a copy of the pool, with the fused step's top-k and experts forced."""
+        draft step on a copy of the pool, with the fused step's top-k and experts forced. With
+        `spec_info` (a draft loop's, carrying the top-k) the step reuses it as upstream's draft
+        loop does, and the reference attends `ref_carried` with its indexer skipped."""
         before = clone()
+        share = spec_info is not None
+        if not share:
+            spec_info = EagleDraftInput()
+        spec_info.hidden_states = prev_hidden
+        layer.buf["scores"].fill_(float("nan"))
         req_idx = torch.tensor(rows_req, dtype=torch.int64)
         pos = torch.tensor(positions, dtype=torch.int64)
         out_loc = torch.stack([tables[r - 1][p] if r else torch.tensor(0)
@@ -198,15 +223,16 @@ def main(out_path: str, port: int = 29518):
             input_ids=torch.tensor(input_ids), req_pool_indices=req_idx, seq_lens=seq_lens,
             out_cache_loc=out_loc, seq_lens_sum=int(seq_lens.sum()), positions=pos,
             num_token_non_padded=torch.tensor(num_real),
-            capture_hidden_mode=CaptureHiddenMode.LAST,
-            spec_info=EagleDraftInput(hidden_states=prev_hidden))
+            capture_hidden_mode=CaptureHiddenMode.LAST, spec_info=spec_info,
+            reuse_dsa_topk_indices=share)
         records = []
         handler = logging.Handler()
         handler.emit = lambda r: records.append(r.getMessage())
         check_logger = logging.getLogger(fused_check.__name__)
         check_logger.addHandler(handler)
         os.environ[spec.CHECK_ENV] = "1"
-        backend = types.SimpleNamespace(token_to_kv_pool=pool, req_to_token_pool=r2t)
+        backend = types.SimpleNamespace(token_to_kv_pool=pool, req_to_token_pool=r2t,
+                                        use_fused_topk=fused_topk)
         try:
             with forward_context(ForwardContext(attn_backend=backend)):
                 out = model.forward(fb.input_ids, pos, fb)
@@ -223,9 +249,9 @@ def main(out_path: str, port: int = 29518):
         flips, seen = [0], []
         with fused_check.forced_topk(ck.topks, valid, seen), \
                 fused_check.forced_experts(ck.experts, flips):
-            ref_logits, ref_hidden = ref_mtp.draft_step(
+            ref_logits, ref_hidden, _ = ref_mtp.draft_step_topk(
                 cfg, mtp, ref_w.embed, ref_w.lm_head, torch.tensor(input_ids), prev_hidden,
-                RowBatch(ref_pos, slots), before)
+                RowBatch(ref_pos, slots), before, ref_carried)
         written = out_loc[valid]
         untouched = torch.ones(caches.kv[L].shape[0], dtype=torch.bool)
         untouched[written] = False
@@ -237,6 +263,8 @@ def main(out_path: str, port: int = 29518):
             "kl_max": _kl(logits[valid], ref_logits[valid]),
             "argmax_equal": bool(torch.equal(logits[valid].argmax(-1),
                                              ref_logits[valid].argmax(-1))),
+            # where they differ: the reference's own gap between the two choices, relative
+            "argmax_gap_rel": _argmax_gap(logits[valid], ref_logits[valid]),
             "hidden_rel": _max_rel(hidden[valid], ref_hidden[valid]),
             "kv_written_rel": _max_rel(caches.kv[L][written], before.kv[L][written]),
             "kv_untouched_bitwise": torch.equal(caches.kv[L][untouched].view(torch.int16),
@@ -244,6 +272,11 @@ def main(out_path: str, port: int = 29518):
             "index_untouched_pages_bitwise": torch.equal(caches.index[L][pages],
                                                          before.index[L][pages]),
             "check_lines": records,
+            "scores_written": not bool(layer.buf["scores"].isnan().all()),
+            "index_untouched_bitwise": torch.equal(caches.index[L], before.index[L]),
+            "indexer_ran": len(ck.topks) == 1,
+            "carry": (spec_info.dsa_topk_indices[valid].tolist()
+                      if share and spec_info.dsa_topk_indices is not None else None),
             "check_errors": ck.errors,
             "step_routing_flips": flips[0],
         }
@@ -255,9 +288,42 @@ def main(out_path: str, port: int = 29518):
     hidden1, res["step1"] = step([1, 2, 3, 0], lengths + [0], first, pad_prev, 3)
     _, res["step2"] = step([1, 2, 3], [n + 1 for n in lengths], [8, 9, 10],
                            hidden1[:3].clone(), 3)
+
+    # draft loops under index_share_for_mtp_iteration, three iterations each (upstream's
+    # speculative_num_steps 3 runs two draft-decode forwards; three exercise one reuse more)
+    reqs, n_req = [1, 2, 3], len(lengths)
+    k = cfg.index_topk
+
+    def loop(name, seed, ref_seed, fused_topk):
+        info = EagleDraftInput(dsa_topk_indices=seed)
+        prev, ids, carried = hidden_like(n_req), [11, 12, 13], ref_seed
+        for i in range(3):
+            out, res[f"{name}{i}"] = step(reqs, [n + i for n in lengths], ids, prev, n_req, info,
+                                          carried, fused_topk)
+            if carried is None:  # the first iteration ran the indexer: the loop carries its
+                carried = torch.tensor(res[f"{name}{i}"]["carry"])  # (fused) top-k
+            res[f"{name}{i}"]["expected_carry"] = carried.tolist()
+            prev, ids = out.clone(), [20 + i] * n_req
+
+    # seeded: draft-extend's top-k as upstream hands it on (slots, shuffled, int32)
+    slots = torch.stack([torch.where(p >= 0, tables[r][p.clamp_min(0)], -1)
+                         for r, p in enumerate(seed_pos)])
+    shuffle = torch.stack([torch.randperm(k, generator=g) for _ in range(n_req)])
+    loop("seeded", slots.gather(1, shuffle).to(torch.int32), seed_pos, True)
+    loop("unseeded", None, None, True)
+    res["seed_positions"] = seed_pos.tolist()
     res["steps_counted"] = state.steps
     res["total_s"] = time.time() - t0
     Path(out_path).write_text(json.dumps(res, indent=1))
+
+
+def _argmax_gap(logits, ref):
+    """Largest reference logit gap (over max |ref|) between the reference's and the fused
+    step's argmax, over rows where they differ (0 where none differ)."""
+    mine, theirs = logits.argmax(-1), ref.argmax(-1)
+    rows = (mine != theirs).nonzero().flatten()
+    gaps = ref[rows, theirs[rows]] - ref[rows, mine[rows]]
+    return float(gaps.max() / ref.abs().max()) if len(rows) else 0.0
 
 
 def _layer_mismatches(view, ref):

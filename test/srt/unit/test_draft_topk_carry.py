@@ -85,3 +85,22 @@ def test_shapes_are_checked():
         c.take(torch.zeros(4, K + 1, dtype=torch.int32), batch, carry.SLOTS)
     with pytest.raises(ValueError, match="unknown index space"):
         c.take(torch.zeros(4, K, dtype=torch.int32), batch, "pages")
+
+
+def test_run_layers_hands_the_carry_to_the_first_layer_only():
+    from sglang.srt.layers.fused_decode import runtime
+
+    calls = []
+
+    def layer(hidden, residual, batch, topk, **kw):
+        calls.append((topk, kw))
+        return hidden + 1, hidden, "own"
+
+    carried = torch.zeros(1, K, dtype=torch.int64)
+    runtime.run_layers([layer, layer], torch.zeros(1), None, lambda y: y, lambda h, r: h,
+                       carried=carried)
+    assert calls[0][0] is carried and calls[0][1] == {"reuse_topk": True}
+    assert calls[1] == ("own", {})
+    calls.clear()
+    runtime.run_layers([layer], torch.zeros(1), None, lambda y: y, lambda h, r: h)
+    assert calls == [(None, {})]  # no carry: the layer's own path, called as before

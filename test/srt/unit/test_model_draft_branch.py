@@ -1,6 +1,7 @@
 """The fork's GLM-5.3 MTP draft forward: the branch rule (forward mode and row count only),
-dispatch to upstream's forward when off or uncovered, the refused carried top-k, and the
-reasons ``spec.draft_reasons`` gives (the draft alone is refused; the setup stays served)."""
+dispatch to upstream's forward when off or uncovered, a carried top-k without carry buffers
+refused, and the reasons ``spec.draft_reasons`` gives (the draft alone is refused; the setup
+stays served; GLM-5.3's ``index_share_for_mtp_iteration`` is no reason)."""
 
 import json
 import logging
@@ -67,10 +68,10 @@ def test_draft_forward_dispatch(monkeypatch):
     assert model.forward(ids, pos, fb, pp_proxy_tensors=object()) == "upstream-out"
 
 
-def test_a_step_carrying_a_topk_is_refused():
+def test_a_step_carrying_a_topk_needs_the_carry_buffers():
     model = _draft_model()
     fb = _fb(ForwardMode.DECODE, reuse_dsa_topk_indices=True)
-    with pytest.raises(RuntimeError, match="carried across draft steps"):
+    with pytest.raises(RuntimeError, match="without its carry buffers"):
         model._fused_forward(_state(), "decode", torch.zeros(2, dtype=torch.long),
                              torch.arange(2), fb)
 
@@ -100,8 +101,9 @@ def _setup(args=EAGLE, **hf):
 
 def test_draft_reasons():
     assert spec.draft_reasons(_setup({})) == []  # no speculation: no draft
-    (carry,) = spec.draft_reasons(_setup())  # GLM-5.3 reuses one top-k across draft steps
-    assert carry.startswith("config index_share_for_mtp_iteration=true")
+    # GLM-5.3 carries one top-k across its draft steps: the fused draft attends it
+    assert _setup().hf_config["index_share_for_mtp_iteration"] is True
+    assert spec.draft_reasons(_setup()) == []
     assert spec.draft_reasons(_setup(index_share_for_mtp_iteration=False)) == []
     args = {**EAGLE, "speculative_moe_runner_backend": "deep_gemm",
             "speculative_draft_kv_cache_dtype": "fp8_e4m3", "speculative_draft_window_size": 512,
@@ -116,12 +118,12 @@ def test_draft_reasons():
 def test_draft_reasons_do_not_refuse_the_setup(monkeypatch):
     monkeypatch.setattr(spec, "BUILT_IMPLEMENTATIONS", frozenset({"triton"}))
     setup = _setup({**EAGLE, "speculative_draft_kv_cache_dtype": "fp8_e4m3"})
-    assert len(spec.draft_reasons(setup)) == 2
+    assert len(spec.draft_reasons(setup)) == 1
     assert spec.refusal_reasons("triton", setup) == []
     assert spec.refusal_reasons("auto", setup) == []
 
 
-def test_resolution_serves_the_target_and_logs_the_draft_reasons(tmp_path, hopper_capability,
+def test_resolution_serves_glm53_with_its_draft_fused(tmp_path, hopper_capability,
                                                                  monkeypatch, caplog):
     from sglang.srt.arg_groups.model_override_base import resolved_view
     from sglang.srt.server_args import prepare_server_args
@@ -142,8 +144,9 @@ def test_resolution_serves_the_target_and_logs_the_draft_reasons(tmp_path, hoppe
     finally:
         log.removeHandler(caplog.handler)
     assert resolved_view(server_args).fused_decode_backend == "triton"
+    # GLM-5.3's real config (index_share_for_mtp_iteration) with EAGLE: the draft fuses too
     lines = [r.getMessage() for r in caplog.records if "MTP draft" in r.getMessage()]
-    assert len(lines) == 1 and "index_share_for_mtp_iteration=true" in lines[0]
+    assert lines == []
 
 
 def test_install_on_a_draft_is_a_no_op_when_off(monkeypatch):

@@ -15,10 +15,11 @@ seed into the draft layer's own top-k buffer, and the step publishes that buffer
 so later iterations find it there and attend it as is (``holds``).
 
 Slots to positions: with 64-token pages, slot s of a request sits at position 64 j + s % 64,
-where j is the request's logical page whose physical page is s // 64. Each row's physical pages
-(those of its context; the rest masked) are sorted and the seed's pages looked up in them; a
-slot whose page is not in the row's context, or which lands past the row's own position, is
-dropped (-1). Every op writes into buffers allocated at build: no allocation, no host sync,
+where j is the request's logical page whose physical page is s // 64 (upstream's paged allocator
+lays requests out so; its DSA backend derives page tables the same way). Each row's physical
+pages (those of its context; the rest masked) are sorted and the seed's pages looked up in
+them; a slot whose page is not in the row's context, whose position's table entry is not that
+slot, or which lands past the row's own position, is dropped (-1). Every op writes into buffers allocated at build: no allocation, no host sync,
 capturable in a CUDA graph.
 """
 
@@ -124,3 +125,9 @@ class TopkCarry:
         pos.mul_(PAGE)
         torch.remainder(s, PAGE, out=q)
         pos.add_(q)
+        # the position's own slot must be s (upstream's paged layout guarantees it; a table that
+        # breaks it drops the slot rather than attend another token)
+        torch.clamp(pos, 0, width - 1, out=idx)
+        torch.gather(table, 1, idx, out=found)
+        torch.eq(found, s, out=b["ok"])
+        b["hit"].logical_and_(b["ok"])

@@ -121,17 +121,19 @@ def forced_experts(experts: List[torch.Tensor], flips: List[int]):
 
 
 def compare(cfg: Glm5Config, lw: LayerWeights, snap: Snapshot, hidden, residual, topk_prev,
-            fused, fused_out, pool: Caches) -> Dict[str, float]:
+            fused, fused_out, pool: Caches, reuse_topk: bool = False) -> Dict[str, float]:
     """Run the reference on the snapshot, with the fused layer's discrete choices (its top-k
-    and experts) forced, and compare the outputs; topk_overlap compares the choices."""
+    and experts) forced, and compare the outputs; topk_overlap compares the choices. With
+    `reuse_topk` both attend the given top-k, their indexers skipped."""
     y, res, topk = fused_out
     b = snap.batch
     v = b.valid
     flips, seen = [0], []
-    indexer = cfg.runs_indexer(lw.layer_id)
+    indexer = cfg.runs_indexer(lw.layer_id) and not reuse_topk
     experts = [fused.routed_experts(b.num_rows)] if lw.is_moe else []
     with forced_topk([topk] if indexer else [], v, seen), forced_experts(experts, flips):
-        y_ref, res_ref, _ = layer_forward(cfg, [lw], hidden, residual, b, snap.caches, topk_prev)
+        y_ref, res_ref, _ = layer_forward(cfg, [lw], hidden, residual, b, snap.caches, topk_prev,
+                                          reuse_topk=reuse_topk)
     own = seen[0] if seen else topk
     lid = lw.layer_id
     return {
@@ -168,16 +170,17 @@ class Checker:
         self.topks: List[torch.Tensor] = []  # each indexer layer's fused top-k, in order
         self.experts: List[torch.Tensor] = []  # each MoE layer's fused experts, in order
 
-    def __call__(self, i, layer, hidden, residual, batch, topk_prev):
+    def __call__(self, i, layer, hidden, residual, batch, topk_prev, reuse_topk=False):
         lw = self.weights[i]
         hidden_in = hidden.clone()
         residual_in = None if residual is None else residual.clone()
         snap = snapshot(self.cfg, lw.layer_id, self.pool, batch)
-        out = layer(hidden, residual, batch, topk_prev)
+        kw = {"reuse_topk": True} if reuse_topk else {}
+        out = layer(hidden, residual, batch, topk_prev, **kw)
         errors = compare(self.cfg, lw, snap, hidden_in, residual_in, topk_prev, layer, out,
-                         self.pool)
+                         self.pool, reuse_topk)
         self.errors.append(errors)
-        if self.cfg.runs_indexer(lw.layer_id):
+        if self.cfg.runs_indexer(lw.layer_id) and not reuse_topk:
             self.topks.append(out[2].clone())
         if lw.is_moe:
             self.experts.append(layer.routed_experts(batch.num_rows))

@@ -14,10 +14,11 @@ s // 64, offset s % 64: the layout of upstream's ``IndexKeyCache`` with index_kp
 Top-k: the fused layers carry the top-k between layers as context positions (ascending, -1
 padded), which they resolve through ``token_slots``. Upstream's indexer carries physical slots
 (fused top-k) or positions; no upstream consumer reads the target's top-k after a decode or
-verify step (the target publishes no MTP carry; a fused MTP draft runs its own indexer every
-step and is built only where no top-k is carried across draft steps), so nothing is
-translated. The model package refuses a step whose ``spec_info`` asks for a seed or carries a
-top-k.
+verify step (the target publishes no MTP seed: the model package refuses a target step whose
+``spec_info`` asks for one), so nothing is translated there. The MTP draft's top-k carried
+across its iterations (``index_share_for_mtp_iteration``) arrives in upstream's space and is
+converted once per draft step into the draft layer's top-k buffer (``fused_decode.carry``);
+``run_layers`` hands it to the layer as ``carried``.
 
 The MTP draft runs through the same executor: its plan holds its one decoder layer, keyed by
 the reference's id ``num_hidden_layers`` while the draft's pool holds it at layer 0.
@@ -86,14 +87,18 @@ def pool_caches(kv_buffers: Dict[int, torch.Tensor],
 
 
 def run_layers(layers: Sequence, hidden: torch.Tensor, batch: RowBatch, reduce: Reduce,
-               final_norm: FinalNorm, hook: Optional[LayerHook] = None) -> torch.Tensor:
-    """Every fused layer in order, then the final norm: the post-norm hidden state [M, H]."""
-    residual, topk = None, None
+               final_norm: FinalNorm, hook: Optional[LayerHook] = None,
+               carried: Optional[torch.Tensor] = None) -> torch.Tensor:
+    """Every fused layer in order, then the final norm: the post-norm hidden state [M, H].
+    `carried` (the MTP draft's top-k carried across its iterations) is attended by the first
+    layer in place of its indexer."""
+    residual, topk = None, carried
     for i, layer in enumerate(layers):
+        kw = {"reuse_topk": True} if carried is not None and i == 0 else {}
         if hook is None:
-            y, residual, topk = layer(hidden, residual, batch, topk)
+            y, residual, topk = layer(hidden, residual, batch, topk, **kw)
         else:
-            y, residual, topk = hook(i, layer, hidden, residual, batch, topk)
+            y, residual, topk = hook(i, layer, hidden, residual, batch, topk, **kw)
         hidden = reduce(y)
     return final_norm(hidden, residual)
 

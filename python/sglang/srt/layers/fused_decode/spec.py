@@ -12,7 +12,8 @@ attention backend, the ``auto`` / ``triton`` MoE runners, no speculation or EAGL
 with top-k 1 and at most 16 draft tokens, decode CUDA graphs ``full`` or disabled.
 
 The MTP draft (``GlmMoeDsaForCausalLMNextN``) runs its draft-decode steps of 1..16 rows
-(``draft_widths``) on the same fused layer when ``draft_reasons`` gives none; otherwise the
+(``draft_widths``; with ``index_share_for_mtp_iteration``, attending the top-k upstream carries
+across them) on the same fused layer when ``draft_reasons`` gives none; otherwise the
 draft alone is refused the fused path: each reason is logged at resolution and at the draft's
 install, and the draft runs upstream's forward while the target keeps its fused steps (a setup
 is served or refused by ``refusal_reasons``, which does not judge the draft).
@@ -288,12 +289,10 @@ def draft_reasons(setup: Setup) -> List[str]:
         return []
     reasons = [why.format(v=args[name]) for name, ok, why in _DRAFT_ARG_RULES
                if name in args and not ok(args[name])]
-    hf = setup.hf_config or {}
-    if hf.get("index_share_for_mtp_iteration") and args.get("speculative_eagle_topk") in (None, 1):
-        reasons.append(
-            "config index_share_for_mtp_iteration=true: upstream's draft steps reuse one top-k "
-            "carried across them (spec_info.dsa_topk_indices, seeded by draft-extend); the fused "
-            "draft layer runs its own indexer every step and takes no carried top-k")
+    # index_share_for_mtp_iteration (GLM-5.3's config) is served: the fused draft attends the
+    # top-k upstream carries across its iterations (fused_decode.carry); upstream carries one
+    # only at EAGLE top-k 1 and, for a DSA seed, index_kpool 1 (config_reasons), without PD
+    # disaggregation (refused), so its seed is slots or positions of the request.
     return reasons
 
 

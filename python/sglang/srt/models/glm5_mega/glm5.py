@@ -10,9 +10,13 @@ stable choice. Without a plan (``--fused-decode-backend off``, the default) noth
 The NextN draft branches the same way: a covered draft-decode step (``spec.draft_widths``)
 runs the draft's own input path in torch (embedding, enorm / hnorm of the embedding and of the
 handed-over hidden state, eh_proj; ``fused_decode.draft``), its one decoder layer on the fused
-layer, and ``shared_head.norm``; draft-extend and every other step run upstream's forward. The
-fused draft runs its indexer every step, so it is only built where no top-k is carried across
-draft steps (``spec.draft_reasons``); a step that carries one is refused.
+layer, and ``shared_head.norm``; draft-extend and every other step run upstream's forward.
+Under ``index_share_for_mtp_iteration`` upstream sets ``reuse_dsa_topk_indices`` on the draft's
+decode steps and carries one top-k across them in ``spec_info.dsa_topk_indices``: a fused draft
+step then attends that top-k (converted to context positions on the device, in the index space
+the DSA backend's ``use_fused_topk`` says it is in; ``fused_decode.carry``) with its indexer
+skipped, or, with none carried yet, runs its indexer and publishes its own top-k there for the
+next iterations, as upstream's draft does.
 """
 
 from __future__ import annotations
@@ -22,8 +26,13 @@ from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
+from sglang.srt.layers.fused_decode import carry as topk_carry
 from sglang.srt.layers.fused_decode import check, draft, plan as fused_plan, runtime
-from sglang.srt.model_executor.forward_context import get_req_to_token_pool, get_token_to_kv_pool
+from sglang.srt.model_executor.forward_context import (
+    get_attn_backend,
+    get_req_to_token_pool,
+    get_token_to_kv_pool,
+)
 from sglang.srt.models import glm4_moe as _upstream
 
 STATE_KEY = "_fused_decode"  # in the module's __dict__, out of its state dict
@@ -43,6 +52,7 @@ class FusedState:
     caches: Dict[int, Any] = field(default_factory=dict)  # id(pool) -> runtime Caches
     pool_ids: Dict[int, int] = field(default_factory=dict)  # plan layer id -> pool layer
     draft: Any = None  # the MTP draft's MtpWeights (a draft model's state only)
+    carry: Any = None  # the draft's carry.TopkCarry (index_share_for_mtp_iteration)
 
 
 def fused_mode(state: Optional[FusedState], forward_batch: Any, rows: int,
@@ -113,22 +123,43 @@ class GlmMoeDsaForCausalLMNextN(_upstream.GlmMoeDsaForCausalLMNextN):
         return self.logits_processor(input_ids, hidden, self.lm_head, forward_batch)
 
     def _fused_forward(self, state: FusedState, mode: str, input_ids, positions, forward_batch):
-        if getattr(forward_batch, "reuse_dsa_topk_indices", False):
-            raise RuntimeError("fused draft: this step reuses a top-k carried across draft steps "
-                               "(index_share_for_mtp_iteration), which the fused draft layer "
-                               "does not take; the draft should not have been built")
+        share = bool(getattr(forward_batch, "reuse_dsa_topk_indices", False))
+        if share and state.carry is None:
+            raise RuntimeError("fused draft: this step carries a top-k across draft steps "
+                               "(index_share_for_mtp_iteration) but the draft was built "
+                               "without its carry buffers")
         nm, mtp = self.model, state.draft
         hidden = draft.eh_hidden(nm.embed_tokens(input_ids), forward_batch.spec_info.hidden_states,
                                  mtp.enorm, mtp.hnorm, mtp.eh_proj, state.plan.cfg.rms_norm_eps)
         norm = nm.shared_head.norm
         return run_step(state, mode, hidden, positions, forward_batch,
-                        lambda h, r: norm(h, r)[0])
+                        lambda h, r: norm(h, r)[0], share_topk=share)
+
+
+def carried_topk(state: FusedState, spec_info: Any, rows: Any) -> Optional[torch.Tensor]:
+    """The top-k this draft step attends in place of its indexer: upstream's carry in
+    `spec_info.dsa_topk_indices` as context positions (None: none carried yet, the layer runs
+    its indexer). Upstream's DSA backend reads it as physical slots when its fused top-k is on,
+    else as positions; a carry this draft published is positions already."""
+    seed = getattr(spec_info, "dsa_topk_indices", None)
+    if seed is None:
+        return None
+    c = state.carry
+    if c.holds(seed):
+        return c.take(seed, rows, topk_carry.POSITIONS)
+    fused_topk = getattr(get_attn_backend(), "use_fused_topk", None)
+    if fused_topk is None:
+        raise RuntimeError("fused draft: the attention backend does not say in which index "
+                           "space it carries the top-k (no use_fused_topk)")
+    return c.take(seed, rows, topk_carry.SLOTS if fused_topk else topk_carry.POSITIONS)
 
 
 def run_step(state: FusedState, mode: str, hidden: torch.Tensor, positions: torch.Tensor,
-             forward_batch: Any, final_norm: Callable) -> torch.Tensor:
+             forward_batch: Any, final_norm: Callable, share_topk: bool = False) -> torch.Tensor:
     """The plan's layers on upstream's pool for this step (the first layer's input `hidden`),
-    then `final_norm(hidden, residual)`: the post-norm hidden state [rows, H]."""
+    then `final_norm(hidden, residual)`: the post-norm hidden state [rows, H]. `share_topk`
+    (the MTP draft under upstream's index share): attend the top-k carried in
+    ``spec_info.dsa_topk_indices``, or compute it, and leave it there for the next iteration."""
     plan = state.plan
     pool = get_token_to_kv_pool()
     caches = state.caches.get(id(pool))
@@ -147,12 +178,16 @@ def run_step(state: FusedState, mode: str, hidden: torch.Tensor, positions: torc
     if state.draft is None:  # the fault test stalls the target's step n only
         runtime.maybe_inject_stall(state.rank, state.steps)
     state.steps += 1
+    carried = carried_topk(state, forward_batch.spec_info, rows) if share_topk else None
     hook = None
     if check.enabled() and not state.is_capturing():
         step = f"{mode} {hidden.shape[0]} rows" + (" of the MTP draft" if state.draft else "")
         check.check_write_slots(rows, forward_batch.out_cache_loc, step)
         hook = check.Checker(plan.cfg, state.weights, caches, step)
-    return runtime.run_layers(plan.layers, hidden, rows, state.reduce, final_norm, hook)
+    out = runtime.run_layers(plan.layers, hidden, rows, state.reduce, final_norm, hook, carried)
+    if share_topk:  # the next iteration attends this step's top-k (positions), as upstream's
+        forward_batch.spec_info.dsa_topk_indices = state.carry.published(hidden.shape[0])
+    return out
 
 
 EntryClass = [GlmMoeDsaForCausalLM, GlmMoeDsaForCausalLMNextN]

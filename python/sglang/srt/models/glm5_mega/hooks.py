@@ -206,8 +206,14 @@ def build_draft_state(model: Any, hf_config: Any, *, context_len: int, rank: int
     plan = fused_plan.build_plan(cfg, [mtp.layer], spec.draft_widths(),
                                  int(context_len) + spec.MAX_ROWS, layer_cls=layer_cls,
                                  rank=rank, role="MTP draft")
+    layer = plan.layers[0]
+    carry = None
+    if getattr(layer, "buf", None) is not None:  # the top-k carried across draft iterations
+        from sglang.srt.layers.fused_decode.carry import TopkCarry
+
+        carry = TopkCarry(layer.buf["topk"], plan.max_context)
     state = FusedState(plan, [mtp.layer], 1, reduce, is_capturing, rank,
                        pool_ids={mtp.layer.layer_id: int(model.model.decoder.layer_id)},
-                       draft=mtp)
+                       draft=mtp, carry=carry)
     model.__dict__[STATE_KEY] = state
     return state

@@ -21,6 +21,7 @@ UPSTREAM_READS = (
     ("sglang.srt.model_executor.runner", "get_is_capture_mode"),
     ("sglang.srt.model_executor.forward_context", "get_token_to_kv_pool"),
     ("sglang.srt.model_executor.forward_context", "get_req_to_token_pool"),
+    ("sglang.srt.model_executor.forward_context", "get_attn_backend"),
     ("sglang.srt.models.glm4_moe", "GlmMoeDsaForCausalLM"),
     ("sglang.srt.models.glm4_moe", "GlmMoeDsaForCausalLMNextN"),
     ("sglang.srt.models.glm5_next", "Glm5NextForConditionalGeneration"),
@@ -79,5 +80,7 @@ OBJECT_ATTRIBUTES = {
     "ForwardBatch": ("forward_mode", "req_pool_indices", "num_token_non_padded",
                      "out_cache_loc", "spec_info", "reuse_dsa_topk_indices"),
     "EagleVerifyInput": ("dsa_seed_topk_capture",),
-    "EagleDraftInput": ("hidden_states",),
+    "EagleDraftInput": ("hidden_states", "dsa_topk_indices"),
+    # the draft's decode attention backend: in which index space it carries the top-k
+    "DeepseekSparseAttnBackend": ("use_fused_topk",),
 }
