@@ -11,37 +11,21 @@ draft-extend's top-k as physical slots, one unseeded), each iteration compared w
 reference attending the same carried top-k.
 """
 
-import json
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from cpu_script import run_script
 from sglang.srt.layers.fused_decode.spec import NUMERICS
 
 pytest.importorskip("sglang.srt.model_loader", reason="upstream SGLang is not installed")
 
-HERE = Path(__file__).resolve().parent
 TOL = NUMERICS["fused_layer_interpreter"]
 STEP_KL = 0.05  # as test_model_fused_cpu.py: two correct implementations of this tiny model
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("glm5draft") / "out.json"
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "glm5_cpu_draft.py"), str(out), str(_free_port())],
-        capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return json.loads(out.read_text())
+    return run_script("glm5_cpu_draft.py", tmp_path_factory.mktemp("glm5draft"))
 
 
 def test_draft_architecture_builds_the_fork_class(run):

@@ -7,39 +7,23 @@ upstream's process-wide context and a one-rank gloo group, which must not leak i
 tests. Each step runs in check mode, so the reference also runs beside every layer.
 """
 
-import json
-import socket
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from cpu_script import run_script
 from sglang.srt.layers.fused_decode.spec import NUMERICS
 
 pytest.importorskip("sglang.srt.model_loader", reason="upstream SGLang is not installed")
 
-HERE = Path(__file__).resolve().parent
 TOL = NUMERICS["fused_layer_interpreter"]
 # Two correct implementations of this tiny model differ by a KL of 0.01-0.05 on the final
 # logits (docs/DESIGN.md), even with the top-k sets and experts forced from one side.
 STEP_KL = 0.05
 
 
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("glm5cpu") / "out.json"
-    proc = subprocess.run(
-        [sys.executable, str(HERE / "glm5_cpu_model.py"), str(out), str(_free_port())],
-        capture_output=True, text=True, timeout=900)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
-    return json.loads(out.read_text())
+    return run_script("glm5_cpu_model.py", tmp_path_factory.mktemp("glm5cpu"))
 
 
 def test_architecture_builds_the_fork_class(run):
