@@ -4,8 +4,9 @@ Kinds: dense with indexer (layers 0-2), MoE with indexer, MoE reusing the previo
 For each kind a stack of `--copies` layers (distinct memory, together several times the L2) is
 captured in one CUDA graph per arm and (M, L); time per layer = median replay / copies.
 Arms: stock (benchmark.stock), upstream (SGLang's own Triton kernels loaded from its wheel, see
-benchmark.upstream), fused (sglang.srt.layers.fused_decode.layer.build_fused_layer, reported
-'absent' until it exists), and the floor (benchmark.roofline at the bandwidth measured here,
+benchmark.upstream), fused (sglang.srt.layers.fused_decode.layer.build_fused_layer: one launch
+of the persistent layer kernel per layer), fused_stages (the same layer on its stage kernels,
+one launch each), and the floor (benchmark.roofline at the bandwidth measured here,
 with the routed experts the run really touched).
 
     PYTHONPATH=python:sgl-kernel-ext python3 -m benchmark.decode_layer --out $OUT
@@ -26,7 +27,7 @@ from . import harness as H
 from . import roofline as RL
 from .stock import STOCK_OPS, Rows, stock_forward
 
-ARMS = ("stock", "upstream", "fused")
+ARMS = ("stock", "upstream", "fused", "fused_stages")
 
 
 def parse():
@@ -83,7 +84,7 @@ def main():
         H.log(f"upstream: {json.dumps(report)[:600]}")
         if up_ops is not None:
             ops["upstream"] = up_ops
-    build_fused, fused_state = H.fused_builder() if "fused" in arms else (None, "not requested")
+    build_fused, fused_state = H.fused_builder() if {"fused", "fused_stages"} & set(arms) else (None, "not requested")
     meta["fused"] = fused_state
     H.log(f"fused arm: {fused_state}")
 
@@ -112,10 +113,14 @@ def main():
         H.log(f"{kind}: layers {ids} built in {time.time() - t0:.1f}s")
         max_slots = max(ms) * max(ls)
         caches = H.make_caches(cfg, ids, -(-max_slots // 64) * 64, dev)
-        fused = {}
+        fused, fused_stages = {}, {}
         if build_fused is not None:
             try:
                 fused = {lw.layer_id: build_fused(cfg, lw, caches, max(ms)) for lw, _ in layers}
+                if "fused_stages" in arms:  # the same layer on one launch per stage kernel
+                    fused_stages = {lw.layer_id: build_fused(cfg, lw, caches, max(ms),
+                                                             persistent_launch=False)
+                                    for lw, _ in layers}
             except Exception as e:  # a half-built fused module must not stop the run
                 meta["fused"] = f"build failed: {type(e).__name__}: {e}"
                 H.log(meta["fused"])
@@ -135,10 +140,10 @@ def main():
                         h, r, t = stock_forward(cfg, sl, h, r, rows, caches, t, op, rec)
                     return h
 
-                def run_fused():
+                def run_fused(built=fused):
                     h, r, t = hid, res, tprev
                     for lw, _ in layers:
-                        h, r, t = fused[lw.layer_id](h, r, batch, t)
+                        h, r, t = built[lw.layer_id](h, r, batch, t)
                     return h
 
                 run_stock(rec=record)  # eager: compiles, and records the experts chosen
@@ -162,8 +167,11 @@ def main():
                         elif arm == "fused" and fused:
                             fn = run_fused
                             fn()
+                        elif arm == "fused_stages" and fused_stages:
+                            fn = (lambda: run_fused(fused_stages))
+                            fn()
                         else:
-                            note = meta["fused"] if arm == "fused" else f"{arm} unavailable"
+                            note = meta["fused"] if arm.startswith("fused") else f"{arm} unavailable"
                             fn = None
                         if fn is not None:
                             if args.dry:
@@ -185,7 +193,7 @@ def main():
                     H.log(f"{row['key']}: " + (f"{us:.1f} us, floor {row['floor_us']:.1f} us, "
                                                f"frac {row['fraction_of_floor']:.3f}" if us else str(note)))
                 del batch, rows, record
-        del layers, caches, fused
+        del layers, caches, fused, fused_stages
         if dev.type == "cuda":
             torch.cuda.empty_cache()
         save()

@@ -17,16 +17,17 @@ from .overlap import prefetch_rows, stage_begin
 
 
 @triton.jit
-def _bf16_linear_splitk_kernel(x_ptr, stride_xm, M, K, w_ptr, part_ptr, N, k_chunk,
-                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                               BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
-                               PDL: tl.constexpr):
-    tile = tl.program_id(0)
-    split = tl.program_id(1)
+def _bf16_linear_prefetch(tile, split, K, w_ptr, N, k_chunk, BLOCK_N: tl.constexpr,
+                          PDL: tl.constexpr):
     cols = tl.minimum(k_chunk, K - split * k_chunk) * 2
     prefetch_rows(w_ptr, tile * BLOCK_N, BLOCK_N, N, K * 2, split * k_chunk * 2, cols, PDL,
                   BLOCK_N, 4)
-    stage_begin(PDL)
+
+
+@triton.jit
+def _bf16_linear_task(tile, split, x_ptr, stride_xm, M, K, w_ptr, part_ptr, N, k_chunk,
+                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                      INTERPRET: tl.constexpr):
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < N
@@ -47,6 +48,24 @@ def _bf16_linear_splitk_kernel(x_ptr, stride_xm, M, K, w_ptr, part_ptr, N, k_chu
     tl.store(out, acc, mask=(offs_m[:, None] < M) & n_ok[None, :])
 
 
+@triton.jit
+def _bf16_linear_splitk_kernel(x_ptr, stride_xm, M, K, w_ptr, part_ptr, N, k_chunk,
+                               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                               BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
+                               PDL: tl.constexpr):
+    tile = tl.program_id(0)
+    split = tl.program_id(1)
+    _bf16_linear_prefetch(tile, split, K, w_ptr, N, k_chunk, BLOCK_N, PDL)
+    stage_begin(PDL)
+    _bf16_linear_task(tile, split, x_ptr, stride_xm, M, K, w_ptr, part_ptr, N, k_chunk,
+                      BLOCK_M, BLOCK_N, BLOCK_K, INTERPRET)
+
+
+def chunk_cols(k: int, split: int, block_k: int = 128) -> int:
+    """Columns per K chunk (a multiple of block_k)."""
+    return triton.cdiv(triton.cdiv(k, split), block_k) * block_k
+
+
 def bf16_linear_splitk(x: torch.Tensor, w: torch.Tensor, parts: torch.Tensor,
                        block_n: int = 16, block_k: int = 128) -> None:
     """parts[s] = x[:, chunk s] W[:, chunk s]^T in fp32; parts [SPLIT, M, N] contiguous."""
@@ -54,9 +73,8 @@ def bf16_linear_splitk(x: torch.Tensor, w: torch.Tensor, parts: torch.Tensor,
     split, pm, n = parts.shape
     assert x.stride(1) == 1 and w.is_contiguous() and w.shape == (n, k) and pm == m
     assert parts.is_contiguous() and parts.dtype == torch.float32
-    k_chunk = triton.cdiv(triton.cdiv(k, split), block_k) * block_k
     _bf16_linear_splitk_kernel[(triton.cdiv(n, block_n), split)](
-        x, x.stride(0), m, k, w, parts, n, k_chunk,
+        x, x.stride(0), m, k, w, parts, n, chunk_cols(k, split, block_k),
         BLOCK_M=block_m(m), BLOCK_N=block_n, BLOCK_K=block_k, INTERPRET=interpreting(),
         PDL=overlap.enabled(), num_warps=4, num_stages=4, **overlap.launch_kw(),
     )

@@ -69,13 +69,9 @@ def _tile(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, part_ptr, N, tile, split, k_chunk,
 
 
 @triton.jit
-def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
-                       wa_ptr, sa_ptr, pa_ptr, NA, tiles_a,
-                       wb_ptr, sb_ptr, pb_ptr, NB,
-                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
-                       INTERPRET: tl.constexpr, PDL: tl.constexpr):
-    pid = tl.program_id(0)
-    split = tl.program_id(1)
+def _fp8_linear_prefetch(pid, split, K, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB,
+                         BLOCK_N: tl.constexpr, PDL: tl.constexpr):
+    """Prefetch program (pid, split)'s weight tile into L2 (see overlap)."""
     k0 = split * k_chunk * 128
     cols = tl.minimum(k_chunk * 128, K - k0)
     if pid < tiles_a:
@@ -83,13 +79,34 @@ def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
     else:
         prefetch_rows(wb_ptr, (pid - tiles_a) * BLOCK_N, BLOCK_N, NB, K, k0, cols, PDL,
                       BLOCK_N, 2)
-    stage_begin(PDL)
+
+
+@triton.jit
+def _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk,
+                     wa_ptr, sa_ptr, pa_ptr, NA, tiles_a, wb_ptr, sb_ptr, pb_ptr, NB,
+                     BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
+                     INTERPRET: tl.constexpr):
+    """Program (pid, split): one BLOCK_N tile of W_a (pid < tiles_a) or W_b, one K chunk."""
     if pid < tiles_a:
         _tile(xq_ptr, sx_ptr, M, K, wa_ptr, sa_ptr, pa_ptr, NA, pid, split, k_chunk,
               BLOCK_M, BLOCK_N, GROUPS, INTERPRET)
     else:
         _tile(xq_ptr, sx_ptr, M, K, wb_ptr, sb_ptr, pb_ptr, NB, pid - tiles_a, split, k_chunk,
               BLOCK_M, BLOCK_N, GROUPS, INTERPRET)
+
+
+@triton.jit
+def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
+                       wa_ptr, sa_ptr, pa_ptr, NA, tiles_a,
+                       wb_ptr, sb_ptr, pb_ptr, NB,
+                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
+                       INTERPRET: tl.constexpr, PDL: tl.constexpr):
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    _fp8_linear_prefetch(pid, split, K, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB, BLOCK_N, PDL)
+    stage_begin(PDL)
+    _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk, wa_ptr, sa_ptr, pa_ptr, NA,
+                     tiles_a, wb_ptr, sb_ptr, pb_ptr, NB, BLOCK_M, BLOCK_N, GROUPS, INTERPRET)
 
 
 def interpreting() -> bool:
@@ -123,6 +140,13 @@ def tiling(n: int, k: int) -> tuple:
     return 64, 2, choose_split(n, k, 64, 2, 264)
 
 
+def grid_shape(n_a: int, n_b: int, k: int, split: int, block_n: int, groups: int) -> tuple:
+    """(tiles of W_a, tiles of W_a and W_b, 128-column groups per K chunk) of a launch."""
+    tiles_a = triton.cdiv(n_a, block_n)
+    k_chunk = triton.cdiv(triton.cdiv(triton.cdiv(k, 128), split), groups) * groups
+    return tiles_a, tiles_a + triton.cdiv(n_b, block_n), k_chunk
+
+
 def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.Tensor,
                parts: torch.Tensor, wq_b: Optional[torch.Tensor] = None,
                ws_b: Optional[torch.Tensor] = None, parts_b: Optional[torch.Tensor] = None,
@@ -135,17 +159,14 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
     assert xq.is_contiguous() and sx.is_contiguous() and wq.is_contiguous() and ws.is_contiguous()
     assert wq.shape[1] == k and parts.shape[1:] == (m, wq.shape[0]) and parts.is_contiguous()
     assert 128 % block_n == 0
-    tiles_a = triton.cdiv(wq.shape[0], block_n)
-    tiles = tiles_a
     if wq_b is not None:
         assert wq_b.shape[1] == k and parts_b.shape == (split, m, wq_b.shape[0])
-        tiles += triton.cdiv(wq_b.shape[0], block_n)
-    else:
+    tiles_a, tiles, k_chunk = grid_shape(wq.shape[0], wq_b.shape[0] if wq_b is not None else 0,
+                                         k, split, block_n, groups)
+    if wq_b is None:
         wq_b, ws_b, parts_b = wq, ws, parts
-    kblocks = triton.cdiv(k, 128)
     use_pdl = pdl and overlap.enabled()
     launch = overlap.launch_kw() if use_pdl else {}
-    k_chunk = triton.cdiv(triton.cdiv(kblocks, split), groups) * groups
     _fp8_linear_kernel[(tiles, split)](
         xq, sx, m, k, k_chunk,
         wq, ws, parts, wq.shape[0], tiles_a,

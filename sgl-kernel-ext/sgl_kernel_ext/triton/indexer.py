@@ -27,14 +27,10 @@ KEY_BYTES = 128
 
 
 @triton.jit
-def _prepare_kernel(kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: tl.constexpr,
-                    ln_w_ptr, ln_b_ptr, ln_eps,
-                    pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, cache_ptr,
-                    q8_ptr, head_w_ptr, head_scale,
-                    NH: tl.constexpr, D: tl.constexpr, HALF_R: tl.constexpr,
-                    INTERPRET: tl.constexpr, PDL: tl.constexpr):
-    stage_begin(PDL)
-    m = tl.program_id(0)
+def _prepare_row(m, kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: tl.constexpr,
+                 ln_w_ptr, ln_b_ptr, ln_eps, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr,
+                 cache_ptr, q8_ptr, head_w_ptr, head_scale, NH: tl.constexpr, D: tl.constexpr,
+                 HALF_R: tl.constexpr, INTERPRET: tl.constexpr):
     oh = tl.arange(0, NH)
     pos = tl.load(pos_ptr + m)
     rpos = tl.maximum(pos, 0)
@@ -93,13 +89,22 @@ def _prepare_kernel(kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: t
 
 
 @triton.jit
-def _scores_kernel(q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, stride_slots,
-                   scores_ptr, stride_scores, L,
-                   NH: tl.constexpr, D: tl.constexpr, BLOCK_H: tl.constexpr,
-                   BLOCK_L: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr):
+def _prepare_kernel(kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: tl.constexpr,
+                    ln_w_ptr, ln_b_ptr, ln_eps,
+                    pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, cache_ptr,
+                    q8_ptr, head_w_ptr, head_scale,
+                    NH: tl.constexpr, D: tl.constexpr, HALF_R: tl.constexpr,
+                    INTERPRET: tl.constexpr, PDL: tl.constexpr):
     stage_begin(PDL)
-    m = tl.program_id(0)
-    lt = tl.program_id(1)
+    _prepare_row(tl.program_id(0), kw_parts_ptr, SPLIT, M, NKW, q_ptr, Q_SPLIT, ln_w_ptr,
+                 ln_b_ptr, ln_eps, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, cache_ptr,
+                 q8_ptr, head_w_ptr, head_scale, NH, D, HALF_R, INTERPRET)
+
+
+@triton.jit
+def _scores_task(m, lt, q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, stride_slots,
+                 scores_ptr, stride_scores, L, NH: tl.constexpr, D: tl.constexpr,
+                 BLOCK_H: tl.constexpr, BLOCK_L: tl.constexpr, INTERPRET: tl.constexpr):
     ol = lt * BLOCK_L + tl.arange(0, BLOCK_L)
     od = tl.arange(0, D)
     oh = tl.arange(0, BLOCK_H)  # heads padded to the 16-row MMA minimum
@@ -120,6 +125,17 @@ def _scores_kernel(q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, stride_slo
     hw = tl.load(head_w_ptr + m * NH + oh, mask=h_ok, other=0.0)
     s = tl.sum(tl.maximum(dots, 0.0) * hw[:, None], axis=0) * sk
     tl.store(scores_ptr + m * stride_scores + ol, tl.where(in_ctx, s, float("-inf")), mask=ol < L)
+
+
+@triton.jit
+def _scores_kernel(q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, stride_slots,
+                   scores_ptr, stride_scores, L,
+                   NH: tl.constexpr, D: tl.constexpr, BLOCK_H: tl.constexpr,
+                   BLOCK_L: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr):
+    stage_begin(PDL)
+    _scores_task(tl.program_id(0), tl.program_id(1), q8_ptr, head_w_ptr, cache_ptr, pos_ptr,
+                 slots_ptr, stride_slots, scores_ptr, stride_scores, L, NH, D, BLOCK_H, BLOCK_L,
+                 INTERPRET)
 
 
 def prepare(kw_parts, q_parts, ln_w, ln_b, ln_eps, positions, token_slots, inv_freq,

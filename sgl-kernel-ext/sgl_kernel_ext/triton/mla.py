@@ -32,12 +32,10 @@ def _rope_pairs(x1, x2, pos, inv_freq):
 
 
 @triton.jit
-def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr, cq_q_ptr, cq_s_ptr,
-                   kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, eps, Q, C, R,
-                   BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr, HALF_R: tl.constexpr,
-                   INTERPRET: tl.constexpr, PDL: tl.constexpr):
-    stage_begin(PDL)
-    m = tl.program_id(0)
+def _latent_row(m, qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr, cq_q_ptr,
+                cq_s_ptr, kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, eps, Q, C,
+                R, BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr, HALF_R: tl.constexpr,
+                INTERPRET: tl.constexpr):
     oq = tl.arange(0, BLOCK_Q)
     q = sum_parts(qa_ptr, SPLIT, M * Q, m * Q + oq, oq < Q).to(tl.bfloat16).to(tl.float32)
     q = q / tl.sqrt(tl.sum(q * q, axis=0) / Q + eps)
@@ -66,15 +64,28 @@ def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr,
 
 
 @triton.jit
-def _absorb_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C,
-                   NOPE: tl.constexpr, ROPE: tl.constexpr, V: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
+def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr, cq_q_ptr, cq_s_ptr,
+                   kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, eps, Q, C, R,
+                   BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr, HALF_R: tl.constexpr,
                    INTERPRET: tl.constexpr, PDL: tl.constexpr):
-    h = tl.program_id(0)
-    ct = tl.program_id(1)
+    stage_begin(PDL)
+    _latent_row(tl.program_id(0), qa_ptr, kva_ptr, SPLIT, M, qn_w_ptr, kvn_w_ptr, cq_q_ptr,
+                cq_s_ptr, kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, eps, Q,
+                C, R, BLOCK_Q, BLOCK_C, HALF_R, INTERPRET)
+
+
+@triton.jit
+def _absorb_prefetch(h, ct, kvb_ptr, NH, C, NOPE: tl.constexpr, V: tl.constexpr,
+                     BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr, PDL: tl.constexpr):
     prefetch_rows(kvb_ptr, h * (NOPE + V), NOPE, NH * (NOPE + V), C * 2, ct * BLOCK_C * 2,
                   BLOCK_C * 2, PDL, BLOCK_D, 1)
-    stage_begin(PDL)
+
+
+@triton.jit
+def _absorb_task(h, ct, q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M,
+                 NH, C, NOPE: tl.constexpr, ROPE: tl.constexpr, V: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
+                 INTERPRET: tl.constexpr):
     om = tl.arange(0, BLOCK_M)
     od = tl.arange(0, BLOCK_D)
     oc = ct * BLOCK_C + tl.arange(0, BLOCK_C)
@@ -104,20 +115,37 @@ def _absorb_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_f
 
 
 @triton.jit
-def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr, stride_slots,
-                        part_o_ptr, part_ml_ptr, NH, sm_scale, chunk,
-                        C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
-                        BLOCK_T: tl.constexpr, CHUNK: tl.constexpr, INTERPRET: tl.constexpr,
-                        PDL: tl.constexpr):
-    m = tl.program_id(0)
-    sp = tl.program_id(1)
-    nsp = tl.num_programs(1)
-    if PDL:  # the chunk's KV rows: the top-k and the cache rows come from >= 2 kernels back
-        pt = tl.load(topk_ptr + m * stride_topk + sp * CHUNK + tl.arange(0, CHUNK))
-        pt = tl.minimum(pt, stride_slots - 1)
-        pslot = tl.load(slots_ptr + m * stride_slots + tl.maximum(pt, 0), mask=pt >= 0, other=0)
-        prefetch_l2(kv_cache_ptr + pslot.to(tl.int64) * (C + R), (C + R) * 2, pt >= 0, PDL)
+def _absorb_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C,
+                   NOPE: tl.constexpr, ROPE: tl.constexpr, V: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
+                   INTERPRET: tl.constexpr, PDL: tl.constexpr):
+    h = tl.program_id(0)
+    ct = tl.program_id(1)
+    _absorb_prefetch(h, ct, kvb_ptr, NH, C, NOPE, V, BLOCK_D, BLOCK_C, PDL)
     stage_begin(PDL)
+    _absorb_task(h, ct, q_ptr, SPLIT, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE,
+                 ROPE, V, BLOCK_M, BLOCK_D, BLOCK_C, INTERPRET)
+
+
+@triton.jit
+def _sparse_attn_prefetch(m, sp, chunk, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
+                          stride_slots, C: tl.constexpr, R: tl.constexpr, BLOCK_T: tl.constexpr,
+                          PDL: tl.constexpr):
+    """The chunk's KV rows (the top-k and the cache rows must be complete already)."""
+    if PDL:
+        for t0 in range(sp * chunk, (sp + 1) * chunk, BLOCK_T):
+            pt = tl.load(topk_ptr + m * stride_topk + t0 + tl.arange(0, BLOCK_T))
+            pt = tl.minimum(pt, stride_slots - 1)
+            pslot = tl.load(slots_ptr + m * stride_slots + tl.maximum(pt, 0), mask=pt >= 0,
+                            other=0)
+            prefetch_l2(kv_cache_ptr + pslot.to(tl.int64) * (C + R), (C + R) * 2, pt >= 0, PDL)
+
+
+@triton.jit
+def _sparse_attn_task(m, sp, nsp, qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
+                      stride_slots, part_o_ptr, part_ml_ptr, NH, sm_scale, chunk,
+                      C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
+                      BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr):
     oh = tl.arange(0, BLOCK_H)
     oc = tl.arange(0, C)
     orr = tl.arange(0, R)
@@ -160,11 +188,24 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
 
 
 @triton.jit
-def _combine_kernel(part_o_ptr, part_ml_ptr, olat_ptr, NH, NSP,
-                    C: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr):
-    stage_begin(PDL)
+def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr, stride_slots,
+                        part_o_ptr, part_ml_ptr, NH, sm_scale, chunk,
+                        C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
+                        BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr):
     m = tl.program_id(0)
-    h = tl.program_id(1)
+    sp = tl.program_id(1)
+    # the top-k and the cache rows come from >= 2 kernels back
+    _sparse_attn_prefetch(m, sp, chunk, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
+                          stride_slots, C, R, BLOCK_T, PDL)
+    stage_begin(PDL)
+    _sparse_attn_task(m, sp, tl.num_programs(1), qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk,
+                      slots_ptr, stride_slots, part_o_ptr, part_ml_ptr, NH, sm_scale, chunk, C,
+                      R, BLOCK_H, BLOCK_T, INTERPRET)
+
+
+@triton.jit
+def _combine_task(m, h, part_o_ptr, part_ml_ptr, olat_ptr, NH, NSP, C: tl.constexpr,
+                  BLOCK_S: tl.constexpr):
     osp = tl.arange(0, BLOCK_S)
     oc = tl.arange(0, C)
     s_ok = osp < NSP
@@ -182,16 +223,26 @@ def _combine_kernel(part_o_ptr, part_ml_ptr, olat_ptr, NH, NSP,
 
 
 @triton.jit
-def _absorb_v_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C: tl.constexpr,
-                     NOPE: tl.constexpr, V: tl.constexpr, BLOCK_M: tl.constexpr,
-                     INTERPRET: tl.constexpr, PDL: tl.constexpr):
-    """One program per (head, 128 output columns): o = o_lat . w_vc in bf16, then quantized
-    for o_proj (the program holds exactly one 128-column group of each row)."""
-    h = tl.program_id(0)
-    vt = tl.program_id(1)
+def _combine_kernel(part_o_ptr, part_ml_ptr, olat_ptr, NH, NSP,
+                    C: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr):
+    stage_begin(PDL)
+    _combine_task(tl.program_id(0), tl.program_id(1), part_o_ptr, part_ml_ptr, olat_ptr, NH,
+                  NSP, C, BLOCK_S)
+
+
+@triton.jit
+def _absorb_v_prefetch(h, vt, kvb_ptr, NH, C: tl.constexpr, NOPE: tl.constexpr,
+                       V: tl.constexpr, PDL: tl.constexpr):
     prefetch_rows(kvb_ptr, h * (NOPE + V) + NOPE + vt * 128, 128, NH * (NOPE + V), C * 2, 0,
                   C * 2, PDL, 128, 1)
-    stage_begin(PDL)
+
+
+@triton.jit
+def _absorb_v_task(h, vt, olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C: tl.constexpr,
+                   NOPE: tl.constexpr, V: tl.constexpr, BLOCK_M: tl.constexpr,
+                   INTERPRET: tl.constexpr):
+    """Program (head, 128 output columns): o = o_lat . w_vc in bf16, then quantized for
+    o_proj (the program holds exactly one 128-column group of each row)."""
     om = tl.arange(0, BLOCK_M)
     ov = vt * 128 + tl.arange(0, 128)
     oc = tl.arange(0, C)
@@ -207,6 +258,18 @@ def _absorb_v_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C: tl.constexpr,
     oq = to_e4m3(tl.clamp(o * (1.0 / so)[:, None], -448.0, 448.0), INTERPRET)
     tl.store(oq_ptr + om[:, None] * (NH * V) + h * V + ov[None, :], oq, mask=m_ok[:, None])
     tl.store(os_ptr + om * (NH * V // 128) + (h * V) // 128 + vt, so, mask=m_ok)
+
+
+@triton.jit
+def _absorb_v_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C: tl.constexpr,
+                     NOPE: tl.constexpr, V: tl.constexpr, BLOCK_M: tl.constexpr,
+                     INTERPRET: tl.constexpr, PDL: tl.constexpr):
+    h = tl.program_id(0)
+    vt = tl.program_id(1)
+    _absorb_v_prefetch(h, vt, kvb_ptr, NH, C, NOPE, V, PDL)
+    stage_begin(PDL)
+    _absorb_v_task(h, vt, olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C, NOPE, V, BLOCK_M,
+                   INTERPRET)
 
 
 def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots, inv_freq,
@@ -264,8 +327,7 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
     _sparse_attn_kernel[(m, splits)](
         qcat, kv_cache, topk, topk.stride(0), token_slots, token_slots.stride(0), part_o,
         part_ml, nh, float(sm_scale), k // splits, C=kv_lora, R=rope,
-        BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, CHUNK=k // splits,
-        INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=8, num_stages=2,
+        BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=8, num_stages=2,
         **overlap.launch_kw())
     _combine_kernel[(m, nh)](part_o, part_ml, olat, nh, splits, C=kv_lora,
                              BLOCK_S=triton.next_power_of_2(splits), PDL=overlap.enabled(),

@@ -31,11 +31,10 @@ from .quant import sum_parts, to_e4m3
 
 
 @triton.jit
-def _route_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
-                  slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, scale,
-                  BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
-                  RENORM: tl.constexpr, PDL: tl.constexpr):
-    stage_begin(PDL)
+def _route_task(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
+                slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, scale,
+                BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
+                RENORM: tl.constexpr):
     offs_m = tl.arange(0, BLOCK_M)
     offs_e = tl.arange(0, BLOCK_E)
     m_ok = offs_m < M
@@ -76,6 +75,16 @@ def _route_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
 
 
 @triton.jit
+def _route_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
+                  slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, scale,
+                  BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
+                  RENORM: tl.constexpr, PDL: tl.constexpr):
+    stage_begin(PDL)
+    _route_task(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, slot_expert_ptr, slot_weight_ptr,
+                slot_rank_ptr, num_slots_ptr, scale, BLOCK_M, BLOCK_E, TOPK, RENORM)
+
+
+@triton.jit
 def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr):
     """fp32 [BLOCK_M, BLOCK_N] = quant(a[M, K]) . W[offs_n, K]^T with both block scales."""
@@ -103,29 +112,38 @@ def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
 
 
 @triton.jit
-def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
-                    gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
-                    sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
-                    SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr):
-    tile = tl.program_id(0)
-    slot = tl.program_id(1)
-    split = tl.program_id(2)
-    if slot == 0:  # the shared expert's slice; the routed experts are known only after the wait
+def _expert_weights(slot_expert_ptr, slot, E, q_ptr, s_ptr, q_stride_e, s_stride_e,
+                    shared_q_ptr, shared_s_ptr):
+    """(e4m3 rows, scales) of the slot's expert: the shared expert's (E) or routed e's."""
+    e = tl.load(slot_expert_ptr + slot)
+    shared = e == E
+    routed = tl.where(shared, 0, e).to(tl.int64)
+    return (tl.where(shared, shared_q_ptr, q_ptr + routed * q_stride_e),
+            tl.where(shared, shared_s_ptr, s_ptr + routed * s_stride_e))
+
+
+@triton.jit
+def _gate_up_prefetch(tile, slot, split, K, I, sgq_ptr, suq_ptr, k_chunk,
+                      BLOCK_N: tl.constexpr, PDL: tl.constexpr):
+    """The shared expert's slice (the routed experts are known only after route)."""
+    if slot == 0:
         k0 = split * k_chunk * 128
         cols = tl.minimum(k_chunk * 128, K - k0)
         prefetch_rows(sgq_ptr, tile * BLOCK_N, BLOCK_N, I, K, k0, cols, PDL, BLOCK_N, 4)
         prefetch_rows(suq_ptr, tile * BLOCK_N, BLOCK_N, I, K, k0, cols, PDL, BLOCK_N, 4)
-    stage_begin(PDL)
+
+
+@triton.jit
+def _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
+                  gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
+                  sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
+                  SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr):
     if slot < tl.load(num_slots_ptr):
-        e = tl.load(slot_expert_ptr + slot)
-        shared = e == E
-        wq = tl.where(shared, 0, e).to(tl.int64) * q_stride_e
-        ws = tl.where(shared, 0, e).to(tl.int64) * s_stride_e
-        g_q = tl.where(shared, sgq_ptr, gq_ptr + wq)
-        g_s = tl.where(shared, sgs_ptr, gs_ptr + ws)
-        u_q = tl.where(shared, suq_ptr, uq_ptr + wq)
-        u_s = tl.where(shared, sus_ptr, us_ptr + ws)
+        g_q, g_s = _expert_weights(slot_expert_ptr, slot, E, gq_ptr, gs_ptr, q_stride_e,
+                                   s_stride_e, sgq_ptr, sgs_ptr)
+        u_q, u_s = _expert_weights(slot_expert_ptr, slot, E, uq_ptr, us_ptr, q_stride_e,
+                                   s_stride_e, suq_ptr, sus_ptr)
         offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
         offs_m = tl.arange(0, BLOCK_M)
         g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -151,6 +169,23 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
 
 
 @triton.jit
+def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
+                    gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
+                    sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
+                    SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr):
+    tile = tl.program_id(0)
+    slot = tl.program_id(1)
+    split = tl.program_id(2)
+    _gate_up_prefetch(tile, slot, split, K, I, sgq_ptr, suq_ptr, k_chunk, BLOCK_N, PDL)
+    stage_begin(PDL)
+    _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
+                  gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr,
+                  suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N,
+                  GROUPS, SPLIT_K, INTERPRET)
+
+
+@triton.jit
 def _swiglu(g, u):
     """SiLU(g) * u with g and u first rounded to bf16 (the GEMMs' outputs), bf16 out."""
     g = g.to(tl.bfloat16).to(tl.float32)
@@ -159,13 +194,12 @@ def _swiglu(g, u):
 
 
 @triton.jit
-def _swiglu_kernel(gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS, SPLIT_K: tl.constexpr,
-                   BLOCK_M: tl.constexpr, BLOCK_I: tl.constexpr, PDL: tl.constexpr):
-    stage_begin(PDL)
-    slot = tl.program_id(0)
+def _swiglu_task(slot, it, gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS,
+                 SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_I: tl.constexpr):
+    """Program (slot, BLOCK_I columns): the split-K partials summed in order, then SwiGLU."""
     if slot < tl.load(num_slots_ptr):
         offs_m = tl.arange(0, BLOCK_M)
-        offs_i = tl.arange(0, BLOCK_I)
+        offs_i = it * BLOCK_I + tl.arange(0, BLOCK_I)
         mask = (offs_m[:, None] < M) & (offs_i[None, :] < I)
         row = ((slot * M + offs_m[:, None]) * 2) * I + offs_i[None, :]
         stride = SLOTS * M * 2 * I
@@ -176,30 +210,38 @@ def _swiglu_kernel(gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS, SPLIT_K: tl
 
 
 @triton.jit
-def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
-                 num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
-                 terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 INTERPRET: tl.constexpr, PDL: tl.constexpr):
-    """Program (tile, slot): term = bf16(weight * act_slot D_e^T) for the rows that chose the
-    slot's expert, stored at terms[row, rank of the expert in the row]."""
-    tile = tl.program_id(0)
-    slot = tl.program_id(1)
-    if PDL:  # the slot table was written by route, two or more kernels back
+def _swiglu_kernel(gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS, SPLIT_K: tl.constexpr,
+                   BLOCK_M: tl.constexpr, BLOCK_I: tl.constexpr, PDL: tl.constexpr):
+    stage_begin(PDL)
+    _swiglu_task(tl.program_id(0), tl.program_id(1), gu_part_ptr, num_slots_ptr, act_ptr, M, I,
+                 SLOTS, SPLIT_K, BLOCK_M, BLOCK_I)
+
+
+@triton.jit
+def _down_prefetch(tile, slot, H, I, E, slot_expert_ptr, num_slots_ptr, dq_ptr, q_stride_e,
+                   sdq_ptr, BLOCK_N: tl.constexpr, PDL: tl.constexpr):
+    """The slot's expert rows of the tile (the slot table must be complete already)."""
+    if PDL:
         if slot < tl.load(num_slots_ptr):
             pe = tl.minimum(tl.maximum(tl.load(slot_expert_ptr + slot), 0), E)
             pq = tl.where(pe == E, sdq_ptr, dq_ptr + tl.where(pe == E, 0, pe).to(tl.int64) * q_stride_e)
             prefetch_rows(pq, tile * BLOCK_N, BLOCK_N, H, I, 0, I, PDL, BLOCK_N, 2)
-    stage_begin(PDL)
+
+
+@triton.jit
+def _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
+               num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
+               terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               INTERPRET: tl.constexpr):
+    """Program (tile, slot): term = bf16(weight * act_slot D_e^T) for the rows that chose the
+    slot's expert, stored at terms[row, rank of the expert in the row]."""
     if slot < tl.load(num_slots_ptr):
-        e = tl.load(slot_expert_ptr + slot)
-        shared = e == E
-        wq = tl.where(shared, 0, e).to(tl.int64) * q_stride_e
-        ws = tl.where(shared, 0, e).to(tl.int64) * s_stride_e
+        d_q, d_s = _expert_weights(slot_expert_ptr, slot, E, dq_ptr, ds_ptr, q_stride_e,
+                                   s_stride_e, sdq_ptr, sds_ptr)
         offs_m = tl.arange(0, BLOCK_M)
         offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
         m_ok = offs_m < M
-        y = _fp8_tile_dot(act_ptr + slot * M * I, I, M, I, tl.where(shared, sdq_ptr, dq_ptr + wq),
-                          tl.where(shared, sds_ptr, ds_ptr + ws), offs_n, H, BLOCK_M, BLOCK_N,
+        y = _fp8_tile_dot(act_ptr + slot * M * I, I, M, I, d_q, d_s, offs_n, H, BLOCK_M, BLOCK_N,
                           INTERPRET)
         w = tl.load(slot_weight_ptr + slot * M + offs_m, mask=m_ok, other=0.0)  # 1 when shared
         rank = tl.load(slot_rank_ptr + slot * M + offs_m, mask=m_ok, other=-1)
@@ -209,13 +251,27 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
 
 
 @triton.jit
-def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK: tl.constexpr,
-                      PDL: tl.constexpr):
+def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
+                 num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
+                 terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 INTERPRET: tl.constexpr, PDL: tl.constexpr):
+    tile = tl.program_id(0)
+    slot = tl.program_id(1)
+    # the slot table was written by route, two or more kernels back
+    _down_prefetch(tile, slot, H, I, E, slot_expert_ptr, num_slots_ptr, dq_ptr, q_stride_e,
+                   sdq_ptr, BLOCK_N, PDL)
+    stage_begin(PDL)
+    _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
+               num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
+               terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET)
+
+
+@triton.jit
+def _sum_terms_task(m, ht, terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr,
+                    BLOCK: tl.constexpr):
     """out[row] = bf16 of the fp32 sum of the row's terms in order (shared, then experts
     ascending); a pad row has only its shared term."""
-    stage_begin(PDL)
-    m = tl.program_id(0)
-    offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+    offs = ht * BLOCK + tl.arange(0, BLOCK)
     ok = offs < H
     n_terms = tl.where(tl.load(pos_ptr + m) >= 0, TERMS, 1)
     acc = tl.zeros((BLOCK,), tl.float32)
@@ -223,6 +279,14 @@ def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK
         acc += tl.load(terms_ptr + (m * TERMS + j) * H + offs, mask=ok & (j < n_terms),
                        other=0.0).to(tl.float32)
     tl.store(out_ptr + m * H + offs, acc.to(tl.bfloat16), mask=ok)
+
+
+@triton.jit
+def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK: tl.constexpr,
+                      PDL: tl.constexpr):
+    stage_begin(PDL)
+    _sum_terms_task(tl.program_id(0), tl.program_id(1), terms_ptr, pos_ptr, out_ptr, H, TERMS,
+                    BLOCK)
 
 
 def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tensor, topk: int,
@@ -249,6 +313,10 @@ def _check_expert_stack(*tensors) -> None:
             assert t.stride(2) == 1 and t.stride(1) == t.shape[2], "expert rows must be contiguous"
         else:
             assert t.is_contiguous()
+
+
+SWIGLU_BLOCK = 256  # intermediate columns per SwiGLU program
+SUM_BLOCK = 1024  # hidden columns per program of the terms' sum
 
 
 def gate_up_tiling(m: int) -> tuple:
@@ -298,10 +366,10 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         num_stages=3, **overlap.launch_kw(),
     )
     if split_k > 1:
-        _swiglu_kernel[(slots,)](gu_parts, num_slots, act, m, inter, slots, SPLIT_K=split_k,
-                                 BLOCK_M=max(2, triton.next_power_of_2(m)),
-                                 BLOCK_I=triton.next_power_of_2(inter), PDL=overlap.enabled(),
-                                 num_warps=4, **overlap.launch_kw())
+        _swiglu_kernel[(slots, triton.cdiv(inter, SWIGLU_BLOCK))](
+            gu_parts, num_slots, act, m, inter, slots, SPLIT_K=split_k,
+            BLOCK_M=max(2, triton.next_power_of_2(m)), BLOCK_I=SWIGLU_BLOCK,
+            PDL=overlap.enabled(), num_warps=4, **overlap.launch_kw())
 
 
 def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_q, down_s,
@@ -320,6 +388,6 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         TERMS=n_terms, BLOCK_M=block_m(m), BLOCK_N=block_n, INTERPRET=interpreting(),
         PDL=overlap.enabled(), num_warps=num_warps, num_stages=3, **overlap.launch_kw(),
     )
-    _sum_terms_kernel[(m, triton.cdiv(h, 1024))](terms, positions, out, h, TERMS=n_terms,
-                                                BLOCK=1024, PDL=overlap.enabled(), num_warps=4,
-                                                **overlap.launch_kw())
+    _sum_terms_kernel[(m, triton.cdiv(h, SUM_BLOCK))](
+        terms, positions, out, h, TERMS=n_terms, BLOCK=SUM_BLOCK, PDL=overlap.enabled(),
+        num_warps=4, **overlap.launch_kw())

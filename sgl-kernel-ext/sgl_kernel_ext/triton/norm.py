@@ -21,12 +21,9 @@ from .quant import store_row_groups, sum_parts
 
 
 @triton.jit
-def _add_rms_norm_kernel(x_ptr, x_split: tl.constexpr, res_ptr, w_ptr, out_ptr, res_out_ptr, xq_ptr, sx_ptr,
-                         M, H, eps, HAS_RES: tl.constexpr, HAS_OUT: tl.constexpr,
-                         QUANT: tl.constexpr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr,
-                         PDL: tl.constexpr):
-    stage_begin(PDL)
-    m = tl.program_id(0)
+def _add_rms_norm_row(m, x_ptr, x_split: tl.constexpr, res_ptr, w_ptr, out_ptr, res_out_ptr,
+                      xq_ptr, sx_ptr, M, H, eps, HAS_RES: tl.constexpr, HAS_OUT: tl.constexpr,
+                      QUANT: tl.constexpr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
     offs = tl.arange(0, BLOCK)
     ok = offs < H
     x = sum_parts(x_ptr, x_split, M * H, m * H + offs, ok)
@@ -42,6 +39,16 @@ def _add_rms_norm_kernel(x_ptr, x_split: tl.constexpr, res_ptr, w_ptr, out_ptr, 
     if QUANT:
         store_row_groups(y.to(tl.float32), offs, H, xq_ptr + m * H, sx_ptr + m * tl.cdiv(H, 128),
                          BLOCK, INTERPRET)
+
+
+@triton.jit
+def _add_rms_norm_kernel(x_ptr, x_split: tl.constexpr, res_ptr, w_ptr, out_ptr, res_out_ptr, xq_ptr, sx_ptr,
+                         M, H, eps, HAS_RES: tl.constexpr, HAS_OUT: tl.constexpr,
+                         QUANT: tl.constexpr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr,
+                         PDL: tl.constexpr):
+    stage_begin(PDL)
+    _add_rms_norm_row(tl.program_id(0), x_ptr, x_split, res_ptr, w_ptr, out_ptr, res_out_ptr,
+                      xq_ptr, sx_ptr, M, H, eps, HAS_RES, HAS_OUT, QUANT, BLOCK, INTERPRET)
 
 
 def add_rms_norm(x: torch.Tensor, residual: Optional[torch.Tensor], weight: torch.Tensor,

@@ -27,10 +27,8 @@ def _keys(scores):
 
 
 @triton.jit
-def _topk_kernel(scores_ptr, stride_s, width, pos_ptr, out_ptr, K: tl.constexpr,
-                 BLOCK: tl.constexpr, OUT_BLOCK: tl.constexpr, PDL: tl.constexpr):
-    stage_begin(PDL)
-    m = tl.program_id(0)
+def _topk_row(m, scores_ptr, stride_s, width, pos_ptr, out_ptr, K: tl.constexpr,
+              BLOCK: tl.constexpr, OUT_BLOCK: tl.constexpr):
     seq = tl.load(pos_ptr + m) + 1  # 0 for a pad row
     row = scores_ptr + m * stride_s
     ok_out = tl.arange(0, OUT_BLOCK)
@@ -75,6 +73,14 @@ def _topk_kernel(scores_ptr, stride_s, width, pos_ptr, out_ptr, K: tl.constexpr,
             tl.store(out_ptr + m * K + at, offs.to(tl.int64), mask=take)
             base += tl.sum(take.to(tl.int32), axis=0)
             ties += tl.sum(tie.to(tl.int32), axis=0)
+
+
+@triton.jit
+def _topk_kernel(scores_ptr, stride_s, width, pos_ptr, out_ptr, K: tl.constexpr,
+                 BLOCK: tl.constexpr, OUT_BLOCK: tl.constexpr, PDL: tl.constexpr):
+    stage_begin(PDL)
+    _topk_row(tl.program_id(0), scores_ptr, stride_s, width, pos_ptr, out_ptr, K, BLOCK,
+              OUT_BLOCK)
 
 
 def topk_positions(scores: torch.Tensor, positions: torch.Tensor, k: int, out: torch.Tensor,

@@ -1,7 +1,8 @@
 """The fused GLM-5.3 decode layer against the torch reference at real shapes of one TP8 rank
 (H200): every layer kind, 1-16 rows, contexts on both sides of the 2048 top-k, a pad row;
 caches written exactly; CUDA-graph replay bitwise equal to eager; 100 replays identical; the
-overlapped launch (programmatic dependent launch + L2 prefetch) bitwise equal to the plain one.
+overlapped launch (programmatic dependent launch + L2 prefetch) bitwise equal to the plain one;
+the persistent one-launch layer (the default) against the stage kernels.
 
 Run on the GPU machine: PYTHONPATH=python:sgl-kernel-ext python -m pytest test/srt/kernels -q
 (or ``python test/srt/kernels/test_fused_layer.py OUT_DIR`` to write every metric as JSON).
@@ -148,7 +149,8 @@ def overlap_checks(kind, rows=2, context=3000):
         os.environ[overlap.ENV] = flag
         try:
             caches = clone_caches(case.caches)
-            outs = [t.clone() for t in FusedLayer(CFG, case.lw, caches, rows, context)(*args)]
+            layer = FusedLayer(CFG, case.lw, caches, rows, context, persistent_launch=False)
+            outs = [t.clone() for t in layer(*args)]
             runs[flag] = (outs, caches, overlap.supported() and flag == "1")
         finally:
             os.environ.pop(overlap.ENV, None)
@@ -166,6 +168,36 @@ def overlap_checks(kind, rows=2, context=3000):
 def test_overlap_is_bitwise_the_plain_launch(kind):
     r = overlap_checks(kind)
     assert all(r.values()), r
+
+
+def persistent_checks(kind, rows, context=3000):
+    """The one-launch persistent layer against the same layer on its stage kernels (eager).
+    The task bodies are the same; the warps per program differ, so reductions may round
+    differently: outputs are compared as relative errors, the top-k as overlap."""
+    lid = KINDS[kind]
+    case = make_case(CFG, lid, _contexts(rows, context), seed=13, device="cuda", lw=_weights(lid))
+    args = (case.hidden, case.residual, case.batch, case.topk_prev)
+    runs = {}
+    for persistent in (True, False):
+        caches = clone_caches(case.caches)
+        layer = FusedLayer(CFG, case.lw, caches, rows, context, persistent_launch=persistent)
+        runs[persistent] = ([t.clone() for t in layer(*args)], caches)
+    (p_out, p_caches), (s_out, s_caches) = runs[True], runs[False]
+    rel = lambda a, b: float((a.float() - b.float()).norm() / b.float().norm().clamp_min(1e-30))  # noqa: E731
+    tk_p, tk_s = p_out[2], s_out[2]
+    same = sum(len(set(a.tolist()) & set(b.tolist())) for a, b in zip(tk_p, tk_s))
+    return {"y_rel": rel(p_out[0], s_out[0]), "residual_rel": rel(p_out[1], s_out[1]),
+            "topk_overlap": same / max(1, sum(len(set(b.tolist())) for b in tk_s)),
+            "kv_rel": rel(p_caches.kv[lid].nan_to_num(), s_caches.kv[lid].nan_to_num())}
+
+
+@pytest.mark.parametrize("rows", [1, 16])
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_persistent_matches_stage_kernels(kind, rows):
+    r = persistent_checks(kind, rows)
+    tol = NUMERICS["fused_layer"]
+    assert r["y_rel"] <= tol["y_rel"] and r["residual_rel"] <= tol["residual_rel"], r
+    assert r["kv_rel"] <= tol["kv_written_rel"] and r["topk_overlap"] >= tol["topk_overlap"], r
 
 
 def main(out_dir):
@@ -187,6 +219,10 @@ def main(out_dir):
         print(json.dumps(results[-1]), flush=True)
         results.append({"kind": kind, "overlap": overlap_checks(kind)})
         print(json.dumps(results[-1]), flush=True)
+        for rows in (1, 16):
+            results.append({"kind": kind, "rows": rows, "persistent_vs_stages":
+                            persistent_checks(kind, rows)})
+            print(json.dumps(results[-1]), flush=True)
     with open(f"{out_dir}/fused_layer_numerics.json", "w") as f:
         json.dump(results, f, indent=1)
 

@@ -81,9 +81,11 @@ def _drive() -> None:
     cfg = tiny_config()
     for layer_id, contexts in ((0, [30, 0, 12, 40]), (1, [30, 0, 12, 40]), (2, [30, 12]),
                                (1, [40]), (1, [40] * 9)):
-        case = make_case(cfg, layer_id, contexts, seed=layer_id, tp_size=2)
-        FusedLayer(cfg, case.lw, case.caches, len(contexts), case.batch.token_slots.shape[1])(
-            case.hidden, case.residual, case.batch, case.topk_prev)
+        for persistent in (False, True):  # the stage kernels, then the one-launch layer
+            case = make_case(cfg, layer_id, contexts, seed=layer_id, tp_size=2)
+            FusedLayer(cfg, case.lw, case.caches, len(contexts), case.batch.token_slots.shape[1],
+                       persistent_launch=persistent)(
+                case.hidden, case.residual, case.batch, case.topk_prev)
     scores = torch.randn(2, 3000)
     topk.topk_positions(scores, torch.tensor([2999, 100]), 2048,
                         torch.empty(2, 2048, dtype=torch.int64))
@@ -105,6 +107,9 @@ def compile_all(path: str) -> int:
         if "PDL" in constexprs:  # and with the overlap the GPU turns on (overlap.enabled)
             constexprs["PDL"] = True
             options["launch_pdl"] = True
+        if "PF" in constexprs:  # the persistent layer's L2 prefetch, on for sm_90
+            constexprs["PF"] = True
+            options["launch_cooperative_grid"] = True
         src = ASTSource(fn=fn, signature=spec["signature"], constexprs=constexprs)
         try:
             triton_compile(src, target=GPUTarget("cuda", 90, 32), options=options)

@@ -25,7 +25,11 @@ from sglang.srt.layers.fused_decode.reference.quant import (  # noqa: E402
 )
 from sglang.srt.layers.fused_decode.reference.weights import gen_layer  # noqa: E402
 from sglang.srt.layers.fused_decode.spec import NUMERICS  # noqa: E402
-from sglang.srt.layers.fused_decode.testing import compare_with_reference, make_case  # noqa: E402
+from sglang.srt.layers.fused_decode.testing import (  # noqa: E402
+    clone_caches,
+    compare_with_reference,
+    make_case,
+)
 
 CFG = tiny_config()
 FP32_OUT = Numerics(act_dtype=torch.float32, act_fp8=True)  # FP8 activations, no rounding
@@ -125,9 +129,14 @@ def test_topk_radix_select_follows_sglang_semantics(k, block):
     [(0, [30, 0, 12, 40]), (1, [30, 0, 12, 40]), (2, [30, 0, 12, 40]), (1, [40, 9])],
     ids=["dense_indexer", "moe_indexer", "moe_shared", "moe_two_rows_split_k"],
 )
-def test_fused_layer_matches_reference(layer_id, contexts):
+@pytest.mark.parametrize("persistent", [True, False], ids=["one_launch", "stage_kernels"])
+def test_fused_layer_matches_reference(layer_id, contexts, persistent):
     case = make_case(CFG, layer_id, contexts, seed=layer_id, tp_size=2)
-    r = compare_with_reference(case, FusedLayer)
+
+    def build(cfg, lw, caches, rows, context):
+        return FusedLayer(cfg, lw, caches, rows, context, persistent_launch=persistent)
+
+    r = compare_with_reference(case, build)
     tol = NUMERICS["fused_layer_interpreter"]
     assert not r["y_nan"] and r["kv_untouched_bitwise"], r
     assert r["y_rel"] <= tol["y_rel"] and r["residual_rel"] <= tol["residual_rel"], r
@@ -148,3 +157,24 @@ def test_layer_built_for_more_rows_serves_fewer():
     tol = NUMERICS["fused_layer_interpreter"]
     assert not r["y_nan"] and r["kv_untouched_bitwise"], r
     assert r["y_rel"] <= tol["y_rel"] and r["routing_flips"] <= tol["max_routing_flips"], r
+
+
+@pytest.mark.parametrize("layer_id", [0, 1, 2], ids=["dense_indexer", "moe_indexer", "moe_shared"])
+def test_persistent_layer_is_bitwise_the_stage_kernels(layer_id):
+    """Under the interpreter both paths run the same task bodies with the same arithmetic:
+    outputs, top-k and every cache byte equal, with the layer's counters back at zero."""
+    case = make_case(CFG, layer_id, [30, 0, 12, 40], seed=3 + layer_id, tp_size=2)
+    runs = []
+    for persistent in (True, False):
+        caches = clone_caches(case.caches)
+        layer = FusedLayer(CFG, case.lw, caches, 4, case.batch.token_slots.shape[1],
+                           persistent_launch=persistent)
+        outs = [t.clone() for t in layer(case.hidden, case.residual, case.batch, case.topk_prev)]
+        runs.append((outs, caches, layer.buf["counters"].clone()))
+    (p_out, p_c, counters), (s_out, s_c, _) = runs
+    for a, b in zip(p_out, s_out):
+        assert torch.equal(a, b)
+    assert torch.equal(p_c.kv[layer_id].view(torch.int16), s_c.kv[layer_id].view(torch.int16))
+    if layer_id in p_c.index:
+        assert torch.equal(p_c.index[layer_id], s_c.index[layer_id])
+    assert not counters.any(), counters

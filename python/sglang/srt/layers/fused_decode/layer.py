@@ -7,6 +7,10 @@ returned callable has the semantics of the reference ``layer_forward`` for one r
 sums, the all-reduce left to the caller), writes the KV and index caches in place, allocates
 nothing and never synchronizes with the host, so a step of it can be captured in a CUDA graph.
 
+A step is one launch of the persistent layer kernel (``persistent_step``), which runs the
+stage kernels' task bodies in one resident grid; with ``persistent_launch=False`` (or
+SGL_KERNEL_EXT_PERSISTENT=0) it is the stage kernels, one launch each.
+
 Launch sequence (stage kernels from ``sgl_kernel_ext.triton``): add+RMSNorm (+ e4m3 of the
 row); q_a|kv_a (split-K partials); latent norms + rope + KV write (+ e4m3 of c_q); q_b
 (| wq_b); indexer keys/queries, scores, top-k; absorb; sparse attention + combine; w_vc
@@ -22,8 +26,10 @@ from typing import Optional, Tuple
 import torch
 
 from sgl_kernel_ext.triton import bf16_linear, fp8_linear, indexer, mla, moe, norm, overlap
+from sgl_kernel_ext.triton import persistent
 from sgl_kernel_ext.triton import topk as topk_kernel
 
+from . import persistent_step
 from .reference.batch import RowBatch
 from .reference.cache import Caches
 from .reference.config import Glm5Config
@@ -46,8 +52,10 @@ def _prefix(buf: torch.Tensor, *shape: int) -> torch.Tensor:
 
 class FusedLayer:
     def __init__(self, cfg: Glm5Config, lw: LayerWeights, caches: Caches, max_rows: int,
-                 max_context: Optional[int] = None):
+                 max_context: Optional[int] = None, persistent_launch: Optional[bool] = None):
         self.cfg, self.lw, self.max_rows = cfg, lw, max_rows
+        # one launch per step (persistent.py) unless SGL_KERNEL_EXT_PERSISTENT=0
+        self.persistent = persistent.enabled() if persistent_launch is None else persistent_launch
         a = lw.attn
         dev = a.q_a.q.device
         self.runs_indexer = cfg.runs_indexer(lw.layer_id)
@@ -104,6 +112,7 @@ class FusedLayer:
             num_slots=e(1, dt=torch.int32),
         )
         b = self.buf
+        b["counters"] = torch.zeros(persistent.COUNTERS, dtype=torch.int32, device=dev)
         few = min(m, 2)  # rows for which gate/up splits K (moe.gate_up_tiling)
         split_k = moe.gate_up_tiling(few)[2]
         b["gu_parts"] = e(split_k, few * cfg.num_experts_per_tok + 1 if self.experts else 1,
@@ -164,6 +173,8 @@ class FusedLayer:
         m = batch.num_rows
         if not 1 <= m <= self.max_rows:
             raise ValueError(f"{m} rows; this layer was built for 1..{self.max_rows}")
+        if self.persistent:
+            return persistent_step.step(self, hidden, residual, batch, topk_prev, m, reuse_topk)
         with overlap.step_rows(m):
             return self._step(hidden, residual, batch, topk_prev, m, reuse_topk)
 
@@ -252,6 +263,8 @@ class FusedLayer:
 
 
 def build_fused_layer(cfg: Glm5Config, lw: LayerWeights, caches: Caches, max_rows: int,
-                      max_context: Optional[int] = None) -> FusedLayer:
-    """Build one rank's fused layer for steps of 1..max_rows rows (see the module docstring)."""
-    return FusedLayer(cfg, lw, caches, max_rows, max_context)
+                      max_context: Optional[int] = None,
+                      persistent_launch: Optional[bool] = None) -> FusedLayer:
+    """Build one rank's fused layer for steps of 1..max_rows rows (see the module docstring);
+    persistent_launch: one launch per step (default: unless SGL_KERNEL_EXT_PERSISTENT=0)."""
+    return FusedLayer(cfg, lw, caches, max_rows, max_context, persistent_launch)
