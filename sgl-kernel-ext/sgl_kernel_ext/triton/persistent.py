@@ -34,6 +34,7 @@ Under the Triton interpreter the grid is one program, which runs every task in o
 from __future__ import annotations
 
 import functools
+import logging
 import os
 
 import torch
@@ -66,7 +67,8 @@ from .norm import _add_rms_norm_row
 from .overlap import supported as _prefetch_supported
 from .topk import _topk_row
 
-ENV = "SGL_KERNEL_EXT_PERSISTENT"  # "0": the layer runs on the stage kernels instead
+logger = logging.getLogger(__name__)
+ENV = "SGL_KERNEL_EXT_PERSISTENT"  # "1": FusedLayer steps run here (default: stage kernels)
 NUM_STAGES = 18  # counters per layer; one more counts the programs that have finished
 # each stage's counter (the last stage, the sum of terms, needs none)
 (S_NORM1, S_QKV_A, S_LATENT, S_Q_B, S_PREPARE, S_SCORES, S_TOPK, S_ABSORB, S_ATTN, S_COMBINE,
@@ -74,11 +76,17 @@ NUM_STAGES = 18  # counters per layer; one more counts the programs that have fi
     tl.constexpr(i) for i in range(NUM_STAGES))
 N_COUNTED = tl.constexpr(NUM_STAGES)
 COUNTERS = NUM_STAGES + 1
-WARPS = int(os.environ.get("SGL_KERNEL_EXT_PERSISTENT_WARPS", "8"))  # per program (A/B knob)
+# A/B knobs: warps per program, programs per SM
+WARPS = int(os.environ.get("SGL_KERNEL_EXT_PERSISTENT_WARPS", "8"))
+PER_SM = int(os.environ.get("SGL_KERNEL_EXT_PERSISTENT_PER_SM", "1"))
+_logged = set()
 
 
 def enabled() -> bool:
-    return os.environ.get(ENV, "1") != "0"
+    """Opt-in (SGL_KERNEL_EXT_PERSISTENT=1): on an H200 it is 1.5-2.4x slower than the
+    overlapped stage kernels (decode_layer_20261130T124758Z, at 489c9a1; see the module
+    docstring for why)."""
+    return os.environ.get(ENV, "0") == "1"
 
 
 @triton.jit
@@ -372,9 +380,17 @@ def launch(args: dict, const: dict, device: torch.device) -> None:
     compile-time ones (less INTERPRET and PF, decided here). The caller owns the counters
     (int32 [COUNTERS], zeroed once)."""
     total = sum(v for k, v in args.items() if k.startswith("n_"))
-    programs = min(total, _programs(device.index or 0))
     interp = interpreting()
+    programs = min(total, _programs(device.index or 0) * (1 if interp else PER_SM))
     # cooperative: every program resident at once, or the launch fails (never a hang)
     extra = {} if interp else {"launch_cooperative_grid": True}
-    _layer_kernel[(programs,)](**args, **const, INTERPRET=interp, PF=_prefetch_supported(),
-                               num_warps=WARPS, num_stages=3, **extra)
+    k = _layer_kernel[(programs,)](**args, **const, INTERPRET=interp, PF=_prefetch_supported(),
+                                   num_warps=WARPS, num_stages=3, **extra)
+    if not interp and k is not None:
+        key = tuple(sorted(const.items()))
+        if key not in _logged:
+            _logged.add(key)
+            logger.info("persistent layer kernel: %d programs x %d warps, %s registers, %s "
+                        "spilled, %s B shared; %s", programs, WARPS, getattr(k, "n_regs", "?"),
+                        getattr(k, "n_spills", "?"), k.metadata.shared,
+                        {n: const[n] for n in ("INDEXER", "MOE", "GU_SPLIT", "DOWN_BN")})
