@@ -29,6 +29,17 @@ norm2 (rows); [MoE: router (tiles x split); route (1)]; gate/up (tiles x slots x
 [split-K: SwiGLU (slots)]; down (tiles x slots); sum of terms (rows x 1024 columns).
 
 Under the Triton interpreter the grid is one program, which runs every task in order.
+
+Measured on an H200 (results/decode_layer_20261130T124758Z.json at 489c9a1, and
+results/persistent_probe_h200_52f54c7.json): correct (the GPU suite, CUDA-graph replay of the
+cooperative launch included) but slower than the overlapped stage kernels, MoE layer 203 us
+against 85 at 1 row, 471 against 232 at 16. Every stage body is compiled into the one program,
+so each runs at the worst stage's register and shared-memory budget: 255 registers with
+178-226 spilled at 8 warps (95 KB shared), and no warps / programs-per-SM choice avoids the
+spills (4 warps: 168-255 registers, 414-426 spilled; 16 warps: 64 registers, 452-494). Hence
+opt-in. What would make it pay: per-stage bodies written for one register budget (e.g. the
+norm rows in chunks, the route's [rows, experts] tile in halves) or a persistent kernel whose
+stages are separate warp-specialized roles (CuTe DSL under nvidia/sm90).
 """
 
 from __future__ import annotations
