@@ -146,10 +146,10 @@ def _layer_kernel(
     qb_chunk,
     # indexer: prepare, scores, top-k
     ln_w_ptr, ln_b_ptr, ln_eps, index_cache_ptr, q8_ptr, head_w_ptr, head_scale, scores_ptr,
-    stride_scores, width, score_blocks, topk_ptr, stride_topk,
+    stride_scores, width, topk_ptr, stride_topk,
     # absorb, attention, combine, absorb_v
-    kvb_ptr, qcat_ptr, NH, absorb_tiles, sm_scale, part_o_ptr, part_ml_ptr, nsp, chunk, olat_ptr,
-    oq_ptr, os_ptr, v_tiles,
+    kvb_ptr, qcat_ptr, NH, sm_scale, part_o_ptr, part_ml_ptr, nsp, chunk, olat_ptr, oq_ptr,
+    os_ptr,
     # o_proj, norm2
     o_w_ptr, o_s_ptr, y_attn_ptr, o_tiles, o_chunk, post_norm_ptr, x2_ptr, x2q_ptr, x2s_ptr,
     # router, route
@@ -159,7 +159,6 @@ def _layer_kernel(
     I, gq_ptr, gs_ptr, uq_ptr, us_ptr, gu_q_stride, gu_s_stride, sgq_ptr, sgs_ptr, suq_ptr,
     sus_ptr, act_ptr, gu_parts_ptr, slots, gu_tiles, gu_chunk,
     dq_ptr, ds_ptr, d_q_stride, d_s_stride, sdq_ptr, sds_ptr, terms_ptr, down_tiles, y_ptr,
-    sum_tiles,
     # compile-time shape
     BLOCK_M: tl.constexpr, BLOCK_HID: tl.constexpr, HAS_RES: tl.constexpr,
     INDEXER: tl.constexpr, MOE: tl.constexpr, PF: tl.constexpr, INTERPRET: tl.constexpr,

@@ -136,11 +136,11 @@ def step(layer, hidden: torch.Tensor, residual, batch: RowBatch, topk_prev, m: i
         q8_ptr=v("q8") if indexer else q, head_w_ptr=v("head_w") if indexer else q,
         head_scale=float(cfg.index_n_heads ** -0.5 * cfg.index_head_dim ** -0.5),
         scores_ptr=scores, stride_scores=scores.stride(0), width=width,
-        score_blocks=triton.cdiv(width, SCORE_BLOCK), topk_ptr=topk,
+        topk_ptr=topk,
         stride_topk=topk.stride(0),
-        kvb_ptr=a.kv_b, qcat_ptr=v("qcat"), NH=nh, absorb_tiles=triton.cdiv(c, ABSORB_BLOCK_C),
+        kvb_ptr=a.kv_b, qcat_ptr=v("qcat"), NH=nh,
         sm_scale=float(cfg.softmax_scale), part_o_ptr=part_o, part_ml_ptr=part_ml, nsp=nsp,
-        chunk=k // nsp, olat_ptr=v("olat"), oq_ptr=v("oq"), os_ptr=v("os"), v_tiles=vd // 128,
+        chunk=k // nsp, olat_ptr=v("olat"), oq_ptr=v("oq"), os_ptr=v("os"),
         o_w_ptr=a.o_proj.q, o_s_ptr=a.o_proj.s, y_attn_ptr=v("y_attn"), o_tiles=o_tiles,
         o_chunk=o_chunk, post_norm_ptr=lw.post_attention_norm, x2_ptr=v("x2"),
         x2q_ptr=v("x2q"), x2s_ptr=v("x2s"),
@@ -158,7 +158,6 @@ def step(layer, hidden: torch.Tensor, residual, batch: RowBatch, topk_prev, m: i
         dq_ptr=routed.down.q, ds_ptr=routed.down.s, d_q_stride=stack_stride(routed.down.q),
         d_s_stride=stack_stride(routed.down.s), sdq_ptr=shared.down.q, sds_ptr=shared.down.s,
         terms_ptr=terms, down_tiles=triton.cdiv(h, down_bn), y_ptr=v("y"),
-        sum_tiles=triton.cdiv(h, moe.SUM_BLOCK),
     )
     max_splits = mla.attention_splits(1, k)  # combine's block covers every step's chunks
     const = dict(
