@@ -22,6 +22,10 @@ from .fp8_linear import interpreting
 from .overlap import prefetch_l2, prefetch_rows, stage_begin
 from .quant import store_row_groups, sum_parts, to_e4m3
 
+# launch shapes of the latent and absorb stages (benchmark/tiling_probe.py)
+LATENT_WARPS = 4
+ABSORB_BLOCK_C = 64
+
 
 @triton.jit
 def _rope_pairs(x1, x2, pos, inv_freq):
@@ -32,19 +36,22 @@ def _rope_pairs(x1, x2, pos, inv_freq):
 
 
 @triton.jit
-def _latent_row(m, qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr, cq_q_ptr,
-                cq_s_ptr, kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, eps, Q, C,
-                R, BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr, HALF_R: tl.constexpr,
-                INTERPRET: tl.constexpr):
-    oq = tl.arange(0, BLOCK_Q)
-    q = sum_parts(qa_ptr, SPLIT, M * Q, m * Q + oq, oq < Q).to(tl.bfloat16).to(tl.float32)
-    q = q / tl.sqrt(tl.sum(q * q, axis=0) / Q + eps)
-    wq = tl.load(qn_w_ptr + oq, mask=oq < Q, other=0.0).to(tl.float32)
-    cq = (q * wq).to(tl.bfloat16).to(tl.float32)
-    store_row_groups(cq, oq, Q, cq_q_ptr + m * Q, cq_s_ptr + m * tl.cdiv(Q, 128), BLOCK_Q,
-                     INTERPRET)
+def _latent_row(m, part, qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr,
+                cq_q_ptr, cq_s_ptr, kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr,
+                eps, Q, C, R, BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr,
+                HALF_R: tl.constexpr, INTERPRET: tl.constexpr):
+    """Row m's part 0 (c_q normed and quantized) or part 1 (the KV-cache row): independent,
+    so two programs run them side by side."""
+    if part == 0:
+        oq = tl.arange(0, BLOCK_Q)
+        q = sum_parts(qa_ptr, SPLIT, M * Q, m * Q + oq, oq < Q).to(tl.bfloat16).to(tl.float32)
+        q = q / tl.sqrt(tl.sum(q * q, axis=0) / Q + eps)
+        wq = tl.load(qn_w_ptr + oq, mask=oq < Q, other=0.0).to(tl.float32)
+        cq = (q * wq).to(tl.bfloat16).to(tl.float32)
+        store_row_groups(cq, oq, Q, cq_q_ptr + m * Q, cq_s_ptr + m * tl.cdiv(Q, 128), BLOCK_Q,
+                         INTERPRET)
     pos = tl.load(pos_ptr + m)
-    if pos >= 0:
+    if (part == 1) & (pos >= 0):
         slot = tl.load(slots_ptr + m * stride_slots + pos)
         kv_w = C + R
         oc = tl.arange(0, BLOCK_C)
@@ -69,9 +76,9 @@ def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr,
                    BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr, HALF_R: tl.constexpr,
                    INTERPRET: tl.constexpr, PDL: tl.constexpr):
     stage_begin(PDL)
-    _latent_row(tl.program_id(0), qa_ptr, kva_ptr, SPLIT, M, qn_w_ptr, kvn_w_ptr, cq_q_ptr,
-                cq_s_ptr, kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, eps, Q,
-                C, R, BLOCK_Q, BLOCK_C, HALF_R, INTERPRET)
+    _latent_row(tl.program_id(0), tl.program_id(1), qa_ptr, kva_ptr, SPLIT, M, qn_w_ptr,
+                kvn_w_ptr, cq_q_ptr, cq_s_ptr, kv_cache_ptr, pos_ptr, slots_ptr, stride_slots,
+                inv_freq_ptr, eps, Q, C, R, BLOCK_Q, BLOCK_C, HALF_R, INTERPRET)
 
 
 @triton.jit
@@ -279,22 +286,23 @@ def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots
     split, m, q = qa_parts.shape
     assert qa_parts.is_contiguous() and kva_parts.is_contiguous() and kva_parts.shape[0] == split
     assert kv_cache.is_contiguous() and kv_cache.shape[1] == kv_lora + rope
-    _latent_kernel[(m,)](qa_parts, kva_parts, split, m, q_a_norm, kv_a_norm, cq_q, cq_s, kv_cache,
+    _latent_kernel[(m, 2)](qa_parts, kva_parts, split, m, q_a_norm, kv_a_norm, cq_q, cq_s, kv_cache,
                          positions, token_slots, token_slots.stride(0), inv_freq, float(eps), q,
                          kv_lora, rope, BLOCK_Q=triton.next_power_of_2(q),
                          BLOCK_C=triton.next_power_of_2(kv_lora), HALF_R=rope // 2,
-                         INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=4,
-                         **overlap.launch_kw())
+                         INTERPRET=interpreting(), PDL=overlap.enabled(),
+                         num_warps=LATENT_WARPS, **overlap.launch_kw())
 
 
 def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: int,
-           block_c: int = 64) -> None:
+           block_c: int = 0) -> None:
     """q_b's split-K partials [S, M, heads * (nope + rope)] -> qcat bf16 [M, heads,
     kv_lora + rope] (q_nope . w_kc, then the roped q_pe)."""
     split, m, _ = q_parts.shape
     _, nh, _ = qcat.shape
     c = kv_b.shape[1]
     assert q_parts.is_contiguous() and kv_b.is_contiguous() and qcat.is_contiguous()
+    block_c = block_c or ABSORB_BLOCK_C
     _absorb_kernel[(nh, triton.cdiv(c, block_c))](
         q_parts, split, kv_b, qcat, positions, inv_freq, m, nh, c, NOPE=nope, ROPE=rope, V=v,
         BLOCK_M=max(16, triton.next_power_of_2(m)), BLOCK_D=triton.next_power_of_2(nope),

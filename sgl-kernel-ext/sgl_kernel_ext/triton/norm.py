@@ -19,6 +19,8 @@ from .fp8_linear import interpreting
 from .overlap import stage_begin
 from .quant import store_row_groups, sum_parts
 
+NUM_WARPS = 8  # per row program (benchmark/tiling_probe.py)
+
 
 @triton.jit
 def _add_rms_norm_row(m, x_ptr, x_split: tl.constexpr, res_ptr, w_ptr, out_ptr, res_out_ptr,
@@ -67,4 +69,4 @@ def add_rms_norm(x: torch.Tensor, residual: Optional[torch.Tensor], weight: torc
         out_q if out_q is not None else residual_out, out_s if out_s is not None else weight,
         m, h, float(eps), HAS_RES=residual is not None, HAS_OUT=out is not None,
         QUANT=out_q is not None, BLOCK=triton.next_power_of_2(h), INTERPRET=interpreting(),
-        PDL=overlap.enabled(), num_warps=8, **overlap.launch_kw())
+        PDL=overlap.enabled(), num_warps=NUM_WARPS, **overlap.launch_kw())

@@ -22,7 +22,7 @@ one program per SM:
   replay of a captured graph) starts from zero; the caller zeroes them once, at build.
 
 Stages (tasks each): norm1 (rows); q_a|kv_a, with the indexer's bf16 [wk; weights_proj] beside
-it (tiles x split); latent (rows); q_b | wq_b (tiles x split); [indexer: prepare (rows),
+it (tiles x split); latent (rows x 2); q_b | wq_b (tiles x split); [indexer: prepare (rows),
 scores (rows x 64-token blocks), top-k (rows)]; absorb (heads x 64-column tiles); sparse
 attention (rows x chunks); combine (rows x heads); absorb_v (heads x 128 columns); o_proj;
 norm2 (rows); [MoE: router (tiles x split); route (1)]; gate/up (tiles x slots x split);
@@ -222,7 +222,8 @@ def _layer_kernel(
             _signal(counters_ptr, S_QKV_A)
         elif t < e_latent:
             _wait(counters_ptr, S_QKV_A, n_qkv_a + n_kw)
-            _latent_row(t - e_qkv_a, qa_ptr, kva_ptr, SPLIT_QKV, M, qn_ptr, kvn_ptr, cq_q_ptr,
+            i = t - e_qkv_a
+            _latent_row(i % M, i // M, qa_ptr, kva_ptr, SPLIT_QKV, M, qn_ptr, kvn_ptr, cq_q_ptr,
                         cq_s_ptr, kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr,
                         eps, Q, C, ROPE, BLOCK_Q, BLOCK_C, HALF_R, INTERPRET)
             _signal(counters_ptr, S_LATENT)

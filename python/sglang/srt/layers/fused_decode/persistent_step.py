@@ -18,7 +18,6 @@ from .reference.batch import RowBatch
 ROUTER_BLOCK_N = 16  # router / [wk; weights_proj] output columns per program (bf16_linear)
 SCORE_BLOCK = 64  # index-cache positions per scores task
 TOPK_BLOCK = 4096  # scores per step of the top-k's passes
-ABSORB_BLOCK_C = 64  # latent columns per absorb task
 
 
 def _ptr_or(t, fallback):
@@ -97,11 +96,11 @@ def step(layer, hidden: torch.Tensor, residual, batch: RowBatch, topk_prev, m: i
 
     n = dict(
         n_norm1=m, n_qkv_a=qkv_tiles * split_qkv, n_kw=kw_tiles * kw_split,
-        n_latent=m, n_q_b=qb_tiles * split_qb,
+        n_latent=2 * m, n_q_b=qb_tiles * split_qb,
         n_prepare=m if indexer else 0,
         n_scores=m * triton.cdiv(width, SCORE_BLOCK) if indexer else 0,
         n_topk=m if indexer else 0,
-        n_absorb=nh * triton.cdiv(c, ABSORB_BLOCK_C), n_attn=m * nsp, n_combine=m * nh,
+        n_absorb=nh * triton.cdiv(c, mla.ABSORB_BLOCK_C), n_attn=m * nsp, n_combine=m * nh,
         n_absorb_v=nh * (vd // 128), n_o_proj=o_tiles * split_o, n_norm2=m,
         n_router=router_tiles * router_split, n_route=1 if moe_layer else 0,
         n_gate_up=gu_tiles * n_slots * gu_split,
@@ -170,7 +169,7 @@ def step(layer, hidden: torch.Tensor, residual, batch: RowBatch, topk_prev, m: i
         TOPK=cfg.index_topk, TOPK_BLOCK=TOPK_BLOCK,
         TOPK_OUT=min(1024, triton.next_power_of_2(cfg.index_topk)),
         NOPE=nope, ROPE=rope, V=vd, BLOCK_D=triton.next_power_of_2(nope),
-        ABSORB_BC=ABSORB_BLOCK_C, BLOCK_HEADS=max(16, triton.next_power_of_2(nh)),
+        ABSORB_BC=mla.ABSORB_BLOCK_C, BLOCK_HEADS=max(16, triton.next_power_of_2(nh)),
         BLOCK_T=block_t, BLOCK_S=triton.next_power_of_2(max(nsp, max_splits)),
         ROUTER_SPLIT=router_split, ROUTER_BN=ROUTER_BLOCK_N,
         BLOCK_E=triton.next_power_of_2(max(n_exp, 1)), TOPK_E=cfg.num_experts_per_tok,

@@ -1,0 +1,90 @@
+"""Probe launch shapes of the small stage kernels on the GPU: the fused layer (stage kernels)
+timed per variant, one process, the same weights, batch and graphs as decode_layer.
+
+A variant sets module constants of sgl_kernel_ext.triton (norm.NUM_WARPS, mla.LATENT_WARPS,
+mla.ABSORB_BLOCK_C) before its graph is captured, so every variant runs the same layers.
+
+    PYTHONPATH=python:sgl-kernel-ext:. python3 -m benchmark.tiling_probe --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from . import harness as H
+
+VARIANTS = {
+    "baseline": {},
+    "norm_16_warps": {("norm", "NUM_WARPS"): 16},
+    "latent_8_warps": {("mla", "LATENT_WARPS"): 8},
+    "absorb_block_c_32": {("mla", "ABSORB_BLOCK_C"): 32},
+    "absorb_block_c_128": {("mla", "ABSORB_BLOCK_C"): 128},
+}
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--kinds", default="moe,moe_idx")
+    p.add_argument("--ms", default="1,16")
+    p.add_argument("--ctx", type=int, default=2048)
+    p.add_argument("--copies", type=int, default=4)
+    p.add_argument("--replays", type=int, default=20)
+    p.add_argument("--out", default="")
+    p.add_argument("--results", default=str(H.REPO / "benchmark" / "results"))
+    args = p.parse_args()
+
+    from sgl_kernel_ext.triton import mla, norm
+    from sglang.srt.layers.fused_decode.layer import FusedLayer
+    from sglang.srt.layers.fused_decode.reference.config import glm53_config
+
+    modules = {"mla": mla, "norm": norm}
+    dev = torch.device("cuda")
+    cfg = glm53_config()
+    ms = [int(v) for v in args.ms.split(",")]
+    meta = {"benchmark": "tiling_probe", "ctx": args.ctx, "copies": args.copies,
+            "replays": args.replays, **H.run_meta(dev)}
+    rows = []
+    for kind in args.kinds.split(","):
+        ids = H.layer_ids_of_kind(cfg, kind, args.copies)
+        base = H.gen_base(cfg, ids[0], 0, 8, dev)
+        layers = [H.assemble(cfg, ids[0], base)]
+        for lid in ids[1:]:
+            layers.append(H.assemble(cfg, lid, H.clone_base(base)))
+        del base
+        caches = H.make_caches(cfg, ids, -(-(max(ms) * args.ctx) // 64) * 64, dev)
+        fused = [FusedLayer(cfg, lw, caches, max(ms), persistent_launch=False) for lw, _ in layers]
+        for m in ms:
+            batch = H.make_batch(m, args.ctx, dev)
+            g = torch.Generator(device=dev).manual_seed(m)
+            hid = torch.randn(m, cfg.hidden_size, generator=g, device=dev).to(torch.bfloat16)
+            res = torch.randn(m, cfg.hidden_size, generator=g, device=dev).to(torch.bfloat16)
+            tprev = H.random_topk(cfg, m, args.ctx, dev)
+
+            def run():
+                h, r, t = hid, res, tprev
+                for layer in fused:
+                    h, r, t = layer(h, r, batch, t)
+                return h
+
+            for name, sets in VARIANTS.items():
+                saved = {k: getattr(modules[k[0]], k[1]) for k in sets}
+                for (mod, attr), value in sets.items():
+                    setattr(modules[mod], attr, value)
+                try:
+                    run()
+                    us, _ = H.time_graph(run, args.replays)
+                finally:
+                    for (mod, attr), value in saved.items():
+                        setattr(modules[mod], attr, value)
+                rows.append({"kind": kind, "M": m, "variant": name, "us": us / len(fused)})
+                H.log(f"{kind} M={m} {name}: {rows[-1]['us']:.1f} us")
+        del layers, caches, fused
+        torch.cuda.empty_cache()
+    H.write_json("tiling_probe", {"meta": meta, "results": rows}, [args.results, args.out],
+                 H.stamp_now())
+
+
+if __name__ == "__main__":
+    main()
