@@ -17,7 +17,7 @@ from . import harness as H
 
 VARIANTS = {
     "baseline": {},
-    "norm_16_warps": {("norm", "NUM_WARPS"): 16},
+    "norm_8_warps": {("norm", "NUM_WARPS"): 8},
     "latent_8_warps": {("mla", "LATENT_WARPS"): 8},
     "absorb_block_c_32": {("mla", "ABSORB_BLOCK_C"): 32},
     "absorb_block_c_128": {("mla", "ABSORB_BLOCK_C"): 128},
