@@ -81,6 +81,7 @@ def test_every_unserved_argument_is_named_at_once(tmp_path, hopper_capability, t
     (("--attention-backend", "flashinfer"), "--attention-backend flashinfer"),
     (("--cuda-graph-backend-decode", "breakable"), "decode CUDA graph backend breakable"),
     (("--enable-hierarchical-cache",), "--enable-hierarchical-cache"),
+    (("--enable-hisparse",), "--enable-hisparse"),
     (("--enable-return-indexer-topk",), "--enable-return-indexer-topk"),
 ])
 def test_more_unserved_arguments(tmp_path, hopper_capability, triton_built, extra, starts):

@@ -130,6 +130,9 @@ _ARG_RULES: Tuple[Tuple[str, Callable[[Any], bool], str], ...] = (
     ("lora_paths", _off, "--lora-paths: LoRA adapters are not served"),
     ("disaggregation_mode", _off, "--disaggregation-mode {v}: PD disaggregation is not served"),
     ("enable_hierarchical_cache", _off, "--enable-hierarchical-cache: HiCache is not served"),
+    ("enable_hisparse", _off,
+     "--enable-hisparse: HiSparse keeps part of the KV on the host; the fused layer reads the "
+     "whole top-k from the device pool"),
     ("cpu_offload_gb", _off, "--cpu-offload-gb {v}: weight offload is not served"),
     ("offload_group_size", lambda v: v in (None, -1), "--offload-group-size {v}: offload is not served"),
     ("enable_torch_compile", _off, "--enable-torch-compile is not served"),
