@@ -1,8 +1,9 @@
 """Probe launch shapes of the small stage kernels on the GPU: the fused layer (stage kernels)
 timed per variant, one process, the same weights, batch and graphs as decode_layer.
 
-A variant sets module constants of sgl_kernel_ext.triton (norm.NUM_WARPS, mla.LATENT_WARPS,
-mla.ABSORB_BLOCK_C) before its graph is captured, so every variant runs the same layers.
+A variant sets module attributes of sgl_kernel_ext.triton (norm.NUM_WARPS, mla.LATENT_WARPS,
+mla.ABSORB_BLOCK_C, moe.gate_up_tiling) before its graph is captured, so every variant runs
+the same layers.
 
     PYTHONPATH=python:sgl-kernel-ext:. python3 -m benchmark.tiling_probe --out $OUT
 """
@@ -15,8 +16,15 @@ import torch
 
 from . import harness as H
 
+
+def _no_split_k(original):
+    """gate_up_tiling without the split K at 1-2 rows (so no SwiGLU kernel either)."""
+    return lambda m: (32, 2, 1) if m <= 2 else original(m)
+
+
 VARIANTS = {
     "baseline": {},
+    "gate_up_no_split_k": {("moe", "gate_up_tiling"): "no_split_k"},
     "norm_8_warps": {("norm", "NUM_WARPS"): 8},
     "latent_8_warps": {("mla", "LATENT_WARPS"): 8},
     "absorb_block_c_32": {("mla", "ABSORB_BLOCK_C"): 32},
@@ -28,6 +36,7 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--kinds", default="moe,moe_idx")
     p.add_argument("--ms", default="1,16")
+    p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--copies", type=int, default=4)
     p.add_argument("--replays", type=int, default=20)
@@ -35,11 +44,12 @@ def main():
     p.add_argument("--results", default=str(H.REPO / "benchmark" / "results"))
     args = p.parse_args()
 
-    from sgl_kernel_ext.triton import mla, norm
+    from sgl_kernel_ext.triton import mla, moe, norm
     from sglang.srt.layers.fused_decode.layer import FusedLayer
     from sglang.srt.layers.fused_decode.reference.config import glm53_config
 
-    modules = {"mla": mla, "norm": norm}
+    modules = {"mla": mla, "moe": moe, "norm": norm}
+    derived = {"no_split_k": _no_split_k(moe.gate_up_tiling)}
     dev = torch.device("cuda")
     cfg = glm53_config()
     ms = [int(v) for v in args.ms.split(",")]
@@ -68,10 +78,12 @@ def main():
                     h, r, t = layer(h, r, batch, t)
                 return h
 
-            for name, sets in VARIANTS.items():
+            for name in args.variants.split(","):
+                sets = VARIANTS[name]
                 saved = {k: getattr(modules[k[0]], k[1]) for k in sets}
                 for (mod, attr), value in sets.items():
-                    setattr(modules[mod], attr, value)
+                    setattr(modules[mod], attr, derived.get(value, value) if isinstance(value, str)
+                            else value)
                 try:
                     run()
                     us, _ = H.time_graph(run, args.replays)
