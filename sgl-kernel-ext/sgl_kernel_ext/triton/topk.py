@@ -6,9 +6,15 @@ the next 8 bits of the order-preserving integer image of the fp32 scores, among 
 that share the bits found so far. A last pass writes, in ascending position order, every
 position above the threshold and the lowest-positioned ties at it (a stable descending sort's
 choice). Output: int64 [M, k], ascending positions, -1 padded.
+
+For long rows ``topk_positions_split`` runs the same selection over one program per
+2048-score chunk of a row, in six launches (opt-in with SGL_KERNEL_EXT_SPLIT_TOPK=1: not yet
+timed on a GPU).
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import triton
@@ -95,3 +101,137 @@ def topk_positions(scores: torch.Tensor, positions: torch.Tensor, k: int, out: t
                        OUT_BLOCK=min(1024, triton.next_power_of_2(k)),
                        PDL=overlap.enabled(), num_warps=16 if block >= 4096 else 8,
                        **overlap.launch_kw())
+
+
+# ----------------------------------------------------------------------------------------------
+# The same selection over many programs per row, for long contexts: a row's scores are cut into
+# CHUNK-score chunks, one program each, and the four radix passes and the final write are six
+# launches. Pass p (p = 1..3) and the count reduce the previous pass's per-chunk histograms
+# (every program of the row does, the same sum in the same order) into the next digit of the
+# k-th largest key and the count still needed among its ties; the row's first program also
+# stores that state for the next launch. No launch waits on another program of its own.
+# ----------------------------------------------------------------------------------------------
+SPLIT_CHUNK = 2048  # scores per program of the split top-k
+SPLIT_MIN_WIDTH = 8192  # rows at most this wide use the one-program kernel
+SPLIT_ENV = "SGL_KERNEL_EXT_SPLIT_TOPK"  # "1": rows wider than SPLIT_MIN_WIDTH use the split
+
+
+def use_split(width: int) -> bool:
+    """Whether a top-k over rows `width` wide runs split (opt-in until timed on a GPU)."""
+    return width > SPLIT_MIN_WIDTH and os.environ.get(SPLIT_ENV, "0") == "1"
+
+
+@triton.jit
+def _next_digit(hist_ptr, state_ptr, m, P, PASS: tl.constexpr, K: tl.constexpr):
+    """(prefix, need) after digit PASS - 1: from the previous pass's histograms [m, P, 256]."""
+    bins = tl.arange(0, 256)
+    if PASS == 0:
+        prefix = tl.zeros((), tl.uint32)
+        need = tl.full((), K, tl.int32)
+    else:
+        prefix = tl.load(state_ptr + m * 2).to(tl.uint32, bitcast=True)
+        need = tl.load(state_ptr + m * 2 + 1)
+        hist = tl.zeros((256,), tl.int32)
+        for c in range(0, P):
+            hist += tl.load(hist_ptr + (m * P + c) * 256 + bins)
+        at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
+        digit = tl.max(tl.where(at_or_above >= need, bins, 0), axis=0)
+        need -= tl.sum(tl.where(bins > digit, hist, 0), axis=0)
+        prefix = (prefix << 8) | digit.to(tl.uint32)
+    return prefix, need
+
+
+@triton.jit
+def _topk_pass_kernel(scores_ptr, stride_s, pos_ptr, hist_in_ptr, state_in_ptr, hist_out_ptr,
+                      state_out_ptr, count_ptr, P, K: tl.constexpr, PASS: tl.constexpr,
+                      CHUNK: tl.constexpr, PDL: tl.constexpr):
+    """Program (row, chunk) of pass PASS (0..3: histogram of digit PASS among the keys that
+    share the digits found so far; 4: counts of the keys above / tied with the k-th)."""
+    stage_begin(PDL)
+    m = tl.program_id(0)
+    c = tl.program_id(1)
+    seq = tl.load(pos_ptr + m) + 1
+    if seq > K:
+        prefix, need = _next_digit(hist_in_ptr, state_in_ptr, m, P, PASS, K)
+        if c == 0:
+            tl.store(state_out_ptr + m * 2, prefix.to(tl.int32, bitcast=True))
+            tl.store(state_out_ptr + m * 2 + 1, need)
+        offs = c * CHUNK + tl.arange(0, CHUNK)
+        in_row = offs < seq
+        key = _keys(tl.load(scores_ptr + m * stride_s + offs, mask=in_row, other=float("-inf")))
+        if PASS < 4:
+            shift = 24 - 8 * PASS
+            if PASS == 0:
+                match = in_row
+            else:
+                match = in_row & ((key >> (shift + 8)) == prefix)
+            dig = ((key >> shift) & 0xFF).to(tl.int32)
+            hist = tl.histogram(tl.where(match, dig, 0), 256)
+            bins = tl.arange(0, 256)
+            hist -= tl.where(bins == 0, tl.sum((~match).to(tl.int32), axis=0), 0)
+            tl.store(hist_out_ptr + (m * P + c) * 256 + bins, hist)
+        else:
+            tl.store(count_ptr + (m * P + c) * 2, tl.sum((in_row & (key > prefix)).to(tl.int32), 0))
+            tl.store(count_ptr + (m * P + c) * 2 + 1,
+                     tl.sum((in_row & (key == prefix)).to(tl.int32), 0))
+
+
+@triton.jit
+def _topk_write_kernel(scores_ptr, stride_s, pos_ptr, state_ptr, count_ptr, out_ptr, P,
+                       K: tl.constexpr, CHUNK: tl.constexpr, OUT_BLOCK: tl.constexpr,
+                       PDL: tl.constexpr):
+    """Program (row, chunk): its positions above the k-th key and its share of the lowest-
+    positioned ties, at their ranks among the row's ascending picks."""
+    stage_begin(PDL)
+    m = tl.program_id(0)
+    c = tl.program_id(1)
+    seq = tl.load(pos_ptr + m) + 1
+    if seq <= K:
+        if c == 0:
+            for o in range(0, K, OUT_BLOCK):
+                j = o + tl.arange(0, OUT_BLOCK)
+                tl.store(out_ptr + m * K + j, tl.where(j < seq, j, -1).to(tl.int64), mask=j < K)
+    else:
+        prefix = tl.load(state_ptr + m * 2).to(tl.uint32, bitcast=True)
+        need = tl.load(state_ptr + m * 2 + 1)
+        base = 0
+        ties = 0
+        for b in range(0, c):  # picks and ties of the chunks before this one
+            above_b = tl.load(count_ptr + (m * P + b) * 2)
+            ties_b = tl.load(count_ptr + (m * P + b) * 2 + 1)
+            base += above_b + tl.minimum(tl.maximum(need - ties, 0), ties_b)
+            ties += ties_b
+        offs = c * CHUNK + tl.arange(0, CHUNK)
+        in_row = offs < seq
+        key = _keys(tl.load(scores_ptr + m * stride_s + offs, mask=in_row, other=float("-inf")))
+        tie = in_row & (key == prefix)
+        tie_rank = ties + tl.cumsum(tie.to(tl.int32), axis=0) - 1
+        take = in_row & ((key > prefix) | (tie & (tie_rank < need)))
+        at = base + tl.cumsum(take.to(tl.int32), axis=0) - 1
+        tl.store(out_ptr + m * K + at, offs.to(tl.int64), mask=take)
+
+
+def split_chunks(width: int) -> int:
+    """Programs per row of the split top-k for scores `width` wide."""
+    return triton.cdiv(width, SPLIT_CHUNK)
+
+
+def topk_positions_split(scores: torch.Tensor, positions: torch.Tensor, k: int,
+                         out: torch.Tensor, hist: torch.Tensor, state: torch.Tensor,
+                         counts: torch.Tensor) -> None:
+    """topk_positions over split_chunks(width) programs per row (same output). Scratch:
+    hist int32 [2, >= M * P * 256], state int32 [2, >= M * 2], counts int32 [>= M * P * 2]."""
+    m, width = scores.shape
+    p = split_chunks(width)
+    assert scores.stride(1) == 1 and out.shape == (m, k) and out.is_contiguous()
+    assert hist.shape[0] == 2 and hist[0].numel() >= m * p * 256 and state[0].numel() >= m * 2
+    assert counts.numel() >= m * p * 2 and hist.dtype == state.dtype == counts.dtype == torch.int32
+    launch = dict(PDL=overlap.enabled(), num_warps=8, **overlap.launch_kw())
+    for ps in range(5):
+        src, dst = (ps + 1) % 2, ps % 2
+        _topk_pass_kernel[(m, p)](scores, scores.stride(0), positions, hist[src], state[src],
+                                  hist[dst], state[dst], counts, p, K=k, PASS=ps,
+                                  CHUNK=SPLIT_CHUNK, **launch)
+    _topk_write_kernel[(m, p)](scores, scores.stride(0), positions, state[0], counts, out, p,
+                               K=k, CHUNK=SPLIT_CHUNK,
+                               OUT_BLOCK=min(1024, triton.next_power_of_2(k)), **launch)

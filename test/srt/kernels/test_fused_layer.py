@@ -200,6 +200,30 @@ def test_persistent_matches_stage_kernels(kind, rows):
     assert r["kv_rel"] <= tol["kv_written_rel"] and r["topk_overlap"] >= tol["topk_overlap"], r
 
 
+@pytest.mark.parametrize("rows", [1, 16])
+def test_split_topk_equals_one_program_topk(rows):
+    """The split top-k (opt-in, SGL_KERNEL_EXT_SPLIT_TOPK=1) against the one-program top-k on
+    32K-wide rows: identical output, ties across chunk borders included."""
+    from sgl_kernel_ext.triton import topk as topk_kernel
+
+    width, k = 32768, CFG.index_topk
+    g = torch.Generator(device="cuda").manual_seed(rows)
+    scores = torch.randn(rows, width, generator=g, device="cuda")
+    scores[:, 2000:2100] = 0.75  # a block of ties across the first chunk border
+    pos = torch.tensor([width - 1 - 997 * r for r in range(rows)], device="cuda")
+    in_ctx = torch.arange(width, device="cuda") < (pos + 1)[:, None]
+    scores = torch.where(in_ctx, scores, torch.full_like(scores, float("-inf")))
+    p = topk_kernel.split_chunks(width)
+    i32 = dict(dtype=torch.int32, device="cuda")
+    one = torch.full((rows, k), -7, dtype=torch.int64, device="cuda")
+    split = one.clone()
+    topk_kernel.topk_positions(scores, pos, k, one)
+    topk_kernel.topk_positions_split(scores, pos, k, split, torch.full((2, rows * p * 256), -9, **i32),
+                                     torch.full((2, rows * 2), -9, **i32),
+                                     torch.full((rows * p * 2,), -9, **i32))
+    assert torch.equal(one, split)
+
+
 def main(out_dir):
     results = []
     for kind in sorted(KINDS):

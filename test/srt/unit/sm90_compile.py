@@ -89,6 +89,13 @@ def _drive() -> None:
     scores = torch.randn(2, 3000)
     topk.topk_positions(scores, torch.tensor([2999, 100]), 2048,
                         torch.empty(2, 2048, dtype=torch.int64))
+    wide = torch.randn(2, 9000)  # the split top-k (six launches)
+    p = topk.split_chunks(9000)
+    i32 = torch.int32
+    topk.topk_positions_split(wide, torch.tensor([8999, 100]), 2048,
+                              torch.empty(2, 2048, dtype=torch.int64),
+                              torch.empty(2, 2 * p * 256, dtype=i32),
+                              torch.empty(2, 4, dtype=i32), torch.empty(2 * p * 2, dtype=i32))
 
 
 def compile_all(path: str) -> int:

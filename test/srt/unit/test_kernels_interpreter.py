@@ -124,6 +124,31 @@ def test_topk_radix_select_follows_sglang_semantics(k, block):
     assert torch.equal(out, ref_indexer.topk_positions(scores, seq, k))
 
 
+@pytest.mark.parametrize("k", [16, 300])
+def test_split_topk_is_the_one_program_topk(k):
+    """The split top-k (several programs per row, six launches) against SGLang's semantics, on
+    rows of 3 chunks with ties across chunk borders, a row within k and a pad row."""
+    from sgl_kernel_ext.triton.topk import SPLIT_CHUNK, split_chunks, topk_positions_split
+
+    g = torch.Generator().manual_seed(k + 1)
+    width = 2 * SPLIT_CHUNK + 700
+    scores = torch.randn(5, width, generator=g)
+    scores[1, SPLIT_CHUNK - 200:SPLIT_CHUNK + 300] = 1.5  # ties straddling a chunk border
+    scores[2] = torch.randint(0, 4, (width,), generator=g).float()  # ties everywhere
+    positions = torch.tensor([width - 1, width - 10, 3000, k // 2, -1])
+    seq = positions + 1
+    in_ctx = torch.arange(width) < seq[:, None]
+    masked = torch.where(in_ctx, scores, torch.full_like(scores, float("-inf")))
+    p = split_chunks(width)
+    assert p == 3
+    hist = torch.full((2, 5 * p * 256), -9, dtype=torch.int32)
+    state = torch.full((2, 5 * 2), -9, dtype=torch.int32)
+    counts = torch.full((5 * p * 2,), -9, dtype=torch.int32)
+    out = torch.full((5, k), -7, dtype=torch.int64)
+    topk_positions_split(masked, positions, k, out, hist, state, counts)
+    assert torch.equal(out, ref_indexer.topk_positions(scores, seq, k))
+
+
 @pytest.mark.parametrize(
     "layer_id, contexts",
     [(0, [30, 0, 12, 40]), (1, [30, 0, 12, 40]), (2, [30, 0, 12, 40]), (1, [40, 9])],
@@ -178,3 +203,23 @@ def test_persistent_layer_is_bitwise_the_stage_kernels(layer_id):
     if layer_id in p_c.index:
         assert torch.equal(p_c.index[layer_id], s_c.index[layer_id])
     assert not counters.any(), counters
+
+
+def test_layer_with_split_topk_is_bitwise_the_one_program_topk(monkeypatch):
+    """An indexer layer over a context wider than SPLIT_MIN_WIDTH: with the split top-k on,
+    the same top-k, outputs and caches as with the one-program top-k."""
+    from sgl_kernel_ext.triton import topk as topk_kernel
+
+    case = make_case(CFG, 1, [topk_kernel.SPLIT_MIN_WIDTH + 900, 40], seed=21, tp_size=2)
+    runs = []
+    for flag in ("1", "0"):
+        monkeypatch.setenv(topk_kernel.SPLIT_ENV, flag)
+        caches = clone_caches(case.caches)
+        layer = FusedLayer(CFG, case.lw, caches, 2, case.batch.token_slots.shape[1],
+                           persistent_launch=False)
+        runs.append([t.clone() for t in layer(case.hidden, case.residual, case.batch,
+                                              case.topk_prev)])
+        assert ("topk_hist" in layer.buf) and topk_kernel.use_split(
+            case.batch.token_slots.shape[1]) == (flag == "1")
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)

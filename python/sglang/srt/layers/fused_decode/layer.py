@@ -133,6 +133,12 @@ class FusedLayer:
             b["head_w"] = e(m, ni, dt=f32)
             width = max(max_context or cfg.max_position_embeddings, cfg.index_topk)
             b["scores"] = e(m, width, dt=f32)
+            if width > topk_kernel.SPLIT_MIN_WIDTH:  # scratch of the split top-k
+                p = topk_kernel.split_chunks(width)
+                i32 = torch.int32
+                b["topk_hist"] = e(2, m * p * 256, dt=i32)
+                b["topk_state"] = e(2, m * 2, dt=i32)
+                b["topk_counts"] = e(m * p * 2, dt=i32)
 
     def bind_caches(self, caches: Caches) -> None:
         """Point the layer at its rows of another cache pool (the serving pool, which exists
@@ -206,7 +212,12 @@ class FusedLayer:
             scores = self.buf["scores"][:m, :width]
             indexer.scores(v("q8"), v("head_w"), self.index_cache, pos, slots, scores)
             topk = v("topk")
-            topk_kernel.topk_positions(scores, pos, cfg.index_topk, topk)
+            if topk_kernel.use_split(width):
+                topk_kernel.topk_positions_split(scores, pos, cfg.index_topk, topk,
+                                                 self.buf["topk_hist"], self.buf["topk_state"],
+                                                 self.buf["topk_counts"])
+            else:
+                topk_kernel.topk_positions(scores, pos, cfg.index_topk, topk)
         else:
             if topk_prev is None:
                 raise ValueError(f"layer {lw.layer_id} reuses the previous top-k but none was given")
