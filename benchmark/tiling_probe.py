@@ -1,9 +1,10 @@
 """Probe launch shapes of the small stage kernels on the GPU: the fused layer (stage kernels)
 timed per variant, one process, the same weights, batch and graphs as decode_layer.
 
-A variant sets module attributes of sgl_kernel_ext.triton (norm.NUM_WARPS, mla.LATENT_WARPS,
-mla.ABSORB_BLOCK_C, moe.gate_up_tiling) before its graph is captured, so every variant runs
-the same layers.
+A variant sets module attributes of sgl_kernel_ext.triton (warps, tile widths, the absorb's
+q_nope step, moe.gate_up_tiling / down_block) before its graph is captured, so every variant
+runs the same layers. The variants after absorb_block_c_128 come from spills that ptxas -v
+reports for sm_90a at real shapes on the CPU (see the constants' comments); not yet timed.
 
     PYTHONPATH=python:sgl-kernel-ext:. python3 -m benchmark.tiling_probe --out $OUT
 """
@@ -29,6 +30,10 @@ VARIANTS = {
     "latent_8_warps": {("mla", "LATENT_WARPS"): 8},
     "absorb_block_c_32": {("mla", "ABSORB_BLOCK_C"): 32},
     "absorb_block_c_128": {("mla", "ABSORB_BLOCK_C"): 128},
+    "absorb_chunk_d_64": {("mla", "ABSORB_CHUNK_D"): 64},
+    "absorb_v_8_warps": {("mla", "ABSORB_V_WARPS"): 8},
+    "fp8_linear_8_warps": {("fp8_linear", "NUM_WARPS"): 8},
+    "down_block_64": {("moe", "down_block"): "down_64"},
 }
 
 
@@ -44,12 +49,12 @@ def main():
     p.add_argument("--results", default=str(H.REPO / "benchmark" / "results"))
     args = p.parse_args()
 
-    from sgl_kernel_ext.triton import mla, moe, norm
+    from sgl_kernel_ext.triton import fp8_linear, mla, moe, norm
     from sglang.srt.layers.fused_decode.layer import FusedLayer
     from sglang.srt.layers.fused_decode.reference.config import glm53_config
 
-    modules = {"mla": mla, "moe": moe, "norm": norm}
-    derived = {"no_split_k": _no_split_k(moe.gate_up_tiling)}
+    modules = {"fp8_linear": fp8_linear, "mla": mla, "moe": moe, "norm": norm}
+    derived = {"no_split_k": _no_split_k(moe.gate_up_tiling), "down_64": lambda m: 64}
     dev = torch.device("cuda")
     cfg = glm53_config()
     ms = [int(v) for v in args.ms.split(",")]

@@ -26,6 +26,9 @@ from . import overlap
 from .overlap import prefetch_rows, stage_begin
 
 GROUP = 128
+# warps per program (benchmark/tiling_probe.py: fp8_linear_8_warps). Compiled for sm_90a at
+# real shapes (ptxas -v, CPU), 4 warps with 64 x 2 x 128 tiles spill ~300 B per program.
+NUM_WARPS = 4
 
 
 @triton.jit
@@ -172,6 +175,6 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
         wq, ws, parts, wq.shape[0], tiles_a,
         wq_b, ws_b, parts_b, wq_b.shape[0],
         BLOCK_M=block_m(m), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
-        PDL=use_pdl, num_warps=4, num_stages=3, **launch,
+        PDL=use_pdl, num_warps=NUM_WARPS, num_stages=3, **launch,
     )
 

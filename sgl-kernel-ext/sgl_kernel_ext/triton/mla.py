@@ -25,6 +25,14 @@ from .quant import store_row_groups, sum_parts, to_e4m3
 # launch shapes of the latent and absorb stages (benchmark/tiling_probe.py)
 LATENT_WARPS = 4
 ABSORB_BLOCK_C = 64
+# q_nope columns per step of absorb (0: all at once). Compiled for sm_90a with real shapes
+# (ptxas -v), all at once spills 10.6 KB per program when q_b comes as 8 split-K partials
+# (the MoE layer without indexer) and 412 B with 3; in 64-column steps it spills nothing. Not
+# yet timed on a GPU: benchmark/tiling_probe.py's absorb_chunk_d_64 variant is the A/B.
+ABSORB_CHUNK_D = 0
+# warps of absorb_v: its [128, 512] bf16 w_vc tile spills 60 B per program at 4 (ptxas -v,
+# CPU) and none at 8; not yet timed (tiling_probe's absorb_v_8_warps)
+ABSORB_V_WARPS = 4
 
 
 @triton.jit
@@ -92,20 +100,35 @@ def _absorb_prefetch(h, ct, kvb_ptr, NH, C, NOPE: tl.constexpr, V: tl.constexpr,
 def _absorb_task(h, ct, q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M,
                  NH, C, NOPE: tl.constexpr, ROPE: tl.constexpr, V: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
-                 INTERPRET: tl.constexpr):
+                 INTERPRET: tl.constexpr, CHUNK_D: tl.constexpr = 0):
+    """Program (head, BLOCK_C latent columns). CHUNK_D > 0 takes q_nope and w_kc in CHUNK_D
+    slices (fewer live registers when q comes as many split-K partials)."""
     om = tl.arange(0, BLOCK_M)
-    od = tl.arange(0, BLOCK_D)
     oc = ct * BLOCK_C + tl.arange(0, BLOCK_C)
     m_ok = om < M
     qk = NOPE + ROPE
-    q = sum_parts(q_ptr, SPLIT, M * NH * qk, (om[:, None] * NH + h) * qk + od[None, :],
-                  m_ok[:, None] & (od[None, :] < NOPE)).to(tl.bfloat16)
-    w = tl.load(kvb_ptr + (h * (NOPE + V) + od[:, None]) * C + oc[None, :],
-                mask=(od[:, None] < NOPE) & (oc[None, :] < C), other=0.0)
-    if INTERPRET:
-        lat = tl.dot(q.to(tl.float32), w.to(tl.float32))
+    if CHUNK_D == 0:
+        od = tl.arange(0, BLOCK_D)
+        q = sum_parts(q_ptr, SPLIT, M * NH * qk, (om[:, None] * NH + h) * qk + od[None, :],
+                      m_ok[:, None] & (od[None, :] < NOPE)).to(tl.bfloat16)
+        w = tl.load(kvb_ptr + (h * (NOPE + V) + od[:, None]) * C + oc[None, :],
+                    mask=(od[:, None] < NOPE) & (oc[None, :] < C), other=0.0)
+        if INTERPRET:
+            lat = tl.dot(q.to(tl.float32), w.to(tl.float32))
+        else:
+            lat = tl.dot(q, w)
     else:
-        lat = tl.dot(q, w)
+        lat = tl.zeros((BLOCK_M, BLOCK_C), tl.float32)
+        for d0 in range(0, NOPE, CHUNK_D):
+            od = d0 + tl.arange(0, CHUNK_D)
+            q = sum_parts(q_ptr, SPLIT, M * NH * qk, (om[:, None] * NH + h) * qk + od[None, :],
+                          m_ok[:, None] & (od[None, :] < NOPE)).to(tl.bfloat16)
+            w = tl.load(kvb_ptr + (h * (NOPE + V) + od[:, None]) * C + oc[None, :],
+                        mask=(od[:, None] < NOPE) & (oc[None, :] < C), other=0.0)
+            if INTERPRET:
+                lat += tl.dot(q.to(tl.float32), w.to(tl.float32))
+            else:
+                lat += tl.dot(q, w)
     out = qcat_ptr + (om[:, None] * NH + h) * (C + ROPE)
     tl.store(out + oc[None, :], lat.to(tl.bfloat16), mask=m_ok[:, None] & (oc[None, :] < C))
     if ct == 0:
@@ -125,13 +148,13 @@ def _absorb_task(h, ct, q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, 
 def _absorb_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C,
                    NOPE: tl.constexpr, ROPE: tl.constexpr, V: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
-                   INTERPRET: tl.constexpr, PDL: tl.constexpr):
+                   INTERPRET: tl.constexpr, PDL: tl.constexpr, CHUNK_D: tl.constexpr):
     h = tl.program_id(0)
     ct = tl.program_id(1)
     _absorb_prefetch(h, ct, kvb_ptr, NH, C, NOPE, V, BLOCK_D, BLOCK_C, PDL)
     stage_begin(PDL)
     _absorb_task(h, ct, q_ptr, SPLIT, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE,
-                 ROPE, V, BLOCK_M, BLOCK_D, BLOCK_C, INTERPRET)
+                 ROPE, V, BLOCK_M, BLOCK_D, BLOCK_C, INTERPRET, CHUNK_D)
 
 
 @triton.jit
@@ -306,7 +329,8 @@ def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: in
     _absorb_kernel[(nh, triton.cdiv(c, block_c))](
         q_parts, split, kv_b, qcat, positions, inv_freq, m, nh, c, NOPE=nope, ROPE=rope, V=v,
         BLOCK_M=max(16, triton.next_power_of_2(m)), BLOCK_D=triton.next_power_of_2(nope),
-        BLOCK_C=block_c, INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=4,
+        BLOCK_C=block_c, INTERPRET=interpreting(), PDL=overlap.enabled(), CHUNK_D=ABSORB_CHUNK_D,
+        num_warps=4,
         **overlap.launch_kw())
 
 
@@ -349,4 +373,5 @@ def absorb_v(olat, kv_b, oq, os, nope: int, v: int) -> None:
     assert olat.is_contiguous() and oq.is_contiguous() and os.is_contiguous() and v % 128 == 0
     _absorb_v_kernel[(nh, v // 128)](
         olat, kv_b, oq, os, m, nh, C=c, NOPE=nope, V=v, BLOCK_M=max(16, triton.next_power_of_2(m)),
-        INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=4, **overlap.launch_kw())
+        INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=ABSORB_V_WARPS,
+        **overlap.launch_kw())

@@ -270,7 +270,7 @@ def _layer_kernel(
             else:
                 _wait(counters_ptr, S_Q_B, n_q_b)
             _absorb_task(h, ct, q_ptr, SPLIT_QB, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH,
-                         C, NOPE, ROPE, V, BLOCK_M, BLOCK_D, ABSORB_BC, INTERPRET)
+                         C, NOPE, ROPE, V, BLOCK_M, BLOCK_D, ABSORB_BC, INTERPRET, 64)
             _signal(counters_ptr, S_ABSORB)
         elif t < e_attn:
             i = t - e_absorb
