@@ -9,6 +9,14 @@ Triton's own compiler and bundled ptxas.
 
     TRITON_INTERPRET=1 python sm90_compile.py record specs.json
     python sm90_compile.py compile specs.json
+
+``record-real`` records the launches of real-shape layers (one GLM-5.3 TP8 rank, every kind,
+1-16 rows) without running them, and ``resources`` compiles each and prints ptxas' registers
+and spills for sm_90a, spilling kernels first (a CPU view of what benchmark/kernel_resources.py
+reads on the GPU; Triton here may differ from the GPU machine's):
+
+    TRITON_INTERPRET=1 python sm90_compile.py record-real real.json
+    python sm90_compile.py resources real.json
 """
 
 from __future__ import annotations
@@ -39,7 +47,9 @@ def _describe(value):
     raise TypeError(f"cannot describe a launch argument of type {type(value).__name__}")
 
 
-def record(path: str) -> None:
+def record(path: str, real: bool = False) -> None:
+    """Record every distinct launch of the tiny-config layer run under the interpreter; with
+    real, of real-shape layers (one GLM-5.3 TP8 rank) whose launches are recorded, not run."""
     import triton.runtime.interpreter as interp
 
     specs = {}
@@ -58,11 +68,13 @@ def record(path: str) -> None:
                          sort_keys=True, default=str)
         specs[key] = {"module": fn.__module__, "name": fn.__name__, "signature": signature,
                       "constexprs": constexprs, "options": options}
+        if real:
+            return None
         return original(self, *args, grid=grid, warmup=warmup, **kwargs, **options)
 
     interp.InterpretedFunction.run = run
     try:
-        _drive()
+        _drive_real() if real else _drive()
     finally:
         interp.InterpretedFunction.run = original
     with open(path, "w") as f:
@@ -98,6 +110,94 @@ def _drive() -> None:
                               torch.empty(2, 4, dtype=i32), torch.empty(2 * p * 2, dtype=i32))
 
 
+def _drive_real() -> None:
+    """Real-shape layers of each kind at 1, 2, 4 and 16 rows (L = 2048), stage kernels and the
+    persistent kernel, with uninitialized weights and caches: only the launches matter."""
+    import torch
+
+    from sglang.srt.layers.fused_decode.layer import FusedLayer
+    from sglang.srt.layers.fused_decode.reference import weights
+    from sglang.srt.layers.fused_decode.reference.batch import RowBatch
+    from sglang.srt.layers.fused_decode.reference.cache import alloc_caches
+    from sglang.srt.layers.fused_decode.reference.config import glm53_config
+
+    def empty(seed, name, shape, index, device):
+        dims = [e - a for a, e in index] if index is not None else list(shape)
+        return torch.empty(dims, dtype=torch.float32, device=device)
+
+    weights.uniform = empty
+    cfg = glm53_config()
+    ids = range(cfg.num_hidden_layers)
+    kinds = {"dense": next(i for i in ids if not cfg.is_moe(i)),
+             "moe_idx": next(i for i in ids if cfg.is_moe(i) and cfg.runs_indexer(i)),
+             "moe": next(i for i in ids if cfg.is_moe(i) and not cfg.runs_indexer(i))}
+    ctx, rows = 2048, 16
+    for kind, lid in kinds.items():
+        lw = weights.gen_layer(cfg, 0, lid, tp_size=8, tp_rank=0)
+        caches = alloc_caches(cfg, rows * ctx, "cpu", torch.bfloat16, layers=[lid])
+        for persistent in (False, True):
+            layer = FusedLayer(cfg, lw, caches, rows, ctx, persistent_launch=persistent)
+            for m in (1, 2, 4, 16):
+                slots = torch.arange(m * ctx).view(m, ctx)
+                batch = RowBatch(torch.full((m,), ctx - 1), slots)
+                hid = torch.zeros(m, cfg.hidden_size, dtype=torch.bfloat16)
+                topk = torch.zeros(m, cfg.index_topk, dtype=torch.int64)
+                layer(hid, hid.clone(), batch, topk)
+        print(f"recorded {kind} (layer {lid})", flush=True)
+
+
+def resources(path: str) -> None:
+    """Compile each recorded launch for sm_90a as the GPU's JIT would (pointers 16-byte
+    aligned) and print ptxas' registers and spills, spilling kernels first."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile as triton_compile
+
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    rows = []
+    with open(path) as f:
+        specs = json.load(f)
+    for spec in specs:
+        fn = getattr(importlib.import_module(spec["module"]), spec["name"])
+        constexprs, options = _gpu_constexprs(spec)
+        attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
+                 if spec["signature"].get(n, "constexpr").startswith("*")}
+        src = ASTSource(fn=fn, signature=spec["signature"], constexprs=constexprs, attrs=attrs)
+        kernel = triton_compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+        with tempfile.TemporaryDirectory() as tmp:
+            ptx = Path(tmp) / "k.ptx"
+            ptx.write_text(kernel.asm["ptx"])
+            out = subprocess.run([str(ptxas), "-v", "--gpu-name", "sm_90a", str(ptx), "-o",
+                                  str(Path(tmp) / "k.cubin")], capture_output=True, text=True)
+        info = " ".join(out.stderr.split())
+        regs = int(info.split("Used ")[1].split(" registers")[0])
+        spill = int(info.split("bytes spill stores")[0].split(",")[-1].strip().split()[-1])
+        rows.append((spill, regs, spec["name"], options.get("num_warps"), {
+            k: v for k, v in spec["constexprs"].items() if k not in ("INTERPRET", "PDL", "PF")}))
+    rows.sort(key=lambda r: (-r[0], r[2]))
+    for spill, regs, name, warps, consts in rows:
+        print(f"{spill:6d} B spilled  {regs:3d} regs  {warps} warps  {name} {consts}")
+
+
+def _gpu_constexprs(spec) -> tuple:
+    """The recorded compile-time constants and options as the GPU compiles them."""
+    constexprs = dict(spec["constexprs"])
+    options = dict(spec["options"])
+    if "INTERPRET" in constexprs:  # recorded under the interpreter: compile the GPU path
+        constexprs["INTERPRET"] = False
+    if "PDL" in constexprs:  # and with the overlap the GPU turns on (overlap.enabled)
+        constexprs["PDL"] = True
+        options["launch_pdl"] = True
+    if "PF" in constexprs:  # the persistent layer's L2 prefetch, on for sm_90
+        constexprs["PF"] = True
+        options["launch_cooperative_grid"] = True
+    return constexprs, options
+
+
 def compile_all(path: str) -> int:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile as triton_compile
@@ -107,16 +207,7 @@ def compile_all(path: str) -> int:
         specs = json.load(f)
     for spec in specs:
         fn = getattr(importlib.import_module(spec["module"]), spec["name"])
-        constexprs = dict(spec["constexprs"])
-        if "INTERPRET" in constexprs:  # recorded under the interpreter: compile the GPU path
-            constexprs["INTERPRET"] = False
-        options = dict(spec["options"])
-        if "PDL" in constexprs:  # and with the overlap the GPU turns on (overlap.enabled)
-            constexprs["PDL"] = True
-            options["launch_pdl"] = True
-        if "PF" in constexprs:  # the persistent layer's L2 prefetch, on for sm_90
-            constexprs["PF"] = True
-            options["launch_cooperative_grid"] = True
+        constexprs, options = _gpu_constexprs(spec)
         src = ASTSource(fn=fn, signature=spec["signature"], constexprs=constexprs)
         try:
             triton_compile(src, target=GPUTarget("cuda", 90, 32), options=options)
@@ -148,7 +239,9 @@ if __name__ == "__main__":
 
     _use_checkout()
     mode, path = sys.argv[1], sys.argv[2]
-    if mode == "record":
-        record(path)
+    if mode in ("record", "record-real"):
+        record(path, real=mode == "record-real")
+    elif mode == "resources":
+        resources(path)
     else:
         sys.exit(1 if compile_all(path) else 0)
