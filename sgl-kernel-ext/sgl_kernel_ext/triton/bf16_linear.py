@@ -61,13 +61,16 @@ def _bf16_linear_splitk_kernel(x_ptr, stride_xm, M, K, w_ptr, part_ptr, N, k_chu
                       BLOCK_M, BLOCK_N, BLOCK_K, INTERPRET)
 
 
+BLOCK_N = 16  # output columns per program
+
+
 def chunk_cols(k: int, split: int, block_k: int = 128) -> int:
     """Columns per K chunk (a multiple of block_k)."""
     return triton.cdiv(triton.cdiv(k, split), block_k) * block_k
 
 
 def bf16_linear_splitk(x: torch.Tensor, w: torch.Tensor, parts: torch.Tensor,
-                       block_n: int = 16, block_k: int = 128) -> None:
+                       block_n: int = BLOCK_N, block_k: int = 128) -> None:
     """parts[s] = x[:, chunk s] W[:, chunk s]^T in fp32; parts [SPLIT, M, N] contiguous."""
     m, k = x.shape
     split, pm, n = parts.shape

@@ -24,6 +24,7 @@ from .quant import sum_parts, to_e4m3
 
 PAGE = 64
 KEY_BYTES = 128
+SCORE_BLOCK = 64  # context positions per scores program
 
 
 @triton.jit
@@ -154,7 +155,8 @@ def prepare(kw_parts, q_parts, ln_w, ln_b, ln_eps, positions, token_slots, inv_f
                           **overlap.launch_kw())
 
 
-def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 64) -> None:
+def scores(q8, head_w, index_cache, positions, token_slots, out,
+           block_l: int = SCORE_BLOCK) -> None:
     """out fp32 [M, L] (L = token_slots width): index scores, -inf past each row's context."""
     m, nh, d = q8.shape
     width = out.shape[1]

@@ -25,7 +25,7 @@ import triton
 import triton.language as tl
 
 from . import overlap
-from .fp8_linear import _fp8_group_dot, block_m, interpreting
+from .fp8_linear import _fp8_group_dot, block_m, grid_shape, interpreting
 from .overlap import prefetch_rows, stage_begin
 from .quant import sum_parts, to_e4m3
 
@@ -319,6 +319,11 @@ SWIGLU_BLOCK = 256  # intermediate columns per SwiGLU program
 SUM_BLOCK = 1024  # hidden columns per program of the terms' sum
 
 
+def gate_up_chunk(k: int, split_k: int, groups: int) -> int:
+    """128-column groups of x per gate/up K chunk (as fp8_linear.grid_shape's)."""
+    return grid_shape(0, 0, k, split_k, 128, groups)[2]
+
+
 def gate_up_tiling(m: int) -> tuple:
     """(BLOCK_N, GROUPS, SPLIT_K) for m rows: with few rows few experts are touched, so a split
     K keeps the GPU busy; with many, wide tiles cut the re-reads of x. The best of
@@ -355,8 +360,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         assert gu_parts.is_contiguous()
     else:
         gu_parts = act
-    kblocks = triton.cdiv(k, 128)
-    k_chunk = triton.cdiv(triton.cdiv(kblocks, split_k), groups) * groups
+    k_chunk = gate_up_chunk(k, split_k, groups)
     _gate_up_kernel[(triton.cdiv(inter, block_n), slots, split_k)](
         xq, sx, m, k, inter, num_experts, slot_expert, num_slots,
         gate_q, gate_s, up_q, up_s, gate_q.stride(0) if gate_q.dim() == 3 else 0,

@@ -11,12 +11,13 @@ import torch
 import triton
 
 from sgl_kernel_ext.triton import bf16_linear, fp8_linear, mla, moe, persistent
+from sgl_kernel_ext.triton import indexer as ix_kernels
 
 from . import layer as layer_mod
 from .reference.batch import RowBatch
 
-ROUTER_BLOCK_N = 16  # router / [wk; weights_proj] output columns per program (bf16_linear)
-SCORE_BLOCK = 64  # index-cache positions per scores task
+ROUTER_BLOCK_N = bf16_linear.BLOCK_N  # router / [wk; weights_proj] columns per task
+SCORE_BLOCK = ix_kernels.SCORE_BLOCK  # index-cache positions per scores task
 TOPK_BLOCK = 4096  # scores per step of the top-k's passes
 
 
@@ -88,7 +89,7 @@ def step(layer, hidden: torch.Tensor, residual, batch: RowBatch, topk_prev, m: i
     if gu_split > 1:
         gu_parts = layer_mod._prefix(b["gu_parts"], gu_split, n_slots, m, 2, inter)
     gu_tiles = triton.cdiv(inter, gu_bn)
-    gu_chunk = triton.cdiv(triton.cdiv(triton.cdiv(h, 128), gu_split), gu_groups) * gu_groups
+    gu_chunk = moe.gate_up_chunk(h, gu_split, gu_groups)
     down_bn = moe.down_block(m)
     terms = v("terms")
     stack_stride = lambda t: t.stride(0) if t.dim() == 3 else 0  # noqa: E731
