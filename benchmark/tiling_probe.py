@@ -30,10 +30,14 @@ VARIANTS = {
     "latent_8_warps": {("mla", "LATENT_WARPS"): 8},
     "absorb_block_c_32": {("mla", "ABSORB_BLOCK_C"): 32},
     "absorb_block_c_128": {("mla", "ABSORB_BLOCK_C"): 128},
-    "absorb_chunk_d_64": {("mla", "ABSORB_CHUNK_D"): 64},
+    "absorb_chunk_d_64": {("mla", "ABSORB_CHUNK_FROM_ROWS"): 1},
+    "absorb_no_chunk": {("mla", "ABSORB_CHUNK_FROM_ROWS"): 1 << 30},
     "absorb_v_8_warps": {("mla", "ABSORB_V_WARPS"): 8},
     "fp8_linear_8_warps": {("fp8_linear", "NUM_WARPS"): 8},
     "down_block_64": {("moe", "down_block"): "down_64"},
+    # the split top-k's threshold (default: rows wider than 8192), at --ctx above 2048
+    "split_topk_off": {("topk", "SPLIT_MIN_WIDTH"): 1 << 30},
+    "split_topk_above_2048": {("topk", "SPLIT_MIN_WIDTH"): 2048},
 }
 
 
@@ -49,11 +53,11 @@ def main():
     p.add_argument("--results", default=str(H.REPO / "benchmark" / "results"))
     args = p.parse_args()
 
-    from sgl_kernel_ext.triton import fp8_linear, mla, moe, norm
+    from sgl_kernel_ext.triton import fp8_linear, mla, moe, norm, topk
     from sglang.srt.layers.fused_decode.layer import FusedLayer
     from sglang.srt.layers.fused_decode.reference.config import glm53_config
 
-    modules = {"fp8_linear": fp8_linear, "mla": mla, "moe": moe, "norm": norm}
+    modules = {"fp8_linear": fp8_linear, "mla": mla, "moe": moe, "norm": norm, "topk": topk}
     derived = {"no_split_k": _no_split_k(moe.gate_up_tiling), "down_64": lambda m: 64}
     dev = torch.device("cuda")
     cfg = glm53_config()

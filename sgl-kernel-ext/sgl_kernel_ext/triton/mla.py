@@ -25,13 +25,15 @@ from .quant import store_row_groups, sum_parts, to_e4m3
 # launch shapes of the latent and absorb stages (benchmark/tiling_probe.py)
 LATENT_WARPS = 4
 ABSORB_BLOCK_C = 64
-# q_nope columns per step of absorb (0: all at once). Compiled for sm_90a with real shapes
-# (ptxas -v), all at once spills 10.6 KB per program when q_b comes as 8 split-K partials
-# (the MoE layer without indexer) and 412 B with 3; in 64-column steps it spills nothing. Not
-# yet timed on a GPU: benchmark/tiling_probe.py's absorb_chunk_d_64 variant is the A/B.
-ABSORB_CHUNK_D = 0
+# q_nope columns per step of absorb, from ABSORB_CHUNK_FROM_ROWS rows (fewer: all at once).
+# Compiled for sm_90a with real shapes (ptxas -v, CPU, Triton 3.8), all at once spills 10.6 KB
+# per program when q_b comes as 8 split-K partials and nothing in 64-column steps; on an H200
+# (Triton 3.6) the steps save ~2 us of a MoE layer at 4 and 16 rows and cost ~1 us at one
+# (tiling_probe_20261130T143119Z: absorb_chunk_d_64 against baseline).
+ABSORB_CHUNK_D = 64
+ABSORB_CHUNK_FROM_ROWS = 4
 # warps of absorb_v: its [128, 512] bf16 w_vc tile spills 60 B per program at 4 (ptxas -v,
-# CPU) and none at 8; not yet timed (tiling_probe's absorb_v_8_warps)
+# CPU) and none at 8; on an H200 8 warps is within noise (tiling_probe_20261130T143119Z)
 ABSORB_V_WARPS = 4
 
 
@@ -329,7 +331,8 @@ def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: in
     _absorb_kernel[(nh, triton.cdiv(c, block_c))](
         q_parts, split, kv_b, qcat, positions, inv_freq, m, nh, c, NOPE=nope, ROPE=rope, V=v,
         BLOCK_M=max(16, triton.next_power_of_2(m)), BLOCK_D=triton.next_power_of_2(nope),
-        BLOCK_C=block_c, INTERPRET=interpreting(), PDL=overlap.enabled(), CHUNK_D=ABSORB_CHUNK_D,
+        BLOCK_C=block_c, INTERPRET=interpreting(), PDL=overlap.enabled(),
+        CHUNK_D=ABSORB_CHUNK_D if m >= ABSORB_CHUNK_FROM_ROWS else 0,
         num_warps=4,
         **overlap.launch_kw())
 

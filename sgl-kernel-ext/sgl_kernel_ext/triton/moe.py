@@ -24,7 +24,9 @@ import torch
 import triton
 import triton.language as tl
 
-from . import overlap
+from . import bf16_linear, overlap
+from .arrival import arrive_last
+from .bf16_linear import _bf16_linear_prefetch, _bf16_linear_task
 from .fp8_linear import _fp8_group_dot, block_m, grid_shape, interpreting
 from .overlap import prefetch_rows, stage_begin
 from .quant import sum_parts, to_e4m3
@@ -82,6 +84,27 @@ def _route_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
     stage_begin(PDL)
     _route_task(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, slot_expert_ptr, slot_weight_ptr,
                 slot_rank_ptr, num_slots_ptr, scale, BLOCK_M, BLOCK_E, TOPK, RENORM)
+
+
+@triton.jit
+def _router_route_kernel(x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk, arrival_ptr,
+                         bias_ptr, pos_ptr, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
+                         num_slots_ptr, scale, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
+                         ROUTE_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                         BLOCK_E: tl.constexpr,
+                         TOPK: tl.constexpr, RENORM: tl.constexpr, INTERPRET: tl.constexpr,
+                         PDL: tl.constexpr):
+    """The router's split-K bf16 GEMV (programs (tile, split)); the last program to finish
+    routes (route's task over the complete partials)."""
+    tile = tl.program_id(0)
+    split = tl.program_id(1)
+    _bf16_linear_prefetch(tile, split, K, w_ptr, E, k_chunk, BLOCK_N, PDL)
+    stage_begin(PDL)
+    _bf16_linear_task(tile, split, x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk,
+                      BLOCK_M, BLOCK_N, BLOCK_K, INTERPRET)
+    if arrive_last(arrival_ptr, tl.num_programs(0) * tl.num_programs(1)):
+        _route_task(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, slot_expert_ptr, slot_weight_ptr,
+                    slot_rank_ptr, num_slots_ptr, scale, ROUTE_M, BLOCK_E, TOPK, RENORM)
 
 
 @triton.jit
@@ -172,8 +195,9 @@ def _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr
 def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
                     sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
-                    SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr):
+                    arrivals_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                    GROUPS: tl.constexpr, SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr,
+                    PDL: tl.constexpr, TAIL: tl.constexpr):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     split = tl.program_id(2)
@@ -183,6 +207,10 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                   gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr,
                   suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N,
                   GROUPS, SPLIT_K, INTERPRET)
+    if TAIL:  # the last K chunk of (tile, slot) to finish sums the chunks and applies SwiGLU
+        if arrive_last(arrivals_ptr + slot * tl.num_programs(0) + tile, SPLIT_K):
+            _swiglu_task(slot, tile, gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS, SPLIT_K,
+                         BLOCK_M, BLOCK_N)
 
 
 @triton.jit
@@ -253,8 +281,9 @@ def _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr
 @triton.jit
 def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                  num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
-                 terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 INTERPRET: tl.constexpr, PDL: tl.constexpr):
+                 terms_ptr, pos_ptr, out_ptr, arrivals_ptr, TERMS: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
+                 PDL: tl.constexpr, TAIL: tl.constexpr):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     # the slot table was written by route, two or more kernels back
@@ -264,6 +293,10 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
     _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
                terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET)
+    if TAIL:  # the tile's last slot to finish sums every row's terms of the tile's columns
+        if arrive_last(arrivals_ptr + tile, tl.num_programs(1)):
+            for m in range(M):
+                _sum_terms_task(m, tile, terms_ptr, pos_ptr, out_ptr, H, TERMS, BLOCK_N)
 
 
 @triton.jit
@@ -306,6 +339,41 @@ def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tenso
                         **overlap.launch_kw())  # [rows, experts] tiles: no spills
 
 
+# rows up to which the router's GEMV and route are one launch (route's [rows, experts] tiles
+# fit the GEMV's 4 warps without spilling; more rows run route as its own 16-warp kernel)
+ROUTE_TAIL_MAX_ROWS = 4
+
+
+def router_route(x: torch.Tensor, router_w: torch.Tensor, router_parts: torch.Tensor,
+                 bias: torch.Tensor, positions: torch.Tensor, topk: int, scale: float,
+                 renorm: bool, slot_expert: torch.Tensor, slot_weight: torch.Tensor,
+                 slot_rank: torch.Tensor, num_slots: torch.Tensor,
+                 arrival: torch.Tensor) -> None:
+    """The router's logits (bf16 x [M, K] . router_w [E, K]^T as fp32 split-K partials
+    router_parts [SPLIT, M, E]) then ``route``: one launch up to ROUTE_TAIL_MAX_ROWS rows
+    (the last GEMV program routes; `arrival` an int32 counter left at zero), two above."""
+    m, k = x.shape
+    split, pm, e = router_parts.shape
+    if m > ROUTE_TAIL_MAX_ROWS:
+        bf16_linear.bf16_linear_splitk(x, router_w, router_parts)
+        route(router_parts, bias, positions, topk, scale, renorm, slot_expert, slot_weight,
+              slot_rank, num_slots)
+        return
+    assert x.stride(1) == 1 and router_w.is_contiguous() and router_w.shape == (e, k) and pm == m
+    assert router_parts.is_contiguous() and router_parts.dtype == torch.float32
+    assert slot_expert.numel() >= m * topk + 1 and slot_weight.is_contiguous()
+    assert slot_rank.shape == slot_weight.shape and slot_rank.is_contiguous()
+    assert slot_weight.shape[1] == m and arrival.dtype == torch.int32
+    block_n, block_k = bf16_linear.BLOCK_N, 128
+    _router_route_kernel[(triton.cdiv(e, block_n), split)](
+        x, x.stride(0), m, k, router_w, router_parts, e,
+        bf16_linear.chunk_cols(k, split, block_k), arrival, bias, positions, slot_expert,
+        slot_weight, slot_rank, num_slots, float(scale), SPLIT=split, BLOCK_M=block_m(m),
+        ROUTE_M=max(2, triton.next_power_of_2(m)), BLOCK_N=block_n, BLOCK_K=block_k,
+        BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm, INTERPRET=interpreting(),
+        PDL=overlap.enabled(), num_warps=4, num_stages=4, **overlap.launch_kw())
+
+
 def _check_expert_stack(*tensors) -> None:
     """Each expert's [rows, cols] block must be row-major contiguous (the stack stride free)."""
     for t in tensors:
@@ -344,11 +412,13 @@ def down_block(m: int) -> int:
 
 def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
             shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts=None,
-            tiling=None, num_warps=None):
+            tiling=None, num_warps=None, arrivals=None):
     """act bf16 [SLOTS, M, I] = SiLU(x G_e^T) * (x U_e^T) for each slot's expert e; x given
     quantized (xq e4m3 [M, K], sx [M, K/128]). The routed stacks [E, I, K] may be views of
     one [E, 2I, K] gate|up tensor: each expert's rows contiguous, any expert stride. With a
-    split K (few rows) the fp32 partials go through gu_parts [SPLIT_K, SLOTS, M, 2, I]."""
+    split K (few rows) the fp32 partials go through gu_parts [SPLIT_K, SLOTS, M, 2, I], summed
+    and SwiGLU'd by the last K chunk of each (tile, slot) when `arrivals` (int32 counters, at
+    least tiles x SLOTS, left at zero) is given, else by a second kernel."""
     m, k = xq.shape
     block_n, groups, split_k = tiling or gate_up_tiling(m)
     slots, am, inter = act.shape
@@ -361,17 +431,22 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
     else:
         gu_parts = act
     k_chunk = gate_up_chunk(k, split_k, groups)
-    _gate_up_kernel[(triton.cdiv(inter, block_n), slots, split_k)](
+    tiles = triton.cdiv(inter, block_n)
+    tail = split_k > 1 and arrivals is not None
+    if tail:
+        assert arrivals.dtype == torch.int32 and arrivals.numel() >= tiles * slots
+    _gate_up_kernel[(tiles, slots, split_k)](
         xq, sx, m, k, inter, num_experts, slot_expert, num_slots,
         gate_q, gate_s, up_q, up_s, gate_q.stride(0) if gate_q.dim() == 3 else 0,
         gate_s.stride(0) if gate_s.dim() == 3 else 0,
         shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts, slots, k_chunk,
+        arrivals if tail else num_slots,
         BLOCK_M=block_m(m), BLOCK_N=block_n, GROUPS=groups, SPLIT_K=split_k,
-        INTERPRET=interpreting(), PDL=overlap.enabled(),
+        INTERPRET=interpreting(), PDL=overlap.enabled(), TAIL=tail,
         num_warps=num_warps or (8 if block_n == 64 else 4),
         num_stages=3, **overlap.launch_kw(),
     )
-    if split_k > 1:
+    if split_k > 1 and not tail:
         _swiglu_kernel[(slots, triton.cdiv(inter, SWIGLU_BLOCK))](
             gu_parts, num_slots, act, m, inter, slots, SPLIT_K=split_k,
             BLOCK_M=max(2, triton.next_power_of_2(m)), BLOCK_I=SWIGLU_BLOCK,
@@ -379,21 +454,32 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
 
 
 def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_q, down_s,
-         shared_down_q, shared_down_s, positions, terms, out, block_n=None, num_warps=4):
+         shared_down_q, shared_down_s, positions, terms, out, block_n=None, num_warps=4,
+         arrivals=None):
     """out bf16 [M, H] = sum over the row's experts of bf16(weight * act_slot D_e^T), shared
-    first then experts ascending (fp32 sum, one rounding), through terms bf16 [M, k+1, H]."""
+    first then experts ascending (fp32 sum, one rounding), through terms bf16 [M, k+1, H]:
+    summed by the last slot of each column tile when `arrivals` (int32 counters, at least
+    ceil(H / block_n), left at zero) is given, else by a second kernel."""
     slots, m, inter = act.shape
     _, n_terms, h = terms.shape
     assert shared_down_q.shape == (h, inter) and out.is_contiguous() and terms.is_contiguous()
     block_n = block_n or down_block(m)
     _check_expert_stack(down_q, down_s)
-    _down_kernel[(triton.cdiv(h, block_n), slots)](
+    tiles = triton.cdiv(h, block_n)
+    tail = arrivals is not None
+    if tail:
+        assert arrivals.dtype == torch.int32 and arrivals.numel() >= tiles
+    _down_kernel[(tiles, slots)](
         act, m, inter, h, num_experts, slot_expert, slot_weight, slot_rank, num_slots,
         down_q, down_s, down_q.stride(0) if down_q.dim() == 3 else 0,
         down_s.stride(0) if down_s.dim() == 3 else 0, shared_down_q, shared_down_s, terms,
+        positions, out, arrivals if tail else num_slots,
         TERMS=n_terms, BLOCK_M=block_m(m), BLOCK_N=block_n, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), num_warps=num_warps, num_stages=3, **overlap.launch_kw(),
+        PDL=overlap.enabled(), TAIL=tail, num_warps=num_warps, num_stages=3,
+        **overlap.launch_kw(),
     )
+    if tail:
+        return
     _sum_terms_kernel[(m, triton.cdiv(h, SUM_BLOCK))](
         terms, positions, out, h, TERMS=n_terms, BLOCK=SUM_BLOCK, PDL=overlap.enabled(),
         num_warps=4, **overlap.launch_kw())

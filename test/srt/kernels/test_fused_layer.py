@@ -202,7 +202,7 @@ def test_persistent_matches_stage_kernels(kind, rows):
 
 @pytest.mark.parametrize("rows", [1, 16])
 def test_split_topk_equals_one_program_topk(rows):
-    """The split top-k (opt-in, SGL_KERNEL_EXT_SPLIT_TOPK=1) against the one-program top-k on
+    """The split top-k (the default for long rows) against the one-program top-k on
     32K-wide rows: identical output, ties across chunk borders included."""
     from sgl_kernel_ext.triton import topk as topk_kernel
 

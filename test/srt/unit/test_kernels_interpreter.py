@@ -108,6 +108,51 @@ def test_moe_route_slots_and_combine():
     assert _rel(out[valid], ref[valid]) <= 8 * BF16_ULP
 
 
+@pytest.mark.parametrize("m", [1, 2, 5])
+def test_moe_last_arrival_tails_are_bitwise_the_separate_kernels(m):
+    """router+route, gate/up+SwiGLU and down+sum as one launch each (the last program of a
+    group runs the second part) against the two-launch forms: bitwise equal outputs and every
+    arrival counter back at zero. 5 rows: the router's tail is off above 4 rows."""
+    lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
+    mw, sh = lw.mlp, lw.mlp.shared
+    g = torch.Generator().manual_seed(m)
+    x = torch.randn(m, CFG.hidden_size, generator=g).bfloat16()
+    pos = torch.tensor([3, -1, 7, 9, 11][:m]) if m > 1 else torch.tensor([5])
+    e, k = CFG.n_routed_experts, CFG.num_experts_per_tok
+    slots, inter, h = m * k + 1, mw.gate.q.shape[1], CFG.hidden_size
+    xq, sx = quant_act(x)
+    block_n, _, split_k = moe.gate_up_tiling(m)
+    runs = []
+    for tails in (False, True):
+        arr = [torch.zeros(n, dtype=torch.int32) for n in (1, -(-inter // block_n) * slots, h)]
+        parts = torch.full((2, m, e), float("nan"))
+        se = torch.full((slots,), -7, dtype=torch.int32)
+        sw = torch.full((slots, m), float("nan"))
+        sr = torch.full((slots, m), -7, dtype=torch.int32)
+        ns = torch.zeros(1, dtype=torch.int32)
+        if tails:
+            moe.router_route(x, mw.router, parts, mw.bias, pos, k, CFG.routed_scaling_factor,
+                             True, se, sw, sr, ns, arr[0])
+        else:
+            bf16_linear.bf16_linear_splitk(x, mw.router, parts)
+            moe.route(parts, mw.bias, pos, k, CFG.routed_scaling_factor, True, se, sw, sr, ns)
+        act = torch.full((slots, m, inter), float("nan"), dtype=torch.bfloat16)
+        gu_parts = torch.full((split_k, slots, m, 2, inter), float("nan")) if split_k > 1 else None
+        moe.gate_up(xq, sx.contiguous(), e, se, ns, mw.gate.q, mw.gate.s, mw.up.q, mw.up.s,
+                    sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act, gu_parts,
+                    arrivals=arr[1] if tails else None)
+        out = torch.full((m, h), float("nan"), dtype=torch.bfloat16)
+        terms = torch.full((m, k + 1, h), float("nan"), dtype=torch.bfloat16)
+        moe.down(act, e, se, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, pos, terms,
+                 out, arrivals=arr[2] if tails else None)
+        n = int(ns)
+        runs.append((se[:n], sw[:n], sr[:n], act[:n].float(), out.float()))
+        assert not any(c.any() for c in arr), arr
+    assert not torch.isnan(runs[1][-1]).any()
+    for a, b in zip(*runs):
+        assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30))
+
+
 @pytest.mark.parametrize("k, block", [(16, 512), (256, 0)])  # 0: the default, one step a pass
 def test_topk_radix_select_follows_sglang_semantics(k, block):
     g = torch.Generator().manual_seed(k)

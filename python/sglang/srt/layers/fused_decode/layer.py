@@ -7,16 +7,18 @@ returned callable has the semantics of the reference ``layer_forward`` for one r
 sums, the all-reduce left to the caller), writes the KV and index caches in place, allocates
 nothing and never synchronizes with the host, so a step of it can be captured in a CUDA graph.
 
-A step is one launch of the persistent layer kernel (``persistent_step``), which runs the
-stage kernels' task bodies in one resident grid; with ``persistent_launch=False`` (or
-SGL_KERNEL_EXT_PERSISTENT=0) it is the stage kernels, one launch each.
+A step is the stage kernels below, one launch each, overlapped (``overlap``); with
+``persistent_launch=True`` (or SGL_KERNEL_EXT_PERSISTENT=1) it is one launch of the persistent
+layer kernel (``persistent_step``), which runs the same task bodies in one resident grid.
 
 Launch sequence (stage kernels from ``sgl_kernel_ext.triton``): add+RMSNorm (+ e4m3 of the
 row); q_a|kv_a (split-K partials); latent norms + rope + KV write (+ e4m3 of c_q); q_b
 (| wq_b); indexer keys/queries, scores, top-k; absorb; sparse attention + combine; w_vc
-(+ e4m3); o_proj; add+RMSNorm; MLP (router, route, gate/up, down, each row's terms summed).
-Activations are quantized once by the kernel that produces them; every GEMM's split-K
-partials are summed in a fixed order by its consumer, so a step is deterministic.
+(+ e4m3); o_proj; add+RMSNorm; MLP (router + route, gate/up + SwiGLU, down + each row's
+terms summed: each pair one launch, the second part run by the last program of its group to
+finish, ``arrival``). Activations are quantized once by the kernel that produces them; every
+GEMM's split-K partials are summed in a fixed order by their consumer, so a step is
+deterministic.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from sgl_kernel_ext.triton import bf16_linear, fp8_linear, indexer, mla, moe, norm, overlap
+from sgl_kernel_ext.triton import arrival, bf16_linear, fp8_linear, indexer, mla, moe, norm, overlap
 from sgl_kernel_ext.triton import persistent
 from sgl_kernel_ext.triton import topk as topk_kernel
 
@@ -54,7 +56,7 @@ class FusedLayer:
     def __init__(self, cfg: Glm5Config, lw: LayerWeights, caches: Caches, max_rows: int,
                  max_context: Optional[int] = None, persistent_launch: Optional[bool] = None):
         self.cfg, self.lw, self.max_rows = cfg, lw, max_rows
-        # one launch per step (persistent.py) unless SGL_KERNEL_EXT_PERSISTENT=0
+        # one launch per step (persistent.py) only with SGL_KERNEL_EXT_PERSISTENT=1
         self.persistent = persistent.enabled() if persistent_launch is None else persistent_launch
         a = lw.attn
         dev = a.q_a.q.device
@@ -114,7 +116,13 @@ class FusedLayer:
         b = self.buf
         b["counters"] = torch.zeros(persistent.COUNTERS, dtype=torch.int32, device=dev)
         few = min(m, 2)  # rows for which gate/up splits K (moe.gate_up_tiling)
-        split_k = moe.gate_up_tiling(few)[2]
+        gu_block_n, _, split_k = moe.gate_up_tiling(few)
+        # last-arrival counters (arrival.py): gate/up's (tile, slot) groups, down's column
+        # tiles, the router's one
+        b["gu_arrivals"] = arrival.counters(-(-inter // gu_block_n) * slots, dev)
+        b["down_arrivals"] = arrival.counters(-(-h // min(moe.down_block(r) for r in
+                                                          range(1, m + 1))), dev)
+        b["route_arrival"] = arrival.counters(1, dev)
         b["gu_parts"] = e(split_k, few * cfg.num_experts_per_tok + 1 if self.experts else 1,
                           few, 2, inter, dt=f32)
         if self.experts:
@@ -133,7 +141,7 @@ class FusedLayer:
             b["head_w"] = e(m, ni, dt=f32)
             width = max(max_context or cfg.max_position_embeddings, cfg.index_topk)
             b["scores"] = e(m, width, dt=f32)
-            if width > topk_kernel.SPLIT_MIN_WIDTH:  # scratch of the split top-k
+            if width > cfg.index_topk:  # scratch of the split top-k (tens of KB)
                 p = topk_kernel.split_chunks(width)
                 i32 = torch.int32
                 b["topk_hist"] = e(2, m * p * 256, dt=i32)
@@ -253,10 +261,10 @@ class FusedLayer:
         cfg, mlp, b = self.cfg, self.lw.mlp, self.buf
         v = lambda name: self._view(name, m)  # noqa: E731
         if self.experts:
-            bf16_linear.bf16_linear_splitk(v("x2"), mlp.router, v("router_parts"))
-            moe.route(v("router_parts"), mlp.bias, pos, cfg.num_experts_per_tok,
-                      cfg.routed_scaling_factor, cfg.norm_topk_prob, b["slot_expert"],
-                      v("slot_weight"), v("slot_rank"), b["num_slots"])
+            moe.router_route(v("x2"), mlp.router, v("router_parts"), mlp.bias, pos,
+                             cfg.num_experts_per_tok, cfg.routed_scaling_factor,
+                             cfg.norm_topk_prob, b["slot_expert"], v("slot_weight"),
+                             v("slot_rank"), b["num_slots"], b["route_arrival"])
             routed, shared = mlp, mlp.shared
         else:
             routed = shared = mlp  # the dense MLP is the single shared slot
@@ -267,15 +275,16 @@ class FusedLayer:
             gu_parts = _prefix(b["gu_parts"], split_k, act.shape[0], m, 2, act.shape[2])
         moe.gate_up(v("x2q"), v("x2s"), self.experts, b["slot_expert"], b["num_slots"],
                     routed.gate.q, routed.gate.s, routed.up.q, routed.up.s,
-                    shared.gate.q, shared.gate.s, shared.up.q, shared.up.s, act, gu_parts)
+                    shared.gate.q, shared.gate.s, shared.up.q, shared.up.s, act, gu_parts,
+                    arrivals=b["gu_arrivals"])
         moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"), v("slot_rank"),
                  b["num_slots"], routed.down.q, routed.down.s, shared.down.q, shared.down.s, pos,
-                 v("terms"), v("y"))
+                 v("terms"), v("y"), arrivals=b["down_arrivals"])
 
 
 def build_fused_layer(cfg: Glm5Config, lw: LayerWeights, caches: Caches, max_rows: int,
                       max_context: Optional[int] = None,
                       persistent_launch: Optional[bool] = None) -> FusedLayer:
     """Build one rank's fused layer for steps of 1..max_rows rows (see the module docstring);
-    persistent_launch: one launch per step (default: unless SGL_KERNEL_EXT_PERSISTENT=0)."""
+    persistent_launch: one launch per step (default: only with SGL_KERNEL_EXT_PERSISTENT=1)."""
     return FusedLayer(cfg, lw, caches, max_rows, max_context, persistent_launch)

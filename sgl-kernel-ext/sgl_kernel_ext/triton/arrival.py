@@ -1,0 +1,36 @@
+"""Last-arrival tails: the program of a group that finishes last does the group's reduction.
+
+A stage whose output is summed over split-K partials (or over MoE slots) needs every partial
+before its consumer can run; as a separate kernel that consumer costs a launch and its ramp,
+several microseconds at 1-4 rows. Instead each program of a group counts its arrival on a
+counter in global memory after its stores; the one that sees the count reach the group's size
+knows every partial is written and visible, runs the reduction itself and resets the counter
+to zero, so the next launch (or CUDA-graph replay) finds it zeroed without a host write.
+
+The reduction reads the partials in a fixed order, so results do not depend on which program
+arrives last: deterministic, and bitwise the same as the separate kernel. Portable Triton
+(atomics with memory semantics), no vendor intrinsics.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def arrive_last(counter_ptr, group_size):
+    """Count this program's arrival (after all its threads' stores); True in the one program
+    of the group that arrives last, which then sees every other arrival's stores."""
+    tl.debug_barrier()
+    arrived = tl.atomic_add(counter_ptr, 1, sem="acq_rel", scope="gpu")
+    last = arrived == group_size - 1
+    if last:
+        tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
+    return last
+
+
+def counters(n: int, device) -> torch.Tensor:
+    """n zeroed arrival counters (each tail leaves its counter at zero again)."""
+    return torch.zeros(max(1, n), dtype=torch.int32, device=device)
