@@ -295,8 +295,24 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
                terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET)
     if TAIL:  # the tile's last slot to finish sums every row's terms of the tile's columns
         if arrive_last(arrivals_ptr + tile, tl.num_programs(1)):
-            for m in range(M):
-                _sum_terms_task(m, tile, terms_ptr, pos_ptr, out_ptr, H, TERMS, BLOCK_N)
+            _sum_terms_tile(tile, terms_ptr, pos_ptr, out_ptr, M, H, TERMS, BLOCK_M, BLOCK_N)
+
+
+@triton.jit
+def _sum_terms_tile(tile, terms_ptr, pos_ptr, out_ptr, M, H, TERMS: tl.constexpr,
+                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """_sum_terms_task for every row at once over one column tile (the same sums in the same
+    order, so the same bits)."""
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_ok = offs_m < M
+    ok = m_ok[:, None] & (offs_n[None, :] < H)
+    n_terms = tl.where(tl.load(pos_ptr + offs_m, mask=m_ok, other=-1) >= 0, TERMS, 1)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
+    for j in tl.static_range(TERMS):
+        src = terms_ptr + ((offs_m * TERMS + j) * H)[:, None] + offs_n[None, :]
+        acc += tl.load(src, mask=ok & (j < n_terms)[:, None], other=0.0).to(tl.float32)
+    tl.store(out_ptr + offs_m[:, None] * H + offs_n[None, :], acc.to(tl.bfloat16), mask=ok)
 
 
 @triton.jit
@@ -342,6 +358,10 @@ def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tenso
 # rows up to which the router's GEMV and route are one launch (route's [rows, experts] tiles
 # fit the GEMV's 4 warps without spilling; more rows run route as its own 16-warp kernel)
 ROUTE_TAIL_MAX_ROWS = 4
+# whether gate/up's SwiGLU and down's sum run as last-arrival tails when given counters (the
+# second kernel otherwise); module switches for benchmark/tiling_probe.py's A/B
+SWIGLU_TAIL = True
+SUM_TAIL = True
 
 
 def router_route(x: torch.Tensor, router_w: torch.Tensor, router_parts: torch.Tensor,
@@ -432,7 +452,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         gu_parts = act
     k_chunk = gate_up_chunk(k, split_k, groups)
     tiles = triton.cdiv(inter, block_n)
-    tail = split_k > 1 and arrivals is not None
+    tail = split_k > 1 and arrivals is not None and SWIGLU_TAIL
     if tail:
         assert arrivals.dtype == torch.int32 and arrivals.numel() >= tiles * slots
     _gate_up_kernel[(tiles, slots, split_k)](
@@ -466,7 +486,7 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
     block_n = block_n or down_block(m)
     _check_expert_stack(down_q, down_s)
     tiles = triton.cdiv(h, block_n)
-    tail = arrivals is not None
+    tail = arrivals is not None and SUM_TAIL
     if tail:
         assert arrivals.dtype == torch.int32 and arrivals.numel() >= tiles
     _down_kernel[(tiles, slots)](
