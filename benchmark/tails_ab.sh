@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
-# One device call (repo root, $OUT set, carry .cache/upstream and .cache/triton.tgz): the A/B
+# One device call (repo root, $OUT set, carry .cache/upstream and .cache/triton.tgz): the GPU
+# tests, the A/B
 # of the MoE's last-arrival tails and of the absorb steps at 2K, the split top-k's threshold at
-# 4K and 8K, then the layer table and the step. About 5 minutes once the machine is up.
+# 4K and 8K, then the layer table and the step. About 8 minutes once the machine is up.
 set -u
 export PYTHONPATH=python:sgl-kernel-ext:.
 export TRITON_CACHE_DIR="$PWD/.cache/triton"
 mkdir -p "$TRITON_CACHE_DIR"
 [ -f .cache/triton.tgz ] && tar xzf .cache/triton.tgz -C .cache && echo "triton cache restored"
+timeout 240 python3 -m pytest test/srt/kernels -q -x -k "not sanitize and not split_topk" \
+  > "$OUT/pytest.log" 2>&1
+echo "pytest rc=$?"; tail -3 "$OUT/pytest.log"
 timeout 200 python3 -m benchmark.tiling_probe --kinds moe,moe_idx --ms 1,2,4,16 --out "$OUT" \
   --variants baseline,no_route_tail,no_swiglu_tail,no_sum_tail,absorb_no_chunk,baseline \
   > "$OUT/tiling_probe_tails.log" 2>&1
