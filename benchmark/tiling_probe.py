@@ -35,13 +35,13 @@ VARIANTS = {
     "absorb_v_8_warps": {("mla", "ABSORB_V_WARPS"): 8},
     "fp8_linear_8_warps": {("fp8_linear", "NUM_WARPS"): 8},
     "down_block_64": {("moe", "down_block"): "down_64"},
-    # the MoE's last-arrival tails (arrival.py) off, one at a time
+    # the MoE's last-arrival tails (arrival.py) off, one at a time (the down+sum tail tried
+    # in tiling_probe_20261130T144611Z is gone)
     "no_route_tail": {("moe", "ROUTE_TAIL_MAX_ROWS"): 0},
     "no_swiglu_tail": {("moe", "SWIGLU_TAIL"): False},
-    "no_sum_tail": {("moe", "SUM_TAIL"): False},
-    # the split top-k's threshold (default: rows wider than 8192), at --ctx above 2048
+    # the split top-k's threshold (default: rows wider than 2048), at --ctx above 2048
     "split_topk_off": {("topk", "SPLIT_MIN_WIDTH"): 1 << 30},
-    "split_topk_above_2048": {("topk", "SPLIT_MIN_WIDTH"): 2048},
+    "split_topk_above_8192": {("topk", "SPLIT_MIN_WIDTH"): 8192},
 }
 
 

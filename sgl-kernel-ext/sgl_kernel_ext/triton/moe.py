@@ -281,9 +281,8 @@ def _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr
 @triton.jit
 def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                  num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
-                 terms_ptr, pos_ptr, out_ptr, arrivals_ptr, TERMS: tl.constexpr,
-                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
-                 PDL: tl.constexpr, TAIL: tl.constexpr):
+                 terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                 INTERPRET: tl.constexpr, PDL: tl.constexpr):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     # the slot table was written by route, two or more kernels back
@@ -293,26 +292,6 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
     _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
                terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET)
-    if TAIL:  # the tile's last slot to finish sums every row's terms of the tile's columns
-        if arrive_last(arrivals_ptr + tile, tl.num_programs(1)):
-            _sum_terms_tile(tile, terms_ptr, pos_ptr, out_ptr, M, H, TERMS, BLOCK_M, BLOCK_N)
-
-
-@triton.jit
-def _sum_terms_tile(tile, terms_ptr, pos_ptr, out_ptr, M, H, TERMS: tl.constexpr,
-                    BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
-    """_sum_terms_task for every row at once over one column tile (the same sums in the same
-    order, so the same bits)."""
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    m_ok = offs_m < M
-    ok = m_ok[:, None] & (offs_n[None, :] < H)
-    n_terms = tl.where(tl.load(pos_ptr + offs_m, mask=m_ok, other=-1) >= 0, TERMS, 1)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-    for j in tl.static_range(TERMS):
-        src = terms_ptr + ((offs_m * TERMS + j) * H)[:, None] + offs_n[None, :]
-        acc += tl.load(src, mask=ok & (j < n_terms)[:, None], other=0.0).to(tl.float32)
-    tl.store(out_ptr + offs_m[:, None] * H + offs_n[None, :], acc.to(tl.bfloat16), mask=ok)
 
 
 @triton.jit
@@ -357,11 +336,13 @@ def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tenso
 
 # rows up to which the router's GEMV and route are one launch (route's [rows, experts] tiles
 # fit the GEMV's 4 warps without spilling; more rows run route as its own 16-warp kernel)
-ROUTE_TAIL_MAX_ROWS = 4
-# whether gate/up's SwiGLU and down's sum run as last-arrival tails when given counters (the
-# second kernel otherwise); module switches for benchmark/tiling_probe.py's A/B
+# (H200, tiling_probe_20261130T144611Z: the tail saves 0.5-1.5 us of a MoE layer at 1-2 rows
+# and costs 16 us at 4)
+ROUTE_TAIL_MAX_ROWS = 2
+# whether gate/up's SwiGLU runs as a last-arrival tail when given counters (the second kernel
+# otherwise; 1-2 us of a MoE layer at 1-2 rows, the same run). Down's sum as a tail saved
+# nothing at 1-2 rows and cost 12 us at 16 (the same run): it stays a kernel.
 SWIGLU_TAIL = True
-SUM_TAIL = True
 
 
 def router_route(x: torch.Tensor, router_w: torch.Tensor, router_parts: torch.Tensor,
@@ -474,32 +455,21 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
 
 
 def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_q, down_s,
-         shared_down_q, shared_down_s, positions, terms, out, block_n=None, num_warps=4,
-         arrivals=None):
+         shared_down_q, shared_down_s, positions, terms, out, block_n=None, num_warps=4):
     """out bf16 [M, H] = sum over the row's experts of bf16(weight * act_slot D_e^T), shared
-    first then experts ascending (fp32 sum, one rounding), through terms bf16 [M, k+1, H]:
-    summed by the last slot of each column tile when `arrivals` (int32 counters, at least
-    ceil(H / block_n), left at zero) is given, else by a second kernel."""
+    first then experts ascending (fp32 sum, one rounding), through terms bf16 [M, k+1, H]."""
     slots, m, inter = act.shape
     _, n_terms, h = terms.shape
     assert shared_down_q.shape == (h, inter) and out.is_contiguous() and terms.is_contiguous()
     block_n = block_n or down_block(m)
     _check_expert_stack(down_q, down_s)
-    tiles = triton.cdiv(h, block_n)
-    tail = arrivals is not None and SUM_TAIL
-    if tail:
-        assert arrivals.dtype == torch.int32 and arrivals.numel() >= tiles
-    _down_kernel[(tiles, slots)](
+    _down_kernel[(triton.cdiv(h, block_n), slots)](
         act, m, inter, h, num_experts, slot_expert, slot_weight, slot_rank, num_slots,
         down_q, down_s, down_q.stride(0) if down_q.dim() == 3 else 0,
         down_s.stride(0) if down_s.dim() == 3 else 0, shared_down_q, shared_down_s, terms,
-        positions, out, arrivals if tail else num_slots,
         TERMS=n_terms, BLOCK_M=block_m(m), BLOCK_N=block_n, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), TAIL=tail, num_warps=num_warps, num_stages=3,
-        **overlap.launch_kw(),
+        PDL=overlap.enabled(), num_warps=num_warps, num_stages=3, **overlap.launch_kw(),
     )
-    if tail:
-        return
     _sum_terms_kernel[(m, triton.cdiv(h, SUM_BLOCK))](
         terms, positions, out, h, TERMS=n_terms, BLOCK=SUM_BLOCK, PDL=overlap.enabled(),
         num_warps=4, **overlap.launch_kw())

@@ -110,9 +110,10 @@ def test_moe_route_slots_and_combine():
 
 @pytest.mark.parametrize("m", [1, 2, 5])
 def test_moe_last_arrival_tails_are_bitwise_the_separate_kernels(m):
-    """router+route, gate/up+SwiGLU and down+sum as one launch each (the last program of a
-    group runs the second part) against the two-launch forms: bitwise equal outputs and every
-    arrival counter back at zero. 5 rows: the router's tail is off above 4 rows."""
+    """router+route and gate/up+SwiGLU as one launch each (the last program of a group runs
+    the second part) against the two-launch forms: bitwise equal outputs and every arrival
+    counter back at zero. 5 rows: both tails are off (route's above ROUTE_TAIL_MAX_ROWS, and
+    gate/up splits no K there)."""
     lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
     mw, sh = lw.mlp, lw.mlp.shared
     g = torch.Generator().manual_seed(m)
@@ -124,7 +125,7 @@ def test_moe_last_arrival_tails_are_bitwise_the_separate_kernels(m):
     block_n, _, split_k = moe.gate_up_tiling(m)
     runs = []
     for tails in (False, True):
-        arr = [torch.zeros(n, dtype=torch.int32) for n in (1, -(-inter // block_n) * slots, h)]
+        arr = [torch.zeros(n, dtype=torch.int32) for n in (1, -(-inter // block_n) * slots)]
         parts = torch.full((2, m, e), float("nan"))
         se = torch.full((slots,), -7, dtype=torch.int32)
         sw = torch.full((slots, m), float("nan"))
@@ -144,7 +145,7 @@ def test_moe_last_arrival_tails_are_bitwise_the_separate_kernels(m):
         out = torch.full((m, h), float("nan"), dtype=torch.bfloat16)
         terms = torch.full((m, k + 1, h), float("nan"), dtype=torch.bfloat16)
         moe.down(act, e, se, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, pos, terms,
-                 out, arrivals=arr[2] if tails else None)
+                 out)
         n = int(ns)
         runs.append((se[:n], sw[:n], sr[:n], act[:n].float(), out.float()))
         assert not any(c.any() for c in arr), arr

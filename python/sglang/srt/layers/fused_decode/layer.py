@@ -14,9 +14,9 @@ layer kernel (``persistent_step``), which runs the same task bodies in one resid
 Launch sequence (stage kernels from ``sgl_kernel_ext.triton``): add+RMSNorm (+ e4m3 of the
 row); q_a|kv_a (split-K partials); latent norms + rope + KV write (+ e4m3 of c_q); q_b
 (| wq_b); indexer keys/queries, scores, top-k; absorb; sparse attention + combine; w_vc
-(+ e4m3); o_proj; add+RMSNorm; MLP (router + route, gate/up + SwiGLU, down + each row's
-terms summed: each pair one launch, the second part run by the last program of its group to
-finish, ``arrival``). Activations are quantized once by the kernel that produces them; every
+(+ e4m3); o_proj; add+RMSNorm; MLP (router + route and gate/up + SwiGLU, at 1-2 rows each
+pair one launch whose second part is run by the last program of its group to finish,
+``arrival``; down, each row's terms summed). Activations are quantized once by the kernel that produces them; every
 GEMM's split-K partials are summed in a fixed order by their consumer, so a step is
 deterministic.
 """
@@ -117,11 +117,8 @@ class FusedLayer:
         b["counters"] = torch.zeros(persistent.COUNTERS, dtype=torch.int32, device=dev)
         few = min(m, 2)  # rows for which gate/up splits K (moe.gate_up_tiling)
         gu_block_n, _, split_k = moe.gate_up_tiling(few)
-        # last-arrival counters (arrival.py): gate/up's (tile, slot) groups, down's column
-        # tiles, the router's one
+        # last-arrival counters (arrival.py): gate/up's (tile, slot) groups, the router's one
         b["gu_arrivals"] = arrival.counters(-(-inter // gu_block_n) * slots, dev)
-        b["down_arrivals"] = arrival.counters(-(-h // min(moe.down_block(r) for r in
-                                                          range(1, m + 1))), dev)
         b["route_arrival"] = arrival.counters(1, dev)
         b["gu_parts"] = e(split_k, few * cfg.num_experts_per_tok + 1 if self.experts else 1,
                           few, 2, inter, dt=f32)
@@ -279,7 +276,7 @@ class FusedLayer:
                     arrivals=b["gu_arrivals"])
         moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"), v("slot_rank"),
                  b["num_slots"], routed.down.q, routed.down.s, shared.down.q, shared.down.s, pos,
-                 v("terms"), v("y"), arrivals=b["down_arrivals"])
+                 v("terms"), v("y"))
 
 
 def build_fused_layer(cfg: Glm5Config, lw: LayerWeights, caches: Caches, max_rows: int,
