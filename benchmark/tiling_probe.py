@@ -35,6 +35,7 @@ VARIANTS = {
     "absorb_v_8_warps": {("mla", "ABSORB_V_WARPS"): 8},
     "fp8_linear_8_warps": {("fp8_linear", "NUM_WARPS"): 8},
     "down_block_64": {("moe", "down_block"): "down_64"},
+    "down_block_256": {("moe", "down_block"): "down_256"},
     # the MoE's last-arrival tails (arrival.py) off, one at a time (the down+sum tail tried
     # in tiling_probe_20261130T144611Z is gone)
     "no_route_tail": {("moe", "ROUTE_TAIL_MAX_ROWS"): 0},
@@ -62,7 +63,8 @@ def main():
     from sglang.srt.layers.fused_decode.reference.config import glm53_config
 
     modules = {"fp8_linear": fp8_linear, "mla": mla, "moe": moe, "norm": norm, "topk": topk}
-    derived = {"no_split_k": _no_split_k(moe.gate_up_tiling), "down_64": lambda m: 64}
+    derived = {"no_split_k": _no_split_k(moe.gate_up_tiling), "down_64": lambda m: 64,
+               "down_256": lambda m: 256}
     dev = torch.device("cuda")
     cfg = glm53_config()
     ms = [int(v) for v in args.ms.split(",")]
