@@ -40,6 +40,11 @@ VARIANTS = {
     # in tiling_probe_20261130T144611Z is gone)
     "no_route_tail": {("moe", "ROUTE_TAIL_MAX_ROWS"): 0},
     "no_swiglu_tail": {("moe", "SWIGLU_TAIL"): False},
+    "route_kernel_1_warp": {("moe", "ROUTE_TAIL_MAX_ROWS"): 0, ("moe", "ROUTE_WARPS"): 1},
+    "route_kernel_2_warps": {("moe", "ROUTE_TAIL_MAX_ROWS"): 0, ("moe", "ROUTE_WARPS"): 2},
+    "route_kernel_4_warps": {("moe", "ROUTE_TAIL_MAX_ROWS"): 0, ("moe", "ROUTE_WARPS"): 4},
+    "router_route_2_warps": {("moe", "ROUTER_ROUTE_WARPS"): 2},
+    "router_route_1_warp": {("moe", "ROUTER_ROUTE_WARPS"): 1},
     # the split top-k's threshold (default: rows wider than 2048), at --ctx above 2048
     "split_topk_off": {("topk", "SPLIT_MIN_WIDTH"): 1 << 30},
     "split_topk_above_8192": {("topk", "SPLIT_MIN_WIDTH"): 8192},

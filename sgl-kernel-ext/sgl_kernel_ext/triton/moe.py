@@ -330,7 +330,7 @@ def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tenso
     _route_kernel[(1,)](router_parts, split, m, e, bias, positions, slot_expert, slot_weight,
                         slot_rank, num_slots, float(scale), BLOCK_M=max(2, triton.next_power_of_2(m)),
                         BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm,
-                        PDL=overlap.enabled(), num_warps=16 if m > 4 else 4,
+                        PDL=overlap.enabled(), num_warps=ROUTE_WARPS or (16 if m > 4 else 4),
                         **overlap.launch_kw())  # [rows, experts] tiles: no spills
 
 
@@ -339,6 +339,10 @@ def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tenso
 # (H200, tiling_probe_20261130T144611Z: the tail saves 0.5-1.5 us of a MoE layer at 1-2 rows
 # and costs 16 us at 4)
 ROUTE_TAIL_MAX_ROWS = 2
+# warps of the route kernel (0: 4 up to 4 rows, 16 above); a knob for tiling_probe (its top-k is
+# eight dependent argmax reductions, which fewer warps make cheaper)
+ROUTE_WARPS = 0
+ROUTER_ROUTE_WARPS = 4  # warps of the one-launch router + route (tiling_probe knob)
 # whether gate/up's SwiGLU runs as a last-arrival tail when given counters (the second kernel
 # otherwise; 1-2 us of a MoE layer at 1-2 rows, the same run). Down's sum as a tail saved
 # nothing at 1-2 rows and cost 12 us at 16 (the same run): it stays a kernel.
@@ -372,7 +376,7 @@ def router_route(x: torch.Tensor, router_w: torch.Tensor, router_parts: torch.Te
         slot_weight, slot_rank, num_slots, float(scale), SPLIT=split, BLOCK_M=block_m(m),
         ROUTE_M=max(2, triton.next_power_of_2(m)), BLOCK_N=block_n, BLOCK_K=block_k,
         BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), num_warps=4, num_stages=4, **overlap.launch_kw())
+        PDL=overlap.enabled(), num_warps=ROUTER_ROUTE_WARPS, num_stages=4, **overlap.launch_kw())
 
 
 def _check_expert_stack(*tensors) -> None:
