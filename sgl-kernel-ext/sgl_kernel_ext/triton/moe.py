@@ -339,10 +339,11 @@ def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tenso
 # (H200, tiling_probe_20261130T144611Z: the tail saves 0.5-1.5 us of a MoE layer at 1-2 rows
 # and costs 16 us at 4)
 ROUTE_TAIL_MAX_ROWS = 2
-# warps of the route kernel (0: 4 up to 4 rows, 16 above); a knob for tiling_probe (its top-k is
-# eight dependent argmax reductions, which fewer warps make cheaper)
+# warps of the route kernel (0: 4 up to 4 rows, 16 above). On an H200 fewer warps are within
+# noise at 1-2 rows and much slower with more rows (4 warps at 16 rows: +22 us of a MoE layer;
+# tiling_probe_20261130T145619Z): its top-k is eight argmax reductions over [rows, experts].
 ROUTE_WARPS = 0
-ROUTER_ROUTE_WARPS = 4  # warps of the one-launch router + route (tiling_probe knob)
+ROUTER_ROUTE_WARPS = 4  # warps of the one-launch router + route (1-2 within noise, same run)
 # whether gate/up's SwiGLU runs as a last-arrival tail when given counters (the second kernel
 # otherwise; 1-2 us of a MoE layer at 1-2 rows, the same run). Down's sum as a tail saved
 # nothing at 1-2 rows and cost 12 us at 16 (the same run): it stays a kernel.
