@@ -33,6 +33,8 @@ VARIANTS = {
     "absorb_chunk_d_64": {("mla", "ABSORB_CHUNK_FROM_ROWS"): 1},
     "absorb_no_chunk": {("mla", "ABSORB_CHUNK_FROM_ROWS"): 1 << 30},
     "absorb_v_8_warps": {("mla", "ABSORB_V_WARPS"): 8},
+    "attn_4_warps": {("mla", "ATTN_WARPS"): 4},
+    "attn_3_stages": {("mla", "ATTN_STAGES"): 3},
     "fp8_linear_8_warps": {("fp8_linear", "NUM_WARPS"): 8},
     "down_block_64": {("moe", "down_block"): "down_64"},
     "down_block_256": {("moe", "down_block"): "down_256"},
@@ -43,6 +45,7 @@ VARIANTS = {
     "route_kernel_1_warp": {("moe", "ROUTE_TAIL_MAX_ROWS"): 0, ("moe", "ROUTE_WARPS"): 1},
     "route_kernel_2_warps": {("moe", "ROUTE_TAIL_MAX_ROWS"): 0, ("moe", "ROUTE_WARPS"): 2},
     "route_kernel_4_warps": {("moe", "ROUTE_TAIL_MAX_ROWS"): 0, ("moe", "ROUTE_WARPS"): 4},
+    "route_one_program": {("moe", "ROUTE_PER_ROW_MIN_ROWS"): 1 << 30},
     "router_route_2_warps": {("moe", "ROUTER_ROUTE_WARPS"): 2},
     "router_route_1_warp": {("moe", "ROUTER_ROUTE_WARPS"): 1},
     # the split top-k's threshold (default: rows wider than 2048), at --ctx above 2048

@@ -35,6 +35,9 @@ ABSORB_CHUNK_FROM_ROWS = 4
 # warps of absorb_v: its [128, 512] bf16 w_vc tile spills 60 B per program at 4 (ptxas -v,
 # CPU) and none at 8; on an H200 8 warps is within noise (tiling_probe_20261130T143119Z)
 ABSORB_V_WARPS = 4
+# launch shape of the sparse attention (tiling_probe knobs)
+ATTN_WARPS = 8
+ATTN_STAGES = 2
 
 
 @triton.jit
@@ -362,8 +365,8 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
     _sparse_attn_kernel[(m, splits)](
         qcat, kv_cache, topk, topk.stride(0), token_slots, token_slots.stride(0), part_o,
         part_ml, nh, float(sm_scale), k // splits, C=kv_lora, R=rope,
-        BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=8, num_stages=2,
-        **overlap.launch_kw())
+        BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, INTERPRET=interpreting(),
+        PDL=overlap.enabled(), num_warps=ATTN_WARPS, num_stages=ATTN_STAGES, **overlap.launch_kw())
     _combine_kernel[(m, nh)](part_o, part_ml, olat, nh, splits, C=kv_lora,
                              BLOCK_S=triton.next_power_of_2(splits), PDL=overlap.enabled(),
                              num_warps=4, **overlap.launch_kw())

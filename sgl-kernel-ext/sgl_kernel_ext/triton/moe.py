@@ -5,7 +5,9 @@ Launches with grids fixed by the plan (CUDA-graph capturable):
 1. ``route``: sums the router's split-K fp32 logits, sigmoid, top-k of score + correction
    bias (ties to the lower expert), weights renormalized and scaled; then compacts the experts
    any row chose into a slot list (slot 0 the shared expert with weight 1, then the chosen
-   experts ascending) with a [slot, row] weight table. Pad rows choose nothing.
+   experts ascending) with a [slot, row] weight table. Pad rows choose nothing. At 1-2 rows
+   it is the tail of the router's GEMV launch; from 3 rows one program per row picks its
+   experts and the last to finish builds the slot list (``arrival``).
 2. ``gate_up``: one program per (slot, BLOCK_N intermediate columns): FP8 block GEMMs of the
    slot's expert for every row (x arrives quantized), SiLU(g) * u rounded to bf16 as SGLang's
    fused MoE does.
@@ -33,24 +35,20 @@ from .quant import sum_parts, to_e4m3
 
 
 @triton.jit
-def _route_task(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
-                slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, scale,
-                BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
-                RENORM: tl.constexpr):
-    offs_m = tl.arange(0, BLOCK_M)
+def _route_rows(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr, scale, offs_m, m_ok,
+                BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr):
+    """(chosen int32, weight fp32), [rows, BLOCK_E], of the rows offs_m where m_ok: the router
+    partials summed, sigmoid, top-k of score + bias (ties to the lower expert), weights
+    renormalized and scaled; nothing chosen by a pad row."""
     offs_e = tl.arange(0, BLOCK_E)
-    m_ok = offs_m < M
     e_ok = offs_e < E
     mask = m_ok[:, None] & e_ok[None, :]
-    logits = tl.zeros((BLOCK_M, BLOCK_E), dtype=tl.float32)
-    for s in tl.static_range(SPLIT):
-        logits += tl.load(parts_ptr + s * M * E + offs_m[:, None] * E + offs_e[None, :],
-                          mask=mask, other=0.0)
+    logits = sum_parts(parts_ptr, SPLIT, M * E, offs_m[:, None] * E + offs_e[None, :], mask)
     score = 1.0 / (1.0 + tl.exp(-logits))
     bias = tl.load(bias_ptr + offs_e, mask=e_ok, other=0.0)
     valid = m_ok & (tl.load(pos_ptr + offs_m, mask=m_ok, other=-1) >= 0)
     choice = tl.where(valid[:, None] & e_ok[None, :], score + bias[None, :], float("-inf"))
-    chosen = tl.zeros((BLOCK_M, BLOCK_E), dtype=tl.int32)
+    chosen = tl.zeros(choice.shape, dtype=tl.int32)
     for _ in tl.static_range(TOPK):
         best = tl.argmax(choice, axis=1)
         hit = offs_e[None, :] == best[:, None]
@@ -60,20 +58,41 @@ def _route_task(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
     w = tl.where(chosen > 0, score, 0.0)
     if RENORM:
         w = w / (tl.sum(w, axis=1) + 1e-20)[:, None]
-    w = w * scale
+    return chosen, w * scale
+
+
+@triton.jit
+def _route_slots(chosen, w, offs_m, m_ok, M, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
+                 num_slots_ptr, E, BLOCK_E: tl.constexpr):
+    """The slot list of every row's choice ([rows, BLOCK_E] chosen and weight): slot 0 the
+    shared expert (weight 1, rank 0), then the chosen experts ascending, with the [slot, row]
+    weight and rank (the expert's place in the row's ascending choice, -1 if not chosen)."""
+    offs_e = tl.arange(0, BLOCK_E)
     used = tl.max(chosen, axis=0)  # [BLOCK_E]
     slot = tl.cumsum(used, axis=0)  # slot 0 is the shared expert
     tl.store(slot_expert_ptr + slot, offs_e, mask=used > 0)
     tl.store(slot_weight_ptr + slot[None, :] * M + offs_m[:, None], w,
              mask=(used[None, :] > 0) & m_ok[:, None])
-    # the expert's place in its row's ascending choice (1..k; the shared expert is 0)
     rank = tl.where(chosen > 0, tl.cumsum(chosen, axis=1), -1)
     tl.store(slot_rank_ptr + slot[None, :] * M + offs_m[:, None], rank,
              mask=(used[None, :] > 0) & m_ok[:, None])
     tl.store(slot_expert_ptr, E)
-    tl.store(slot_weight_ptr + offs_m, tl.full((BLOCK_M,), 1.0, tl.float32), mask=m_ok)
-    tl.store(slot_rank_ptr + offs_m, tl.zeros((BLOCK_M,), tl.int32), mask=m_ok)
+    tl.store(slot_weight_ptr + offs_m, tl.full(offs_m.shape, 1.0, tl.float32), mask=m_ok)
+    tl.store(slot_rank_ptr + offs_m, tl.zeros(offs_m.shape, tl.int32), mask=m_ok)
     tl.store(num_slots_ptr, tl.sum(used, axis=0) + 1)
+
+
+@triton.jit
+def _route_task(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
+                slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, scale,
+                BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
+                RENORM: tl.constexpr):
+    offs_m = tl.arange(0, BLOCK_M)
+    m_ok = offs_m < M
+    chosen, w = _route_rows(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, scale, offs_m, m_ok,
+                            BLOCK_E, TOPK, RENORM)
+    _route_slots(chosen, w, offs_m, m_ok, M, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
+                 num_slots_ptr, E, BLOCK_E)
 
 
 @triton.jit
@@ -84,6 +103,36 @@ def _route_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
     stage_begin(PDL)
     _route_task(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, slot_expert_ptr, slot_weight_ptr,
                 slot_rank_ptr, num_slots_ptr, scale, BLOCK_M, BLOCK_E, TOPK, RENORM)
+
+
+@triton.jit
+def _route_per_row_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
+                          chosen_ptr, weight_ptr, arrival_ptr, slot_expert_ptr, slot_weight_ptr,
+                          slot_rank_ptr, num_slots_ptr, scale, BLOCK_M: tl.constexpr,
+                          BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
+                          PDL: tl.constexpr):
+    """Program r: row r's top-k into the [M, E] chosen / weight scratch; the last row to
+    finish builds the slot list from every row's."""
+    r = tl.program_id(0)
+    stage_begin(PDL)
+    offs_r = r + tl.arange(0, 2)  # [2, E] tiles, the second row masked off
+    r_ok = offs_r == r
+    chosen, w = _route_rows(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, scale, offs_r, r_ok,
+                            BLOCK_E, TOPK, RENORM)
+    offs_e = tl.arange(0, BLOCK_E)
+    at = offs_r[:, None] * E + offs_e[None, :]
+    ok = r_ok[:, None] & (offs_e[None, :] < E)
+    tl.store(chosen_ptr + at, chosen, mask=ok)
+    tl.store(weight_ptr + at, w, mask=ok)
+    if arrive_last(arrival_ptr, M):
+        offs_m = tl.arange(0, BLOCK_M)
+        m_ok = offs_m < M
+        at = offs_m[:, None] * E + offs_e[None, :]
+        ok = m_ok[:, None] & (offs_e[None, :] < E)
+        chosen = tl.load(chosen_ptr + at, mask=ok, other=0)
+        w = tl.load(weight_ptr + at, mask=ok, other=0.0)
+        _route_slots(chosen, w, offs_m, m_ok, M, slot_expert_ptr, slot_weight_ptr,
+                     slot_rank_ptr, num_slots_ptr, E, BLOCK_E)
 
 
 @triton.jit
@@ -317,27 +366,8 @@ def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK
                     BLOCK)
 
 
-def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tensor, topk: int,
-          scale: float, renorm: bool, slot_expert: torch.Tensor, slot_weight: torch.Tensor,
-          slot_rank: torch.Tensor, num_slots: torch.Tensor) -> None:
-    """router_parts fp32 [SPLIT, M, E]; writes slot_expert int32 [>= M*topk+1], slot_weight
-    fp32 and slot_rank int32 [>= M*topk+1, M] (the expert's place in the row's ascending
-    choice; -1 where the row did not choose it) and num_slots int32 [1]."""
-    split, m, e = router_parts.shape
-    assert router_parts.is_contiguous() and slot_weight.shape[1] == m
-    assert slot_expert.numel() >= m * topk + 1 and slot_weight.is_contiguous()
-    assert slot_rank.shape == slot_weight.shape and slot_rank.is_contiguous()
-    _route_kernel[(1,)](router_parts, split, m, e, bias, positions, slot_expert, slot_weight,
-                        slot_rank, num_slots, float(scale), BLOCK_M=max(2, triton.next_power_of_2(m)),
-                        BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm,
-                        PDL=overlap.enabled(), num_warps=ROUTE_WARPS or (16 if m > 4 else 4),
-                        **overlap.launch_kw())  # [rows, experts] tiles: no spills
-
-
-# rows up to which the router's GEMV and route are one launch (route's [rows, experts] tiles
-# fit the GEMV's 4 warps without spilling; more rows run route as its own 16-warp kernel)
-# (H200, tiling_probe_20261130T144611Z: the tail saves 0.5-1.5 us of a MoE layer at 1-2 rows
-# and costs 16 us at 4)
+# rows up to which the router's GEMV and route are one launch (on an H200 the tail saves
+# 0.5-1.5 us of a MoE layer at 1-2 rows and costs 16 us at 4: tiling_probe_20261130T144611Z)
 ROUTE_TAIL_MAX_ROWS = 2
 # warps of the route kernel (0: 4 up to 4 rows, 16 above). On an H200 fewer warps are within
 # noise at 1-2 rows and much slower with more rows (4 warps at 16 rows: +22 us of a MoE layer;
@@ -348,22 +378,55 @@ ROUTER_ROUTE_WARPS = 4  # warps of the one-launch router + route (1-2 within noi
 # otherwise; 1-2 us of a MoE layer at 1-2 rows, the same run). Down's sum as a tail saved
 # nothing at 1-2 rows and cost 12 us at 16 (the same run): it stays a kernel.
 SWIGLU_TAIL = True
+# rows from which route runs one program per row (then the last to finish builds the slot
+# list) when given the scratch, rather than one program for every row
+ROUTE_PER_ROW_MIN_ROWS = 3
+
+
+def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tensor, topk: int,
+          scale: float, renorm: bool, slot_expert: torch.Tensor, slot_weight: torch.Tensor,
+          slot_rank: torch.Tensor, num_slots: torch.Tensor, scratch=None) -> None:
+    """router_parts fp32 [SPLIT, M, E]; writes slot_expert int32 [>= M*topk+1], slot_weight
+    fp32 and slot_rank int32 [>= M*topk+1, M] (the expert's place in the row's ascending
+    choice; -1 where the row did not choose it) and num_slots int32 [1]. scratch: (chosen
+    int32 [>= M*E], weight fp32 [>= M*E], an int32 arrival counter at zero) for the
+    one-program-per-row form from ROUTE_PER_ROW_MIN_ROWS rows."""
+    split, m, e = router_parts.shape
+    assert router_parts.is_contiguous() and slot_weight.shape[1] == m
+    assert slot_expert.numel() >= m * topk + 1 and slot_weight.is_contiguous()
+    assert slot_rank.shape == slot_weight.shape and slot_rank.is_contiguous()
+    common = dict(BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm,
+                  PDL=overlap.enabled(), **overlap.launch_kw())
+    if scratch is not None and m >= ROUTE_PER_ROW_MIN_ROWS:
+        chosen, weight, arrival = scratch
+        assert chosen.numel() >= m * e and weight.numel() >= m * e
+        assert chosen.dtype == arrival.dtype == torch.int32 and weight.dtype == torch.float32
+        _route_per_row_kernel[(m,)](router_parts, split, m, e, bias, positions, chosen, weight,
+                                    arrival, slot_expert, slot_weight, slot_rank, num_slots,
+                                    float(scale), BLOCK_M=max(2, triton.next_power_of_2(m)),
+                                    num_warps=4, **common)
+        return
+    _route_kernel[(1,)](router_parts, split, m, e, bias, positions, slot_expert, slot_weight,
+                        slot_rank, num_slots, float(scale), BLOCK_M=max(2, triton.next_power_of_2(m)),
+                        num_warps=ROUTE_WARPS or (16 if m > 4 else 4),
+                        **common)  # [rows, experts] tiles: no spills
 
 
 def router_route(x: torch.Tensor, router_w: torch.Tensor, router_parts: torch.Tensor,
                  bias: torch.Tensor, positions: torch.Tensor, topk: int, scale: float,
                  renorm: bool, slot_expert: torch.Tensor, slot_weight: torch.Tensor,
                  slot_rank: torch.Tensor, num_slots: torch.Tensor,
-                 arrival: torch.Tensor) -> None:
+                 arrival: torch.Tensor, scratch=None) -> None:
     """The router's logits (bf16 x [M, K] . router_w [E, K]^T as fp32 split-K partials
     router_parts [SPLIT, M, E]) then ``route``: one launch up to ROUTE_TAIL_MAX_ROWS rows
-    (the last GEMV program routes; `arrival` an int32 counter left at zero), two above."""
+    (the last GEMV program routes; `arrival` an int32 counter left at zero), two above (route
+    given `scratch`, see ``route``)."""
     m, k = x.shape
     split, pm, e = router_parts.shape
     if m > ROUTE_TAIL_MAX_ROWS:
         bf16_linear.bf16_linear_splitk(x, router_w, router_parts)
         route(router_parts, bias, positions, topk, scale, renorm, slot_expert, slot_weight,
-              slot_rank, num_slots)
+              slot_rank, num_slots, scratch)
         return
     assert x.stride(1) == 1 and router_w.is_contiguous() and router_w.shape == (e, k) and pm == m
     assert router_parts.is_contiguous() and router_parts.dtype == torch.float32

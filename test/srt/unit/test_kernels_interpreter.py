@@ -112,8 +112,8 @@ def test_moe_route_slots_and_combine():
 def test_moe_last_arrival_tails_are_bitwise_the_separate_kernels(m):
     """router+route and gate/up+SwiGLU as one launch each (the last program of a group runs
     the second part) against the two-launch forms: bitwise equal outputs and every arrival
-    counter back at zero. 5 rows: both tails are off (route's above ROUTE_TAIL_MAX_ROWS, and
-    gate/up splits no K there)."""
+    counter back at zero. 5 rows: route runs one program per row, the last building the slot
+    list, and gate/up splits no K."""
     lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
     mw, sh = lw.mlp, lw.mlp.shared
     g = torch.Generator().manual_seed(m)
@@ -132,8 +132,10 @@ def test_moe_last_arrival_tails_are_bitwise_the_separate_kernels(m):
         sr = torch.full((slots, m), -7, dtype=torch.int32)
         ns = torch.zeros(1, dtype=torch.int32)
         if tails:
+            scratch = (torch.full((m * e,), -7, dtype=torch.int32), torch.full((m * e,), float("nan")),
+                       arr[0])
             moe.router_route(x, mw.router, parts, mw.bias, pos, k, CFG.routed_scaling_factor,
-                             True, se, sw, sr, ns, arr[0])
+                             True, se, sw, sr, ns, arr[0], scratch)
         else:
             bf16_linear.bf16_linear_splitk(x, mw.router, parts)
             moe.route(parts, mw.bias, pos, k, CFG.routed_scaling_factor, True, se, sw, sr, ns)

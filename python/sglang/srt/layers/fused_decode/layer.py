@@ -124,6 +124,9 @@ class FusedLayer:
                           few, 2, inter, dt=f32)
         if self.experts:
             b["router_parts"] = e(ROUTER_SPLIT, m, self.experts, dt=f32)
+            # each row's choice, for route's one-program-per-row form
+            b["route_chosen"] = e(m * self.experts, dt=torch.int32)
+            b["route_weight"] = e(m * self.experts, dt=f32)
         else:  # the dense MLP is the single shared slot
             b["slot_expert"].fill_(0)
             b["slot_weight"].fill_(1.0)
@@ -261,7 +264,8 @@ class FusedLayer:
             moe.router_route(v("x2"), mlp.router, v("router_parts"), mlp.bias, pos,
                              cfg.num_experts_per_tok, cfg.routed_scaling_factor,
                              cfg.norm_topk_prob, b["slot_expert"], v("slot_weight"),
-                             v("slot_rank"), b["num_slots"], b["route_arrival"])
+                             v("slot_rank"), b["num_slots"], b["route_arrival"],
+                             (b["route_chosen"], b["route_weight"], b["route_arrival"]))
             routed, shared = mlp, mlp.shared
         else:
             routed = shared = mlp  # the dense MLP is the single shared slot
