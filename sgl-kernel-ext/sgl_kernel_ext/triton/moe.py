@@ -127,12 +127,11 @@ def _route_per_row_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_pt
     if arrive_last(arrival_ptr, M):
         offs_m = tl.arange(0, BLOCK_M)
         m_ok = offs_m < M
-        at = offs_m[:, None] * E + offs_e[None, :]
-        ok = m_ok[:, None] & (offs_e[None, :] < E)
-        chosen = tl.load(chosen_ptr + at, mask=ok, other=0)
-        w = tl.load(weight_ptr + at, mask=ok, other=0.0)
-        _route_slots(chosen, w, offs_m, m_ok, M, slot_expert_ptr, slot_weight_ptr,
-                     slot_rank_ptr, num_slots_ptr, E, BLOCK_E)
+        every = offs_m[:, None] * E + offs_e[None, :]
+        every_ok = m_ok[:, None] & (offs_e[None, :] < E)
+        _route_slots(tl.load(chosen_ptr + every, mask=every_ok, other=0),
+                     tl.load(weight_ptr + every, mask=every_ok, other=0.0), offs_m, m_ok, M,
+                     slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, E, BLOCK_E)
 
 
 @triton.jit
