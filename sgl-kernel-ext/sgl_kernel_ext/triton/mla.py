@@ -35,7 +35,8 @@ ABSORB_CHUNK_FROM_ROWS = 4
 # warps of absorb_v: its [128, 512] bf16 w_vc tile spills 60 B per program at 4 (ptxas -v,
 # CPU) and none at 8; on an H200 8 warps is within noise (tiling_probe_20261130T143119Z)
 ABSORB_V_WARPS = 4
-# launch shape of the sparse attention (tiling_probe knobs)
+# launch shape of the sparse attention (tiling_probe knobs; 4 warps is 3-5 us slower per layer
+# at 4 and 16 rows, 3 stages within noise at one: tiling_probe_20261130T150549Z, ..T150034Z)
 ATTN_WARPS = 8
 ATTN_STAGES = 2
 
