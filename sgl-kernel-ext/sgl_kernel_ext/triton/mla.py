@@ -36,7 +36,7 @@ ABSORB_CHUNK_FROM_ROWS = 4
 # CPU) and none at 8; on an H200 8 warps is within noise (tiling_probe_20261130T143119Z)
 ABSORB_V_WARPS = 4
 # launch shape of the sparse attention (tiling_probe knobs; 4 warps is 3-5 us slower per layer
-# at 4 and 16 rows, 3 stages within noise at one: tiling_probe_20261130T150549Z, ..T150034Z)
+# at 4 and 16 rows, 3 stages within noise at one: tiling_probe_20261130T150549Z, tiling_probe_17e17a9_partial.log)
 ATTN_WARPS = 8
 ATTN_STAGES = 2
 
