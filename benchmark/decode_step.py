@@ -114,9 +114,19 @@ def main():
                 fused_step = fl.build_fused_step(cfg, [lw for lw, _ in layers], final_norm, lm_head,
                                                  caches, max(ms))
             else:
-                meta["fused"] = "per-layer build_fused_layer + stock final norm / LM head"
-                fused_layers = {lw.layer_id: fl.build_fused_layer(cfg, lw, caches, max(ms))
+                from sglang.srt.layers.fused_decode.workspace import Workspace
+
+                meta["fused"] = ("per-layer build_fused_layer sharing one workspace + stock "
+                                 "final norm / LM head")
+                ws = Workspace(dev)
+                fused_layers = {lw.layer_id: fl.build_fused_layer(cfg, lw, caches, max(ms),
+                                                                  workspace=ws)
                                 for lw, _ in layers}
+                ws.finalize()
+                meta["fused_workspace_bytes"] = ws.nbytes
+                meta["fused_buffers_unshared_bytes"] = ws.requested_bytes
+                H.log(f"fused step workspace: {ws.nbytes / 2**20:.1f} MiB shared by {n} layers "
+                      f"({ws.requested_bytes / 2**20:.1f} MiB with a buffer each)")
         except (ImportError, AttributeError) as e:
             meta["fused"] = f"absent ({type(e).__name__}: {e})"
         except Exception as e:

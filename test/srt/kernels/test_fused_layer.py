@@ -25,6 +25,7 @@ from sglang.srt.layers.fused_decode.testing import (  # noqa: E402
     clone_caches,
     compare_with_reference,
     make_case,
+    stack_with_and_without_workspace,
 )
 
 CFG = glm53_config()
@@ -222,6 +223,23 @@ def test_split_topk_equals_one_program_topk(rows):
                                      torch.full((2, rows * 2), -9, **i32),
                                      torch.full((rows * p * 2,), -9, **i32))
     assert torch.equal(one, split)
+
+
+@pytest.mark.parametrize("rows", [2, 16])
+def test_layers_sharing_one_workspace_are_bitwise_their_own_buffers(rows):
+    """Every layer kind stacked (dense+indexer, MoE+indexer, MoE on the carried top-k), two
+    steps with the overlap on at 2 rows, past the split top-k's threshold: sharing one
+    workspace gives the same bits as each layer's own buffers."""
+    ctx = _contexts(rows, 3000)
+    cases = [make_case(CFG, lid, ctx, seed=rows, device="cuda", lw=_weights(lid))
+             for lid in (0, 6, 4)]
+    (y0, r0, t0, c0), (y1, r1, t1, c1) = stack_with_and_without_workspace(cases)
+    assert not torch.isnan(y0.float()).any()
+    assert torch.equal(y0, y1) and torch.equal(r0, r1) and torch.equal(t0, t1)
+    for lid in c0.kv:
+        assert torch.equal(c0.kv[lid].view(torch.int16), c1.kv[lid].view(torch.int16))
+    for lid in c0.index:
+        assert torch.equal(c0.index[lid], c1.index[lid])
 
 
 def main(out_dir):

@@ -29,6 +29,7 @@ from sglang.srt.layers.fused_decode.testing import (  # noqa: E402
     clone_caches,
     compare_with_reference,
     make_case,
+    stack_with_and_without_workspace,
 )
 
 CFG = tiny_config()
@@ -271,3 +272,21 @@ def test_layer_with_split_topk_is_bitwise_the_one_program_topk(monkeypatch):
             case.batch.token_slots.shape[1]) == (flag == "1")
     for a, b in zip(*runs):
         assert torch.equal(a, b)
+
+
+def test_layers_sharing_one_workspace_are_bitwise_their_own_buffers():
+    """A stack of every tiny layer (dense and MoE, with and without the indexer) run as the
+    runtime does (each layer's y is the next one's input), two steps, gives the same outputs
+    and caches when the layers share one workspace as when each has its own buffers."""
+    contexts = [30, 0, 12, 40]
+    cases = [make_case(CFG, lid, contexts, seed=5, tp_size=2)
+             for lid in range(CFG.num_hidden_layers)]
+    (y0, r0, t0, c0), (y1, r1, t1, c1) = stack_with_and_without_workspace(cases)
+    valid = cases[0].batch.valid
+    assert not torch.isnan(y0[valid].float()).any()
+    assert torch.equal(y0[valid], y1[valid]) and torch.equal(r0[valid], r1[valid])
+    assert torch.equal(t0[valid], t1[valid])
+    for lid in c0.kv:
+        assert torch.equal(c0.kv[lid].view(torch.int16), c1.kv[lid].view(torch.int16))
+    for lid in c0.index:
+        assert torch.equal(c0.index[lid], c1.index[lid])

@@ -32,6 +32,7 @@ from sgl_kernel_ext.triton import persistent
 from sgl_kernel_ext.triton import topk as topk_kernel
 
 from . import persistent_step
+from . import workspace as workspace_mod
 from .reference.batch import RowBatch
 from .reference.cache import Caches
 from .reference.config import Glm5Config
@@ -54,7 +55,8 @@ def _prefix(buf: torch.Tensor, *shape: int) -> torch.Tensor:
 
 class FusedLayer:
     def __init__(self, cfg: Glm5Config, lw: LayerWeights, caches: Caches, max_rows: int,
-                 max_context: Optional[int] = None, persistent_launch: Optional[bool] = None):
+                 max_context: Optional[int] = None, persistent_launch: Optional[bool] = None,
+                 workspace: Optional["workspace_mod.Workspace"] = None):
         self.cfg, self.lw, self.max_rows = cfg, lw, max_rows
         # one launch per step (persistent.py) only with SGL_KERNEL_EXT_PERSISTENT=1
         self.persistent = persistent.enabled() if persistent_launch is None else persistent_launch
@@ -92,9 +94,9 @@ class FusedLayer:
             self.experts, inter, slots = 0, mlp.gate.q.shape[0], 1
         m = max_rows
         f32, bf16, fp8 = torch.float32, torch.bfloat16, torch.float8_e4m3fn
-        e = lambda *s, dt=bf16: torch.empty(*s, dtype=dt, device=dev)  # noqa: E731
+        e = lambda *s, dt=bf16: workspace_mod.Spec(s, dt)  # noqa: E731
         groups = lambda n: -(-n // 128)  # noqa: E731
-        self.buf = dict(
+        specs = dict(
             xq=e(m, h, dt=fp8), xs=e(m, groups(h), dt=f32), residual=e(m, h),
             qa=e(self.split_qkv_a, m, cfg.q_lora_rank, dt=f32),
             kva=e(self.split_qkv_a, m, c + rope, dt=f32),
@@ -109,44 +111,52 @@ class FusedLayer:
             x2s=e(m, groups(h), dt=f32), y=e(m, h),
             terms=e(m, cfg.num_experts_per_tok + 1 if self.experts else 1, h),
             topk=e(m, cfg.index_topk, dt=torch.int64), act=e(slots, m, inter),
-            slot_expert=e(slots, dt=torch.int32), slot_weight=e(slots, m, dt=f32),
-            slot_rank=e(slots, m, dt=torch.int32),
-            num_slots=e(1, dt=torch.int32),
         )
-        b = self.buf
-        b["counters"] = torch.zeros(persistent.COUNTERS, dtype=torch.int32, device=dev)
+        # the layer's own buffers: the slot table (preset once for a dense layer) and counters
+        own = dict(
+            slot_expert=e(slots, dt=torch.int32), slot_weight=e(slots, m, dt=f32),
+            slot_rank=e(slots, m, dt=torch.int32), num_slots=e(1, dt=torch.int32),
+        )
+        self.buf = workspace_mod.allocate(own, dev)
+        self.buf["counters"] = torch.zeros(persistent.COUNTERS, dtype=torch.int32, device=dev)
         few = min(m, 2)  # rows for which gate/up splits K (moe.gate_up_tiling)
         gu_block_n, _, split_k = moe.gate_up_tiling(few)
         # last-arrival counters (arrival.py): gate/up's (tile, slot) groups, the router's one
-        b["gu_arrivals"] = arrival.counters(-(-inter // gu_block_n) * slots, dev)
-        b["route_arrival"] = arrival.counters(1, dev)
-        b["gu_parts"] = e(split_k, few * cfg.num_experts_per_tok + 1 if self.experts else 1,
+        self.buf["gu_arrivals"] = arrival.counters(-(-inter // gu_block_n) * slots, dev)
+        self.buf["route_arrival"] = arrival.counters(1, dev)
+        specs["gu_parts"] = e(split_k, few * cfg.num_experts_per_tok + 1 if self.experts else 1,
                           few, 2, inter, dt=f32)
         if self.experts:
-            b["router_parts"] = e(ROUTER_SPLIT, m, self.experts, dt=f32)
+            specs["router_parts"] = e(ROUTER_SPLIT, m, self.experts, dt=f32)
             # each row's choice, for route's one-program-per-row form
-            b["route_chosen"] = e(m * self.experts, dt=torch.int32)
-            b["route_weight"] = e(m * self.experts, dt=f32)
+            specs["route_chosen"] = e(m * self.experts, dt=torch.int32)
+            specs["route_weight"] = e(m * self.experts, dt=f32)
         else:  # the dense MLP is the single shared slot
-            b["slot_expert"].fill_(0)
-            b["slot_weight"].fill_(1.0)
-            b["slot_rank"].fill_(0)
-            b["num_slots"].fill_(1)
+            self.buf["slot_expert"].fill_(0)
+            self.buf["slot_weight"].fill_(1.0)
+            self.buf["slot_rank"].fill_(0)
+            self.buf["num_slots"].fill_(1)
         if self.runs_indexer:
             ni, di = cfg.index_n_heads, cfg.index_head_dim
-            b["q_index"] = e(self.split_q_b, m, ni * di, dt=f32)
-            b["kw_parts"] = e(INDEX_KW_SPLIT, m, di + ni, dt=f32)
-            b["x"] = e(m, h)
-            b["q8"] = e(m, ni, di, dt=fp8)
-            b["head_w"] = e(m, ni, dt=f32)
+            specs["q_index"] = e(self.split_q_b, m, ni * di, dt=f32)
+            specs["kw_parts"] = e(INDEX_KW_SPLIT, m, di + ni, dt=f32)
+            specs["x"] = e(m, h)
+            specs["q8"] = e(m, ni, di, dt=fp8)
+            specs["head_w"] = e(m, ni, dt=f32)
             width = max(max_context or cfg.max_position_embeddings, cfg.index_topk)
-            b["scores"] = e(m, width, dt=f32)
+            specs["scores"] = e(m, width, dt=f32)
             if width > cfg.index_topk:  # scratch of the split top-k (tens of KB)
                 p = topk_kernel.split_chunks(width)
                 i32 = torch.int32
-                b["topk_hist"] = e(2, m * p * 256, dt=i32)
-                b["topk_state"] = e(2, m * 2, dt=i32)
-                b["topk_counts"] = e(m * p * 2, dt=i32)
+                specs["topk_hist"] = e(2, m * p * 256, dt=i32)
+                specs["topk_state"] = e(2, m * 2, dt=i32)
+                specs["topk_counts"] = e(m * p * 2, dt=i32)
+        # the step's scratch and outputs: the model's shared workspace (layers run one at a
+        # time; views arrive at workspace.finalize()) or the layer's own
+        if workspace is None:
+            self.buf.update(workspace_mod.allocate(specs, dev))
+        else:
+            workspace.request(self, specs)
 
     def bind_caches(self, caches: Caches) -> None:
         """Point the layer at its rows of another cache pool (the serving pool, which exists
@@ -285,7 +295,9 @@ class FusedLayer:
 
 def build_fused_layer(cfg: Glm5Config, lw: LayerWeights, caches: Caches, max_rows: int,
                       max_context: Optional[int] = None,
-                      persistent_launch: Optional[bool] = None) -> FusedLayer:
+                      persistent_launch: Optional[bool] = None,
+                      workspace: Optional["workspace_mod.Workspace"] = None) -> FusedLayer:
     """Build one rank's fused layer for steps of 1..max_rows rows (see the module docstring);
-    persistent_launch: one launch per step (default: only with SGL_KERNEL_EXT_PERSISTENT=1)."""
-    return FusedLayer(cfg, lw, caches, max_rows, max_context, persistent_launch)
+    persistent_launch: one launch per step (default: only with SGL_KERNEL_EXT_PERSISTENT=1);
+    workspace: shared with the model's other layers (usable after its ``finalize``)."""
+    return FusedLayer(cfg, lw, caches, max_rows, max_context, persistent_launch, workspace)

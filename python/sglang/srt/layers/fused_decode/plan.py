@@ -5,7 +5,8 @@ model package: the target's decoder layers, or the MTP draft's one decoder layer
 built the same way under its reference id ``num_hidden_layers``), builds one ``FusedLayer`` per
 decoder layer for the widest covered step, and
 counts what that costs per GPU: the derived weight copies (the indexer's bf16
-[wk; weights_proj], made by the layer) and the step buffers. The KV pool does not exist yet at
+[wk; weights_proj], made by the layer) and the step buffers, which the layers share
+(``workspace``: one runs at a time). The KV pool does not exist yet at
 load, so the layers are built against empty placeholder caches; ``bind_caches`` points them
 at upstream's pool on the first covered step (a host-only rebinding, stable afterwards).
 
@@ -24,6 +25,7 @@ import torch
 from .reference.cache import INDEX_PAGE_BYTES, Caches
 from .reference.config import Glm5Config
 from .reference.weights import LayerWeights
+from .workspace import Workspace
 
 logger = logging.getLogger(__name__)
 
@@ -93,11 +95,16 @@ def build_plan(cfg: Glm5Config, weights: Sequence[LayerWeights],
     device = weights[0].attn.q_a.q.device
     caches = placeholder_caches(cfg, ids, device)
     before = torch.cuda.memory_allocated(device) if device.type == "cuda" else None
-    layers = [layer_cls(cfg, lw, caches, max_rows, max_context) for lw in weights]
+    ws = Workspace(device)
+    layers = [layer_cls(cfg, lw, caches, max_rows, max_context, workspace=ws) for lw in weights]
+    ws.finalize()
     plan = Plan(cfg, dict(widths), ids, layers, max_rows, max_context, role=role)
+    storages = {}  # the step buffers, each storage once (the workspace's are shared)
     for layer in layers:
         plan.derived_bytes += _bytes(getattr(layer, "wk_proj", None))
-        plan.buffer_bytes += sum(_bytes(b) for b in getattr(layer, "buf", {}).values())
+        for b in getattr(layer, "buf", {}).values():
+            storages[b.untyped_storage().data_ptr() or id(b)] = b.untyped_storage().nbytes()
+    plan.buffer_bytes = sum(storages.values())
     if before is not None:
         counted = plan.derived_bytes + plan.buffer_bytes
         grown = torch.cuda.memory_allocated(device) - before

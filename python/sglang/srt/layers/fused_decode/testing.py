@@ -148,3 +148,33 @@ def compare_with_reference(case: LayerCase, fused_layer_cls) -> Dict[str, float]
         out["index_untouched_pages_bitwise"] = bool(
             torch.equal(pages[~touched], case.caches.index[lid][~touched]))
     return out
+
+
+def stack_with_and_without_workspace(cases: List[LayerCase], steps: int = 2):
+    """Run the cases' layers as one stack (layer i's y is layer i+1's input; the cases share
+    one batch: built with the same contexts and seed), `steps` times, once with each layer's
+    own buffers and once sharing a ``Workspace``: [(y, residual, top-k, caches)] per form."""
+    from .layer import FusedLayer
+    from .reference.cache import Caches
+    from .workspace import Workspace
+
+    first = cases[0]
+    device = first.hidden.device
+    base = Caches(kv={c.lw.layer_id: c.caches.kv[c.lw.layer_id] for c in cases},
+                  index={k: v for c in cases for k, v in c.caches.index.items()})
+    rows, width = first.batch.num_rows, first.batch.token_slots.shape[1]
+    runs = []
+    for shared in (False, True):
+        caches = clone_caches(base)
+        ws = Workspace(device) if shared else None
+        layers = [FusedLayer(c.cfg, c.lw, caches, rows, width, persistent_launch=False,
+                             workspace=ws) for c in cases]
+        if ws is not None:
+            ws.finalize()
+            assert layers[0].buf["y"].data_ptr() == layers[-1].buf["y"].data_ptr()
+        for _ in range(steps):  # a later step sees whatever the earlier left in the buffers
+            hidden, residual, topk = first.hidden, first.residual, first.topk_prev
+            for layer in layers:
+                hidden, residual, topk = layer(hidden, residual, first.batch, topk)
+        runs.append((hidden.clone(), residual.clone(), topk.clone(), caches))
+    return runs
