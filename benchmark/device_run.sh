@@ -3,10 +3,7 @@
 # benchmarks. Usage: bash benchmark/device_run.sh "<pytest -k expr or 'none'>" "<ms>" [step]
 # A Triton cache carried in .cache/triton (from a previous call's $OUT/triton.tgz) is reused.
 set -u
-export PYTHONPATH=python:sgl-kernel-ext:.
-export TRITON_CACHE_DIR="$PWD/.cache/triton"
-mkdir -p "$TRITON_CACHE_DIR"
-[ -f .cache/triton.tgz ] && tar xzf .cache/triton.tgz -C .cache && echo "triton cache restored"
+source benchmark/device_env.sh
 nvidia-smi --query-gpu=name,memory.used,memory.total --format=csv,noheader
 python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)"
 K="${1:-none}"; MS="${2:-1,2,4,8,16}"; STEP="${3:-}"

@@ -3,10 +3,7 @@
 # tests, then the A/B of route's one-program-per-row form and of the sparse attention's
 # launch shape at 4-16 rows, and the layer table at 2K. About 5 minutes once the machine is up.
 set -u
-export PYTHONPATH=python:sgl-kernel-ext:.
-export TRITON_CACHE_DIR="$PWD/.cache/triton"
-L="$PWD/.cache/logs"; mkdir -p "$TRITON_CACHE_DIR" "$L"
-[ -f .cache/triton.tgz ] && tar xzf .cache/triton.tgz -C .cache && echo "triton cache restored"
+source benchmark/device_env.sh
 timeout 150 python3 -m pytest test/srt/kernels -q -x -k "matches_reference or graph_replay" \
   > "$L/pytest.log" 2>&1
 echo "pytest rc=$?"; tail -3 "$L/pytest.log"

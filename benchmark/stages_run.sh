@@ -4,10 +4,7 @@
 # goes (eager, overlap off), the down tile A/B, the layer table at 2K and at 8K/32K.
 # Logs go into one tarball ($OUT keeps few files). Under 10 minutes once the machine is up.
 set -u
-export PYTHONPATH=python:sgl-kernel-ext:.
-export TRITON_CACHE_DIR="$PWD/.cache/triton"
-L="$PWD/.cache/logs"; mkdir -p "$TRITON_CACHE_DIR" "$L"
-[ -f .cache/triton.tgz ] && tar xzf .cache/triton.tgz -C .cache && echo "triton cache restored"
+source benchmark/device_env.sh
 timeout 200 python3 -m pytest test/srt/kernels -q -x -k "not sanitize" > "$L/pytest.log" 2>&1
 echo "pytest rc=$?"; tail -3 "$L/pytest.log"
 if command -v compute-sanitizer >/dev/null; then

@@ -4,10 +4,7 @@
 # of the MoE's last-arrival tails and of the absorb steps at 2K, the split top-k's threshold at
 # 4K and 8K, then the layer table and the step. About 8 minutes once the machine is up.
 set -u
-export PYTHONPATH=python:sgl-kernel-ext:.
-export TRITON_CACHE_DIR="$PWD/.cache/triton"
-mkdir -p "$TRITON_CACHE_DIR"
-[ -f .cache/triton.tgz ] && tar xzf .cache/triton.tgz -C .cache && echo "triton cache restored"
+source benchmark/device_env.sh
 timeout 240 python3 -m pytest test/srt/kernels -q -x -k "not sanitize and not split_topk" \
   > "$OUT/pytest.log" 2>&1
 echo "pytest rc=$?"; tail -3 "$OUT/pytest.log"

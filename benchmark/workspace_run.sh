@@ -4,10 +4,7 @@
 # per row is new), then the 78-layer step with the layers sharing one workspace. About 5
 # minutes once the machine is up.
 set -u
-export PYTHONPATH=python:sgl-kernel-ext:.
-export TRITON_CACHE_DIR="$PWD/.cache/triton"
-L="$PWD/.cache/logs"; mkdir -p "$TRITON_CACHE_DIR" "$L"
-[ -f .cache/triton.tgz ] && tar xzf .cache/triton.tgz -C .cache && echo "triton cache restored"
+source benchmark/device_env.sh
 timeout 90 python3 -m pytest test/srt/kernels -q -x -k "workspace or (matches_reference and moe and 16)" \
   > "$L/pytest.log" 2>&1
 echo "pytest rc=$?"; tail -3 "$L/pytest.log"
