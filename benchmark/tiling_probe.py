@@ -35,6 +35,11 @@ VARIANTS = {
     "absorb_v_8_warps": {("mla", "ABSORB_V_WARPS"): 8},
     "attn_4_warps": {("mla", "ATTN_WARPS"): 4},
     "attn_3_stages": {("mla", "ATTN_STAGES"): 3},
+    "attn_1_stage": {("mla", "ATTN_STAGES"): 1},
+    "attn_block_32": {("mla", "ATTN_BLOCK_T"): 32},
+    "attn_block_32_3_stages": {("mla", "ATTN_BLOCK_T"): 32, ("mla", "ATTN_STAGES"): 3},
+    # programmatic dependent launch + L2 prefetch up to 16 rows (default: up to 8)
+    "overlap_16": {("overlap", "MAX_ROWS"): 16},
     "fp8_linear_8_warps": {("fp8_linear", "NUM_WARPS"): 8},
     "down_block_64": {("moe", "down_block"): "down_64"},
     "down_block_256": {("moe", "down_block"): "down_256"},
@@ -66,11 +71,12 @@ def main():
     p.add_argument("--results", default=str(H.REPO / "benchmark" / "results"))
     args = p.parse_args()
 
-    from sgl_kernel_ext.triton import fp8_linear, mla, moe, norm, topk
+    from sgl_kernel_ext.triton import fp8_linear, mla, moe, norm, overlap, topk
     from sglang.srt.layers.fused_decode.layer import FusedLayer
     from sglang.srt.layers.fused_decode.reference.config import glm53_config
 
-    modules = {"fp8_linear": fp8_linear, "mla": mla, "moe": moe, "norm": norm, "topk": topk}
+    modules = {"fp8_linear": fp8_linear, "mla": mla, "moe": moe, "norm": norm, "overlap": overlap,
+               "topk": topk}
     derived = {"no_split_k": _no_split_k(moe.gate_up_tiling), "down_64": lambda m: 64,
                "down_256": lambda m: 256}
     dev = torch.device("cuda")

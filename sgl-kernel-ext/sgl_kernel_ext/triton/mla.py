@@ -39,6 +39,7 @@ ABSORB_V_WARPS = 4
 # at 4 and 16 rows, 3 stages within noise at one: tiling_probe_20261130T150549Z, tiling_probe_17e17a9_partial.log)
 ATTN_WARPS = 8
 ATTN_STAGES = 2
+ATTN_BLOCK_T = 64  # top-k entries per loop step (at most attention_block's)
 
 
 @triton.jit
@@ -342,6 +343,7 @@ def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: in
 
 
 def attention_block(topk: int) -> int:
+    """Most top-k entries per loop step of the attention (the chunks are a multiple of it)."""
     return min(64, triton.next_power_of_2(topk))
 
 
@@ -361,7 +363,7 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
     m, nh, _ = qcat.shape
     splits = part_o.shape[1]
     k = topk.shape[1]
-    block_t = attention_block(k)
+    block_t = min(ATTN_BLOCK_T, attention_block(k))
     assert k % (splits * block_t) == 0 and topk.stride(1) == 1 and token_slots.stride(1) == 1
     _sparse_attn_kernel[(m, splits)](
         qcat, kv_cache, topk, topk.stride(0), token_slots, token_slots.stride(0), part_o,
