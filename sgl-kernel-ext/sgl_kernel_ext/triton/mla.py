@@ -35,8 +35,10 @@ ABSORB_CHUNK_FROM_ROWS = 4
 # warps of absorb_v: its [128, 512] bf16 w_vc tile spills 60 B per program at 4 (ptxas -v,
 # CPU) and none at 8; on an H200 8 warps is within noise (tiling_probe_20261130T143119Z)
 ABSORB_V_WARPS = 4
-# launch shape of the sparse attention (tiling_probe knobs; 4 warps is 3-5 us slower per layer
-# at 4 and 16 rows, 3 stages within noise at one: tiling_probe_20261130T150549Z, tiling_probe_17e17a9_partial.log)
+# launch shape of the sparse attention (tiling_probe knobs). On an H200 4 warps are 3-5 us
+# slower per layer at 4 and 16 rows (tiling_probe_20261130T150549Z); 3 stages, 1 stage and 32
+# entries per step move a layer by -4..+3 us at 1 and 16 rows, no variant better at both
+# (tiling_probe_17e17a9_partial.log, tiling_probe_20261130T152855Z)
 ATTN_WARPS = 8
 ATTN_STAGES = 2
 ATTN_BLOCK_T = 64  # top-k entries per loop step (at most attention_block's)

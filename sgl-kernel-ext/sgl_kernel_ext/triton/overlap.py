@@ -34,7 +34,8 @@ except ImportError:  # pragma: no cover - older Triton or another backend
 
 ENV = "SGL_KERNEL_EXT_PDL"  # "0" turns the overlap off (for A/B timing and debugging)
 # Steps of more rows run without the overlap: on an H200 it saves 4-8% of a MoE layer at 1-4
-# rows, is neutral at 8 and costs ~3% at 16 (decode_layer_20261130T111515Z vs ..T111614Z).
+# rows, is neutral at 8 and costs ~3% at 16 (decode_layer_20261130T111515Z vs ..T111614Z;
+# again 6% at 16 with today's kernels: tiling_probe_20261130T152855Z, overlap_16).
 MAX_ROWS = 8
 # rows of the step being launched (0: outside a layer step); one launching thread per process
 _rows = [0]
