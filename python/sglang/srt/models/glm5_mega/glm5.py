@@ -22,7 +22,7 @@ next iterations, as upstream's draft does.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 
@@ -65,6 +65,14 @@ def fused_mode(state: Optional[FusedState], forward_batch: Any, rows: int,
     return name if state.plan.covers(name, rows) else None
 
 
+def branch(model: Any, input_ids, positions, forward_batch: Any, input_embeds: Any = None,
+           pp_proxy_tensors: Any = None) -> Tuple[Optional[FusedState], Optional[str]]:
+    """(the model's fused state, this step's covered mode or None): the forward's branch."""
+    state = model.__dict__.get(STATE_KEY)
+    rows = input_ids.shape[0] if input_ids is not None else positions.shape[0]
+    return state, fused_mode(state, forward_batch, rows, input_embeds, pp_proxy_tensors)
+
+
 class GlmMoeDsaForCausalLM(_upstream.GlmMoeDsaForCausalLM):
     """GLM-5.3 target model."""
 
@@ -77,9 +85,8 @@ class GlmMoeDsaForCausalLM(_upstream.GlmMoeDsaForCausalLM):
         input_embeds: torch.Tensor = None,
         pp_proxy_tensors: Optional[Any] = None,
     ) -> Any:
-        state = self.__dict__.get(STATE_KEY)
-        rows = input_ids.shape[0] if input_ids is not None else positions.shape[0]
-        mode = fused_mode(state, forward_batch, rows, input_embeds, pp_proxy_tensors)
+        state, mode = branch(self, input_ids, positions, forward_batch, input_embeds,
+                             pp_proxy_tensors)
         if mode is None:
             return super().forward(
                 input_ids, positions, forward_batch, input_embeds, pp_proxy_tensors
@@ -114,9 +121,8 @@ class GlmMoeDsaForCausalLMNextN(_upstream.GlmMoeDsaForCausalLMNextN):
         forward_batch: Any,
         pp_proxy_tensors: Optional[Any] = None,
     ) -> Any:
-        state = self.__dict__.get(STATE_KEY)
-        rows = input_ids.shape[0] if input_ids is not None else positions.shape[0]
-        mode = fused_mode(state, forward_batch, rows, pp_proxy_tensors=pp_proxy_tensors)
+        state, mode = branch(self, input_ids, positions, forward_batch,
+                             pp_proxy_tensors=pp_proxy_tensors)
         if mode is None:
             return super().forward(input_ids, positions, forward_batch, pp_proxy_tensors)
         hidden = self._fused_forward(state, mode, input_ids, positions, forward_batch)
