@@ -27,7 +27,7 @@ from pathlib import Path
 os.environ.setdefault("TRITON_INTERPRET", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from glm5_cpu_model import _kl, _max_rel, _paths, load, setup  # noqa: E402
+from glm5_cpu_model import _kl, _max_rel, _paths, load, record_checkers, setup  # noqa: E402
 
 EAGLE = ("--speculative-algorithm", "EAGLE", "--speculative-num-steps", "3",
          "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "4")
@@ -186,14 +186,7 @@ def main(out_path: str, port: int = 29518):
     res["eh_vs_upstream_rel"] = _max_rel(ours, upstream_in)
     res["eh_vs_reference_rel"] = _max_rel(ours, ref_in)
 
-    checkers = []
-
-    class RecordingChecker(fused_check.Checker):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            checkers.append(self)
-
-    fused_check.Checker = RecordingChecker
+    checkers = record_checkers()
 
     def clone():
         return Caches(kv={k: v.clone() for k, v in caches.kv.items()},

@@ -107,6 +107,22 @@ def load(server_args, cuda_structures: bool, is_draft: bool = False):
     return model, model_config
 
 
+def record_checkers() -> list:
+    """The check mode's Checkers made from now on, in the list returned (the fused step makes
+    one per step in check mode)."""
+    from sglang.srt.layers.fused_decode import check as fused_check
+
+    made = []
+
+    class RecordingChecker(fused_check.Checker):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            made.append(self)
+
+    fused_check.Checker = RecordingChecker
+    return made
+
+
 def _max_rel(a, b):
     a, b = a.float(), b.float()
     return float((a - b).abs().max() / b.abs().max().clamp_min(1e-30))
@@ -205,14 +221,7 @@ def main(out_path: str, port: int = 29517):
 
     from sglang.srt.layers.fused_decode import check as fused_check
 
-    checkers = []
-
-    class RecordingChecker(fused_check.Checker):
-        def __init__(self, *args, **kwargs):
-            super().__init__(*args, **kwargs)
-            checkers.append(self)
-
-    fused_check.Checker = RecordingChecker
+    checkers = record_checkers()
 
     def step(mode, rows_req, positions, input_ids, num_real, check_mode=True):
         """One fused step through model.forward; the reference on a copy of the pool."""
