@@ -40,6 +40,8 @@ VARIANTS = {
     "attn_block_32_3_stages": {("mla", "ATTN_BLOCK_T"): 32, ("mla", "ATTN_STAGES"): 3},
     # programmatic dependent launch + L2 prefetch up to 16 rows (default: up to 8)
     "overlap_16": {("overlap", "MAX_ROWS"): 16},
+    # the layer's dense weights prefetched into L2 by its first kernel
+    "layer_prefetch": {("overlap", "LAYER_PREFETCH"): True},
     "fp8_linear_8_warps": {("fp8_linear", "NUM_WARPS"): 8},
     "down_block_64": {("moe", "down_block"): "down_64"},
     "down_block_256": {("moe", "down_block"): "down_256"},

@@ -16,7 +16,7 @@ import triton.language as tl
 
 from . import overlap
 from .fp8_linear import interpreting
-from .overlap import stage_begin
+from .overlap import prefetch_table, stage_begin
 from .quant import store_row_groups, sum_parts
 
 NUM_WARPS = 16  # per row program: 0.5-1.3 us under 8 (results/tiling_probe_20261130T132821Z)
@@ -45,9 +45,12 @@ def _add_rms_norm_row(m, x_ptr, x_split: tl.constexpr, res_ptr, w_ptr, out_ptr, 
 
 @triton.jit
 def _add_rms_norm_kernel(x_ptr, x_split: tl.constexpr, res_ptr, w_ptr, out_ptr, res_out_ptr, xq_ptr, sx_ptr,
-                         M, H, eps, HAS_RES: tl.constexpr, HAS_OUT: tl.constexpr,
-                         QUANT: tl.constexpr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr,
-                         PDL: tl.constexpr):
+                         M, H, eps, table_ptr, n_regions, HAS_RES: tl.constexpr,
+                         HAS_OUT: tl.constexpr, QUANT: tl.constexpr, BLOCK: tl.constexpr,
+                         INTERPRET: tl.constexpr, PDL: tl.constexpr, PF_TABLE: tl.constexpr):
+    if PF_TABLE:  # weights of later stages (overlap.region_table): read-only, so before the wait
+        prefetch_table(table_ptr, n_regions, tl.program_id(0), tl.num_programs(0), PDL,
+                       PF_TABLE)
     stage_begin(PDL)
     _add_rms_norm_row(tl.program_id(0), x_ptr, x_split, res_ptr, w_ptr, out_ptr, res_out_ptr,
                       xq_ptr, sx_ptr, M, H, eps, HAS_RES, HAS_OUT, QUANT, BLOCK, INTERPRET)
@@ -55,11 +58,12 @@ def _add_rms_norm_kernel(x_ptr, x_split: tl.constexpr, res_ptr, w_ptr, out_ptr, 
 
 def add_rms_norm(x: torch.Tensor, residual: Optional[torch.Tensor], weight: torch.Tensor,
                  eps: float, out: Optional[torch.Tensor], residual_out: torch.Tensor,
-                 out_q: Optional[torch.Tensor] = None, out_s: Optional[torch.Tensor] = None
-                 ) -> None:
+                 out_q: Optional[torch.Tensor] = None, out_s: Optional[torch.Tensor] = None,
+                 prefetch: Optional[torch.Tensor] = None) -> None:
     """out = RMSNorm(x + residual) * weight (bf16, and/or e4m3 out_q with scales out_s);
     residual_out = x + residual (x alone if None); may alias residual. x is bf16 [M, H] or
-    fp32 split-K partials [SPLIT, M, H]."""
+    fp32 split-K partials [SPLIT, M, H]. prefetch: an ``overlap.region_table`` whose regions
+    the programs prefetch into L2 before waiting (with the overlap on)."""
     parts = x if x.dim() == 3 else x.unsqueeze(0)
     split, m, h = parts.shape
     assert parts.is_contiguous() and residual_out.is_contiguous()
@@ -67,6 +71,9 @@ def add_rms_norm(x: torch.Tensor, residual: Optional[torch.Tensor], weight: torc
         parts, split, residual if residual is not None else residual_out, weight,
         out if out is not None else residual_out, residual_out,
         out_q if out_q is not None else residual_out, out_s if out_s is not None else weight,
-        m, h, float(eps), HAS_RES=residual is not None, HAS_OUT=out is not None,
-        QUANT=out_q is not None, BLOCK=triton.next_power_of_2(h), INTERPRET=interpreting(),
-        PDL=overlap.enabled(), num_warps=NUM_WARPS, **overlap.launch_kw())
+        m, h, float(eps), prefetch if prefetch is not None else weight,
+        0 if prefetch is None else prefetch.shape[0], HAS_RES=residual is not None,
+        HAS_OUT=out is not None, QUANT=out_q is not None, BLOCK=triton.next_power_of_2(h),
+        INTERPRET=interpreting(), PDL=overlap.enabled(),
+        PF_TABLE=0 if prefetch is None else 32 * NUM_WARPS, num_warps=NUM_WARPS,
+        **overlap.launch_kw())

@@ -33,6 +33,13 @@ except ImportError:  # pragma: no cover - older Triton or another backend
     gdc_launch_dependents = gdc_wait = None
 
 ENV = "SGL_KERNEL_EXT_PDL"  # "0" turns the overlap off (for A/B timing and debugging)
+# Whether a layer's first kernel also prefetches the weights of its later dense stages (q_a,
+# kv_a, q_b, kv_b, o_proj, the router, the shared expert) into L2, so HBM streams them while
+# the layer's latency-bound kernels run (``layer_regions``, ``prefetch_table``). Off until
+# timed on a GPU: benchmark/tiling_probe.py's layer_prefetch variant is the A/B.
+LAYER_PREFETCH = False
+# bytes per bulk prefetch request of a region table (a multiple of 16)
+REGION_BYTES = 64 << 10
 # Steps of more rows run without the overlap: on an H200 it saves 4-8% of a MoE layer at 1-4
 # rows, is neutral at 8 and costs ~3% at 16 (decode_layer_20261130T111515Z vs ..T111614Z;
 # again 6% at 16 with today's kernels: tiling_probe_20261130T152855Z, overlap_16).
@@ -113,3 +120,37 @@ def prefetch_rows(base_ptr, row0, rows, n_rows, stride, col0, cols, PDL: tl.cons
             + col0 + s[None, :] * seg
         ok = (r[:, None] < row0 + rows) & (r[:, None] < n_rows) & (s[None, :] < SEGS) & (seg > 0)
         prefetch_l2(ptrs, seg, ok, PDL)
+
+
+@triton.jit
+def prefetch_table(table_ptr, n, first, step, PDL: tl.constexpr, BLOCK: tl.constexpr):
+    """Prefetch into L2 the regions first, first + step, ... (< n) of a table of int64
+    (address, bytes) pairs, BLOCK at a time: one bulk request per region (a hint, as
+    ``prefetch_l2``). A launch spreads a table over its programs with first = the program's
+    index and step = the number of programs."""
+    if PDL:
+        for i0 in range(first * BLOCK, n, step * BLOCK):
+            i = i0 + tl.arange(0, BLOCK)
+            ok = i < n
+            addr = tl.load(table_ptr + 2 * i, mask=ok, other=0)
+            size = tl.load(table_ptr + 2 * i + 1, mask=ok, other=0)
+            prefetch_l2(addr.to(tl.pointer_type(tl.int8)), size.to(tl.int32), ok & (size > 0),
+                        PDL)
+
+
+def region_table(tensors, device, chunk: int = 0):
+    """int64 [n, 2] (address, bytes) of the tensors' bytes in chunks of at most `chunk` (a
+    multiple of 16; default REGION_BYTES), for ``prefetch_table``. The tensors must stay
+    where they are (weights): the table holds raw addresses. A non-contiguous tensor is left
+    out (a prefetch is only a hint)."""
+    import torch
+
+    chunk = chunk or REGION_BYTES
+    rows = []
+    for t in tensors:
+        if t is None or t.numel() == 0 or not t.is_contiguous():
+            continue
+        base, nbytes = t.data_ptr(), t.numel() * t.element_size()
+        for off in range(0, nbytes - nbytes % 16, chunk):
+            rows.append((base + off, min(chunk, nbytes - nbytes % 16 - off)))
+    return torch.tensor(rows or [(0, 0)], dtype=torch.int64, device=device)

@@ -98,6 +98,13 @@ def _drive() -> None:
             FusedLayer(cfg, case.lw, case.caches, len(contexts), case.batch.token_slots.shape[1],
                        persistent_launch=persistent)(
                 case.hidden, case.residual, case.batch, case.topk_prev)
+    from sgl_kernel_ext.triton import overlap
+
+    overlap.LAYER_PREFETCH = True  # the first norm with the layer's prefetch table
+    case = make_case(cfg, 1, [30, 12], seed=1, tp_size=2)
+    FusedLayer(cfg, case.lw, case.caches, 2, case.batch.token_slots.shape[1],
+               persistent_launch=False)(case.hidden, case.residual, case.batch, case.topk_prev)
+    overlap.LAYER_PREFETCH = False
     scores = torch.randn(2, 3000)
     topk.topk_positions(scores, torch.tensor([2999, 100]), 2048,
                         torch.empty(2, 2048, dtype=torch.int64))

@@ -86,6 +86,14 @@ class FusedLayer:
         self.split_qkv_a, self.split_q_b, self.split_o = (
             self.tile_qkv_a[2], self.tile_q_b[2], self.tile_o[2])
         mlp = lw.mlp
+        # the weights of the layer's later dense stages, for the first kernel to prefetch into
+        # L2 while the latency-bound stages run (with overlap.LAYER_PREFETCH)
+        later = [a.q_a.q, a.kv_a.q, a.q_b.q, a.kv_b, a.o_proj.q]
+        if self.runs_indexer:
+            later += [a.indexer.wq_b.q, self.wk_proj]
+        if isinstance(mlp, MoeWeights):
+            later += [mlp.router, mlp.shared.gate.q, mlp.shared.up.q, mlp.shared.down.q]
+        self.prefetch_regions = overlap.region_table(later, dev)
         if isinstance(mlp, MoeWeights):
             self.experts = mlp.router.shape[0]
             inter = mlp.shared.gate.q.shape[0]
@@ -210,7 +218,8 @@ class FusedLayer:
         res = v("residual")
         # the indexer's bf16 [wk; weights_proj] GEMM also reads the normed row unquantized
         x = v("x") if self.runs_indexer else None
-        norm.add_rms_norm(hidden, residual, lw.input_norm, eps, x, res, v("xq"), v("xs"))
+        norm.add_rms_norm(hidden, residual, lw.input_norm, eps, x, res, v("xq"), v("xs"),
+                          self.prefetch_regions if overlap.LAYER_PREFETCH else None)
         fp8_linear.fp8_linear(v("xq"), v("xs"), a.q_a.q, a.q_a.s, v("qa"), a.kv_a.q, a.kv_a.s,
                               v("kva"), *self.tile_qkv_a[:2])
         mla.latent(v("qa"), v("kva"), a.q_a_norm, a.kv_a_norm, eps, pos, slots, self.inv_freq,
