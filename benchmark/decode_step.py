@@ -123,6 +123,7 @@ def main():
                                                                   workspace=ws)
                                 for lw, _ in layers}
                 ws.finalize()
+                fl.chain_prefetch(list(fused_layers.values()))
                 meta["fused_workspace_bytes"] = ws.nbytes
                 meta["fused_buffers_unshared_bytes"] = ws.requested_bytes
                 H.log(f"fused step workspace: {ws.nbytes / 2**20:.1f} MiB shared by {n} layers "

@@ -42,6 +42,8 @@ VARIANTS = {
     "overlap_16": {("overlap", "MAX_ROWS"): 16},
     # the layer's dense weights prefetched into L2 by its first kernel
     "layer_prefetch": {("overlap", "LAYER_PREFETCH"): True},
+    "next_layer_prefetch": {("overlap", "NEXT_LAYER_PREFETCH"): True},
+    "both_prefetch": {("overlap", "LAYER_PREFETCH"): True, ("overlap", "NEXT_LAYER_PREFETCH"): True},
     "fp8_linear_8_warps": {("fp8_linear", "NUM_WARPS"): 8},
     "down_block_64": {("moe", "down_block"): "down_64"},
     "down_block_256": {("moe", "down_block"): "down_256"},
@@ -74,7 +76,7 @@ def main():
     args = p.parse_args()
 
     from sgl_kernel_ext.triton import fp8_linear, mla, moe, norm, overlap, topk
-    from sglang.srt.layers.fused_decode.layer import FusedLayer
+    from sglang.srt.layers.fused_decode.layer import FusedLayer, chain_prefetch
     from sglang.srt.layers.fused_decode.reference.config import glm53_config
 
     modules = {"fp8_linear": fp8_linear, "mla": mla, "moe": moe, "norm": norm, "overlap": overlap,
@@ -96,6 +98,7 @@ def main():
         del base
         caches = H.make_caches(cfg, ids, -(-(max(ms) * args.ctx) // 64) * 64, dev)
         fused = [FusedLayer(cfg, lw, caches, max(ms), persistent_launch=False) for lw, _ in layers]
+        chain_prefetch(fused)
         for m in ms:
             batch = H.make_batch(m, args.ctx, dev)
             g = torch.Generator(device=dev).manual_seed(m)

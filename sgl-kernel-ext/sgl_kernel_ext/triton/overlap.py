@@ -38,6 +38,10 @@ ENV = "SGL_KERNEL_EXT_PDL"  # "0" turns the overlap off (for A/B timing and debu
 # the layer's latency-bound kernels run (``layer_regions``, ``prefetch_table``). Off until
 # timed on a GPU: benchmark/tiling_probe.py's layer_prefetch variant is the A/B.
 LAYER_PREFETCH = False
+# Whether a layer's second norm (after attention) prefetches the next layer's table, so HBM
+# streams it during the MoE's router and route (latency-bound at few rows). Off until timed:
+# tiling_probe's next_layer_prefetch variant.
+NEXT_LAYER_PREFETCH = False
 # bytes per bulk prefetch request of a region table (a multiple of 16)
 REGION_BYTES = 64 << 10
 # Steps of more rows run without the overlap: on an H200 it saves 4-8% of a MoE layer at 1-4

@@ -100,11 +100,16 @@ def _drive() -> None:
                 case.hidden, case.residual, case.batch, case.topk_prev)
     from sgl_kernel_ext.triton import overlap
 
-    overlap.LAYER_PREFETCH = True  # the first norm with the layer's prefetch table
+    from sglang.srt.layers.fused_decode.layer import chain_prefetch
+
+    # both norms with a prefetch table (the layer's own, the next layer's)
+    overlap.LAYER_PREFETCH = overlap.NEXT_LAYER_PREFETCH = True
     case = make_case(cfg, 1, [30, 12], seed=1, tp_size=2)
-    FusedLayer(cfg, case.lw, case.caches, 2, case.batch.token_slots.shape[1],
-               persistent_launch=False)(case.hidden, case.residual, case.batch, case.topk_prev)
-    overlap.LAYER_PREFETCH = False
+    layer = FusedLayer(cfg, case.lw, case.caches, 2, case.batch.token_slots.shape[1],
+                       persistent_launch=False)
+    chain_prefetch([layer])
+    layer(case.hidden, case.residual, case.batch, case.topk_prev)
+    overlap.LAYER_PREFETCH = overlap.NEXT_LAYER_PREFETCH = False
     scores = torch.randn(2, 3000)
     topk.topk_positions(scores, torch.tensor([2999, 100]), 2048,
                         torch.empty(2, 2048, dtype=torch.int64))

@@ -94,6 +94,7 @@ class FusedLayer:
         if isinstance(mlp, MoeWeights):
             later += [mlp.router, mlp.shared.gate.q, mlp.shared.up.q, mlp.shared.down.q]
         self.prefetch_regions = overlap.region_table(later, dev)
+        self.next_regions: Optional[torch.Tensor] = None  # the next layer's (chain_prefetch)
         if isinstance(mlp, MoeWeights):
             self.experts = mlp.router.shape[0]
             inter = mlp.shared.gate.q.shape[0]
@@ -259,7 +260,8 @@ class FusedLayer:
         fp8_linear.fp8_linear(v("oq"), v("os"), a.o_proj.q, a.o_proj.s, v("y_attn"),
                               *(None,) * 3, *self.tile_o[:2])
         norm.add_rms_norm(v("y_attn"), res, lw.post_attention_norm, eps, v("x2"), res,
-                          v("x2q"), v("x2s"))
+                          v("x2q"), v("x2s"),
+                          self.next_regions if overlap.NEXT_LAYER_PREFETCH else None)
         self._mlp(pos, m)
         return v("y"), res, topk
 
@@ -300,6 +302,13 @@ class FusedLayer:
         moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"), v("slot_rank"),
                  b["num_slots"], routed.down.q, routed.down.s, shared.down.q, shared.down.s, pos,
                  v("terms"), v("y"))
+
+
+def chain_prefetch(layers) -> None:
+    """Give each layer the next one's prefetch table (the last the first's: the next step
+    starts there), for overlap.NEXT_LAYER_PREFETCH."""
+    for layer, nxt in zip(layers, list(layers[1:]) + list(layers[:1])):
+        layer.next_regions = nxt.prefetch_regions
 
 
 def build_fused_layer(cfg: Glm5Config, lw: LayerWeights, caches: Caches, max_rows: int,

@@ -98,6 +98,10 @@ def build_plan(cfg: Glm5Config, weights: Sequence[LayerWeights],
     ws = Workspace(device)
     layers = [layer_cls(cfg, lw, caches, max_rows, max_context, workspace=ws) for lw in weights]
     ws.finalize()
+    if hasattr(layers[0], "prefetch_regions"):
+        from .layer import chain_prefetch
+
+        chain_prefetch(layers)
     plan = Plan(cfg, dict(widths), ids, layers, max_rows, max_context, role=role)
     storages = {}  # the step buffers, each storage once (the workspace's are shared)
     for layer in layers:
