@@ -16,9 +16,10 @@ row); q_a|kv_a (split-K partials); latent norms + rope + KV write (+ e4m3 of c_q
 (| wq_b); indexer keys/queries, scores, top-k; absorb; sparse attention + combine; w_vc
 (+ e4m3); o_proj; add+RMSNorm; MLP (router + route and gate/up + SwiGLU, at 1-2 rows each
 pair one launch whose second part is run by the last program of its group to finish,
-``arrival``; down, each row's terms summed). Activations are quantized once by the kernel that produces them; every
-GEMM's split-K partials are summed in a fixed order by their consumer, so a step is
-deterministic.
+``arrival``; down, each row's terms summed). Activations are quantized once by the kernel
+that produces them; every GEMM's split-K partials are summed in a fixed order by their
+consumer, so a step is deterministic. The step buffers may be shared with the model's other
+layers (``workspace``).
 """
 
 from __future__ import annotations
@@ -134,7 +135,7 @@ class FusedLayer:
         self.buf["gu_arrivals"] = arrival.counters(-(-inter // gu_block_n) * slots, dev)
         self.buf["route_arrival"] = arrival.counters(1, dev)
         specs["gu_parts"] = e(split_k, few * cfg.num_experts_per_tok + 1 if self.experts else 1,
-                          few, 2, inter, dt=f32)
+                              few, 2, inter, dt=f32)
         if self.experts:
             specs["router_parts"] = e(ROUTER_SPLIT, m, self.experts, dt=f32)
             # each row's choice, for route's one-program-per-row form
