@@ -274,6 +274,22 @@ def test_layer_with_split_topk_is_bitwise_the_one_program_topk(monkeypatch):
         assert torch.equal(a, b)
 
 
+def test_a_layer_of_an_unfinalized_workspace_refuses_to_run():
+    from sglang.srt.layers.fused_decode.workspace import Workspace
+
+    case = make_case(CFG, 1, [30, 12], seed=2, tp_size=2)
+    ws = Workspace("cpu")
+    layer = FusedLayer(CFG, case.lw, case.caches, 2, case.batch.token_slots.shape[1],
+                       persistent_launch=False, workspace=ws)
+    with pytest.raises(RuntimeError, match="not finalized"):
+        layer(case.hidden, case.residual, case.batch, case.topk_prev)
+    ws.finalize()
+    with pytest.raises(RuntimeError, match="already finalized"):
+        ws.request(layer, {})
+    y, _, _ = layer(case.hidden, case.residual, case.batch, case.topk_prev)
+    assert not torch.isnan(y[case.batch.valid].float()).any()
+
+
 def test_layers_sharing_one_workspace_are_bitwise_their_own_buffers():
     """A stack of every tiny layer (dense and MoE, with and without the indexer) run as the
     runtime does (each layer's y is the next one's input), two steps, gives the same outputs

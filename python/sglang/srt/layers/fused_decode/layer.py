@@ -205,6 +205,9 @@ class FusedLayer:
         top-k carried across its iterations): its indexer is skipped whole, as upstream skips
         it, so no index-K row is written and no scores or top-k are computed."""
         m = batch.num_rows
+        if "y" not in self.buf:
+            raise RuntimeError("this layer's step buffers come from a Workspace that is not "
+                               "finalized yet: build every layer, then call finalize()")
         if not 1 <= m <= self.max_rows:
             raise ValueError(f"{m} rows; this layer was built for 1..{self.max_rows}")
         if self.persistent:
