@@ -139,9 +139,8 @@ def _router_route_kernel(x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk, a
                          bias_ptr, pos_ptr, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                          num_slots_ptr, scale, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
                          ROUTE_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                         BLOCK_E: tl.constexpr,
-                         TOPK: tl.constexpr, RENORM: tl.constexpr, INTERPRET: tl.constexpr,
-                         PDL: tl.constexpr):
+                         BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
+                         INTERPRET: tl.constexpr, PDL: tl.constexpr):
     """The router's split-K bf16 GEMV (programs (tile, split)); the last program to finish
     routes (route's task over the complete partials)."""
     tile = tl.program_id(0)

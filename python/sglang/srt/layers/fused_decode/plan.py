@@ -86,8 +86,10 @@ def build_plan(cfg: Glm5Config, weights: Sequence[LayerWeights],
     """Build every layer for the widest covered step; rank 0 logs the widths and memory.
     ``role`` names the model in the log: the target's layers, or the MTP draft's one layer
     (``weights`` then holds the draft layer, ``layer_id == cfg.num_hidden_layers``)."""
+    from .layer import chain_prefetch  # needs sgl_kernel_ext
+
     if layer_cls is None:
-        from .layer import FusedLayer as layer_cls  # needs sgl_kernel_ext
+        from .layer import FusedLayer as layer_cls
     max_rows = max((w for ws in widths.values() for w in ws), default=0)
     if not max_rows:
         raise ValueError("no covered width: nothing to build")
@@ -98,10 +100,7 @@ def build_plan(cfg: Glm5Config, weights: Sequence[LayerWeights],
     ws = Workspace(device)
     layers = [layer_cls(cfg, lw, caches, max_rows, max_context, workspace=ws) for lw in weights]
     ws.finalize()
-    if hasattr(layers[0], "prefetch_regions"):
-        from .layer import chain_prefetch
-
-        chain_prefetch(layers)
+    chain_prefetch(layers)
     plan = Plan(cfg, dict(widths), ids, layers, max_rows, max_context, role=role)
     storages = {}  # the step buffers, each storage once (the workspace's are shared)
     for layer in layers:

@@ -75,5 +75,5 @@ class Workspace:
     @property
     def requested_bytes(self) -> int:
         """Bytes the layers would hold with a buffer each."""
-        return sum(s.numel * torch.empty((), dtype=s.dtype).element_size()
-                   for _, specs in self._requests for s in specs.values())
+        return sum(s.numel * s.dtype.itemsize for _, specs in self._requests
+                   for s in specs.values())
