@@ -51,9 +51,11 @@ def _add_rms_norm_kernel(x_ptr, x_split: tl.constexpr, res_ptr, w_ptr, out_ptr, 
     if PF_TABLE:  # weights of later stages (overlap.region_table): read-only, so before the wait
         prefetch_table(table_ptr, n_regions, tl.program_id(0), tl.num_programs(0), PDL,
                        PF_TABLE)
-    stage_begin(PDL)
-    _add_rms_norm_row(tl.program_id(0), x_ptr, x_split, res_ptr, w_ptr, out_ptr, res_out_ptr,
-                      xq_ptr, sx_ptr, M, H, eps, HAS_RES, HAS_OUT, QUANT, BLOCK, INTERPRET)
+    if tl.program_id(0) < M:  # programs past the rows only prefetch
+        stage_begin(PDL)
+        _add_rms_norm_row(tl.program_id(0), x_ptr, x_split, res_ptr, w_ptr, out_ptr,
+                          res_out_ptr, xq_ptr, sx_ptr, M, H, eps, HAS_RES, HAS_OUT, QUANT, BLOCK,
+                          INTERPRET)
 
 
 def add_rms_norm(x: torch.Tensor, residual: Optional[torch.Tensor], weight: torch.Tensor,
@@ -63,17 +65,20 @@ def add_rms_norm(x: torch.Tensor, residual: Optional[torch.Tensor], weight: torc
     """out = RMSNorm(x + residual) * weight (bf16, and/or e4m3 out_q with scales out_s);
     residual_out = x + residual (x alone if None); may alias residual. x is bf16 [M, H] or
     fp32 split-K partials [SPLIT, M, H]. prefetch: an ``overlap.region_table`` whose regions
-    the programs prefetch into L2 before waiting (with the overlap on)."""
+    the programs prefetch into L2 before waiting (with the overlap on), spread over one
+    program per SM (those past the rows only prefetch)."""
     parts = x if x.dim() == 3 else x.unsqueeze(0)
     split, m, h = parts.shape
     assert parts.is_contiguous() and residual_out.is_contiguous()
-    _add_rms_norm_kernel[(m,)](
+    pdl = overlap.enabled()
+    programs = max(m, overlap.prefetch_programs(x.device)) if pdl and prefetch is not None else m
+    _add_rms_norm_kernel[(programs,)](
         parts, split, residual if residual is not None else residual_out, weight,
         out if out is not None else residual_out, residual_out,
         out_q if out_q is not None else residual_out, out_s if out_s is not None else weight,
         m, h, float(eps), prefetch if prefetch is not None else weight,
         0 if prefetch is None else prefetch.shape[0], HAS_RES=residual is not None,
         HAS_OUT=out is not None, QUANT=out_q is not None, BLOCK=triton.next_power_of_2(h),
-        INTERPRET=interpreting(), PDL=overlap.enabled(),
+        INTERPRET=interpreting(), PDL=pdl,
         PF_TABLE=0 if prefetch is None else 32 * NUM_WARPS, num_warps=NUM_WARPS,
         **overlap.launch_kw())

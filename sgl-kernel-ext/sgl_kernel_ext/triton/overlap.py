@@ -128,18 +128,34 @@ def prefetch_rows(base_ptr, row0, rows, n_rows, stride, col0, cols, PDL: tl.cons
 
 @triton.jit
 def prefetch_table(table_ptr, n, first, step, PDL: tl.constexpr, BLOCK: tl.constexpr):
-    """Prefetch into L2 the regions first, first + step, ... (< n) of a table of int64
-    (address, bytes) pairs, BLOCK at a time: one bulk request per region (a hint, as
-    ``prefetch_l2``). A launch spreads a table over its programs with first = the program's
-    index and step = the number of programs."""
+    """Prefetch into L2 the regions first, first + step, first + 2 * step, ... (< n) of a
+    table of int64 (address, bytes) pairs, BLOCK at a time: one bulk request per region (a
+    hint, as ``prefetch_l2``). A launch spreads a table over its programs with first = the
+    program's index and step = the number of programs: one SM's copy engine streams only a
+    small share of HBM bandwidth, so a table issued from a few programs takes far longer
+    than its bytes (a whole table from one program: +170 us a layer,
+    results/tiling_probe_20261130T164019Z)."""
     if PDL:
-        for i0 in range(first * BLOCK, n, step * BLOCK):
-            i = i0 + tl.arange(0, BLOCK)
+        for j0 in range(0, tl.cdiv(n - first, step), BLOCK):
+            i = first + (j0 + tl.arange(0, BLOCK)) * step
             ok = i < n
             addr = tl.load(table_ptr + 2 * i, mask=ok, other=0)
             size = tl.load(table_ptr + 2 * i + 1, mask=ok, other=0)
             prefetch_l2(addr.to(tl.pointer_type(tl.int8)), size.to(tl.int32), ok & (size > 0),
                         PDL)
+
+
+def prefetch_programs(device) -> int:
+    """Programs a launch that prefetches a region table should have: one per SM."""
+    import torch
+
+    key = torch.device(device).index or 0
+    if key not in _sm_count:
+        _sm_count[key] = torch.cuda.get_device_properties(key).multi_processor_count
+    return _sm_count[key]
+
+
+_sm_count: dict = {}
 
 
 def region_table(tensors, device, chunk: int = 0):
