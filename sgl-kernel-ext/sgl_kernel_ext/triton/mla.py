@@ -340,7 +340,7 @@ def _combine_absorb_v_kernel(part_o_ptr, part_ml_ptr, olat_ptr, kvb_ptr, oq_ptr,
         _combine_task(m, h, part_o_ptr, part_ml_ptr, olat_ptr, NH, NSP, C, BLOCK_S,
                       ct * BLOCK_C, BLOCK_C)
     if arrive_last(arrivals_ptr + h, tl.num_programs(1)):
-        for vt in range(V // 128):
+        for vt in tl.static_range(V // 128):  # not a pipelined loop: w_vc tiles are 128 KB
             _absorb_v_task(h, vt, olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C, NOPE, V, BLOCK_M,
                            INTERPRET)
 
@@ -436,7 +436,7 @@ def absorb_v(olat, kv_b, oq, os, nope: int, v: int, parts=None, arrivals=None) -
             part_o, part_ml, olat, kv_b, oq, os, arrivals, m, nh, splits, C=c, NOPE=nope, V=v,
             BLOCK_S=triton.next_power_of_2(splits), BLOCK_C=COMBINE_BLOCK_C, BLOCK_M=block_m,
             INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=ABSORB_V_WARPS,
-            **overlap.launch_kw())
+            num_stages=1, **overlap.launch_kw())  # Triton 3.6 pipelined: 290 KB of smem
         return
     _absorb_v_kernel[(nh, v // 128)](
         olat, kv_b, oq, os, m, nh, C=c, NOPE=nope, V=v, BLOCK_M=block_m,
