@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The next device call (repo root, $OUT set, carry .cache/upstream and .cache/triton.tgz),
-# prepared but not yet run: the GPU tests, then the A/B of the layer-ahead L2 prefetch
+# A device call (repo root, $OUT set, carry .cache/upstream and .cache/triton.tgz), kept as
+# run at 9020fa4: the GPU tests, then the A/B of the layer-ahead L2 prefetch
 # (overlap.LAYER_PREFETCH: a layer's first norm prefetches its dense weights;
 # NEXT_LAYER_PREFETCH: its second norm prefetches the next layer's) at 1-16 rows, every kind.
 # About 5 minutes once the machine is up.

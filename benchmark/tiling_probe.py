@@ -60,14 +60,6 @@ VARIANTS = {
     # the split top-k's threshold (default: rows wider than 2048), at --ctx above 2048
     "split_topk_off": {("topk", "SPLIT_MIN_WIDTH"): 1 << 30},
     "split_topk_above_8192": {("topk", "SPLIT_MIN_WIDTH"): 8192},
-    # the attention chunks' merge as its own kernel (default: in absorb_v, last-arrival)
-    "merge_kernel": {("mla", "COMBINE_ABSORB_V"): False},
-    "merge_block_c_64": {("mla", "COMBINE_BLOCK_C"): 64},
-    "merge_block_c_256": {("mla", "COMBINE_BLOCK_C"): 256},
-    # route's rank-count top-k, experts compared at a time (default 0: argmax passes)
-    "route_rank_16": {("moe", "ROUTE_RANK_J"): 16},
-    "route_rank_32": {("moe", "ROUTE_RANK_J"): 32},
-    "route_rank_64": {("moe", "ROUTE_RANK_J"): 64},
 }
 
 

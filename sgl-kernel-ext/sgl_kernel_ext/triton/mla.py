@@ -7,21 +7,18 @@
 - ``sparse_attention``: flash-decoding over the selected positions: each program takes one
   row and one chunk of its top-k for all of the rank's heads (the latent KV row is read once
   for every head), fp32 online softmax; ``combine`` merges the chunks (bf16 o_lat).
-- ``absorb_v``: o = o_lat . w_vc per head (bf16), the o_proj input; with counters it also
-  does the merge, in one launch (programs per head and latent columns, last-arrival tail).
+- ``absorb_v``: o = o_lat . w_vc per head (bf16), the o_proj input.
 
 w_kc and w_vc are read in place from kv_b [heads * (nope + v), kv_lora] (no derived copy).
 """
 
 from __future__ import annotations
 
-import torch
 import triton
 import triton.language as tl
 
 from . import overlap
 from .fp8_linear import interpreting
-from .arrival import arrive_last
 from .overlap import prefetch_l2, prefetch_rows, stage_begin
 from .quant import store_row_groups, sum_parts, to_e4m3
 
@@ -45,11 +42,6 @@ ABSORB_V_WARPS = 4
 ATTN_WARPS = 8
 ATTN_STAGES = 2
 ATTN_BLOCK_T = 64  # top-k entries per loop step (at most attention_block's)
-# whether the chunks' merge and w_vc run as one launch when given counters: programs (head,
-# 128 latent columns) merge their columns, and the last of a head to finish runs the head's
-# absorb_v (arrival.py); bitwise the two kernels, one dependent launch fewer
-COMBINE_ABSORB_V = True
-COMBINE_BLOCK_C = 128
 
 
 @triton.jit
@@ -252,14 +244,9 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
 
 @triton.jit
 def _combine_task(m, h, part_o_ptr, part_ml_ptr, olat_ptr, NH, NSP, C: tl.constexpr,
-                  BLOCK_S: tl.constexpr, C0=0, BLOCK_C: tl.constexpr = 0):
-    """Merge row m's chunks of head h into o_lat: every latent column, or BLOCK_C of them
-    from C0 (each column's merge is independent, so the bits are the same)."""
+                  BLOCK_S: tl.constexpr):
     osp = tl.arange(0, BLOCK_S)
-    if BLOCK_C == 0:
-        oc = tl.arange(0, C)
-    else:
-        oc = C0 + tl.arange(0, BLOCK_C)
+    oc = tl.arange(0, C)
     s_ok = osp < NSP
     base = (m * NSP + osp) * NH + h
     mi = tl.load(part_ml_ptr + base * 2, mask=s_ok, other=float("-inf"))
@@ -324,27 +311,6 @@ def _absorb_v_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C: tl.constexpr,
                    INTERPRET)
 
 
-@triton.jit
-def _combine_absorb_v_kernel(part_o_ptr, part_ml_ptr, olat_ptr, kvb_ptr, oq_ptr, os_ptr,
-                             arrivals_ptr, M, NH, NSP, C: tl.constexpr, NOPE: tl.constexpr,
-                             V: tl.constexpr, BLOCK_S: tl.constexpr, BLOCK_C: tl.constexpr,
-                             BLOCK_M: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr):
-    """Program (head, BLOCK_C latent columns): merge those columns of every row, then the
-    head's last program to finish runs absorb_v for the head (w_vc prefetched by all)."""
-    h = tl.program_id(0)
-    ct = tl.program_id(1)
-    prefetch_rows(kvb_ptr, h * (NOPE + V) + NOPE, V, NH * (NOPE + V), C * 2, ct * BLOCK_C * 2,
-                  BLOCK_C * 2, PDL, V, 1)
-    stage_begin(PDL)
-    for m in range(M):
-        _combine_task(m, h, part_o_ptr, part_ml_ptr, olat_ptr, NH, NSP, C, BLOCK_S,
-                      ct * BLOCK_C, BLOCK_C)
-    if arrive_last(arrivals_ptr + h, tl.num_programs(1)):
-        for vt in tl.static_range(V // 128):  # not a pipelined loop: w_vc tiles are 128 KB
-            _absorb_v_task(h, vt, olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C, NOPE, V, BLOCK_M,
-                           INTERPRET)
-
-
 def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots, inv_freq,
            cq_q, cq_s, kv_cache, kv_lora: int, rope: int) -> None:
     """From the split-K partials of q_a [S, M, Q] and kv_a [S, M, kv_lora + rope]: c_q normed
@@ -393,10 +359,9 @@ def attention_splits(rows: int, topk: int) -> int:
 
 
 def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_ml, olat,
-                     kv_lora: int, rope: int, merge: bool = True) -> None:
+                     kv_lora: int, rope: int) -> None:
     """olat bf16 [M, heads, kv_lora] = softmax(scale * qcat . K) . c_kv over each row's top-k
-    (context positions, -1 = none); part_o fp32 [M, S, heads, kv_lora], part_ml [M, S, heads, 2].
-    merge=False leaves the chunks unmerged (for ``absorb_v``'s merging form)."""
+    (context positions, -1 = none); part_o fp32 [M, S, heads, kv_lora], part_ml [M, S, heads, 2]."""
     m, nh, _ = qcat.shape
     splits = part_o.shape[1]
     k = topk.shape[1]
@@ -407,38 +372,21 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
         part_ml, nh, float(sm_scale), k // splits, C=kv_lora, R=rope,
         BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, INTERPRET=interpreting(),
         PDL=overlap.enabled(), num_warps=ATTN_WARPS, num_stages=ATTN_STAGES, **overlap.launch_kw())
-    if merge:
-        _combine_kernel[(m, nh)](part_o, part_ml, olat, nh, splits, C=kv_lora,
-                                 BLOCK_S=triton.next_power_of_2(splits), PDL=overlap.enabled(),
-                                 num_warps=4, **overlap.launch_kw())
+    _combine_kernel[(m, nh)](part_o, part_ml, olat, nh, splits, C=kv_lora,
+                             BLOCK_S=triton.next_power_of_2(splits), PDL=overlap.enabled(),
+                             num_warps=4, **overlap.launch_kw())
 
 
-def merges_in_absorb_v(arrivals) -> bool:
-    """Whether ``absorb_v`` given these counters merges the attention's chunks itself (then
-    ``sparse_attention`` runs with merge=False)."""
-    return COMBINE_ABSORB_V and arrivals is not None
-
-
-def absorb_v(olat, kv_b, oq, os, nope: int, v: int, parts=None, arrivals=None) -> None:
+# Tried: the chunks' merge and absorb_v as one launch (programs per head and 128 latent
+# columns merge, the head's last to finish runs its w_vc): slower on an H200 at every row
+# count, +5 us a MoE layer at 1 row and +22 at 16: the 16 tails each read a 128 KB w_vc tile
+# (results/tiling_probe_20261130T170454Z, merge_kernel = today's form).
+def absorb_v(olat, kv_b, oq, os, nope: int, v: int) -> None:
     """o = o_lat . w_vc per head (bf16), quantized for o_proj: oq e4m3 [M, heads * v],
-    os fp32 [M, heads * v / 128]. With the attention's unmerged chunks `parts` (part_o,
-    part_ml) and int32 `arrivals` (>= heads, zeroed) it first merges them into olat itself
-    (``merges_in_absorb_v``)."""
+    os fp32 [M, heads * v / 128]."""
     m, nh, c = olat.shape
     assert olat.is_contiguous() and oq.is_contiguous() and os.is_contiguous() and v % 128 == 0
-    block_m = max(16, triton.next_power_of_2(m))
-    if merges_in_absorb_v(arrivals):
-        part_o, part_ml = parts
-        splits = part_o.shape[1]
-        assert c % COMBINE_BLOCK_C == 0 and arrivals.dtype == torch.int32
-        assert arrivals.numel() >= nh
-        _combine_absorb_v_kernel[(nh, c // COMBINE_BLOCK_C)](
-            part_o, part_ml, olat, kv_b, oq, os, arrivals, m, nh, splits, C=c, NOPE=nope, V=v,
-            BLOCK_S=triton.next_power_of_2(splits), BLOCK_C=COMBINE_BLOCK_C, BLOCK_M=block_m,
-            INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=ABSORB_V_WARPS,
-            num_stages=1, **overlap.launch_kw())  # Triton 3.6 pipelined: 290 KB of smem
-        return
     _absorb_v_kernel[(nh, v // 128)](
-        olat, kv_b, oq, os, m, nh, C=c, NOPE=nope, V=v, BLOCK_M=block_m,
+        olat, kv_b, oq, os, m, nh, C=c, NOPE=nope, V=v, BLOCK_M=max(16, triton.next_power_of_2(m)),
         INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=ABSORB_V_WARPS,
         **overlap.launch_kw())

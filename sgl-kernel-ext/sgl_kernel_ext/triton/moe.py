@@ -35,53 +35,36 @@ from .quant import sum_parts, to_e4m3
 
 
 @triton.jit
-def _route_choice(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, valid, offs_m, m_ok, offs_e):
-    """(sigmoid score, score + bias) [rows, experts] of the router partials summed; the choice
-    is -inf outside valid rows and experts."""
-    e_ok = offs_e < E
-    logits = sum_parts(parts_ptr, SPLIT, M * E, offs_m[:, None] * E + offs_e[None, :],
-                       m_ok[:, None] & e_ok[None, :])
-    score = 1.0 / (1.0 + tl.exp(-logits))
-    bias = tl.load(bias_ptr + offs_e, mask=e_ok, other=0.0)
-    return score, tl.where(valid[:, None] & e_ok[None, :], score + bias[None, :], float("-inf"))
-
-
-@triton.jit
 def _route_rows(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr, scale, offs_m, m_ok,
-                BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
-                RANK_J: tl.constexpr = 0):
+                BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr):
     """(chosen int32, weight fp32), [rows, BLOCK_E], of the rows offs_m where m_ok: the router
     partials summed, sigmoid, top-k of score + bias (ties to the lower expert), weights
-    renormalized and scaled; nothing chosen by a pad row. RANK_J = 0 picks the top-k by TOPK
-    argmax passes; RANK_J > 0 counts for every expert the experts ranked above it, RANK_J of
-    them at a time (no cross-thread step per pick), and keeps those with fewer than TOPK: the
-    same set."""
+    renormalized and scaled; nothing chosen by a pad row."""
     offs_e = tl.arange(0, BLOCK_E)
     e_ok = offs_e < E
+    mask = m_ok[:, None] & e_ok[None, :]
+    logits = sum_parts(parts_ptr, SPLIT, M * E, offs_m[:, None] * E + offs_e[None, :], mask)
+    score = 1.0 / (1.0 + tl.exp(-logits))
+    bias = tl.load(bias_ptr + offs_e, mask=e_ok, other=0.0)
     valid = m_ok & (tl.load(pos_ptr + offs_m, mask=m_ok, other=-1) >= 0)
-    score, choice = _route_choice(parts_ptr, SPLIT, M, E, bias_ptr, valid, offs_m, m_ok, offs_e)
-    if RANK_J == 0:
-        chosen = tl.zeros(choice.shape, dtype=tl.int32)
-        for _ in tl.static_range(TOPK):
-            best = tl.argmax(choice, axis=1)
-            hit = offs_e[None, :] == best[:, None]
-            chosen = tl.where(hit, 1, chosen)
-            choice = tl.where(hit, float("-inf"), choice)
-    else:
-        above = tl.zeros(choice.shape, dtype=tl.int32)
-        for j0 in tl.static_range(0, BLOCK_E, RANK_J):
-            offs_j = j0 + tl.arange(0, RANK_J)
-            _, cj = _route_choice(parts_ptr, SPLIT, M, E, bias_ptr, valid, offs_m, m_ok, offs_j)
-            a = choice[:, :, None]
-            b = cj[:, None, :]
-            before = (b > a) | ((b == a) & (offs_j[None, None, :] < offs_e[None, :, None]))
-            above += tl.sum(before.to(tl.int32), axis=2)
-        chosen = (above < TOPK).to(tl.int32)
+    choice = tl.where(valid[:, None] & e_ok[None, :], score + bias[None, :], float("-inf"))
+    chosen = tl.zeros(choice.shape, dtype=tl.int32)
+    for _ in tl.static_range(TOPK):
+        best = tl.argmax(choice, axis=1)
+        hit = offs_e[None, :] == best[:, None]
+        chosen = tl.where(hit, 1, chosen)
+        choice = tl.where(hit, float("-inf"), choice)
     chosen = tl.where(valid[:, None] & e_ok[None, :], chosen, 0)
     w = tl.where(chosen > 0, score, 0.0)
     if RENORM:
         w = w / (tl.sum(w, axis=1) + 1e-20)[:, None]
     return chosen, w * scale
+
+
+# Tried for the top-k above: counting for every expert the experts ranked above it, 16-64 of
+# them at a time ([rows, experts, chunk] tiles), instead of TOPK argmax passes. The same
+# choice, but 1.5-5x slower a layer on an H200 (+44 us at 1 row with chunks of 32:
+# results/tiling_probe_20261130T170454Z, route_rank_*).
 
 
 @triton.jit
@@ -109,11 +92,11 @@ def _route_slots(chosen, w, offs_m, m_ok, M, slot_expert_ptr, slot_weight_ptr, s
 def _route_task(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
                 slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, scale,
                 BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
-                RENORM: tl.constexpr, RANK_J: tl.constexpr = 0):
+                RENORM: tl.constexpr):
     offs_m = tl.arange(0, BLOCK_M)
     m_ok = offs_m < M
     chosen, w = _route_rows(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, scale, offs_m, m_ok,
-                            BLOCK_E, TOPK, RENORM, RANK_J)
+                            BLOCK_E, TOPK, RENORM)
     _route_slots(chosen, w, offs_m, m_ok, M, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                  num_slots_ptr, E, BLOCK_E)
 
@@ -122,10 +105,10 @@ def _route_task(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
 def _route_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
                   slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, scale,
                   BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
-                  RENORM: tl.constexpr, PDL: tl.constexpr, RANK_J: tl.constexpr):
+                  RENORM: tl.constexpr, PDL: tl.constexpr):
     stage_begin(PDL)
     _route_task(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, slot_expert_ptr, slot_weight_ptr,
-                slot_rank_ptr, num_slots_ptr, scale, BLOCK_M, BLOCK_E, TOPK, RENORM, RANK_J)
+                slot_rank_ptr, num_slots_ptr, scale, BLOCK_M, BLOCK_E, TOPK, RENORM)
 
 
 @triton.jit
@@ -133,7 +116,7 @@ def _route_per_row_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_pt
                           chosen_ptr, weight_ptr, arrival_ptr, slot_expert_ptr, slot_weight_ptr,
                           slot_rank_ptr, num_slots_ptr, scale, BLOCK_M: tl.constexpr,
                           BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
-                          PDL: tl.constexpr, RANK_J: tl.constexpr):
+                          PDL: tl.constexpr):
     """Program r: row r's top-k into the [M, E] chosen / weight scratch; the last row to
     finish builds the slot list from every row's."""
     r = tl.program_id(0)
@@ -141,7 +124,7 @@ def _route_per_row_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_pt
     offs_r = r + tl.arange(0, 2)  # [2, E] tiles, the second row masked off
     r_ok = offs_r == r
     chosen, w = _route_rows(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, scale, offs_r, r_ok,
-                            BLOCK_E, TOPK, RENORM, RANK_J)
+                            BLOCK_E, TOPK, RENORM)
     offs_e = tl.arange(0, BLOCK_E)
     at = offs_r[:, None] * E + offs_e[None, :]
     ok = r_ok[:, None] & (offs_e[None, :] < E)
@@ -163,7 +146,7 @@ def _router_route_kernel(x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk, a
                          num_slots_ptr, scale, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
                          ROUTE_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                          BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
-                         INTERPRET: tl.constexpr, PDL: tl.constexpr, RANK_J: tl.constexpr):
+                         INTERPRET: tl.constexpr, PDL: tl.constexpr):
     """The router's split-K bf16 GEMV (programs (tile, split)); the last program to finish
     routes (route's task over the complete partials)."""
     tile = tl.program_id(0)
@@ -174,7 +157,7 @@ def _router_route_kernel(x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk, a
                       BLOCK_M, BLOCK_N, BLOCK_K, INTERPRET)
     if arrive_last(arrival_ptr, tl.num_programs(0) * tl.num_programs(1)):
         _route_task(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, slot_expert_ptr, slot_weight_ptr,
-                    slot_rank_ptr, num_slots_ptr, scale, ROUTE_M, BLOCK_E, TOPK, RENORM, RANK_J)
+                    slot_rank_ptr, num_slots_ptr, scale, ROUTE_M, BLOCK_E, TOPK, RENORM)
 
 
 @triton.jit
@@ -399,9 +382,6 @@ ROUTER_ROUTE_WARPS = 4  # warps of the one-launch router + route (1-2 within noi
 # otherwise; 1-2 us of a MoE layer at 1-2 rows, the same run). Down's sum as a tail saved
 # nothing at 1-2 rows and cost 12 us at 16 (the same run): it stays a kernel.
 SWIGLU_TAIL = True
-# experts compared at a time by route's rank-count top-k (0: TOPK argmax passes, each a
-# cross-thread reduction; the single program's ~5 us at one row). The same choice either way.
-ROUTE_RANK_J = 0
 # rows from which route runs one program per row (then the last to finish builds the slot
 # list) when given the scratch, rather than one program for every row: on an H200 5 us faster
 # per MoE layer at 16 rows, 0.5 at 4 (tiling_probe_20261130T150549Z)
@@ -420,9 +400,8 @@ def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tenso
     assert router_parts.is_contiguous() and slot_weight.shape[1] == m
     assert slot_expert.numel() >= m * topk + 1 and slot_weight.is_contiguous()
     assert slot_rank.shape == slot_weight.shape and slot_rank.is_contiguous()
-    block_e = triton.next_power_of_2(e)
-    common = dict(BLOCK_E=block_e, TOPK=topk, RENORM=renorm, PDL=overlap.enabled(),
-                  RANK_J=min(ROUTE_RANK_J, block_e), **overlap.launch_kw())
+    common = dict(BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm,
+                  PDL=overlap.enabled(), **overlap.launch_kw())
     if scratch is not None and m >= ROUTE_PER_ROW_MIN_ROWS:
         chosen, weight, arrival = scratch
         assert chosen.numel() >= m * e and weight.numel() >= m * e
@@ -466,7 +445,6 @@ def router_route(x: torch.Tensor, router_w: torch.Tensor, router_parts: torch.Te
         slot_weight, slot_rank, num_slots, float(scale), SPLIT=split, BLOCK_M=block_m(m),
         ROUTE_M=max(2, triton.next_power_of_2(m)), BLOCK_N=block_n, BLOCK_K=block_k,
         BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm, INTERPRET=interpreting(),
-        RANK_J=min(ROUTE_RANK_J, triton.next_power_of_2(e)),
         PDL=overlap.enabled(), num_warps=ROUTER_ROUTE_WARPS, num_stages=4, **overlap.launch_kw())
 
 

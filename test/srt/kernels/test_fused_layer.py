@@ -201,43 +201,6 @@ def test_persistent_matches_stage_kernels(kind, rows):
     assert r["kv_rel"] <= tol["kv_written_rel"] and r["topk_overlap"] >= tol["topk_overlap"], r
 
 
-# module knobs whose two settings must give the same bits: route's top-k by rank counting
-# or argmax passes (the same set), the attention chunks' merge in absorb_v or its own kernel
-BITWISE_KNOBS = (("moe", "ROUTE_RANK_J", 32), ("mla", "COMBINE_ABSORB_V", False))
-
-
-@pytest.mark.parametrize("rows", [1, 2, 4, 16])
-@pytest.mark.parametrize("knob", [k[1] for k in BITWISE_KNOBS])
-def test_knob_forms_are_bitwise_the_defaults(knob, rows):
-    """The MoE+indexer layer with one knob set the other way: the same y, residual, top-k,
-    KV and index caches, bit for bit (1-2 rows: router+route in one launch; 4 and 16: route
-    per row)."""
-    import importlib
-
-    mod_name, _, value = next(k for k in BITWISE_KNOBS if k[1] == knob)
-    mod = importlib.import_module(f"sgl_kernel_ext.triton.{mod_name}")
-    lid = KINDS["moe_indexer"]
-    case = make_case(CFG, lid, _contexts(rows, 3000), seed=rows + 5, device="cuda",
-                     lw=_weights(lid))
-    runs = []
-    saved = getattr(mod, knob)
-    try:
-        for setting in (saved, value):
-            setattr(mod, knob, setting)
-            caches = clone_caches(case.caches)
-            layer = FusedLayer(CFG, case.lw, caches, rows, 3000)
-            out = [t.clone() for t in layer(case.hidden, case.residual, case.batch, case.topk_prev)]
-            runs.append((out, caches))
-    finally:
-        setattr(mod, knob, saved)
-    (o0, c0), (o1, c1) = runs
-    assert not torch.isnan(o0[0].float()).any()
-    for a, b in zip(o0, o1):
-        assert torch.equal(a, b)
-    assert torch.equal(c0.kv[lid].view(torch.int16), c1.kv[lid].view(torch.int16))
-    assert torch.equal(c0.index[lid], c1.index[lid])
-
-
 @pytest.mark.parametrize("rows", [1, 16])
 def test_split_topk_equals_one_program_topk(rows):
     """The split top-k (the default for long rows) against the one-program top-k on

@@ -102,24 +102,15 @@ def _drive() -> None:
 
     from sglang.srt.layers.fused_decode.layer import chain_prefetch
 
-    from sgl_kernel_ext.triton import mla, moe
-
-    # the knobs' other forms: both norms with a prefetch table (the layer's own, the next
-    # layer's), route's rank-count top-k (router+route at 2 rows, per row at 3), the merge
-    # of the attention's chunks as its own kernel
-    knobs = ((overlap, "LAYER_PREFETCH", True), (overlap, "NEXT_LAYER_PREFETCH", True),
-             (moe, "ROUTE_RANK_J", 8), (mla, "COMBINE_ABSORB_V", False))
-    saved = [getattr(mod, name) for mod, name, _ in knobs]
-    for mod, name, value in knobs:
-        setattr(mod, name, value)
+    # both norms with a prefetch table (the layer's own, the next layer's), at 2 and 3 rows
+    overlap.LAYER_PREFETCH = overlap.NEXT_LAYER_PREFETCH = True
     for contexts in ([30, 12], [30, 12, 40]):
         case = make_case(cfg, 1, contexts, seed=1, tp_size=2)
         layer = FusedLayer(cfg, case.lw, case.caches, len(contexts),
                            case.batch.token_slots.shape[1], persistent_launch=False)
         chain_prefetch([layer])
         layer(case.hidden, case.residual, case.batch, case.topk_prev)
-    for (mod, name, _), value in zip(knobs, saved):
-        setattr(mod, name, value)
+    overlap.LAYER_PREFETCH = overlap.NEXT_LAYER_PREFETCH = False
     scores = torch.randn(2, 3000)
     topk.topk_positions(scores, torch.tensor([2999, 100]), 2048,
                         torch.empty(2, 2048, dtype=torch.int64))

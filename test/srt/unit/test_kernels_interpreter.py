@@ -10,7 +10,7 @@ import torch
 if os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available():
     pytest.skip("GPU present: the kernels are tested in test/srt/kernels", allow_module_level=True)
 
-from sgl_kernel_ext.triton import bf16_linear, fp8_linear, mla, moe  # noqa: E402
+from sgl_kernel_ext.triton import bf16_linear, fp8_linear, moe  # noqa: E402
 from sgl_kernel_ext.triton.topk import topk_positions  # noqa: E402
 from sglang.srt.layers.fused_decode.layer import FusedLayer  # noqa: E402
 from sglang.srt.layers.fused_decode.reference import indexer as ref_indexer  # noqa: E402
@@ -109,45 +109,6 @@ def test_moe_route_slots_and_combine():
     assert _rel(out[valid], ref[valid]) <= 8 * BF16_ULP
 
 
-@pytest.mark.parametrize("m, rank_j", [(1, 4), (2, 8), (5, 4)])
-def test_route_rank_count_topk_is_the_argmax_topk(m, rank_j, monkeypatch):
-    """route's rank-count top-k (moe.ROUTE_RANK_J) against its argmax passes, every form
-    (router+route in one launch at 1-2 rows, one program per row at 5), on logits ordered
-    by expert (router rows c_e * u, x . u > 0) with experts 3 and 5 tied at the top-k
-    boundary: both pick experts 0..3 (the lower of the tie), the same slot table, nothing
-    for the pad row."""
-    e, k, hsz = CFG.n_routed_experts, CFG.num_experts_per_tok, CFG.hidden_size
-    assert k == 4 and e > 6
-    g = torch.Generator().manual_seed(m)
-    x = (torch.rand(m, hsz, generator=g) + 0.1).bfloat16()
-    u = (torch.rand(hsz, generator=g) + 0.1) / hsz
-    c = 1.0 - torch.arange(e) / e
-    c[5] = c[3]
-    router_w = (c[:, None] * u[None, :]).bfloat16()
-    router_w[5] = router_w[3]
-    bias = torch.zeros(e)
-    pos = torch.tensor([3, -1, 7, 9, 11][:m]) if m > 1 else torch.tensor([5])
-    slots = m * k + 1
-    runs = []
-    for j in (0, rank_j):
-        monkeypatch.setattr(moe, "ROUTE_RANK_J", j)
-        se = torch.full((slots,), -7, dtype=torch.int32)
-        sw = torch.full((slots, m), float("nan"))
-        sr = torch.full((slots, m), -7, dtype=torch.int32)
-        ns = torch.zeros(1, dtype=torch.int32)
-        scratch = (torch.full((m * e,), -7, dtype=torch.int32), torch.full((m * e,), float("nan")),
-                   torch.zeros(1, dtype=torch.int32))
-        moe.router_route(x, router_w, torch.full((2, m, e), float("nan")), bias, pos, k,
-                         CFG.routed_scaling_factor, True, se, sw, sr, ns, scratch[2], scratch)
-        n = int(ns)
-        assert se[:n].tolist() == [e, 0, 1, 2, 3], (j, se[:n].tolist())
-        runs.append((se[:n].clone(), sw[:n].clone(), sr[:n].clone()))
-        if m > 1:
-            assert bool((sw[1:n, 1] == 0).all()) and bool((sr[1:n, 1] == -1).all())
-    for a, b in zip(*runs):
-        assert torch.equal(a, b)
-
-
 @pytest.mark.parametrize("m", [1, 2, 5])
 def test_moe_last_arrival_tails_are_bitwise_the_separate_kernels(m):
     """router+route and gate/up+SwiGLU as one launch each (the last program of a group runs
@@ -194,40 +155,6 @@ def test_moe_last_arrival_tails_are_bitwise_the_separate_kernels(m):
     assert not torch.isnan(runs[1][-1]).any()
     for a, b in zip(*runs):
         assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30))
-
-
-@pytest.mark.parametrize("m, splits, block_c", [(1, 4, 64), (3, 2, 128)])
-def test_absorb_v_merging_the_chunks_is_bitwise_combine_then_absorb_v(m, splits, block_c,
-                                                                      monkeypatch):
-    """absorb_v given the attention's unmerged chunks and counters (one launch, the last
-    program of each head running its w_vc) against combine + absorb_v: the same o_lat, e4m3
-    output and scales, every counter back at zero. One chunk of a row is empty (l = 0, m =
-    -inf), as when its top-k entries are all -1."""
-    monkeypatch.setattr(mla, "COMBINE_BLOCK_C", block_c)  # 64: two programs per head
-    lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
-    kv_b = lw.attn.kv_b
-    nope, v, c = CFG.qk_nope_head_dim, CFG.v_head_dim, CFG.kv_lora_rank
-    nh = kv_b.shape[0] // (nope + v)
-    g = torch.Generator().manual_seed(10 * m + splits)
-    part_o = torch.randn(m, splits, nh, c, generator=g)
-    part_ml = torch.stack([torch.randn(m, splits, nh, generator=g),
-                           torch.rand(m, splits, nh, generator=g) + 0.5], dim=-1)
-    part_ml[0, splits - 1, :, 0], part_ml[0, splits - 1, :, 1] = float("-inf"), 0.0
-    runs = []
-    for merging in (False, True):
-        olat = torch.full((m, nh, c), float("nan"), dtype=torch.bfloat16)
-        oq = torch.full((m, nh * v), 1.0).to(torch.float8_e4m3fn)
-        os_ = torch.full((m, nh * v // 128), float("nan"))
-        arrivals = torch.zeros(nh, dtype=torch.int32) if merging else None
-        if not merging:
-            mla._combine_kernel[(m, nh)](part_o, part_ml, olat, nh, splits, C=c,
-                                         BLOCK_S=max(2, splits), PDL=False)
-        mla.absorb_v(olat, kv_b, oq, os_, nope, v, (part_o, part_ml), arrivals)
-        runs.append((olat.float(), oq.float(), os_))
-        assert arrivals is None or not arrivals.any()
-    assert not torch.isnan(runs[1][0]).any() and not torch.isnan(runs[1][2]).any()
-    for a, b in zip(*runs):
-        assert torch.equal(a, b)
 
 
 @pytest.mark.parametrize("k, block", [(16, 512), (256, 0)])  # 0: the default, one step a pass

@@ -13,8 +13,8 @@ layer kernel (``persistent_step``), which runs the same task bodies in one resid
 
 Launch sequence (stage kernels from ``sgl_kernel_ext.triton``): add+RMSNorm (+ e4m3 of the
 row); q_a|kv_a (split-K partials); latent norms + rope + KV write (+ e4m3 of c_q); q_b
-(| wq_b); indexer keys/queries, scores, top-k; absorb; sparse attention; the chunks' merge
-and w_vc (+ e4m3) in one launch; o_proj; add+RMSNorm; MLP (router + route and gate/up + SwiGLU, at 1-2 rows each
+(| wq_b); indexer keys/queries, scores, top-k; absorb; sparse attention + combine; w_vc
+(+ e4m3); o_proj; add+RMSNorm; MLP (router + route and gate/up + SwiGLU, at 1-2 rows each
 pair one launch whose second part is run by the last program of its group to finish,
 ``arrival``; down, each row's terms summed). Activations are quantized once by the kernel
 that produces them; every GEMM's split-K partials are summed in a fixed order by their
@@ -134,7 +134,6 @@ class FusedLayer:
         # last-arrival counters (arrival.py): gate/up's (tile, slot) groups, the router's one
         self.buf["gu_arrivals"] = arrival.counters(-(-inter // gu_block_n) * slots, dev)
         self.buf["route_arrival"] = arrival.counters(1, dev)
-        self.buf["vc_arrivals"] = arrival.counters(self.heads, dev)  # absorb_v's merge, per head
         specs["gu_parts"] = e(split_k, few * cfg.num_experts_per_tok + 1 if self.experts else 1,
                               few, 2, inter, dt=f32)
         if self.experts:
@@ -259,11 +258,9 @@ class FusedLayer:
             topk = topk_prev
         mla.absorb(v("q"), a.kv_b, pos, self.inv_freq, v("qcat"), cfg.qk_nope_head_dim, rope,
                    cfg.v_head_dim)
-        parts, vc_arrivals = self._attention_parts(m), self.buf["vc_arrivals"]
-        mla.sparse_attention(v("qcat"), self.kv_cache, topk, slots, cfg.softmax_scale, *parts,
-                             v("olat"), c, rope, merge=not mla.merges_in_absorb_v(vc_arrivals))
-        mla.absorb_v(v("olat"), a.kv_b, v("oq"), v("os"), cfg.qk_nope_head_dim, cfg.v_head_dim,
-                     parts, vc_arrivals)
+        mla.sparse_attention(v("qcat"), self.kv_cache, topk, slots, cfg.softmax_scale,
+                             *self._attention_parts(m), v("olat"), c, rope)
+        mla.absorb_v(v("olat"), a.kv_b, v("oq"), v("os"), cfg.qk_nope_head_dim, cfg.v_head_dim)
         fp8_linear.fp8_linear(v("oq"), v("os"), a.o_proj.q, a.o_proj.s, v("y_attn"),
                               *(None,) * 3, *self.tile_o[:2])
         norm.add_rms_norm(v("y_attn"), res, lw.post_attention_norm, eps, v("x2"), res,
