@@ -15,6 +15,8 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E4
 from sglang.srt.models import glm4_moe  # noqa: E402
 from sglang.srt.models.glm5_mega import glm5, hooks  # noqa: E402
 
+from branch_dispatch import bare, recorded_model  # noqa: E402
+
 
 def _state(speculative=None, draft_tokens=None):
     widths = spec.covered_widths(speculative, draft_tokens)
@@ -60,20 +62,12 @@ def test_no_plan_embeds_or_pp_proxies_run_upstream():
 
 
 def _model():
-    model = glm5.GlmMoeDsaForCausalLM.__new__(glm5.GlmMoeDsaForCausalLM)
-    torch.nn.Module.__init__(model)
-    return model
+    return bare(glm5.GlmMoeDsaForCausalLM)
 
 
 def test_forward_dispatch(monkeypatch):
-    calls = []
-    monkeypatch.setattr(glm4_moe.GlmMoeDsaForCausalLM, "forward",
-                        lambda self, *a: calls.append(("upstream", a)) or "upstream-out")
-    monkeypatch.setattr(glm5.GlmMoeDsaForCausalLM, "_fused_forward",
-                        lambda self, state, mode, ids, pos, fb: calls.append(("fused", mode)) or "h")
-    model = _model()
-    model.lm_head = "head"
-    model.logits_processor = lambda ids, hidden, head, fb: ("logits", hidden, head)
+    model, calls = recorded_model(monkeypatch, glm5.GlmMoeDsaForCausalLM,
+                                  glm4_moe.GlmMoeDsaForCausalLM)
     ids, pos, fb = torch.zeros(3, dtype=torch.long), torch.arange(3), _fb(ForwardMode.DECODE)
 
     assert model.forward(ids, pos, fb) == "upstream-out"  # off: no plan on the model

@@ -19,6 +19,8 @@ from sglang.srt.model_executor.forward_batch_info import ForwardMode  # noqa: E4
 from sglang.srt.models import glm4_moe  # noqa: E402
 from sglang.srt.models.glm5_mega import glm5, hooks  # noqa: E402
 
+from branch_dispatch import bare, recorded_model  # noqa: E402
+
 EAGLE = {"speculative_algorithm": "EAGLE", "speculative_eagle_topk": 1,
          "speculative_num_draft_tokens": 4}
 
@@ -40,20 +42,12 @@ def test_draft_branch_rule_per_mode_and_rows(mode):
 
 
 def _draft_model():
-    model = glm5.GlmMoeDsaForCausalLMNextN.__new__(glm5.GlmMoeDsaForCausalLMNextN)
-    torch.nn.Module.__init__(model)
-    return model
+    return bare(glm5.GlmMoeDsaForCausalLMNextN)
 
 
 def test_draft_forward_dispatch(monkeypatch):
-    calls = []
-    monkeypatch.setattr(glm4_moe.GlmMoeDsaForCausalLMNextN, "forward",
-                        lambda self, *a: calls.append(("upstream", a)) or "upstream-out")
-    monkeypatch.setattr(glm5.GlmMoeDsaForCausalLMNextN, "_fused_forward",
-                        lambda self, state, mode, *a: calls.append(("fused", mode)) or "h")
-    model = _draft_model()
-    model.lm_head = "head"
-    model.logits_processor = lambda ids, hidden, head, fb: ("logits", hidden, head)
+    model, calls = recorded_model(monkeypatch, glm5.GlmMoeDsaForCausalLMNextN,
+                                  glm4_moe.GlmMoeDsaForCausalLMNextN)
     ids, pos, fb = torch.zeros(3, dtype=torch.long), torch.arange(3), _fb(ForwardMode.DECODE)
 
     assert model.forward(ids, pos, fb) == "upstream-out"  # off: no plan on the model
