@@ -60,6 +60,10 @@ VARIANTS = {
     # the split top-k's threshold (default: rows wider than 2048), at --ctx above 2048
     "split_topk_off": {("topk", "SPLIT_MIN_WIDTH"): 1 << 30},
     "split_topk_above_8192": {("topk", "SPLIT_MIN_WIDTH"): 8192},
+    # query heads per indexer prepare program (default 4; 32: one program per row)
+    "prepare_heads_2": {("indexer", "PREPARE_HEADS"): 2},
+    "prepare_heads_8": {("indexer", "PREPARE_HEADS"): 8},
+    "prepare_heads_32": {("indexer", "PREPARE_HEADS"): 32},
 }
 
 
@@ -75,11 +79,11 @@ def main():
     p.add_argument("--results", default=str(H.REPO / "benchmark" / "results"))
     args = p.parse_args()
 
-    from sgl_kernel_ext.triton import fp8_linear, mla, moe, norm, overlap, topk
+    from sgl_kernel_ext.triton import fp8_linear, indexer, mla, moe, norm, overlap, topk
     from sglang.srt.layers.fused_decode.layer import FusedLayer, chain_prefetch
     from sglang.srt.layers.fused_decode.reference.config import glm53_config
 
-    modules = {"fp8_linear": fp8_linear, "mla": mla, "moe": moe, "norm": norm, "overlap": overlap,
+    modules = {"fp8_linear": fp8_linear, "indexer": indexer, "mla": mla, "moe": moe, "norm": norm, "overlap": overlap,
                "topk": topk}
     derived = {"no_split_k": _no_split_k(moe.gate_up_tiling), "down_64": lambda m: 64,
                "down_256": lambda m: 256}

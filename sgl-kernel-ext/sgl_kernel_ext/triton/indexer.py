@@ -1,6 +1,6 @@
 """The DSA indexer of a GLM-5.3 'full' layer for 1-16 rows (no Hadamard: interleaved rope).
 
-- ``prepare``: per row, the index key (sum of the split-K [wk; weights_proj] partials, bf16,
+- ``prepare``: per row (and block of query heads), the index key (sum of the split-K [wk; weights_proj] partials, bf16,
   LayerNorm in fp32, rope on the first dims, e4m3 with one scale) written into the FP8 index
   cache at the row's slot (64-token pages: 64 x 128 B keys, then 64 fp32 scales); the query
   heads roped and quantized (one scale per head), and the fp32 head weights
@@ -25,46 +25,59 @@ from .quant import sum_parts, to_e4m3
 PAGE = 64
 KEY_BYTES = 128
 SCORE_BLOCK = 64  # context positions per scores program
+# query heads per prepare program (a power of two; the first program of a row also writes
+# its key). One program per row for all 32 heads reads every wq_b partial alone: ~10 us at
+# any row count on an H200 (results/fused_stages_h200_3bcefaf.json, _prepare_kernel).
+PREPARE_HEADS = 4
 
 
 @triton.jit
 def _prepare_row(m, kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: tl.constexpr,
                  ln_w_ptr, ln_b_ptr, ln_eps, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr,
                  cache_ptr, q8_ptr, head_w_ptr, head_scale, NH: tl.constexpr, D: tl.constexpr,
-                 HALF_R: tl.constexpr, INTERPRET: tl.constexpr):
-    oh = tl.arange(0, NH)
+                 HALF_R: tl.constexpr, INTERPRET: tl.constexpr, hb=0, HB: tl.constexpr = 0):
+    """Row m's index key (by head block 0) and its query heads [hb * HB, (hb + 1) * HB), or
+    every head with HB = 0. Each head's numbers are its own, so any split gives the same
+    bits."""
     pos = tl.load(pos_ptr + m)
     rpos = tl.maximum(pos, 0)
-    # the key as its even and odd dims, so rope pairs (2i, 2i+1) are elementwise
-    i = tl.arange(0, D // 2)
     row = m * NKW
-    ke = sum_parts(kw_parts_ptr, SPLIT, M * NKW, row + 2 * i, i < D // 2)
-    ko = sum_parts(kw_parts_ptr, SPLIT, M * NKW, row + 2 * i + 1, i < D // 2)
-    w_raw = sum_parts(kw_parts_ptr, SPLIT, M * NKW, row + D + oh, oh < NH)
-    ke = ke.to(tl.bfloat16).to(tl.float32)
-    ko = ko.to(tl.bfloat16).to(tl.float32)
-    w_raw = w_raw.to(tl.bfloat16).to(tl.float32)
-    mean = (tl.sum(ke, axis=0) + tl.sum(ko, axis=0)) / D
-    ke -= mean
-    ko -= mean
-    rstd = 1.0 / tl.sqrt((tl.sum(ke * ke, axis=0) + tl.sum(ko * ko, axis=0)) / D + ln_eps)
-    ke = ke * rstd * tl.load(ln_w_ptr + 2 * i).to(tl.float32) + tl.load(ln_b_ptr + 2 * i).to(tl.float32)
-    ko = ko * rstd * tl.load(ln_w_ptr + 2 * i + 1).to(tl.float32) \
-        + tl.load(ln_b_ptr + 2 * i + 1).to(tl.float32)
-    re, ro = _rope_pairs(ke, ko, rpos, tl.load(inv_freq_ptr + i, mask=i < HALF_R, other=0.0))
-    ke = tl.where(i < HALF_R, re, ke)
-    ko = tl.where(i < HALF_R, ro, ko)
-    sk = tl.maximum(tl.maximum(tl.max(tl.abs(ke), axis=0), tl.max(tl.abs(ko), axis=0)), 1e-4) / 448.0
-    ke8 = to_e4m3(tl.clamp(ke * (1.0 / sk), -448.0, 448.0), INTERPRET)
-    ko8 = to_e4m3(tl.clamp(ko * (1.0 / sk), -448.0, 448.0), INTERPRET)
-    if pos >= 0:
-        slot = tl.load(slots_ptr + m * stride_slots + pos)
-        page = cache_ptr + (slot // 64) * (64 * 132)
-        key = page + (slot % 64) * 128
-        tl.store(key + 2 * i, ke8.to(tl.uint8, bitcast=True))
-        tl.store(key + 2 * i + 1, ko8.to(tl.uint8, bitcast=True))
-        tl.store((page + 64 * 128).to(tl.pointer_type(tl.float32)) + slot % 64, sk)
+    if hb == 0:
+        # the key as its even and odd dims, so rope pairs (2i, 2i+1) are elementwise
+        i = tl.arange(0, D // 2)
+        ke = sum_parts(kw_parts_ptr, SPLIT, M * NKW, row + 2 * i, i < D // 2)
+        ko = sum_parts(kw_parts_ptr, SPLIT, M * NKW, row + 2 * i + 1, i < D // 2)
+        ke = ke.to(tl.bfloat16).to(tl.float32)
+        ko = ko.to(tl.bfloat16).to(tl.float32)
+        mean = (tl.sum(ke, axis=0) + tl.sum(ko, axis=0)) / D
+        ke -= mean
+        ko -= mean
+        rstd = 1.0 / tl.sqrt((tl.sum(ke * ke, axis=0) + tl.sum(ko * ko, axis=0)) / D + ln_eps)
+        ke = ke * rstd * tl.load(ln_w_ptr + 2 * i).to(tl.float32) \
+            + tl.load(ln_b_ptr + 2 * i).to(tl.float32)
+        ko = ko * rstd * tl.load(ln_w_ptr + 2 * i + 1).to(tl.float32) \
+            + tl.load(ln_b_ptr + 2 * i + 1).to(tl.float32)
+        re, ro = _rope_pairs(ke, ko, rpos, tl.load(inv_freq_ptr + i, mask=i < HALF_R, other=0.0))
+        ke = tl.where(i < HALF_R, re, ke)
+        ko = tl.where(i < HALF_R, ro, ko)
+        sk = tl.maximum(tl.maximum(tl.max(tl.abs(ke), axis=0), tl.max(tl.abs(ko), axis=0)),
+                        1e-4) / 448.0
+        ke8 = to_e4m3(tl.clamp(ke * (1.0 / sk), -448.0, 448.0), INTERPRET)
+        ko8 = to_e4m3(tl.clamp(ko * (1.0 / sk), -448.0, 448.0), INTERPRET)
+        if pos >= 0:
+            slot = tl.load(slots_ptr + m * stride_slots + pos)
+            page = cache_ptr + (slot // 64) * (64 * 132)
+            key = page + (slot % 64) * 128
+            tl.store(key + 2 * i, ke8.to(tl.uint8, bitcast=True))
+            tl.store(key + 2 * i + 1, ko8.to(tl.uint8, bitcast=True))
+            tl.store((page + 64 * 128).to(tl.pointer_type(tl.float32)) + slot % 64, sk)
     # query heads: rope the first dims of each head, one e4m3 scale per head
+    if HB == 0:
+        oh = tl.arange(0, NH)
+    else:
+        oh = hb * HB + tl.arange(0, HB)
+    w_raw = sum_parts(kw_parts_ptr, SPLIT, M * NKW, row + D + oh, oh < NH)
+    w_raw = w_raw.to(tl.bfloat16).to(tl.float32)
     ih = tl.arange(0, HALF_R)
     qrow = (m * NH + oh[:, None]) * D
     stride_q = M * NH * D
@@ -95,11 +108,11 @@ def _prepare_kernel(kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: t
                     pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, cache_ptr,
                     q8_ptr, head_w_ptr, head_scale,
                     NH: tl.constexpr, D: tl.constexpr, HALF_R: tl.constexpr,
-                    INTERPRET: tl.constexpr, PDL: tl.constexpr):
+                    INTERPRET: tl.constexpr, PDL: tl.constexpr, HB: tl.constexpr):
     stage_begin(PDL)
     _prepare_row(tl.program_id(0), kw_parts_ptr, SPLIT, M, NKW, q_ptr, Q_SPLIT, ln_w_ptr,
                  ln_b_ptr, ln_eps, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, cache_ptr,
-                 q8_ptr, head_w_ptr, head_scale, NH, D, HALF_R, INTERPRET)
+                 q8_ptr, head_w_ptr, head_scale, NH, D, HALF_R, INTERPRET, tl.program_id(1), HB)
 
 
 @triton.jit
@@ -147,12 +160,15 @@ def prepare(kw_parts, q_parts, ln_w, ln_b, ln_eps, positions, token_slots, inv_f
     split, m, nkw = kw_parts.shape
     _, nh, d = q8.shape
     assert nkw == d + nh and q_parts.is_contiguous() and q8.is_contiguous()
-    _prepare_kernel[(m,)](kw_parts, split, m, nkw, q_parts, q_parts.shape[0], ln_w, ln_b,
-                          float(ln_eps), positions,
-                          token_slots, token_slots.stride(0), inv_freq, index_cache, q8, head_w,
-                          float(nh ** -0.5 * d ** -0.5), NH=nh, D=d, HALF_R=rope_dim // 2,
-                          INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=4,
-                          **overlap.launch_kw())
+    hb = min(PREPARE_HEADS, nh)
+    assert nh % hb == 0 and hb & (hb - 1) == 0
+    _prepare_kernel[(m, nh // hb)](kw_parts, split, m, nkw, q_parts, q_parts.shape[0], ln_w,
+                                   ln_b, float(ln_eps), positions, token_slots,
+                                   token_slots.stride(0), inv_freq, index_cache, q8, head_w,
+                                   float(nh ** -0.5 * d ** -0.5), NH=nh, D=d,
+                                   HALF_R=rope_dim // 2, INTERPRET=interpreting(),
+                                   PDL=overlap.enabled(), HB=hb, num_warps=4,
+                                   **overlap.launch_kw())
 
 
 def scores(q8, head_w, index_cache, positions, token_slots, out,

@@ -202,6 +202,33 @@ def test_persistent_matches_stage_kernels(kind, rows):
 
 
 @pytest.mark.parametrize("rows", [1, 16])
+@pytest.mark.parametrize("kind", ["dense_indexer", "moe_indexer"])
+def test_indexer_prepare_by_head_blocks_is_bitwise_one_program_per_row(kind, rows, monkeypatch):
+    """The indexer's prepare split over blocks of query heads (the default) against one
+    program per row: the same y, residual, top-k, KV and index caches, bit for bit."""
+    from sgl_kernel_ext.triton import indexer
+
+    lid = KINDS[kind]
+    case = make_case(CFG, lid, _contexts(rows, 3000), seed=rows + 3, device="cuda",
+                     lw=_weights(lid))
+    default = indexer.PREPARE_HEADS
+    assert default < CFG.index_n_heads  # else both runs are one program per row
+    runs = []
+    for heads in (default, CFG.index_n_heads):
+        monkeypatch.setattr(indexer, "PREPARE_HEADS", heads)
+        caches = clone_caches(case.caches)
+        layer = FusedLayer(CFG, case.lw, caches, rows, 3000)
+        out = [t.clone() for t in layer(case.hidden, case.residual, case.batch, case.topk_prev)]
+        runs.append((out, caches))
+    (o0, c0), (o1, c1) = runs
+    assert not torch.isnan(o0[0].float()).any()
+    for a, b in zip(o0, o1):
+        assert torch.equal(a, b)
+    assert torch.equal(c0.kv[lid].view(torch.int16), c1.kv[lid].view(torch.int16))
+    assert torch.equal(c0.index[lid], c1.index[lid])
+
+
+@pytest.mark.parametrize("rows", [1, 16])
 def test_split_topk_equals_one_program_topk(rows):
     """The split top-k (the default for long rows) against the one-program top-k on
     32K-wide rows: identical output, ties across chunk borders included."""

@@ -157,6 +157,39 @@ def test_moe_last_arrival_tails_are_bitwise_the_separate_kernels(m):
         assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30))
 
 
+@pytest.mark.parametrize("m, heads", [(1, 1), (3, 2)])
+def test_indexer_prepare_by_head_blocks_is_bitwise_one_program_per_row(m, heads, monkeypatch):
+    """indexer.prepare with `heads` query heads per program against one program per row (all
+    heads): the same e4m3 queries, head weights and index-cache pages, a pad row writing no
+    key."""
+    from sgl_kernel_ext.triton import indexer
+    from sglang.srt.layers.fused_decode.reference.cache import alloc_caches
+
+    nh, d, lid = CFG.index_n_heads, CFG.index_head_dim, 0
+    g = torch.Generator().manual_seed(m)
+    kw_parts = torch.randn(2, m, d + nh, generator=g)
+    q_parts = torch.randn(3, m, nh * d, generator=g)
+    ln_w, ln_b = torch.rand(d, generator=g) + 0.5, torch.randn(d, generator=g) / 4
+    pos = torch.tensor([5, -1, 9][:m])
+    slots = torch.randperm(128, generator=g)[: m * 16].view(m, 16)
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, CFG.qk_rope_head_dim, 2) / CFG.qk_rope_head_dim))
+    cache0 = alloc_caches(CFG, 128, "cpu", torch.bfloat16, layers=[lid]).index[lid]
+    cache0.copy_(torch.randint(0, 256, cache0.shape, generator=g, dtype=torch.uint8))
+    runs = []
+    for hb in (nh, heads):
+        monkeypatch.setattr(indexer, "PREPARE_HEADS", hb)
+        cache = cache0.clone()
+        q8 = torch.full((m, nh, d), 1.0).to(torch.float8_e4m3fn)
+        head_w = torch.full((m, nh), float("nan"))
+        indexer.prepare(kw_parts, q_parts, ln_w, ln_b, 1e-6, pos, slots, inv_freq, cache, q8,
+                        head_w, CFG.qk_rope_head_dim)
+        runs.append((q8.view(torch.uint8), head_w, cache))
+    assert not torch.equal(runs[0][2], cache0)  # the valid rows' keys were written
+    assert not torch.isnan(runs[1][1]).any()
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize("k, block", [(16, 512), (256, 0)])  # 0: the default, one step a pass
 def test_topk_radix_select_follows_sglang_semantics(k, block):
     g = torch.Generator().manual_seed(k)
