@@ -27,7 +27,9 @@ KEY_BYTES = 128
 SCORE_BLOCK = 64  # context positions per scores program
 # query heads per prepare program (a power of two; the first program of a row also writes
 # its key). One program per row for all 32 heads reads every wq_b partial alone: ~10 us at
-# any row count on an H200 (results/fused_stages_h200_3bcefaf.json, _prepare_kernel).
+# any row count on an H200 (results/fused_stages_h200_3bcefaf.json, _prepare_kernel). 4 heads
+# a program saves 6-7 us per indexer layer at 1-16 rows; 2 and 8 are within 1 us of it
+# (results/tiling_probe_20261130T173431Z).
 PREPARE_HEADS = 4
 
 
