@@ -26,6 +26,7 @@ from sglang.srt.layers.fused_decode.reference.quant import (  # noqa: E402
 from sglang.srt.layers.fused_decode.reference.weights import gen_layer  # noqa: E402
 from sglang.srt.layers.fused_decode.spec import NUMERICS  # noqa: E402
 from sglang.srt.layers.fused_decode.testing import (  # noqa: E402
+    carried_topk_checks,
     clone_caches,
     compare_with_reference,
     make_case,
@@ -339,3 +340,14 @@ def test_layers_sharing_one_workspace_are_bitwise_their_own_buffers():
         assert torch.equal(c0.kv[lid].view(torch.int16), c1.kv[lid].view(torch.int16))
     for lid in c0.index:
         assert torch.equal(c0.index[lid], c1.index[lid])
+
+
+def test_draft_iteration_attends_the_carried_topk():
+    """The MTP draft's carried top-k (upstream's physical slots, shuffled) converted on the
+    fly and attended by the indexer layer with its indexer skipped: the carry is the
+    indexer's own top-k as ascending positions (a pad row none), no index key written, the
+    same bits as attending those positions (the GPU test adds the CUDA graph)."""
+    case = make_case(CFG, 0, [90, 70, 0, 40], seed=4, tp_size=2, paged=True)
+    layer = FusedLayer(CFG, case.lw, case.caches, 4, case.batch.token_slots.shape[1])
+    r = carried_topk_checks(case, layer)
+    assert all(r.values()), r

@@ -43,20 +43,27 @@ def clone_caches(c: Caches) -> Caches:
 
 
 def make_case(cfg: Glm5Config, layer_id: int, contexts: List[int], seed: int = 0,
-              device="cpu", tp_size: int = 8, lw: Optional[LayerWeights] = None) -> LayerCase:
+              device="cpu", tp_size: int = 8, lw: Optional[LayerWeights] = None,
+              paged: bool = False) -> LayerCase:
     """contexts[m] = the context length of row m after this step (its new token included);
-    0 makes row m a pad row."""
+    0 makes row m a pad row. Each row's slots are shuffled over the pool, or with `paged`
+    laid out as upstream's allocator does: whole 64-token pages, the pages shuffled."""
     g = torch.Generator(device="cpu").manual_seed(seed)
     lw = lw or gen_layer(cfg, seed, layer_id, tp_size=tp_size, tp_rank=0, device=device)
-    need = sum(max(c, 1) for c in contexts)
-    num_slots = -(-(need + INDEX_PAGE_SIZE) // INDEX_PAGE_SIZE) * INDEX_PAGE_SIZE
+    page = INDEX_PAGE_SIZE
+    per_row = [-(-max(c, 1) // page) * page if paged else max(c, 1) for c in contexts]
+    num_slots = -(-(sum(per_row) + page) // page) * page
     caches = alloc_caches(cfg, num_slots, device, layers=[layer_id], poison=True)
-    perm = torch.randperm(num_slots - 1, generator=g) + 1  # slot 0 stays the dummy slot
+    if paged:  # page 0 holds the dummy slot
+        pages = torch.randperm(num_slots // page - 1, generator=g) + 1
+        perm = (pages[:, None] * page + torch.arange(page)).flatten()
+    else:
+        perm = torch.randperm(num_slots - 1, generator=g) + 1  # slot 0 stays the dummy slot
     tables, positions, start = [], [], 0
-    for c in contexts:
+    for c, span in zip(contexts, per_row):
         n = max(c, 1)
         tables.append(perm[start:start + n].to(device))
-        start += n
+        start += span
         positions.append(c - 1 if c > 0 else -1)
         if c > 1:  # earlier tokens: latent rows near unit scale, and their index keys
             old = tables[-1][: c - 1]
@@ -178,3 +185,51 @@ def stack_with_and_without_workspace(cases: List[LayerCase], steps: int = 2):
                 hidden, residual, topk = layer(hidden, residual, first.batch, topk)
         runs.append((hidden.clone(), residual.clone(), topk.clone(), caches))
     return runs
+
+
+def carried_topk_checks(case: LayerCase, layer, capture: bool = False) -> Dict[str, bool]:
+    """The MTP draft's iteration on a carried top-k, for an indexer layer built on the case's
+    caches (make_case(paged=True): upstream's page layout). The first step runs the indexer;
+    upstream's seed is that top-k as physical slots, shuffled, int32; ``carry.TopkCarry``
+    converts it on the device into the layer's top-k buffer, and the next step attends it
+    with the indexer skipped. With `capture` the conversion and the step run as one CUDA
+    graph, replayed after the buffer is scrambled. Every value should be True."""
+    from .carry import SLOTS, TopkCarry
+
+    lid, batch = case.lw.layer_id, case.batch
+    _, _, first = layer(case.hidden, case.residual, batch, None)
+    first = first.clone()
+    big = torch.iinfo(torch.int64).max
+    want = torch.where(first >= 0, first, big).sort(dim=1).values
+    want = torch.where((want == big) | (batch.positions[:, None] < 0), -1, want)
+    g = torch.Generator(device="cpu").manual_seed(7)
+    slots = torch.where(first >= 0, batch.token_slots.gather(1, first.clamp_min(0)), -1)
+    order = torch.argsort(torch.rand(slots.shape, generator=g), dim=1).to(slots.device)
+    seed = slots.gather(1, order).to(torch.int32)
+    carry = TopkCarry(layer.buf["topk"], batch.token_slots.shape[1])
+    index_before = case.caches.index[lid].clone()
+
+    def iteration():
+        return layer(case.hidden, None, batch, carry.take(seed, batch, SLOTS), reuse_topk=True)
+
+    eager = [t.clone() for t in iteration()]
+    out = {"carry_is_the_indexers_topk": bool(torch.equal(eager[2], want)),
+           "index_cache_untouched": bool(torch.equal(case.caches.index[lid], index_before)),
+           "y_finite": not bool(torch.isnan(eager[0].float()).any())}
+    direct = layer(case.hidden, None, batch, want.clone(), reuse_topk=True)
+    out["same_as_attending_the_positions"] = all(
+        bool(torch.equal(a, b)) for a, b in zip(direct[:2], eager[:2]))
+    if capture:
+        stream = torch.cuda.Stream()
+        stream.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(stream):
+            iteration()
+        torch.cuda.current_stream().wait_stream(stream)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            outs = iteration()
+        layer.buf["topk"].fill_(-7)
+        graph.replay()
+        torch.cuda.synchronize()
+        out["graph_equals_eager"] = all(bool(torch.equal(a, b)) for a, b in zip(outs, eager))
+    return out
