@@ -1,10 +1,10 @@
 """The DSA indexer of a GLM-5.3 'full' layer for 1-16 rows (no Hadamard: interleaved rope).
 
-- ``prepare``: per row (and block of query heads), the index key (sum of the split-K [wk; weights_proj] partials, bf16,
+- ``prepare``: per row, the index key (sum of the split-K [wk; weights_proj] partials, bf16,
   LayerNorm in fp32, rope on the first dims, e4m3 with one scale) written into the FP8 index
   cache at the row's slot (64-token pages: 64 x 128 B keys, then 64 fp32 scales); the query
   heads roped and quantized (one scale per head), and the fp32 head weights
-  w_raw * heads^-1/2 * dim^-1/2 * scale_q.
+  w_raw * heads^-1/2 * dim^-1/2 * scale_q. Programs (row, block of query heads).
 - ``scores``: for every position of each row's context, sum over heads of
   w[h] * ReLU(q8[h] . k8[s]) * scale_k[s] (e4m3 dots, fp32 sums); -inf past the context.
 

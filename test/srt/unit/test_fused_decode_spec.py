@@ -32,6 +32,20 @@ def test_unbuilt_implementations_refuse_by_name():
             assert any(repr(impl) in r for r in spec.refusal_reasons(impl, GLM5))
 
 
+def test_only_unverified_kernels_are_usable_on_request():
+    """The opt-in serves implementations with kernels not yet verified end to end, never one
+    without kernels, never through auto."""
+    on = {spec.UNVERIFIED_ENV: "1"}
+    assert spec.UNVERIFIED_IMPLEMENTATIONS <= set(spec.IMPLEMENTATIONS)
+    for impl in spec.IMPLEMENTATIONS:
+        if impl in spec.BUILT_IMPLEMENTATIONS:
+            continue
+        assert not spec.usable(impl, {})
+        assert spec.usable(impl, on) == (impl in spec.UNVERIFIED_IMPLEMENTATIONS)
+    assert spec.usable(spec.AUTO, on) == bool(spec.BUILT_IMPLEMENTATIONS)
+    assert not spec.usable("triton", {spec.UNVERIFIED_ENV: "true"})  # exactly "1"
+
+
 def test_choices_are_off_auto_then_one_per_extension_implementation():
     import sgl_kernel_ext
 

@@ -76,4 +76,4 @@ def test_named_implementation_refuses_with_every_reason(tmp_path, hopper_capabil
     message = str(refused.value)
     assert message.startswith("--fused-decode-backend triton cannot run this setup:")
     assert "architecture ['DeepseekV3ForCausalLM'] is not served" in message
-    assert "implementation 'triton' has no kernels" in message
+    assert "implementation 'triton' has not run end to end" in message

@@ -57,9 +57,33 @@ def test_glm53_fp8_tp8_is_served(tmp_path, hopper_capability, triton_built, extr
     assert view.kv_cache_dtype in spec.SERVED_KV_DTYPES and view.page_size == 64
 
 
-def test_unbuilt_implementation_is_the_only_reason(tmp_path, hopper_capability, monkeypatch):
+def test_unverified_implementation_is_the_only_reason(tmp_path, hopper_capability, monkeypatch):
     monkeypatch.setattr(spec, "BUILT_IMPLEMENTATIONS", frozenset())
-    assert _reasons(_model_dir(tmp_path)) == ["implementation 'triton' has no kernels in this build yet"]
+    monkeypatch.delenv(spec.UNVERIFIED_ENV, raising=False)
+    assert _reasons(_model_dir(tmp_path)) == [
+        "implementation 'triton' has not run end to end through a server yet; "
+        f"{spec.UNVERIFIED_ENV}=1 serves it anyway (for that run, test/srt/e2e)"]
+
+
+@pytest.mark.parametrize("extra", [(), EAGLE], ids=["decode", "eagle-3-1-4"])
+def test_unverified_implementation_is_served_on_request_with_a_warning(
+        tmp_path, hopper_capability, monkeypatch, caplog, extra):
+    """With SGLANG_FUSED_DECODE_UNVERIFIED=1 the kernels that have not run end to end are
+    served by name (the e2e run needs them), warning so; auto still runs upstream's path, and
+    a name without kernels still refuses."""
+    monkeypatch.setattr(spec, "BUILT_IMPLEMENTATIONS", frozenset())
+    monkeypatch.setenv(spec.UNVERIFIED_ENV, "1")
+    hooks_logger = logging.getLogger("sglang.srt.models.glm5_mega.hooks")
+    hooks_logger.addHandler(caplog.handler)
+    try:
+        view = _resolve(_model_dir(tmp_path), *extra)
+        auto = _resolve(_model_dir(tmp_path), *extra, backend="auto")
+    finally:
+        hooks_logger.removeHandler(caplog.handler)
+    assert view.fused_decode_backend == "triton" and auto.fused_decode_backend == "off"
+    assert "has not run end to end through a server yet" in caplog.text
+    with pytest.raises(ValueError, match="'nvidia_sm90' has no kernels in this build"):
+        _resolve(_model_dir(tmp_path), *extra, backend="nvidia_sm90")
 
 
 def test_every_unserved_argument_is_named_at_once(tmp_path, hopper_capability, triton_built):

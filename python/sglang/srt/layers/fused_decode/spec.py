@@ -33,6 +33,12 @@ BACKEND_CHOICES = (OFF, AUTO) + IMPLEMENTATIONS
 # An implementation is listed here once its plan builds every covered width of a served model
 # and its runtime has run end to end through upstream's own data structures.
 BUILT_IMPLEMENTATIONS: frozenset[str] = frozenset()
+# Implementations whose kernels are in this build and pass their GPU tests, but whose joined
+# path has not yet run end to end through a server (test/srt/e2e). Named with UNVERIFIED_ENV=1
+# they are served, with a warning, so that the end-to-end run that would list them in
+# BUILT_IMPLEMENTATIONS can happen; without it they are refused, and auto never picks them.
+UNVERIFIED_IMPLEMENTATIONS: frozenset[str] = frozenset({"triton"})
+UNVERIFIED_ENV = "SGLANG_FUSED_DECODE_UNVERIFIED"
 
 # One tolerance set per kernel family, each naming the test that measured it. Errors are
 # max |fused - reference| / max |reference| over the valid rows (see fused_decode.testing).
@@ -181,6 +187,20 @@ class Setup:
     env: Mapping[str, str] = field(default_factory=dict)
 
 
+def usable(backend: str, env: Mapping[str, str]) -> bool:
+    """Whether the backend may build its plan: auto or a name listed as built, or a name with
+    kernels not yet verified end to end when env opts in (UNVERIFIED_ENV=1)."""
+    if backend == AUTO:
+        return bool(BUILT_IMPLEMENTATIONS)
+    return backend in BUILT_IMPLEMENTATIONS or (
+        backend in UNVERIFIED_IMPLEMENTATIONS and env.get(UNVERIFIED_ENV, "0") == "1")
+
+
+def unverified(backend: str) -> bool:
+    """Whether a served backend is one not yet verified end to end (worth a warning)."""
+    return backend != AUTO and backend not in BUILT_IMPLEMENTATIONS
+
+
 def refusal_reasons(backend: str, setup: Setup) -> list[str]:
     """Every reason the backend cannot serve this setup; empty when it can."""
     if backend not in BACKEND_CHOICES:
@@ -199,9 +219,14 @@ def refusal_reasons(backend: str, setup: Setup) -> list[str]:
             f"{list(SERVED_ARCHITECTURES)}"
         )
     if backend == AUTO and not BUILT_IMPLEMENTATIONS:
-        reasons.append("no fused decode implementation has kernels in this build yet")
-    elif backend != AUTO and backend not in BUILT_IMPLEMENTATIONS:
-        reasons.append(f"implementation {backend!r} has no kernels in this build yet")
+        reasons.append("no fused decode implementation has run end to end in this build yet")
+    elif backend != AUTO and not usable(backend, setup.env):
+        if backend in UNVERIFIED_IMPLEMENTATIONS:
+            reasons.append(f"implementation {backend!r} has not run end to end through a server "
+                           f"yet; {UNVERIFIED_ENV}=1 serves it anyway (for that run, "
+                           "test/srt/e2e)")
+        else:
+            reasons.append(f"implementation {backend!r} has no kernels in this build yet")
     for flag in setup.other_kernel_flags:
         reasons.append(f"{flag} is also set; both replace the model's decode step, use one")
     if served:

@@ -38,6 +38,10 @@ def handle_fused_decode_backend(server_args: Any) -> None:
     reasons = spec.refusal_reasons(backend, setup)
     if not reasons:
         logger.info("%s %s: serving %s", FLAG, backend, list(setup.architectures))
+        if spec.unverified(backend):
+            logger.warning("%s %s: this implementation has not run end to end through a server "
+                           "yet (%s=1): validate its output (test/srt/e2e) before relying on it",
+                           FLAG, backend, spec.UNVERIFIED_ENV)
         for reason in spec.draft_reasons(setup):
             logger.warning("%s %s: %s; the MTP draft runs upstream's forward", FLAG, backend,
                            reason)
@@ -68,7 +72,8 @@ def read_setup(cfg: Any, hf_config: Any) -> spec.Setup:
         ),
         server_args=args,
         hf_config=to_dict() if to_dict else dict(vars(hf_config)),
-        env={k: v for k, v in os.environ.items() if k in (spec.RAGGED_VERIFY_ENV, spec.CHECK_ENV)},
+        env={k: v for k, v in os.environ.items()
+             if k in (spec.RAGGED_VERIFY_ENV, spec.CHECK_ENV, spec.UNVERIFIED_ENV)},
     )
 
 
@@ -88,10 +93,7 @@ def install_fused_decode(
     backend = fused_decode_backend()
     if backend == spec.OFF:
         return
-    built = backend in spec.BUILT_IMPLEMENTATIONS or (
-        backend == spec.AUTO and spec.BUILT_IMPLEMENTATIONS
-    )
-    if not built:
+    if not spec.usable(backend, os.environ):
         # Resolution refuses every backend without kernels, so reaching here means a
         # resolution bypass: stop rather than serve a half-built path.
         raise RuntimeError(
