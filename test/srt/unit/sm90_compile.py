@@ -11,9 +11,12 @@ Triton's own compiler and bundled ptxas.
     python sm90_compile.py compile specs.json
 
 ``record-real`` records the launches of real-shape layers (one GLM-5.3 TP8 rank, every kind,
-1-16 rows) without running them, and ``resources`` compiles each and prints ptxas' registers
-and spills for sm_90a, spilling kernels first (a CPU view of what benchmark/kernel_resources.py
-reads on the GPU; Triton here may differ from the GPU machine's):
+1-16 rows) without running them (``record-real-stages``: the stage kernels only, not the
+slow-to-compile persistent kernel); ``compile`` of those also checks each kernel's shared
+memory against the block limit at real tile sizes, and ``resources`` compiles each and prints
+ptxas' registers and spills for sm_90a, spilling kernels first (a CPU view of what
+benchmark/kernel_resources.py reads on the GPU; Triton here may differ from the GPU
+machine's). Pointers compile as 16-byte aligned, as the GPU's JIT sees torch's tensors.
 
     TRITON_INTERPRET=1 python sm90_compile.py record-real real.json
     python sm90_compile.py resources real.json
@@ -47,7 +50,7 @@ def _describe(value):
     raise TypeError(f"cannot describe a launch argument of type {type(value).__name__}")
 
 
-def record(path: str, real: bool = False) -> None:
+def record(path: str, real: bool = False, persistent_too: bool = True) -> None:
     """Record every distinct launch of the tiny-config layer run under the interpreter; with
     real, of real-shape layers (one GLM-5.3 TP8 rank) whose launches are recorded, not run."""
     import triton.runtime.interpreter as interp
@@ -74,7 +77,7 @@ def record(path: str, real: bool = False) -> None:
 
     interp.InterpretedFunction.run = run
     try:
-        _drive_real() if real else _drive()
+        _drive_real(persistent_too) if real else _drive()
     finally:
         interp.InterpretedFunction.run = original
     with open(path, "w") as f:
@@ -123,9 +126,10 @@ def _drive() -> None:
                               torch.empty(2, 4, dtype=i32), torch.empty(2 * p * 2, dtype=i32))
 
 
-def _drive_real() -> None:
-    """Real-shape layers of each kind at 1, 2, 4 and 16 rows (L = 2048), stage kernels and the
-    persistent kernel, with uninitialized weights and caches: only the launches matter."""
+def _drive_real(persistent_too: bool = True) -> None:
+    """Real-shape layers of each kind at 1, 2, 4 and 16 rows (L = 2048), stage kernels and
+    (persistent_too) the persistent kernel, with uninitialized weights and caches: only the
+    launches matter."""
     import torch
 
     from sglang.srt.layers.fused_decode.layer import FusedLayer
@@ -148,7 +152,7 @@ def _drive_real() -> None:
     for kind, lid in kinds.items():
         lw = weights.gen_layer(cfg, 0, lid, tp_size=8, tp_rank=0)
         caches = alloc_caches(cfg, rows * ctx, "cpu", torch.bfloat16, layers=[lid])
-        for persistent in (False, True):
+        for persistent in (False, True) if persistent_too else (False,):
             layer = FusedLayer(cfg, lw, caches, rows, ctx, persistent_launch=persistent)
             for m in (1, 2, 4, 16):
                 slots = torch.arange(m * ctx).view(m, ctx)
@@ -177,9 +181,8 @@ def resources(path: str) -> None:
     for spec in specs:
         fn = getattr(importlib.import_module(spec["module"]), spec["name"])
         constexprs, options = _gpu_constexprs(spec)
-        attrs = {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
-                 if spec["signature"].get(n, "constexpr").startswith("*")}
-        src = ASTSource(fn=fn, signature=spec["signature"], constexprs=constexprs, attrs=attrs)
+        src = ASTSource(fn=fn, signature=spec["signature"], constexprs=constexprs,
+                        attrs=_aligned_pointers(fn, spec))
         kernel = triton_compile(src, target=GPUTarget("cuda", 90, 32), options=options)
         with tempfile.TemporaryDirectory() as tmp:
             ptx = Path(tmp) / "k.ptx"
@@ -194,6 +197,14 @@ def resources(path: str) -> None:
     rows.sort(key=lambda r: (-r[0], r[2]))
     for spill, regs, name, warps, consts in rows:
         print(f"{spill:6d} B spilled  {regs:3d} regs  {warps} warps  {name} {consts}")
+
+
+def _aligned_pointers(fn, spec) -> dict:
+    """Every pointer argument 16-byte aligned, as the GPU's JIT specializes torch's tensors:
+    with it loads become asynchronous copies that a loop may pipeline through shared memory
+    (a kernel that needs 24 KB compiled without it asked 290 KB on the H200)."""
+    return {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
+            if spec["signature"].get(n, "constexpr").startswith("*")}
 
 
 def _gpu_constexprs(spec) -> tuple:
@@ -211,9 +222,7 @@ def _gpu_constexprs(spec) -> tuple:
     return constexprs, options
 
 
-# the most dynamic shared memory one block may use (H100/H200). The count is this machine's
-# Triton's: another version pipelines differently (Triton 3.6 on the H200 asked 290 KB for a
-# kernel that 3.8 here gives 24 KB), so the GPU run stays the final word.
+# the most dynamic shared memory one block may use (H100/H200)
 SM90_SHARED_BYTES = 232448
 
 
@@ -227,7 +236,8 @@ def compile_all(path: str) -> int:
     for spec in specs:
         fn = getattr(importlib.import_module(spec["module"]), spec["name"])
         constexprs, options = _gpu_constexprs(spec)
-        src = ASTSource(fn=fn, signature=spec["signature"], constexprs=constexprs)
+        src = ASTSource(fn=fn, signature=spec["signature"], constexprs=constexprs,
+                        attrs=_aligned_pointers(fn, spec))
         try:
             kernel = triton_compile(src, target=GPUTarget("cuda", 90, 32), options=options)
             if kernel.metadata.shared > SM90_SHARED_BYTES:  # the launch would be refused
@@ -261,8 +271,8 @@ if __name__ == "__main__":
 
     _use_checkout()
     mode, path = sys.argv[1], sys.argv[2]
-    if mode in ("record", "record-real"):
-        record(path, real=mode == "record-real")
+    if mode in ("record", "record-real", "record-real-stages"):
+        record(path, real=mode != "record", persistent_too=mode == "record-real")
     elif mode == "resources":
         resources(path)
     else:
