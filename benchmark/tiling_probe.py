@@ -64,6 +64,10 @@ VARIANTS = {
     "prepare_heads_2": {("indexer", "PREPARE_HEADS"): 2},
     "prepare_heads_8": {("indexer", "PREPARE_HEADS"): 8},
     "prepare_heads_32": {("indexer", "PREPARE_HEADS"): 32},
+    # absorb_v over 2-8 latent chunks, the last chunk's program summing and quantizing
+    "absorb_v_split_2": {("mla", "ABSORB_V_SPLIT_C"): 2},
+    "absorb_v_split_4": {("mla", "ABSORB_V_SPLIT_C"): 4},
+    "absorb_v_split_8": {("mla", "ABSORB_V_SPLIT_C"): 8},
 }
 
 

@@ -14,11 +14,13 @@ w_kc and w_vc are read in place from kv_b [heads * (nope + v), kv_lora] (no deri
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
 from . import overlap
 from .fp8_linear import interpreting
+from .arrival import arrive_last
 from .overlap import prefetch_l2, prefetch_rows, stage_begin
 from .quant import store_row_groups, sum_parts, to_e4m3
 
@@ -35,6 +37,11 @@ ABSORB_CHUNK_FROM_ROWS = 4
 # warps of absorb_v: its [128, 512] bf16 w_vc tile spills 60 B per program at 4 (ptxas -v,
 # CPU) and none at 8; on an H200 8 warps is within noise (tiling_probe_20261130T143119Z)
 ABSORB_V_WARPS = 4
+# latent-column chunks of absorb_v: with S > 1 (and counters) each (head, 128 outputs) is S
+# programs over kv_lora / S columns writing fp32 partials, and the last of them to finish sums
+# the partials in order and quantizes (arrival.py). One chunk leaves 16 programs at one TP8
+# rank's 8 heads, each reading a 128 KB w_vc tile. Not yet timed (tiling_probe absorb_v_split_*).
+ABSORB_V_SPLIT_C = 1
 # launch shape of the sparse attention (tiling_probe knobs). On an H200 4 warps are 3-5 us
 # slower per layer at 4 and 16 rows (tiling_probe_20261130T150549Z); 3 stages, 1 stage and 32
 # entries per step move a layer by -4..+3 us at 1 and 16 rows, no variant better at both
@@ -300,6 +307,45 @@ def _absorb_v_task(h, vt, olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C: tl.conste
 
 
 @triton.jit
+def _absorb_v_split_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, parts_ptr, arrivals_ptr, M, NH,
+                           C: tl.constexpr, NOPE: tl.constexpr, V: tl.constexpr,
+                           SPLIT_C: tl.constexpr, BLOCK_M: tl.constexpr,
+                           INTERPRET: tl.constexpr, PDL: tl.constexpr):
+    """Program (head, 128 outputs, latent chunk): the chunk's fp32 partial of o_lat . w_vc
+    into parts [SPLIT_C, M, NH * V]; the last of the head's SPLIT_C programs for those
+    outputs sums them in chunk order, rounds to bf16 and quantizes for o_proj."""
+    h = tl.program_id(0)
+    vt = tl.program_id(1)
+    cs = tl.program_id(2)
+    CC: tl.constexpr = C // SPLIT_C
+    rows = h * (NOPE + V) + NOPE + vt * 128
+    prefetch_rows(kvb_ptr, rows, 128, NH * (NOPE + V), C * 2, cs * CC * 2, CC * 2, PDL, 128, 1)
+    stage_begin(PDL)
+    om = tl.arange(0, BLOCK_M)
+    ov = tl.arange(0, 128)
+    oc = cs * CC + tl.arange(0, CC)
+    m_ok = om < M
+    a = tl.load(olat_ptr + (om[:, None] * NH + h) * C + oc[None, :], mask=m_ok[:, None], other=0.0)
+    w = tl.load(kvb_ptr + (rows + ov[:, None]) * C + oc[None, :])
+    if INTERPRET:
+        o = tl.dot(a.to(tl.float32), tl.trans(w.to(tl.float32)))
+    else:
+        o = tl.dot(a, tl.trans(w))
+    cols = h * V + vt * 128 + ov
+    stride = M * NH * V
+    tl.store(parts_ptr + cs * stride + om[:, None] * (NH * V) + cols[None, :], o,
+             mask=m_ok[:, None])
+    if arrive_last(arrivals_ptr + h * (V // 128) + vt, SPLIT_C):
+        o = sum_parts(parts_ptr, SPLIT_C, stride, om[:, None] * (NH * V) + cols[None, :],
+                      m_ok[:, None])
+        o = o.to(tl.bfloat16).to(tl.float32)
+        so = tl.maximum(tl.max(tl.abs(o), axis=1), 1e-10) / 448.0
+        oq = to_e4m3(tl.clamp(o * (1.0 / so)[:, None], -448.0, 448.0), INTERPRET)
+        tl.store(oq_ptr + om[:, None] * (NH * V) + cols[None, :], oq, mask=m_ok[:, None])
+        tl.store(os_ptr + om * (NH * V // 128) + (h * V) // 128 + vt, so, mask=m_ok)
+
+
+@triton.jit
 def _absorb_v_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C: tl.constexpr,
                      NOPE: tl.constexpr, V: tl.constexpr, BLOCK_M: tl.constexpr,
                      INTERPRET: tl.constexpr, PDL: tl.constexpr):
@@ -381,11 +427,21 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
 # columns merge, the head's last to finish runs its w_vc): slower on an H200 at every row
 # count, +5 us a MoE layer at 1 row and +22 at 16: the 16 tails each read a 128 KB w_vc tile
 # (results/tiling_probe_20261130T170454Z, merge_kernel = today's form).
-def absorb_v(olat, kv_b, oq, os, nope: int, v: int) -> None:
+def absorb_v(olat, kv_b, oq, os, nope: int, v: int, parts=None, arrivals=None) -> None:
     """o = o_lat . w_vc per head (bf16), quantized for o_proj: oq e4m3 [M, heads * v],
-    os fp32 [M, heads * v / 128]."""
+    os fp32 [M, heads * v / 128]. Given fp32 `parts` (>= ABSORB_V_SPLIT_C * M * heads * v)
+    and int32 `arrivals` (>= heads * v / 128, zeroed), in ABSORB_V_SPLIT_C latent chunks."""
     m, nh, c = olat.shape
     assert olat.is_contiguous() and oq.is_contiguous() and os.is_contiguous() and v % 128 == 0
+    split = ABSORB_V_SPLIT_C if parts is not None and arrivals is not None else 1
+    if split > 1:
+        assert c % (16 * split) == 0 and parts.numel() >= split * m * nh * v
+        assert arrivals.dtype == torch.int32 and arrivals.numel() >= nh * (v // 128)
+        _absorb_v_split_kernel[(nh, v // 128, split)](
+            olat, kv_b, oq, os, parts, arrivals, m, nh, C=c, NOPE=nope, V=v, SPLIT_C=split,
+            BLOCK_M=max(16, triton.next_power_of_2(m)), INTERPRET=interpreting(),
+            PDL=overlap.enabled(), num_warps=ABSORB_V_WARPS, **overlap.launch_kw())
+        return
     _absorb_v_kernel[(nh, v // 128)](
         olat, kv_b, oq, os, m, nh, C=c, NOPE=nope, V=v, BLOCK_M=max(16, triton.next_power_of_2(m)),
         INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=ABSORB_V_WARPS,

@@ -1,21 +1,25 @@
 """Run the fused layer once per layer kind at the tiny config on the GPU, for
 compute-sanitizer (memcheck, racecheck): small shapes, a pad row, contexts past the top-k;
 then two rows (the last-arrival tails of router+route and gate/up+SwiGLU run at 1-2 rows)
-with one context past the split top-k's threshold.
+with one context past the split top-k's threshold. An optional argument runs absorb_v in
+that many latent chunks (mla.ABSORB_V_SPLIT_C, its last-arrival sum).
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 test/srt/kernels/sanitize_fused_layer.py
 """
 
+import sys
+
 import torch
 
-from sgl_kernel_ext.triton import topk
+from sgl_kernel_ext.triton import mla, topk
 
 from sglang.srt.layers.fused_decode.layer import FusedLayer
 from sglang.srt.layers.fused_decode.reference.config import tiny_config
 from sglang.srt.layers.fused_decode.testing import make_case
 
 
-def main():
+def main(absorb_v_split: int = 1):
+    mla.ABSORB_V_SPLIT_C = absorb_v_split
     cfg = tiny_config()
     contexts = ([30, 0, 12, 40], [topk.SPLIT_MIN_WIDTH + 100, 40])
     for ctx in contexts:
@@ -29,4 +33,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    main(*(int(a) for a in sys.argv[1:2]))

@@ -229,6 +229,24 @@ def test_indexer_prepare_by_head_blocks_is_bitwise_one_program_per_row(kind, row
 
 
 @pytest.mark.parametrize("rows", [1, 16])
+@pytest.mark.parametrize("split", [2, 8])
+def test_absorb_v_in_latent_chunks_matches_reference(split, rows, monkeypatch):
+    """absorb_v over latent chunks with a last-arrival sum (mla.ABSORB_V_SPLIT_C, a knob under
+    A/B): the layer within NUMERICS of the reference; run twice, the same bits, its counters
+    back at zero."""
+    from sgl_kernel_ext.triton import mla
+
+    monkeypatch.setattr(mla, "ABSORB_V_SPLIT_C", split)
+    assert_within_numerics(check("moe_shared_topk", rows, 3000), 3000)
+    lid = KINDS["moe_shared_topk"]
+    case = make_case(CFG, lid, _contexts(rows, 3000), seed=9, device="cuda", lw=_weights(lid))
+    layer = FusedLayer(CFG, case.lw, clone_caches(case.caches), rows, 3000)
+    args = (case.hidden, case.residual, case.batch, case.topk_prev)
+    first = layer(*args)[0].clone()
+    assert torch.equal(layer(*args)[0], first) and not layer.buf["vc_arrivals"].any()
+
+
+@pytest.mark.parametrize("rows", [1, 16])
 def test_split_topk_equals_one_program_topk(rows):
     """The split top-k (the default for long rows) against the one-program top-k on
     32K-wide rows: identical output, ties across chunk borders included."""

@@ -105,8 +105,12 @@ def _drive() -> None:
 
     from sglang.srt.layers.fused_decode.layer import chain_prefetch
 
-    # both norms with a prefetch table (the layer's own, the next layer's), at 2 and 3 rows
+    from sgl_kernel_ext.triton import mla
+
+    # the knobs' other forms at 2 and 3 rows: both norms with a prefetch table (the layer's
+    # own, the next layer's), absorb_v in latent chunks
     overlap.LAYER_PREFETCH = overlap.NEXT_LAYER_PREFETCH = True
+    mla.ABSORB_V_SPLIT_C = 4
     for contexts in ([30, 12], [30, 12, 40]):
         case = make_case(cfg, 1, contexts, seed=1, tp_size=2)
         layer = FusedLayer(cfg, case.lw, case.caches, len(contexts),
@@ -114,6 +118,7 @@ def _drive() -> None:
         chain_prefetch([layer])
         layer(case.hidden, case.residual, case.batch, case.topk_prev)
     overlap.LAYER_PREFETCH = overlap.NEXT_LAYER_PREFETCH = False
+    mla.ABSORB_V_SPLIT_C = 1
     scores = torch.randn(2, 3000)
     topk.topk_positions(scores, torch.tensor([2999, 100]), 2048,
                         torch.empty(2, 2048, dtype=torch.int64))
@@ -148,18 +153,24 @@ def _drive_real(persistent_too: bool = True) -> None:
     kinds = {"dense": next(i for i in ids if not cfg.is_moe(i)),
              "moe_idx": next(i for i in ids if cfg.is_moe(i) and cfg.runs_indexer(i)),
              "moe": next(i for i in ids if cfg.is_moe(i) and not cfg.runs_indexer(i))}
+    from sgl_kernel_ext.triton import mla
+
     ctx, rows = 2048, 16
     for kind, lid in kinds.items():
         lw = weights.gen_layer(cfg, 0, lid, tp_size=8, tp_rank=0)
         caches = alloc_caches(cfg, rows * ctx, "cpu", torch.bfloat16, layers=[lid])
         for persistent in (False, True) if persistent_too else (False,):
             layer = FusedLayer(cfg, lw, caches, rows, ctx, persistent_launch=persistent)
-            for m in (1, 2, 4, 16):
-                slots = torch.arange(m * ctx).view(m, ctx)
-                batch = RowBatch(torch.full((m,), ctx - 1), slots)
-                hid = torch.zeros(m, cfg.hidden_size, dtype=torch.bfloat16)
-                topk = torch.zeros(m, cfg.index_topk, dtype=torch.int64)
-                layer(hid, hid.clone(), batch, topk)
+            # the stage kernels also with absorb_v in latent chunks (mla.ABSORB_V_SPLIT_C)
+            for split in (1,) if persistent else (1, 8):
+                mla.ABSORB_V_SPLIT_C = split
+                for m in (1, 2, 4, 16):
+                    slots = torch.arange(m * ctx).view(m, ctx)
+                    batch = RowBatch(torch.full((m,), ctx - 1), slots)
+                    hid = torch.zeros(m, cfg.hidden_size, dtype=torch.bfloat16)
+                    topk = torch.zeros(m, cfg.index_topk, dtype=torch.int64)
+                    layer(hid, hid.clone(), batch, topk)
+            mla.ABSORB_V_SPLIT_C = 1
         print(f"recorded {kind} (layer {lid})", flush=True)
 
 

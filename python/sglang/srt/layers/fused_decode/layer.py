@@ -41,6 +41,7 @@ from .reference.weights import LayerWeights, MoeWeights
 
 ROUTER_SPLIT = 8
 INDEX_KW_SPLIT = 8
+VC_SPLIT_MAX = 8  # the most latent chunks absorb_v's partials buffer holds (mla.ABSORB_V_SPLIT_C)
 # buffers whose rows are the second dimension (split-K partials, [slot, row] tables)
 _ROWS_SECOND = {"qa", "kva", "q", "q_index", "kw_parts", "y_attn", "router_parts"}
 
@@ -121,6 +122,8 @@ class FusedLayer:
             x2s=e(m, groups(h), dt=f32), y=e(m, h),
             terms=e(m, cfg.num_experts_per_tok + 1 if self.experts else 1, h),
             topk=e(m, cfg.index_topk, dt=torch.int64), act=e(slots, m, inter),
+            # absorb_v's latent-chunk partials (mla.ABSORB_V_SPLIT_C), flat: [S, rows, heads * v]
+            vc_parts=e(VC_SPLIT_MAX * m * self.heads * cfg.v_head_dim, dt=f32),
         )
         # the layer's own buffers: the slot table (preset once for a dense layer) and counters
         own = dict(
@@ -134,6 +137,7 @@ class FusedLayer:
         # last-arrival counters (arrival.py): gate/up's (tile, slot) groups, the router's one
         self.buf["gu_arrivals"] = arrival.counters(-(-inter // gu_block_n) * slots, dev)
         self.buf["route_arrival"] = arrival.counters(1, dev)
+        self.buf["vc_arrivals"] = arrival.counters(self.heads * (cfg.v_head_dim // 128), dev)
         specs["gu_parts"] = e(split_k, few * cfg.num_experts_per_tok + 1 if self.experts else 1,
                               few, 2, inter, dt=f32)
         if self.experts:
@@ -260,7 +264,8 @@ class FusedLayer:
                    cfg.v_head_dim)
         mla.sparse_attention(v("qcat"), self.kv_cache, topk, slots, cfg.softmax_scale,
                              *self._attention_parts(m), v("olat"), c, rope)
-        mla.absorb_v(v("olat"), a.kv_b, v("oq"), v("os"), cfg.qk_nope_head_dim, cfg.v_head_dim)
+        mla.absorb_v(v("olat"), a.kv_b, v("oq"), v("os"), cfg.qk_nope_head_dim, cfg.v_head_dim,
+                     self.buf["vc_parts"], self.buf["vc_arrivals"])
         fp8_linear.fp8_linear(v("oq"), v("os"), a.o_proj.q, a.o_proj.s, v("y_attn"),
                               *(None,) * 3, *self.tile_o[:2])
         norm.add_rms_norm(v("y_attn"), res, lw.post_attention_norm, eps, v("x2"), res,
