@@ -36,10 +36,10 @@ ENV = "SGL_KERNEL_EXT_PDL"  # "0" turns the overlap off (for A/B timing and debu
 # Whether a layer's first kernel also prefetches the weights of its later dense stages (q_a,
 # kv_a, q_b, kv_b, o_proj, the router, the shared expert) into L2, so HBM streams them while
 # the layer's latency-bound kernels run (``layer_regions``, ``prefetch_table``), and whether
-# its second norm prefetches the next layer's (NEXT_LAYER_PREFETCH). Off: on an H200 both
-# cost a layer 3-7 us at 1-4 rows and nothing at 16 (the overlap is off there), also spread
-# over one program per SM (results/tiling_probe_20261130T170454Z; from one program per row
-# they cost 130-210 us, tiling_probe_20261130T164019Z).
+# its second norm prefetches the next layer's (NEXT_LAYER_PREFETCH). Off: on an H200 they
+# cost a layer up to 7 us each (10 together) at 1-4 rows and nothing at 16 (the overlap is off
+# there), even spread over one program per SM (results/tiling_probe_20261130T170454Z; from
+# one program per row, up to 212 us each, tiling_probe_20261130T164019Z).
 LAYER_PREFETCH = False
 NEXT_LAYER_PREFETCH = False
 # bytes per bulk prefetch request of a region table (a multiple of 16)
