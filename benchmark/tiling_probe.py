@@ -68,6 +68,9 @@ VARIANTS = {
     "absorb_v_split_2": {("mla", "ABSORB_V_SPLIT_C"): 2},
     "absorb_v_split_4": {("mla", "ABSORB_V_SPLIT_C"): 4},
     "absorb_v_split_8": {("mla", "ABSORB_V_SPLIT_C"): 8},
+    # ... and merging the attention's chunks in those programs (no merge kernel)
+    "absorb_v_split_4_merge": {("mla", "ABSORB_V_SPLIT_C"): 4, ("mla", "ABSORB_V_MERGES"): True},
+    "absorb_v_split_8_merge": {("mla", "ABSORB_V_SPLIT_C"): 8, ("mla", "ABSORB_V_MERGES"): True},
 }
 
 

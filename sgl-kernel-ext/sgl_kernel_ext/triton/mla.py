@@ -42,6 +42,10 @@ ABSORB_V_WARPS = 4
 # the partials in order and quantizes (arrival.py). One chunk leaves 16 programs at one TP8
 # rank's 8 heads, each reading a 128 KB w_vc tile. Not yet timed (tiling_probe absorb_v_split_*).
 ABSORB_V_SPLIT_C = 1
+# with ABSORB_V_SPLIT_C > 1: whether those programs also merge the attention's chunks (each
+# its latent columns), so that the merge kernel does not run. Not yet timed
+# (tiling_probe absorb_v_split_*_merge).
+ABSORB_V_MERGES = False
 # launch shape of the sparse attention (tiling_probe knobs). On an H200 4 warps are 3-5 us
 # slower per layer at 4 and 16 rows (tiling_probe_20261130T150549Z); 3 stages, 1 stage and 32
 # entries per step move a layer by -4..+3 us at 1 and 16 rows, no variant better at both
@@ -250,10 +254,11 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
 
 
 @triton.jit
-def _combine_task(m, h, part_o_ptr, part_ml_ptr, olat_ptr, NH, NSP, C: tl.constexpr,
-                  BLOCK_S: tl.constexpr):
+def _merge_columns(m, h, part_o_ptr, part_ml_ptr, NH, NSP, oc, C: tl.constexpr,
+                   BLOCK_S: tl.constexpr):
+    """Row m's head h merged over its NSP chunks at the latent columns oc (fp32): each
+    column's merge is independent of the others."""
     osp = tl.arange(0, BLOCK_S)
-    oc = tl.arange(0, C)
     s_ok = osp < NSP
     base = (m * NSP + osp) * NH + h
     mi = tl.load(part_ml_ptr + base * 2, mask=s_ok, other=float("-inf"))
@@ -264,7 +269,14 @@ def _combine_task(m, h, part_o_ptr, part_ml_ptr, olat_ptr, NH, NSP, C: tl.conste
     o = tl.load(part_o_ptr + base[:, None] * C + oc[None, :], mask=s_ok[:, None], other=0.0)
     num = tl.sum(o * scale[:, None], axis=0)
     den = tl.sum(li * scale, axis=0)
-    out = tl.where(den > 0, num / den, 0.0)
+    return tl.where(den > 0, num / den, 0.0)
+
+
+@triton.jit
+def _combine_task(m, h, part_o_ptr, part_ml_ptr, olat_ptr, NH, NSP, C: tl.constexpr,
+                  BLOCK_S: tl.constexpr):
+    oc = tl.arange(0, C)
+    out = _merge_columns(m, h, part_o_ptr, part_ml_ptr, NH, NSP, oc, C, BLOCK_S)
     tl.store(olat_ptr + (m * NH + h) * C + oc, out.to(tl.bfloat16))
 
 
@@ -307,13 +319,16 @@ def _absorb_v_task(h, vt, olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C: tl.conste
 
 
 @triton.jit
-def _absorb_v_split_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, parts_ptr, arrivals_ptr, M, NH,
-                           C: tl.constexpr, NOPE: tl.constexpr, V: tl.constexpr,
-                           SPLIT_C: tl.constexpr, BLOCK_M: tl.constexpr,
+def _absorb_v_split_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, parts_ptr, arrivals_ptr,
+                           part_o_ptr, part_ml_ptr, NSP, M, NH, C: tl.constexpr,
+                           NOPE: tl.constexpr, V: tl.constexpr, SPLIT_C: tl.constexpr,
+                           BLOCK_M: tl.constexpr, MERGE: tl.constexpr, BLOCK_S: tl.constexpr,
                            INTERPRET: tl.constexpr, PDL: tl.constexpr):
     """Program (head, 128 outputs, latent chunk): the chunk's fp32 partial of o_lat . w_vc
     into parts [SPLIT_C, M, NH * V]; the last of the head's SPLIT_C programs for those
-    outputs sums them in chunk order, rounds to bf16 and quantizes for o_proj."""
+    outputs sums them in chunk order, rounds to bf16 and quantizes for o_proj. With MERGE
+    the program merges its o_lat columns from the attention's chunks itself (the first
+    128 outputs' program also stores them in olat), so no merge kernel runs before."""
     h = tl.program_id(0)
     vt = tl.program_id(1)
     cs = tl.program_id(2)
@@ -325,7 +340,17 @@ def _absorb_v_split_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, parts_ptr, arrival
     ov = tl.arange(0, 128)
     oc = cs * CC + tl.arange(0, CC)
     m_ok = om < M
-    a = tl.load(olat_ptr + (om[:, None] * NH + h) * C + oc[None, :], mask=m_ok[:, None], other=0.0)
+    if MERGE:
+        a = tl.zeros((BLOCK_M, CC), tl.float32)
+        for m in range(M):
+            row = _merge_columns(m, h, part_o_ptr, part_ml_ptr, NH, NSP, oc, C, BLOCK_S)
+            a = tl.where(om[:, None] == m, row.to(tl.bfloat16).to(tl.float32)[None, :], a)
+        a = a.to(tl.bfloat16)
+        if vt == 0:
+            tl.store(olat_ptr + (om[:, None] * NH + h) * C + oc[None, :], a, mask=m_ok[:, None])
+    else:
+        a = tl.load(olat_ptr + (om[:, None] * NH + h) * C + oc[None, :], mask=m_ok[:, None],
+                    other=0.0)
     w = tl.load(kvb_ptr + (rows + ov[:, None]) * C + oc[None, :])
     if INTERPRET:
         o = tl.dot(a.to(tl.float32), tl.trans(w.to(tl.float32)))
@@ -405,9 +430,10 @@ def attention_splits(rows: int, topk: int) -> int:
 
 
 def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_ml, olat,
-                     kv_lora: int, rope: int) -> None:
+                     kv_lora: int, rope: int, merge: bool = True) -> None:
     """olat bf16 [M, heads, kv_lora] = softmax(scale * qcat . K) . c_kv over each row's top-k
-    (context positions, -1 = none); part_o fp32 [M, S, heads, kv_lora], part_ml [M, S, heads, 2]."""
+    (context positions, -1 = none); part_o fp32 [M, S, heads, kv_lora], part_ml [M, S, heads, 2].
+    merge=False leaves the chunks unmerged (``absorb_v_merges``)."""
     m, nh, _ = qcat.shape
     splits = part_o.shape[1]
     k = topk.shape[1]
@@ -418,28 +444,47 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
         part_ml, nh, float(sm_scale), k // splits, C=kv_lora, R=rope,
         BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, INTERPRET=interpreting(),
         PDL=overlap.enabled(), num_warps=ATTN_WARPS, num_stages=ATTN_STAGES, **overlap.launch_kw())
-    _combine_kernel[(m, nh)](part_o, part_ml, olat, nh, splits, C=kv_lora,
-                             BLOCK_S=triton.next_power_of_2(splits), PDL=overlap.enabled(),
-                             num_warps=4, **overlap.launch_kw())
+    if merge:
+        _combine_kernel[(m, nh)](part_o, part_ml, olat, nh, splits, C=kv_lora,
+                                 BLOCK_S=triton.next_power_of_2(splits),
+                                 PDL=overlap.enabled(), num_warps=4, **overlap.launch_kw())
 
 
 # Tried: the chunks' merge and absorb_v as one launch (programs per head and 128 latent
 # columns merge, the head's last to finish runs its w_vc): slower on an H200 at every row
 # count, +5 us a MoE layer at 1 row and +22 at 16: the 16 tails each read a 128 KB w_vc tile
 # (results/tiling_probe_20261130T170454Z, merge_kernel = today's form).
-def absorb_v(olat, kv_b, oq, os, nope: int, v: int, parts=None, arrivals=None) -> None:
+def absorb_v_chunks(parts, arrivals) -> int:
+    """Latent chunks absorb_v runs in, given (or not) its partials and counters."""
+    return ABSORB_V_SPLIT_C if parts is not None and arrivals is not None else 1
+
+
+def absorb_v_merges(parts, arrivals) -> bool:
+    """Whether absorb_v merges the attention's chunks itself (``sparse_attention`` then runs
+    with merge=False and absorb_v takes the chunks)."""
+    return ABSORB_V_MERGES and absorb_v_chunks(parts, arrivals) > 1
+
+
+def absorb_v(olat, kv_b, oq, os, nope: int, v: int, parts=None, arrivals=None,
+             attn_parts=None) -> None:
     """o = o_lat . w_vc per head (bf16), quantized for o_proj: oq e4m3 [M, heads * v],
     os fp32 [M, heads * v / 128]. Given fp32 `parts` (>= ABSORB_V_SPLIT_C * M * heads * v)
-    and int32 `arrivals` (>= heads * v / 128, zeroed), in ABSORB_V_SPLIT_C latent chunks."""
+    and int32 `arrivals` (>= heads * v / 128, zeroed), in ABSORB_V_SPLIT_C latent chunks;
+    then with ABSORB_V_MERGES it merges the attention's unmerged chunks `attn_parts`
+    (part_o, part_ml) into olat itself."""
     m, nh, c = olat.shape
     assert olat.is_contiguous() and oq.is_contiguous() and os.is_contiguous() and v % 128 == 0
-    split = ABSORB_V_SPLIT_C if parts is not None and arrivals is not None else 1
+    split = absorb_v_chunks(parts, arrivals)
     if split > 1:
         assert c % (16 * split) == 0 and parts.numel() >= split * m * nh * v
         assert arrivals.dtype == torch.int32 and arrivals.numel() >= nh * (v // 128)
+        merge = absorb_v_merges(parts, arrivals)
+        part_o, part_ml = attn_parts if merge else (parts, parts)
+        nsp = part_o.shape[1] if merge else 1
         _absorb_v_split_kernel[(nh, v // 128, split)](
-            olat, kv_b, oq, os, parts, arrivals, m, nh, C=c, NOPE=nope, V=v, SPLIT_C=split,
-            BLOCK_M=max(16, triton.next_power_of_2(m)), INTERPRET=interpreting(),
+            olat, kv_b, oq, os, parts, arrivals, part_o, part_ml, nsp, m, nh, C=c, NOPE=nope,
+            V=v, SPLIT_C=split, BLOCK_M=max(16, triton.next_power_of_2(m)), MERGE=merge,
+            BLOCK_S=max(2, triton.next_power_of_2(nsp)), INTERPRET=interpreting(),
             PDL=overlap.enabled(), num_warps=ABSORB_V_WARPS, **overlap.launch_kw())
         return
     _absorb_v_kernel[(nh, v // 128)](

@@ -2,7 +2,8 @@
 compute-sanitizer (memcheck, racecheck): small shapes, a pad row, contexts past the top-k;
 then two rows (the last-arrival tails of router+route and gate/up+SwiGLU run at 1-2 rows)
 with one context past the split top-k's threshold. An optional argument runs absorb_v in
-that many latent chunks (mla.ABSORB_V_SPLIT_C, its last-arrival sum).
+that many latent chunks (mla.ABSORB_V_SPLIT_C, its last-arrival sum); a second, "merge",
+also has those programs merge the attention's chunks (mla.ABSORB_V_MERGES).
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 test/srt/kernels/sanitize_fused_layer.py
 """
@@ -18,8 +19,8 @@ from sglang.srt.layers.fused_decode.reference.config import tiny_config
 from sglang.srt.layers.fused_decode.testing import make_case
 
 
-def main(absorb_v_split: int = 1):
-    mla.ABSORB_V_SPLIT_C = absorb_v_split
+def main(absorb_v_split: int = 1, merge: bool = False):
+    mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGES = absorb_v_split, merge
     cfg = tiny_config()
     contexts = ([30, 0, 12, 40], [topk.SPLIT_MIN_WIDTH + 100, 40])
     for ctx in contexts:
@@ -33,4 +34,4 @@ def main(absorb_v_split: int = 1):
 
 
 if __name__ == "__main__":
-    main(*(int(a) for a in sys.argv[1:2]))
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1, sys.argv[2:3] == ["merge"])

@@ -108,17 +108,18 @@ def _drive() -> None:
     from sgl_kernel_ext.triton import mla
 
     # the knobs' other forms at 2 and 3 rows: both norms with a prefetch table (the layer's
-    # own, the next layer's), absorb_v in latent chunks
+    # own, the next layer's), absorb_v in latent chunks (merging the attention's at 3 rows)
     overlap.LAYER_PREFETCH = overlap.NEXT_LAYER_PREFETCH = True
     mla.ABSORB_V_SPLIT_C = 4
     for contexts in ([30, 12], [30, 12, 40]):
+        mla.ABSORB_V_MERGES = len(contexts) == 3
         case = make_case(cfg, 1, contexts, seed=1, tp_size=2)
         layer = FusedLayer(cfg, case.lw, case.caches, len(contexts),
                            case.batch.token_slots.shape[1], persistent_launch=False)
         chain_prefetch([layer])
         layer(case.hidden, case.residual, case.batch, case.topk_prev)
     overlap.LAYER_PREFETCH = overlap.NEXT_LAYER_PREFETCH = False
-    mla.ABSORB_V_SPLIT_C = 1
+    mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGES = 1, False
     scores = torch.randn(2, 3000)
     topk.topk_positions(scores, torch.tensor([2999, 100]), 2048,
                         torch.empty(2, 2048, dtype=torch.int64))
@@ -161,16 +162,17 @@ def _drive_real(persistent_too: bool = True) -> None:
         caches = alloc_caches(cfg, rows * ctx, "cpu", torch.bfloat16, layers=[lid])
         for persistent in (False, True) if persistent_too else (False,):
             layer = FusedLayer(cfg, lw, caches, rows, ctx, persistent_launch=persistent)
-            # the stage kernels also with absorb_v in latent chunks (mla.ABSORB_V_SPLIT_C)
-            for split in (1,) if persistent else (1, 8):
-                mla.ABSORB_V_SPLIT_C = split
+            # the stage kernels also with absorb_v in latent chunks (mla.ABSORB_V_SPLIT_C),
+            # merging the attention's chunks itself (ABSORB_V_MERGES)
+            for split, merges in ((1, False),) if persistent else ((1, False), (8, True)):
+                mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGES = split, merges
                 for m in (1, 2, 4, 16):
                     slots = torch.arange(m * ctx).view(m, ctx)
                     batch = RowBatch(torch.full((m,), ctx - 1), slots)
                     hid = torch.zeros(m, cfg.hidden_size, dtype=torch.bfloat16)
                     topk = torch.zeros(m, cfg.index_topk, dtype=torch.int64)
                     layer(hid, hid.clone(), batch, topk)
-            mla.ABSORB_V_SPLIT_C = 1
+            mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGES = 1, False
         print(f"recorded {kind} (layer {lid})", flush=True)
 
 

@@ -191,31 +191,44 @@ def test_indexer_prepare_by_head_blocks_is_bitwise_one_program_per_row(m, heads,
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("m, split", [(1, 2), (3, 8)])
-def test_absorb_v_in_latent_chunks_is_the_one_chunk_product(m, split, monkeypatch):
+@pytest.mark.parametrize("m, split, merges", [(1, 2, False), (3, 8, False), (1, 4, True),
+                                              (3, 2, True)])
+def test_absorb_v_in_latent_chunks_is_the_one_chunk_product(m, split, merges, monkeypatch):
     """absorb_v over `split` latent chunks (fp32 partials, the last chunk's program summing
-    and quantizing) against one program per (head, 128 outputs): the same e4m3 output up to
-    the fp32 sum's order, every scale within 1e-5, every counter back at zero."""
+    and quantizing) against the attention chunks' merge kernel then one program per (head,
+    128 outputs): e4m3 codes at most one step apart and rarely, every scale within 1e-5,
+    every counter back at zero. With `merges` the chunk programs also merge the attention's
+    chunks (one of them empty, l = 0, m = -inf), writing the same o_lat."""
     from sgl_kernel_ext.triton import mla
 
     lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
     kv_b = lw.attn.kv_b
     nope, v, c = CFG.qk_nope_head_dim, CFG.v_head_dim, CFG.kv_lora_rank
     nh = kv_b.shape[0] // (nope + v)
-    g = torch.Generator().manual_seed(m)
-    olat = torch.randn(m, nh, c, generator=g).bfloat16()
+    g = torch.Generator().manual_seed(m * split)
+    nsp = 4
+    part_o = torch.randn(m, nsp, nh, c, generator=g)
+    part_ml = torch.stack([torch.randn(m, nsp, nh, generator=g),
+                           torch.rand(m, nsp, nh, generator=g) + 0.5], dim=-1)
+    part_ml[0, nsp - 1, :, 0], part_ml[0, nsp - 1, :, 1] = float("-inf"), 0.0
+    monkeypatch.setattr(mla, "ABSORB_V_MERGES", merges)
     runs = []
     for chunks in (1, split):
         monkeypatch.setattr(mla, "ABSORB_V_SPLIT_C", chunks)
+        olat = torch.full((m, nh, c), float("nan"), dtype=torch.bfloat16)
         oq = torch.full((m, nh * v), 1.0).to(torch.float8_e4m3fn)
         os_ = torch.full((m, nh * v // 128), float("nan"))
         parts = torch.full((split * m * nh * v,), float("nan"))
         arrivals = torch.zeros(nh * (v // 128), dtype=torch.int32)
-        mla.absorb_v(olat, kv_b, oq, os_, nope, v, parts, arrivals)
+        if not mla.absorb_v_merges(parts, arrivals):
+            mla._combine_kernel[(m, nh)](part_o, part_ml, olat, nh, nsp, C=c, BLOCK_S=nsp,
+                                         PDL=False)
+        mla.absorb_v(olat, kv_b, oq, os_, nope, v, parts, arrivals, (part_o, part_ml))
         assert not arrivals.any()
-        runs.append((oq.view(torch.uint8).int(), os_))
-    assert not torch.isnan(runs[1][1]).any()
+        runs.append((oq.view(torch.uint8).int(), os_, olat))
+    assert not torch.isnan(runs[1][1]).any() and not torch.isnan(runs[1][2].float()).any()
     torch.testing.assert_close(runs[1][1], runs[0][1], rtol=1e-5, atol=0)
+    assert torch.equal(runs[1][2], runs[0][2])
     # e4m3 codes: at most one step apart where the fp32 order moved a value across a
     # rounding boundary, and that rarely
     step = (runs[1][0] - runs[0][0]).abs()

@@ -262,10 +262,12 @@ class FusedLayer:
             topk = topk_prev
         mla.absorb(v("q"), a.kv_b, pos, self.inv_freq, v("qcat"), cfg.qk_nope_head_dim, rope,
                    cfg.v_head_dim)
+        attn_parts = self._attention_parts(m)
+        vc = (self.buf["vc_parts"], self.buf["vc_arrivals"])
         mla.sparse_attention(v("qcat"), self.kv_cache, topk, slots, cfg.softmax_scale,
-                             *self._attention_parts(m), v("olat"), c, rope)
+                             *attn_parts, v("olat"), c, rope, merge=not mla.absorb_v_merges(*vc))
         mla.absorb_v(v("olat"), a.kv_b, v("oq"), v("os"), cfg.qk_nope_head_dim, cfg.v_head_dim,
-                     self.buf["vc_parts"], self.buf["vc_arrivals"])
+                     *vc, attn_parts)
         fp8_linear.fp8_linear(v("oq"), v("os"), a.o_proj.q, a.o_proj.s, v("y_attn"),
                               *(None,) * 3, *self.tile_o[:2])
         norm.add_rms_norm(v("y_attn"), res, lw.post_attention_norm, eps, v("x2"), res,
