@@ -7,7 +7,9 @@
 - ``sparse_attention``: flash-decoding over the selected positions: each program takes one
   row and one chunk of its top-k for all of the rank's heads (the latent KV row is read once
   for every head), fp32 online softmax; ``combine`` merges the chunks (bf16 o_lat).
-- ``absorb_v``: o = o_lat . w_vc per head (bf16), the o_proj input.
+- ``absorb_v``: o = o_lat . w_vc per head (bf16), the o_proj input; under A/B, in latent
+  chunks with a last-arrival sum, those programs optionally merging the attention's chunks
+  (``ABSORB_V_SPLIT_C``, ``ABSORB_V_MERGES``).
 
 w_kc and w_vc are read in place from kv_b [heads * (nope + v), kv_lora] (no derived copy).
 """
@@ -450,10 +452,6 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
                                  PDL=overlap.enabled(), num_warps=4, **overlap.launch_kw())
 
 
-# Tried: the chunks' merge and absorb_v as one launch (programs per head and 128 latent
-# columns merge, the head's last to finish runs its w_vc): slower on an H200 at every row
-# count, +5 us a MoE layer at 1 row and +22 at 16: the 16 tails each read a 128 KB w_vc tile
-# (results/tiling_probe_20261130T170454Z, merge_kernel = today's form).
 def absorb_v_chunks(parts, arrivals) -> int:
     """Latent chunks absorb_v runs in, given (or not) its partials and counters."""
     return ABSORB_V_SPLIT_C if parts is not None and arrivals is not None else 1
@@ -465,6 +463,10 @@ def absorb_v_merges(parts, arrivals) -> bool:
     return ABSORB_V_MERGES and absorb_v_chunks(parts, arrivals) > 1
 
 
+# Tried: the chunks' merge and absorb_v as one launch (programs per head and 128 latent
+# columns merge, the head's last to finish runs its w_vc): slower on an H200 at every row
+# count, +5 us a MoE layer at 1 row and +22 at 16: the 16 tails each read a 128 KB w_vc tile
+# (results/tiling_probe_20261130T170454Z, merge_kernel = today's form).
 def absorb_v(olat, kv_b, oq, os, nope: int, v: int, parts=None, arrivals=None,
              attn_parts=None) -> None:
     """o = o_lat . w_vc per head (bf16), quantized for o_proj: oq e4m3 [M, heads * v],
