@@ -20,21 +20,19 @@ def _run(mode, specs, interpret):
                           capture_output=True, text=True, timeout=900, env=env)
 
 
-def test_every_launch_compiles_for_sm90(tmp_path):
+def _record_and_compile(record_mode, tmp_path):
     specs = tmp_path / "specs.json"
-    recorded = _run("record", specs, interpret=True)
+    recorded = _run(record_mode, specs, interpret=True)
     assert recorded.returncode == 0, recorded.stderr[-3000:]
     assert "distinct launches" in recorded.stdout
     compiled = _run("compile", specs, interpret=False)
     assert compiled.returncode == 0, compiled.stdout[-4000:] + compiled.stderr[-2000:]
     assert "FAIL" not in compiled.stdout
+
+
+def test_every_launch_compiles_for_sm90(tmp_path):
+    _record_and_compile("record", tmp_path)
 
 
 def test_every_real_shape_stage_launch_fits_sm90(tmp_path):
-    specs = tmp_path / "real.json"
-    recorded = _run("record-real-stages", specs, interpret=True)
-    assert recorded.returncode == 0, recorded.stderr[-3000:]
-    assert "distinct launches" in recorded.stdout
-    compiled = _run("compile", specs, interpret=False)
-    assert compiled.returncode == 0, compiled.stdout[-4000:] + compiled.stderr[-2000:]
-    assert "FAIL" not in compiled.stdout
+    _record_and_compile("record-real-stages", tmp_path)
