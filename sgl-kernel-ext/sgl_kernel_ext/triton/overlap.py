@@ -133,7 +133,7 @@ def prefetch_table(table_ptr, n, first, step, PDL: tl.constexpr, BLOCK: tl.const
     hint, as ``prefetch_l2``). A launch spreads a table over its programs with first = the
     program's index and step = the number of programs: one SM's copy engine streams only a
     small share of HBM bandwidth, so a table issued from a few programs takes far longer
-    than its bytes (a whole table from one program: +170 us a layer,
+    than its bytes (a whole table from one program: up to +212 us a layer,
     results/tiling_probe_20261130T164019Z)."""
     if PDL:
         for j0 in range(0, tl.cdiv(n - first, step), BLOCK):
@@ -149,13 +149,14 @@ def prefetch_programs(device) -> int:
     """Programs a launch that prefetches a region table should have: one per SM."""
     import torch
 
-    key = torch.device(device).index or 0
-    if key not in _sm_count:
-        _sm_count[key] = torch.cuda.get_device_properties(key).multi_processor_count
-    return _sm_count[key]
+    return _sm_count(torch.device(device).index or 0)
 
 
-_sm_count: dict = {}
+@functools.lru_cache(maxsize=None)
+def _sm_count(index: int) -> int:
+    import torch
+
+    return torch.cuda.get_device_properties(index).multi_processor_count
 
 
 def region_table(tensors, device, chunk: int = 0):
