@@ -64,13 +64,12 @@ VARIANTS = {
     "prepare_heads_2": {("indexer", "PREPARE_HEADS"): 2},
     "prepare_heads_8": {("indexer", "PREPARE_HEADS"): 8},
     "prepare_heads_32": {("indexer", "PREPARE_HEADS"): 32},
-    # absorb_v over 2-8 latent chunks, the last chunk's program summing and quantizing
-    "absorb_v_split_2": {("mla", "ABSORB_V_SPLIT_C"): 2},
-    "absorb_v_split_4": {("mla", "ABSORB_V_SPLIT_C"): 4},
+    # absorb_v in one latent chunk or 8 (default 4: results/tiling_probe_20261130T210744Z),
+    # merging the attention's chunks at no row count or at every one (default: at one row)
+    "absorb_v_split_1": {("mla", "ABSORB_V_SPLIT_C"): 1},
     "absorb_v_split_8": {("mla", "ABSORB_V_SPLIT_C"): 8},
-    # ... and merging the attention's chunks in those programs (no merge kernel)
-    "absorb_v_split_4_merge": {("mla", "ABSORB_V_SPLIT_C"): 4, ("mla", "ABSORB_V_MERGES"): True},
-    "absorb_v_split_8_merge": {("mla", "ABSORB_V_SPLIT_C"): 8, ("mla", "ABSORB_V_MERGES"): True},
+    "absorb_v_no_merge": {("mla", "ABSORB_V_MERGE_MAX_ROWS"): 0},
+    "absorb_v_merge_16": {("mla", "ABSORB_V_MERGE_MAX_ROWS"): 16},
 }
 
 

@@ -9,7 +9,7 @@
   for every head), fp32 online softmax; ``combine`` merges the chunks (bf16 o_lat).
 - ``absorb_v``: o = o_lat . w_vc per head (bf16), the o_proj input; under A/B, in latent
   chunks with a last-arrival sum, those programs optionally merging the attention's chunks
-  (``ABSORB_V_SPLIT_C``, ``ABSORB_V_MERGES``).
+  (``ABSORB_V_SPLIT_C``, ``ABSORB_V_MERGE_MAX_ROWS``).
 
 w_kc and w_vc are read in place from kv_b [heads * (nope + v), kv_lora] (no derived copy).
 """
@@ -42,12 +42,15 @@ ABSORB_V_WARPS = 4
 # latent-column chunks of absorb_v: with S > 1 (and counters) each (head, 128 outputs) is S
 # programs over kv_lora / S columns writing fp32 partials, and the last of them to finish sums
 # the partials in order and quantizes (arrival.py). One chunk leaves 16 programs at one TP8
-# rank's 8 heads, each reading a 128 KB w_vc tile. Not yet timed (tiling_probe absorb_v_split_*).
-ABSORB_V_SPLIT_C = 1
-# with ABSORB_V_SPLIT_C > 1: whether those programs also merge the attention's chunks (each
-# its latent columns), so that the merge kernel does not run. Not yet timed
-# (tiling_probe absorb_v_split_*_merge).
-ABSORB_V_MERGES = False
+# rank's 8 heads, each reading a 128 KB w_vc tile. On an H200, 4 chunks are ~1 us faster per
+# layer than one at 1-16 rows on every kind, 2 the same, 8 ~1 us slower
+# (results/tiling_probe_20261130T210744Z).
+ABSORB_V_SPLIT_C = 4
+# with ABSORB_V_SPLIT_C > 1, steps of at most this many rows have those programs also merge
+# the attention's chunks (each its latent columns), so the merge kernel does not run: on an
+# H200 -2 us per layer at 1 row on every kind, neutral at 2, +6..16 us at 4 and 16 (each
+# program then reads every chunk's [rows, 128-column] partials; same results file).
+ABSORB_V_MERGE_MAX_ROWS = 1
 # launch shape of the sparse attention (tiling_probe knobs). On an H200 4 warps are 3-5 us
 # slower per layer at 4 and 16 rows (tiling_probe_20261130T150549Z); 3 stages, 1 stage and 32
 # entries per step move a layer by -4..+3 us at 1 and 16 rows, no variant better at both
@@ -457,10 +460,10 @@ def absorb_v_chunks(parts, arrivals) -> int:
     return ABSORB_V_SPLIT_C if parts is not None and arrivals is not None else 1
 
 
-def absorb_v_merges(parts, arrivals) -> bool:
-    """Whether absorb_v merges the attention's chunks itself (``sparse_attention`` then runs
-    with merge=False and absorb_v takes the chunks)."""
-    return ABSORB_V_MERGES and absorb_v_chunks(parts, arrivals) > 1
+def absorb_v_merges(parts, arrivals, m: int) -> bool:
+    """Whether absorb_v merges the attention's chunks itself at m rows (``sparse_attention``
+    then runs with merge=False and absorb_v takes the chunks)."""
+    return m <= ABSORB_V_MERGE_MAX_ROWS and absorb_v_chunks(parts, arrivals) > 1
 
 
 # Tried: the chunks' merge and absorb_v as one launch (programs per head and 128 latent
@@ -472,15 +475,15 @@ def absorb_v(olat, kv_b, oq, os, nope: int, v: int, parts=None, arrivals=None,
     """o = o_lat . w_vc per head (bf16), quantized for o_proj: oq e4m3 [M, heads * v],
     os fp32 [M, heads * v / 128]. Given fp32 `parts` (>= ABSORB_V_SPLIT_C * M * heads * v)
     and int32 `arrivals` (>= heads * v / 128, zeroed), in ABSORB_V_SPLIT_C latent chunks;
-    then with ABSORB_V_MERGES it merges the attention's unmerged chunks `attn_parts`
-    (part_o, part_ml) into olat itself."""
+    at most ABSORB_V_MERGE_MAX_ROWS rows, it also merges the attention's unmerged chunks
+    `attn_parts` (part_o, part_ml) into olat itself."""
     m, nh, c = olat.shape
     assert olat.is_contiguous() and oq.is_contiguous() and os.is_contiguous() and v % 128 == 0
     split = absorb_v_chunks(parts, arrivals)
     if split > 1:
         assert c % (16 * split) == 0 and parts.numel() >= split * m * nh * v
         assert arrivals.dtype == torch.int32 and arrivals.numel() >= nh * (v // 128)
-        merge = absorb_v_merges(parts, arrivals)
+        merge = absorb_v_merges(parts, arrivals, m)
         part_o, part_ml = attn_parts if merge else (parts, parts)
         nsp = part_o.shape[1] if merge else 1
         _absorb_v_split_kernel[(nh, v // 128, split)](

@@ -2,8 +2,9 @@
 compute-sanitizer (memcheck, racecheck): small shapes, a pad row, contexts past the top-k;
 then two rows (the last-arrival tails of router+route and gate/up+SwiGLU run at 1-2 rows)
 with one context past the split top-k's threshold. An optional argument runs absorb_v in
-that many latent chunks (mla.ABSORB_V_SPLIT_C, its last-arrival sum); a second, "merge",
-also has those programs merge the attention's chunks (mla.ABSORB_V_MERGES).
+that many latent chunks (mla.ABSORB_V_SPLIT_C, its last-arrival sum; default 4); a second,
+"merge", has those programs merge the attention's chunks at every row count (by default only
+at one row: mla.ABSORB_V_MERGE_MAX_ROWS).
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 test/srt/kernels/sanitize_fused_layer.py
 """
@@ -19,8 +20,10 @@ from sglang.srt.layers.fused_decode.reference.config import tiny_config
 from sglang.srt.layers.fused_decode.testing import make_case
 
 
-def main(absorb_v_split: int = 1, merge: bool = False):
-    mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGES = absorb_v_split, merge
+def main(absorb_v_split: int = mla.ABSORB_V_SPLIT_C, merge: bool = False):
+    mla.ABSORB_V_SPLIT_C = absorb_v_split
+    if merge:
+        mla.ABSORB_V_MERGE_MAX_ROWS = 16
     cfg = tiny_config()
     contexts = ([30, 0, 12, 40], [topk.SPLIT_MIN_WIDTH + 100, 40])
     for ctx in contexts:
@@ -34,4 +37,4 @@ def main(absorb_v_split: int = 1, merge: bool = False):
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else 1, sys.argv[2:3] == ["merge"])
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else mla.ABSORB_V_SPLIT_C, sys.argv[2:3] == ["merge"])

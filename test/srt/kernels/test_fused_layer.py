@@ -231,13 +231,13 @@ def test_indexer_prepare_by_head_blocks_is_bitwise_one_program_per_row(kind, row
 @pytest.mark.parametrize("rows", [1, 16])
 @pytest.mark.parametrize("split, merges", [(2, False), (8, False), (4, True)])
 def test_absorb_v_in_latent_chunks_matches_reference(split, merges, rows, monkeypatch):
-    """absorb_v over latent chunks with a last-arrival sum (mla.ABSORB_V_SPLIT_C, a knob under
-    A/B), merging the attention's chunks itself or not (ABSORB_V_MERGES): the layer within
+    """absorb_v over latent chunks with a last-arrival sum (mla.ABSORB_V_SPLIT_C), merging
+    the attention's chunks itself or not (ABSORB_V_MERGE_MAX_ROWS): the layer within
     NUMERICS of the reference; run twice, the same bits, its counters back at zero."""
     from sgl_kernel_ext.triton import mla
 
     monkeypatch.setattr(mla, "ABSORB_V_SPLIT_C", split)
-    monkeypatch.setattr(mla, "ABSORB_V_MERGES", merges)
+    monkeypatch.setattr(mla, "ABSORB_V_MERGE_MAX_ROWS", 16 if merges else 0)
     assert_within_numerics(check("moe_shared_topk", rows, 3000), 3000)
     lid = KINDS["moe_shared_topk"]
     case = make_case(CFG, lid, _contexts(rows, 3000), seed=9, device="cuda", lw=_weights(lid))

@@ -211,7 +211,7 @@ def test_absorb_v_in_latent_chunks_is_the_one_chunk_product(m, split, merges, mo
     part_ml = torch.stack([torch.randn(m, nsp, nh, generator=g),
                            torch.rand(m, nsp, nh, generator=g) + 0.5], dim=-1)
     part_ml[0, nsp - 1, :, 0], part_ml[0, nsp - 1, :, 1] = float("-inf"), 0.0
-    monkeypatch.setattr(mla, "ABSORB_V_MERGES", merges)
+    monkeypatch.setattr(mla, "ABSORB_V_MERGE_MAX_ROWS", 16 if merges else 0)
     runs = []
     for chunks in (1, split):
         monkeypatch.setattr(mla, "ABSORB_V_SPLIT_C", chunks)
@@ -220,7 +220,7 @@ def test_absorb_v_in_latent_chunks_is_the_one_chunk_product(m, split, merges, mo
         os_ = torch.full((m, nh * v // 128), float("nan"))
         parts = torch.full((split * m * nh * v,), float("nan"))
         arrivals = torch.zeros(nh * (v // 128), dtype=torch.int32)
-        if not mla.absorb_v_merges(parts, arrivals):
+        if not mla.absorb_v_merges(parts, arrivals, m):
             mla._combine_kernel[(m, nh)](part_o, part_ml, olat, nh, nsp, C=c, BLOCK_S=nsp,
                                          PDL=False)
         mla.absorb_v(olat, kv_b, oq, os_, nope, v, parts, arrivals, (part_o, part_ml))

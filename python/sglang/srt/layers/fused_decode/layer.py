@@ -265,7 +265,7 @@ class FusedLayer:
         attn_parts = self._attention_parts(m)
         vc = (self.buf["vc_parts"], self.buf["vc_arrivals"])
         mla.sparse_attention(v("qcat"), self.kv_cache, topk, slots, cfg.softmax_scale,
-                             *attn_parts, v("olat"), c, rope, merge=not mla.absorb_v_merges(*vc))
+                             *attn_parts, v("olat"), c, rope, merge=not mla.absorb_v_merges(*vc, m))
         mla.absorb_v(v("olat"), a.kv_b, v("oq"), v("os"), cfg.qk_nope_head_dim, cfg.v_head_dim,
                      *vc, attn_parts)
         fp8_linear.fp8_linear(v("oq"), v("os"), a.o_proj.q, a.o_proj.s, v("y_attn"),
