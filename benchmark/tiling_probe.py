@@ -70,10 +70,6 @@ VARIANTS = {
     "absorb_v_split_8": {("mla", "ABSORB_V_SPLIT_C"): 8},
     "absorb_v_no_merge": {("mla", "ABSORB_V_MERGE_MAX_ROWS"): 0},
     "absorb_v_merge_16": {("mla", "ABSORB_V_MERGE_MAX_ROWS"): 16},
-    # the attention in chunks of at least 32 or 16 top-k entries (default 64): up to 64 or
-    # 128 chunks a row at 1-2 rows
-    "attn_chunk_32": {("mla", "ATTN_MIN_CHUNK"): 32},
-    "attn_chunk_16": {("mla", "ATTN_MIN_CHUNK"): 16},
 }
 
 

@@ -58,9 +58,9 @@ ABSORB_V_MERGE_MAX_ROWS = 1
 ATTN_WARPS = 8
 ATTN_STAGES = 2
 ATTN_BLOCK_T = 64  # top-k entries per loop step (at most attention_block's)
-# fewest top-k entries per chunk of a row (so at most topk / it chunks); under A/B: at one row
-# the 32 chunks of 64 leave 100 of the 132 SMs idle (tiling_probe attn_chunk_*)
-ATTN_MIN_CHUNK = 64
+# Tried: more, smaller top-k chunks at 1-2 rows (chunks of 32 or 16 entries: up to 64 or 128
+# programs a row where 32 leave most SMs idle): within noise at 1 row, +1-3 us at 2 on an H200
+# (results/tiling_probe_20261130T233434Z, attn_chunk_32 / attn_chunk_16).
 
 
 @triton.jit
@@ -432,7 +432,7 @@ def attention_splits(rows: int, topk: int) -> int:
     """How many top-k chunks a row's attention is split into (a power of two): up to 32 for
     1-4 rows, 16 from 8 rows (H200, decode_layer at 3d2243c: more chunks helped 1-2 rows and
     cost 4% at 8-16, where the merge of the chunks grows)."""
-    most = max(1, topk // min(ATTN_MIN_CHUNK, attention_block(topk)))
+    most = max(1, topk // attention_block(topk))
     want = max(16, triton.next_power_of_2(max(1, 128 // max(rows, 1))))
     return min(most, want)
 
@@ -445,7 +445,7 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
     m, nh, _ = qcat.shape
     splits = part_o.shape[1]
     k = topk.shape[1]
-    block_t = min(ATTN_BLOCK_T, attention_block(k), k // splits)
+    block_t = min(ATTN_BLOCK_T, attention_block(k))
     assert k % (splits * block_t) == 0 and topk.stride(1) == 1 and token_slots.stride(1) == 1
     _sparse_attn_kernel[(m, splits)](
         qcat, kv_cache, topk, topk.stride(0), token_slots, token_slots.stride(0), part_o,
