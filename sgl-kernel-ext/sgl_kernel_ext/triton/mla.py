@@ -7,9 +7,9 @@
 - ``sparse_attention``: flash-decoding over the selected positions: each program takes one
   row and one chunk of its top-k for all of the rank's heads (the latent KV row is read once
   for every head), fp32 online softmax; ``combine`` merges the chunks (bf16 o_lat).
-- ``absorb_v``: o = o_lat . w_vc per head (bf16), the o_proj input; under A/B, in latent
-  chunks with a last-arrival sum, those programs optionally merging the attention's chunks
-  (``ABSORB_V_SPLIT_C``, ``ABSORB_V_MERGE_MAX_ROWS``).
+- ``absorb_v``: o = o_lat . w_vc per head (bf16), the o_proj input, in latent chunks with a
+  last-arrival sum; at one row those programs also merge the attention's chunks, so no
+  ``combine`` runs (``ABSORB_V_SPLIT_C``, ``ABSORB_V_MERGE_MAX_ROWS``).
 
 w_kc and w_vc are read in place from kv_b [heads * (nope + v), kv_lora] (no derived copy).
 """
