@@ -42,13 +42,13 @@ ABSORB_V_WARPS = 4
 # latent-column chunks of absorb_v: with S > 1 (and counters) each (head, 128 outputs) is S
 # programs over kv_lora / S columns writing fp32 partials, and the last of them to finish sums
 # the partials in order and quantizes (arrival.py). One chunk leaves 16 programs at one TP8
-# rank's 8 heads, each reading a 128 KB w_vc tile. On an H200, 4 chunks are ~1 us faster per
+# rank's 8 heads, each reading a 128 KB w_vc tile. On an H200, 4 chunks are 1-2 us faster per
 # layer than one at 1-16 rows on every kind, 2 the same, 8 ~1 us slower
 # (results/tiling_probe_20261130T210744Z).
 ABSORB_V_SPLIT_C = 4
 # with ABSORB_V_SPLIT_C > 1, steps of at most this many rows have those programs also merge
 # the attention's chunks (each its latent columns), so the merge kernel does not run: on an
-# H200 -2 us per layer at 1 row on every kind, neutral at 2, +6..16 us at 4 and 16 (each
+# H200 -2 us per layer at 1 row on every kind, neutral at 2, +6..17 us at 4 and 16 (each
 # program then reads every chunk's [rows, 128-column] partials; same results file).
 ABSORB_V_MERGE_MAX_ROWS = 1
 # launch shape of the sparse attention (tiling_probe knobs). On an H200 4 warps are 3-5 us
