@@ -108,8 +108,9 @@ def _drive() -> None:
     from sgl_kernel_ext.triton import mla
 
     # the knobs' other forms at 2 and 3 rows: both norms with a prefetch table (the layer's
-    # own, the next layer's), absorb_v (4 latent chunks by default) merging the attention's chunks at 3 rows
+    # own, the next layer's), absorb_v merging the attention's chunks at 3 rows
     overlap.LAYER_PREFETCH = overlap.NEXT_LAYER_PREFETCH = True
+    merge_rows0 = mla.ABSORB_V_MERGE_MAX_ROWS
     for contexts in ([30, 12], [30, 12, 40]):
         mla.ABSORB_V_MERGE_MAX_ROWS = 3 if len(contexts) == 3 else 0
         case = make_case(cfg, 1, contexts, seed=1, tp_size=2)
@@ -118,7 +119,7 @@ def _drive() -> None:
         chain_prefetch([layer])
         layer(case.hidden, case.residual, case.batch, case.topk_prev)
     overlap.LAYER_PREFETCH = overlap.NEXT_LAYER_PREFETCH = False
-    mla.ABSORB_V_MERGE_MAX_ROWS = 1
+    mla.ABSORB_V_MERGE_MAX_ROWS = merge_rows0
     scores = torch.randn(2, 3000)
     topk.topk_positions(scores, torch.tensor([2999, 100]), 2048,
                         torch.empty(2, 2048, dtype=torch.int64))
@@ -156,16 +157,15 @@ def _drive_real(persistent_too: bool = True) -> None:
     from sgl_kernel_ext.triton import mla
 
     ctx, rows = 2048, 16
-    split0 = mla.ABSORB_V_SPLIT_C
+    default = (mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGE_MAX_ROWS)
     for kind, lid in kinds.items():
         lw = weights.gen_layer(cfg, 0, lid, tp_size=8, tp_rank=0)
         caches = alloc_caches(cfg, rows * ctx, "cpu", torch.bfloat16, layers=[lid])
         for persistent in (False, True) if persistent_too else (False,):
             layer = FusedLayer(cfg, lw, caches, rows, ctx, persistent_launch=persistent)
-            # the stage kernels also with absorb_v in one latent chunk and in the most chunks,
-            # always merging the attention's chunks (mla.ABSORB_V_SPLIT_C, _MERGE_MAX_ROWS)
-            for split, merge_rows in ((split0, 1),) if persistent else ((split0, 1), (1, 0),
-                                                                          (8, 16)):
+            # the stage kernels also with absorb_v in one latent chunk, and in the most chunks
+            # merging the attention's at every row count (mla.ABSORB_V_SPLIT_C, _MERGE_MAX_ROWS)
+            for split, merge_rows in (default,) if persistent else (default, (1, 0), (8, 16)):
                 mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGE_MAX_ROWS = split, merge_rows
                 for m in (1, 2, 4, 16):
                     slots = torch.arange(m * ctx).view(m, ctx)
@@ -173,7 +173,7 @@ def _drive_real(persistent_too: bool = True) -> None:
                     hid = torch.zeros(m, cfg.hidden_size, dtype=torch.bfloat16)
                     topk = torch.zeros(m, cfg.index_topk, dtype=torch.int64)
                     layer(hid, hid.clone(), batch, topk)
-            mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGE_MAX_ROWS = split0, 1
+            mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGE_MAX_ROWS = default
         print(f"recorded {kind} (layer {lid})", flush=True)
 
 
