@@ -23,6 +23,11 @@ def _no_split_k(original):
     return lambda m: (32, 2, 1) if m <= 2 else original(m)
 
 
+def _few_rows_split(original, split):
+    """gate_up_tiling with gate/up's K in `split` chunks at 1-2 rows."""
+    return lambda m: (32, 2, split) if m <= 2 else original(m)
+
+
 VARIANTS = {
     "baseline": {},
     "gate_up_no_split_k": {("moe", "gate_up_tiling"): "no_split_k"},
@@ -70,6 +75,21 @@ VARIANTS = {
     "absorb_v_split_8": {("mla", "ABSORB_V_SPLIT_C"): 8},
     "absorb_v_no_merge": {("mla", "ABSORB_V_MERGE_MAX_ROWS"): 0},
     "absorb_v_merge_16": {("mla", "ABSORB_V_MERGE_MAX_ROWS"): 16},
+    # absorb without the tensor cores at 1-2 rows, over 16, 32 or 64 latent columns a program
+    "absorb_gemv_16": {("mla", "ABSORB_GEMV_MAX_ROWS"): 2, ("mla", "ABSORB_GEMV_BLOCK_C"): 16},
+    "absorb_gemv_32": {("mla", "ABSORB_GEMV_MAX_ROWS"): 2, ("mla", "ABSORB_GEMV_BLOCK_C"): 32},
+    "absorb_gemv_64": {("mla", "ABSORB_GEMV_MAX_ROWS"): 2, ("mla", "ABSORB_GEMV_BLOCK_C"): 64},
+    "absorb_gemv_32_chunk_64": {("mla", "ABSORB_GEMV_MAX_ROWS"): 2,
+                                ("mla", "ABSORB_GEMV_BLOCK_C"): 32,
+                                ("mla", "ABSORB_GEMV_CHUNK_D"): 64},
+    # gate/up's K in 8 or 6 chunks at 1-2 rows (default 4)
+    "gate_up_split_8": {("moe", "gate_up_tiling"): "gu_split_8"},
+    "gate_up_split_6": {("moe", "gate_up_tiling"): "gu_split_6"},
+    "down_no_prefetch": {("moe", "DOWN_PREFETCH"): False},
+    "down_block_128": {("moe", "down_block"): "down_128"},
+    "gate_up_stages_4": {("moe", "GATE_UP_STAGES"): 4},
+    "gate_up_stages_2": {("moe", "GATE_UP_STAGES"): 2},
+    "down_stages_4": {("moe", "DOWN_STAGES"): 4},
 }
 
 
@@ -92,7 +112,9 @@ def main():
     modules = {"fp8_linear": fp8_linear, "indexer": indexer, "mla": mla, "moe": moe, "norm": norm, "overlap": overlap,
                "topk": topk}
     derived = {"no_split_k": _no_split_k(moe.gate_up_tiling), "down_64": lambda m: 64,
-               "down_256": lambda m: 256}
+               "down_128": lambda m: 128, "down_256": lambda m: 256,
+               "gu_split_8": _few_rows_split(moe.gate_up_tiling, 8),
+               "gu_split_6": _few_rows_split(moe.gate_up_tiling, 6)}
     dev = torch.device("cuda")
     cfg = glm53_config()
     ms = [int(v) for v in args.ms.split(",")]

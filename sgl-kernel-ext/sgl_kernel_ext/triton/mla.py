@@ -36,6 +36,13 @@ ABSORB_BLOCK_C = 64
 # (tiling_probe_20261130T143119Z: absorb_chunk_d_64 against baseline).
 ABSORB_CHUNK_D = 64
 ABSORB_CHUNK_FROM_ROWS = 4
+# steps of at most this many rows run absorb without the tensor cores
+# (``_absorb_gemv_task``), over BLOCK_C latent columns per program, CHUNK_D q_nope columns
+# per step. Under A/B: 0 leaves every step on the dot form.
+ABSORB_GEMV_MAX_ROWS = 0
+ABSORB_GEMV_BLOCK_C = 32
+ABSORB_GEMV_CHUNK_D = 32
+ABSORB_GEMV_WARPS = 4
 # warps of absorb_v: its [128, 512] bf16 w_vc tile spills 60 B per program at 4 (ptxas -v,
 # CPU) and none at 8; on an H200 8 warps is within noise (tiling_probe_20261130T143119Z)
 ABSORB_V_WARPS = 4
@@ -160,16 +167,70 @@ def _absorb_task(h, ct, q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, 
     out = qcat_ptr + (om[:, None] * NH + h) * (C + ROPE)
     tl.store(out + oc[None, :], lat.to(tl.bfloat16), mask=m_ok[:, None] & (oc[None, :] < C))
     if ct == 0:
-        i = tl.arange(0, ROPE // 2)
-        base = (om[:, None] * NH + h) * qk + NOPE + 2 * i[None, :]
-        x1 = sum_parts(q_ptr, SPLIT, M * NH * qk, base, m_ok[:, None])
-        x2 = sum_parts(q_ptr, SPLIT, M * NH * qk, base + 1, m_ok[:, None])
-        x1 = x1.to(tl.bfloat16).to(tl.float32)
-        x2 = x2.to(tl.bfloat16).to(tl.float32)
-        pos = tl.maximum(tl.load(pos_ptr + om, mask=m_ok, other=0), 0)
-        r1, r2 = _rope_pairs(x1, x2, pos[:, None], tl.load(inv_freq_ptr + i)[None, :])
-        tl.store(out + C + 2 * i[None, :], r1.to(tl.bfloat16), mask=m_ok[:, None])
-        tl.store(out + C + 2 * i[None, :] + 1, r2.to(tl.bfloat16), mask=m_ok[:, None])
+        _absorb_q_pe(h, q_ptr, SPLIT, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE, ROPE,
+                     BLOCK_M)
+
+
+@triton.jit
+def _absorb_q_pe(h, q_ptr, SPLIT: tl.constexpr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C,
+                 NOPE: tl.constexpr, ROPE: tl.constexpr, BLOCK_M: tl.constexpr):
+    """Head h's q_pe of every row, summed over q_b's partials and roped, into qcat."""
+    om = tl.arange(0, BLOCK_M)
+    m_ok = om < M
+    qk = NOPE + ROPE
+    out = qcat_ptr + (om[:, None] * NH + h) * (C + ROPE)
+    i = tl.arange(0, ROPE // 2)
+    base = (om[:, None] * NH + h) * qk + NOPE + 2 * i[None, :]
+    x1 = sum_parts(q_ptr, SPLIT, M * NH * qk, base, m_ok[:, None])
+    x2 = sum_parts(q_ptr, SPLIT, M * NH * qk, base + 1, m_ok[:, None])
+    x1 = x1.to(tl.bfloat16).to(tl.float32)
+    x2 = x2.to(tl.bfloat16).to(tl.float32)
+    pos = tl.maximum(tl.load(pos_ptr + om, mask=m_ok, other=0), 0)
+    r1, r2 = _rope_pairs(x1, x2, pos[:, None], tl.load(inv_freq_ptr + i)[None, :])
+    tl.store(out + C + 2 * i[None, :], r1.to(tl.bfloat16), mask=m_ok[:, None])
+    tl.store(out + C + 2 * i[None, :] + 1, r2.to(tl.bfloat16), mask=m_ok[:, None])
+
+
+@triton.jit
+def _absorb_gemv_task(h, ct, q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr,
+                      inv_freq_ptr, M, NH, C, NOPE: tl.constexpr, ROPE: tl.constexpr,
+                      V: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
+                      CHUNK_D: tl.constexpr):
+    """``_absorb_task`` for a few rows without the tensor cores: w_kc in [CHUNK_D, BLOCK_C]
+    slices, each multiplied into the rows' q_nope slice and summed over its CHUNK_D (fp32),
+    so a program holds a few small tiles instead of a [16, 256] x [256, BLOCK_C] dot's
+    operands (which spill at BLOCK_C 64)."""
+    om = tl.arange(0, BLOCK_M)
+    oc = ct * BLOCK_C + tl.arange(0, BLOCK_C)
+    m_ok = om < M
+    qk = NOPE + ROPE
+    lat = tl.zeros((BLOCK_M, BLOCK_C), tl.float32)
+    for d0 in tl.static_range(0, NOPE, CHUNK_D):
+        od = d0 + tl.arange(0, CHUNK_D)
+        d_ok = od < NOPE
+        q = sum_parts(q_ptr, SPLIT, M * NH * qk, (om[:, None] * NH + h) * qk + od[None, :],
+                      m_ok[:, None] & d_ok[None, :]).to(tl.bfloat16).to(tl.float32)
+        w = tl.load(kvb_ptr + (h * (NOPE + V) + od[:, None]) * C + oc[None, :],
+                    mask=d_ok[:, None] & (oc[None, :] < C), other=0.0).to(tl.float32)
+        lat += tl.sum(q[:, :, None] * w[None, :, :], axis=1)
+    out = qcat_ptr + (om[:, None] * NH + h) * (C + ROPE)
+    tl.store(out + oc[None, :], lat.to(tl.bfloat16), mask=m_ok[:, None] & (oc[None, :] < C))
+    if ct == 0:
+        _absorb_q_pe(h, q_ptr, SPLIT, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE, ROPE,
+                     BLOCK_M)
+
+
+@triton.jit
+def _absorb_gemv_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr,
+                        M, NH, C, NOPE: tl.constexpr, ROPE: tl.constexpr, V: tl.constexpr,
+                        BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
+                        CHUNK_D: tl.constexpr, PDL: tl.constexpr):
+    h = tl.program_id(0)
+    ct = tl.program_id(1)
+    _absorb_prefetch(h, ct, kvb_ptr, NH, C, NOPE, V, BLOCK_D, BLOCK_C, PDL)
+    stage_begin(PDL)
+    _absorb_gemv_task(h, ct, q_ptr, SPLIT, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C,
+                      NOPE, ROPE, V, BLOCK_M, BLOCK_C, CHUNK_D)
 
 
 @triton.jit
@@ -413,6 +474,14 @@ def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: in
     _, nh, _ = qcat.shape
     c = kv_b.shape[1]
     assert q_parts.is_contiguous() and kv_b.is_contiguous() and qcat.is_contiguous()
+    if m <= ABSORB_GEMV_MAX_ROWS:
+        block_c = block_c or ABSORB_GEMV_BLOCK_C
+        _absorb_gemv_kernel[(nh, triton.cdiv(c, block_c))](
+            q_parts, split, kv_b, qcat, positions, inv_freq, m, nh, c, NOPE=nope, ROPE=rope,
+            V=v, BLOCK_M=triton.next_power_of_2(m), BLOCK_D=triton.next_power_of_2(nope),
+            BLOCK_C=block_c, CHUNK_D=ABSORB_GEMV_CHUNK_D, PDL=overlap.enabled(),
+            num_warps=ABSORB_GEMV_WARPS, **overlap.launch_kw())
+        return
     block_c = block_c or ABSORB_BLOCK_C
     _absorb_kernel[(nh, triton.cdiv(c, block_c))](
         q_parts, split, kv_b, qcat, positions, inv_freq, m, nh, c, NOPE=nope, ROPE=rope, V=v,

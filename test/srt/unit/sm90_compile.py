@@ -108,9 +108,11 @@ def _drive() -> None:
     from sgl_kernel_ext.triton import mla
 
     # the knobs' other forms at 2 and 3 rows: both norms with a prefetch table (the layer's
-    # own, the next layer's), absorb_v merging the attention's chunks at 3 rows
+    # own, the next layer's), absorb_v merging the attention's chunks at 3 rows, absorb
+    # without the tensor cores
     overlap.LAYER_PREFETCH = overlap.NEXT_LAYER_PREFETCH = True
-    merge_rows0 = mla.ABSORB_V_MERGE_MAX_ROWS
+    merge_rows0, gemv_rows0 = mla.ABSORB_V_MERGE_MAX_ROWS, mla.ABSORB_GEMV_MAX_ROWS
+    mla.ABSORB_GEMV_MAX_ROWS = 3
     for contexts in ([30, 12], [30, 12, 40]):
         mla.ABSORB_V_MERGE_MAX_ROWS = 3 if len(contexts) == 3 else 0
         case = make_case(cfg, 1, contexts, seed=1, tp_size=2)
@@ -119,7 +121,7 @@ def _drive() -> None:
         chain_prefetch([layer])
         layer(case.hidden, case.residual, case.batch, case.topk_prev)
     overlap.LAYER_PREFETCH = overlap.NEXT_LAYER_PREFETCH = False
-    mla.ABSORB_V_MERGE_MAX_ROWS = merge_rows0
+    mla.ABSORB_V_MERGE_MAX_ROWS, mla.ABSORB_GEMV_MAX_ROWS = merge_rows0, gemv_rows0
     scores = torch.randn(2, 3000)
     topk.topk_positions(scores, torch.tensor([2999, 100]), 2048,
                         torch.empty(2, 2048, dtype=torch.int64))
@@ -157,7 +159,7 @@ def _drive_real(persistent_too: bool = True) -> None:
     from sgl_kernel_ext.triton import mla
 
     ctx, rows = 2048, 16
-    default = (mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGE_MAX_ROWS)
+    default = (mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGE_MAX_ROWS, mla.ABSORB_GEMV_MAX_ROWS)
     for kind, lid in kinds.items():
         lw = weights.gen_layer(cfg, 0, lid, tp_size=8, tp_rank=0)
         caches = alloc_caches(cfg, rows * ctx, "cpu", torch.bfloat16, layers=[lid])
@@ -165,15 +167,17 @@ def _drive_real(persistent_too: bool = True) -> None:
             layer = FusedLayer(cfg, lw, caches, rows, ctx, persistent_launch=persistent)
             # the stage kernels also with absorb_v in one latent chunk, and in the most chunks
             # merging the attention's at every row count (mla.ABSORB_V_SPLIT_C, _MERGE_MAX_ROWS)
-            for split, merge_rows in (default,) if persistent else (default, (1, 0), (8, 16)):
-                mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGE_MAX_ROWS = split, merge_rows
+            # with absorb's GEMV form at 1-2 rows (mla.ABSORB_GEMV_MAX_ROWS)
+            for knobs in (default,) if persistent else (default, (1, 0, 0), (8, 16, 2)):
+                (mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGE_MAX_ROWS,
+                 mla.ABSORB_GEMV_MAX_ROWS) = knobs
                 for m in (1, 2, 4, 16):
                     slots = torch.arange(m * ctx).view(m, ctx)
                     batch = RowBatch(torch.full((m,), ctx - 1), slots)
                     hid = torch.zeros(m, cfg.hidden_size, dtype=torch.bfloat16)
                     topk = torch.zeros(m, cfg.index_topk, dtype=torch.int64)
                     layer(hid, hid.clone(), batch, topk)
-            mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGE_MAX_ROWS = default
+            mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGE_MAX_ROWS, mla.ABSORB_GEMV_MAX_ROWS = default
         print(f"recorded {kind} (layer {lid})", flush=True)
 
 

@@ -235,6 +235,43 @@ def test_absorb_v_in_latent_chunks_is_the_one_chunk_product(m, split, merges, mo
     assert int(step.max()) <= 1 and float((step > 0).float().mean()) <= 0.01
 
 
+@pytest.mark.parametrize("m, block_c", [(1, 16), (2, 32)])
+def test_absorb_without_tensor_cores_is_the_dot_form(m, block_c, monkeypatch):
+    """absorb's GEMV form (w_kc in slices, no tl.dot) against its dot form and the torch
+    product: q_pe bitwise the same, q_lat within one bf16 step of the dot form (fp32 sums in
+    another order) and of q_nope . w_kc; every element of qcat written."""
+    from sgl_kernel_ext.triton import mla
+
+    lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
+    kv_b = lw.attn.kv_b
+    nope, rope, v, c = (CFG.qk_nope_head_dim, CFG.qk_rope_head_dim, CFG.v_head_dim,
+                        CFG.kv_lora_rank)
+    nh = kv_b.shape[0] // (nope + v)
+    g = torch.Generator().manual_seed(m)
+    q_parts = torch.randn(3, m, nh * (nope + rope), generator=g)
+    pos = torch.tensor([7, 300][:m])
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, rope, 2) / rope))
+    runs = []
+    for gemv_rows in (0, m):
+        monkeypatch.setattr(mla, "ABSORB_GEMV_MAX_ROWS", gemv_rows)
+        monkeypatch.setattr(mla, "ABSORB_GEMV_BLOCK_C", block_c)
+        qcat = torch.full((m, nh, c + rope), float("nan"), dtype=torch.bfloat16)
+        mla.absorb(q_parts, kv_b, pos, inv_freq, qcat, nope, rope, v)
+        assert not torch.isnan(qcat.float()).any()
+        runs.append(qcat.float())
+    dot, gemv = runs
+    assert torch.equal(gemv[..., c:], dot[..., c:])
+    q = q_parts[0] + q_parts[1] + q_parts[2]  # in the kernels' order
+    q_nope = q.view(m, nh, nope + rope)[..., :nope].bfloat16().float()
+    w_kc = kv_b.view(nh, nope + v, c)[:, :nope].float()
+    want = torch.einsum("mhd,hdc->mhc", q_nope, w_kc)
+    # q_nope's bf16 rounding (which the interpreter may do otherwise) and the output's
+    bound = 2 ** -8 * torch.einsum("mhd,hdc->mhc", q_nope.abs(), w_kc.abs()) + 2 ** -8 * want.abs()
+    for got in (gemv[..., :c], dot[..., :c]):
+        assert bool(((got - want).abs() <= bound + 1e-6).all())
+    assert float((gemv[..., :c] != dot[..., :c]).float().mean()) <= 0.05
+
+
 @pytest.mark.parametrize("k, block", [(16, 512), (256, 0)])  # 0: the default, one step a pass
 def test_topk_radix_select_follows_sglang_semantics(k, block):
     g = torch.Generator().manual_seed(k)

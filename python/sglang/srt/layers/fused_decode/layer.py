@@ -138,7 +138,8 @@ class FusedLayer:
         self.buf["gu_arrivals"] = arrival.counters(-(-inter // gu_block_n) * slots, dev)
         self.buf["route_arrival"] = arrival.counters(1, dev)
         self.buf["vc_arrivals"] = arrival.counters(self.heads * (cfg.v_head_dim // 128), dev)
-        specs["gu_parts"] = e(split_k, few * cfg.num_experts_per_tok + 1 if self.experts else 1,
+        specs["gu_parts"] = e(max(split_k, moe.GATE_UP_MAX_SPLIT_K),
+                              few * cfg.num_experts_per_tok + 1 if self.experts else 1,
                               few, 2, inter, dt=f32)
         if self.experts:
             specs["router_parts"] = e(ROUTER_SPLIT, m, self.experts, dt=f32)
