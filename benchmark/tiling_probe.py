@@ -82,6 +82,13 @@ VARIANTS = {
     "absorb_gemv_32_chunk_64": {("mla", "ABSORB_GEMV_MAX_ROWS"): 2,
                                 ("mla", "ABSORB_GEMV_BLOCK_C"): 32,
                                 ("mla", "ABSORB_GEMV_CHUNK_D"): 64},
+    **{f"absorb_gemv_{c}_chunk_{d}_warps_{w}_to_{r}": {
+        ("mla", "ABSORB_GEMV_MAX_ROWS"): r, ("mla", "ABSORB_GEMV_BLOCK_C"): c,
+        ("mla", "ABSORB_GEMV_CHUNK_D"): d, ("mla", "ABSORB_GEMV_WARPS"): w}
+       for c in (16, 32) for d in (64, 128) for w in (2, 4, 8) for r in (2, 4, 8)},
+    # the add+RMSNorm after o_proj as the tail of o_proj's launch, up to 2 or 16 rows
+    "norm_tail_2": {("norm", "TAIL_MAX_ROWS"): 2},
+    "norm_tail_16": {("norm", "TAIL_MAX_ROWS"): 16},
     # gate/up's K in 8 or 6 chunks at 1-2 rows (default 4)
     "gate_up_split_8": {("moe", "gate_up_tiling"): "gu_split_8"},
     "gate_up_split_6": {("moe", "gate_up_tiling"): "gu_split_6"},
