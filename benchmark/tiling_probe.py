@@ -23,9 +23,9 @@ def _no_split_k(original):
     return lambda m: (32, 2, 1) if m <= 2 else original(m)
 
 
-def _few_rows_split(original, split):
-    """gate_up_tiling with gate/up's K in `split` chunks at 1-2 rows."""
-    return lambda m: (32, 2, split) if m <= 2 else original(m)
+def _few_rows_tiling(original, tiling):
+    """gate_up_tiling with `tiling` (BLOCK_N, GROUPS, SPLIT_K <= the default's) at 1-2 rows."""
+    return lambda m: tiling if m <= 2 else original(m)
 
 
 VARIANTS = {
@@ -75,28 +75,21 @@ VARIANTS = {
     "absorb_v_split_8": {("mla", "ABSORB_V_SPLIT_C"): 8},
     "absorb_v_no_merge": {("mla", "ABSORB_V_MERGE_MAX_ROWS"): 0},
     "absorb_v_merge_16": {("mla", "ABSORB_V_MERGE_MAX_ROWS"): 16},
-    # absorb without the tensor cores at 1-2 rows, over 16, 32 or 64 latent columns a program
-    "absorb_gemv_16": {("mla", "ABSORB_GEMV_MAX_ROWS"): 2, ("mla", "ABSORB_GEMV_BLOCK_C"): 16},
-    "absorb_gemv_32": {("mla", "ABSORB_GEMV_MAX_ROWS"): 2, ("mla", "ABSORB_GEMV_BLOCK_C"): 32},
-    "absorb_gemv_64": {("mla", "ABSORB_GEMV_MAX_ROWS"): 2, ("mla", "ABSORB_GEMV_BLOCK_C"): 64},
-    "absorb_gemv_32_chunk_64": {("mla", "ABSORB_GEMV_MAX_ROWS"): 2,
-                                ("mla", "ABSORB_GEMV_BLOCK_C"): 32,
-                                ("mla", "ABSORB_GEMV_CHUNK_D"): 64},
+    # absorb on the tensor cores at every row count (default: without them at 1-2 rows,
+    # mla.ABSORB_GEMV_MAX_ROWS); its form without them over latent columns x q_nope chunk x
+    # warps, up to 2, 4 or 8 rows
+    "absorb_dot": {("mla", "ABSORB_GEMV_MAX_ROWS"): 0},
     **{f"absorb_gemv_{c}_chunk_{d}_warps_{w}_to_{r}": {
         ("mla", "ABSORB_GEMV_MAX_ROWS"): r, ("mla", "ABSORB_GEMV_BLOCK_C"): c,
         ("mla", "ABSORB_GEMV_CHUNK_D"): d, ("mla", "ABSORB_GEMV_WARPS"): w}
        for c in (16, 32) for d in (64, 128) for w in (2, 4, 8) for r in (2, 4, 8)},
-    # the add+RMSNorm after o_proj as the tail of o_proj's launch, up to 2 or 16 rows
-    "norm_tail_2": {("norm", "TAIL_MAX_ROWS"): 2},
-    "norm_tail_16": {("norm", "TAIL_MAX_ROWS"): 16},
-    # gate/up's K in 8 or 6 chunks at 1-2 rows (default 4)
-    "gate_up_split_8": {("moe", "gate_up_tiling"): "gu_split_8"},
-    "gate_up_split_6": {("moe", "gate_up_tiling"): "gu_split_6"},
-    "down_no_prefetch": {("moe", "DOWN_PREFETCH"): False},
     "down_block_128": {("moe", "down_block"): "down_128"},
-    "gate_up_stages_4": {("moe", "GATE_UP_STAGES"): 4},
-    "gate_up_stages_2": {("moe", "GATE_UP_STAGES"): 2},
-    "down_stages_4": {("moe", "DOWN_STAGES"): 4},
+    # gate/up at 1-2 rows (default 32 columns, 2 groups a step, K in 4 chunks)
+    "gate_up_n16": {("moe", "gate_up_tiling"): "gu_16_2_4"},
+    "gate_up_n64": {("moe", "gate_up_tiling"): "gu_64_2_4"},
+    "gate_up_groups_1": {("moe", "gate_up_tiling"): "gu_32_1_4"},
+    "gate_up_groups_4": {("moe", "gate_up_tiling"): "gu_32_4_4"},
+    "gate_up_n16_groups_4_split_2": {("moe", "gate_up_tiling"): "gu_16_4_2"},
 }
 
 
@@ -120,8 +113,8 @@ def main():
                "topk": topk}
     derived = {"no_split_k": _no_split_k(moe.gate_up_tiling), "down_64": lambda m: 64,
                "down_128": lambda m: 128, "down_256": lambda m: 256,
-               "gu_split_8": _few_rows_split(moe.gate_up_tiling, 8),
-               "gu_split_6": _few_rows_split(moe.gate_up_tiling, 6)}
+               **{f"gu_{n}_{g}_{s}": _few_rows_tiling(moe.gate_up_tiling, (n, g, s))
+                  for n, g, s in ((16, 2, 4), (64, 2, 4), (32, 1, 4), (32, 4, 4), (16, 4, 2))}}
     dev = torch.device("cuda")
     cfg = glm53_config()
     ms = [int(v) for v in args.ms.split(",")]

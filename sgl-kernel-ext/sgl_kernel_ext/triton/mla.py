@@ -3,7 +3,8 @@
 - ``latent``: RMSNorm of c_q and c_kv, interleaved rope of k_pe, and the KV-cache row
   [c_kv | k_pe] written at the row's slot (nothing for a pad row).
 - ``absorb``: q_lat = q_nope . w_kc per head (bf16 out) and the roped q_pe, as one
-  [rows, heads, kv_lora + rope] query.
+  [rows, heads, kv_lora + rope] query; at 1-2 rows without the tensor cores (fp32
+  multiply-and-sum over w_kc slices, ``ABSORB_GEMV_MAX_ROWS``), from 3 rows as MMAs.
 - ``sparse_attention``: flash-decoding over the selected positions: each program takes one
   row and one chunk of its top-k for all of the rank's heads (the latent KV row is read once
   for every head), fp32 online softmax; ``combine`` merges the chunks (bf16 o_lat).
@@ -38,10 +39,12 @@ ABSORB_CHUNK_D = 64
 ABSORB_CHUNK_FROM_ROWS = 4
 # steps of at most this many rows run absorb without the tensor cores
 # (``_absorb_gemv_task``), over BLOCK_C latent columns per program, CHUNK_D q_nope columns
-# per step. Under A/B: 0 leaves every step on the dot form.
-ABSORB_GEMV_MAX_ROWS = 0
-ABSORB_GEMV_BLOCK_C = 32
-ABSORB_GEMV_CHUNK_D = 32
+# per step. On an H200 the MoE layer is 4-5 us faster at 1-2 rows than on the dot form, the
+# dense one 0-1 us; at 4 rows the dense layer loses 2 us and at 8 both lose 5 (the best of
+# 16/32 columns x 64/128 chunk x 2/4/8 warps: tiling_probe_20261201T024512Z and T024527Z)
+ABSORB_GEMV_MAX_ROWS = 2
+ABSORB_GEMV_BLOCK_C = 16
+ABSORB_GEMV_CHUNK_D = 128
 ABSORB_GEMV_WARPS = 4
 # warps of absorb_v: its [128, 512] bf16 w_vc tile spills 60 B per program at 4 (ptxas -v,
 # CPU) and none at 8; on an H200 8 warps is within noise (tiling_probe_20261130T143119Z)

@@ -335,13 +335,12 @@ def _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr
 def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                  num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
                  terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 INTERPRET: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr):
+                 INTERPRET: tl.constexpr, PDL: tl.constexpr):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     # the slot table was written by route, two or more kernels back
-    if PREFETCH:
-        _down_prefetch(tile, slot, H, I, E, slot_expert_ptr, num_slots_ptr, dq_ptr, q_stride_e,
-                       sdq_ptr, BLOCK_N, PDL)
+    _down_prefetch(tile, slot, H, I, E, slot_expert_ptr, num_slots_ptr, dq_ptr, q_stride_e,
+                   sdq_ptr, BLOCK_N, PDL)
     stage_begin(PDL)
     _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
@@ -459,14 +458,10 @@ def _check_expert_stack(*tensors) -> None:
 
 
 SWIGLU_BLOCK = 256  # intermediate columns per SwiGLU program
-# the most K chunks any gate_up tiling splits into (sizes the layer's partials buffer)
-GATE_UP_MAX_SPLIT_K = 8
-# whether down's programs prefetch their expert rows into L2 while gate/up runs (under A/B:
-# that stream competes with gate/up's own for HBM)
-DOWN_PREFETCH = True
-# software-pipeline depth of gate/up's and down's K loops (under A/B)
-GATE_UP_STAGES = 3
-DOWN_STAGES = 3
+# Tried in the layer on an H200 (tiling_probe_20261201T023604Z, T023616Z; code at 0e61916):
+# gate/up's K in 6 or 8 chunks at 1-2 rows (-1.3..+3.3 us), 2 or 4 pipeline stages for
+# gate/up or down instead of 3 (-1..+6 us), down without its L2 prefetch (within +-1.3 us),
+# 128 hidden columns a down program at 1 row (+1.4..+2.9 us): none kept.
 SUM_BLOCK = 1024  # hidden columns per program of the terms' sum
 
 
@@ -527,7 +522,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         BLOCK_M=block_m(m), BLOCK_N=block_n, GROUPS=groups, SPLIT_K=split_k,
         INTERPRET=interpreting(), PDL=overlap.enabled(), TAIL=tail,
         num_warps=num_warps or (8 if block_n == 64 else 4),
-        num_stages=GATE_UP_STAGES, **overlap.launch_kw(),
+        num_stages=3, **overlap.launch_kw(),
     )
     if split_k > 1 and not tail:
         _swiglu_kernel[(slots, triton.cdiv(inter, SWIGLU_BLOCK))](
@@ -550,8 +545,7 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         down_q, down_s, down_q.stride(0) if down_q.dim() == 3 else 0,
         down_s.stride(0) if down_s.dim() == 3 else 0, shared_down_q, shared_down_s, terms,
         TERMS=n_terms, BLOCK_M=block_m(m), BLOCK_N=block_n, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), PREFETCH=DOWN_PREFETCH, num_warps=num_warps,
-        num_stages=DOWN_STAGES, **overlap.launch_kw(),
+        PDL=overlap.enabled(), num_warps=num_warps, num_stages=3, **overlap.launch_kw(),
     )
     _sum_terms_kernel[(m, triton.cdiv(h, SUM_BLOCK))](
         terms, positions, out, h, TERMS=n_terms, BLOCK=SUM_BLOCK, PDL=overlap.enabled(),

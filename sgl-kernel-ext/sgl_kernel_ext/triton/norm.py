@@ -3,8 +3,7 @@ the new residual is the sum rounded to bf16, the norm is taken of the unrounded 
 
 The layer input may arrive as fp32 split-K partials of the previous GEMM (summed here in a
 fixed order and rounded once to bf16), and the normed row can also be written quantized for
-the next FP8 GEMM (e4m3, one scale per 128 columns). After o_proj it can also run as the
-tail of o_proj's launch (``fp8_linear_add_rms_norm``, ``arrival``), saving a launch at few rows.
+the next FP8 GEMM (e4m3, one scale per 128 columns).
 """
 
 from __future__ import annotations
@@ -15,9 +14,8 @@ import torch
 import triton
 import triton.language as tl
 
-from . import fp8_linear, overlap
-from .arrival import arrive_last
-from .fp8_linear import _fp8_linear_prefetch, _fp8_linear_task, block_m, grid_shape, interpreting
+from . import overlap
+from .fp8_linear import interpreting
 from .overlap import prefetch_table, stage_begin
 from .quant import store_row_groups, sum_parts
 
@@ -86,50 +84,7 @@ def add_rms_norm(x: torch.Tensor, residual: Optional[torch.Tensor], weight: torc
         **overlap.launch_kw())
 
 
-# steps of at most this many rows run the add+RMSNorm after o_proj as the tail of o_proj's
-# launch (``fp8_linear_add_rms_norm``): its last program to finish normalizes every row.
-# Under A/B: 0 keeps the separate kernel.
-TAIL_MAX_ROWS = 0
-
-
-@triton.jit
-def _fp8_linear_norm_kernel(xq_ptr, sx_ptr, M, K, k_chunk, wq_ptr, ws_ptr, parts_ptr, N, tiles,
-                            arrival_ptr, res_ptr, w_ptr, out_ptr, res_out_ptr, oq_ptr, os_ptr,
-                            eps, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                            GROUPS: tl.constexpr, SPLIT: tl.constexpr, BLOCK: tl.constexpr,
-                            INTERPRET: tl.constexpr, PDL: tl.constexpr):
-    pid = tl.program_id(0)
-    split = tl.program_id(1)
-    _fp8_linear_prefetch(pid, split, K, k_chunk, wq_ptr, N, tiles, wq_ptr, N, BLOCK_N, PDL)
-    stage_begin(PDL)
-    _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk, wq_ptr, ws_ptr, parts_ptr, N,
-                     tiles, wq_ptr, ws_ptr, parts_ptr, N, BLOCK_M, BLOCK_N, GROUPS, INTERPRET)
-    if arrive_last(arrival_ptr, tl.num_programs(0) * tl.num_programs(1)):
-        for m in range(0, M):
-            _add_rms_norm_row(m, parts_ptr, SPLIT, res_ptr, w_ptr, out_ptr, res_out_ptr, oq_ptr,
-                              os_ptr, M, N, eps, True, True, True, BLOCK, INTERPRET)
-
-
-def fp8_linear_add_rms_norm(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor,
-                            ws: torch.Tensor, parts: torch.Tensor, arrival: torch.Tensor,
-                            residual: torch.Tensor, weight: torch.Tensor, eps: float,
-                            out: torch.Tensor, residual_out: torch.Tensor, out_q: torch.Tensor,
-                            out_s: torch.Tensor, block_n: int = 64, groups: int = 2) -> None:
-    """``fp8_linear`` (parts [SPLIT, M, N] = xq W^T by K chunks) and then ``add_rms_norm`` of
-    its partials with the residual, in one launch: the program that finishes last (``arrival``,
-    one int32 counter left at zero) normalizes every row. Within the norm's rounding of the
-    two-kernel form (its sum of squares is reduced over fewer threads)."""
-    m, k = xq.shape
-    split, pm, n = parts.shape
-    assert pm == m and wq.shape == (n, k) and residual_out.shape == (m, n)
-    assert xq.is_contiguous() and sx.is_contiguous() and wq.is_contiguous()
-    assert ws.is_contiguous() and parts.is_contiguous() and residual_out.is_contiguous()
-    assert arrival.dtype == torch.int32 and arrival.numel() >= 1
-    tiles, _, k_chunk = grid_shape(n, 0, k, split, block_n, groups)
-    pdl = overlap.enabled()
-    _fp8_linear_norm_kernel[(tiles, split)](
-        xq, sx, m, k, k_chunk, wq, ws, parts, n, tiles, arrival, residual, weight, out,
-        residual_out, out_q, out_s, float(eps), BLOCK_M=block_m(m), BLOCK_N=block_n,
-        GROUPS=groups, SPLIT=split, BLOCK=triton.next_power_of_2(n), INTERPRET=interpreting(),
-        PDL=pdl, num_warps=fp8_linear.NUM_WARPS, num_stages=3,
-        **(overlap.launch_kw() if pdl else {}))
+# Tried: the add+RMSNorm after o_proj as the tail of o_proj's launch (its last program to
+# finish normalizing every row, ``arrival``). One 4-warp program per step instead of a 16-warp
+# program per row made the layer slower on an H200: +3.5 us at 1 row, +8.5 at 2, +71 at 16
+# (tiling_probe_20261201T024512Z, T024527Z, T024535Z: norm_tail_*; code at d72a16b).

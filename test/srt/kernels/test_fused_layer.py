@@ -247,43 +247,6 @@ def test_absorb_v_in_latent_chunks_matches_reference(split, merges, rows, monkey
     assert torch.equal(layer(*args)[0], first) and not layer.buf["vc_arrivals"].any()
 
 
-@pytest.mark.parametrize("rows", [1, 2])
-@pytest.mark.parametrize("kind", ["dense_indexer", "moe_shared_topk"])
-def test_few_row_variants_match_reference(kind, rows, monkeypatch):
-    """The few-row A/B candidates together: absorb without the tensor cores
-    (mla.ABSORB_GEMV_MAX_ROWS), gate/up's K in 8 chunks, down without its L2 prefetch; the
-    layer within NUMERICS of the reference, twice the same bits, its counters back at zero."""
-    from sgl_kernel_ext.triton import mla, moe
-
-    monkeypatch.setattr(mla, "ABSORB_GEMV_MAX_ROWS", 2)
-    monkeypatch.setattr(moe, "gate_up_tiling", lambda m: (32, 2, 8) if m <= 2 else (64, 2, 1))
-    monkeypatch.setattr(moe, "DOWN_PREFETCH", False)
-    assert_within_numerics(check(kind, rows, 3000), 3000)
-    lid = KINDS[kind]
-    case = make_case(CFG, lid, _contexts(rows, 3000), seed=11, device="cuda", lw=_weights(lid))
-    layer = FusedLayer(CFG, case.lw, clone_caches(case.caches), rows, 3000)
-    args = (case.hidden, case.residual, case.batch, case.topk_prev)
-    first = layer(*args)[0].clone()
-    assert torch.equal(layer(*args)[0], first) and not layer.buf["gu_arrivals"].any()
-
-
-@pytest.mark.parametrize("rows", [1, 2, 16])
-@pytest.mark.parametrize("kind", ["dense_indexer", "moe_shared_topk"])
-def test_o_proj_norm_tail_matches_reference(kind, rows, monkeypatch):
-    """The add+RMSNorm after o_proj as the tail of o_proj's launch (norm.TAIL_MAX_ROWS): the
-    layer within NUMERICS of the reference, twice the same bits, its counter back at zero."""
-    from sgl_kernel_ext.triton import norm
-
-    monkeypatch.setattr(norm, "TAIL_MAX_ROWS", 16)
-    assert_within_numerics(check(kind, rows, 3000), 3000)
-    lid = KINDS[kind]
-    case = make_case(CFG, lid, _contexts(rows, 3000), seed=12, device="cuda", lw=_weights(lid))
-    layer = FusedLayer(CFG, case.lw, clone_caches(case.caches), rows, 3000)
-    args = (case.hidden, case.residual, case.batch, case.topk_prev)
-    first = layer(*args)[0].clone()
-    assert torch.equal(layer(*args)[0], first) and not layer.buf["o_arrival"].any()
-
-
 @pytest.mark.parametrize("rows", [1, 16])
 def test_split_topk_equals_one_program_topk(rows):
     """The split top-k (the default for long rows) against the one-program top-k on

@@ -122,13 +122,6 @@ def _drive() -> None:
         layer(case.hidden, case.residual, case.batch, case.topk_prev)
     overlap.LAYER_PREFETCH = overlap.NEXT_LAYER_PREFETCH = False
     mla.ABSORB_V_MERGE_MAX_ROWS, mla.ABSORB_GEMV_MAX_ROWS = merge_rows0, gemv_rows0
-    from sgl_kernel_ext.triton import norm
-
-    tail0, norm.TAIL_MAX_ROWS = norm.TAIL_MAX_ROWS, 16  # o_proj's norm tail
-    case = make_case(cfg, 2, [30, 12], seed=2, tp_size=2)
-    FusedLayer(cfg, case.lw, case.caches, 2, case.batch.token_slots.shape[1],
-               persistent_launch=False)(case.hidden, case.residual, case.batch, case.topk_prev)
-    norm.TAIL_MAX_ROWS = tail0
     scores = torch.randn(2, 3000)
     topk.topk_positions(scores, torch.tensor([2999, 100]), 2048,
                         torch.empty(2, 2048, dtype=torch.int64))
@@ -163,11 +156,10 @@ def _drive_real(persistent_too: bool = True) -> None:
     kinds = {"dense": next(i for i in ids if not cfg.is_moe(i)),
              "moe_idx": next(i for i in ids if cfg.is_moe(i) and cfg.runs_indexer(i)),
              "moe": next(i for i in ids if cfg.is_moe(i) and not cfg.runs_indexer(i))}
-    from sgl_kernel_ext.triton import mla, norm
+    from sgl_kernel_ext.triton import mla
 
     ctx, rows = 2048, 16
-    default = (mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGE_MAX_ROWS, mla.ABSORB_GEMV_MAX_ROWS,
-               norm.TAIL_MAX_ROWS)
+    default = (mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGE_MAX_ROWS, mla.ABSORB_GEMV_MAX_ROWS)
     for kind, lid in kinds.items():
         lw = weights.gen_layer(cfg, 0, lid, tp_size=8, tp_rank=0)
         caches = alloc_caches(cfg, rows * ctx, "cpu", torch.bfloat16, layers=[lid])
@@ -175,19 +167,18 @@ def _drive_real(persistent_too: bool = True) -> None:
             layer = FusedLayer(cfg, lw, caches, rows, ctx, persistent_launch=persistent)
             # the stage kernels also with absorb_v in one latent chunk, and in the most chunks
             # merging the attention's at every row count (mla.ABSORB_V_SPLIT_C, _MERGE_MAX_ROWS)
-            # with absorb's GEMV form at 1-2 rows (mla.ABSORB_GEMV_MAX_ROWS) and o_proj's norm
-            # tail (norm.TAIL_MAX_ROWS)
-            for knobs in (default,) if persistent else (default, (1, 0, 0, 0), (8, 16, 2, 16)):
-                (mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGE_MAX_ROWS, mla.ABSORB_GEMV_MAX_ROWS,
-                 norm.TAIL_MAX_ROWS) = knobs
+            # with absorb's dot form at every row count, its GEMV form up to 4 rows
+            # (mla.ABSORB_GEMV_MAX_ROWS)
+            for knobs in (default,) if persistent else (default, (1, 0, 0), (8, 16, 4)):
+                (mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGE_MAX_ROWS,
+                 mla.ABSORB_GEMV_MAX_ROWS) = knobs
                 for m in (1, 2, 4, 16):
                     slots = torch.arange(m * ctx).view(m, ctx)
                     batch = RowBatch(torch.full((m,), ctx - 1), slots)
                     hid = torch.zeros(m, cfg.hidden_size, dtype=torch.bfloat16)
                     topk = torch.zeros(m, cfg.index_topk, dtype=torch.int64)
                     layer(hid, hid.clone(), batch, topk)
-            (mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGE_MAX_ROWS, mla.ABSORB_GEMV_MAX_ROWS,
-             norm.TAIL_MAX_ROWS) = default
+            mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGE_MAX_ROWS, mla.ABSORB_GEMV_MAX_ROWS = default
         print(f"recorded {kind} (layer {lid})", flush=True)
 
 

@@ -56,44 +56,6 @@ def test_fp8_linear_split_k_two_matrices_one_launch(rows, split):
     torch.testing.assert_close(pb.sum(0), ref_fp8_linear(x, wb, FP32_OUT), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("rows, split", [(1, 2), (3, 3)])
-def test_o_proj_norm_tail_is_the_two_kernels(rows, split):
-    """fp8_linear + add_rms_norm of its partials in one launch (the last program normalizes):
-    the same partials and residual bit for bit, the normed row (bf16 and e4m3) within a
-    rounding of the two-kernel form, the counter back at zero; every output written."""
-    from sgl_kernel_ext.triton import arrival, norm
-
-    g = torch.Generator().manual_seed(rows)
-    n, k = 384, 512
-    x = torch.randn(rows, k, generator=g).bfloat16()
-    w = quant_block(torch.randn(n, k, generator=g) * 0.05)
-    res0 = torch.randn(rows, n, generator=g).bfloat16()
-    gamma = (1.0 + 0.1 * torch.randn(n, generator=g)).bfloat16()
-    xq, sx = quant_act(x)
-    sx = sx.contiguous()
-    runs = []
-    for tail in (False, True):
-        parts = torch.full((split, rows, n), float("nan"))
-        res = res0.clone()
-        out = torch.full((rows, n), float("nan")).bfloat16()
-        oq = torch.full((rows, n), 448.0).to(torch.float8_e4m3fn)
-        os_ = torch.full((rows, n // 128), float("nan"))
-        if tail:
-            counter = arrival.counters(1, "cpu")
-            norm.fp8_linear_add_rms_norm(xq, sx, w.q, w.s, parts, counter, res, gamma, 1e-5,
-                                         out, res, oq, os_)
-            assert int(counter) == 0
-        else:
-            fp8_linear.fp8_linear(xq, sx, w.q, w.s, parts)
-            norm.add_rms_norm(parts, res, gamma, 1e-5, out, res, oq, os_)
-        runs.append((parts, res, out, oq.float() * os_.repeat_interleave(128, 1)))
-    (p0, r0, o0, d0), (p1, r1, o1, d1) = runs
-    assert not torch.isnan(p1).any() and not torch.isnan(o1.float()).any()
-    assert not torch.isnan(d1).any()
-    assert torch.equal(p0, p1) and torch.equal(r0, r1)
-    assert _rel(o1, o0) <= 2 * BF16_ULP and _rel(d1, d0) <= 0.07
-
-
 def test_bf16_split_k_sums_to_the_product():
     g = torch.Generator().manual_seed(0)
     x = torch.randn(5, 640, generator=g).bfloat16()

@@ -133,14 +133,13 @@ class FusedLayer:
         self.buf = workspace_mod.allocate(own, dev)
         self.buf["counters"] = torch.zeros(persistent.COUNTERS, dtype=torch.int32, device=dev)
         few = min(m, 2)  # rows for which gate/up splits K (moe.gate_up_tiling)
-        gu_block_n, _, split_k = moe.gate_up_tiling(few)
-        # last-arrival counters (arrival.py): gate/up's (tile, slot) groups, the router's one
-        self.buf["gu_arrivals"] = arrival.counters(-(-inter // gu_block_n) * slots, dev)
+        split_k = moe.gate_up_tiling(few)[2]
+        # last-arrival counters (arrival.py): gate/up's (tile, slot) groups for any tile width
+        # down to the MMA's 16 columns (benchmark/tiling_probe.py varies it), the router's one
+        self.buf["gu_arrivals"] = arrival.counters(-(-inter // 16) * slots, dev)
         self.buf["route_arrival"] = arrival.counters(1, dev)
-        self.buf["o_arrival"] = arrival.counters(1, dev)  # o_proj's norm tail (norm.py)
         self.buf["vc_arrivals"] = arrival.counters(self.heads * (cfg.v_head_dim // 128), dev)
-        specs["gu_parts"] = e(max(split_k, moe.GATE_UP_MAX_SPLIT_K),
-                              few * cfg.num_experts_per_tok + 1 if self.experts else 1,
+        specs["gu_parts"] = e(split_k, few * cfg.num_experts_per_tok + 1 if self.experts else 1,
                               few, 2, inter, dt=f32)
         if self.experts:
             specs["router_parts"] = e(ROUTER_SPLIT, m, self.experts, dt=f32)
@@ -270,16 +269,11 @@ class FusedLayer:
                              *attn_parts, v("olat"), c, rope, merge=not mla.absorb_v_merges(*vc, m))
         mla.absorb_v(v("olat"), a.kv_b, v("oq"), v("os"), cfg.qk_nope_head_dim, cfg.v_head_dim,
                      *vc, attn_parts)
-        if m <= norm.TAIL_MAX_ROWS and not overlap.NEXT_LAYER_PREFETCH:
-            norm.fp8_linear_add_rms_norm(v("oq"), v("os"), a.o_proj.q, a.o_proj.s, v("y_attn"),
-                                         self.buf["o_arrival"], res, lw.post_attention_norm, eps,
-                                         v("x2"), res, v("x2q"), v("x2s"), *self.tile_o[:2])
-        else:
-            fp8_linear.fp8_linear(v("oq"), v("os"), a.o_proj.q, a.o_proj.s, v("y_attn"),
-                                  *(None,) * 3, *self.tile_o[:2])
-            norm.add_rms_norm(v("y_attn"), res, lw.post_attention_norm, eps, v("x2"), res,
-                              v("x2q"), v("x2s"),
-                              self.next_regions if overlap.NEXT_LAYER_PREFETCH else None)
+        fp8_linear.fp8_linear(v("oq"), v("os"), a.o_proj.q, a.o_proj.s, v("y_attn"),
+                              *(None,) * 3, *self.tile_o[:2])
+        norm.add_rms_norm(v("y_attn"), res, lw.post_attention_norm, eps, v("x2"), res,
+                          v("x2q"), v("x2s"),
+                          self.next_regions if overlap.NEXT_LAYER_PREFETCH else None)
         self._mlp(pos, m)
         return v("y"), res, topk
 
