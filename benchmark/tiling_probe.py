@@ -84,6 +84,16 @@ VARIANTS = {
         ("mla", "ABSORB_GEMV_CHUNK_D"): d, ("mla", "ABSORB_GEMV_WARPS"): w}
        for c in (16, 32) for d in (64, 128) for w in (2, 4, 8) for r in (2, 4, 8)},
     "down_block_128": {("moe", "down_block"): "down_128"},
+    # the FP8 linears in 2 or 4 pipeline stages (default 3), their split K sized to fit one
+    # wave of 264 or 396 programs (two or three a multiprocessor)
+    "fp8_linear_2_stages": {("fp8_linear", "NUM_STAGES"): 2},
+    "fp8_linear_4_stages": {("fp8_linear", "NUM_STAGES"): 4},
+    "fp8_linear_one_wave": {("fp8_linear", "ONE_WAVE"): True},
+    "fp8_linear_2_stages_one_wave_396": {("fp8_linear", "NUM_STAGES"): 2,
+                                         ("fp8_linear", "ONE_WAVE"): True,
+                                         ("fp8_linear", "TARGET_PROGRAMS"): 396},
+    # at least 8 top-k chunks a row (default 16): one wave of attention programs at 16 rows
+    "attn_min_splits_8": {("mla", "ATTN_MIN_SPLITS"): 8},
     # gate/up at 1-2 rows (default 32 columns, 2 groups a step, K in 4 chunks)
     "gate_up_n16": {("moe", "gate_up_tiling"): "gu_16_2_4"},
     "gate_up_n64": {("moe", "gate_up_tiling"): "gu_64_2_4"},
@@ -91,6 +101,10 @@ VARIANTS = {
     "gate_up_groups_4": {("moe", "gate_up_tiling"): "gu_32_4_4"},
     "gate_up_n16_groups_4_split_2": {("moe", "gate_up_tiling"): "gu_16_4_2"},
 }
+
+
+BUILD_VARIANTS = {name for name, sets in VARIANTS.items()
+                  if any(attr in ("ONE_WAVE", "TARGET_PROGRAMS") for _, attr in sets)}
 
 
 def main():
@@ -129,8 +143,14 @@ def main():
             layers.append(H.assemble(cfg, lid, H.clone_base(base)))
         del base
         caches = H.make_caches(cfg, ids, -(-(max(ms) * args.ctx) // 64) * 64, dev)
-        fused = [FusedLayer(cfg, lw, caches, max(ms), persistent_launch=False) for lw, _ in layers]
-        chain_prefetch(fused)
+
+        def build():
+            built = [FusedLayer(cfg, lw, caches, max(ms), persistent_launch=False)
+                     for lw, _ in layers]
+            chain_prefetch(built)
+            return built
+
+        fused = build()
         for m in ms:
             batch = H.make_batch(m, args.ctx, dev)
             g = torch.Generator(device=dev).manual_seed(m)
@@ -140,7 +160,7 @@ def main():
 
             def run():
                 h, r, t = hid, res, tprev
-                for layer in fused:
+                for layer in current:
                     h, r, t = layer(h, r, batch, t)
                 return h
 
@@ -150,12 +170,16 @@ def main():
                 for (mod, attr), value in sets.items():
                     setattr(modules[mod], attr, derived.get(value, value) if isinstance(value, str)
                             else value)
+                # a knob read when a layer is built (its buffers, its GEMMs' split K) gets
+                # layers of its own
+                current = build() if name in BUILD_VARIANTS else fused
                 try:
                     run()
                     us, _ = H.time_graph(run, args.replays)
                 finally:
                     for (mod, attr), value in saved.items():
                         setattr(modules[mod], attr, value)
+                    del current
                 rows.append({"kind": kind, "M": m, "variant": name, "us": us / len(fused)})
                 H.log(f"{kind} M={m} {name}: {rows[-1]['us']:.1f} us")
         del layers, caches, fused

@@ -30,6 +30,13 @@ GROUP = 128
 # real shapes (ptxas -v, CPU), 4 warps with 64 x 2 x 128 tiles spill ~300 B per program; on an
 # H200 8 warps are still 0.3-3.5 us slower per layer (tiling_probe_20261130T143119Z).
 NUM_WARPS = 4
+# Under A/B. A program takes 82 KB of shared memory at 3 stages, so two fit a multiprocessor
+# and q_a|kv_a's 287 and o_proj's 288 programs run in 1.09 waves (ncu, H200:
+# results/ncu_moe_2aeab55.log). NUM_STAGES 2 fits more programs; ONE_WAVE sizes the split K
+# to at most TARGET_PROGRAMS programs instead of at least.
+NUM_STAGES = 3
+ONE_WAVE = False
+TARGET_PROGRAMS = 264
 
 
 @triton.jit
@@ -126,12 +133,14 @@ def block_m(m: int) -> int:
 
 
 def choose_split(n: int, k: int, block_n: int = 64, groups: int = 2,
-                 target_programs: int = 264) -> int:
-    """K chunks for an [n, k] matrix: enough programs to fill the GPU twice, each with at
-    least one full iteration of `groups` 128-column groups."""
+                 target_programs: int = TARGET_PROGRAMS, one_wave: bool = False) -> int:
+    """K chunks for an [n, k] matrix: enough programs to fill the GPU twice (with one_wave:
+    as many as fit in target_programs), each with at least one full iteration of `groups`
+    128-column groups."""
     tiles = triton.cdiv(n, block_n)
     most = max(1, triton.cdiv(k, 128) // groups)
-    return max(1, min(most, triton.cdiv(target_programs, tiles)))
+    fit = target_programs // tiles if one_wave else triton.cdiv(target_programs, tiles)
+    return max(1, min(most, fit))
 
 
 def tiling(n: int, k: int) -> tuple:
@@ -141,7 +150,7 @@ def tiling(n: int, k: int) -> tuple:
     with one group per step over ~528 programs (split 6), but their consumers (the add+RMSNorm
     and the absorb, which sum the split partials) then lose more than that in the layer
     (decode_layer_20261130T112756Z): two groups over ~264 programs (split 3) is kept."""
-    return 64, 2, choose_split(n, k, 64, 2, 264)
+    return 64, 2, choose_split(n, k, 64, 2, TARGET_PROGRAMS, ONE_WAVE)
 
 
 def grid_shape(n_a: int, n_b: int, k: int, split: int, block_n: int, groups: int) -> tuple:
@@ -176,6 +185,6 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
         wq, ws, parts, wq.shape[0], tiles_a,
         wq_b, ws_b, parts_b, wq_b.shape[0],
         BLOCK_M=block_m(m), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
-        PDL=use_pdl, num_warps=NUM_WARPS, num_stages=3, **launch,
+        PDL=use_pdl, num_warps=NUM_WARPS, num_stages=NUM_STAGES, **launch,
     )
 
