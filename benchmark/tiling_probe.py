@@ -84,16 +84,10 @@ VARIANTS = {
         ("mla", "ABSORB_GEMV_CHUNK_D"): d, ("mla", "ABSORB_GEMV_WARPS"): w}
        for c in (16, 32) for d in (64, 128) for w in (2, 4, 8) for r in (2, 4, 8)},
     "down_block_128": {("moe", "down_block"): "down_128"},
-    # the FP8 linears in 2 or 4 pipeline stages (default 3), their split K sized to fit one
-    # wave of 264 or 396 programs (two or three a multiprocessor)
-    "fp8_linear_2_stages": {("fp8_linear", "NUM_STAGES"): 2},
-    "fp8_linear_4_stages": {("fp8_linear", "NUM_STAGES"): 4},
-    "fp8_linear_one_wave": {("fp8_linear", "ONE_WAVE"): True},
-    "fp8_linear_2_stages_one_wave_396": {("fp8_linear", "NUM_STAGES"): 2,
-                                         ("fp8_linear", "ONE_WAVE"): True,
-                                         ("fp8_linear", "TARGET_PROGRAMS"): 396},
-    # at least 8 top-k chunks a row (default 16): one wave of attention programs at 16 rows
-    "attn_min_splits_8": {("mla", "ATTN_MIN_SPLITS"): 8},
+    # the FP8 linears' split K sized to at least 264 programs (default: at most, one wave)
+    "fp8_linear_fill_twice": {("fp8_linear", "ONE_WAVE"): False},
+    # at least 16 top-k chunks a row (default 8): two waves of attention programs at 16 rows
+    "attn_min_splits_16": {("mla", "ATTN_MIN_SPLITS"): 16},
     # gate/up at 1-2 rows (default 32 columns, 2 groups a step, K in 4 chunks)
     "gate_up_n16": {("moe", "gate_up_tiling"): "gu_16_2_4"},
     "gate_up_n64": {("moe", "gate_up_tiling"): "gu_64_2_4"},

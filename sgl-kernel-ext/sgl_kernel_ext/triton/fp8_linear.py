@@ -30,12 +30,14 @@ GROUP = 128
 # real shapes (ptxas -v, CPU), 4 warps with 64 x 2 x 128 tiles spill ~300 B per program; on an
 # H200 8 warps are still 0.3-3.5 us slower per layer (tiling_probe_20261130T143119Z).
 NUM_WARPS = 4
-# Under A/B. A program takes 82 KB of shared memory at 3 stages, so two fit a multiprocessor
-# and q_a|kv_a's 287 and o_proj's 288 programs run in 1.09 waves (ncu, H200:
-# results/ncu_moe_2aeab55.log). NUM_STAGES 2 fits more programs; ONE_WAVE sizes the split K
-# to at most TARGET_PROGRAMS programs instead of at least.
-NUM_STAGES = 3
-ONE_WAVE = False
+# A program takes 82 KB of shared memory (3 stages), so two fit a multiprocessor: sized to
+# at least 264 programs, q_a|kv_a's 287 and o_proj's 288 ran in 1.09 waves (ncu, H200:
+# results/ncu_moe_2aeab55.log). ONE_WAVE sizes the split K to at most TARGET_PROGRAMS: on an
+# H200 a layer without the indexer is 1.5-2 us faster at 1-4 rows, every kind 0.5-3 us at 16,
+# a layer with the indexer 1 us slower at 1-2 rows; the 78-layer step gains (tiling_probe_
+# 20261201T030547Z, T030553Z). 2 or 4 stages instead of 3 (with or without fitting 396
+# programs) were 0.4-7.6 us slower a layer.
+ONE_WAVE = True
 TARGET_PROGRAMS = 264
 
 
@@ -144,7 +146,8 @@ def choose_split(n: int, k: int, block_n: int = 64, groups: int = 2,
 
 
 def tiling(n: int, k: int) -> tuple:
-    """(block_n, groups, split) for an [n, k] matrix in the fused layer.
+    """(block_n, groups, split) for an [n, k] matrix in the fused layer: as many K chunks as
+    fit one wave (ONE_WAVE).
 
     On an H200 (results/gemv_probe_h200_f1d7a26.json) o_proj and q_b alone run ~25% faster
     with one group per step over ~528 programs (split 6), but their consumers (the add+RMSNorm
@@ -185,6 +188,6 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
         wq, ws, parts, wq.shape[0], tiles_a,
         wq_b, ws_b, parts_b, wq_b.shape[0],
         BLOCK_M=block_m(m), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
-        PDL=use_pdl, num_warps=NUM_WARPS, num_stages=NUM_STAGES, **launch,
+        PDL=use_pdl, num_warps=NUM_WARPS, num_stages=3, **launch,
     )
 
