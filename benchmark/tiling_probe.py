@@ -86,8 +86,8 @@ VARIANTS = {
     "down_block_128": {("moe", "down_block"): "down_128"},
     # the FP8 linears' split K sized to at least 264 programs (default: at most, one wave)
     "fp8_linear_fill_twice": {("fp8_linear", "ONE_WAVE"): False},
-    # at least 16 top-k chunks a row (default 8): two waves of attention programs at 16 rows
-    "attn_min_splits_16": {("mla", "ATTN_MIN_SPLITS"): 16},
+    # up to two waves of attention programs (default one: mla.ATTN_PROGRAMS)
+    "attn_two_waves": {("mla", "ATTN_PROGRAMS"): 256},
     # gate/up at 1-2 rows (default 32 columns, 2 groups a step, K in 4 chunks)
     "gate_up_n16": {("moe", "gate_up_tiling"): "gu_16_2_4"},
     "gate_up_n64": {("moe", "gate_up_tiling"): "gu_64_2_4"},

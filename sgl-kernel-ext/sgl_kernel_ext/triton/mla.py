@@ -68,11 +68,11 @@ ABSORB_V_MERGE_MAX_ROWS = 1
 ATTN_WARPS = 8
 ATTN_STAGES = 2
 ATTN_BLOCK_T = 64  # top-k entries per loop step (at most attention_block's)
-# the fewest chunks a row's top-k is split into (attention_splits). At 16 rows 16 chunks were
-# 256 programs of 201 registers x 256 threads, one a multiprocessor: two waves (ncu, H200:
-# results/ncu_moe_2aeab55.log); 8 is one, and each layer kind 4-6 us faster at 16 rows
-# (tiling_probe_20261201T030547Z, T030553Z: attn_min_splits_8)
-ATTN_MIN_SPLITS = 8
+# the most attention programs a step (attention_splits): one wave of one program a
+# multiprocessor (201 registers x 256 threads). At 16 rows 16 chunks a row were 256 programs,
+# two waves (ncu, H200: results/ncu_moe_2aeab55.log); 8 chunks, one wave, made each layer
+# kind 4-6 us faster (tiling_probe_20261201T030547Z, T030553Z: attn_min_splits_8)
+ATTN_PROGRAMS = 128
 # Tried: more, smaller top-k chunks at 1-2 rows (chunks of 32 or 16 entries: up to 64 or 128
 # programs a row where 32 leave most SMs idle): within noise at 1 row, +1-3 us at 2 on an H200
 # (results/tiling_probe_20261130T233434Z, attn_chunk_32 / attn_chunk_16).
@@ -506,12 +506,12 @@ def attention_block(topk: int) -> int:
 
 
 def attention_splits(rows: int, topk: int) -> int:
-    """How many top-k chunks a row's attention is split into (a power of two): up to 32 for
-    1-4 rows, 16 at 5-8 (H200, decode_layer at 3d2243c: more chunks helped 1-2 rows and
-    cost 4% at 8-16, where the merge of the chunks grows), ATTN_MIN_SPLITS past 8."""
+    """How many top-k chunks a row's attention is split into: the largest power of two that
+    keeps rows x chunks within ATTN_PROGRAMS (32 at 1-4 rows, 16 at 5-8, 8 at 9-16), at
+    most one chunk per loop step."""
     most = max(1, topk // attention_block(topk))
-    want = max(ATTN_MIN_SPLITS, triton.next_power_of_2(max(1, 128 // max(rows, 1))))
-    return min(most, want)
+    fit = max(1, ATTN_PROGRAMS // max(rows, 1))
+    return min(most, 1 << (fit.bit_length() - 1))
 
 
 def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_ml, olat,

@@ -1,0 +1,39 @@
+"""The fused layer's launch shapes at GLM-5.3's real sizes (one TP8 rank), on CPU: the grids
+that the H200 measurements chose to fit one wave still do (ncu: benchmark/results/
+ncu_moe_2aeab55.log; A/B: tiling_probe_20261201T030547Z)."""
+
+import pytest
+import triton
+
+from sgl_kernel_ext.triton import fp8_linear, mla
+from sglang.srt.layers.fused_decode.reference.config import glm53_config
+
+H200_SMS = 132
+CFG = glm53_config()
+TP = 8
+
+
+def _linears():
+    """(name, N, K) of the layer's FP8 linears on one rank (q_b with the indexer's wq_b)."""
+    heads = CFG.num_attention_heads // TP
+    qk = CFG.qk_nope_head_dim + CFG.qk_rope_head_dim
+    return [("q_a|kv_a", CFG.q_lora_rank + CFG.kv_lora_rank + CFG.qk_rope_head_dim,
+             CFG.hidden_size),
+            ("q_b", heads * qk, CFG.q_lora_rank),
+            ("q_b|wq_b", heads * qk + CFG.index_n_heads * CFG.index_head_dim, CFG.q_lora_rank),
+            ("o_proj", CFG.hidden_size, heads * CFG.v_head_dim)]
+
+
+@pytest.mark.parametrize("name, n, k", _linears(), ids=[n for n, _, _ in _linears()])
+def test_fp8_linears_fit_one_wave_of_two_programs_a_multiprocessor(name, n, k):
+    block_n, groups, split = fp8_linear.tiling(n, k)
+    programs = triton.cdiv(n, block_n) * split
+    assert programs <= fp8_linear.TARGET_PROGRAMS <= 2 * H200_SMS, (name, split, programs)
+    assert programs >= fp8_linear.TARGET_PROGRAMS // 2 or split == triton.cdiv(k, 128) // groups
+
+
+@pytest.mark.parametrize("rows", range(1, 17))
+def test_attention_fits_one_wave_of_one_program_a_multiprocessor(rows):
+    splits = mla.attention_splits(rows, CFG.index_topk)
+    assert rows * splits <= H200_SMS, (rows, splits)
+    assert CFG.index_topk % (splits * mla.attention_block(CFG.index_topk)) == 0
