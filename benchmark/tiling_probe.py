@@ -98,7 +98,8 @@ VARIANTS = {
 
 
 BUILD_VARIANTS = {name for name, sets in VARIANTS.items()
-                  if any(attr in ("ONE_WAVE", "TARGET_PROGRAMS") for _, attr in sets)}
+                  if any(attr in ("ONE_WAVE", "TARGET_PROGRAMS", "ATTN_PROGRAMS")
+                         for _, attr in sets)}
 
 
 def main():
