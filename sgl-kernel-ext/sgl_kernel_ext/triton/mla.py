@@ -71,7 +71,9 @@ ATTN_BLOCK_T = 64  # top-k entries per loop step (at most attention_block's)
 # the most attention programs a step (attention_splits): one wave of one program a
 # multiprocessor (201 registers x 256 threads). At 16 rows 16 chunks a row were 256 programs,
 # two waves (ncu, H200: results/ncu_moe_2aeab55.log); 8 chunks, one wave, made each layer
-# kind 4-6 us faster (tiling_probe_20261201T030547Z, T030553Z: attn_min_splits_8)
+# kind 4-6 us faster (tiling_probe_20261201T030547Z, T030553Z: attn_min_splits_8), and one
+# wave against up to two is 3-6.5 us faster at 5, 6, 12 and 16 rows
+# (tiling_probe_20261201T031633Z: attn_two_waves)
 ATTN_PROGRAMS = 128
 # Tried: more, smaller top-k chunks at 1-2 rows (chunks of 32 or 16 entries: up to 64 or 128
 # programs a row where 32 leave most SMs idle): within noise at 1 row, +1-3 us at 2 on an H200
