@@ -461,7 +461,10 @@ SWIGLU_BLOCK = 256  # intermediate columns per SwiGLU program
 # Tried in the layer on an H200 (tiling_probe_20261201T023604Z, T023616Z; code at 0e61916):
 # gate/up's K in 6 or 8 chunks at 1-2 rows (-1.3..+3.3 us), 2 or 4 pipeline stages for
 # gate/up or down instead of 3 (-1..+6 us), down without its L2 prefetch (within +-1.3 us),
-# 128 hidden columns a down program at 1 row (+1.4..+2.9 us): none kept.
+# 128 hidden columns a down program at 1 row (+1.4..+2.9 us); at 1-2 rows gate/up tiles of
+# 16 or 64 columns, 1 or 4 groups a step (-1.6..+11.8 us: tiling_probe_20261201T025936Z):
+# none kept. Alone and cold (ncu: results/ncu_moe_2aeab55.log) gate/up at 1 row streams
+# 2.1 TB/s, its warps mostly waiting on loads: too few bytes in flight, not too few programs.
 SUM_BLOCK = 1024  # hidden columns per program of the terms' sum
 
 
