@@ -39,6 +39,8 @@ NUM_WARPS = 4
 # programs) were 0.4-7.6 us slower a layer.
 ONE_WAVE = True
 TARGET_PROGRAMS = 264
+# rows up to which the linears multiply without the tensor cores (_fp8_group_gemv)
+GEMV_MAX_ROWS = 0
 
 
 @triton.jit
@@ -64,18 +66,55 @@ def _fp8_group_dot(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, offs_n, N, kb,
 
 
 @triton.jit
+def _scaled_row(xq_ptr, sx_ptr, M, K, s_ptr, n_block, k, k_ok, r):
+    """Row r of xq at columns k as fp32, times its group scales and the weight's (scale row
+    n_block): zero where not k_ok or r >= M."""
+    kblocks = tl.cdiv(K, 128)
+    ok = k_ok & (r < M)
+    x = tl.load(xq_ptr + r * K + k, mask=ok, other=0.0).to(tl.float32)
+    sx = tl.load(sx_ptr + r * kblocks + k // 128, mask=ok, other=0.0)
+    sw = tl.load(s_ptr + n_block * kblocks + k // 128, mask=ok, other=0.0)
+    return x * (sx * sw)
+
+
+@triton.jit
+def _gemv_step(acc, w, xq_ptr, sx_ptr, M, K, s_ptr, n_block, k, k_ok, BLOCK_M: tl.constexpr):
+    """acc [BLOCK_M, BLOCK_N] plus, for each row, its scaled columns k . w^T, for an e4m3 tile
+    w [BLOCK_N, len(k)] inside one 128-row scale block (n_block): the tensor cores' work done
+    as fp32 multiply-and-sum in w's own register layout, so nothing is staged in shared memory
+    and a program holds few registers."""
+    wf = w.to(tl.float32)
+    rows = tl.arange(0, BLOCK_M)
+    for r in tl.static_range(BLOCK_M):
+        xs = _scaled_row(xq_ptr, sx_ptr, M, K, s_ptr, n_block, k, k_ok, r)
+        acc += tl.where(rows[:, None] == r, tl.sum(wf * xs[None, :], axis=1)[None, :], 0.0)
+    return acc
+
+
+@triton.jit
 def _tile(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, part_ptr, N, tile, split, k_chunk,
           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
-          INTERPRET: tl.constexpr):
+          INTERPRET: tl.constexpr, GEMV: tl.constexpr):
     offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     kb0 = split * k_chunk
     kb_end = tl.minimum(kb0 + k_chunk, tl.cdiv(K, 128))
-    for kb in range(kb0, kb_end, GROUPS):
-        for g in tl.static_range(GROUPS):
-            acc += _fp8_group_dot(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, offs_n, N,
-                                  tl.minimum(kb + g, kb_end - 1), BLOCK_M, INTERPRET) \
-                * (kb + g < kb_end)
+    if GEMV:  # a step's GROUPS groups as one load, in flight together
+        n_ok = offs_n < N
+        k_end = tl.minimum(kb_end * 128, K)
+        for kb in range(kb0, kb_end, GROUPS):
+            k = kb * 128 + tl.arange(0, GROUPS * 128)
+            k_ok = k < k_end
+            w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :],
+                        mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+            acc = _gemv_step(acc, w, xq_ptr, sx_ptr, M, K, s_ptr, tile * BLOCK_N // 128, k, k_ok,
+                             BLOCK_M)
+    else:
+        for kb in range(kb0, kb_end, GROUPS):
+            for g in tl.static_range(GROUPS):
+                acc += _fp8_group_dot(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, offs_n, N,
+                                      tl.minimum(kb + g, kb_end - 1), BLOCK_M, INTERPRET) \
+                    * (kb + g < kb_end)
     offs_m = tl.arange(0, BLOCK_M)
     out = part_ptr + (split * M + offs_m[:, None]) * N + offs_n[None, :]
     tl.store(out, acc, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
@@ -98,14 +137,14 @@ def _fp8_linear_prefetch(pid, split, K, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB
 def _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk,
                      wa_ptr, sa_ptr, pa_ptr, NA, tiles_a, wb_ptr, sb_ptr, pb_ptr, NB,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
-                     INTERPRET: tl.constexpr):
+                     INTERPRET: tl.constexpr, GEMV: tl.constexpr):
     """Program (pid, split): one BLOCK_N tile of W_a (pid < tiles_a) or W_b, one K chunk."""
     if pid < tiles_a:
         _tile(xq_ptr, sx_ptr, M, K, wa_ptr, sa_ptr, pa_ptr, NA, pid, split, k_chunk,
-              BLOCK_M, BLOCK_N, GROUPS, INTERPRET)
+              BLOCK_M, BLOCK_N, GROUPS, INTERPRET, GEMV)
     else:
         _tile(xq_ptr, sx_ptr, M, K, wb_ptr, sb_ptr, pb_ptr, NB, pid - tiles_a, split, k_chunk,
-              BLOCK_M, BLOCK_N, GROUPS, INTERPRET)
+              BLOCK_M, BLOCK_N, GROUPS, INTERPRET, GEMV)
 
 
 @triton.jit
@@ -113,13 +152,14 @@ def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
                        wa_ptr, sa_ptr, pa_ptr, NA, tiles_a,
                        wb_ptr, sb_ptr, pb_ptr, NB,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
-                       INTERPRET: tl.constexpr, PDL: tl.constexpr):
+                       INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr):
     pid = tl.program_id(0)
     split = tl.program_id(1)
     _fp8_linear_prefetch(pid, split, K, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB, BLOCK_N, PDL)
     stage_begin(PDL)
     _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk, wa_ptr, sa_ptr, pa_ptr, NA,
-                     tiles_a, wb_ptr, sb_ptr, pb_ptr, NB, BLOCK_M, BLOCK_N, GROUPS, INTERPRET)
+                     tiles_a, wb_ptr, sb_ptr, pb_ptr, NB, BLOCK_M, BLOCK_N, GROUPS, INTERPRET,
+                     GEMV)
 
 
 def interpreting() -> bool:
@@ -128,10 +168,12 @@ def interpreting() -> bool:
     return os.environ.get("TRITON_INTERPRET") == "1"
 
 
-def block_m(m: int) -> int:
+def block_m(m: int, gemv: bool = False) -> int:
+    """Rows a program's tiles hold: the MMA's 16 at least, or without the tensor cores
+    (gemv) the rows padded to a power of two."""
     if not 1 <= m <= 64:
         raise ValueError(f"small-M kernels take 1..64 rows, got {m}")
-    return max(16, triton.next_power_of_2(m))
+    return triton.next_power_of_2(m) if gemv else max(16, triton.next_power_of_2(m))
 
 
 def choose_split(n: int, k: int, block_n: int = 64, groups: int = 2,
@@ -183,11 +225,12 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
         wq_b, ws_b, parts_b = wq, ws, parts
     use_pdl = pdl and overlap.enabled()
     launch = overlap.launch_kw() if use_pdl else {}
+    gemv = m <= GEMV_MAX_ROWS
     _fp8_linear_kernel[(tiles, split)](
         xq, sx, m, k, k_chunk,
         wq, ws, parts, wq.shape[0], tiles_a,
         wq_b, ws_b, parts_b, wq_b.shape[0],
-        BLOCK_M=block_m(m), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
-        PDL=use_pdl, num_warps=NUM_WARPS, num_stages=3, **launch,
+        BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
+        PDL=use_pdl, GEMV=gemv, num_warps=NUM_WARPS, num_stages=3, **launch,
     )
 

@@ -29,7 +29,7 @@ import triton.language as tl
 from . import bf16_linear, overlap
 from .arrival import arrive_last
 from .bf16_linear import _bf16_linear_prefetch, _bf16_linear_task
-from .fp8_linear import _fp8_group_dot, block_m, grid_shape, interpreting
+from .fp8_linear import _fp8_group_dot, _gemv_step, block_m, grid_shape, interpreting
 from .overlap import prefetch_rows, stage_begin
 from .quant import sum_parts, to_e4m3
 
@@ -162,28 +162,51 @@ def _router_route_kernel(x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk, a
 
 @triton.jit
 def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
-                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr):
-    """fp32 [BLOCK_M, BLOCK_N] = quant(a[M, K]) . W[offs_n, K]^T with both block scales."""
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
+                  GEMV: tl.constexpr, GROUPS: tl.constexpr):
+    """fp32 [BLOCK_M, BLOCK_N] = quant(a[M, K]) . W[offs_n, K]^T with both block scales, on
+    the tensor cores or (GEMV, a few rows) as fp32 multiply-and-sum in registers, GROUPS
+    128-column groups a step."""
     offs_m = tl.arange(0, BLOCK_M)
-    offs_k = tl.arange(0, 128)
     n_ok = offs_n < N
     kblocks = tl.cdiv(K, 128)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for kb in range(0, kblocks):
-        k = kb * 128 + offs_k
-        k_ok = k < K
-        w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :], mask=n_ok[:, None] & k_ok[None, :],
-                    other=0.0)
-        a = tl.load(a_ptr + offs_m[:, None] * stride_am + k[None, :],
-                    mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0).to(tl.float32)
-        sa = tl.maximum(tl.max(tl.abs(a), axis=1), 1e-10) / 448.0
-        aq = to_e4m3(tl.clamp(a * (1.0 / sa)[:, None], -448.0, 448.0), INTERPRET)
-        if INTERPRET:
-            part = tl.dot(aq.to(tl.float32), tl.trans(w.to(tl.float32)))
-        else:
-            part = tl.dot(aq, tl.trans(w))
-        sw = tl.load(s_ptr + (offs_n // 128) * kblocks + kb, mask=n_ok, other=0.0)
-        acc += part * sa[:, None] * sw[None, :]
+    if GEMV:
+        rows = tl.arange(0, BLOCK_M)
+        n_block = offs_n // 128  # one scale row: BLOCK_N divides 128
+        for kb in range(0, kblocks, GROUPS):
+            k = kb * 128 + tl.arange(0, GROUPS * 128)
+            k_ok = k < K
+            w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :],
+                        mask=n_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
+            gi = kb + tl.arange(0, GROUPS)
+            sw = tl.load(s_ptr + tl.min(n_block, axis=0) * kblocks + gi, mask=gi < kblocks,
+                         other=0.0)
+            for r in tl.static_range(BLOCK_M):
+                a = tl.load(a_ptr + r * stride_am + k, mask=k_ok & (r < M), other=0.0)
+                a = tl.reshape(a.to(tl.float32), (GROUPS, 128))
+                sa = tl.maximum(tl.max(tl.abs(a), axis=1), 1e-10) / 448.0
+                aq = to_e4m3(tl.clamp(a * (1.0 / sa)[:, None], -448.0, 448.0), INTERPRET)
+                xs = tl.reshape(aq.to(tl.float32) * (sa * sw)[:, None], (GROUPS * 128,))
+                acc += tl.where(rows[:, None] == r, tl.sum(w * xs[None, :], axis=1)[None, :],
+                                0.0)
+    else:
+        offs_k = tl.arange(0, 128)
+        for kb in range(0, kblocks):
+            k = kb * 128 + offs_k
+            k_ok = k < K
+            w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :],
+                        mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+            a = tl.load(a_ptr + offs_m[:, None] * stride_am + k[None, :],
+                        mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0).to(tl.float32)
+            sa = tl.maximum(tl.max(tl.abs(a), axis=1), 1e-10) / 448.0
+            aq = to_e4m3(tl.clamp(a * (1.0 / sa)[:, None], -448.0, 448.0), INTERPRET)
+            if INTERPRET:
+                part = tl.dot(aq.to(tl.float32), tl.trans(w.to(tl.float32)))
+            else:
+                part = tl.dot(aq, tl.trans(w))
+            sw = tl.load(s_ptr + (offs_n // 128) * kblocks + kb, mask=n_ok, other=0.0)
+            acc += part * sa[:, None] * sw[None, :]
     return acc
 
 
@@ -214,7 +237,7 @@ def _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr
                   gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
                   sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
-                  SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr):
+                  SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr, GEMV: tl.constexpr):
     if slot < tl.load(num_slots_ptr):
         g_q, g_s = _expert_weights(slot_expert_ptr, slot, E, gq_ptr, gs_ptr, q_stride_e,
                                    s_stride_e, sgq_ptr, sgs_ptr)
@@ -226,14 +249,28 @@ def _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr
         u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
         kb0 = split * k_chunk
         kb_end = tl.minimum(kb0 + k_chunk, tl.cdiv(K, 128))
-        for kb in range(kb0, kb_end, GROUPS):
-            for j in tl.static_range(GROUPS):
-                kk = tl.minimum(kb + j, kb_end - 1)
-                on = (kb + j < kb_end).to(tl.float32)
-                g += _fp8_group_dot(xq_ptr, sx_ptr, M, K, g_q, g_s, offs_n, I, kk, BLOCK_M,
-                                    INTERPRET) * on
-                u += _fp8_group_dot(xq_ptr, sx_ptr, M, K, u_q, u_s, offs_n, I, kk, BLOCK_M,
-                                    INTERPRET) * on
+        if GEMV:  # a step's GROUPS groups of both matrices as two loads, in flight together
+            n_ok = offs_n < I
+            k_end = tl.minimum(kb_end * 128, K)
+            n_block = tile * BLOCK_N // 128
+            for kb in range(kb0, kb_end, GROUPS):
+                k = kb * 128 + tl.arange(0, GROUPS * 128)
+                k_ok = k < k_end
+                at = offs_n[:, None] * K + k[None, :]
+                w_ok = n_ok[:, None] & k_ok[None, :]
+                wg = tl.load(g_q + at, mask=w_ok, other=0.0)
+                wu = tl.load(u_q + at, mask=w_ok, other=0.0)
+                g = _gemv_step(g, wg, xq_ptr, sx_ptr, M, K, g_s, n_block, k, k_ok, BLOCK_M)
+                u = _gemv_step(u, wu, xq_ptr, sx_ptr, M, K, u_s, n_block, k, k_ok, BLOCK_M)
+        else:
+            for kb in range(kb0, kb_end, GROUPS):
+                for j in tl.static_range(GROUPS):
+                    kk = tl.minimum(kb + j, kb_end - 1)
+                    on = (kb + j < kb_end).to(tl.float32)
+                    g += _fp8_group_dot(xq_ptr, sx_ptr, M, K, g_q, g_s, offs_n, I, kk, BLOCK_M,
+                                        INTERPRET) * on
+                    u += _fp8_group_dot(xq_ptr, sx_ptr, M, K, u_q, u_s, offs_n, I, kk, BLOCK_M,
+                                        INTERPRET) * on
         mask = (offs_m[:, None] < M) & (offs_n[None, :] < I)
         if SPLIT_K == 1:
             tl.store(act_ptr + (slot * M + offs_m[:, None]) * I + offs_n[None, :],
@@ -250,7 +287,7 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk,
                     arrivals_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     GROUPS: tl.constexpr, SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr,
-                    PDL: tl.constexpr, TAIL: tl.constexpr):
+                    PDL: tl.constexpr, TAIL: tl.constexpr, GEMV: tl.constexpr):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     split = tl.program_id(2)
@@ -259,7 +296,7 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
     _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                   gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr,
                   suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N,
-                  GROUPS, SPLIT_K, INTERPRET)
+                  GROUPS, SPLIT_K, INTERPRET, GEMV)
     if TAIL:  # the last K chunk of (tile, slot) to finish sums the chunks and applies SwiGLU
         if arrive_last(arrivals_ptr + slot * tl.num_programs(0) + tile, SPLIT_K):
             _swiglu_task(slot, tile, gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS, SPLIT_K,
@@ -313,7 +350,7 @@ def _down_prefetch(tile, slot, H, I, E, slot_expert_ptr, num_slots_ptr, dq_ptr, 
 def _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
                terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               INTERPRET: tl.constexpr):
+               INTERPRET: tl.constexpr, GEMV: tl.constexpr, GROUPS: tl.constexpr):
     """Program (tile, slot): term = bf16(weight * act_slot D_e^T) for the rows that chose the
     slot's expert, stored at terms[row, rank of the expert in the row]."""
     if slot < tl.load(num_slots_ptr):
@@ -323,7 +360,7 @@ def _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr
         offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
         m_ok = offs_m < M
         y = _fp8_tile_dot(act_ptr + slot * M * I, I, M, I, d_q, d_s, offs_n, H, BLOCK_M, BLOCK_N,
-                          INTERPRET)
+                          INTERPRET, GEMV, GROUPS)
         w = tl.load(slot_weight_ptr + slot * M + offs_m, mask=m_ok, other=0.0)  # 1 when shared
         rank = tl.load(slot_rank_ptr + slot * M + offs_m, mask=m_ok, other=-1)
         keep = m_ok & (rank >= 0)
@@ -335,7 +372,8 @@ def _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr
 def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                  num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
                  terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                 INTERPRET: tl.constexpr, PDL: tl.constexpr):
+                 INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
+                 GROUPS: tl.constexpr):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     # the slot table was written by route, two or more kernels back
@@ -344,7 +382,7 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
     stage_begin(PDL)
     _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
-               terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET)
+               terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET, GEMV, GROUPS)
 
 
 @triton.jit
@@ -473,12 +511,23 @@ def gate_up_chunk(k: int, split_k: int, groups: int) -> int:
     return grid_shape(0, 0, k, split_k, 128, groups)[2]
 
 
+# rows up to which gate/up and down multiply without the tensor cores (fp8_linear's
+# _fp8_group_gemv), with their own tiling: gate/up (BLOCK_N, GROUPS, SPLIT_K), down's columns
+GEMV_MAX_ROWS = 0
+GATE_UP_GEMV_TILING = (32, 2, 4)
+DOWN_GEMV_BLOCK = 32
+DOWN_GEMV_GROUPS = 2  # 128-column groups a down step loads at once (one TP8 rank's I: 2)
+GEMV_WARPS = 4
+
+
 def gate_up_tiling(m: int) -> tuple:
     """(BLOCK_N, GROUPS, SPLIT_K) for m rows: with few rows few experts are touched, so a split
     K keeps the GPU busy; with many, wide tiles cut the re-reads of x. The best of
     benchmark.moe_probe's sweep on an H200 (results/moe_probe_h200_*.json). In the whole layer
     the split K at 1-2 rows, SwiGLU kernel included, is 3-8 us faster than none
     (results/tiling_probe_20261130T133200Z.json)."""
+    if m <= GEMV_MAX_ROWS:
+        return GATE_UP_GEMV_TILING
     if m <= 2:
         return 32, 2, 4
     if m <= 4:
@@ -488,6 +537,8 @@ def gate_up_tiling(m: int) -> tuple:
 
 def down_block(m: int) -> int:
     """Hidden columns per down program (benchmark.moe_probe, H200)."""
+    if m <= GEMV_MAX_ROWS:
+        return DOWN_GEMV_BLOCK
     return 64 if m == 1 else 128
 
 
@@ -514,6 +565,8 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
     k_chunk = gate_up_chunk(k, split_k, groups)
     tiles = triton.cdiv(inter, block_n)
     tail = split_k > 1 and arrivals is not None and SWIGLU_TAIL
+    gemv = m <= GEMV_MAX_ROWS
+    assert not gemv or 128 % block_n == 0, "a GEMV gate/up tile must lie in one scale block"
     if tail:
         assert arrivals.dtype == torch.int32 and arrivals.numel() >= tiles * slots
     _gate_up_kernel[(tiles, slots, split_k)](
@@ -522,9 +575,9 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         gate_s.stride(0) if gate_s.dim() == 3 else 0,
         shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts, slots, k_chunk,
         arrivals if tail else num_slots,
-        BLOCK_M=block_m(m), BLOCK_N=block_n, GROUPS=groups, SPLIT_K=split_k,
-        INTERPRET=interpreting(), PDL=overlap.enabled(), TAIL=tail,
-        num_warps=num_warps or (8 if block_n == 64 else 4),
+        BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, SPLIT_K=split_k,
+        INTERPRET=interpreting(), PDL=overlap.enabled(), TAIL=tail, GEMV=gemv,
+        num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
         num_stages=3, **overlap.launch_kw(),
     )
     if split_k > 1 and not tail:
@@ -535,20 +588,24 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
 
 
 def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_q, down_s,
-         shared_down_q, shared_down_s, positions, terms, out, block_n=None, num_warps=4):
+         shared_down_q, shared_down_s, positions, terms, out, block_n=None, num_warps=None):
     """out bf16 [M, H] = sum over the row's experts of bf16(weight * act_slot D_e^T), shared
     first then experts ascending (fp32 sum, one rounding), through terms bf16 [M, k+1, H]."""
     slots, m, inter = act.shape
     _, n_terms, h = terms.shape
     assert shared_down_q.shape == (h, inter) and out.is_contiguous() and terms.is_contiguous()
     block_n = block_n or down_block(m)
+    gemv = m <= GEMV_MAX_ROWS
+    assert not gemv or 128 % block_n == 0, "a GEMV down tile must lie in one scale block"
     _check_expert_stack(down_q, down_s)
     _down_kernel[(triton.cdiv(h, block_n), slots)](
         act, m, inter, h, num_experts, slot_expert, slot_weight, slot_rank, num_slots,
         down_q, down_s, down_q.stride(0) if down_q.dim() == 3 else 0,
         down_s.stride(0) if down_s.dim() == 3 else 0, shared_down_q, shared_down_s, terms,
-        TERMS=n_terms, BLOCK_M=block_m(m), BLOCK_N=block_n, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), num_warps=num_warps, num_stages=3, **overlap.launch_kw(),
+        TERMS=n_terms, BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, INTERPRET=interpreting(),
+        PDL=overlap.enabled(), GEMV=gemv, GROUPS=DOWN_GEMV_GROUPS if gemv else 1,
+        num_warps=num_warps or (GEMV_WARPS if gemv else 4),
+        num_stages=3, **overlap.launch_kw(),
     )
     _sum_terms_kernel[(m, triton.cdiv(h, SUM_BLOCK))](
         terms, positions, out, h, TERMS=n_terms, BLOCK=SUM_BLOCK, PDL=overlap.enabled(),

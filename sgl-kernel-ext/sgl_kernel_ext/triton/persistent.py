@@ -210,7 +210,7 @@ def _layer_kernel(
                 _wait(counters_ptr, S_NORM1, n_norm1)
                 _fp8_linear_task(tile, split, xq_ptr, xs_ptr, M, H, qkv_chunk, qa_w_ptr, qa_s_ptr,
                                  qa_ptr, NQA, qkv_tiles_a, kva_w_ptr, kva_s_ptr, kva_ptr, NKVA,
-                                 BLOCK_M, BN, GROUPS, INTERPRET)
+                                 BLOCK_M, BN, GROUPS, INTERPRET, False)
             else:
                 i -= n_qkv_a
                 tile = i % kw_tiles
@@ -236,7 +236,7 @@ def _layer_kernel(
             _wait(counters_ptr, S_LATENT, n_latent)
             _fp8_linear_task(tile, split, cq_q_ptr, cq_s_ptr, M, Q, qb_chunk, qb_w_ptr, qb_s_ptr,
                              q_ptr, NQB, qb_tiles_a, wqb_w_ptr, wqb_s_ptr, qi_ptr, NWQB, BLOCK_M,
-                             BN, GROUPS, INTERPRET)
+                             BN, GROUPS, INTERPRET, False)
             _signal(counters_ptr, S_Q_B)
         elif t < e_prepare:
             if INDEXER:
@@ -307,7 +307,7 @@ def _layer_kernel(
             _wait(counters_ptr, S_ABSORB_V, n_absorb_v)
             _fp8_linear_task(tile, split, oq_ptr, os_ptr, M, NH * V, o_chunk, o_w_ptr, o_s_ptr,
                              y_attn_ptr, H, o_tiles, o_w_ptr, o_s_ptr, y_attn_ptr, H, BLOCK_M, BN,
-                             GROUPS, INTERPRET)
+                             GROUPS, INTERPRET, False)
             _signal(counters_ptr, S_O_PROJ)
         elif t < e_norm2:
             _wait(counters_ptr, S_O_PROJ, n_o_proj)
@@ -347,7 +347,7 @@ def _layer_kernel(
                           num_slots_ptr, gq_ptr, gs_ptr, uq_ptr, us_ptr, gu_q_stride,
                           gu_s_stride, sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr,
                           gu_parts_ptr, slots, gu_chunk, BLOCK_M, GU_BN, GU_GROUPS, GU_SPLIT,
-                          INTERPRET)
+                          INTERPRET, False)
             _signal(counters_ptr, S_GATE_UP)
         elif t < e_swiglu:
             if GU_SPLIT > 1:
@@ -370,7 +370,8 @@ def _layer_kernel(
                 _wait(counters_ptr, S_GATE_UP, n_gate_up)
             _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr,
                        slot_rank_ptr, num_slots_ptr, dq_ptr, ds_ptr, d_q_stride, d_s_stride,
-                       sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M, DOWN_BN, INTERPRET)
+                       sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M, DOWN_BN, INTERPRET, False,
+                       1)
             _signal(counters_ptr, S_DOWN)
         else:
             i = t - e_down

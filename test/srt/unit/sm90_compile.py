@@ -67,10 +67,13 @@ def record(path: str, real: bool = False, persistent_too: bool = True) -> None:
         bound = dict(zip(names, args)) | kwargs
         constexprs = {n: v for n, v in bound.items() if "constexpr" in str(params[n].annotation)}
         signature = {n: ("constexpr" if n in constexprs else _describe(bound[n])) for n in names}
-        key = json.dumps([fn.__module__, fn.__name__, signature, constexprs, options],
+        # integers the GPU's JIT would specialize as multiples of 16
+        divisible = sorted(n for n in names if n not in constexprs and type(bound[n]) is int
+                           and bound[n] % 16 == 0)
+        key = json.dumps([fn.__module__, fn.__name__, signature, constexprs, options, divisible],
                          sort_keys=True, default=str)
         specs[key] = {"module": fn.__module__, "name": fn.__name__, "signature": signature,
-                      "constexprs": constexprs, "options": options}
+                      "constexprs": constexprs, "options": options, "divisible": divisible}
         if real:
             return None
         return original(self, *args, grid=grid, warmup=warmup, **kwargs, **options)
@@ -156,29 +159,33 @@ def _drive_real(persistent_too: bool = True) -> None:
     kinds = {"dense": next(i for i in ids if not cfg.is_moe(i)),
              "moe_idx": next(i for i in ids if cfg.is_moe(i) and cfg.runs_indexer(i)),
              "moe": next(i for i in ids if cfg.is_moe(i) and not cfg.runs_indexer(i))}
-    from sgl_kernel_ext.triton import mla
+    from sgl_kernel_ext.triton import fp8_linear, mla, moe
 
     ctx, rows = 2048, 16
-    default = (mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGE_MAX_ROWS, mla.ABSORB_GEMV_MAX_ROWS)
+    knobs = ((mla, "ABSORB_V_SPLIT_C"), (mla, "ABSORB_V_MERGE_MAX_ROWS"),
+             (mla, "ABSORB_GEMV_MAX_ROWS"), (moe, "GEMV_MAX_ROWS"), (fp8_linear, "GEMV_MAX_ROWS"))
+    default = tuple(getattr(mod, name) for mod, name in knobs)
+    # the stage kernels also with absorb_v in one latent chunk, and in the most chunks merging
+    # the attention's at every row count (mla.ABSORB_V_SPLIT_C, _MERGE_MAX_ROWS); absorb's dot
+    # form at every row count, its GEMV form up to 4 rows (mla.ABSORB_GEMV_MAX_ROWS); the MoE's
+    # and the linears' GEMV forms (GEMV_MAX_ROWS) up to 2 rows in one, at none in the other
+    other_forms = ((1, 0, 0, 2, 2), (8, 16, 4, 0, 0))
     for kind, lid in kinds.items():
         lw = weights.gen_layer(cfg, 0, lid, tp_size=8, tp_rank=0)
         caches = alloc_caches(cfg, rows * ctx, "cpu", torch.bfloat16, layers=[lid])
         for persistent in (False, True) if persistent_too else (False,):
             layer = FusedLayer(cfg, lw, caches, rows, ctx, persistent_launch=persistent)
-            # the stage kernels also with absorb_v in one latent chunk, and in the most chunks
-            # merging the attention's at every row count (mla.ABSORB_V_SPLIT_C, _MERGE_MAX_ROWS)
-            # with absorb's dot form at every row count, its GEMV form up to 4 rows
-            # (mla.ABSORB_GEMV_MAX_ROWS)
-            for knobs in (default,) if persistent else (default, (1, 0, 0), (8, 16, 4)):
-                (mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGE_MAX_ROWS,
-                 mla.ABSORB_GEMV_MAX_ROWS) = knobs
+            for values in (default,) if persistent else (default, *other_forms):
+                for (mod, name), value in zip(knobs, values):
+                    setattr(mod, name, value)
                 for m in (1, 2, 4, 16):
                     slots = torch.arange(m * ctx).view(m, ctx)
                     batch = RowBatch(torch.full((m,), ctx - 1), slots)
                     hid = torch.zeros(m, cfg.hidden_size, dtype=torch.bfloat16)
                     topk = torch.zeros(m, cfg.index_topk, dtype=torch.int64)
                     layer(hid, hid.clone(), batch, topk)
-            mla.ABSORB_V_SPLIT_C, mla.ABSORB_V_MERGE_MAX_ROWS, mla.ABSORB_GEMV_MAX_ROWS = default
+            for (mod, name), value in zip(knobs, default):
+                setattr(mod, name, value)
         print(f"recorded {kind} (layer {lid})", flush=True)
 
 
@@ -221,9 +228,12 @@ def resources(path: str) -> None:
 def _aligned_pointers(fn, spec) -> dict:
     """Every pointer argument 16-byte aligned, as the GPU's JIT specializes torch's tensors:
     with it loads become asynchronous copies that a loop may pipeline through shared memory
-    (a kernel that needs 24 KB compiled without it asked 290 KB on the H200)."""
+    (a kernel that needs 24 KB compiled without it asked 290 KB on the H200); and every
+    integer recorded as a multiple of 16 known as one, as the JIT specializes them (without
+    it a mask against K keeps loads one element wide)."""
+    divisible = set(spec.get("divisible", ()))
     return {(i,): [["tt.divisibility", 16]] for i, n in enumerate(fn.arg_names)
-            if spec["signature"].get(n, "constexpr").startswith("*")}
+            if spec["signature"].get(n, "constexpr").startswith("*") or n in divisible}
 
 
 def _gpu_constexprs(spec) -> tuple:

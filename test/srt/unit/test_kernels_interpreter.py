@@ -42,8 +42,12 @@ def _rel(a, b):
     return float((a.float() - b.float()).abs().max() / b.float().abs().max())
 
 
-@pytest.mark.parametrize("rows, split", [(1, 1), (3, 2), (16, 3)])
-def test_fp8_linear_split_k_two_matrices_one_launch(rows, split):
+@pytest.mark.parametrize("rows, split, gemv", [(1, 1, False), (3, 2, False), (16, 3, False),
+                                               (1, 2, True), (2, 3, True)])
+def test_fp8_linear_split_k_two_matrices_one_launch(rows, split, gemv, monkeypatch):
+    """The split-K partials of both matrices sum to the product, on the tensor cores or
+    (gemv) without them (fp8_linear.GEMV_MAX_ROWS)."""
+    monkeypatch.setattr(fp8_linear, "GEMV_MAX_ROWS", rows if gemv else 0)
     g = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, 640, generator=g).bfloat16()  # 5 groups: a ragged last chunk
     wa = quant_block(torch.randn(200, 640, generator=g) * 0.05)  # partial last N block
@@ -156,6 +160,59 @@ def test_moe_last_arrival_tails_are_bitwise_the_separate_kernels(m):
     assert not torch.isnan(runs[1][-1]).any()
     for a, b in zip(*runs):
         assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30))
+
+
+def _route_gate_up_down(mw, x, pos):
+    """(act, out) of route, gate/up and down at x's rows on NaN-poisoned buffers."""
+    m = x.shape[0]
+    e, k, h = CFG.n_routed_experts, CFG.num_experts_per_tok, CFG.hidden_size
+    slots, inter, sh = m * k + 1, mw.gate.q.shape[1], mw.shared
+    parts = torch.full((2, m, e), float("nan"))
+    se = torch.full((slots,), -7, dtype=torch.int32)
+    sw = torch.full((slots, m), float("nan"))
+    sr = torch.full((slots, m), -7, dtype=torch.int32)
+    ns = torch.zeros(1, dtype=torch.int32)
+    bf16_linear.bf16_linear_splitk(x, mw.router, parts)
+    moe.route(parts, mw.bias, pos, k, CFG.routed_scaling_factor, True, se, sw, sr, ns)
+    block_n, _, split_k = moe.gate_up_tiling(m)
+    act = torch.full((slots, m, inter), float("nan"), dtype=torch.bfloat16)
+    gu_parts = torch.full((split_k, slots, m, 2, inter), float("nan")) if split_k > 1 else None
+    xq, sx = quant_act(x)
+    moe.gate_up(xq, sx.contiguous(), e, se, ns, mw.gate.q, mw.gate.s, mw.up.q, mw.up.s,
+                sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act, gu_parts,
+                arrivals=torch.zeros(-(-inter // block_n) * slots, dtype=torch.int32))
+    out = torch.full((m, h), float("nan"), dtype=torch.bfloat16)
+    terms = torch.full((m, k + 1, h), float("nan"), dtype=torch.bfloat16)
+    moe.down(act, e, se, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, pos, terms, out)
+    return act[: int(ns)].float(), out.float()
+
+
+@pytest.mark.parametrize("m", [1, 2])
+def test_moe_without_tensor_cores_is_the_dot_form(m, monkeypatch):
+    """gate/up and down without the tensor cores (moe.GEMV_MAX_ROWS, its own tilings) against
+    the dot form and the torch reference: every activation and output written, activations
+    within one bf16 step of the dot form's (fp32 sums in another order), outputs within the
+    MoE test's bound of the reference. At 2 rows one is a pad row (no routed expert)."""
+    lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
+    mw = lw.mlp
+    g = torch.Generator().manual_seed(10 + m)
+    x = torch.randn(m, CFG.hidden_size, generator=g).bfloat16()
+    pos = torch.tensor([5, -1][:m])
+    runs = []
+    for gemv_rows in (0, m):
+        monkeypatch.setattr(moe, "GEMV_MAX_ROWS", gemv_rows)
+        monkeypatch.setattr(moe, "GATE_UP_GEMV_TILING", (16, 2, 2))
+        monkeypatch.setattr(moe, "DOWN_GEMV_BLOCK", 16)
+        runs.append(_route_gate_up_down(mw, x, pos))
+    (act_dot, out_dot), (act_gemv, out_gemv) = runs
+    assert not torch.isnan(act_gemv).any() and not torch.isnan(out_gemv).any()
+    step = 2 ** -7 * act_dot.abs() + 1e-6
+    assert bool(((act_gemv - act_dot).abs() <= step).all())
+    ids, weights = router(CFG, mw, x)
+    ref = moe_partial(CFG, mw, x, ids, weights, SGLANG)
+    valid = pos >= 0
+    assert _rel(out_gemv[valid], ref[valid]) <= 8 * BF16_ULP
+    assert _rel(out_gemv, out_dot) <= 4 * BF16_ULP
 
 
 @pytest.mark.parametrize("m, heads", [(1, 1), (3, 2)])

@@ -132,8 +132,8 @@ class FusedLayer:
         )
         self.buf = workspace_mod.allocate(own, dev)
         self.buf["counters"] = torch.zeros(persistent.COUNTERS, dtype=torch.int32, device=dev)
-        few = min(m, 2)  # rows for which gate/up splits K (moe.gate_up_tiling)
-        split_k = moe.gate_up_tiling(few)[2]
+        few = min(m, 2)  # rows for which gate/up splits K (moe.gate_up_tiling), in either form
+        split_k = max(moe.gate_up_tiling(few)[2], moe.GATE_UP_GEMV_TILING[2])
         # last-arrival counters (arrival.py): gate/up's (tile, slot) groups for any tile width
         # down to the MMA's 16 columns (benchmark/tiling_probe.py varies it), the router's one
         self.buf["gu_arrivals"] = arrival.counters(-(-inter // 16) * slots, dev)
