@@ -94,24 +94,23 @@ VARIANTS = {
     "gate_up_groups_1": {("moe", "gate_up_tiling"): "gu_32_1_4"},
     "gate_up_groups_4": {("moe", "gate_up_tiling"): "gu_32_4_4"},
     "gate_up_n16_groups_4_split_2": {("moe", "gate_up_tiling"): "gu_16_4_2"},
-    # gate/up and down without the tensor cores (moe.GEMV_MAX_ROWS; default tiling 32
-    # columns, 2 groups a step, K in 4 chunks; down 32 columns, 2 groups a step, 4 warps),
-    # the FP8 linears likewise (fp8_linear.GEMV_MAX_ROWS), up to 2 rows or 1
-    "moe_gemv": {("moe", "GEMV_MAX_ROWS"): 2},
-    "moe_gemv_to_1": {("moe", "GEMV_MAX_ROWS"): 1},
-    **{f"moe_gemv_gu_{n}_{g}_{s}": {("moe", "GEMV_MAX_ROWS"): 2,
-                                    ("moe", "GATE_UP_GEMV_TILING"): (n, g, s)}
-       for n, g, s in ((16, 2, 8), (32, 2, 8), (16, 4, 4), (32, 4, 4), (64, 2, 4), (32, 1, 8),
-                       (64, 2, 2), (16, 2, 4))},
-    **{f"moe_gemv_down_{n}": {("moe", "GEMV_MAX_ROWS"): 2, ("moe", "DOWN_GEMV_BLOCK"): n}
-       for n in (16, 64, 128)},
-    "moe_gemv_down_groups_1": {("moe", "GEMV_MAX_ROWS"): 2, ("moe", "DOWN_GEMV_GROUPS"): 1},
-    "moe_gemv_down_groups_4": {("moe", "GEMV_MAX_ROWS"): 2, ("moe", "DOWN_GEMV_GROUPS"): 4},
-    "moe_gemv_warps_2": {("moe", "GEMV_MAX_ROWS"): 2, ("moe", "GEMV_WARPS"): 2},
-    "moe_gemv_warps_8": {("moe", "GEMV_MAX_ROWS"): 2, ("moe", "GEMV_WARPS"): 8},
-    "linear_gemv": {("fp8_linear", "GEMV_MAX_ROWS"): 2},
-    "linear_gemv_to_1": {("fp8_linear", "GEMV_MAX_ROWS"): 1},
-    "all_gemv": {("moe", "GEMV_MAX_ROWS"): 2, ("fp8_linear", "GEMV_MAX_ROWS"): 2},
+    # gate/up and down with the tensor cores at one row too (default: without them,
+    # moe.GEMV_MAX_ROWS), or without them at 2 rows; their GEMV tilings at one row (default:
+    # gate/up 16 columns, 4 groups a step, K in 4 chunks; down 32 columns, up to 4 groups a
+    # step, 4 warps); the FP8 linears without them (fp8_linear.GEMV_MAX_ROWS); gate/up's shared
+    # expert before the router finishes (moe.SHARED_BEFORE_ROUTE)
+    "moe_dot": {("moe", "GEMV_MAX_ROWS"): 0},
+    "moe_gemv_to_2": {("moe", "GEMV_MAX_ROWS"): 2},
+    **{f"moe_gemv_gu_{n}_{g}_{s}": {("moe", "GATE_UP_GEMV_TILING"): (n, g, s)}
+       for n, g, s in ((16, 2, 8), (32, 2, 8), (32, 4, 4), (16, 8, 2), (16, 2, 12), (16, 4, 6),
+                       (16, 2, 4))},
+    **{f"moe_gemv_down_{n}": {("moe", "DOWN_GEMV_BLOCK"): n} for n in (16, 64)},
+    "moe_gemv_down_groups_2": {("moe", "DOWN_GEMV_GROUPS"): 2},
+    "moe_gemv_down_groups_8": {("moe", "DOWN_GEMV_GROUPS"): 8},
+    "moe_gemv_warps_2": {("moe", "GEMV_WARPS"): 2},
+    "moe_gemv_warps_8": {("moe", "GEMV_WARPS"): 8},
+    "linear_gemv": {("fp8_linear", "GEMV_MAX_ROWS"): 1},
+    "shared_before_route": {("moe", "SHARED_BEFORE_ROUTE"): True},
 }
 
 

@@ -243,42 +243,53 @@ def _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr
                                    s_stride_e, sgq_ptr, sgs_ptr)
         u_q, u_s = _expert_weights(slot_expert_ptr, slot, E, uq_ptr, us_ptr, q_stride_e,
                                    s_stride_e, suq_ptr, sus_ptr)
-        offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-        offs_m = tl.arange(0, BLOCK_M)
-        g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        kb0 = split * k_chunk
-        kb_end = tl.minimum(kb0 + k_chunk, tl.cdiv(K, 128))
-        if GEMV:  # a step's GROUPS groups of both matrices as two loads, in flight together
-            n_ok = offs_n < I
-            k_end = tl.minimum(kb_end * 128, K)
-            n_block = tile * BLOCK_N // 128
-            for kb in range(kb0, kb_end, GROUPS):
-                k = kb * 128 + tl.arange(0, GROUPS * 128)
-                k_ok = k < k_end
-                at = offs_n[:, None] * K + k[None, :]
-                w_ok = n_ok[:, None] & k_ok[None, :]
-                wg = tl.load(g_q + at, mask=w_ok, other=0.0)
-                wu = tl.load(u_q + at, mask=w_ok, other=0.0)
-                g = _gemv_step(g, wg, xq_ptr, sx_ptr, M, K, g_s, n_block, k, k_ok, BLOCK_M)
-                u = _gemv_step(u, wu, xq_ptr, sx_ptr, M, K, u_s, n_block, k, k_ok, BLOCK_M)
-        else:
-            for kb in range(kb0, kb_end, GROUPS):
-                for j in tl.static_range(GROUPS):
-                    kk = tl.minimum(kb + j, kb_end - 1)
-                    on = (kb + j < kb_end).to(tl.float32)
-                    g += _fp8_group_dot(xq_ptr, sx_ptr, M, K, g_q, g_s, offs_n, I, kk, BLOCK_M,
-                                        INTERPRET) * on
-                    u += _fp8_group_dot(xq_ptr, sx_ptr, M, K, u_q, u_s, offs_n, I, kk, BLOCK_M,
-                                        INTERPRET) * on
-        mask = (offs_m[:, None] < M) & (offs_n[None, :] < I)
-        if SPLIT_K == 1:
-            tl.store(act_ptr + (slot * M + offs_m[:, None]) * I + offs_n[None, :],
-                     _swiglu(g, u), mask=mask)
-        else:  # [SPLIT_K, SLOTS, M, 2, I] fp32 partials, finished by _swiglu_kernel
-            part = gu_part_ptr + (((split * SLOTS + slot) * M + offs_m[:, None]) * 2) * I
-            tl.store(part + offs_n[None, :], g, mask=mask)
-            tl.store(part + I + offs_n[None, :], u, mask=mask)
+        _gate_up_tile(tile, slot, split, xq_ptr, sx_ptr, M, K, I, g_q, g_s, u_q, u_s, act_ptr,
+                      gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET,
+                      GEMV)
+
+
+@triton.jit
+def _gate_up_tile(tile, slot, split, xq_ptr, sx_ptr, M, K, I, g_q, g_s, u_q, u_s, act_ptr,
+                  gu_part_ptr, SLOTS, k_chunk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                  GROUPS: tl.constexpr, SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr,
+                  GEMV: tl.constexpr):
+    """Program (tile, slot, split) of gate/up given its expert's weights."""
+    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    offs_m = tl.arange(0, BLOCK_M)
+    g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    kb0 = split * k_chunk
+    kb_end = tl.minimum(kb0 + k_chunk, tl.cdiv(K, 128))
+    if GEMV:  # a step's GROUPS groups of both matrices as two loads, in flight together
+        n_ok = offs_n < I
+        k_end = tl.minimum(kb_end * 128, K)
+        n_block = tile * BLOCK_N // 128
+        for kb in range(kb0, kb_end, GROUPS):
+            k = kb * 128 + tl.arange(0, GROUPS * 128)
+            k_ok = k < k_end
+            at = offs_n[:, None] * K + k[None, :]
+            w_ok = n_ok[:, None] & k_ok[None, :]
+            wg = tl.load(g_q + at, mask=w_ok, other=0.0)
+            wu = tl.load(u_q + at, mask=w_ok, other=0.0)
+            g = _gemv_step(g, wg, xq_ptr, sx_ptr, M, K, g_s, n_block, k, k_ok, BLOCK_M)
+            u = _gemv_step(u, wu, xq_ptr, sx_ptr, M, K, u_s, n_block, k, k_ok, BLOCK_M)
+    else:
+        for kb in range(kb0, kb_end, GROUPS):
+            for j in tl.static_range(GROUPS):
+                kk = tl.minimum(kb + j, kb_end - 1)
+                on = (kb + j < kb_end).to(tl.float32)
+                g += _fp8_group_dot(xq_ptr, sx_ptr, M, K, g_q, g_s, offs_n, I, kk, BLOCK_M,
+                                    INTERPRET) * on
+                u += _fp8_group_dot(xq_ptr, sx_ptr, M, K, u_q, u_s, offs_n, I, kk, BLOCK_M,
+                                    INTERPRET) * on
+    mask = (offs_m[:, None] < M) & (offs_n[None, :] < I)
+    if SPLIT_K == 1:
+        tl.store(act_ptr + (slot * M + offs_m[:, None]) * I + offs_n[None, :],
+                 _swiglu(g, u), mask=mask)
+    else:  # [SPLIT_K, SLOTS, M, 2, I] fp32 partials, finished by _swiglu_kernel
+        part = gu_part_ptr + (((split * SLOTS + slot) * M + offs_m[:, None]) * 2) * I
+        tl.store(part + offs_n[None, :], g, mask=mask)
+        tl.store(part + I + offs_n[None, :], u, mask=mask)
 
 
 @triton.jit
@@ -287,16 +298,25 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk,
                     arrivals_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     GROUPS: tl.constexpr, SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr,
-                    PDL: tl.constexpr, TAIL: tl.constexpr, GEMV: tl.constexpr):
+                    PDL: tl.constexpr, TAIL: tl.constexpr, GEMV: tl.constexpr,
+                    EARLY: tl.constexpr):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     split = tl.program_id(2)
-    _gate_up_prefetch(tile, slot, split, K, I, sgq_ptr, suq_ptr, k_chunk, BLOCK_N, PDL)
-    stage_begin(PDL)
-    _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
-                  gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr,
-                  suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N,
-                  GROUPS, SPLIT_K, INTERPRET, GEMV)
+    if EARLY and slot == 0:
+        # the shared expert reads only x, written two kernels back (norm2, then the router):
+        # by overlap's rule its programs may run before the router finishes
+        _gate_up_tile(tile, 0, split, xq_ptr, sx_ptr, M, K, I, sgq_ptr, sgs_ptr, suq_ptr,
+                      sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N, GROUPS,
+                      SPLIT_K, INTERPRET, GEMV)
+        stage_begin(PDL)
+    else:
+        _gate_up_prefetch(tile, slot, split, K, I, sgq_ptr, suq_ptr, k_chunk, BLOCK_N, PDL)
+        stage_begin(PDL)
+        _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr,
+                      num_slots_ptr, gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
+                      sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk,
+                      BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV)
     if TAIL:  # the last K chunk of (tile, slot) to finish sums the chunks and applies SwiGLU
         if arrive_last(arrivals_ptr + slot * tl.num_programs(0) + tile, SPLIT_K):
             _swiglu_task(slot, tile, gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS, SPLIT_K,
@@ -512,12 +532,20 @@ def gate_up_chunk(k: int, split_k: int, groups: int) -> int:
 
 
 # rows up to which gate/up and down multiply without the tensor cores (fp8_linear's
-# _fp8_group_gemv), with their own tiling: gate/up (BLOCK_N, GROUPS, SPLIT_K), down's columns
-GEMV_MAX_ROWS = 0
-GATE_UP_GEMV_TILING = (32, 2, 4)
+# _gemv_step), with their own tiling: gate/up (BLOCK_N, GROUPS, SPLIT_K), down's columns and
+# groups a step (at most I's: one TP8 rank's expert has 2, its dense MLP 12). On an H200 at
+# one row the MoE layer is 2.7 us faster than the MMA form and the dense one 3-4 us; at two
+# rows 11-20 us slower (the multiply-and-sum's instructions per weight byte double); the
+# FP8 linears (q_a|kv_a, q_b, o_proj) in this form at their MMA tiling were 4-5 us slower
+# (tiling_probe_20261201T045137Z, T045144Z: moe_gemv_*, linear_gemv).
+GEMV_MAX_ROWS = 1
+GATE_UP_GEMV_TILING = (16, 4, 4)
 DOWN_GEMV_BLOCK = 32
-DOWN_GEMV_GROUPS = 2  # 128-column groups a down step loads at once (one TP8 rank's I: 2)
+DOWN_GEMV_GROUPS = 4
 GEMV_WARPS = 4
+# whether gate/up's shared-expert programs of a MoE layer run before waiting for the router
+# (with the overlap on: overlap's rule allows reading x, two kernels back)
+SHARED_BEFORE_ROUTE = False
 
 
 def gate_up_tiling(m: int) -> tuple:
@@ -577,6 +605,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         arrivals if tail else num_slots,
         BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, SPLIT_K=split_k,
         INTERPRET=interpreting(), PDL=overlap.enabled(), TAIL=tail, GEMV=gemv,
+        EARLY=SHARED_BEFORE_ROUTE and num_experts > 0 and overlap.enabled(),
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
         num_stages=3, **overlap.launch_kw(),
     )
@@ -603,7 +632,8 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         down_q, down_s, down_q.stride(0) if down_q.dim() == 3 else 0,
         down_s.stride(0) if down_s.dim() == 3 else 0, shared_down_q, shared_down_s, terms,
         TERMS=n_terms, BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), GEMV=gemv, GROUPS=DOWN_GEMV_GROUPS if gemv else 1,
+        PDL=overlap.enabled(), GEMV=gemv,
+        GROUPS=min(DOWN_GEMV_GROUPS, triton.cdiv(inter, 128)) if gemv else 1,
         num_warps=num_warps or (GEMV_WARPS if gemv else 4),
         num_stages=3, **overlap.launch_kw(),
     )
