@@ -97,8 +97,7 @@ VARIANTS = {
     # gate/up and down with the tensor cores at one row too (default: without them,
     # moe.GEMV_MAX_ROWS), or without them at 2 rows; their GEMV tilings at one row (default:
     # gate/up 16 columns, 4 groups a step, K in 4 chunks; down 32 columns, up to 4 groups a
-    # step, 4 warps); the FP8 linears without them (fp8_linear.GEMV_MAX_ROWS); gate/up's shared
-    # expert before the router finishes (moe.SHARED_BEFORE_ROUTE)
+    # step, 4 warps); the FP8 linears without them (fp8_linear.GEMV_MAX_ROWS)
     "moe_dot": {("moe", "GEMV_MAX_ROWS"): 0},
     "moe_gemv_to_2": {("moe", "GEMV_MAX_ROWS"): 2},
     **{f"moe_gemv_gu_{n}_{g}_{s}": {("moe", "GATE_UP_GEMV_TILING"): (n, g, s)}
@@ -110,7 +109,6 @@ VARIANTS = {
     "moe_gemv_warps_2": {("moe", "GEMV_WARPS"): 2},
     "moe_gemv_warps_8": {("moe", "GEMV_WARPS"): 8},
     "linear_gemv": {("fp8_linear", "GEMV_MAX_ROWS"): 1},
-    "shared_before_route": {("moe", "SHARED_BEFORE_ROUTE"): True},
 }
 
 

@@ -298,25 +298,16 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk,
                     arrivals_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     GROUPS: tl.constexpr, SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr,
-                    PDL: tl.constexpr, TAIL: tl.constexpr, GEMV: tl.constexpr,
-                    EARLY: tl.constexpr):
+                    PDL: tl.constexpr, TAIL: tl.constexpr, GEMV: tl.constexpr):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     split = tl.program_id(2)
-    if EARLY and slot == 0:
-        # the shared expert reads only x, written two kernels back (norm2, then the router):
-        # by overlap's rule its programs may run before the router finishes
-        _gate_up_tile(tile, 0, split, xq_ptr, sx_ptr, M, K, I, sgq_ptr, sgs_ptr, suq_ptr,
-                      sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N, GROUPS,
-                      SPLIT_K, INTERPRET, GEMV)
-        stage_begin(PDL)
-    else:
-        _gate_up_prefetch(tile, slot, split, K, I, sgq_ptr, suq_ptr, k_chunk, BLOCK_N, PDL)
-        stage_begin(PDL)
-        _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr,
-                      num_slots_ptr, gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
-                      sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk,
-                      BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV)
+    _gate_up_prefetch(tile, slot, split, K, I, sgq_ptr, suq_ptr, k_chunk, BLOCK_N, PDL)
+    stage_begin(PDL)
+    _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
+                  gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr,
+                  suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N,
+                  GROUPS, SPLIT_K, INTERPRET, GEMV)
     if TAIL:  # the last K chunk of (tile, slot) to finish sums the chunks and applies SwiGLU
         if arrive_last(arrivals_ptr + slot * tl.num_programs(0) + tile, SPLIT_K):
             _swiglu_task(slot, tile, gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS, SPLIT_K,
@@ -537,15 +528,16 @@ def gate_up_chunk(k: int, split_k: int, groups: int) -> int:
 # one row the MoE layer is 2.7 us faster than the MMA form and the dense one 3-4 us; at two
 # rows 11-20 us slower (the multiply-and-sum's instructions per weight byte double); the
 # FP8 linears (q_a|kv_a, q_b, o_proj) in this form at their MMA tiling were 4-5 us slower
-# (tiling_probe_20261201T045137Z, T045144Z: moe_gemv_*, linear_gemv).
+# (tiling_probe_20261201T045137Z, T045144Z: moe_gemv_*, linear_gemv). Around the defaults
+# (T045706Z, T045711Z): gate/up tiles of 16-32 columns x 2-8 groups x K in 2-12 chunks, down
+# of 16-64 columns and 2-8 groups, 2 or 8 warps: none faster at both layer kinds by more than
+# 0.6 us. Tried there too: the shared expert's gate/up programs running before the router
+# finishes (its x is two kernels back): +1.3 us a MoE layer at one row, so they wait.
 GEMV_MAX_ROWS = 1
 GATE_UP_GEMV_TILING = (16, 4, 4)
 DOWN_GEMV_BLOCK = 32
 DOWN_GEMV_GROUPS = 4
 GEMV_WARPS = 4
-# whether gate/up's shared-expert programs of a MoE layer run before waiting for the router
-# (with the overlap on: overlap's rule allows reading x, two kernels back)
-SHARED_BEFORE_ROUTE = False
 
 
 def gate_up_tiling(m: int) -> tuple:
@@ -605,7 +597,6 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         arrivals if tail else num_slots,
         BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, SPLIT_K=split_k,
         INTERPRET=interpreting(), PDL=overlap.enabled(), TAIL=tail, GEMV=gemv,
-        EARLY=SHARED_BEFORE_ROUTE and num_experts > 0 and overlap.enabled(),
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
         num_stages=3, **overlap.launch_kw(),
     )
