@@ -174,13 +174,11 @@ def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
     if GEMV:
         rows = tl.arange(0, BLOCK_M)
         n_block = offs_n // 128  # one scale row: BLOCK_N divides 128
-        w_next = _gemv_tile(w_ptr, offs_n, N, K, 0, K, GROUPS)
         for kb in range(0, kblocks, GROUPS):
             k = kb * 128 + tl.arange(0, GROUPS * 128)
             k_ok = k < K
-            w = w_next
-            w_next = _gemv_tile(w_ptr, offs_n, N, K, kb + GROUPS, K, GROUPS)
-            w = w.to(tl.float32)
+            w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :],
+                        mask=n_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
             gi = kb + tl.arange(0, GROUPS)
             sw = tl.load(s_ptr + tl.min(n_block, axis=0) * kblocks + gi, mask=gi < kblocks,
                          other=0.0)
@@ -251,15 +249,6 @@ def _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr
 
 
 @triton.jit
-def _gemv_tile(w_ptr, offs_n, N, K, kb, k_end, GROUPS: tl.constexpr):
-    """e4m3 [BLOCK_N, GROUPS * 128] of W (rows offs_n) from group kb; zeros from k_end on (a
-    step past the end loads nothing)."""
-    k = kb * 128 + tl.arange(0, GROUPS * 128)
-    return tl.load(w_ptr + offs_n[:, None] * K + k[None, :],
-                   mask=(offs_n < N)[:, None] & (k < k_end)[None, :], other=0.0)
-
-
-@triton.jit
 def _gate_up_tile(tile, slot, split, xq_ptr, sx_ptr, M, K, I, g_q, g_s, u_q, u_s, act_ptr,
                   gu_part_ptr, SLOTS, k_chunk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   GROUPS: tl.constexpr, SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr,
@@ -271,20 +260,19 @@ def _gate_up_tile(tile, slot, split, xq_ptr, sx_ptr, M, K, I, g_q, g_s, u_q, u_s
     u = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     kb0 = split * k_chunk
     kb_end = tl.minimum(kb0 + k_chunk, tl.cdiv(K, 128))
-    if GEMV:  # a step's GROUPS groups of both matrices as two loads, the next step's issued
-        # before this one's multiply-and-sum (the loop is not pipelined otherwise)
+    if GEMV:  # a step's GROUPS groups of both matrices as two loads, in flight together
+        n_ok = offs_n < I
         k_end = tl.minimum(kb_end * 128, K)
         n_block = tile * BLOCK_N // 128
-        wg = _gemv_tile(g_q, offs_n, I, K, kb0, k_end, GROUPS)
-        wu = _gemv_tile(u_q, offs_n, I, K, kb0, k_end, GROUPS)
         for kb in range(kb0, kb_end, GROUPS):
-            next_g = _gemv_tile(g_q, offs_n, I, K, kb + GROUPS, k_end, GROUPS)
-            next_u = _gemv_tile(u_q, offs_n, I, K, kb + GROUPS, k_end, GROUPS)
             k = kb * 128 + tl.arange(0, GROUPS * 128)
             k_ok = k < k_end
+            at = offs_n[:, None] * K + k[None, :]
+            w_ok = n_ok[:, None] & k_ok[None, :]
+            wg = tl.load(g_q + at, mask=w_ok, other=0.0)
+            wu = tl.load(u_q + at, mask=w_ok, other=0.0)
             g = _gemv_step(g, wg, xq_ptr, sx_ptr, M, K, g_s, n_block, k, k_ok, BLOCK_M)
             u = _gemv_step(u, wu, xq_ptr, sx_ptr, M, K, u_s, n_block, k, k_ok, BLOCK_M)
-            wg, wu = next_g, next_u
     else:
         for kb in range(kb0, kb_end, GROUPS):
             for j in tl.static_range(GROUPS):
@@ -544,7 +532,10 @@ def gate_up_chunk(k: int, split_k: int, groups: int) -> int:
 # (T045706Z, T045711Z): gate/up tiles of 16-32 columns x 2-8 groups x K in 2-12 chunks, down
 # of 16-64 columns and 2-8 groups, 2 or 8 warps: none faster at both layer kinds by more than
 # 0.6 us. Tried there too: the shared expert's gate/up programs running before the router
-# finishes (its x is two kernels back): +1.3 us a MoE layer at one row, so they wait.
+# finishes (its x is two kernels back): +1.3 us a MoE layer at one row, so they wait. And
+# the next step's weight tiles loaded before this step's multiply-and-sum (by hand: Triton
+# does not pipeline this loop): +13..15 us at one row, up to +140 with wide tiles (spills;
+# tiling_probe_20261201T051045Z, T051051Z; code at a1c394f).
 GEMV_MAX_ROWS = 1
 GATE_UP_GEMV_TILING = (16, 4, 4)
 DOWN_GEMV_BLOCK = 32
