@@ -109,6 +109,9 @@ VARIANTS = {
     "moe_gemv_warps_2": {("moe", "GEMV_WARPS"): 2},
     "moe_gemv_warps_8": {("moe", "GEMV_WARPS"): 8},
     "linear_gemv": {("fp8_linear", "GEMV_MAX_ROWS"): 1},
+    # the bf16 GEMVs (the router's, the indexer's wk|weights_proj) at one row as one load a K
+    # chunk without the tensor cores (bf16_linear.GEMV_MAX_ROWS; default: MMAs)
+    "bf16_gemv": {("bf16_linear", "GEMV_MAX_ROWS"): 1},
 }
 
 
@@ -130,11 +133,12 @@ def main():
     p.add_argument("--results", default=str(H.REPO / "benchmark" / "results"))
     args = p.parse_args()
 
-    from sgl_kernel_ext.triton import fp8_linear, indexer, mla, moe, norm, overlap, topk
+    from sgl_kernel_ext.triton import (bf16_linear, fp8_linear, indexer, mla, moe, norm, overlap,
+                                       topk)
     from sglang.srt.layers.fused_decode.layer import FusedLayer, chain_prefetch
     from sglang.srt.layers.fused_decode.reference.config import glm53_config
 
-    modules = {"fp8_linear": fp8_linear, "indexer": indexer, "mla": mla, "moe": moe, "norm": norm, "overlap": overlap,
+    modules = {"bf16_linear": bf16_linear, "fp8_linear": fp8_linear, "indexer": indexer, "mla": mla, "moe": moe, "norm": norm, "overlap": overlap,
                "topk": topk}
     derived = {"no_split_k": _no_split_k(moe.gate_up_tiling), "down_64": lambda m: 64,
                "down_128": lambda m: 128, "down_256": lambda m: 256,

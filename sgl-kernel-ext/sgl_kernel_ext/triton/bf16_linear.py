@@ -27,23 +27,35 @@ def _bf16_linear_prefetch(tile, split, K, w_ptr, N, k_chunk, BLOCK_N: tl.constex
 @triton.jit
 def _bf16_linear_task(tile, split, x_ptr, stride_xm, M, K, w_ptr, part_ptr, N, k_chunk,
                       BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                      INTERPRET: tl.constexpr):
+                      INTERPRET: tl.constexpr, GEMV: tl.constexpr):
+    """Program (tile, split); with GEMV (a few rows, BLOCK_K >= k_chunk) the chunk is one
+    load and an fp32 multiply-and-sum per row instead of a loop of MMAs."""
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     n_ok = offs_n < N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     k_lo = split * k_chunk
-    for k0 in range(k_lo, k_lo + k_chunk, BLOCK_K):
-        k = k0 + tl.arange(0, BLOCK_K)
-        k_ok = k < K
+    if GEMV:
+        k = k_lo + tl.arange(0, BLOCK_K)
+        k_ok = (k < k_lo + k_chunk) & (k < K)
         w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :], mask=n_ok[:, None] & k_ok[None, :],
-                    other=0.0)
-        x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :],
-                    mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0)
-        if INTERPRET:
-            acc += tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)))
-        else:
-            acc += tl.dot(x, tl.trans(w))
+                    other=0.0).to(tl.float32)
+        for r in tl.static_range(BLOCK_M):
+            x = tl.load(x_ptr + r * stride_xm + k, mask=k_ok & (r < M), other=0.0)
+            acc += tl.where(offs_m[:, None] == r,
+                            tl.sum(w * x.to(tl.float32)[None, :], axis=1)[None, :], 0.0)
+    else:
+        for k0 in range(k_lo, k_lo + k_chunk, BLOCK_K):
+            k = k0 + tl.arange(0, BLOCK_K)
+            k_ok = k < K
+            w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :],
+                        mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+            x = tl.load(x_ptr + offs_m[:, None] * stride_xm + k[None, :],
+                        mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0)
+            if INTERPRET:
+                acc += tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)))
+            else:
+                acc += tl.dot(x, tl.trans(w))
     out = part_ptr + split * M * N + offs_m[:, None] * N + offs_n[None, :]
     tl.store(out, acc, mask=(offs_m[:, None] < M) & n_ok[None, :])
 
@@ -52,16 +64,25 @@ def _bf16_linear_task(tile, split, x_ptr, stride_xm, M, K, w_ptr, part_ptr, N, k
 def _bf16_linear_splitk_kernel(x_ptr, stride_xm, M, K, w_ptr, part_ptr, N, k_chunk,
                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
-                               PDL: tl.constexpr):
+                               PDL: tl.constexpr, GEMV: tl.constexpr):
     tile = tl.program_id(0)
     split = tl.program_id(1)
     _bf16_linear_prefetch(tile, split, K, w_ptr, N, k_chunk, BLOCK_N, PDL)
     stage_begin(PDL)
     _bf16_linear_task(tile, split, x_ptr, stride_xm, M, K, w_ptr, part_ptr, N, k_chunk,
-                      BLOCK_M, BLOCK_N, BLOCK_K, INTERPRET)
+                      BLOCK_M, BLOCK_N, BLOCK_K, INTERPRET, GEMV)
 
 
 BLOCK_N = 16  # output columns per program
+# rows up to which a program multiplies its whole K chunk at once without the tensor cores
+GEMV_MAX_ROWS = 0
+
+
+def launch_shape(m: int, k: int, split: int, block_k: int = 128) -> tuple:
+    """(BLOCK_M, BLOCK_K, GEMV) of m rows: the GEMV form's BLOCK_K spans a whole K chunk."""
+    if m <= GEMV_MAX_ROWS:
+        return block_m(m, True), triton.next_power_of_2(chunk_cols(k, split, block_k)), True
+    return block_m(m), block_k, False
 
 
 def chunk_cols(k: int, split: int, block_k: int = 128) -> int:
@@ -76,8 +97,9 @@ def bf16_linear_splitk(x: torch.Tensor, w: torch.Tensor, parts: torch.Tensor,
     split, pm, n = parts.shape
     assert x.stride(1) == 1 and w.is_contiguous() and w.shape == (n, k) and pm == m
     assert parts.is_contiguous() and parts.dtype == torch.float32
+    bm, bk, gemv = launch_shape(m, k, split, block_k)
     _bf16_linear_splitk_kernel[(triton.cdiv(n, block_n), split)](
         x, x.stride(0), m, k, w, parts, n, chunk_cols(k, split, block_k),
-        BLOCK_M=block_m(m), BLOCK_N=block_n, BLOCK_K=block_k, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), num_warps=4, num_stages=4, **overlap.launch_kw(),
+        BLOCK_M=bm, BLOCK_N=block_n, BLOCK_K=bk, INTERPRET=interpreting(),
+        PDL=overlap.enabled(), GEMV=gemv, num_warps=4, num_stages=4, **overlap.launch_kw(),
     )

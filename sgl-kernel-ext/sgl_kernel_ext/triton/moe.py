@@ -146,7 +146,7 @@ def _router_route_kernel(x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk, a
                          num_slots_ptr, scale, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
                          ROUTE_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                          BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
-                         INTERPRET: tl.constexpr, PDL: tl.constexpr):
+                         INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr):
     """The router's split-K bf16 GEMV (programs (tile, split)); the last program to finish
     routes (route's task over the complete partials)."""
     tile = tl.program_id(0)
@@ -154,7 +154,7 @@ def _router_route_kernel(x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk, a
     _bf16_linear_prefetch(tile, split, K, w_ptr, E, k_chunk, BLOCK_N, PDL)
     stage_begin(PDL)
     _bf16_linear_task(tile, split, x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk,
-                      BLOCK_M, BLOCK_N, BLOCK_K, INTERPRET)
+                      BLOCK_M, BLOCK_N, BLOCK_K, INTERPRET, GEMV)
     if arrive_last(arrival_ptr, tl.num_programs(0) * tl.num_programs(1)):
         _route_task(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, slot_expert_ptr, slot_weight_ptr,
                     slot_rank_ptr, num_slots_ptr, scale, ROUTE_M, BLOCK_E, TOPK, RENORM)
@@ -487,14 +487,15 @@ def router_route(x: torch.Tensor, router_w: torch.Tensor, router_parts: torch.Te
     assert slot_expert.numel() >= m * topk + 1 and slot_weight.is_contiguous()
     assert slot_rank.shape == slot_weight.shape and slot_rank.is_contiguous()
     assert slot_weight.shape[1] == m and arrival.dtype == torch.int32
-    block_n, block_k = bf16_linear.BLOCK_N, 128
+    block_n = bf16_linear.BLOCK_N
+    bm, block_k, gemv = bf16_linear.launch_shape(m, k, split)
     _router_route_kernel[(triton.cdiv(e, block_n), split)](
         x, x.stride(0), m, k, router_w, router_parts, e,
-        bf16_linear.chunk_cols(k, split, block_k), arrival, bias, positions, slot_expert,
-        slot_weight, slot_rank, num_slots, float(scale), SPLIT=split, BLOCK_M=block_m(m),
+        bf16_linear.chunk_cols(k, split, 128), arrival, bias, positions, slot_expert,
+        slot_weight, slot_rank, num_slots, float(scale), SPLIT=split, BLOCK_M=bm,
         ROUTE_M=max(2, triton.next_power_of_2(m)), BLOCK_N=block_n, BLOCK_K=block_k,
         BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), num_warps=ROUTER_ROUTE_WARPS, num_stages=4, **overlap.launch_kw())
+        PDL=overlap.enabled(), GEMV=gemv, num_warps=ROUTER_ROUTE_WARPS, num_stages=4, **overlap.launch_kw())
 
 
 def _check_expert_stack(*tensors) -> None:

@@ -218,7 +218,7 @@ def _layer_kernel(
                 _bf16_linear_prefetch(tile, split, H, kw_w_ptr, NKW, kw_chunk, KW_BN, PF)
                 _wait(counters_ptr, S_NORM1, n_norm1)
                 _bf16_linear_task(tile, split, x_ptr, H, M, H, kw_w_ptr, kw_ptr, NKW, kw_chunk,
-                                  BLOCK_M, KW_BN, 128, INTERPRET)
+                                  BLOCK_M, KW_BN, 128, INTERPRET, False)
             _signal(counters_ptr, S_QKV_A)
         elif t < e_latent:
             _wait(counters_ptr, S_QKV_A, n_qkv_a + n_kw)
@@ -324,7 +324,7 @@ def _layer_kernel(
                                       PF)
                 _wait(counters_ptr, S_NORM2, n_norm2)
                 _bf16_linear_task(tile, split, x2_ptr, H, M, H, router_w_ptr, router_parts_ptr, E,
-                                  router_chunk, BLOCK_M, ROUTER_BN, 128, INTERPRET)
+                                  router_chunk, BLOCK_M, ROUTER_BN, 128, INTERPRET, False)
                 _signal(counters_ptr, S_ROUTER)
         elif t < e_route:
             if MOE:

@@ -60,11 +60,15 @@ def test_fp8_linear_split_k_two_matrices_one_launch(rows, split, gemv, monkeypat
     torch.testing.assert_close(pb.sum(0), ref_fp8_linear(x, wb, FP32_OUT), rtol=1e-4, atol=1e-4)
 
 
-def test_bf16_split_k_sums_to_the_product():
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(5, 640, generator=g).bfloat16()
+@pytest.mark.parametrize("rows, gemv", [(5, False), (1, True), (2, True)])
+def test_bf16_split_k_sums_to_the_product(rows, gemv, monkeypatch):
+    """On the tensor cores, or (gemv) each K chunk as one load multiplied and summed in fp32
+    (bf16_linear.GEMV_MAX_ROWS); 640 columns in chunks of 256: the third of 128, the fourth empty."""
+    monkeypatch.setattr(bf16_linear, "GEMV_MAX_ROWS", rows if gemv else 0)
+    g = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 640, generator=g).bfloat16()
     w = torch.randn(48, 640, generator=g).bfloat16()
-    parts = torch.full((4, 5, 48), float("nan"))
+    parts = torch.full((4, rows, 48), float("nan"))
     bf16_linear.bf16_linear_splitk(x, w, parts)
     torch.testing.assert_close(parts.sum(0), x.float() @ w.float().T, rtol=1e-5, atol=1e-4)
 
