@@ -7,7 +7,7 @@ set -u
 source benchmark/device_env.sh
 timeout 150 python3 -m pytest test/srt/kernels -q -k "tensor_cores" > "$L/pytest_gemv.log" 2>&1
 echo "pytest rc=$?"; tail -3 "$L/pytest_gemv.log"
-variants=${1:-$(python3 -c "from benchmark.tiling_probe import VARIANTS as V; print(','.join(['baseline'] + [n for n in V if n.startswith(('moe_', 'linear_gemv', 'bf16_gemv'))]))")}
+variants=${1:-$(python3 -c "from benchmark.tiling_probe import VARIANTS as V; print(','.join(['baseline'] + [n for n in V if n.startswith(('moe_', 'linear_gemv', 'bf16_'))]))")}
 timeout 330 python3 -m benchmark.tiling_probe --kinds moe,dense,moe_idx --ms 1,2 \
   --variants "$variants" --out "$OUT" > "$L/tiling_gemv.log" 2>&1
 echo "tiling_probe rc=$?"; grep -E "M=" "$L/tiling_gemv.log" | tail -100

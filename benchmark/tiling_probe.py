@@ -109,9 +109,11 @@ VARIANTS = {
     "moe_gemv_warps_2": {("moe", "GEMV_WARPS"): 2},
     "moe_gemv_warps_8": {("moe", "GEMV_WARPS"): 8},
     "linear_gemv": {("fp8_linear", "GEMV_MAX_ROWS"): 1},
-    # the bf16 GEMVs (the router's, the indexer's wk|weights_proj) at one row as one load a K
-    # chunk without the tensor cores (bf16_linear.GEMV_MAX_ROWS; default: MMAs)
-    "bf16_gemv": {("bf16_linear", "GEMV_MAX_ROWS"): 1},
+    # the bf16 GEMVs (the router's, the indexer's wk|weights_proj) on the tensor cores at one
+    # row too (default: one load a K chunk without them, bf16_linear.GEMV_MAX_ROWS), or
+    # without them at 2 rows
+    "bf16_dot": {("bf16_linear", "GEMV_MAX_ROWS"): 0},
+    "bf16_gemv_to_2": {("bf16_linear", "GEMV_MAX_ROWS"): 2},
 }
 
 
