@@ -1,7 +1,8 @@
 """Run the fused layer once per layer kind at the tiny config on the GPU, for
 compute-sanitizer (memcheck, racecheck): small shapes, a pad row, contexts past the top-k;
 then two rows (the last-arrival tails of router+route and gate/up+SwiGLU run at 1-2 rows)
-with one context past the split top-k's threshold. An optional argument runs absorb_v in
+with one context past the split top-k's threshold; then one row (the GEMV forms of the MoE,
+the bf16 GEMVs and absorb). An optional argument runs absorb_v in
 that many latent chunks (mla.ABSORB_V_SPLIT_C, its last-arrival sum; default 4); a second,
 "merge", has those programs merge the attention's chunks at every row count (by default only
 at one row: mla.ABSORB_V_MERGE_MAX_ROWS).
@@ -25,7 +26,7 @@ def main(absorb_v_split: int = mla.ABSORB_V_SPLIT_C, merge: bool = False):
     if merge:
         mla.ABSORB_V_MERGE_MAX_ROWS = 16
     cfg = tiny_config()
-    contexts = ([30, 0, 12, 40], [topk.SPLIT_MIN_WIDTH + 100, 40])
+    contexts = ([30, 0, 12, 40], [topk.SPLIT_MIN_WIDTH + 100, 40], [300])
     for ctx in contexts:
         for layer_id in (0, 1, 2):  # dense+indexer, MoE+indexer, MoE reusing the top-k
             case = make_case(cfg, layer_id, ctx, seed=layer_id, tp_size=2, device="cuda")
