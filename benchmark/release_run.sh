@@ -10,7 +10,7 @@ set -u
 source benchmark/device_env.sh
 case "${1:-}" in
   tests)
-    timeout 240 python3 -m pytest test/srt/kernels -q -k "not sanitize" > "$L/pytest.log" 2>&1
+    timeout 280 python3 -m pytest test/srt/kernels -q -k "not sanitize" > "$L/pytest.log" 2>&1
     echo "pytest rc=$?"; tail -3 "$L/pytest.log"
     if command -v compute-sanitizer >/dev/null; then
       for tool in memcheck racecheck; do
