@@ -109,6 +109,9 @@ VARIANTS = {
     "moe_gemv_warps_2": {("moe", "GEMV_WARPS"): 2},
     "moe_gemv_warps_8": {("moe", "GEMV_WARPS"): 8},
     "linear_gemv": {("fp8_linear", "GEMV_MAX_ROWS"): 1},
+    **{f"linear_gemv_{n}_{g}": {("fp8_linear", "GEMV_MAX_ROWS"): 1,
+                                ("fp8_linear", "GEMV_BLOCK_N"): n, ("fp8_linear", "GEMV_GROUPS"): g}
+       for n, g in ((16, 4), (32, 4), (16, 2), (32, 2), (16, 8))},
     # the bf16 GEMVs (the router's, the indexer's wk|weights_proj) on the tensor cores at one
     # row too (default: one load a K chunk without them, bf16_linear.GEMV_MAX_ROWS), or
     # without them at 2 rows

@@ -39,8 +39,11 @@ NUM_WARPS = 4
 # programs) were 0.4-7.6 us slower a layer.
 ONE_WAVE = True
 TARGET_PROGRAMS = 264
-# rows up to which the linears multiply without the tensor cores (_fp8_group_gemv)
+# rows up to which the linears multiply without the tensor cores (_gemv_step), with their own
+# output columns a program and 128-column groups a step (the split K stays the layer's)
 GEMV_MAX_ROWS = 0
+GEMV_BLOCK_N = 64
+GEMV_GROUPS = 2
 
 
 @triton.jit
@@ -216,6 +219,9 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
     split = parts.shape[0]
     assert xq.is_contiguous() and sx.is_contiguous() and wq.is_contiguous() and ws.is_contiguous()
     assert wq.shape[1] == k and parts.shape[1:] == (m, wq.shape[0]) and parts.is_contiguous()
+    gemv = m <= GEMV_MAX_ROWS
+    if gemv:
+        block_n, groups = GEMV_BLOCK_N, GEMV_GROUPS
     assert 128 % block_n == 0
     if wq_b is not None:
         assert wq_b.shape[1] == k and parts_b.shape == (split, m, wq_b.shape[0])
@@ -225,7 +231,6 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
         wq_b, ws_b, parts_b = wq, ws, parts
     use_pdl = pdl and overlap.enabled()
     launch = overlap.launch_kw() if use_pdl else {}
-    gemv = m <= GEMV_MAX_ROWS
     _fp8_linear_kernel[(tiles, split)](
         xq, sx, m, k, k_chunk,
         wq, ws, parts, wq.shape[0], tiles_a,

@@ -48,6 +48,8 @@ def test_fp8_linear_split_k_two_matrices_one_launch(rows, split, gemv, monkeypat
     """The split-K partials of both matrices sum to the product, on the tensor cores or
     (gemv) without them (fp8_linear.GEMV_MAX_ROWS)."""
     monkeypatch.setattr(fp8_linear, "GEMV_MAX_ROWS", rows if gemv else 0)
+    monkeypatch.setattr(fp8_linear, "GEMV_BLOCK_N", 16)  # 40 of W_b's rows: a partial tile
+    monkeypatch.setattr(fp8_linear, "GEMV_GROUPS", 4)  # chunks past K: empty partials
     g = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, 640, generator=g).bfloat16()  # 5 groups: a ragged last chunk
     wa = quant_block(torch.randn(200, 640, generator=g) * 0.05)  # partial last N block
