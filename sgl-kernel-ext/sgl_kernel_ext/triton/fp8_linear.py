@@ -40,7 +40,10 @@ NUM_WARPS = 4
 ONE_WAVE = True
 TARGET_PROGRAMS = 264
 # rows up to which the linears multiply without the tensor cores (_gemv_step), with their own
-# output columns a program and 128-column groups a step (the split K stays the layer's)
+# output columns a program and 128-column groups a step (the split K stays the layer's). Off:
+# on an H200 at one row the MoE layer is 2.4-8 us slower for every tile of 16-64 columns x 2-8
+# groups; the dense and MoE+indexer layers gain at most 1.7 and 1.3 us (32 columns, 2 groups;
+# tiling_probe_20261201T052901Z, linear_gemv_*)
 GEMV_MAX_ROWS = 0
 GEMV_BLOCK_N = 64
 GEMV_GROUPS = 2
