@@ -3,6 +3,8 @@
 For the narrow bf16 matrices of a decode layer (the router's [256, 6144], the indexer's
 merged wk / weights_proj [160, 6144]): too few output columns to fill the GPU, so K is split
 too and the consumer sums the SPLIT partials in a fixed order (deterministic, no atomics).
+At one row (GEMV_MAX_ROWS) each program loads its whole K chunk at once and multiplies it
+into the row in fp32 instead of looping over MMAs.
 """
 
 from __future__ import annotations

@@ -8,6 +8,10 @@ block) and one K chunk, and takes GROUPS 128-column groups per iteration as inde
 partials [SPLIT, M, N] are summed in a fixed order by the consumer, which rounds once to bf16:
 deterministic, no atomics, and a short dependency chain per program.
 
+For a few rows a GEMV form (``_gemv_step``, GEMV_MAX_ROWS) multiplies without the tensor
+cores: each step's groups are one load, converted to fp32 in registers and multiplied into
+each row's scaled x, so no shared memory is staged; gate/up and down use it at one row.
+
 Up to two matrices sharing x (q_a and kv_a; q_b and the indexer's wq_b) run in one launch.
 Rows past M are zero-padded to the 16-row MMA minimum; nothing is written for them.
 With ``overlap`` on, each program prefetches its weight tile into L2 before waiting for the

@@ -17,7 +17,8 @@ Launches with grids fixed by the plan (CUDA-graph capturable):
    order (shared first, experts ascending, as SGLang's combine) and rounded once to bf16.
 
 Each touched expert's weights are read once per step. A dense MLP is the same gate_up/down
-pair over the single shared slot.
+pair over the single shared slot. At one row (GEMV_MAX_ROWS) gate/up and down multiply
+without the tensor cores (fp8_linear._gemv_step), in narrower tiles of their own.
 """
 
 from __future__ import annotations
