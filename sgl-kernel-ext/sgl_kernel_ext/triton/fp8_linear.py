@@ -30,9 +30,10 @@ from . import overlap
 from .overlap import prefetch_rows, stage_begin
 
 GROUP = 128
-# warps per program (benchmark/tiling_probe.py: fp8_linear_8_warps). Compiled for sm_90a at
-# real shapes (ptxas -v, CPU), 4 warps with 64 x 2 x 128 tiles spill ~300 B per program; on an
-# H200 8 warps are still 0.3-3.5 us slower per layer (tiling_probe_20261130T143119Z).
+# warps per program (benchmark/tiling_probe.py: fp8_linear_8_warps). On an H200 8 warps are
+# 0.3-3.5 us slower per layer (tiling_probe_20261130T143119Z). (A CPU compile once reported
+# ~300 B spilled at 4 warps: it did not know K a multiple of 16, as the GPU's JIT does; with
+# that known, test/srt/unit/sm90_compile.py resources lists none.)
 NUM_WARPS = 4
 # A program takes 82 KB of shared memory (3 stages), so two fit a multiprocessor: sized to
 # at least 264 programs, q_a|kv_a's 287 and o_proj's 288 ran in 1.09 waves (ncu, H200:
