@@ -32,6 +32,7 @@ VARIANTS = {
     "baseline": {},
     "gate_up_no_split_k": {("moe", "gate_up_tiling"): "no_split_k"},
     "norm_8_warps": {("norm", "NUM_WARPS"): 8},
+    "norm_32_warps": {("norm", "NUM_WARPS"): 32},
     "latent_8_warps": {("mla", "LATENT_WARPS"): 8},
     "absorb_block_c_32": {("mla", "ABSORB_BLOCK_C"): 32},
     "absorb_block_c_128": {("mla", "ABSORB_BLOCK_C"): 128},
@@ -61,6 +62,7 @@ VARIANTS = {
     "route_kernel_4_warps": {("moe", "ROUTE_TAIL_MAX_ROWS"): 0, ("moe", "ROUTE_WARPS"): 4},
     "route_one_program": {("moe", "ROUTE_PER_ROW_MIN_ROWS"): 1 << 30},
     "router_route_2_warps": {("moe", "ROUTER_ROUTE_WARPS"): 2},
+    "router_route_8_warps": {("moe", "ROUTER_ROUTE_WARPS"): 8},
     "router_route_1_warp": {("moe", "ROUTER_ROUTE_WARPS"): 1},
     # the split top-k's threshold (default: rows wider than 2048), at --ctx above 2048
     "split_topk_off": {("topk", "SPLIT_MIN_WIDTH"): 1 << 30},
