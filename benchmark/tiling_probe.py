@@ -32,7 +32,7 @@ VARIANTS = {
     "baseline": {},
     "gate_up_no_split_k": {("moe", "gate_up_tiling"): "no_split_k"},
     "norm_8_warps": {("norm", "NUM_WARPS"): 8},
-    "norm_16_warps": {("norm", "NUM_WARPS"): 16},
+    "norm_32_warps": {("norm", "NUM_WARPS"): 32},
     "latent_8_warps": {("mla", "LATENT_WARPS"): 8},
     "absorb_block_c_32": {("mla", "ABSORB_BLOCK_C"): 32},
     "absorb_block_c_128": {("mla", "ABSORB_BLOCK_C"): 128},
@@ -114,10 +114,11 @@ VARIANTS = {
     **{f"linear_gemv_{n}_{g}": {("fp8_linear", "GEMV_MAX_ROWS"): 1,
                                 ("fp8_linear", "GEMV_BLOCK_N"): n, ("fp8_linear", "GEMV_GROUPS"): g}
        for n, g in ((16, 4), (32, 4), (16, 2), (32, 2), (16, 8))},
-    # the bf16 GEMVs (the router's, the indexer's wk|weights_proj) on the tensor cores at 1-2
-    # rows too (default: one load a K chunk without them, bf16_linear.GEMV_MAX_ROWS), or at 2
+    # the bf16 GEMVs (the router's, the indexer's wk|weights_proj) on the tensor cores at one
+    # row too (default: one load a K chunk without them, bf16_linear.GEMV_MAX_ROWS), or
+    # without them at 2 rows
     "bf16_dot": {("bf16_linear", "GEMV_MAX_ROWS"): 0},
-    "bf16_gemv_to_1": {("bf16_linear", "GEMV_MAX_ROWS"): 1},
+    "bf16_gemv_to_2": {("bf16_linear", "GEMV_MAX_ROWS"): 2},
 }
 
 
