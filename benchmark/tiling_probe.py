@@ -32,7 +32,7 @@ VARIANTS = {
     "baseline": {},
     "gate_up_no_split_k": {("moe", "gate_up_tiling"): "no_split_k"},
     "norm_8_warps": {("norm", "NUM_WARPS"): 8},
-    "norm_32_warps": {("norm", "NUM_WARPS"): 32},
+    "norm_16_warps": {("norm", "NUM_WARPS"): 16},
     "latent_8_warps": {("mla", "LATENT_WARPS"): 8},
     "absorb_block_c_32": {("mla", "ABSORB_BLOCK_C"): 32},
     "absorb_block_c_128": {("mla", "ABSORB_BLOCK_C"): 128},
@@ -44,6 +44,16 @@ VARIANTS = {
     "attn_1_stage": {("mla", "ATTN_STAGES"): 1},
     "attn_block_32": {("mla", "ATTN_BLOCK_T"): 32},
     "attn_block_32_3_stages": {("mla", "ATTN_BLOCK_T"): 32, ("mla", "ATTN_STAGES"): 3},
+    # the attention loading the next step's slots (1) or also its KV rows (2) first
+    # (with 3 or more stages Triton then double-buffers the KV rows in shared memory)
+    "attn_ahead_1": {("mla", "ATTN_AHEAD"): 1},
+    "attn_ahead_1_3_stages": {("mla", "ATTN_AHEAD"): 1, ("mla", "ATTN_STAGES"): 3},
+    "attn_ahead_1_block_32_3_stages": {("mla", "ATTN_AHEAD"): 1, ("mla", "ATTN_BLOCK_T"): 32,
+                                       ("mla", "ATTN_STAGES"): 3},
+    "attn_ahead_1_block_32_4_stages": {("mla", "ATTN_AHEAD"): 1, ("mla", "ATTN_BLOCK_T"): 32,
+                                       ("mla", "ATTN_STAGES"): 4},
+    "attn_ahead_2": {("mla", "ATTN_AHEAD"): 2},
+    "attn_ahead_2_block_32": {("mla", "ATTN_AHEAD"): 2, ("mla", "ATTN_BLOCK_T"): 32},
     # programmatic dependent launch + L2 prefetch up to 16 rows (default: up to 8)
     "overlap_16": {("overlap", "MAX_ROWS"): 16},
     # the layer's dense weights prefetched into L2 by its first kernel
@@ -115,10 +125,10 @@ VARIANTS = {
                                 ("fp8_linear", "GEMV_BLOCK_N"): n, ("fp8_linear", "GEMV_GROUPS"): g}
        for n, g in ((16, 4), (32, 4), (16, 2), (32, 2), (16, 8))},
     # the bf16 GEMVs (the router's, the indexer's wk|weights_proj) on the tensor cores at one
-    # row too (default: one load a K chunk without them, bf16_linear.GEMV_MAX_ROWS), or
-    # without them at 2 rows
+    # rows too (default: one load a K chunk without them up to bf16_linear.GEMV_MAX_ROWS), or
+    # without them only at one row
     "bf16_dot": {("bf16_linear", "GEMV_MAX_ROWS"): 0},
-    "bf16_gemv_to_2": {("bf16_linear", "GEMV_MAX_ROWS"): 2},
+    "bf16_gemv_to_1": {("bf16_linear", "GEMV_MAX_ROWS"): 1},
 }
 
 

@@ -78,10 +78,9 @@ def _bf16_linear_splitk_kernel(x_ptr, stride_xm, M, K, w_ptr, part_ptr, N, k_chu
 BLOCK_N = 16  # output columns per program
 # rows up to which a program multiplies its whole K chunk at once without the tensor cores:
 # on an H200 at one row the MoE layer is 0.9 us faster, the dense and MoE+indexer layers
-# (whose indexer also runs one: wk|weights_proj) 4.4 and 5.3 us (tiling_probe_20261201T051737Z).
-# Up to two rows those two were 3.8-3.9 us faster at two, the MoE layer the same (T053337Z,
-# bf16_gemv_to_2): not the default until the GPU suite has run with it (no device time left)
-GEMV_MAX_ROWS = 1
+# (whose indexer also runs one: wk|weights_proj) 4.4 and 5.3 us (tiling_probe_20261201T051737Z);
+# at two rows those two are 3.8-3.9 us faster, the MoE layer the same (T053337Z)
+GEMV_MAX_ROWS = 2
 
 
 def launch_shape(m: int, k: int, split: int, block_k: int = 128) -> tuple:

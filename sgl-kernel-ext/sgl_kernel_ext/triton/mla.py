@@ -68,6 +68,9 @@ ABSORB_V_MERGE_MAX_ROWS = 1
 ATTN_WARPS = 8
 ATTN_STAGES = 2
 ATTN_BLOCK_T = 64  # top-k entries per loop step (at most attention_block's)
+# what a loop step of the attention loads for the next one before its own math
+# (_sparse_attn_task): 0 nothing, 1 the top-k entries and their cache slots, 2 also the KV rows
+ATTN_AHEAD = 0
 # the most attention programs a step (attention_splits): one wave of one program a
 # multiprocessor (201 registers x 256 threads). At 16 rows 16 chunks a row were 256 programs,
 # two waves (ncu, H200: results/ncu_moe_2aeab55.log); 8 chunks, one wave, made each layer
@@ -271,10 +274,30 @@ def _sparse_attn_prefetch(m, sp, chunk, kv_cache_ptr, topk_ptr, stride_topk, slo
 
 
 @triton.jit
+def _attn_step_slots(m, ot, hi, topk_ptr, stride_topk, slots_ptr, stride_slots):
+    """Cache slots of row m's top-k entries ot (those at or past hi, or -1, do not exist)."""
+    p_ctx = tl.load(topk_ptr + m * stride_topk + ot, mask=ot < hi, other=-1)
+    t_ok = p_ctx >= 0
+    slot = tl.load(slots_ptr + m * stride_slots + tl.maximum(p_ctx, 0), mask=t_ok, other=0)
+    return slot, t_ok
+
+
+@triton.jit
+def _attn_step_rows(kv_cache_ptr, slot, t_ok, oc, orr, C: tl.constexpr, R: tl.constexpr):
+    rows = kv_cache_ptr + slot[:, None] * (C + R)
+    kv = tl.load(rows + oc[None, :], mask=t_ok[:, None], other=0.0)
+    kpe = tl.load(rows + C + orr[None, :], mask=t_ok[:, None], other=0.0)
+    return kv, kpe
+
+
+@triton.jit
 def _sparse_attn_task(m, sp, nsp, qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
                       stride_slots, part_o_ptr, part_ml_ptr, NH, sm_scale, chunk,
                       C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
-                      BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr):
+                      BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr, AHEAD: tl.constexpr):
+    """Row m's chunk sp. AHEAD (``ATTN_AHEAD``): 1 issues the next step's top-k and slot loads
+    before this step's math, 2 its KV rows too (carried in registers), so a step does not
+    start with a chain of dependent loads."""
     oh = tl.arange(0, BLOCK_H)
     oc = tl.arange(0, C)
     orr = tl.arange(0, R)
@@ -285,14 +308,24 @@ def _sparse_attn_task(m, sp, nsp, qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk,
     m_i = tl.full((BLOCK_H,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_H,), tl.float32)
     acc = tl.zeros((BLOCK_H, C), tl.float32)
-    for t0 in range(sp * chunk, (sp + 1) * chunk, BLOCK_T):
-        ot = t0 + tl.arange(0, BLOCK_T)
-        p_ctx = tl.load(topk_ptr + m * stride_topk + ot)
-        t_ok = p_ctx >= 0
-        slot = tl.load(slots_ptr + m * stride_slots + tl.maximum(p_ctx, 0), mask=t_ok, other=0)
-        rows = kv_cache_ptr + slot[:, None] * (C + R)
-        kv = tl.load(rows + oc[None, :], mask=t_ok[:, None], other=0.0)
-        kpe = tl.load(rows + C + orr[None, :], mask=t_ok[:, None], other=0.0)
+    lo = sp * chunk
+    hi = lo + chunk
+    if AHEAD >= 1:
+        slot, t_ok = _attn_step_slots(m, lo + tl.arange(0, BLOCK_T), hi, topk_ptr, stride_topk,
+                                      slots_ptr, stride_slots)
+    if AHEAD >= 2:
+        kv, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, oc, orr, C, R)
+    for t0 in range(lo, hi, BLOCK_T):
+        if AHEAD == 0:
+            slot, t_ok = _attn_step_slots(m, t0 + tl.arange(0, BLOCK_T), hi, topk_ptr,
+                                          stride_topk, slots_ptr, stride_slots)
+        if AHEAD < 2:
+            kv, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, oc, orr, C, R)
+        if AHEAD >= 1:
+            slot_next, ok_next = _attn_step_slots(m, t0 + BLOCK_T + tl.arange(0, BLOCK_T), hi,
+                                                  topk_ptr, stride_topk, slots_ptr, stride_slots)
+        if AHEAD >= 2:
+            kv_next, kpe_next = _attn_step_rows(kv_cache_ptr, slot_next, ok_next, oc, orr, C, R)
         if INTERPRET:
             z = tl.dot(q_lat.to(tl.float32), tl.trans(kv.to(tl.float32)))
             z += tl.dot(q_pe.to(tl.float32), tl.trans(kpe.to(tl.float32)))
@@ -310,6 +343,12 @@ def _sparse_attn_task(m, sp, nsp, qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk,
         else:
             acc = acc * alpha[:, None] + tl.dot(p.to(tl.bfloat16), kv)
         m_i = m_new
+        if AHEAD >= 1:
+            slot = slot_next
+            t_ok = ok_next
+        if AHEAD >= 2:
+            kv = kv_next
+            kpe = kpe_next
     base = (m * nsp + sp) * NH + oh
     tl.store(part_o_ptr + base[:, None] * C + oc[None, :], acc, mask=h_ok[:, None])
     tl.store(part_ml_ptr + base * 2, m_i, mask=h_ok)
@@ -320,7 +359,8 @@ def _sparse_attn_task(m, sp, nsp, qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk,
 def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr, stride_slots,
                         part_o_ptr, part_ml_ptr, NH, sm_scale, chunk,
                         C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
-                        BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr):
+                        BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
+                        AHEAD: tl.constexpr):
     m = tl.program_id(0)
     sp = tl.program_id(1)
     # the top-k and the cache rows come from >= 2 kernels back
@@ -329,7 +369,7 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
     stage_begin(PDL)
     _sparse_attn_task(m, sp, tl.num_programs(1), qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk,
                       slots_ptr, stride_slots, part_o_ptr, part_ml_ptr, NH, sm_scale, chunk, C,
-                      R, BLOCK_H, BLOCK_T, INTERPRET)
+                      R, BLOCK_H, BLOCK_T, INTERPRET, AHEAD)
 
 
 @triton.jit
@@ -530,7 +570,8 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
         qcat, kv_cache, topk, topk.stride(0), token_slots, token_slots.stride(0), part_o,
         part_ml, nh, float(sm_scale), k // splits, C=kv_lora, R=rope,
         BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), num_warps=ATTN_WARPS, num_stages=ATTN_STAGES, **overlap.launch_kw())
+        PDL=overlap.enabled(), AHEAD=ATTN_AHEAD, num_warps=ATTN_WARPS, num_stages=ATTN_STAGES,
+        **overlap.launch_kw())
     if merge:
         _combine_kernel[(m, nh)](part_o, part_ml, olat, nh, splits, C=kv_lora,
                                  BLOCK_S=triton.next_power_of_2(splits),

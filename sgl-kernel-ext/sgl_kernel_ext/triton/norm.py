@@ -19,11 +19,10 @@ from .fp8_linear import interpreting
 from .overlap import prefetch_table, stage_begin
 from .quant import store_row_groups, sum_parts
 
-# warps per row program: 16 were 0.5-1.3 us faster than 8 (results/tiling_probe_20261130T132821Z).
+# warps per row program: 16 were 0.5-1.3 us faster than 8 (results/tiling_probe_20261130T132821Z),
 # 32 were 0.8-1.0 us faster a MoE layer than 16 at one row, 0.4-1.0 at two, the same for the
-# dense one (tiling_probe_20261201T053337Z, norm_32_warps): not the default until the GPU
-# suite and compute-sanitizer have run with it (no device time was left)
-NUM_WARPS = 16
+# dense one (tiling_probe_20261201T053337Z)
+NUM_WARPS = 32
 
 
 @triton.jit

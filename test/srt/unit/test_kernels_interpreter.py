@@ -335,6 +335,43 @@ def test_absorb_without_tensor_cores_is_the_dot_form(m, block_c, monkeypatch):
     assert float((gemv[..., :c] != dot[..., :c]).float().mean()) <= 0.05
 
 
+@pytest.mark.parametrize("splits", [1, 2])  # 2 and 1 loop steps a program
+def test_attention_loading_ahead_is_bitwise_the_plain_loop(splits, monkeypatch):
+    """The sparse attention with the next step's slots (ATTN_AHEAD 1) or also its KV rows (2)
+    loaded before the step's math: the same bits as the plain loop, which matches the direct
+    softmax over each row's selected cache rows (entries of -1 skipped, a row with none
+    zero); every element of the output written."""
+    from sgl_kernel_ext.triton import mla
+
+    c, r, nh, k, m, ctx = 64, 16, 4, 128, 3, 150
+    g = torch.Generator().manual_seed(splits)
+    kv_cache = torch.randn(400, c + r, generator=g).bfloat16()
+    slots = torch.stack([torch.randperm(400, generator=g)[:ctx] for _ in range(m)]).int()
+    topk = torch.stack([torch.randperm(ctx, generator=g)[:k] for _ in range(m)]).int()
+    topk[0, 5:70] = -1  # a step with a few entries, one with none
+    topk[2] = -1  # a row that selects nothing
+    qcat = torch.randn(m, nh, c + r, generator=g).bfloat16()
+    runs = []
+    for ahead in (0, 1, 2):
+        monkeypatch.setattr(mla, "ATTN_AHEAD", ahead)
+        part_o = torch.full((m, splits, nh, c), float("nan"))
+        part_ml = torch.full((m, splits, nh, 2), float("nan"))
+        olat = torch.full((m, nh, c), float("nan"), dtype=torch.bfloat16)
+        mla.sparse_attention(qcat, kv_cache, topk, slots, 0.125, part_o, part_ml, olat, c, r)
+        assert not torch.isnan(olat.float()).any()
+        runs.append(olat)
+    assert torch.equal(runs[1], runs[0]) and torch.equal(runs[2], runs[0])
+    for row in range(m):
+        sel = topk[row][topk[row] >= 0].long()
+        if sel.numel() == 0:
+            assert not runs[0][row].float().any()
+            continue
+        keys = kv_cache[slots[row, sel].long()].float()
+        z = qcat[row].float() @ keys.T * 0.125
+        want = torch.softmax(z, -1) @ keys[:, :c]
+        torch.testing.assert_close(runs[0][row].float(), want, rtol=2e-2, atol=2e-2)
+
+
 @pytest.mark.parametrize("k, block", [(16, 512), (256, 0)])  # 0: the default, one step a pass
 def test_topk_radix_select_follows_sglang_semantics(k, block):
     g = torch.Generator().manual_seed(k)
