@@ -34,6 +34,11 @@ VARIANTS = {
     "norm_8_warps": {("norm", "NUM_WARPS"): 8},
     "norm_16_warps": {("norm", "NUM_WARPS"): 16},
     "latent_8_warps": {("mla", "LATENT_WARPS"): 8},
+    "latent_16_warps": {("mla", "LATENT_WARPS"): 16},
+    "latent_32_warps": {("mla", "LATENT_WARPS"): 32},
+    "sum_block_256": {("moe", "SUM_BLOCK"): 256},
+    "sum_block_512": {("moe", "SUM_BLOCK"): 512},
+    "sum_block_2048": {("moe", "SUM_BLOCK"): 2048},
     "absorb_block_c_32": {("mla", "ABSORB_BLOCK_C"): 32},
     "absorb_block_c_128": {("mla", "ABSORB_BLOCK_C"): 128},
     "absorb_chunk_d_64": {("mla", "ABSORB_CHUNK_FROM_ROWS"): 1},
@@ -44,16 +49,19 @@ VARIANTS = {
     "attn_1_stage": {("mla", "ATTN_STAGES"): 1},
     "attn_block_32": {("mla", "ATTN_BLOCK_T"): 32},
     "attn_block_32_3_stages": {("mla", "ATTN_BLOCK_T"): 32, ("mla", "ATTN_STAGES"): 3},
-    # the attention loading the next step's slots (1) or also its KV rows (2) first
-    # (with 3 or more stages Triton then double-buffers the KV rows in shared memory)
-    "attn_ahead_1": {("mla", "ATTN_AHEAD"): 1},
-    "attn_ahead_1_3_stages": {("mla", "ATTN_AHEAD"): 1, ("mla", "ATTN_STAGES"): 3},
-    "attn_ahead_1_block_32_3_stages": {("mla", "ATTN_AHEAD"): 1, ("mla", "ATTN_BLOCK_T"): 32,
-                                       ("mla", "ATTN_STAGES"): 3},
-    "attn_ahead_1_block_32_4_stages": {("mla", "ATTN_AHEAD"): 1, ("mla", "ATTN_BLOCK_T"): 32,
-                                       ("mla", "ATTN_STAGES"): 4},
+    # the attention loading the next step's slots (1, the default) or also its KV rows (2)
+    # first, or neither (0); with 3 or more stages Triton double-buffers the KV rows
+    "attn_plain_loop": {("mla", "ATTN_AHEAD"): 0},
+    "attn_block_32_4_stages": {("mla", "ATTN_BLOCK_T"): 32, ("mla", "ATTN_STAGES"): 4},
     "attn_ahead_2": {("mla", "ATTN_AHEAD"): 2},
     "attn_ahead_2_block_32": {("mla", "ATTN_AHEAD"): 2, ("mla", "ATTN_BLOCK_T"): 32},
+    # two 4-warp programs a multiprocessor (188 registers, 56 KB at 32 entries a step: ptxas,
+    # CPU), so twice the programs in one wave
+    "attn_4_warps_block_32_256_programs": {("mla", "ATTN_WARPS"): 4, ("mla", "ATTN_BLOCK_T"): 32,
+                                           ("mla", "ATTN_PROGRAMS"): 256},
+    "attn_4_warps_block_32_3_stages_256_programs": {
+        ("mla", "ATTN_WARPS"): 4, ("mla", "ATTN_BLOCK_T"): 32, ("mla", "ATTN_STAGES"): 3,
+        ("mla", "ATTN_PROGRAMS"): 256},
     # programmatic dependent launch + L2 prefetch up to 16 rows (default: up to 8)
     "overlap_16": {("overlap", "MAX_ROWS"): 16},
     # the layer's dense weights prefetched into L2 by its first kernel

@@ -171,7 +171,7 @@ def step(layer, hidden: torch.Tensor, residual, batch: RowBatch, topk_prev, m: i
         TOPK_OUT=min(1024, triton.next_power_of_2(cfg.index_topk)),
         NOPE=nope, ROPE=rope, V=vd, BLOCK_D=triton.next_power_of_2(nope),
         ABSORB_BC=mla.ABSORB_BLOCK_C, BLOCK_HEADS=max(16, triton.next_power_of_2(nh)),
-        BLOCK_T=block_t, BLOCK_S=triton.next_power_of_2(max(nsp, max_splits)),
+        BLOCK_T=block_t, ATTN_AHEAD=mla.ATTN_AHEAD, BLOCK_S=triton.next_power_of_2(max(nsp, max_splits)),
         ROUTER_SPLIT=router_split, ROUTER_BN=ROUTER_BLOCK_N,
         BLOCK_E=triton.next_power_of_2(max(n_exp, 1)), TOPK_E=cfg.num_experts_per_tok,
         RENORM=bool(cfg.norm_topk_prob), GU_BN=gu_bn, GU_GROUPS=gu_groups, GU_SPLIT=gu_split,
