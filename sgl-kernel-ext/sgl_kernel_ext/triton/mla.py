@@ -27,8 +27,11 @@ from .arrival import arrive_last
 from .overlap import prefetch_l2, prefetch_rows, stage_begin
 from .quant import store_row_groups, sum_parts, to_e4m3
 
-# launch shapes of the latent and absorb stages (benchmark/tiling_probe.py)
-LATENT_WARPS = 4
+# launch shapes of the latent and absorb stages (benchmark/tiling_probe.py). Warps of a latent
+# program (a row's c_q or its KV-cache row): on an H200 16 are 0.5-1.0 us faster a layer than 4
+# at 1, 2 and 16 rows on the MoE and dense kinds, 8 about as fast, 32 0.1-0.5
+# (tiling_probe_20261201T102833Z: latent_*_warps)
+LATENT_WARPS = 16
 ABSORB_BLOCK_C = 64
 # q_nope columns per step of absorb, from ABSORB_CHUNK_FROM_ROWS rows (fewer: all at once).
 # Compiled for sm_90a with real shapes (ptxas -v, CPU, Triton 3.8), all at once spills 10.6 KB

@@ -516,7 +516,9 @@ SWIGLU_BLOCK = 256  # intermediate columns per SwiGLU program
 # 16 or 64 columns, 1 or 4 groups a step (-1.6..+11.8 us: tiling_probe_20261201T025936Z):
 # none kept. Alone and cold (ncu: results/ncu_moe_2aeab55.log) gate/up at 1 row streams
 # 2.1 TB/s, its warps mostly waiting on loads: too few bytes in flight, not too few programs.
-SUM_BLOCK = 1024  # hidden columns per program of the terms' sum
+# hidden columns per program of the terms' sum: 256, 512 and 2048 were within +-1.3 us of it a
+# layer at 1, 2 and 16 rows on an H200 (tiling_probe_20261201T102833Z: sum_block_*)
+SUM_BLOCK = 1024
 
 
 def gate_up_chunk(k: int, split_k: int, groups: int) -> int:
