@@ -53,6 +53,9 @@ VARIANTS = {
     # first, or neither (0); with 3 or more stages Triton double-buffers the KV rows
     "attn_plain_loop": {("mla", "ATTN_AHEAD"): 0},
     "attn_block_32_4_stages": {("mla", "ATTN_BLOCK_T"): 32, ("mla", "ATTN_STAGES"): 4},
+    # 128 entries a step where a chunk has them (8 rows and more): two MMA column tiles a warp
+    # in q . K (one serial chain of 36 MMAs a warp at 64), 170 KB of shared memory, 229 registers
+    "attn_block_128": {("mla", "ATTN_BLOCK_T"): 128},
     "attn_ahead_2": {("mla", "ATTN_AHEAD"): 2},
     "attn_ahead_2_block_32": {("mla", "ATTN_AHEAD"): 2, ("mla", "ATTN_BLOCK_T"): 32},
     # two 4-warp programs a multiprocessor (188 registers, 56 KB at 32 entries a step: ptxas,

@@ -70,7 +70,7 @@ ABSORB_V_MERGE_MAX_ROWS = 1
 # (tiling_probe_17e17a9_partial.log, tiling_probe_20261130T152855Z)
 ATTN_WARPS = 8
 ATTN_STAGES = 2
-ATTN_BLOCK_T = 64  # top-k entries per loop step (at most attention_block's)
+ATTN_BLOCK_T = 64  # top-k entries per loop step (at most a chunk's)
 # what a loop step of the attention loads for the next one before its own math
 # (_sparse_attn_task): 0 nothing, 1 the top-k entries and their cache slots, 2 also the KV rows.
 # On an H200, against 0: 1 is 0.5-1.0 us faster a layer at 1 and 4 rows, 1.6 (dense) and 5.0
@@ -550,7 +550,7 @@ def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: in
 
 
 def attention_block(topk: int) -> int:
-    """Most top-k entries per loop step of the attention (the chunks are a multiple of it)."""
+    """Top-k entries of the attention's smallest chunk (the chunks are a multiple of it)."""
     return min(64, triton.next_power_of_2(topk))
 
 
@@ -571,7 +571,8 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
     m, nh, _ = qcat.shape
     splits = part_o.shape[1]
     k = topk.shape[1]
-    block_t = min(ATTN_BLOCK_T, attention_block(k))
+    block_t = min(ATTN_BLOCK_T, k // splits)
+    assert block_t & (block_t - 1) == 0, "the top-k chunks must be a power of two"
     assert k % (splits * block_t) == 0 and topk.stride(1) == 1 and token_slots.stride(1) == 1
     _sparse_attn_kernel[(m, splits)](
         qcat, kv_cache, topk, topk.stride(0), token_slots, token_slots.stride(0), part_o,
