@@ -56,6 +56,7 @@ VARIANTS = {
     # 128 entries a step where a chunk has them (8 rows and more): two MMA column tiles a warp
     # in q . K (one serial chain of 36 MMAs a warp at 64), 170 KB of shared memory, 229 registers
     "attn_block_128": {("mla", "ATTN_BLOCK_T"): 128},
+    "attn_no_double_buffer": {("mla", "ATTN_DOUBLE_BUFFER_FROM_STEPS"): 1 << 30},
     "attn_ahead_2": {("mla", "ATTN_AHEAD"): 2},
     "attn_ahead_2_block_32": {("mla", "ATTN_AHEAD"): 2, ("mla", "ATTN_BLOCK_T"): 32},
     # two 4-warp programs a multiprocessor (188 registers, 56 KB at 32 entries a step: ptxas,
@@ -74,6 +75,8 @@ VARIANTS = {
     "fp8_linear_8_warps": {("fp8_linear", "NUM_WARPS"): 8},
     "down_block_64": {("moe", "down_block"): "down_64"},
     "down_block_256": {("moe", "down_block"): "down_256"},
+    "down_8_warps": {("moe", "DOWN_WARPS"): 8},
+    "down_block_64_8_warps": {("moe", "down_block"): "down_64", ("moe", "DOWN_WARPS"): 8},
     # the MoE's last-arrival tails (arrival.py) off, one at a time (the down+sum tail tried
     # in tiling_probe_20261130T144611Z is gone)
     "no_route_tail": {("moe", "ROUTE_TAIL_MAX_ROWS"): 0},

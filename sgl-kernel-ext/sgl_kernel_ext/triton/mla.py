@@ -71,6 +71,11 @@ ABSORB_V_MERGE_MAX_ROWS = 1
 ATTN_WARPS = 8
 ATTN_STAGES = 2
 ATTN_BLOCK_T = 64  # top-k entries per loop step (at most a chunk's)
+# loop steps a program takes from which it runs 3 stages (Triton then double-buffers the KV rows
+# in shared memory, 168 KB): on an H200 at 16 rows (4 steps) -1.2..-2.0 us a layer, at 8 (2
+# steps) within +-0.4, at 1-2 (one) +0.6..+1.4 (tiling_probe_20261201T102833Z, T103529Z:
+# attn_3_stages). 128 entries a step instead: -2.6..+2.3 us at 8-16 rows (attn_block_128)
+ATTN_DOUBLE_BUFFER_FROM_STEPS = 4
 # what a loop step of the attention loads for the next one before its own math
 # (_sparse_attn_task): 0 nothing, 1 the top-k entries and their cache slots, 2 also the KV rows.
 # On an H200, against 0: 1 is 0.5-1.0 us faster a layer at 1 and 4 rows, 1.6 (dense) and 5.0
@@ -573,12 +578,14 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
     k = topk.shape[1]
     block_t = min(ATTN_BLOCK_T, k // splits)
     assert block_t & (block_t - 1) == 0, "the top-k chunks must be a power of two"
+    steps = k // (splits * block_t)
+    stages = 3 if steps >= ATTN_DOUBLE_BUFFER_FROM_STEPS else ATTN_STAGES
     assert k % (splits * block_t) == 0 and topk.stride(1) == 1 and token_slots.stride(1) == 1
     _sparse_attn_kernel[(m, splits)](
         qcat, kv_cache, topk, topk.stride(0), token_slots, token_slots.stride(0), part_o,
         part_ml, nh, float(sm_scale), k // splits, C=kv_lora, R=rope,
         BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), AHEAD=ATTN_AHEAD, num_warps=ATTN_WARPS, num_stages=ATTN_STAGES,
+        PDL=overlap.enabled(), AHEAD=ATTN_AHEAD, num_warps=ATTN_WARPS, num_stages=stages,
         **overlap.launch_kw())
     if merge:
         _combine_kernel[(m, nh)](part_o, part_ml, olat, nh, splits, C=kv_lora,

@@ -562,6 +562,12 @@ def gate_up_tiling(m: int) -> tuple:
     return 64, 2, 1
 
 
+# warps of a down program on the tensor cores (2 rows and more): at 128 columns ptxas gives 146
+# registers at 4 warps (3 programs, 12 warps a multiprocessor; ncu at 16 rows, cold: 49.7 us,
+# 2.55 TB/s, results/ncu_attn_down_16_144e7ca.log) and 110 at 8 (2 programs, 16 warps)
+DOWN_WARPS = 4
+
+
 def down_block(m: int) -> int:
     """Hidden columns per down program (benchmark.moe_probe, H200)."""
     if m <= GEMV_MAX_ROWS:
@@ -632,7 +638,7 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         TERMS=n_terms, BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, INTERPRET=interpreting(),
         PDL=overlap.enabled(), GEMV=gemv,
         GROUPS=min(DOWN_GEMV_GROUPS, triton.cdiv(inter, 128)) if gemv else 1,
-        num_warps=num_warps or (GEMV_WARPS if gemv else 4),
+        num_warps=num_warps or (GEMV_WARPS if gemv else DOWN_WARPS),
         num_stages=3, **overlap.launch_kw(),
     )
     _sum_terms_kernel[(m, triton.cdiv(h, SUM_BLOCK))](
