@@ -20,12 +20,12 @@ from . import harness as H
 
 def _no_split_k(original):
     """gate_up_tiling without the split K at 1-2 rows (so no SwiGLU kernel either)."""
-    return lambda m: (32, 2, 1) if m <= 2 else original(m)
+    return lambda m, dense=False: (32, 2, 1) if m <= 2 else original(m, dense)
 
 
 def _few_rows_tiling(original, tiling):
     """gate_up_tiling with `tiling` (BLOCK_N, GROUPS, SPLIT_K <= the default's) at 1-2 rows."""
-    return lambda m: tiling if m <= 2 else original(m)
+    return lambda m, dense=False: tiling if m <= 2 else original(m, dense)
 
 
 VARIANTS = {
@@ -77,6 +77,13 @@ VARIANTS = {
     "down_block_256": {("moe", "down_block"): "down_256"},
     "down_8_warps": {("moe", "DOWN_WARPS"): 8},
     "down_block_64_8_warps": {("moe", "down_block"): "down_64", ("moe", "DOWN_WARPS"): 8},
+    # the dense MLP's own tilings from 2 rows (moe.DENSE_GATE_UP_TILING, DENSE_DOWN): gate/up
+    # (BLOCK_N, GROUPS, SPLIT_K), down (BLOCK_N, warps); dense_as_moe: the MoE's
+    "dense_as_moe": {("moe", "DENSE_GATE_UP_TILING"): None, ("moe", "DENSE_DOWN"): None},
+    **{f"dense_gu_{n}_{g}_{k}": {("moe", "DENSE_GATE_UP_TILING"): (n, g, k)}
+       for n, g, k in ((32, 2, 4), (16, 2, 4), (64, 2, 4), (32, 2, 8), (16, 4, 4), (32, 2, 2))},
+    **{f"dense_down_{n}_{w}": {("moe", "DENSE_DOWN"): (n, w)}
+       for n, w in ((64, 8), (64, 4), (32, 4), (32, 8), (16, 4))},
     # the MoE's last-arrival tails (arrival.py) off, one at a time (the down+sum tail tried
     # in tiling_probe_20261130T144611Z is gone)
     "no_route_tail": {("moe", "ROUTE_TAIL_MAX_ROWS"): 0},
@@ -148,7 +155,7 @@ VARIANTS = {
 
 BUILD_VARIANTS = {name for name, sets in VARIANTS.items()
                   if any(attr in ("ONE_WAVE", "TARGET_PROGRAMS", "ATTN_PROGRAMS",
-                                  "GATE_UP_GEMV_TILING")
+                                  "GATE_UP_GEMV_TILING", "DENSE_GATE_UP_TILING")
                          for _, attr in sets)}
 
 

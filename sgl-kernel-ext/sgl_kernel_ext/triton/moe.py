@@ -547,14 +547,24 @@ DOWN_GEMV_GROUPS = 4
 GEMV_WARPS = 4
 
 
-def gate_up_tiling(m: int) -> tuple:
+# The dense MLP (one slot, I = 1536 at TP8) from 2 rows: the MoE's tilings leave it 24-48
+# programs (gate/up at 16 rows 24 us for 19 MB; graph_timeline_20261201T052551Z), so it takes
+# its own: gate/up (BLOCK_N, GROUPS, SPLIT_K), down (BLOCK_N, warps). None: the MoE's.
+DENSE_GATE_UP_TILING = (32, 2, 4)
+DENSE_DOWN = (64, 8)
+
+
+def gate_up_tiling(m: int, dense: bool = False) -> tuple:
     """(BLOCK_N, GROUPS, SPLIT_K) for m rows: with few rows few experts are touched, so a split
-    K keeps the GPU busy; with many, wide tiles cut the re-reads of x. The best of
+    K keeps the GPU busy; with many, wide tiles cut the re-reads of x (dense: the one-slot
+    MLP's, DENSE_GATE_UP_TILING, from 2 rows). The best of
     benchmark.moe_probe's sweep on an H200 (results/moe_probe_h200_*.json). In the whole layer
     the split K at 1-2 rows, SwiGLU kernel included, is 3-8 us faster than none
     (results/tiling_probe_20261130T133200Z.json)."""
     if m <= GEMV_MAX_ROWS:
         return GATE_UP_GEMV_TILING
+    if dense and DENSE_GATE_UP_TILING is not None:
+        return DENSE_GATE_UP_TILING
     if m <= 2:
         return 32, 2, 4
     if m <= 4:
@@ -573,6 +583,14 @@ def down_block(m: int) -> int:
     if m <= GEMV_MAX_ROWS:
         return DOWN_GEMV_BLOCK
     return 64 if m == 1 else 128
+
+
+def down_shape(m: int, dense: bool = False) -> tuple:
+    """(BLOCK_N, warps) of down for m rows (dense: the one-slot MLP's, DENSE_DOWN)."""
+    gemv = m <= GEMV_MAX_ROWS
+    if dense and not gemv and DENSE_DOWN is not None:
+        return DENSE_DOWN
+    return down_block(m), GEMV_WARPS if gemv else DOWN_WARPS
 
 
 def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
@@ -628,6 +646,7 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
     _, n_terms, h = terms.shape
     assert shared_down_q.shape == (h, inter) and out.is_contiguous() and terms.is_contiguous()
     block_n = block_n or down_block(m)
+    num_warps = num_warps or down_shape(m)[1]
     gemv = m <= GEMV_MAX_ROWS
     assert not gemv or 128 % block_n == 0, "a GEMV down tile must lie in one scale block"
     _check_expert_stack(down_q, down_s)
@@ -638,7 +657,7 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         TERMS=n_terms, BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, INTERPRET=interpreting(),
         PDL=overlap.enabled(), GEMV=gemv,
         GROUPS=min(DOWN_GEMV_GROUPS, triton.cdiv(inter, 128)) if gemv else 1,
-        num_warps=num_warps or (GEMV_WARPS if gemv else DOWN_WARPS),
+        num_warps=num_warps,
         num_stages=3, **overlap.launch_kw(),
     )
     _sum_terms_kernel[(m, triton.cdiv(h, SUM_BLOCK))](

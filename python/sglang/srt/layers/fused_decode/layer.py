@@ -132,8 +132,13 @@ class FusedLayer:
         )
         self.buf = workspace_mod.allocate(own, dev)
         self.buf["counters"] = torch.zeros(persistent.COUNTERS, dtype=torch.int32, device=dev)
-        few = min(m, 2)  # rows for which gate/up splits K (moe.gate_up_tiling), in either form
-        split_k = max(moe.gate_up_tiling(few)[2], moe.GATE_UP_GEMV_TILING[2])
+        # gate/up's split-K partials: for the most rows that split K (moe.gate_up_tiling), in
+        # either form
+        dense = not self.experts
+        split_rows = [r for r in range(1, m + 1) if moe.gate_up_tiling(r, dense)[2] > 1] or [1]
+        split_k = max(moe.gate_up_tiling(r, dense)[2] for r in split_rows)
+        split_k = max(split_k, moe.GATE_UP_GEMV_TILING[2])
+        few = max(split_rows)
         # last-arrival counters (arrival.py): gate/up's (tile, slot) groups for any tile width
         # down to the MMA's 16 columns (benchmark/tiling_probe.py varies it), the router's one
         self.buf["gu_arrivals"] = arrival.counters(-(-inter // 16) * slots, dev)
@@ -303,17 +308,20 @@ class FusedLayer:
         else:
             routed = shared = mlp  # the dense MLP is the single shared slot
         act = v("act")
-        split_k = moe.gate_up_tiling(m)[2]
+        dense = not self.experts
+        tiling = moe.gate_up_tiling(m, dense)
+        split_k = tiling[2]
         gu_parts = None
         if split_k > 1:
             gu_parts = _prefix(b["gu_parts"], split_k, act.shape[0], m, 2, act.shape[2])
         moe.gate_up(v("x2q"), v("x2s"), self.experts, b["slot_expert"], b["num_slots"],
                     routed.gate.q, routed.gate.s, routed.up.q, routed.up.s,
                     shared.gate.q, shared.gate.s, shared.up.q, shared.up.s, act, gu_parts,
-                    arrivals=b["gu_arrivals"])
+                    tiling=tiling, arrivals=b["gu_arrivals"])
+        block_n, warps = moe.down_shape(m, dense)
         moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"), v("slot_rank"),
                  b["num_slots"], routed.down.q, routed.down.s, shared.down.q, shared.down.s, pos,
-                 v("terms"), v("y"))
+                 v("terms"), v("y"), block_n=block_n, num_warps=warps)
 
 
 def chain_prefetch(layers) -> None:

@@ -84,13 +84,14 @@ def step(layer, hidden: torch.Tensor, residual, batch: RowBatch, topk_prev, m: i
         n_exp, router_tiles, router_split = 0, 0, 1
     act = v("act")
     n_slots, _, inter = act.shape
-    gu_bn, gu_groups, gu_split = moe.gate_up_tiling(m)
+    dense = not layer.experts
+    gu_bn, gu_groups, gu_split = moe.gate_up_tiling(m, dense)
     gu_parts = act
     if gu_split > 1:
         gu_parts = layer_mod._prefix(b["gu_parts"], gu_split, n_slots, m, 2, inter)
     gu_tiles = triton.cdiv(inter, gu_bn)
     gu_chunk = moe.gate_up_chunk(h, gu_split, gu_groups)
-    down_bn = moe.down_block(m)
+    down_bn = moe.down_shape(m, dense)[0]
     terms = v("terms")
     stack_stride = lambda t: t.stride(0) if t.dim() == 3 else 0  # noqa: E731
     kw_split = layer_mod.INDEX_KW_SPLIT
