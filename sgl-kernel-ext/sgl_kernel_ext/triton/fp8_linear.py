@@ -27,7 +27,9 @@ import triton
 import triton.language as tl
 
 from . import overlap
+from .arrival import arrive_last
 from .overlap import prefetch_rows, stage_begin
+from .quant import sum_parts, to_e4m3
 
 GROUP = 128
 # warps per program (benchmark/tiling_probe.py: fp8_linear_8_warps). On an H200 8 warps are
@@ -77,6 +79,61 @@ def _fp8_group_dot(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, offs_n, N, kb,
 
 
 @triton.jit
+def _normed_group_dot(x_ptr, rms, nw_ptr, M, K, w_ptr, s_ptr, offs_n, N, kb,
+                      BLOCK_M: tl.constexpr, INTERPRET: tl.constexpr):
+    """``_fp8_group_dot`` with x made here from bf16 rows: RMS-normed (rms [BLOCK_M]), times
+    the norm weight, rounded to bf16 and quantized per group as ``quant.store_row_groups``
+    (the latent kernel's c_q, without its round trip through memory)."""
+    offs_m = tl.arange(0, BLOCK_M)
+    k = kb * 128 + tl.arange(0, 128)
+    kblocks = tl.cdiv(K, 128)
+    n_ok = offs_n < N
+    k_ok = k < K
+    w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :], mask=n_ok[:, None] & k_ok[None, :],
+                other=0.0)
+    x = tl.load(x_ptr + offs_m[:, None] * K + k[None, :],
+                mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0).to(tl.float32)
+    nw = tl.load(nw_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+    c = ((x / rms[:, None]) * nw[None, :]).to(tl.bfloat16).to(tl.float32)
+    sx = tl.maximum(tl.max(tl.abs(c), axis=1), 1e-10) / 448.0
+    xq = to_e4m3(tl.clamp(c * (1.0 / sx)[:, None], -448.0, 448.0), INTERPRET)
+    sw = tl.load(s_ptr + (offs_n // 128) * kblocks + kb, mask=n_ok, other=0.0)
+    if INTERPRET:
+        part = tl.dot(xq.to(tl.float32), tl.trans(w.to(tl.float32)))
+    else:
+        part = tl.dot(xq, tl.trans(w))
+    return part * sx[:, None] * sw[None, :]
+
+
+@triton.jit
+def row_rms(ss_ptr, stride, offs_m, m_ok, K, eps, SS_TILES: tl.constexpr):
+    """sqrt(mean square + eps) of rows offs_m over their first K columns, from the per-tile
+    sums of squares (``_row_tail``'s, [rows, stride]) of the SS_TILES tiles covering them,
+    summed in tile order."""
+    ss = tl.load(ss_ptr + offs_m * stride, mask=m_ok, other=0.0)
+    for t in tl.static_range(1, SS_TILES):
+        ss += tl.load(ss_ptr + offs_m * stride + t, mask=m_ok, other=0.0)
+    return tl.sqrt(ss / K + eps)
+
+
+@triton.jit
+def _row_tail(part_ptr, SPLIT: tl.constexpr, M, N, tile, rows_ptr, ss_ptr, TILES,
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+    """The tile's columns summed over the SPLIT partials in order and rounded to bf16 (as a
+    consumer's ``sum_parts`` would), stored as rows [M, N], with each row's sum of squares of
+    those bf16 values at ss [M, TILES][:, tile]."""
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_ok = offs_m < M
+    ok = m_ok[:, None] & (offs_n[None, :] < N)
+    v = sum_parts(part_ptr, SPLIT, M * N, offs_m[:, None] * N + offs_n[None, :], ok)
+    v = v.to(tl.bfloat16)
+    tl.store(rows_ptr + offs_m[:, None] * N + offs_n[None, :], v, mask=ok)
+    vf = v.to(tl.float32)
+    tl.store(ss_ptr + offs_m * TILES + tile, tl.sum(vf * vf, axis=1), mask=m_ok)
+
+
+@triton.jit
 def _scaled_row(xq_ptr, sx_ptr, M, K, s_ptr, n_block, k, k_ok, r):
     """Row r of xq at columns k as fp32, times its group scales and the weight's (scale row
     n_block): zero where not k_ok or r >= M."""
@@ -105,7 +162,10 @@ def _gemv_step(acc, w, xq_ptr, sx_ptr, M, K, s_ptr, n_block, k, k_ok, BLOCK_M: t
 @triton.jit
 def _tile(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, part_ptr, N, tile, split, k_chunk,
           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
-          INTERPRET: tl.constexpr, GEMV: tl.constexpr):
+          INTERPRET: tl.constexpr, GEMV: tl.constexpr, XNORM: tl.constexpr, nw_ptr, eps,
+          SS_TILES: tl.constexpr):
+    """With XNORM, x is bf16 rows at xq_ptr, RMS-normed here (``_normed_group_dot``) with
+    their per-tile sums of squares at sx_ptr [M, SS_TILES] and the norm weight at nw_ptr."""
     offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     kb0 = split * k_chunk
@@ -120,6 +180,14 @@ def _tile(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, part_ptr, N, tile, split, k_chunk,
                         mask=n_ok[:, None] & k_ok[None, :], other=0.0)
             acc = _gemv_step(acc, w, xq_ptr, sx_ptr, M, K, s_ptr, tile * BLOCK_N // 128, k, k_ok,
                              BLOCK_M)
+    elif XNORM:
+        offs_m = tl.arange(0, BLOCK_M)
+        rms = row_rms(sx_ptr, SS_TILES, offs_m, offs_m < M, K, eps, SS_TILES)
+        for kb in range(kb0, kb_end, GROUPS):
+            for g in tl.static_range(GROUPS):
+                acc += _normed_group_dot(xq_ptr, rms, nw_ptr, M, K, w_ptr, s_ptr, offs_n, N,
+                                         tl.minimum(kb + g, kb_end - 1), BLOCK_M, INTERPRET) \
+                    * (kb + g < kb_end)
     else:
         for kb in range(kb0, kb_end, GROUPS):
             for g in tl.static_range(GROUPS):
@@ -148,22 +216,26 @@ def _fp8_linear_prefetch(pid, split, K, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB
 def _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk,
                      wa_ptr, sa_ptr, pa_ptr, NA, tiles_a, wb_ptr, sb_ptr, pb_ptr, NB,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
-                     INTERPRET: tl.constexpr, GEMV: tl.constexpr):
-    """Program (pid, split): one BLOCK_N tile of W_a (pid < tiles_a) or W_b, one K chunk."""
+                     INTERPRET: tl.constexpr, GEMV: tl.constexpr, XNORM: tl.constexpr = False,
+                     nw_ptr=None, eps=0.0, SS_TILES: tl.constexpr = 1):
+    """Program (pid, split): one BLOCK_N tile of W_a (pid < tiles_a) or W_b, one K chunk
+    (XNORM: x made from normed bf16 rows, ``_tile``)."""
     if pid < tiles_a:
         _tile(xq_ptr, sx_ptr, M, K, wa_ptr, sa_ptr, pa_ptr, NA, pid, split, k_chunk,
-              BLOCK_M, BLOCK_N, GROUPS, INTERPRET, GEMV)
+              BLOCK_M, BLOCK_N, GROUPS, INTERPRET, GEMV, XNORM, nw_ptr, eps, SS_TILES)
     else:
         _tile(xq_ptr, sx_ptr, M, K, wb_ptr, sb_ptr, pb_ptr, NB, pid - tiles_a, split, k_chunk,
-              BLOCK_M, BLOCK_N, GROUPS, INTERPRET, GEMV)
+              BLOCK_M, BLOCK_N, GROUPS, INTERPRET, GEMV, XNORM, nw_ptr, eps, SS_TILES)
 
 
 @triton.jit
 def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
                        wa_ptr, sa_ptr, pa_ptr, NA, tiles_a,
                        wb_ptr, sb_ptr, pb_ptr, NB,
+                       arrivals_ptr, rows_a_ptr, ss_a_ptr, rows_b_ptr, ss_b_ptr,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
-                       INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr):
+                       INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
+                       TAILS: tl.constexpr, SPLIT: tl.constexpr):
     pid = tl.program_id(0)
     split = tl.program_id(1)
     _fp8_linear_prefetch(pid, split, K, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB, BLOCK_N, PDL)
@@ -171,6 +243,15 @@ def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
     _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk, wa_ptr, sa_ptr, pa_ptr, NA,
                      tiles_a, wb_ptr, sb_ptr, pb_ptr, NB, BLOCK_M, BLOCK_N, GROUPS, INTERPRET,
                      GEMV)
+    if TAILS:  # the tile's last K chunk to finish sums the tile (``_row_tail``)
+        if arrive_last(arrivals_ptr + pid, SPLIT):
+            tiles_b = tl.num_programs(0) - tiles_a
+            if pid < tiles_a:
+                _row_tail(pa_ptr, SPLIT, M, NA, pid, rows_a_ptr, ss_a_ptr, tiles_a, BLOCK_M,
+                          BLOCK_N)
+            else:
+                _row_tail(pb_ptr, SPLIT, M, NB, pid - tiles_a, rows_b_ptr, ss_b_ptr, tiles_b,
+                          BLOCK_M, BLOCK_N)
 
 
 def interpreting() -> bool:
@@ -219,10 +300,14 @@ def grid_shape(n_a: int, n_b: int, k: int, split: int, block_n: int, groups: int
 def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.Tensor,
                parts: torch.Tensor, wq_b: Optional[torch.Tensor] = None,
                ws_b: Optional[torch.Tensor] = None, parts_b: Optional[torch.Tensor] = None,
-               block_n: int = 64, groups: int = 2, pdl: bool = True) -> None:
+               block_n: int = 64, groups: int = 2, pdl: bool = True, tails=None) -> None:
     """parts[s] = the K chunk s of xq W^T, fp32 [SPLIT, M, N] (and parts_b for W_b in the same
     launch, with the same SPLIT). xq e4m3 [M, K] contiguous, sx fp32 [M, ceil(K/128)],
-    wq e4m3 [N, K] contiguous, ws fp32 [ceil(N/128), ceil(K/128)]."""
+    wq e4m3 [N, K] contiguous, ws fp32 [ceil(N/128), ceil(K/128)].
+
+    tails = (arrivals, rows_a, ss_a, rows_b, ss_b): the last K chunk of each column tile to
+    finish also sums the tile's partials into bf16 rows [M, N] and their per-tile sums of
+    squares ss [M, tiles] (for ``normed_linear``); arrivals int32 [tiles], left at zero."""
     m, k = xq.shape
     split = parts.shape[0]
     assert xq.is_contiguous() and sx.is_contiguous() and wq.is_contiguous() and ws.is_contiguous()
@@ -235,6 +320,14 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
         assert wq_b.shape[1] == k and parts_b.shape == (split, m, wq_b.shape[0])
     tiles_a, tiles, k_chunk = grid_shape(wq.shape[0], wq_b.shape[0] if wq_b is not None else 0,
                                          k, split, block_n, groups)
+    if tails is not None:
+        arrivals, rows_a, ss_a, rows_b, ss_b = tails
+        assert wq_b is not None and arrivals.dtype == torch.int32 and arrivals.numel() >= tiles
+        assert rows_a.shape == (m, wq.shape[0]) and rows_b.shape == (m, wq_b.shape[0])
+        assert ss_a.shape == (m, tiles_a) and ss_b.shape == (m, tiles - tiles_a)
+        assert all(t.is_contiguous() for t in (rows_a, ss_a, rows_b, ss_b))
+    else:
+        arrivals = rows_a = ss_a = rows_b = ss_b = parts
     if wq_b is None:
         wq_b, ws_b, parts_b = wq, ws, parts
     use_pdl = pdl and overlap.enabled()
@@ -242,8 +335,9 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
     _fp8_linear_kernel[(tiles, split)](
         xq, sx, m, k, k_chunk,
         wq, ws, parts, wq.shape[0], tiles_a,
-        wq_b, ws_b, parts_b, wq_b.shape[0],
+        wq_b, ws_b, parts_b, wq_b.shape[0], arrivals, rows_a, ss_a, rows_b, ss_b,
         BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
-        PDL=use_pdl, GEMV=gemv, num_warps=NUM_WARPS, num_stages=3, **launch,
+        PDL=use_pdl, GEMV=gemv, TAILS=tails is not None, SPLIT=split if tails is not None else 1,
+        num_warps=NUM_WARPS, num_stages=3, **launch,
     )
 

@@ -21,12 +21,16 @@ import torch
 import triton
 import triton.language as tl
 
-from . import overlap
-from .fp8_linear import interpreting
+from . import fp8_linear, overlap
+from .fp8_linear import _fp8_linear_prefetch, _fp8_linear_task, interpreting, row_rms
 from .arrival import arrive_last
 from .overlap import prefetch_l2, prefetch_rows, stage_begin
 from .quant import store_row_groups, sum_parts, to_e4m3
 
+# steps of at most this many rows run no latent kernel: q_a|kv_a's last K chunk of each column
+# tile sums the tile (fp8_linear.fp8_linear tails), and q_b's programs norm and quantize c_q
+# themselves, one more program of its launch writing the KV-cache rows (q_b_normed)
+LATENT_IN_Q_B_MAX_ROWS = 2
 # launch shapes of the latent and absorb stages (benchmark/tiling_probe.py). Warps of a latent
 # program (a row's c_q or its KV-cache row): on an H200 16 are 0.5-1.0 us faster a layer than 4
 # at 1, 2 and 16 rows on the MoE and dense kinds, 8 about as fast, 32 0.1-0.5
@@ -147,6 +151,56 @@ def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr,
     _latent_row(tl.program_id(0), tl.program_id(1), qa_ptr, kva_ptr, SPLIT, M, qn_w_ptr,
                 kvn_w_ptr, cq_q_ptr, cq_s_ptr, kv_cache_ptr, pos_ptr, slots_ptr, stride_slots,
                 inv_freq_ptr, eps, Q, C, R, BLOCK_Q, BLOCK_C, HALF_R, INTERPRET)
+
+
+@triton.jit
+def _kv_row_task(m, rows_ptr, ss_ptr, ss_stride, C_TILES: tl.constexpr, kvn_w_ptr, kv_cache_ptr,
+                 pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, eps, C, R,
+                 BLOCK_C: tl.constexpr, HALF_R: tl.constexpr):
+    """``_latent_row``'s part 1 from kv_a's summed bf16 rows [M, C + R] and their per-tile sums
+    of squares (``fp8_linear._row_tail``): row m's KV-cache row, nothing for a pad row."""
+    pos = tl.load(pos_ptr + m)
+    if pos >= 0:
+        slot = tl.load(slots_ptr + m * stride_slots + pos)
+        kv_w = C + R
+        oc = tl.arange(0, BLOCK_C)
+        c = tl.load(rows_ptr + m * kv_w + oc, mask=oc < C, other=0.0).to(tl.float32)
+        c = c / row_rms(ss_ptr, ss_stride, m, True, C, eps, C_TILES)
+        wc = tl.load(kvn_w_ptr + oc, mask=oc < C, other=0.0).to(tl.float32)
+        row = kv_cache_ptr + slot * kv_w
+        tl.store(row + oc, (c * wc).to(tl.bfloat16), mask=oc < C)
+        i = tl.arange(0, HALF_R)
+        x1 = tl.load(rows_ptr + m * kv_w + C + 2 * i).to(tl.float32)
+        x2 = tl.load(rows_ptr + m * kv_w + C + 2 * i + 1).to(tl.float32)
+        r1, r2 = _rope_pairs(x1, x2, pos, tl.load(inv_freq_ptr + i))
+        tl.store(row + C + 2 * i, r1.to(tl.bfloat16))
+        tl.store(row + C + 2 * i + 1, r2.to(tl.bfloat16))
+
+
+@triton.jit
+def _q_b_normed_kernel(rows_q_ptr, ss_q_ptr, qn_w_ptr, M, Q, k_chunk, eps,
+                       wa_ptr, sa_ptr, pa_ptr, NA, tiles_a, wb_ptr, sb_ptr, pb_ptr, NB, tiles,
+                       rows_kv_ptr, ss_kv_ptr, ss_kv_stride, kvn_w_ptr, kv_cache_ptr, pos_ptr,
+                       slots_ptr, stride_slots, inv_freq_ptr, C, R,
+                       Q_TILES: tl.constexpr, C_TILES: tl.constexpr, BLOCK_M: tl.constexpr,
+                       BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, BLOCK_C: tl.constexpr,
+                       HALF_R: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr):
+    pid = tl.program_id(0)
+    split = tl.program_id(1)
+    if pid < tiles:
+        _fp8_linear_prefetch(pid, split, Q, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB, BLOCK_N,
+                             PDL)
+        stage_begin(PDL)
+        _fp8_linear_task(pid, split, rows_q_ptr, ss_q_ptr, M, Q, k_chunk, wa_ptr, sa_ptr,
+                         pa_ptr, NA, tiles_a, wb_ptr, sb_ptr, pb_ptr, NB, BLOCK_M, BLOCK_N,
+                         GROUPS, INTERPRET, False, True, qn_w_ptr, eps, Q_TILES)
+    else:  # the extra program: every row's KV-cache row (``latent``'s second half)
+        stage_begin(PDL)
+        if split == 0:
+            for m in range(M):
+                _kv_row_task(m, rows_kv_ptr, ss_kv_ptr, ss_kv_stride, C_TILES, kvn_w_ptr,
+                             kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, eps,
+                             C, R, BLOCK_C, HALF_R)
 
 
 @triton.jit
@@ -526,6 +580,40 @@ def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots
                          BLOCK_C=triton.next_power_of_2(kv_lora), HALF_R=rope // 2,
                          INTERPRET=interpreting(), PDL=overlap.enabled(),
                          num_warps=LATENT_WARPS, **overlap.launch_kw())
+
+
+def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions,
+               token_slots, inv_freq, kv_cache, kv_lora: int, rope: int, wq, ws, parts,
+               wq_b=None, ws_b=None, parts_b=None, block_n: int = 64, groups: int = 2) -> None:
+    """``latent`` and q_b (| wq_b) in one launch, from q_a|kv_a's summed bf16 rows and their
+    per-tile sums of squares (``fp8_linear.fp8_linear(tails=...)``): each q_b program norms
+    and quantizes its own groups of c_q (``fp8_linear._normed_group_dot``) instead of reading
+    them from the latent kernel, and one extra program writes the KV-cache rows. parts as
+    ``fp8_linear.fp8_linear``'s; the same sums in the same order as latent's except c_q's and
+    c_kv's sums of squares (by tile, then over the tiles)."""
+    m, q = rows_q.shape
+    split = parts.shape[0]
+    kv_w = kv_lora + rope
+    tiles_q = ss_q.shape[1]
+    assert q == tiles_q * block_n and kv_lora % block_n == 0, "norm widths must be whole tiles"
+    assert rows_kv.shape == (m, kv_w) and ss_kv.shape[0] == m
+    assert all(t.is_contiguous() for t in (rows_q, ss_q, rows_kv, ss_kv, kv_cache))
+    assert wq.shape[1] == q and parts.shape[1:] == (m, wq.shape[0]) and parts.is_contiguous()
+    if wq_b is not None:
+        assert parts_b.shape == (split, m, wq_b.shape[0])
+    tiles_a, tiles, k_chunk = fp8_linear.grid_shape(
+        wq.shape[0], wq_b.shape[0] if wq_b is not None else 0, q, split, block_n, groups)
+    if wq_b is None:
+        wq_b, ws_b, parts_b = wq, ws, parts
+    _q_b_normed_kernel[(tiles + 1, split)](
+        rows_q, ss_q, q_a_norm, m, q, k_chunk, float(eps),
+        wq, ws, parts, wq.shape[0], tiles_a, wq_b, ws_b, parts_b, wq_b.shape[0], tiles,
+        rows_kv, ss_kv, ss_kv.shape[1], kv_a_norm, kv_cache, positions, token_slots,
+        token_slots.stride(0), inv_freq, kv_lora, rope,
+        Q_TILES=tiles_q, C_TILES=kv_lora // block_n, BLOCK_M=fp8_linear.block_m(m),
+        BLOCK_N=block_n, GROUPS=groups, BLOCK_C=triton.next_power_of_2(kv_lora),
+        HALF_R=rope // 2, INTERPRET=interpreting(), PDL=overlap.enabled(),
+        num_warps=fp8_linear.NUM_WARPS, num_stages=3, **overlap.launch_kw())
 
 
 def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: int,

@@ -280,6 +280,37 @@ def test_attention_loading_ahead_is_bitwise_the_plain_loop(ahead, rows, monkeypa
     assert not torch.isnan(outs[0].float()).any() and torch.equal(outs[0], outs[1])
 
 
+@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("rows", [1, 2])
+def test_latent_in_q_b_matches_the_latent_kernel(kind, rows, monkeypatch):
+    """q_b norming c_q itself from q_a|kv_a's tails, one more program writing the KV-cache
+    rows (mla.LATENT_IN_Q_B_MAX_ROWS), against the latent kernel at real shapes: the KV-cache
+    bytes equal but for values one bf16 step apart in the rows written, the output within 1%,
+    the arrival counters back at zero."""
+    from sgl_kernel_ext.triton import mla
+
+    lid = KINDS[kind]
+    case = make_case(CFG, lid, _contexts(rows, 3000, pad=True), seed=11, device="cuda",
+                     lw=_weights(lid))
+    runs = []
+    for latent_rows in (rows, 0):
+        monkeypatch.setattr(mla, "LATENT_IN_Q_B_MAX_ROWS", latent_rows)
+        caches = clone_caches(case.caches)
+        layer = FusedLayer(CFG, case.lw, caches, rows, 3000)
+        y = layer(case.hidden, case.residual, case.batch, case.topk_prev)[0].clone()
+        assert not layer.buf["qkv_arrivals"].any()
+        runs.append((y.float(), caches.kv[lid]))
+    (y_f, kv_f), (y_l, kv_l) = runs
+    assert not torch.isnan(y_f).any()
+    assert float((y_f - y_l).abs().max() / y_l.abs().max()) <= 0.01
+    diff = kv_f.view(torch.int16) != kv_l.view(torch.int16)
+    pos = case.batch.positions.tolist()
+    written = [int(case.batch.token_slots[m, p]) for m, p in enumerate(pos) if p >= 0]
+    assert set(diff.any(dim=1).nonzero().flatten().tolist()) <= set(written)
+    step = (kv_f.float() - kv_l.float()).abs() / kv_l.float().abs().clamp_min(1e-30)
+    assert bool((step[diff] <= 2 ** -7).all())
+
+
 @pytest.mark.parametrize("rows", [1, 16])
 def test_split_topk_equals_one_program_topk(rows):
     """The split top-k (the default for long rows) against the one-program top-k on

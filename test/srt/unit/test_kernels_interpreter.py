@@ -448,6 +448,42 @@ def test_layer_built_for_more_rows_serves_fewer():
     assert r["y_rel"] <= tol["y_rel"] and r["routing_flips"] <= tol["max_routing_flips"], r
 
 
+@pytest.mark.parametrize("layer_id, contexts", [(0, [30, 0]), (2, [41]), (1, [12, 40])],
+                         ids=["dense_indexer_pad_row", "moe_shared_one_row", "moe_indexer"])
+def test_latent_in_q_b_matches_the_latent_kernel(layer_id, contexts, monkeypatch):
+    """q_a|kv_a's tails summing each column tile, then q_b norming and quantizing c_q itself
+    with one more program writing the KV-cache rows (mla.LATENT_IN_Q_B_MAX_ROWS), against the
+    latent kernel: the same KV-cache bytes except a few values one bf16 step apart (c_kv's sum
+    of squares is taken by tile), none for a pad row; the layer's output within 1% and its
+    arrival counters back at zero."""
+    from sgl_kernel_ext.triton import mla
+
+    case = make_case(CFG, layer_id, contexts, seed=30 + layer_id, tp_size=2)
+    calls = []
+    original = mla.q_b_normed
+    monkeypatch.setattr(mla, "q_b_normed", lambda *a, **k: calls.append(1) or original(*a, **k))
+    runs = []
+    for rows in (len(contexts), 0):
+        monkeypatch.setattr(mla, "LATENT_IN_Q_B_MAX_ROWS", rows)
+        caches = clone_caches(case.caches)
+        layer = FusedLayer(CFG, case.lw, caches, 2, case.batch.token_slots.shape[1],
+                           persistent_launch=False)
+        y = layer(case.hidden, case.residual, case.batch, case.topk_prev)[0].clone()
+        assert not layer.buf["qkv_arrivals"].any()
+        runs.append((y, caches.kv[layer_id]))
+    assert len(calls) == 1
+    (y_f, kv_f), (y_l, kv_l) = runs
+    assert not torch.isnan(y_f.float()).any()
+    assert float((y_f.float() - y_l.float()).abs().max() / y_l.float().abs().max()) <= 0.01
+    diff = kv_f.view(torch.int16) != kv_l.view(torch.int16)
+    written = [int(case.batch.token_slots[m, case.batch.positions[m]])
+               for m in range(len(contexts)) if case.batch.positions[m] >= 0]
+    assert set(diff.any(dim=1).nonzero().flatten().tolist()) <= set(written)
+    assert float(diff[written].float().mean()) <= 0.05
+    step = (kv_f.float() - kv_l.float()).abs() / kv_l.float().abs().clamp_min(1e-30)
+    assert bool((step[diff] <= 2 ** -7).all())
+
+
 @pytest.mark.parametrize("layer_id", [0, 1, 2], ids=["dense_indexer", "moe_indexer", "moe_shared"])
 def test_persistent_layer_is_bitwise_the_stage_kernels(layer_id):
     """Under the interpreter both paths run the same task bodies with the same arithmetic:

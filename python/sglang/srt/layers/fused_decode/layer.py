@@ -112,6 +112,10 @@ class FusedLayer:
             qa=e(self.split_qkv_a, m, cfg.q_lora_rank, dt=f32),
             kva=e(self.split_qkv_a, m, c + rope, dt=f32),
             cq_q=e(m, cfg.q_lora_rank, dt=fp8), cq_s=e(m, groups(cfg.q_lora_rank), dt=f32),
+            # q_a|kv_a summed by its tails, for q_b's normed x (mla.LATENT_IN_Q_B_MAX_ROWS)
+            rows_q=e(m, cfg.q_lora_rank), rows_kv=e(m, c + rope),
+            ss_q=e(m, self._tails(cfg.q_lora_rank), dt=f32),
+            ss_kv=e(m, self._tails(c + rope), dt=f32),
             q=e(self.split_q_b, m, a.q_b.q.shape[0], dt=f32),
             qcat=e(m, self.heads, c + rope),
             part_o=e(attn_cap, self.heads, c, dt=f32),
@@ -143,6 +147,8 @@ class FusedLayer:
         # down to the MMA's 16 columns (benchmark/tiling_probe.py varies it), the router's one
         self.buf["gu_arrivals"] = arrival.counters(-(-inter // 16) * slots, dev)
         self.buf["route_arrival"] = arrival.counters(1, dev)
+        self.buf["qkv_arrivals"] = arrival.counters(
+            self._tails(cfg.q_lora_rank) + self._tails(c + rope), dev)
         self.buf["vc_arrivals"] = arrival.counters(self.heads * (cfg.v_head_dim // 128), dev)
         specs["gu_parts"] = e(split_k, few * cfg.num_experts_per_tok + 1 if self.experts else 1,
                               few, 2, inter, dt=f32)
@@ -203,6 +209,17 @@ class FusedLayer:
         o, ml = self.buf["part_o"], self.buf["part_ml"]
         return _prefix(o, m, s, *o.shape[1:]), _prefix(ml, m, s, *ml.shape[1:])
 
+    def _tails(self, n: int) -> int:
+        """Column tiles of q_a|kv_a's matrices of n rows."""
+        return -(-n // self.tile_qkv_a[0])
+
+    def _latent_in_q_b(self, m: int) -> bool:
+        """Whether q_b norms c_q itself this step (and writes the KV-cache rows) from
+        q_a|kv_a's tails, instead of the latent kernel (mla.LATENT_IN_Q_B_MAX_ROWS)."""
+        bn = self.tile_qkv_a[0]
+        return (m <= mla.LATENT_IN_Q_B_MAX_ROWS and self.cfg.q_lora_rank % bn == 0
+                and self.cfg.kv_lora_rank % bn == 0)
+
     def _slots(self, m: int) -> int:
         """MoE slots m rows can touch: the shared expert and top-k per row (1 for dense)."""
         return m * self.cfg.num_experts_per_tok + 1 if self.experts else 1
@@ -235,14 +252,26 @@ class FusedLayer:
         x = v("x") if self.runs_indexer else None
         norm.add_rms_norm(hidden, residual, lw.input_norm, eps, x, res, v("xq"), v("xs"),
                           self.prefetch_regions if overlap.LAYER_PREFETCH else None)
+        fused_latent = self._latent_in_q_b(m)
+        tails = (self.buf["qkv_arrivals"], v("rows_q"), v("ss_q"), v("rows_kv"), v("ss_kv"))
         fp8_linear.fp8_linear(v("xq"), v("xs"), a.q_a.q, a.q_a.s, v("qa"), a.kv_a.q, a.kv_a.s,
-                              v("kva"), *self.tile_qkv_a[:2])
-        mla.latent(v("qa"), v("kva"), a.q_a_norm, a.kv_a_norm, eps, pos, slots, self.inv_freq,
-                   v("cq_q"), v("cq_s"), self.kv_cache, c, rope)
+                              v("kva"), *self.tile_qkv_a[:2], tails=tails if fused_latent else None)
+        if not fused_latent:
+            mla.latent(v("qa"), v("kva"), a.q_a_norm, a.kv_a_norm, eps, pos, slots, self.inv_freq,
+                       v("cq_q"), v("cq_s"), self.kv_cache, c, rope)
+
+        def q_b(*more):  # q_b (| the indexer's wq_b) on the normed c_q
+            if fused_latent:
+                mla.q_b_normed(v("rows_q"), v("ss_q"), a.q_a_norm, v("rows_kv"), v("ss_kv"),
+                               a.kv_a_norm, eps, pos, slots, self.inv_freq, self.kv_cache, c,
+                               rope, a.q_b.q, a.q_b.s, v("q"), *more, *self.tile_q_b[:2])
+            else:
+                fp8_linear.fp8_linear(v("cq_q"), v("cq_s"), a.q_b.q, a.q_b.s, v("q"), *more,
+                                      *self.tile_q_b[:2])
+
         if self.runs_indexer and not reuse_topk:
             ix = a.indexer
-            fp8_linear.fp8_linear(v("cq_q"), v("cq_s"), a.q_b.q, a.q_b.s, v("q"), ix.wq_b.q,
-                                  ix.wq_b.s, v("q_index"), *self.tile_q_b[:2])
+            q_b(ix.wq_b.q, ix.wq_b.s, v("q_index"))
             bf16_linear.bf16_linear_splitk(v("x"), self.wk_proj, v("kw_parts"))
             indexer.prepare(v("kw_parts"), v("q_index"), ix.k_norm_weight, ix.k_norm_bias,
                             cfg.index_k_norm_eps, pos, slots, self.inv_freq, self.index_cache,
@@ -263,8 +292,7 @@ class FusedLayer:
         else:
             if topk_prev is None:
                 raise ValueError(f"layer {lw.layer_id} reuses the previous top-k but none was given")
-            fp8_linear.fp8_linear(v("cq_q"), v("cq_s"), a.q_b.q, a.q_b.s, v("q"),
-                                  *(None,) * 3, *self.tile_q_b[:2])
+            q_b(None, None, None)
             topk = topk_prev
         mla.absorb(v("q"), a.kv_b, pos, self.inv_freq, v("qcat"), cfg.qk_nope_head_dim, rope,
                    cfg.v_head_dim)
