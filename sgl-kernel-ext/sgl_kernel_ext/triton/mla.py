@@ -27,9 +27,13 @@ from .arrival import arrive_last
 from .overlap import prefetch_l2, prefetch_rows, stage_begin
 from .quant import store_row_groups, sum_parts, to_e4m3
 
-# steps of at most this many rows run no latent kernel: q_a|kv_a's last K chunk of each column
-# tile sums the tile (fp8_linear.fp8_linear tails), and q_b's programs norm and quantize c_q
-# themselves, one more program of its launch writing the KV-cache rows (q_b_normed)
+# steps of at most this many rows run no latent kernel in a layer without the indexer:
+# q_a|kv_a's last K chunk of each column tile sums the tile (fp8_linear.fp8_linear tails), and
+# q_b's programs norm and quantize c_q themselves, one more program of its launch writing the
+# KV-cache rows (q_b_normed). On an H200 the MoE layer is 0.6-0.9 us faster at 1-2 rows, the
+# same at 4; layers with the indexer (q_b's launch carries wq_b: 264 programs of 6 groups, each
+# norming its groups) 3.0-3.6 us slower at 1-2 rows, 4 at 4: they keep the latent kernel
+# (tiling_probe_20261201T111007Z: latent_kernel, latent_in_q_b_to_*)
 LATENT_IN_Q_B_MAX_ROWS = 2
 # launch shapes of the latent and absorb stages (benchmark/tiling_probe.py). Warps of a latent
 # program (a row's c_q or its KV-cache row): on an H200 16 are 0.5-1.0 us faster a layer than 4

@@ -280,7 +280,7 @@ def test_attention_loading_ahead_is_bitwise_the_plain_loop(ahead, rows, monkeypa
     assert not torch.isnan(outs[0].float()).any() and torch.equal(outs[0], outs[1])
 
 
-@pytest.mark.parametrize("kind", list(KINDS))
+@pytest.mark.parametrize("kind", ["moe_shared_topk"])  # the kind without the indexer
 @pytest.mark.parametrize("rows", [1, 2])
 def test_latent_in_q_b_matches_the_latent_kernel(kind, rows, monkeypatch):
     """q_b norming c_q itself from q_a|kv_a's tails, one more program writing the KV-cache

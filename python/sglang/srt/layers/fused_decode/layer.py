@@ -215,10 +215,11 @@ class FusedLayer:
 
     def _latent_in_q_b(self, m: int) -> bool:
         """Whether q_b norms c_q itself this step (and writes the KV-cache rows) from
-        q_a|kv_a's tails, instead of the latent kernel (mla.LATENT_IN_Q_B_MAX_ROWS)."""
+        q_a|kv_a's tails, instead of the latent kernel (mla.LATENT_IN_Q_B_MAX_ROWS): not in a
+        layer with the indexer, whose q_b launch also carries wq_b."""
         bn = self.tile_qkv_a[0]
-        return (m <= mla.LATENT_IN_Q_B_MAX_ROWS and self.cfg.q_lora_rank % bn == 0
-                and self.cfg.kv_lora_rank % bn == 0)
+        return (m <= mla.LATENT_IN_Q_B_MAX_ROWS and not self.runs_indexer
+                and self.cfg.q_lora_rank % bn == 0 and self.cfg.kv_lora_rank % bn == 0)
 
     def _slots(self, m: int) -> int:
         """MoE slots m rows can touch: the shared expert and top-k per row (1 for dense)."""
