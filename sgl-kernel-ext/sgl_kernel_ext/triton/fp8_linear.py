@@ -13,6 +13,9 @@ cores: each step's groups are one load, converted to fp32 in registers and multi
 each row's scaled x, so no shared memory is staged; gate/up and down use it at one row.
 
 Up to two matrices sharing x (q_a and kv_a; q_b and the indexer's wq_b) run in one launch.
+With ``tails`` the last K chunk of each column tile to finish also sums the tile into bf16
+rows and their per-tile sums of squares; a consumer launched with XNORM (``mla.q_b_normed``)
+then RMS-norms and quantizes its own groups of x from them (``_normed_group_dot``).
 Rows past M are zero-padded to the 16-row MMA minimum; nothing is written for them.
 With ``overlap`` on, each program prefetches its weight tile into L2 before waiting for the
 previous kernel.
