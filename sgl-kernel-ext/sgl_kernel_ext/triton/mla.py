@@ -87,7 +87,7 @@ ATTN_DOUBLE_BUFFER_FROM_STEPS = 4
 # what a loop step of the attention loads for the next one before its own math
 # (_sparse_attn_task): 0 nothing, 1 the top-k entries and their cache slots, 2 also the KV rows.
 # On an H200, against 0: 1 is 0.5-1.0 us faster a layer at 1 and 4 rows, 1.6 (dense) and 5.0
-# (MoE) at 16; 2 holds 228 registers and is 1-3.5 us faster at one row, 10-14 slower at 16
+# (MoE) at 16; 2 holds 228 registers and is 0.7-1.2 us faster at one row, 10-14 slower at 16
 # (tiling_probe_20261201T102329Z: attn_ahead_*). With 1 and 3 stages Triton double-buffers the
 # KV rows in shared memory (168 KB): -3.1 us dense, -4.7 MoE at 16 rows, less than 1 at 1-4.
 ATTN_AHEAD = 1
