@@ -70,8 +70,21 @@ VARIANTS = {
     "attn_4_warps_block_32_3_stages_256_programs": {
         ("mla", "ATTN_WARPS"): 4, ("mla", "ATTN_BLOCK_T"): 32, ("mla", "ATTN_STAGES"): 3,
         ("mla", "ATTN_PROGRAMS"): 256},
-    # programmatic dependent launch + L2 prefetch up to 16 rows (default: up to 8)
-    "overlap_16": {("overlap", "MAX_ROWS"): 16},
+    # programmatic dependent launch + L2 prefetch up to 16 rows (default: up to 8), for
+    # every kernel or all but the MoE's expert kernels (overlap.WIDE_MAX_ROWS), or those only
+    # up to 4 rows
+    "overlap_16": {("overlap", "MAX_ROWS"): 16, ("overlap", "WIDE_MAX_ROWS"): 16},
+    "overlap_16_narrow": {("overlap", "MAX_ROWS"): 16},
+    "overlap_16_narrow_wide_to_4": {("overlap", "MAX_ROWS"): 16, ("overlap", "WIDE_MAX_ROWS"): 4},
+    # absorb summing q_b's split-K partials itself at every row count, or reading the rows
+    # q_b's tails sum from one row (default: from mla.ABSORB_Q_ROWS_FROM rows)
+    "absorb_q_partials": {("mla", "ABSORB_Q_ROWS_FROM"): 1 << 30},
+    "absorb_q_rows_from_1": {("mla", "ABSORB_Q_ROWS_FROM"): 1},
+    "absorb_q_rows_no_chunk": {("mla", "ABSORB_CHUNK_FROM_ROWS"): 1 << 30},
+    "absorb_q_rows_block_c_128": {("mla", "ABSORB_BLOCK_C"): 128},
+    "absorb_q_rows_block_c_32": {("mla", "ABSORB_BLOCK_C"): 32},
+    # warps of route's one-program-per-row form (default 4)
+    **{f"route_per_row_{w}_warps": {("moe", "ROUTE_PER_ROW_WARPS"): w} for w in (1, 2, 8)},
     # the layer's dense weights prefetched into L2 by its first kernel
     "layer_prefetch": {("overlap", "LAYER_PREFETCH"): True},
     "next_layer_prefetch": {("overlap", "NEXT_LAYER_PREFETCH"): True},

@@ -121,10 +121,10 @@ def row_rms(ss_ptr, stride, offs_m, m_ok, K, eps, SS_TILES: tl.constexpr):
 
 @triton.jit
 def _row_tail(part_ptr, SPLIT: tl.constexpr, M, N, tile, rows_ptr, ss_ptr, TILES,
-              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr):
+              BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUMSQ: tl.constexpr = True):
     """The tile's columns summed over the SPLIT partials in order and rounded to bf16 (as a
-    consumer's ``sum_parts`` would), stored as rows [M, N], with each row's sum of squares of
-    those bf16 values at ss [M, TILES][:, tile]."""
+    consumer's ``sum_parts`` would), stored as rows [M, N], with (SUMSQ) each row's sum of
+    squares of those bf16 values at ss [M, TILES][:, tile]."""
     offs_m = tl.arange(0, BLOCK_M)
     offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     m_ok = offs_m < M
@@ -132,8 +132,9 @@ def _row_tail(part_ptr, SPLIT: tl.constexpr, M, N, tile, rows_ptr, ss_ptr, TILES
     v = sum_parts(part_ptr, SPLIT, M * N, offs_m[:, None] * N + offs_n[None, :], ok)
     v = v.to(tl.bfloat16)
     tl.store(rows_ptr + offs_m[:, None] * N + offs_n[None, :], v, mask=ok)
-    vf = v.to(tl.float32)
-    tl.store(ss_ptr + offs_m * TILES + tile, tl.sum(vf * vf, axis=1), mask=m_ok)
+    if SUMSQ:
+        vf = v.to(tl.float32)
+        tl.store(ss_ptr + offs_m * TILES + tile, tl.sum(vf * vf, axis=1), mask=m_ok)
 
 
 @triton.jit
@@ -235,10 +236,10 @@ def _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk,
 def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
                        wa_ptr, sa_ptr, pa_ptr, NA, tiles_a,
                        wb_ptr, sb_ptr, pb_ptr, NB,
-                       arrivals_ptr, rows_a_ptr, ss_a_ptr, rows_b_ptr, ss_b_ptr,
+                       arrivals_ptr, rows_a_ptr, ss_a_ptr, rows_b_ptr, ss_b_ptr, tail_tiles,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                        INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
-                       TAILS: tl.constexpr, SPLIT: tl.constexpr):
+                       TAILS: tl.constexpr, SPLIT: tl.constexpr, SUMSQ: tl.constexpr):
     pid = tl.program_id(0)
     split = tl.program_id(1)
     _fp8_linear_prefetch(pid, split, K, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB, BLOCK_N, PDL)
@@ -246,15 +247,17 @@ def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
     _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk, wa_ptr, sa_ptr, pa_ptr, NA,
                      tiles_a, wb_ptr, sb_ptr, pb_ptr, NB, BLOCK_M, BLOCK_N, GROUPS, INTERPRET,
                      GEMV)
-    if TAILS:  # the tile's last K chunk to finish sums the tile (``_row_tail``)
+    # the tile's last K chunk to finish sums the tile (``_row_tail``); tiles from tail_tiles
+    # on (W_b's, when only W_a has rows) have none
+    if TAILS and pid < tail_tiles:
         if arrive_last(arrivals_ptr + pid, SPLIT):
             tiles_b = tl.num_programs(0) - tiles_a
             if pid < tiles_a:
                 _row_tail(pa_ptr, SPLIT, M, NA, pid, rows_a_ptr, ss_a_ptr, tiles_a, BLOCK_M,
-                          BLOCK_N)
+                          BLOCK_N, SUMSQ)
             else:
                 _row_tail(pb_ptr, SPLIT, M, NB, pid - tiles_a, rows_b_ptr, ss_b_ptr, tiles_b,
-                          BLOCK_M, BLOCK_N)
+                          BLOCK_M, BLOCK_N, SUMSQ)
 
 
 def interpreting() -> bool:
@@ -310,7 +313,8 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
 
     tails = (arrivals, rows_a, ss_a, rows_b, ss_b): the last K chunk of each column tile to
     finish also sums the tile's partials into bf16 rows [M, N] and their per-tile sums of
-    squares ss [M, tiles] (for ``normed_linear``); arrivals int32 [tiles], left at zero."""
+    squares ss [M, tiles] (for ``mla.q_b_normed``); arrivals int32 [tiles], left at zero.
+    ss_a and ss_b None: rows only; rows_b None: W_a's tiles only (mla.ABSORB_Q_ROWS_FROM)."""
     m, k = xq.shape
     split = parts.shape[0]
     assert xq.is_contiguous() and sx.is_contiguous() and wq.is_contiguous() and ws.is_contiguous()
@@ -323,12 +327,23 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
         assert wq_b.shape[1] == k and parts_b.shape == (split, m, wq_b.shape[0])
     tiles_a, tiles, k_chunk = grid_shape(wq.shape[0], wq_b.shape[0] if wq_b is not None else 0,
                                          k, split, block_n, groups)
+    tail_tiles, sumsq = 0, False
     if tails is not None:
         arrivals, rows_a, ss_a, rows_b, ss_b = tails
-        assert wq_b is not None and arrivals.dtype == torch.int32 and arrivals.numel() >= tiles
-        assert rows_a.shape == (m, wq.shape[0]) and rows_b.shape == (m, wq_b.shape[0])
-        assert ss_a.shape == (m, tiles_a) and ss_b.shape == (m, tiles - tiles_a)
-        assert all(t.is_contiguous() for t in (rows_a, ss_a, rows_b, ss_b))
+        sumsq = ss_a is not None
+        tail_tiles = tiles if rows_b is not None else tiles_a
+        assert arrivals.dtype == torch.int32 and arrivals.numel() >= tail_tiles
+        assert rows_a.shape == (m, wq.shape[0]) and rows_a.is_contiguous()
+        if sumsq:
+            assert ss_a.shape == (m, tiles_a) and ss_a.is_contiguous()
+        if rows_b is not None:
+            assert wq_b is not None and rows_b.shape == (m, wq_b.shape[0])
+            assert rows_b.is_contiguous() and (ss_b is not None) == sumsq
+            if sumsq:
+                assert ss_b.shape == (m, tiles - tiles_a) and ss_b.is_contiguous()
+        ss_a = ss_a if sumsq else rows_a
+        rows_b = rows_a if rows_b is None else rows_b
+        ss_b = ss_b if ss_b is not None else ss_a
     else:
         arrivals = rows_a = ss_a = rows_b = ss_b = parts
     if wq_b is None:
@@ -338,9 +353,10 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
     _fp8_linear_kernel[(tiles, split)](
         xq, sx, m, k, k_chunk,
         wq, ws, parts, wq.shape[0], tiles_a,
-        wq_b, ws_b, parts_b, wq_b.shape[0], arrivals, rows_a, ss_a, rows_b, ss_b,
+        wq_b, ws_b, parts_b, wq_b.shape[0], arrivals, rows_a, ss_a, rows_b, ss_b, tail_tiles,
         BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
         PDL=use_pdl, GEMV=gemv, TAILS=tails is not None, SPLIT=split if tails is not None else 1,
+        SUMSQ=sumsq,
         num_warps=NUM_WARPS, num_stages=3, **launch,
     )
 

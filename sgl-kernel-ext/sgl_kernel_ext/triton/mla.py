@@ -54,6 +54,12 @@ ABSORB_CHUNK_FROM_ROWS = 4
 # dense one 0-1 us; at 4 rows the dense layer loses 2 us and at 8 both lose 5 (the best of
 # 16/32 columns x 64/128 chunk x 2/4/8 warps: tiling_probe_20261201T024512Z and T024527Z)
 ABSORB_GEMV_MAX_ROWS = 2
+# rows from which absorb reads q as bf16 rows that q_b's last-arriving K chunk of each column
+# tile sums (fp8_linear tails) rather than summing q_b's split-K partials itself: each of its
+# heads x latent-column-tiles programs would otherwise re-read every partial of its head's
+# q_nope (8 at one TP8 rank of a layer without the indexer). Not where q_b norms c_q itself
+# (LATENT_IN_Q_B_MAX_ROWS).
+ABSORB_Q_ROWS_FROM = 3
 ABSORB_GEMV_BLOCK_C = 16
 ABSORB_GEMV_CHUNK_D = 128
 ABSORB_GEMV_WARPS = 4
@@ -622,8 +628,9 @@ def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions
 
 def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: int,
            block_c: int = 0) -> None:
-    """q_b's split-K partials [S, M, heads * (nope + rope)] -> qcat bf16 [M, heads,
-    kv_lora + rope] (q_nope . w_kc, then the roped q_pe)."""
+    """q_b's split-K partials [S, M, heads * (nope + rope)] (fp32; or S = 1 and the summed
+    bf16 rows, ABSORB_Q_ROWS_FROM) -> qcat bf16 [M, heads, kv_lora + rope] (q_nope . w_kc,
+    then the roped q_pe)."""
     split, m, _ = q_parts.shape
     _, nh, _ = qcat.shape
     c = kv_b.shape[1]

@@ -436,6 +436,8 @@ SWIGLU_TAIL = True
 # list) when given the scratch, rather than one program for every row: on an H200 5 us faster
 # per MoE layer at 16 rows, 0.5 at 4 (tiling_probe_20261130T150549Z)
 ROUTE_PER_ROW_MIN_ROWS = 3
+# warps of that one-program-per-row form (its last program also builds the slot list)
+ROUTE_PER_ROW_WARPS = 4
 
 
 def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tensor, topk: int,
@@ -459,7 +461,7 @@ def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tenso
         _route_per_row_kernel[(m,)](router_parts, split, m, e, bias, positions, chosen, weight,
                                     arrival, slot_expert, slot_weight, slot_rank, num_slots,
                                     float(scale), BLOCK_M=max(2, triton.next_power_of_2(m)),
-                                    num_warps=4, **common)
+                                    num_warps=ROUTE_PER_ROW_WARPS, **common)
         return
     _route_kernel[(1,)](router_parts, split, m, e, bias, positions, slot_expert, slot_weight,
                         slot_rank, num_slots, float(scale), BLOCK_M=max(2, triton.next_power_of_2(m)),

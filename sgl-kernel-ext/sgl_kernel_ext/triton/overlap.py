@@ -48,8 +48,13 @@ REGION_BYTES = 64 << 10
 # rows, is neutral at 8 and costs ~3% at 16 (decode_layer_20261130T111515Z vs ..T111614Z;
 # again 6% at 16 with today's kernels: tiling_probe_20261130T152855Z, overlap_16).
 MAX_ROWS = 8
+# The same bound for the MoE's expert kernels (gate/up, down and its sum, launched inside
+# ``wide()``): from 16 rows they run many waves of programs, and a dependent kernel's programs
+# made resident early would hold multiprocessors their later waves need.
+WIDE_MAX_ROWS = 8
 # rows of the step being launched (0: outside a layer step); one launching thread per process
 _rows = [0]
+_wide = [False]
 
 
 @contextlib.contextmanager
@@ -62,9 +67,20 @@ def step_rows(m: int):
         _rows[0] = prev
 
 
+@contextlib.contextmanager
+def wide():
+    """Launch the enclosed kernels as wide ones (the overlap only up to WIDE_MAX_ROWS)."""
+    prev, _wide[0] = _wide[0], True
+    try:
+        yield
+    finally:
+        _wide[0] = prev
+
+
 def enabled() -> bool:
     """Whether kernels launched now use programmatic dependent launch and L2 prefetch."""
-    return _rows[0] <= MAX_ROWS and os.environ.get(ENV, "1") != "0" and supported()
+    bound = WIDE_MAX_ROWS if _wide[0] else MAX_ROWS
+    return _rows[0] <= bound and os.environ.get(ENV, "1") != "0" and supported()
 
 
 @functools.lru_cache(maxsize=None)

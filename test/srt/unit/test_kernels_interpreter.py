@@ -485,6 +485,40 @@ def test_latent_in_q_b_matches_the_latent_kernel(layer_id, contexts, monkeypatch
     assert bool((step[diff] <= 2 ** -7).all())
 
 
+@pytest.mark.parametrize("layer_id", [0, 2], ids=["dense_indexer", "moe_shared"])
+def test_absorb_on_q_b_tail_rows_is_bitwise_the_partials(layer_id, monkeypatch):
+    """absorb reading q as the bf16 rows q_b's last-arriving K chunks sum (fp8_linear tails
+    without sums of squares, and none for the indexer's wq_b tiles of the same launch,
+    mla.ABSORB_Q_ROWS_FROM) against absorb summing q_b's split-K partials: outputs, top-k
+    and cache bytes equal, with a pad row among 3; q_b's counters back at zero."""
+    from sgl_kernel_ext.triton import fp8_linear, mla
+
+    # one 128-column group a step, so the tiny K of 256 splits in two
+    monkeypatch.setattr(fp8_linear, "tiling", lambda n, k: (64, 1, max(1, k // 128)))
+    case = make_case(CFG, layer_id, [30, 0, 12], seed=40 + layer_id, tp_size=2)
+    seen = []
+    original = mla.absorb
+    monkeypatch.setattr(mla, "absorb",
+                        lambda q, *a, **k: seen.append((q.dtype, q.shape[0])) or original(q, *a, **k))
+    runs = []
+    for first in (1 << 30, 1):
+        monkeypatch.setattr(mla, "ABSORB_Q_ROWS_FROM", first)
+        caches = clone_caches(case.caches)
+        layer = FusedLayer(CFG, case.lw, caches, 4, case.batch.token_slots.shape[1],
+                           persistent_launch=False)
+        assert layer.split_q_b > 1, "the case must split q_b's K for the tails to sum anything"
+        outs = [t.clone() for t in layer(case.hidden, case.residual, case.batch, case.topk_prev)]
+        assert not layer.buf["q_arrivals"].any()
+        runs.append((outs, caches))
+    assert seen == [(torch.float32, layer.split_q_b), (torch.bfloat16, 1)]
+    (a_out, a_c), (b_out, b_c) = runs
+    for x, y in zip(a_out, b_out):
+        assert torch.equal(x, y)
+    assert torch.equal(a_c.kv[layer_id].view(torch.int16), b_c.kv[layer_id].view(torch.int16))
+    if layer_id in a_c.index:
+        assert torch.equal(a_c.index[layer_id], b_c.index[layer_id])
+
+
 @pytest.mark.parametrize("layer_id", [0, 1, 2], ids=["dense_indexer", "moe_indexer", "moe_shared"])
 def test_persistent_layer_is_bitwise_the_stage_kernels(layer_id):
     """Under the interpreter both paths run the same task bodies with the same arithmetic:

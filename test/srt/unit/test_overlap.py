@@ -1,5 +1,6 @@
 """The stage kernels' overlap policy (sgl_kernel_ext.triton.overlap), on CPU: never under the
-interpreter, only up to MAX_ROWS rows, off through the environment, and step_rows nests."""
+interpreter, only up to MAX_ROWS rows (WIDE_MAX_ROWS inside ``wide()``), off through the
+environment, and step_rows nests."""
 
 from sgl_kernel_ext.triton import overlap
 
@@ -19,3 +20,16 @@ def test_rows_bound_and_environment(monkeypatch):
         assert overlap.enabled()
     monkeypatch.setenv(overlap.ENV, "0")
     assert not overlap.enabled()
+
+
+def test_wide_kernels_have_their_own_rows_bound(monkeypatch):
+    monkeypatch.setattr(overlap, "supported", lambda: True)
+    monkeypatch.setattr(overlap, "MAX_ROWS", 16)
+    monkeypatch.setattr(overlap, "WIDE_MAX_ROWS", 8)
+    with overlap.step_rows(16):
+        assert overlap.enabled()
+        with overlap.wide():
+            assert not overlap.enabled() and overlap.launch_kw() == {}
+            with overlap.step_rows(8):
+                assert overlap.enabled()
+        assert overlap.enabled()

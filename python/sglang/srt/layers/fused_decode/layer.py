@@ -117,6 +117,8 @@ class FusedLayer:
             ss_q=e(m, self._tails(cfg.q_lora_rank), dt=f32),
             ss_kv=e(m, self._tails(c + rope), dt=f32),
             q=e(self.split_q_b, m, a.q_b.q.shape[0], dt=f32),
+            # q summed by q_b's tails, for absorb (mla.ABSORB_Q_ROWS_FROM)
+            q_rows=e(m, a.q_b.q.shape[0]),
             qcat=e(m, self.heads, c + rope),
             part_o=e(attn_cap, self.heads, c, dt=f32),
             part_ml=e(attn_cap, self.heads, 2, dt=f32), olat=e(m, self.heads, c),
@@ -149,6 +151,7 @@ class FusedLayer:
         self.buf["route_arrival"] = arrival.counters(1, dev)
         self.buf["qkv_arrivals"] = arrival.counters(
             self._tails(cfg.q_lora_rank) + self._tails(c + rope), dev)
+        self.buf["q_arrivals"] = arrival.counters(-(-a.q_b.q.shape[0] // self.tile_q_b[0]), dev)
         self.buf["vc_arrivals"] = arrival.counters(self.heads * (cfg.v_head_dim // 128), dev)
         specs["gu_parts"] = e(split_k, few * cfg.num_experts_per_tok + 1 if self.experts else 1,
                               few, 2, inter, dt=f32)
@@ -261,6 +264,10 @@ class FusedLayer:
             mla.latent(v("qa"), v("kva"), a.q_a_norm, a.kv_a_norm, eps, pos, slots, self.inv_freq,
                        v("cq_q"), v("cq_s"), self.kv_cache, c, rope)
 
+        # absorb's q: summed by q_b's tails into bf16 rows, or q_b's partials
+        q_rows = not fused_latent and m >= mla.ABSORB_Q_ROWS_FROM
+        q_tails = (self.buf["q_arrivals"], v("q_rows"), None, None, None) if q_rows else None
+
         def q_b(*more):  # q_b (| the indexer's wq_b) on the normed c_q
             if fused_latent:
                 mla.q_b_normed(v("rows_q"), v("ss_q"), a.q_a_norm, v("rows_kv"), v("ss_kv"),
@@ -268,7 +275,7 @@ class FusedLayer:
                                rope, a.q_b.q, a.q_b.s, v("q"), *more, *self.tile_q_b[:2])
             else:
                 fp8_linear.fp8_linear(v("cq_q"), v("cq_s"), a.q_b.q, a.q_b.s, v("q"), *more,
-                                      *self.tile_q_b[:2])
+                                      *self.tile_q_b[:2], tails=q_tails)
 
         if self.runs_indexer and not reuse_topk:
             ix = a.indexer
@@ -295,7 +302,7 @@ class FusedLayer:
                 raise ValueError(f"layer {lw.layer_id} reuses the previous top-k but none was given")
             q_b(None, None, None)
             topk = topk_prev
-        mla.absorb(v("q"), a.kv_b, pos, self.inv_freq, v("qcat"), cfg.qk_nope_head_dim, rope,
+        mla.absorb(v("q_rows")[None] if q_rows else v("q"), a.kv_b, pos, self.inv_freq, v("qcat"), cfg.qk_nope_head_dim, rope,
                    cfg.v_head_dim)
         attn_parts = self._attention_parts(m)
         vc = (self.buf["vc_parts"], self.buf["vc_arrivals"])
@@ -343,14 +350,16 @@ class FusedLayer:
         gu_parts = None
         if split_k > 1:
             gu_parts = _prefix(b["gu_parts"], split_k, act.shape[0], m, 2, act.shape[2])
-        moe.gate_up(v("x2q"), v("x2s"), self.experts, b["slot_expert"], b["num_slots"],
-                    routed.gate.q, routed.gate.s, routed.up.q, routed.up.s,
-                    shared.gate.q, shared.gate.s, shared.up.q, shared.up.s, act, gu_parts,
-                    tiling=tiling, arrivals=b["gu_arrivals"])
         block_n, warps = moe.down_shape(m, dense)
-        moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"), v("slot_rank"),
-                 b["num_slots"], routed.down.q, routed.down.s, shared.down.q, shared.down.s, pos,
-                 v("terms"), v("y"), block_n=block_n, num_warps=warps)
+        with overlap.wide():
+            moe.gate_up(v("x2q"), v("x2s"), self.experts, b["slot_expert"], b["num_slots"],
+                        routed.gate.q, routed.gate.s, routed.up.q, routed.up.s,
+                        shared.gate.q, shared.gate.s, shared.up.q, shared.up.s, act, gu_parts,
+                        tiling=tiling, arrivals=b["gu_arrivals"])
+            moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"),
+                     v("slot_rank"), b["num_slots"], routed.down.q, routed.down.s,
+                     shared.down.q, shared.down.s, pos, v("terms"), v("y"), block_n=block_n,
+                     num_warps=warps)
 
 
 def chain_prefetch(layers) -> None:
