@@ -180,9 +180,10 @@ def overlap_checks(kind, rows=2, context=3000):
     return out
 
 
+@pytest.mark.parametrize("rows", [2, 16])
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_overlap_is_bitwise_the_plain_launch(kind):
-    r = overlap_checks(kind)
+def test_overlap_is_bitwise_the_plain_launch(kind, rows):
+    r = overlap_checks(kind, rows)
     assert all(r.values()), r
 
 
@@ -278,6 +279,32 @@ def test_attention_loading_ahead_is_bitwise_the_plain_loop(ahead, rows, monkeypa
         layer = FusedLayer(CFG, case.lw, clone_caches(case.caches), rows, 3000)
         outs.append(layer(case.hidden, case.residual, case.batch, case.topk_prev)[0].clone())
     assert not torch.isnan(outs[0].float()).any() and torch.equal(outs[0], outs[1])
+
+
+@pytest.mark.parametrize("rows", [3, 16])
+@pytest.mark.parametrize("kind", ["moe_indexer", "moe_shared_topk"])
+def test_absorb_on_q_b_tail_rows_is_bitwise_the_partials(kind, rows, monkeypatch):
+    """absorb reading the bf16 q rows q_b's tails sum (mla.ABSORB_Q_ROWS_FROM; with the
+    indexer, its wq_b tiles in the same launch have no tails) against absorb summing q_b's
+    split-K partials: outputs, top-k and caches bitwise equal, q_b's counters at zero."""
+    from sgl_kernel_ext.triton import mla
+
+    lid = KINDS[kind]
+    case = make_case(CFG, lid, _contexts(rows, 3000, pad=True), seed=17, device="cuda",
+                     lw=_weights(lid))
+    runs = []
+    for first in (1 << 30, 1):
+        monkeypatch.setattr(mla, "ABSORB_Q_ROWS_FROM", first)
+        caches = clone_caches(case.caches)
+        layer = FusedLayer(CFG, case.lw, caches, rows, 3000)
+        runs.append(([t.clone() for t in layer(case.hidden, case.residual, case.batch,
+                                                case.topk_prev)], caches))
+        assert layer.split_q_b > 1 and not layer.buf["q_arrivals"].any()
+    (a, c_a), (b, c_b) = runs
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert torch.equal(c_a.kv[lid].view(torch.int16), c_b.kv[lid].view(torch.int16))
+    if lid in c_a.index:
+        assert torch.equal(c_a.index[lid], c_b.index[lid])
 
 
 @pytest.mark.parametrize("kind", ["moe_shared_topk"])  # the kind without the indexer
