@@ -97,6 +97,10 @@ ATTN_DOUBLE_BUFFER_FROM_STEPS = 4
 # (tiling_probe_20261201T102329Z: attn_ahead_*). With 1 and 3 stages Triton double-buffers the
 # KV rows in shared memory (168 KB): -3.1 us dense, -4.7 MoE at 16 rows, less than 1 at 1-4.
 ATTN_AHEAD = 1
+# a program of one loop step (1-4 rows at 2048 top-k entries) loads its top-k slots and KV rows
+# into registers before waiting for the previous kernel (they come from two or more kernels
+# back: overlap's rule), rather than only prefetching them into L2
+ATTN_PRELOAD = True
 # the most attention programs a step (attention_splits): one wave of one program a
 # multiprocessor (201 registers x 256 threads). At 16 rows 16 chunks a row were 256 programs,
 # two waves (ncu, H200: results/ncu_moe_2aeab55.log); 8 chunks, one wave, made each layer
@@ -367,6 +371,53 @@ def _attn_step_rows(kv_cache_ptr, slot, t_ok, oc, orr, C: tl.constexpr, R: tl.co
 
 
 @triton.jit
+def _attn_step_math(q_lat, q_pe, kv, kpe, t_ok, m_i, l_i, acc, sm_scale,
+                    INTERPRET: tl.constexpr):
+    """One step of the online softmax over BLOCK_T entries (t_ok: those that exist):
+    (m_i, l_i, acc) updated."""
+    if INTERPRET:
+        z = tl.dot(q_lat.to(tl.float32), tl.trans(kv.to(tl.float32)))
+        z += tl.dot(q_pe.to(tl.float32), tl.trans(kpe.to(tl.float32)))
+    else:
+        z = tl.dot(q_lat, tl.trans(kv))
+        z += tl.dot(q_pe, tl.trans(kpe))
+    z = tl.where(t_ok[None, :], z * sm_scale, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(z, axis=1))
+    m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
+    alpha = tl.exp(m_i - m_safe)
+    p = tl.exp(z - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
+    if INTERPRET:
+        acc = acc * alpha[:, None] + tl.dot(p, kv.to(tl.float32))
+    else:
+        acc = acc * alpha[:, None] + tl.dot(p.to(tl.bfloat16), kv)
+    return m_new, l_i, acc
+
+
+@triton.jit
+def _attn_query(m, qcat_ptr, NH, C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr):
+    """Row m's absorbed query: q_lat [BLOCK_H, C] and q_pe [BLOCK_H, R] (bf16)."""
+    oh = tl.arange(0, BLOCK_H)
+    h_ok = oh < NH
+    qrow = qcat_ptr + (m * NH + oh[:, None]) * (C + R)
+    q_lat = tl.load(qrow + tl.arange(0, C)[None, :], mask=h_ok[:, None], other=0.0)
+    q_pe = tl.load(qrow + C + tl.arange(0, R)[None, :], mask=h_ok[:, None], other=0.0)
+    return q_lat, q_pe
+
+
+@triton.jit
+def _attn_store(m, sp, nsp, m_i, l_i, acc, part_o_ptr, part_ml_ptr, NH, C: tl.constexpr,
+                BLOCK_H: tl.constexpr):
+    """Row m's chunk sp: its unnormalized output and (max, sum) per head."""
+    oh = tl.arange(0, BLOCK_H)
+    h_ok = oh < NH
+    base = (m * nsp + sp) * NH + oh
+    tl.store(part_o_ptr + base[:, None] * C + tl.arange(0, C)[None, :], acc, mask=h_ok[:, None])
+    tl.store(part_ml_ptr + base * 2, m_i, mask=h_ok)
+    tl.store(part_ml_ptr + base * 2 + 1, l_i, mask=h_ok)
+
+
+@triton.jit
 def _sparse_attn_task(m, sp, nsp, qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
                       stride_slots, part_o_ptr, part_ml_ptr, NH, sm_scale, chunk,
                       C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
@@ -374,13 +425,9 @@ def _sparse_attn_task(m, sp, nsp, qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk,
     """Row m's chunk sp. AHEAD (``ATTN_AHEAD``): 1 issues the next step's top-k and slot loads
     before this step's math, 2 its KV rows too (carried in registers), so a step does not
     start with a chain of dependent loads."""
-    oh = tl.arange(0, BLOCK_H)
     oc = tl.arange(0, C)
     orr = tl.arange(0, R)
-    h_ok = oh < NH
-    qrow = qcat_ptr + (m * NH + oh[:, None]) * (C + R)
-    q_lat = tl.load(qrow + oc[None, :], mask=h_ok[:, None], other=0.0)
-    q_pe = tl.load(qrow + C + orr[None, :], mask=h_ok[:, None], other=0.0)
+    q_lat, q_pe = _attn_query(m, qcat_ptr, NH, C, R, BLOCK_H)
     m_i = tl.full((BLOCK_H,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_H,), tl.float32)
     acc = tl.zeros((BLOCK_H, C), tl.float32)
@@ -402,33 +449,15 @@ def _sparse_attn_task(m, sp, nsp, qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk,
                                                   topk_ptr, stride_topk, slots_ptr, stride_slots)
         if AHEAD >= 2:
             kv_next, kpe_next = _attn_step_rows(kv_cache_ptr, slot_next, ok_next, oc, orr, C, R)
-        if INTERPRET:
-            z = tl.dot(q_lat.to(tl.float32), tl.trans(kv.to(tl.float32)))
-            z += tl.dot(q_pe.to(tl.float32), tl.trans(kpe.to(tl.float32)))
-        else:
-            z = tl.dot(q_lat, tl.trans(kv))
-            z += tl.dot(q_pe, tl.trans(kpe))
-        z = tl.where(t_ok[None, :], z * sm_scale, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(z, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp(m_i - m_safe)
-        p = tl.exp(z - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        if INTERPRET:
-            acc = acc * alpha[:, None] + tl.dot(p, kv.to(tl.float32))
-        else:
-            acc = acc * alpha[:, None] + tl.dot(p.to(tl.bfloat16), kv)
-        m_i = m_new
+        m_i, l_i, acc = _attn_step_math(q_lat, q_pe, kv, kpe, t_ok, m_i, l_i, acc, sm_scale,
+                                        INTERPRET)
         if AHEAD >= 1:
             slot = slot_next
             t_ok = ok_next
         if AHEAD >= 2:
             kv = kv_next
             kpe = kpe_next
-    base = (m * nsp + sp) * NH + oh
-    tl.store(part_o_ptr + base[:, None] * C + oc[None, :], acc, mask=h_ok[:, None])
-    tl.store(part_ml_ptr + base * 2, m_i, mask=h_ok)
-    tl.store(part_ml_ptr + base * 2 + 1, l_i, mask=h_ok)
+    _attn_store(m, sp, nsp, m_i, l_i, acc, part_o_ptr, part_ml_ptr, NH, C, BLOCK_H)
 
 
 @triton.jit
@@ -436,16 +465,34 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
                         part_o_ptr, part_ml_ptr, NH, sm_scale, chunk,
                         C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
                         BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
-                        AHEAD: tl.constexpr):
+                        AHEAD: tl.constexpr, PRELOAD: tl.constexpr):
     m = tl.program_id(0)
     sp = tl.program_id(1)
-    # the top-k and the cache rows come from >= 2 kernels back
-    _sparse_attn_prefetch(m, sp, chunk, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
-                          stride_slots, C, R, BLOCK_T, PDL)
-    stage_begin(PDL)
-    _sparse_attn_task(m, sp, tl.num_programs(1), qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk,
-                      slots_ptr, stride_slots, part_o_ptr, part_ml_ptr, NH, sm_scale, chunk, C,
-                      R, BLOCK_H, BLOCK_T, INTERPRET, AHEAD)
+    if PRELOAD:
+        # a one-step chunk (chunk == BLOCK_T): its top-k, slots and KV rows come from two or
+        # more kernels back, so they are loaded into registers before the wait; after it only
+        # the query (the previous kernel's) is read
+        ot = sp * chunk + tl.arange(0, BLOCK_T)
+        slot, t_ok = _attn_step_slots(m, ot, sp * chunk + chunk, topk_ptr, stride_topk,
+                                      slots_ptr, stride_slots)
+        kv, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, tl.arange(0, C), tl.arange(0, R),
+                                  C, R)
+        stage_begin(PDL)
+        q_lat, q_pe = _attn_query(m, qcat_ptr, NH, C, R, BLOCK_H)
+        m_i, l_i, acc = _attn_step_math(
+            q_lat, q_pe, kv, kpe, t_ok, tl.full((BLOCK_H,), float("-inf"), tl.float32),
+            tl.zeros((BLOCK_H,), tl.float32), tl.zeros((BLOCK_H, C), tl.float32), sm_scale,
+            INTERPRET)
+        _attn_store(m, sp, tl.num_programs(1), m_i, l_i, acc, part_o_ptr, part_ml_ptr, NH, C,
+                    BLOCK_H)
+    else:
+        # the top-k and the cache rows come from >= 2 kernels back
+        _sparse_attn_prefetch(m, sp, chunk, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
+                              stride_slots, C, R, BLOCK_T, PDL)
+        stage_begin(PDL)
+        _sparse_attn_task(m, sp, tl.num_programs(1), qcat_ptr, kv_cache_ptr, topk_ptr,
+                          stride_topk, slots_ptr, stride_slots, part_o_ptr, part_ml_ptr, NH,
+                          sm_scale, chunk, C, R, BLOCK_H, BLOCK_T, INTERPRET, AHEAD)
 
 
 @triton.jit
@@ -684,7 +731,8 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
         qcat, kv_cache, topk, topk.stride(0), token_slots, token_slots.stride(0), part_o,
         part_ml, nh, float(sm_scale), k // splits, C=kv_lora, R=rope,
         BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), AHEAD=ATTN_AHEAD, num_warps=ATTN_WARPS, num_stages=stages,
+        PDL=overlap.enabled(), AHEAD=ATTN_AHEAD, PRELOAD=ATTN_PRELOAD and steps == 1,
+        num_warps=ATTN_WARPS, num_stages=stages,
         **overlap.launch_kw())
     if merge:
         _combine_kernel[(m, nh)](part_o, part_ml, olat, nh, splits, C=kv_lora,

@@ -49,9 +49,13 @@ REGION_BYTES = 64 << 10
 # again 6% at 16 with today's kernels: tiling_probe_20261130T152855Z, overlap_16).
 MAX_ROWS = 8
 # The same bound for the MoE's expert kernels (gate/up, down and its sum, launched inside
-# ``wide()``): from 16 rows they run many waves of programs, and a dependent kernel's programs
-# made resident early would hold multiprocessors their later waves need.
-WIDE_MAX_ROWS = 8
+# ``wide()``): with more rows they run many waves of programs, and a dependent kernel's
+# programs made resident early hold multiprocessors their later waves need. On an H200 the
+# overlap off for them from 5 rows is 7.0-7.5 us faster a MoE layer at 8 rows (1.0 dense),
+# the same at 1-4; with the other kernels overlapped at 16 rows too, a layer is within
+# -0.4..+0.4 us at 16 (dense +3.3); all of them overlapped at 16, +7..12
+# (tiling_probe_20261201T121017Z: overlap_16*).
+WIDE_MAX_ROWS = 4
 # rows of the step being launched (0: outside a layer step); one launching thread per process
 _rows = [0]
 _wide = [False]

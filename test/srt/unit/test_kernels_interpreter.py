@@ -335,12 +335,13 @@ def test_absorb_without_tensor_cores_is_the_dot_form(m, block_c, monkeypatch):
     assert float((gemv[..., :c] != dot[..., :c]).float().mean()) <= 0.05
 
 
-@pytest.mark.parametrize("splits", [1, 2])  # 2 and 1 loop steps a program
+@pytest.mark.parametrize("splits", [1, 2, 4])  # 2, 1 and 1 loop steps a program
 def test_attention_loading_ahead_is_bitwise_the_plain_loop(splits, monkeypatch):
     """The sparse attention with the next step's slots (ATTN_AHEAD 1) or also its KV rows (2)
-    loaded before the step's math: the same bits as the plain loop, which matches the direct
-    softmax over each row's selected cache rows (entries of -1 skipped, a row with none
-    zero); every element of the output written."""
+    loaded before the step's math, and a one-step program's KV rows loaded before its wait
+    (ATTN_PRELOAD): the same bits as the plain loop, which matches the direct softmax over
+    each row's selected cache rows (entries of -1 skipped, a row with none zero); every
+    element of the output written."""
     from sgl_kernel_ext.triton import mla
 
     c, r, nh, k, m, ctx = 64, 16, 4, 128, 3, 150
@@ -352,15 +353,16 @@ def test_attention_loading_ahead_is_bitwise_the_plain_loop(splits, monkeypatch):
     topk[2] = -1  # a row that selects nothing
     qcat = torch.randn(m, nh, c + r, generator=g).bfloat16()
     runs = []
-    for ahead in (0, 1, 2):
+    for ahead, preload in ((0, False), (1, False), (2, False), (1, True)):
         monkeypatch.setattr(mla, "ATTN_AHEAD", ahead)
+        monkeypatch.setattr(mla, "ATTN_PRELOAD", preload)
         part_o = torch.full((m, splits, nh, c), float("nan"))
         part_ml = torch.full((m, splits, nh, 2), float("nan"))
         olat = torch.full((m, nh, c), float("nan"), dtype=torch.bfloat16)
         mla.sparse_attention(qcat, kv_cache, topk, slots, 0.125, part_o, part_ml, olat, c, r)
         assert not torch.isnan(olat.float()).any()
         runs.append(olat)
-    assert torch.equal(runs[1], runs[0]) and torch.equal(runs[2], runs[0])
+    assert all(torch.equal(run, runs[0]) for run in runs[1:])
     for row in range(m):
         sel = topk[row][topk[row] >= 0].long()
         if sel.numel() == 0:
