@@ -77,9 +77,11 @@ VARIANTS = {
     "overlap_16_narrow": {("overlap", "MAX_ROWS"): 16},
     "overlap_16_narrow_wide_to_4": {("overlap", "MAX_ROWS"): 16, ("overlap", "WIDE_MAX_ROWS"): 4},
     # the MoE's expert kernels overlapped up to 8 rows (the others' bound), or up to 2 or 1
-    **{f"overlap_wide_to_{r}": {("overlap", "WIDE_MAX_ROWS"): r} for r in (8, 2, 1)},
-    # the one-step attention loading its KV rows only into L2 before its wait
-    "attn_no_preload": {("mla", "ATTN_PRELOAD"): False},
+    **{f"overlap_wide_to_{r}": {("overlap", "WIDE_MAX_ROWS"): r} for r in (8, 4, 2, 1)},
+    # the attention loading its first step's KV rows into registers before its wait in no
+    # program, or in programs of any number of steps (default: of one step)
+    "attn_no_preload": {("mla", "ATTN_PRELOAD_MAX_STEPS"): 0},
+    "attn_preload_every_chunk": {("mla", "ATTN_PRELOAD_MAX_STEPS"): 1 << 30},
     # absorb summing q_b's split-K partials itself at every row count, or reading the rows
     # q_b's tails sum from one row (default: from mla.ABSORB_Q_ROWS_FROM rows)
     "absorb_q_partials": {("mla", "ABSORB_Q_ROWS_FROM"): 1 << 30},

@@ -97,10 +97,12 @@ ATTN_DOUBLE_BUFFER_FROM_STEPS = 4
 # (tiling_probe_20261201T102329Z: attn_ahead_*). With 1 and 3 stages Triton double-buffers the
 # KV rows in shared memory (168 KB): -3.1 us dense, -4.7 MoE at 16 rows, less than 1 at 1-4.
 ATTN_AHEAD = 1
-# a program of one loop step (1-4 rows at 2048 top-k entries) loads its top-k slots and KV rows
-# into registers before waiting for the previous kernel (they come from two or more kernels
-# back: overlap's rule), rather than only prefetching them into L2
-ATTN_PRELOAD = True
+# a program of at most this many loop steps (1: 1-4 rows at 2048 top-k entries) loads its
+# first step's top-k slots and KV rows into registers before waiting for the previous kernel
+# (they come from two or more kernels back: overlap's rule), rather than only prefetching its
+# rows into L2. On an H200 one step is 1.7-4.9 us faster a layer at 1-4 rows on every kind
+# (tiling_probe_20261201T121440Z: attn_no_preload).
+ATTN_PRELOAD_MAX_STEPS = 1
 # the most attention programs a step (attention_splits): one wave of one program a
 # multiprocessor (201 registers x 256 threads). At 16 rows 16 chunks a row were 256 programs,
 # two waves (ncu, H200: results/ncu_moe_2aeab55.log); 8 chunks, one wave, made each layer
@@ -418,21 +420,15 @@ def _attn_store(m, sp, nsp, m_i, l_i, acc, part_o_ptr, part_ml_ptr, NH, C: tl.co
 
 
 @triton.jit
-def _sparse_attn_task(m, sp, nsp, qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
-                      stride_slots, part_o_ptr, part_ml_ptr, NH, sm_scale, chunk,
-                      C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
-                      BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr, AHEAD: tl.constexpr):
-    """Row m's chunk sp. AHEAD (``ATTN_AHEAD``): 1 issues the next step's top-k and slot loads
-    before this step's math, 2 its KV rows too (carried in registers), so a step does not
-    start with a chain of dependent loads."""
+def _attn_loop(m, q_lat, q_pe, lo, hi, m_i, l_i, acc, kv_cache_ptr, topk_ptr, stride_topk,
+               slots_ptr, stride_slots, sm_scale, C: tl.constexpr, R: tl.constexpr,
+               BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr, AHEAD: tl.constexpr):
+    """Row m's top-k entries [lo, hi) in BLOCK_T steps, from the softmax state (m_i, l_i,
+    acc). AHEAD (``ATTN_AHEAD``): 1 issues the next step's top-k and slot loads before this
+    step's math, 2 its KV rows too (carried in registers), so a step does not start with a
+    chain of dependent loads."""
     oc = tl.arange(0, C)
     orr = tl.arange(0, R)
-    q_lat, q_pe = _attn_query(m, qcat_ptr, NH, C, R, BLOCK_H)
-    m_i = tl.full((BLOCK_H,), float("-inf"), tl.float32)
-    l_i = tl.zeros((BLOCK_H,), tl.float32)
-    acc = tl.zeros((BLOCK_H, C), tl.float32)
-    lo = sp * chunk
-    hi = lo + chunk
     if AHEAD >= 1:
         slot, t_ok = _attn_step_slots(m, lo + tl.arange(0, BLOCK_T), hi, topk_ptr, stride_topk,
                                       slots_ptr, stride_slots)
@@ -457,6 +453,21 @@ def _sparse_attn_task(m, sp, nsp, qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk,
         if AHEAD >= 2:
             kv = kv_next
             kpe = kpe_next
+    return m_i, l_i, acc
+
+
+@triton.jit
+def _sparse_attn_task(m, sp, nsp, qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
+                      stride_slots, part_o_ptr, part_ml_ptr, NH, sm_scale, chunk,
+                      C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
+                      BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr, AHEAD: tl.constexpr):
+    """Row m's chunk sp (``_attn_loop``)."""
+    q_lat, q_pe = _attn_query(m, qcat_ptr, NH, C, R, BLOCK_H)
+    m_i, l_i, acc = _attn_loop(
+        m, q_lat, q_pe, sp * chunk, sp * chunk + chunk,
+        tl.full((BLOCK_H,), float("-inf"), tl.float32), tl.zeros((BLOCK_H,), tl.float32),
+        tl.zeros((BLOCK_H, C), tl.float32), kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
+        stride_slots, sm_scale, C, R, BLOCK_T, INTERPRET, AHEAD)
     _attn_store(m, sp, nsp, m_i, l_i, acc, part_o_ptr, part_ml_ptr, NH, C, BLOCK_H)
 
 
@@ -469,12 +480,12 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
     m = tl.program_id(0)
     sp = tl.program_id(1)
     if PRELOAD:
-        # a one-step chunk (chunk == BLOCK_T): its top-k, slots and KV rows come from two or
-        # more kernels back, so they are loaded into registers before the wait; after it only
-        # the query (the previous kernel's) is read
-        ot = sp * chunk + tl.arange(0, BLOCK_T)
-        slot, t_ok = _attn_step_slots(m, ot, sp * chunk + chunk, topk_ptr, stride_topk,
-                                      slots_ptr, stride_slots)
+        # the chunk's first step: its top-k, slots and KV rows come from two or more kernels
+        # back, so they are loaded into registers before the wait; after it the query (the
+        # previous kernel's) is read, then the other steps run as the loop
+        lo = sp * chunk
+        slot, t_ok = _attn_step_slots(m, lo + tl.arange(0, BLOCK_T), lo + chunk, topk_ptr,
+                                      stride_topk, slots_ptr, stride_slots)
         kv, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, tl.arange(0, C), tl.arange(0, R),
                                   C, R)
         stage_begin(PDL)
@@ -483,6 +494,10 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
             q_lat, q_pe, kv, kpe, t_ok, tl.full((BLOCK_H,), float("-inf"), tl.float32),
             tl.zeros((BLOCK_H,), tl.float32), tl.zeros((BLOCK_H, C), tl.float32), sm_scale,
             INTERPRET)
+        if chunk > BLOCK_T:
+            m_i, l_i, acc = _attn_loop(m, q_lat, q_pe, lo + BLOCK_T, lo + chunk, m_i, l_i, acc,
+                                       kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
+                                       stride_slots, sm_scale, C, R, BLOCK_T, INTERPRET, AHEAD)
         _attn_store(m, sp, tl.num_programs(1), m_i, l_i, acc, part_o_ptr, part_ml_ptr, NH, C,
                     BLOCK_H)
     else:
@@ -731,7 +746,7 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
         qcat, kv_cache, topk, topk.stride(0), token_slots, token_slots.stride(0), part_o,
         part_ml, nh, float(sm_scale), k // splits, C=kv_lora, R=rope,
         BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), AHEAD=ATTN_AHEAD, PRELOAD=ATTN_PRELOAD and steps == 1,
+        PDL=overlap.enabled(), AHEAD=ATTN_AHEAD, PRELOAD=steps <= ATTN_PRELOAD_MAX_STEPS,
         num_warps=ATTN_WARPS, num_stages=stages,
         **overlap.launch_kw())
     if merge:

@@ -51,11 +51,12 @@ MAX_ROWS = 8
 # The same bound for the MoE's expert kernels (gate/up, down and its sum, launched inside
 # ``wide()``): with more rows they run many waves of programs, and a dependent kernel's
 # programs made resident early hold multiprocessors their later waves need. On an H200 the
-# overlap off for them from 5 rows is 7.0-7.5 us faster a MoE layer at 8 rows (1.0 dense),
-# the same at 1-4; with the other kernels overlapped at 16 rows too, a layer is within
+# overlap off for them from 5 rows is 7.0-8.2 us faster a MoE layer at 8 rows (1.0-1.2
+# dense), and from 3 rows 3.5-5.1 us faster a layer at 4 (from 2: dense -4.8 us at 2 rows,
+# MoE +0.6..+1.2); with the other kernels overlapped at 16 rows too, a layer is within
 # -0.4..+0.4 us at 16 (dense +3.3); all of them overlapped at 16, +7..12
-# (tiling_probe_20261201T121017Z: overlap_16*).
-WIDE_MAX_ROWS = 4
+# (tiling_probe_20261201T121017Z: overlap_16*; T121440Z: overlap_wide_to_*).
+WIDE_MAX_ROWS = 2
 # rows of the step being launched (0: outside a layer step); one launching thread per process
 _rows = [0]
 _wide = [False]

@@ -267,8 +267,9 @@ def test_absorb_v_in_latent_chunks_matches_reference(split, merges, rows, monkey
 @pytest.mark.parametrize("ahead, preload", [(1, False), (2, False), (1, True)])
 def test_attention_loading_ahead_is_bitwise_the_plain_loop(ahead, preload, rows, monkeypatch):
     """The attention loading the next step's slots (mla.ATTN_AHEAD 1) or also its KV rows (2)
-    before a step's math, or a one-step program's KV rows before its wait (ATTN_PRELOAD, at 1
-    row), on both sides of 2048 tokens: the layer's output bitwise the plain loop's."""
+    before a step's math, or a program's first step's KV rows before its wait (with
+    mla.ATTN_PRELOAD_MAX_STEPS at any number of steps), on both sides of 2048 tokens: the
+    layer's output bitwise the plain loop's."""
     from sgl_kernel_ext.triton import mla
 
     lid = KINDS["moe_shared_topk"]
@@ -276,7 +277,7 @@ def test_attention_loading_ahead_is_bitwise_the_plain_loop(ahead, preload, rows,
     outs = []
     for a, p in ((0, False), (ahead, preload)):
         monkeypatch.setattr(mla, "ATTN_AHEAD", a)
-        monkeypatch.setattr(mla, "ATTN_PRELOAD", p)
+        monkeypatch.setattr(mla, "ATTN_PRELOAD_MAX_STEPS", 1 << 30 if p else 0)
         layer = FusedLayer(CFG, case.lw, clone_caches(case.caches), rows, 3000)
         outs.append(layer(case.hidden, case.residual, case.batch, case.topk_prev)[0].clone())
     assert not torch.isnan(outs[0].float()).any() and torch.equal(outs[0], outs[1])

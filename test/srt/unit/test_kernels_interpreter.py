@@ -338,8 +338,8 @@ def test_absorb_without_tensor_cores_is_the_dot_form(m, block_c, monkeypatch):
 @pytest.mark.parametrize("splits", [1, 2, 4])  # 2, 1 and 1 loop steps a program
 def test_attention_loading_ahead_is_bitwise_the_plain_loop(splits, monkeypatch):
     """The sparse attention with the next step's slots (ATTN_AHEAD 1) or also its KV rows (2)
-    loaded before the step's math, and a one-step program's KV rows loaded before its wait
-    (ATTN_PRELOAD): the same bits as the plain loop, which matches the direct softmax over
+    loaded before the step's math, and a program's first step's KV rows loaded before its
+    wait (ATTN_PRELOAD_MAX_STEPS, here at any number of steps): the same bits as the plain loop, which matches the direct softmax over
     each row's selected cache rows (entries of -1 skipped, a row with none zero); every
     element of the output written."""
     from sgl_kernel_ext.triton import mla
@@ -355,7 +355,7 @@ def test_attention_loading_ahead_is_bitwise_the_plain_loop(splits, monkeypatch):
     runs = []
     for ahead, preload in ((0, False), (1, False), (2, False), (1, True)):
         monkeypatch.setattr(mla, "ATTN_AHEAD", ahead)
-        monkeypatch.setattr(mla, "ATTN_PRELOAD", preload)
+        monkeypatch.setattr(mla, "ATTN_PRELOAD_MAX_STEPS", 1 << 30 if preload else 0)
         part_o = torch.full((m, splits, nh, c), float("nan"))
         part_ml = torch.full((m, splits, nh, 2), float("nan"))
         olat = torch.full((m, nh, c), float("nan"), dtype=torch.bfloat16)
