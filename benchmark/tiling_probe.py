@@ -79,7 +79,7 @@ VARIANTS = {
     # the MoE's expert kernels overlapped up to 8 rows (the others' bound), or up to 2 or 1
     **{f"overlap_wide_to_{r}": {("overlap", "WIDE_MAX_ROWS"): r} for r in (8, 4, 2, 1)},
     # the attention loading its first step's KV rows into registers before its wait in no
-    # program, or in programs of any number of steps (default: of one step)
+    # program, or in programs of any number of steps (default: of up to two)
     "attn_no_preload": {("mla", "ATTN_PRELOAD_MAX_STEPS"): 0},
     "attn_preload_every_chunk": {("mla", "ATTN_PRELOAD_MAX_STEPS"): 1 << 30},
     # absorb summing q_b's split-K partials itself at every row count, or reading the rows

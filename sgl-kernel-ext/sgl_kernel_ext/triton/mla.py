@@ -97,12 +97,13 @@ ATTN_DOUBLE_BUFFER_FROM_STEPS = 4
 # (tiling_probe_20261201T102329Z: attn_ahead_*). With 1 and 3 stages Triton double-buffers the
 # KV rows in shared memory (168 KB): -3.1 us dense, -4.7 MoE at 16 rows, less than 1 at 1-4.
 ATTN_AHEAD = 1
-# a program of at most this many loop steps (1: 1-4 rows at 2048 top-k entries) loads its
-# first step's top-k slots and KV rows into registers before waiting for the previous kernel
-# (they come from two or more kernels back: overlap's rule), rather than only prefetching its
-# rows into L2. On an H200 one step is 1.7-4.9 us faster a layer at 1-4 rows on every kind
-# (tiling_probe_20261201T121440Z: attn_no_preload).
-ATTN_PRELOAD_MAX_STEPS = 1
+# a program of at most this many loop steps (one at 1-4 rows at 2048 top-k entries, two at
+# 5-8) loads its first step's top-k slots and KV rows into registers before waiting for the
+# previous kernel (they come from two or more kernels back: overlap's rule), rather than only
+# prefetching its rows into L2. On an H200 a layer is 1.7-4.9 us faster at 1-4 rows on every
+# kind (tiling_probe_20261201T121440Z: attn_no_preload), 2.6-3.2 at 8; at 16 rows (four
+# steps, 3 stages, no overlap) 2.5-3.3 slower (T122445Z: attn_preload_every_chunk).
+ATTN_PRELOAD_MAX_STEPS = 2
 # the most attention programs a step (attention_splits): one wave of one program a
 # multiprocessor (201 registers x 256 threads). At 16 rows 16 chunks a row were 256 programs,
 # two waves (ncu, H200: results/ncu_moe_2aeab55.log); 8 chunks, one wave, made each layer
