@@ -89,12 +89,6 @@ VARIANTS = {
     "absorb_q_rows_no_chunk": {("mla", "ABSORB_CHUNK_FROM_ROWS"): 1 << 30},
     "absorb_q_rows_block_c_128": {("mla", "ABSORB_BLOCK_C"): 128},
     "absorb_q_rows_block_c_32": {("mla", "ABSORB_BLOCK_C"): 32},
-    # down from 3 rows as `lanes` programs a column tile looping over the slots
-    # (moe.DOWN_SLOTS_FROM_ROWS, DOWN_SLOT_LANES), at 128 columns (the default from 2 rows) or 64
-    **{f"down_slots_lanes_{n}{suffix}": {("moe", "DOWN_SLOTS_FROM_ROWS"): 3,
-                                         ("moe", "DOWN_SLOT_LANES"): n, **more}
-       for n in (2, 4, 8)
-       for suffix, more in (("", {}), ("_block_64", {("moe", "down_block"): "down_64"}))},
     # warps of route's one-program-per-row form (default 4)
     **{f"route_per_row_{w}_warps": {("moe", "ROUTE_PER_ROW_WARPS"): w} for w in (1, 2, 8)},
     # the layer's dense weights prefetched into L2 by its first kernel

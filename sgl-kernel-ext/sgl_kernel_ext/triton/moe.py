@@ -162,37 +162,12 @@ def _router_route_kernel(x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk, a
 
 
 @triton.jit
-def _fp8_group_mma(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N, kb,
-                   BLOCK_M: tl.constexpr, INTERPRET: tl.constexpr):
-    """fp32 [BLOCK_M, BLOCK_N]: the 128-column group kb of quant(a) . W[offs_n]^T on the
-    tensor cores, both block scales on (a re-quantized per row and group)."""
-    offs_m = tl.arange(0, BLOCK_M)
-    n_ok = offs_n < N
-    kblocks = tl.cdiv(K, 128)
-    k = kb * 128 + tl.arange(0, 128)
-    k_ok = k < K
-    w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :], mask=n_ok[:, None] & k_ok[None, :],
-                other=0.0)
-    a = tl.load(a_ptr + offs_m[:, None] * stride_am + k[None, :],
-                mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0).to(tl.float32)
-    sa = tl.maximum(tl.max(tl.abs(a), axis=1), 1e-10) / 448.0
-    aq = to_e4m3(tl.clamp(a * (1.0 / sa)[:, None], -448.0, 448.0), INTERPRET)
-    if INTERPRET:
-        part = tl.dot(aq.to(tl.float32), tl.trans(w.to(tl.float32)))
-    else:
-        part = tl.dot(aq, tl.trans(w))
-    sw = tl.load(s_ptr + (offs_n // 128) * kblocks + kb, mask=n_ok, other=0.0)
-    return part * sa[:, None] * sw[None, :]
-
-
-@triton.jit
 def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
-                  GEMV: tl.constexpr, GROUPS: tl.constexpr, KBLOCKS: tl.constexpr = 0):
+                  GEMV: tl.constexpr, GROUPS: tl.constexpr):
     """fp32 [BLOCK_M, BLOCK_N] = quant(a[M, K]) . W[offs_n, K]^T with both block scales, on
     the tensor cores or (GEMV, a few rows) as fp32 multiply-and-sum in registers, GROUPS
-    128-column groups a step. KBLOCKS > 0 (= ceil(K / 128)) unrolls the tensor cores' K loop,
-    so a loop around this one is the innermost (``_down_slots_kernel``)."""
+    128-column groups a step."""
     offs_m = tl.arange(0, BLOCK_M)
     n_ok = offs_n < N
     kblocks = tl.cdiv(K, 128)
@@ -216,14 +191,23 @@ def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
                 xs = tl.reshape(aq.to(tl.float32) * (sa * sw)[:, None], (GROUPS * 128,))
                 acc += tl.where(rows[:, None] == r, tl.sum(w * xs[None, :], axis=1)[None, :],
                                 0.0)
-    elif KBLOCKS > 0:
-        for kb in tl.static_range(KBLOCKS):
-            acc += _fp8_group_mma(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N, kb, BLOCK_M,
-                                  INTERPRET)
     else:
+        offs_k = tl.arange(0, 128)
         for kb in range(0, kblocks):
-            acc += _fp8_group_mma(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N, kb, BLOCK_M,
-                                  INTERPRET)
+            k = kb * 128 + offs_k
+            k_ok = k < K
+            w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :],
+                        mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+            a = tl.load(a_ptr + offs_m[:, None] * stride_am + k[None, :],
+                        mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0).to(tl.float32)
+            sa = tl.maximum(tl.max(tl.abs(a), axis=1), 1e-10) / 448.0
+            aq = to_e4m3(tl.clamp(a * (1.0 / sa)[:, None], -448.0, 448.0), INTERPRET)
+            if INTERPRET:
+                part = tl.dot(aq.to(tl.float32), tl.trans(w.to(tl.float32)))
+            else:
+                part = tl.dot(aq, tl.trans(w))
+            sw = tl.load(s_ptr + (offs_n // 128) * kblocks + kb, mask=n_ok, other=0.0)
+            acc += part * sa[:, None] * sw[None, :]
     return acc
 
 
@@ -375,37 +359,25 @@ def _down_prefetch(tile, slot, H, I, E, slot_expert_ptr, num_slots_ptr, dq_ptr, 
 
 
 @triton.jit
-def _down_slot(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
-               dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr, terms_ptr,
-               TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               INTERPRET: tl.constexpr, GEMV: tl.constexpr, GROUPS: tl.constexpr,
-               KBLOCKS: tl.constexpr = 0):
-    """term = bf16(weight * act_slot D_e^T) of an existing slot's tile for the rows that chose
-    the slot's expert, stored at terms[row, rank of the expert in the row]."""
-    d_q, d_s = _expert_weights(slot_expert_ptr, slot, E, dq_ptr, ds_ptr, q_stride_e,
-                               s_stride_e, sdq_ptr, sds_ptr)
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    m_ok = offs_m < M
-    y = _fp8_tile_dot(act_ptr + slot * M * I, I, M, I, d_q, d_s, offs_n, H, BLOCK_M, BLOCK_N,
-                      INTERPRET, GEMV, GROUPS, KBLOCKS)
-    w = tl.load(slot_weight_ptr + slot * M + offs_m, mask=m_ok, other=0.0)  # 1 when shared
-    rank = tl.load(slot_rank_ptr + slot * M + offs_m, mask=m_ok, other=-1)
-    keep = m_ok & (rank >= 0)
-    dst = terms_ptr + ((offs_m * TERMS + tl.maximum(rank, 0)) * H)[:, None] + offs_n[None, :]
-    tl.store(dst, (w[:, None] * y).to(tl.bfloat16), mask=keep[:, None] & (offs_n[None, :] < H))
-
-
-@triton.jit
 def _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
                terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                INTERPRET: tl.constexpr, GEMV: tl.constexpr, GROUPS: tl.constexpr):
-    """Program (tile, slot): ``_down_slot`` if the slot exists this step."""
+    """Program (tile, slot): term = bf16(weight * act_slot D_e^T) for the rows that chose the
+    slot's expert, stored at terms[row, rank of the expert in the row]."""
     if slot < tl.load(num_slots_ptr):
-        _down_slot(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr,
-                   slot_rank_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
-                   terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET, GEMV, GROUPS)
+        d_q, d_s = _expert_weights(slot_expert_ptr, slot, E, dq_ptr, ds_ptr, q_stride_e,
+                                   s_stride_e, sdq_ptr, sds_ptr)
+        offs_m = tl.arange(0, BLOCK_M)
+        offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        m_ok = offs_m < M
+        y = _fp8_tile_dot(act_ptr + slot * M * I, I, M, I, d_q, d_s, offs_n, H, BLOCK_M, BLOCK_N,
+                          INTERPRET, GEMV, GROUPS)
+        w = tl.load(slot_weight_ptr + slot * M + offs_m, mask=m_ok, other=0.0)  # 1 when shared
+        rank = tl.load(slot_rank_ptr + slot * M + offs_m, mask=m_ok, other=-1)
+        keep = m_ok & (rank >= 0)
+        dst = terms_ptr + ((offs_m * TERMS + tl.maximum(rank, 0)) * H)[:, None] + offs_n[None, :]
+        tl.store(dst, (w[:, None] * y).to(tl.bfloat16), mask=keep[:, None] & (offs_n[None, :] < H))
 
 
 @triton.jit
@@ -423,30 +395,6 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
     _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
                terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET, GEMV, GROUPS)
-
-
-@triton.jit
-def _down_slots_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
-                       num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
-                       terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr,
-                       BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
-                       KBLOCKS: tl.constexpr):
-    """``_down_kernel`` on the tensor cores with each program looping over the slots
-    lane, lane + lanes, ... of its column tile (DOWN_SLOT_LANES): the slot loop is the
-    innermost (K unrolled), so Triton's pipeline loads the next slots' weight tiles while
-    one is multiplied, instead of one short program per (tile, slot)."""
-    tile = tl.program_id(0)
-    lane = tl.program_id(1)
-    lanes = tl.num_programs(1)
-    n = tl.load(num_slots_ptr)
-    for slot in range(lane, n, lanes):  # the slot table was written two or more kernels back
-        _down_prefetch(tile, slot, H, I, E, slot_expert_ptr, num_slots_ptr, dq_ptr, q_stride_e,
-                       sdq_ptr, BLOCK_N, PDL)
-    stage_begin(PDL)
-    for slot in range(lane, n, lanes):  # no branch around the loads: Triton pipelines them
-        _down_slot(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr,
-                   slot_rank_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
-                   terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET, False, 1, KBLOCKS)
 
 
 @triton.jit
@@ -633,13 +581,6 @@ def gate_up_tiling(m: int, dense: bool = False) -> tuple:
 # registers at 4 warps (3 programs, 12 warps a multiprocessor; ncu at 16 rows, cold: 49.7 us,
 # 2.55 TB/s, results/ncu_attn_down_16_144e7ca.log) and 110 at 8 (2 programs, 16 warps)
 DOWN_WARPS = 4
-# rows from which down on the tensor cores runs as DOWN_SLOT_LANES programs per column tile,
-# each looping over the slots lane, lane + lanes, ... (``_down_slots_kernel``), instead of one
-# program per (tile, slot): at 16 rows one program per (tile, slot) moves 32 KB and is
-# register-limited to 3 a multiprocessor (2.55 TB/s: results/ncu_attn_down_16_144e7ca.log).
-# Not for the dense MLP's one slot. ptxas (CPU, Triton 3.8): 168-180 registers at 128 columns
-DOWN_SLOTS_FROM_ROWS = 1 << 30
-DOWN_SLOT_LANES = 8
 
 
 def down_block(m: int) -> int:
@@ -714,23 +655,16 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
     gemv = m <= GEMV_MAX_ROWS
     assert not gemv or 128 % block_n == 0, "a GEMV down tile must lie in one scale block"
     _check_expert_stack(down_q, down_s)
-    if not gemv and slots > 1 and m >= DOWN_SLOTS_FROM_ROWS:
-        _down_slots_kernel[(triton.cdiv(h, block_n), min(DOWN_SLOT_LANES, slots))](
-            act, m, inter, h, num_experts, slot_expert, slot_weight, slot_rank, num_slots,
-            down_q, down_s, down_q.stride(0) if down_q.dim() == 3 else 0,
-            down_s.stride(0) if down_s.dim() == 3 else 0, shared_down_q, shared_down_s, terms,
-            TERMS=n_terms, BLOCK_M=block_m(m), BLOCK_N=block_n, INTERPRET=interpreting(),
-            PDL=overlap.enabled(), KBLOCKS=triton.cdiv(inter, 128), num_warps=num_warps,
-            num_stages=3, **overlap.launch_kw())
-    else:
-        _down_kernel[(triton.cdiv(h, block_n), slots)](
-            act, m, inter, h, num_experts, slot_expert, slot_weight, slot_rank, num_slots,
-            down_q, down_s, down_q.stride(0) if down_q.dim() == 3 else 0,
-            down_s.stride(0) if down_s.dim() == 3 else 0, shared_down_q, shared_down_s, terms,
-            TERMS=n_terms, BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, INTERPRET=interpreting(),
-            PDL=overlap.enabled(), GEMV=gemv,
-            GROUPS=min(DOWN_GEMV_GROUPS, triton.cdiv(inter, 128)) if gemv else 1,
-            num_warps=num_warps, num_stages=3, **overlap.launch_kw())
+    _down_kernel[(triton.cdiv(h, block_n), slots)](
+        act, m, inter, h, num_experts, slot_expert, slot_weight, slot_rank, num_slots,
+        down_q, down_s, down_q.stride(0) if down_q.dim() == 3 else 0,
+        down_s.stride(0) if down_s.dim() == 3 else 0, shared_down_q, shared_down_s, terms,
+        TERMS=n_terms, BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, INTERPRET=interpreting(),
+        PDL=overlap.enabled(), GEMV=gemv,
+        GROUPS=min(DOWN_GEMV_GROUPS, triton.cdiv(inter, 128)) if gemv else 1,
+        num_warps=num_warps,
+        num_stages=3, **overlap.launch_kw(),
+    )
     _sum_terms_kernel[(m, triton.cdiv(h, SUM_BLOCK))](
         terms, positions, out, h, TERMS=n_terms, BLOCK=SUM_BLOCK, PDL=overlap.enabled(),
         num_warps=4, **overlap.launch_kw())

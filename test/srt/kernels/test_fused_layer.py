@@ -309,28 +309,6 @@ def test_absorb_on_q_b_tail_rows_is_bitwise_the_partials(kind, rows, monkeypatch
         assert torch.equal(c_a.index[lid], c_b.index[lid])
 
 
-@pytest.mark.parametrize("block", [64, 128])
-@pytest.mark.parametrize("rows", [3, 16])
-def test_down_looping_over_slots_is_bitwise_one_program_per_slot(rows, block, monkeypatch):
-    """down as moe.DOWN_SLOT_LANES programs a column tile looping over the slots
-    (DOWN_SLOTS_FROM_ROWS) against one program per (tile, slot), at 64 and 128 columns: the
-    MoE layer's outputs bitwise equal."""
-    from sgl_kernel_ext.triton import moe
-
-    lid = KINDS["moe_shared_topk"]
-    case = make_case(CFG, lid, _contexts(rows, 3000, pad=True), seed=19, device="cuda",
-                     lw=_weights(lid))
-    monkeypatch.setattr(moe, "down_block", lambda m: block)
-    outs = []
-    for first in (1 << 30, 2):
-        monkeypatch.setattr(moe, "DOWN_SLOTS_FROM_ROWS", first)
-        layer = FusedLayer(CFG, case.lw, clone_caches(case.caches), rows, 3000)
-        outs.append([t.clone() for t in layer(case.hidden, case.residual, case.batch,
-                                              case.topk_prev)])
-    assert not torch.isnan(outs[1][0].float()).any()
-    assert all(torch.equal(a, b) for a, b in zip(*outs))
-
-
 @pytest.mark.parametrize("kind", ["moe_shared_topk"])  # the kind without the indexer
 @pytest.mark.parametrize("rows", [1, 2])
 def test_latent_in_q_b_matches_the_latent_kernel(kind, rows, monkeypatch):

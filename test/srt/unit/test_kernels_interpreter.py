@@ -221,30 +221,6 @@ def test_moe_without_tensor_cores_is_the_dot_form(m, monkeypatch):
     assert _rel(out_gemv, out_dot) <= 4 * BF16_ULP
 
 
-@pytest.mark.parametrize("lanes", [2, 3])
-def test_moe_down_looping_over_slots_is_bitwise_one_program_per_slot(lanes, monkeypatch):
-    """down as `lanes` programs per column tile, each looping over every lanes-th slot
-    (moe.DOWN_SLOTS_FROM_ROWS, DOWN_SLOT_LANES), against one program per (tile, slot): the same
-    activations and bitwise the same output at 4 rows, one a pad row (no routed expert)."""
-    lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
-    g = torch.Generator().manual_seed(20 + lanes)
-    x = torch.randn(4, CFG.hidden_size, generator=g).bfloat16()
-    pos = torch.tensor([5, -1, 9, 12])
-    calls = []
-    original = moe._down_slots_kernel
-    monkeypatch.setattr(moe, "_down_slots_kernel", type("Spy", (), {
-        "__getitem__": lambda self, grid: calls.append(grid) or original[grid]})())
-    monkeypatch.setattr(moe, "DOWN_SLOT_LANES", lanes)
-    runs = []
-    for first in (1 << 30, 2):
-        monkeypatch.setattr(moe, "DOWN_SLOTS_FROM_ROWS", first)
-        runs.append(_route_gate_up_down(lw.mlp, x, pos))
-    assert len(calls) == 1 and calls[0][1] == lanes
-    (act_a, out_a), (act_b, out_b) = runs
-    assert torch.equal(act_a, act_b) and not torch.isnan(out_b).any()
-    assert torch.equal(out_a, out_b)
-
-
 @pytest.mark.parametrize("m, heads", [(1, 1), (3, 2)])
 def test_indexer_prepare_by_head_blocks_is_bitwise_one_program_per_row(m, heads, monkeypatch):
     """indexer.prepare with `heads` query heads per program against one program per row (all
