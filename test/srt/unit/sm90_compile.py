@@ -164,15 +164,16 @@ def _drive_real(persistent_too: bool = True) -> None:
     ctx, rows = 2048, 16
     knobs = ((mla, "ABSORB_V_SPLIT_C"), (mla, "ABSORB_V_MERGE_MAX_ROWS"),
              (mla, "ABSORB_GEMV_MAX_ROWS"), (moe, "GEMV_MAX_ROWS"), (fp8_linear, "GEMV_MAX_ROWS"),
-             (bf16_linear, "GEMV_MAX_ROWS"), (mla, "ATTN_AHEAD"))
+             (bf16_linear, "GEMV_MAX_ROWS"), (mla, "ATTN_AHEAD"), (mla, "ATTN_PRELOAD_MAX_STEPS"))
     default = tuple(getattr(mod, name) for mod, name in knobs)
     # the stage kernels also with absorb_v in one latent chunk, and in the most chunks merging
     # the attention's at every row count (mla.ABSORB_V_SPLIT_C, _MERGE_MAX_ROWS); absorb's dot
     # form at every row count, its GEMV form up to 4 rows (mla.ABSORB_GEMV_MAX_ROWS); the MoE's
     # and the linears' GEMV forms (GEMV_MAX_ROWS) up to 2 rows in one, at none in the other;
     # the attention loading one step ahead (mla.ATTN_AHEAD) its slots in one, its rows too in
-    # the other
-    other_forms = ((1, 0, 0, 2, 2, 2, 1), (8, 16, 4, 0, 0, 0, 2))
+    # the other; the attention preloading its first step in no program in one, in every one
+    # in the other (mla.ATTN_PRELOAD_MAX_STEPS)
+    other_forms = ((1, 0, 0, 2, 2, 2, 1, 0), (8, 16, 4, 0, 0, 0, 2, 1 << 30))
     for kind, lid in kinds.items():
         lw = weights.gen_layer(cfg, 0, lid, tp_size=8, tp_rank=0)
         caches = alloc_caches(cfg, rows * ctx, "cpu", torch.bfloat16, layers=[lid])
