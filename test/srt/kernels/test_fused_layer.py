@@ -171,6 +171,8 @@ def overlap_checks(kind, rows=2, context=3000):
         finally:
             os.environ.pop(overlap.ENV, None)
     (on, c_on, used), (off, c_off, _) = runs["1"], runs["0"]
+    with overlap.step_rows(rows):
+        used = used and overlap.enabled()  # the rows the layer's narrow kernels overlap at
     out = {"overlap_used": used,
            "outputs_equal": all(torch.equal(a, b) for a, b in zip(on, off)),
            "kv_equal": bool(torch.equal(c_on.kv[lid].view(torch.int16),
@@ -180,7 +182,7 @@ def overlap_checks(kind, rows=2, context=3000):
     return out
 
 
-@pytest.mark.parametrize("rows", [2, 16])
+@pytest.mark.parametrize("rows", [2, 4])  # 4: the MoE's expert kernels not overlapped
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_overlap_is_bitwise_the_plain_launch(kind, rows):
     r = overlap_checks(kind, rows)
