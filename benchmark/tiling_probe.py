@@ -49,6 +49,12 @@ VARIANTS = {
     "absorb_no_chunk": {("mla", "ABSORB_CHUNK_FROM_ROWS"): 1 << 30},
     "absorb_v_8_warps": {("mla", "ABSORB_V_WARPS"): 8},
     "attn_4_warps": {("mla", "ATTN_WARPS"): 4},
+    # 16 warps a program (its [16, 512] fp32 accumulator 16 registers a thread), with 64 or
+    # 128 entries a step, or without the double buffer at 4 steps
+    "attn_16_warps": {("mla", "ATTN_WARPS"): 16},
+    "attn_16_warps_block_128": {("mla", "ATTN_WARPS"): 16, ("mla", "ATTN_BLOCK_T"): 128},
+    "attn_16_warps_no_double_buffer": {("mla", "ATTN_WARPS"): 16,
+                                       ("mla", "ATTN_DOUBLE_BUFFER_FROM_STEPS"): 1 << 30},
     "attn_3_stages": {("mla", "ATTN_STAGES"): 3},
     "attn_1_stage": {("mla", "ATTN_STAGES"): 1},
     "attn_block_32": {("mla", "ATTN_BLOCK_T"): 32},
