@@ -82,6 +82,8 @@ ABSORB_V_MERGE_MAX_ROWS = 1
 # slower per layer at 4 and 16 rows (tiling_probe_20261130T150549Z); 3 stages, 1 stage and 32
 # entries per step move a layer by -4..+3 us at 1 and 16 rows, no variant better at both
 # (tiling_probe_17e17a9_partial.log, tiling_probe_20261130T152855Z)
+# 16 warps: +1.3..1.9 us a MoE layer at 1-4 rows, +2.7 at 16
+# (results/tiling_probe_attn_16_warps_1a52461.log)
 ATTN_WARPS = 8
 ATTN_STAGES = 2
 ATTN_BLOCK_T = 64  # top-k entries per loop step (at most a chunk's)
