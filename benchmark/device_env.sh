@@ -1,9 +1,21 @@
 # Sourced by the device-call scripts (repo root, $OUT set): the import path the GPU machine
 # needs (no SGLang there), a Triton cache restored from a carried .cache/triton.tgz (a previous
-# call's), and $L, a folder for logs that a script tars into $OUT at its end (a call brings
-# back at most 8 files).
+# call's), $L, a folder for logs that a script tars into $OUT at its end (a call brings
+# back at most 8 files), and sanitize_fused_layer (compute-sanitizer's two tools).
 export PYTHONPATH=python:sgl-kernel-ext:.
 export TRITON_CACHE_DIR="$PWD/.cache/triton"
 L="$PWD/.cache/logs"
 mkdir -p "$TRITON_CACHE_DIR" "$L"
 if [ -f .cache/triton.tgz ]; then tar xzf .cache/triton.tgz -C .cache && echo "triton cache restored"; fi
+
+# compute-sanitizer memcheck and racecheck on the fused layer at small shapes, each within
+# $1 seconds (logs in $L)
+sanitize_fused_layer() {
+  if ! command -v compute-sanitizer >/dev/null; then echo "compute-sanitizer not found"; return; fi
+  local tool
+  for tool in memcheck racecheck; do
+    timeout "$1" compute-sanitizer --tool $tool --error-exitcode 9 \
+      python3 test/srt/kernels/sanitize_fused_layer.py > "$L/sanitizer_$tool.log" 2>&1
+    echo "compute-sanitizer $tool rc=$?"; tail -3 "$L/sanitizer_$tool.log"
+  done
+}

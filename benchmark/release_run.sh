@@ -22,15 +22,7 @@ run_tests() {
   for job in $(jobs -p); do wait "$job" || rc=$?; done
   echo "pytest rc=$rc"
   for f in "$L"/pytest_*.log; do echo "$(basename "$f"): $(tail -1 "$f")"; done
-  if command -v compute-sanitizer >/dev/null; then
-    for tool in memcheck racecheck; do
-      timeout 90 compute-sanitizer --tool $tool --error-exitcode 9 \
-        python3 test/srt/kernels/sanitize_fused_layer.py > "$L/sanitizer_$tool.log" 2>&1
-      echo "compute-sanitizer $tool rc=$?"; tail -3 "$L/sanitizer_$tool.log"
-    done
-  else
-    echo "compute-sanitizer not found"
-  fi
+  sanitize_fused_layer 90
 }
 run_bench() {
   timeout 120 python3 -m benchmark.decode_layer --replays 10 --check --ls 2048 \

@@ -7,15 +7,7 @@ set -u
 source benchmark/device_env.sh
 timeout 200 python3 -m pytest test/srt/kernels -q -x -k "not sanitize" > "$L/pytest.log" 2>&1
 echo "pytest rc=$?"; tail -3 "$L/pytest.log"
-if command -v compute-sanitizer >/dev/null; then
-  for tool in memcheck racecheck; do
-    timeout 70 compute-sanitizer --tool $tool --error-exitcode 9 \
-      python3 test/srt/kernels/sanitize_fused_layer.py > "$L/sanitizer_$tool.log" 2>&1
-    echo "compute-sanitizer $tool rc=$?"; tail -3 "$L/sanitizer_$tool.log"
-  done
-else
-  echo "compute-sanitizer not found"
-fi
+sanitize_fused_layer 70
 SGL_KERNEL_EXT_PDL=0 timeout 60 python3 benchmark/fused_stages.py --out "$OUT" --rows 1 16 \
   > "$L/stages.log" 2>&1
 echo "stages rc=$?"
