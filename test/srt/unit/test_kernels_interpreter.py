@@ -62,6 +62,47 @@ def test_fp8_linear_split_k_two_matrices_one_launch(rows, split, gemv, monkeypat
     torch.testing.assert_close(pb.sum(0), ref_fp8_linear(x, wb, FP32_OUT), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("both", [True, False], ids=["rows_and_sums_of_squares", "w_a_rows_only"])
+def test_fp8_linear_tails_sum_each_column_tile(both):
+    """With tails the last K chunk of each column tile to finish stores the tile summed over
+    the partials in split order, converted to bf16 (bitwise what a consumer summing the
+    partials would get), with (both) each row's per-tile sum of squares and W_b's tiles too, or (rows
+    only, W_a only: mla.ABSORB_Q_ROWS_FROM's form) nothing for W_b; partial last tiles, a
+    ragged last K chunk; the counters back at zero."""
+    rows, split = 3, 3
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(rows, 640, generator=g).bfloat16()
+    wa = quant_block(torch.randn(200, 640, generator=g) * 0.05)
+    wb = quant_block(torch.randn(40, 640, generator=g) * 0.05)
+    pa = torch.full((split, rows, 200), float("nan"))
+    pb = torch.full((split, rows, 40), float("nan"))
+    xq, sx = quant_act(x)
+    tiles_a, tiles_b = -(-200 // 64), -(-40 // 64)
+    arrivals = torch.zeros(tiles_a + tiles_b, dtype=torch.int32)
+    rows_a = torch.full((rows, 200), float("nan"), dtype=torch.bfloat16)
+    rows_b = torch.full((rows, 40), float("nan"), dtype=torch.bfloat16)
+    ss_a = torch.full((rows, tiles_a), float("nan"))
+    ss_b = torch.full((rows, tiles_b), float("nan"))
+    tails = (arrivals, rows_a, ss_a, rows_b, ss_b) if both else (arrivals, rows_a, None, None, None)
+    fp8_linear.fp8_linear(xq, sx.contiguous(), wa.q, wa.s, pa, wb.q, wb.s, pb, tails=tails)
+    assert not arrivals.any()
+    for parts, out, ss, tiles in ((pa, rows_a, ss_a, tiles_a), (pb, rows_b, ss_b, tiles_b)):
+        if out is rows_b and not both:
+            assert torch.isnan(rows_b.float()).all() and torch.isnan(ss_b).all()
+            continue
+        total = (parts[0] + parts[1]) + parts[2]
+        want = total.bfloat16()
+        # the interpreter's bf16 conversion truncates; the GPU's rounds to nearest
+        cut = (total.view(torch.int32) & -65536).view(torch.float32).bfloat16()
+        bits = out.view(torch.int16)
+        assert bool(((bits == want.view(torch.int16)) | (bits == cut.view(torch.int16))).all())
+        if both:
+            sq = torch.nn.functional.pad(out.float() ** 2, (0, tiles * 64 - out.shape[1]))
+            torch.testing.assert_close(ss, sq.view(rows, tiles, 64).sum(-1), rtol=1e-5, atol=0)
+        else:
+            assert torch.isnan(ss_a).all()
+
+
 @pytest.mark.parametrize("rows, gemv", [(5, False), (1, True), (2, True)])
 def test_bf16_split_k_sums_to_the_product(rows, gemv, monkeypatch):
     """On the tensor cores, or (gemv) each K chunk as one load multiplied and summed in fp32
