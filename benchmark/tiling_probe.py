@@ -3,8 +3,9 @@ timed per variant, one process, the same weights, batch and graphs as decode_lay
 
 A variant sets module attributes of sgl_kernel_ext.triton (warps, tile widths, the absorb's
 q_nope step, moe.gate_up_tiling / down_block) before its graph is captured, so every variant
-runs the same layers. The variants after absorb_block_c_128 come from spills that ptxas -v
-reports for sm_90a at real shapes on the CPU (see the constants' comments); not yet timed.
+runs the same layers (a knob read when a layer is built gets layers of its own). Each knob's
+comment quotes the results file of the probe that set it; a variant is the knob's
+alternative, kept so the next change to the kernels can re-measure it.
 
     PYTHONPATH=python:sgl-kernel-ext:. python3 -m benchmark.tiling_probe --out $OUT
 """

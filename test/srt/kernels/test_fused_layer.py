@@ -2,7 +2,8 @@
 (H200): every layer kind, 1-16 rows, contexts on both sides of the 2048 top-k, a pad row;
 caches written exactly; CUDA-graph replay bitwise equal to eager; 100 replays identical; the
 overlapped launch (programmatic dependent launch + L2 prefetch) bitwise equal to the plain one;
-the persistent one-launch layer (the default) against the stage kernels.
+the opt-in persistent one-launch layer against the stage kernels; each alternative form of a
+stage (a knob's other value) against the default one.
 
 Run on the GPU machine: PYTHONPATH=python:sgl-kernel-ext python -m pytest test/srt/kernels -q
 (or ``python test/srt/kernels/test_fused_layer.py OUT_DIR`` to write every metric as JSON).
