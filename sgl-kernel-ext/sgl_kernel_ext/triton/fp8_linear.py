@@ -341,6 +341,7 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
             assert rows_b.is_contiguous() and (ss_b is not None) == sumsq
             if sumsq:
                 assert ss_b.shape == (m, tiles - tiles_a) and ss_b.is_contiguous()
+        # placeholders for the pointers the kernel then does not touch
         ss_a = ss_a if sumsq else rows_a
         rows_b = rows_a if rows_b is None else rows_b
         ss_b = ss_b if ss_b is not None else ss_a

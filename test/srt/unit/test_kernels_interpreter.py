@@ -62,7 +62,8 @@ def test_fp8_linear_split_k_two_matrices_one_launch(rows, split, gemv, monkeypat
     torch.testing.assert_close(pb.sum(0), ref_fp8_linear(x, wb, FP32_OUT), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("both", [True, False], ids=["rows_and_sums_of_squares", "w_a_rows_only"])
+@pytest.mark.parametrize("both", [True, False],
+                         ids=["rows_and_sums_of_squares", "w_a_rows_only"])
 def test_fp8_linear_tails_sum_each_column_tile(both):
     """With tails the last K chunk of each column tile to finish stores the tile summed over
     the partials in split order, converted to bf16 (bitwise what a consumer summing the

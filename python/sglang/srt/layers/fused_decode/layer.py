@@ -302,8 +302,8 @@ class FusedLayer:
                 raise ValueError(f"layer {lw.layer_id} reuses the previous top-k but none was given")
             q_b(None, None, None)
             topk = topk_prev
-        mla.absorb(v("q_rows")[None] if q_rows else v("q"), a.kv_b, pos, self.inv_freq, v("qcat"), cfg.qk_nope_head_dim, rope,
-                   cfg.v_head_dim)
+        mla.absorb(v("q_rows")[None] if q_rows else v("q"), a.kv_b, pos, self.inv_freq,
+                   v("qcat"), cfg.qk_nope_head_dim, rope, cfg.v_head_dim)
         attn_parts = self._attention_parts(m)
         vc = (self.buf["vc_parts"], self.buf["vc_arrivals"])
         mla.sparse_attention(v("qcat"), self.kv_cache, topk, slots, cfg.softmax_scale,
