@@ -67,9 +67,9 @@ def test_fp8_linear_split_k_two_matrices_one_launch(rows, split, gemv, monkeypat
 def test_fp8_linear_tails_sum_each_column_tile(both):
     """With tails the last K chunk of each column tile to finish stores the tile summed over
     the partials in split order, converted to bf16 (bitwise what a consumer summing the
-    partials would get), with (both) each row's per-tile sum of squares and W_b's tiles too, or (rows
-    only, W_a only: mla.ABSORB_Q_ROWS_FROM's form) nothing for W_b; partial last tiles, a
-    ragged last K chunk; the counters back at zero."""
+    partials would get), with (both) each row's per-tile sum of squares and W_b's tiles too,
+    or (rows only, W_a only: mla.ABSORB_Q_ROWS_FROM's form) nothing for W_b; partial last
+    tiles, a ragged last K chunk; the counters back at zero."""
     rows, split = 3, 3
     g = torch.Generator().manual_seed(7)
     x = torch.randn(rows, 640, generator=g).bfloat16()
