@@ -84,7 +84,8 @@ def test_fp8_linear_tails_sum_each_column_tile(both):
     rows_b = torch.full((rows, 40), float("nan"), dtype=torch.bfloat16)
     ss_a = torch.full((rows, tiles_a), float("nan"))
     ss_b = torch.full((rows, tiles_b), float("nan"))
-    tails = (arrivals, rows_a, ss_a, rows_b, ss_b) if both else (arrivals, rows_a, None, None, None)
+    tails = (arrivals, rows_a, ss_a, rows_b, ss_b) if both else (arrivals, rows_a, None, None,
+                                                                  None)
     fp8_linear.fp8_linear(xq, sx.contiguous(), wa.q, wa.s, pa, wb.q, wb.s, pb, tails=tails)
     assert not arrivals.any()
     for parts, out, ss, tiles in ((pa, rows_a, ss_a, tiles_a), (pb, rows_b, ss_b, tiles_b)):
@@ -542,8 +543,8 @@ def test_absorb_on_q_b_tail_rows_is_bitwise_the_partials(layer_id, monkeypatch):
     case = make_case(CFG, layer_id, [30, 0, 12], seed=40 + layer_id, tp_size=2)
     seen = []
     original = mla.absorb
-    monkeypatch.setattr(mla, "absorb",
-                        lambda q, *a, **k: seen.append((q.dtype, q.shape[0])) or original(q, *a, **k))
+    monkeypatch.setattr(mla, "absorb", lambda q, *a, **k: seen.append((q.dtype, q.shape[0]))
+                        or original(q, *a, **k))
     runs = []
     for first in (1 << 30, 1):
         monkeypatch.setattr(mla, "ABSORB_Q_ROWS_FROM", first)
