@@ -584,7 +584,7 @@ DOWN_WARPS = 4
 # Tried: down from 3 rows as 2, 4 or 8 programs a column tile (128 or 64 columns), each looping
 # over every lanes-th slot with K unrolled, so Triton's pipeline could load the next slots'
 # weight tiles during one's MMAs (168-180 registers at 128 columns: ptxas, CPU). Bitwise the
-# one-program-per-(tile, slot) form, but on an H200 a MoE layer is 7-43 us slower at 8 rows and
+# one-program-per-(tile, slot) form, but on an H200 a MoE layer is 6-43 us slower at 8 rows and
 # 12-66 at 16 in every shape (tiling_probe_20261201T124112Z, at 85aeb85, since reverted).
 
 
