@@ -24,6 +24,7 @@ from sglang.srt.layers.fused_decode.reference.weights import gen_layer  # noqa: 
 from sglang.srt.layers.fused_decode.spec import NUMERICS  # noqa: E402
 from sglang.srt.layers.fused_decode.testing import (  # noqa: E402
     clone_caches,
+    compare_two_ranks,
     compare_with_reference,
     make_case,
     stack_with_and_without_workspace,
@@ -79,6 +80,48 @@ def assert_within_numerics(r, context):
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_matches_reference(kind, rows, context):
     assert_within_numerics(check(kind, rows, context), context)
+
+
+@pytest.mark.parametrize("rows", [1, 16])
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_rank_sums_its_attention_across_the_ranks(kind, rows):
+    """Rank 0, its all-reduce adding rank 1's attention output, against the reference over
+    both ranks' shards (their sum; pad row included)."""
+    lid = KINDS[kind]
+
+    def build(cfg, lw, caches, n, width):
+        return FusedLayer(cfg, lw, caches, n, width)
+
+    r = compare_two_ranks(CFG, lid, _contexts(rows, 3000, pad=True), rows * 11, build,
+                          device="cuda", tp_size=8, lw=_weights(lid), weights_seed=0)
+    tol = NUMERICS["fused_layer"]
+    assert r["reduce_calls"] == 1 and r["reduced_shape_ok"], r
+    assert not r["y_nan"] and r["routing_flips"] <= tol["max_routing_flips"], r
+    assert r["y_rel"] <= tol["y_rel"] and r["residual_rel"] <= tol["residual_rel"], r
+
+
+@pytest.mark.parametrize("rows", [1, 3, 16])
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_shard_attention_rows_are_bitwise_the_partials(kind, rows):
+    """A shard's o_proj summing each column tile into bf16 rows (the all-reduce's input; here
+    one rank alone) against the norm summing o_proj's split-K partials (the one-rank form):
+    outputs and cache bytes equal, o_proj's counters back at zero."""
+    lid = KINDS[kind]
+    case = make_case(CFG, lid, _contexts(rows, 3000, pad=True), seed=rows + 5, device="cuda",
+                     lw=_weights(lid))
+    runs = []
+    for sharded in (True, False):
+        caches = clone_caches(case.caches)
+        layer = FusedLayer(CFG, case.lw, caches, rows, case.batch.token_slots.shape[1])
+        assert layer.sharded and layer.split_o > 1
+        layer.sharded = sharded
+        outs = [t.clone() for t in layer(case.hidden, case.residual, case.batch, case.topk_prev)]
+        assert not layer.buf["o_arrivals"].any()
+        runs.append((outs, caches))
+    (a_out, a_c), (b_out, b_c) = runs
+    for x, y in zip(a_out, b_out):
+        assert torch.equal(x, y)
+    assert torch.equal(a_c.kv[lid].view(torch.int16), b_c.kv[lid].view(torch.int16))
 
 
 @pytest.mark.parametrize("rows", [1, 2, 5, 12])  # 5 and 12: 16 and 8 attention chunks a row

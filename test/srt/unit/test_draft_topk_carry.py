@@ -96,11 +96,14 @@ def test_run_layers_hands_the_carry_to_the_first_layer_only():
         calls.append((topk, kw))
         return hidden + 1, hidden, "own"
 
+    def reduce(y):
+        return y
+
     carried = torch.zeros(1, K, dtype=torch.int64)
-    runtime.run_layers([layer, layer], torch.zeros(1), None, lambda y: y, lambda h, r: h,
+    runtime.run_layers([layer, layer], torch.zeros(1), None, reduce, lambda h, r: h,
                        carried=carried)
-    assert calls[0][0] is carried and calls[0][1] == {"reuse_topk": True}
-    assert calls[1] == ("own", {})
+    assert calls[0][0] is carried and calls[0][1] == {"reuse_topk": True, "reduce": reduce}
+    assert calls[1] == ("own", {"reduce": reduce})
     calls.clear()
-    runtime.run_layers([layer], torch.zeros(1), None, lambda y: y, lambda h, r: h)
-    assert calls == [(None, {})]  # no carry: the layer's own path, called as before
+    runtime.run_layers([layer], torch.zeros(1), None, reduce, lambda h, r: h)
+    assert calls == [(None, {"reduce": reduce})]  # no carry: the layer's own path

@@ -26,6 +26,7 @@ from sglang.srt.layers.fused_decode.reference.quant import (  # noqa: E402
 from sglang.srt.layers.fused_decode.reference.weights import gen_layer  # noqa: E402
 from sglang.srt.layers.fused_decode.spec import NUMERICS  # noqa: E402
 from sglang.srt.layers.fused_decode.testing import (  # noqa: E402
+    compare_two_ranks,
     carried_topk_checks,
     clone_caches,
     compare_with_reference,
@@ -478,6 +479,73 @@ def test_fused_layer_matches_reference(layer_id, contexts, persistent):
     assert r["topk_overlap"] >= tol["topk_overlap"], r
     assert r["routing_flips"] <= tol["max_routing_flips"], r
     assert r.get("index_untouched_pages_bitwise", True), r
+
+
+def _stage_layer(cfg, lw, caches, rows, context):
+    return FusedLayer(cfg, lw, caches, rows, context, persistent_launch=False)
+
+
+@pytest.mark.parametrize("layer_id, contexts", [(0, [30, 0, 12]), (2, [40, 9])],
+                         ids=["dense_indexer_pad_row", "moe_shared"])
+def test_tp2_rank_sums_its_attention_across_the_ranks(layer_id, contexts):
+    """Rank 0 of a TP2 layer, its all-reduce adding rank 1's attention output, against the
+    reference over both shards: the post-attention norm sees the whole sum."""
+    r = compare_two_ranks(CFG, layer_id, contexts, 50 + layer_id, _stage_layer)
+    tol = NUMERICS["fused_layer_interpreter"]
+    assert r["reduce_calls"] == 1 and r["reduced_shape_ok"], r
+    assert not r["y_nan"] and r["routing_flips"] <= tol["max_routing_flips"], r
+    assert r["y_rel"] <= tol["y_rel"] and r["residual_rel"] <= tol["residual_rel"], r
+
+
+@pytest.mark.parametrize("layer_id", [0, 2], ids=["dense_indexer", "moe_shared"])
+def test_shard_attention_rows_are_bitwise_the_partials(layer_id, monkeypatch):
+    """A TP shard's o_proj summing each column tile into bf16 rows (the all-reduce's input;
+    here none: one rank alone) against the norm summing o_proj's split-K partials itself
+    (the one-rank form): outputs and cache bytes equal, o_proj's counters back at zero."""
+    from sgl_kernel_ext.triton import fp8_linear
+
+    # one 128-column group a step, so o_proj's K of 2 heads x 256 splits in four
+    monkeypatch.setattr(fp8_linear, "tiling", lambda n, k: (64, 1, max(1, k // 128)))
+    case = make_case(CFG, layer_id, [30, 0, 12], seed=60 + layer_id, tp_size=2)
+    runs = []
+    for sharded in (True, False):
+        caches = clone_caches(case.caches)
+        layer = FusedLayer(CFG, case.lw, caches, 4, case.batch.token_slots.shape[1],
+                           persistent_launch=False)
+        assert layer.sharded and layer.split_o > 1
+        layer.sharded = sharded
+        outs = [t.clone() for t in layer(case.hidden, case.residual, case.batch, case.topk_prev)]
+        assert not layer.buf["o_arrivals"].any()
+        runs.append((outs, caches))
+    (a_out, a_c), (b_out, b_c) = runs
+    for x, y in zip(a_out, b_out):
+        assert torch.equal(x, y)
+    assert torch.equal(a_c.kv[layer_id].view(torch.int16), b_c.kv[layer_id].view(torch.int16))
+
+
+def test_persistent_layer_refuses_a_tp_all_reduce():
+    case = make_case(CFG, 2, [30, 12], seed=2, tp_size=2)
+    layer = FusedLayer(CFG, case.lw, case.caches, 2, case.batch.token_slots.shape[1],
+                       persistent_launch=True)
+    with pytest.raises(RuntimeError, match="no all-reduce inside its launch"):
+        layer(case.hidden, case.residual, case.batch, case.topk_prev, reduce=lambda t: t)
+
+
+def test_plan_of_persistent_tp_shards_refuses_to_build():
+    """Serving refuses at load, not at the first step: a plan whose persistent layers are TP
+    shards names them; the same shards on the stage kernels build."""
+    import functools
+
+    from sglang.srt.layers.fused_decode.plan import build_plan
+
+    weights = [gen_layer(CFG, 0, lid, tp_size=2) for lid in (0, 2)]
+    widths = {"decode": (1, 2)}
+    with pytest.raises(ValueError, match=r"layers \[0, 2\] are TP shards"):
+        build_plan(CFG, weights, widths, 64,
+                   layer_cls=functools.partial(FusedLayer, persistent_launch=True))
+    plan = build_plan(CFG, weights, widths, 64,
+                      layer_cls=functools.partial(FusedLayer, persistent_launch=False))
+    assert all(layer.sharded for layer in plan.layers)
 
 
 def test_layer_built_for_more_rows_serves_fewer():

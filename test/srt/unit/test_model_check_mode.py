@@ -22,8 +22,8 @@ class Perturbed:
     def __init__(self, layer):
         self.layer = layer
 
-    def __call__(self, *args):
-        y, res, topk = self.layer(*args)
+    def __call__(self, *args, **kw):
+        y, res, topk = self.layer(*args, **kw)
         return y * 1.5, res, topk
 
     def routed_experts(self, m):
@@ -41,7 +41,7 @@ def test_checker_logs_values_outside_numerics(perturb, caplog):
     logger.addHandler(caplog.handler)
     try:
         runtime.run_layers([layer], case.hidden, case.batch, lambda y: y,
-                           lambda h, r: h, hook=lambda i, lay, *a: checker(i, lay, *a))
+                           lambda h, r: h, hook=checker)
     finally:
         logger.removeHandler(caplog.handler)
     if perturb:

@@ -23,7 +23,7 @@ from .reference.batch import RowBatch
 from .reference.cache import Caches, gather_index, gather_kv, write_index, write_kv
 from .reference.config import INDEX_PAGE_SIZE, Glm5Config
 from .reference import model as ref_model
-from .reference.model import layer_forward
+from .reference.model import layer_forward, sum_partials
 from .reference.quant import FP8
 from .reference.weights import LayerWeights
 from .testing import _rel, forced_routing
@@ -121,10 +121,14 @@ def forced_experts(experts: List[torch.Tensor], flips: List[int]):
 
 
 def compare(cfg: Glm5Config, lw: LayerWeights, snap: Snapshot, hidden, residual, topk_prev,
-            fused, fused_out, pool: Caches, reuse_topk: bool = False) -> Dict[str, float]:
+            fused, fused_out, pool: Caches, reuse_topk: bool = False,
+            reduce=None) -> Dict[str, float]:
     """Run the reference on the snapshot, with the fused layer's discrete choices (its top-k
     and experts) forced, and compare the outputs; topk_overlap compares the choices. With
-    `reuse_topk` both attend the given top-k, their indexers skipped."""
+    `reuse_topk` both attend the given top-k, their indexers skipped. `reduce` (the TP
+    group's all-reduce, as the fused layer got it) sums the reference's attention output
+    across the ranks, every rank's reference running in step; both MLP outputs are compared
+    before theirs."""
     y, res, topk = fused_out
     b = snap.batch
     v = b.valid
@@ -132,8 +136,10 @@ def compare(cfg: Glm5Config, lw: LayerWeights, snap: Snapshot, hidden, residual,
     indexer = cfg.runs_indexer(lw.layer_id) and not reuse_topk
     experts = [fused.routed_experts(b.num_rows)] if lw.is_moe else []
     with forced_topk([topk] if indexer else [], v, seen), forced_experts(experts, flips):
-        y_ref, res_ref, _ = layer_forward(cfg, [lw], hidden, residual, b, snap.caches, topk_prev,
-                                          reuse_topk=reuse_topk)
+        y_ref, res_ref, _ = layer_forward(
+            cfg, [lw], hidden, residual, b, snap.caches, topk_prev, reuse_topk=reuse_topk,
+            reduce=(lambda parts: reduce(parts[0])) if reduce is not None else sum_partials,
+            mlp_reduce=sum_partials)
     own = seen[0] if seen else topk
     lid = lw.layer_id
     return {
@@ -170,15 +176,16 @@ class Checker:
         self.topks: List[torch.Tensor] = []  # each indexer layer's fused top-k, in order
         self.experts: List[torch.Tensor] = []  # each MoE layer's fused experts, in order
 
-    def __call__(self, i, layer, hidden, residual, batch, topk_prev, reuse_topk=False):
+    def __call__(self, i, layer, hidden, residual, batch, topk_prev, reuse_topk=False,
+                 reduce=None):
         lw = self.weights[i]
         hidden_in = hidden.clone()
         residual_in = None if residual is None else residual.clone()
         snap = snapshot(self.cfg, lw.layer_id, self.pool, batch)
         kw = {"reuse_topk": True} if reuse_topk else {}
-        out = layer(hidden, residual, batch, topk_prev, **kw)
+        out = layer(hidden, residual, batch, topk_prev, reduce=reduce, **kw)
         errors = compare(self.cfg, lw, snap, hidden_in, residual_in, topk_prev, layer, out,
-                         self.pool, reuse_topk)
+                         self.pool, reuse_topk, reduce)
         self.errors.append(errors)
         if self.cfg.runs_indexer(lw.layer_id) and not reuse_topk:
             self.topks.append(out[2].clone())

@@ -14,7 +14,8 @@ layer kernel (``persistent_step``), which runs the same task bodies in one resid
 Launch sequence (stage kernels from ``sgl_kernel_ext.triton``): add+RMSNorm (+ e4m3 of the
 row); q_a|kv_a (split-K partials); latent norms + rope + KV write (+ e4m3 of c_q); q_b
 (| wq_b); indexer keys/queries, scores, top-k; absorb; sparse attention + combine; w_vc
-(+ e4m3); o_proj; add+RMSNorm; MLP (router + route and gate/up + SwiGLU, at 1-2 rows each
+(+ e4m3); o_proj (on a TP shard its last-arriving K chunks sum each column tile into bf16
+rows, which the TP group's all-reduce, ``reduce``, sums across ranks); add+RMSNorm; MLP (router + route and gate/up + SwiGLU, at 1-2 rows each
 pair one launch whose second part is run by the last program of its group to finish,
 ``arrival``; down, each row's terms summed). Activations are quantized once by the kernel
 that produces them; every GEMM's split-K partials are summed in a fixed order by their
@@ -24,7 +25,7 @@ layers (``workspace``).
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Callable, Optional, Tuple
 
 import torch
 
@@ -42,6 +43,7 @@ from .reference.weights import LayerWeights, MoeWeights
 ROUTER_SPLIT = 8
 INDEX_KW_SPLIT = 8
 VC_SPLIT_MAX = 8  # the most latent chunks absorb_v's partials buffer holds (mla.ABSORB_V_SPLIT_C)
+Reduce = Callable[[torch.Tensor], torch.Tensor]  # the TP group's all-reduce
 # buffers whose rows are the second dimension (split-K partials, [slot, row] tables)
 _ROWS_SECOND = {"qa", "kva", "q", "q_index", "kw_parts", "y_attn", "router_parts"}
 
@@ -70,6 +72,9 @@ class FusedLayer:
         self.inv_freq = 1.0 / (cfg.rope_theta ** (
             torch.arange(0, rope, 2, dtype=torch.float32, device=dev) / rope))
         self.heads = a.q_b.q.shape[0] // cfg.qk_head_dim
+        # a TP shard's o_proj output is its part of a sum over the TP group: the group's
+        # all-reduce must come before the post-attention norm (the reference's reduce #1)
+        self.sharded = self.heads < cfg.num_attention_heads
         # top-k chunks per row are chosen per step (fewer rows, more chunks): the partials
         # buffers hold the most any width needs
         attn_cap = max(r * mla.attention_splits(r, cfg.index_topk) for r in range(1, max_rows + 1))
@@ -124,7 +129,9 @@ class FusedLayer:
             part_ml=e(attn_cap, self.heads, 2, dt=f32), olat=e(m, self.heads, c),
             oq=e(m, self.heads * cfg.v_head_dim, dt=fp8),
             os=e(m, groups(self.heads * cfg.v_head_dim), dt=f32),
-            y_attn=e(self.split_o, m, h, dt=f32), x2=e(m, h), x2q=e(m, h, dt=fp8),
+            y_attn=e(self.split_o, m, h, dt=f32),
+            # a shard's o_proj summed by its tails, the all-reduce's input
+            attn_rows=e(m, h), x2=e(m, h), x2q=e(m, h, dt=fp8),
             x2s=e(m, groups(h), dt=f32), y=e(m, h),
             terms=e(m, cfg.num_experts_per_tok + 1 if self.experts else 1, h),
             topk=e(m, cfg.index_topk, dt=torch.int64), act=e(slots, m, inter),
@@ -152,6 +159,7 @@ class FusedLayer:
         self.buf["qkv_arrivals"] = arrival.counters(
             self._tails(cfg.q_lora_rank) + self._tails(c + rope), dev)
         self.buf["q_arrivals"] = arrival.counters(-(-a.q_b.q.shape[0] // self.tile_q_b[0]), dev)
+        self.buf["o_arrivals"] = arrival.counters(-(-h // self.tile_o[0]), dev)
         self.buf["vc_arrivals"] = arrival.counters(self.heads * (cfg.v_head_dim // 128), dev)
         specs["gu_parts"] = e(split_k, few * cfg.num_experts_per_tok + 1 if self.experts else 1,
                               few, 2, inter, dt=f32)
@@ -229,12 +237,19 @@ class FusedLayer:
         return m * self.cfg.num_experts_per_tok + 1 if self.experts else 1
 
     def __call__(self, hidden: torch.Tensor, residual: Optional[torch.Tensor], batch: RowBatch,
-                 topk_prev: Optional[torch.Tensor] = None, reuse_topk: bool = False
+                 topk_prev: Optional[torch.Tensor] = None, reuse_topk: bool = False,
+                 reduce: Optional[Reduce] = None
                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One step of m rows: (y, residual, top-k positions). A layer without an indexer
         attends `topk_prev`; with `reuse_topk` an indexer layer does too (the MTP draft's
         top-k carried across its iterations): its indexer is skipped whole, as upstream skips
-        it, so no index-K row is written and no scores or top-k are computed."""
+        it, so no index-K row is written and no scores or top-k are computed.
+
+        y is this rank's MLP output, before the TP all-reduce (the caller's). On a TP shard,
+        `reduce` (the TP group's all-reduce, bf16 [m, H] in and out) sums the attention
+        output across the ranks before the post-attention norm, as a served step needs
+        (``runtime.run_layers`` passes it); None: this rank's part alone, the reference's
+        one-shard layer (tests and benchmarks: the same kernels, no exchange)."""
         m = batch.num_rows
         if "y" not in self.buf:
             raise RuntimeError("this layer's step buffers come from a Workspace that is not "
@@ -242,11 +257,17 @@ class FusedLayer:
         if not 1 <= m <= self.max_rows:
             raise ValueError(f"{m} rows; this layer was built for 1..{self.max_rows}")
         if self.persistent:
+            if reduce is not None and self.sharded:
+                raise RuntimeError(
+                    f"layer {self.lw.layer_id} holds {self.heads} of "
+                    f"{self.cfg.num_attention_heads} attention heads (a TP shard) and the "
+                    "persistent one-launch layer has no all-reduce inside its launch: run "
+                    "TP > 1 on the stage kernels (SGL_KERNEL_EXT_PERSISTENT=0)")
             return persistent_step.step(self, hidden, residual, batch, topk_prev, m, reuse_topk)
         with overlap.step_rows(m):
-            return self._step(hidden, residual, batch, topk_prev, m, reuse_topk)
+            return self._step(hidden, residual, batch, topk_prev, m, reuse_topk, reduce)
 
-    def _step(self, hidden, residual, batch, topk_prev, m, reuse_topk=False):
+    def _step(self, hidden, residual, batch, topk_prev, m, reuse_topk=False, reduce=None):
         cfg, lw, a = self.cfg, self.lw, self.lw.attn
         v = lambda name: self._view(name, m)  # noqa: E731
         pos, slots = batch.positions, batch.token_slots
@@ -310,9 +331,17 @@ class FusedLayer:
                              *attn_parts, v("olat"), c, rope, merge=not mla.absorb_v_merges(*vc, m))
         mla.absorb_v(v("olat"), a.kv_b, v("oq"), v("os"), cfg.qk_nope_head_dim, cfg.v_head_dim,
                      *vc, attn_parts)
+        o_tails = (self.buf["o_arrivals"], v("attn_rows"), None, None, None)
         fp8_linear.fp8_linear(v("oq"), v("os"), a.o_proj.q, a.o_proj.s, v("y_attn"),
-                              *(None,) * 3, *self.tile_o[:2])
-        norm.add_rms_norm(v("y_attn"), res, lw.post_attention_norm, eps, v("x2"), res,
+                              *(None,) * 3, *self.tile_o[:2],
+                              tails=o_tails if self.sharded else None)
+        attn = v("y_attn")  # one rank holds every head: the split-K partials, summed by the norm
+        if self.sharded:
+            attn = v("attn_rows") if reduce is None else reduce(v("attn_rows"))
+            if attn.shape != (m, cfg.hidden_size) or attn.dtype != torch.bfloat16:
+                raise ValueError(f"the all-reduce returned {tuple(attn.shape)} {attn.dtype}; "
+                                 f"the norm reads bf16 [{m}, {cfg.hidden_size}]")
+        norm.add_rms_norm(attn.contiguous(), res, lw.post_attention_norm, eps, v("x2"), res,
                           v("x2q"), v("x2s"),
                           self.next_regions if overlap.NEXT_LAYER_PREFETCH else None)
         self._mlp(pos, m)

@@ -100,6 +100,12 @@ def build_plan(cfg: Glm5Config, weights: Sequence[LayerWeights],
     ws = Workspace(device)
     layers = [layer_cls(cfg, lw, caches, max_rows, max_context, workspace=ws) for lw in weights]
     ws.finalize()
+    sharded = [lw.layer_id for lw, layer in zip(weights, layers)
+               if getattr(layer, "persistent", False) and getattr(layer, "sharded", False)]
+    if sharded:
+        raise ValueError(f"the persistent one-launch layer (SGL_KERNEL_EXT_PERSISTENT=1) has no "
+                         f"TP all-reduce inside its launch, and layers {sharded} are TP shards: "
+                         "unset it to serve TP > 1")
     chain_prefetch(layers)
     plan = Plan(cfg, dict(widths), ids, layers, max_rows, max_context, role=role)
     storages = {}  # the step buffers, each storage once (the workspace's are shared)

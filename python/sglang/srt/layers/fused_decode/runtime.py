@@ -23,8 +23,9 @@ converted once per draft step into the draft layer's top-k buffer (``fused_decod
 The MTP draft runs through the same executor: its plan holds its one decoder layer, keyed by
 the reference's id ``num_hidden_layers`` while the draft's pool holds it at layer 0.
 
-``run_layers`` runs the stack: each layer's partial sum is all-reduced by ``reduce`` (the TP
-group's all-reduce), and ``final_norm(hidden, residual)`` finishes the deferred residual add
+``run_layers`` runs the stack with ``reduce`` (the TP group's all-reduce): each layer sums its
+attention output with it before its post-attention norm (on a TP shard), its MLP output is
+all-reduced here, and ``final_norm(hidden, residual)`` finishes the deferred residual add
 and the final RMSNorm, as upstream's ``residual_batch.final_norm`` does.
 """
 
@@ -44,7 +45,8 @@ STALL_ENV = "SGLANG_FUSED_DECODE_INJECT_STALL"  # "<rank>:<fused step>:<seconds>
 
 Reduce = Callable[[torch.Tensor], torch.Tensor]
 FinalNorm = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-# check mode's per-layer hook: (layer index, layer, hidden, residual, batch, topk_prev, run)
+# check mode's per-layer hook: (layer index, layer, hidden, residual, batch, topk_prev,
+# reuse_topk=, reduce=)
 LayerHook = Callable[..., tuple]
 
 
@@ -91,10 +93,13 @@ def run_layers(layers: Sequence, hidden: torch.Tensor, batch: RowBatch, reduce: 
                carried: Optional[torch.Tensor] = None) -> torch.Tensor:
     """Every fused layer in order, then the final norm: the post-norm hidden state [M, H].
     `carried` (the MTP draft's top-k carried across its iterations) is attended by the first
-    layer in place of its indexer."""
+    layer in place of its indexer. `reduce` runs twice a layer: inside it on the attention
+    output, and here on its MLP output."""
     residual, topk = None, carried
     for i, layer in enumerate(layers):
-        kw = {"reuse_topk": True} if carried is not None and i == 0 else {}
+        kw = {"reduce": reduce}
+        if carried is not None and i == 0:
+            kw["reuse_topk"] = True
         if hook is None:
             y, residual, topk = layer(hidden, residual, batch, topk, **kw)
         else:

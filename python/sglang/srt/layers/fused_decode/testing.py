@@ -157,6 +157,62 @@ def compare_with_reference(case: LayerCase, fused_layer_cls) -> Dict[str, float]
     return out
 
 
+def compare_two_ranks(cfg: Glm5Config, layer_id: int, contexts: List[int], seed: int,
+                      fused_layer_cls, device="cpu", tp_size: int = 2,
+                      lw: Optional[LayerWeights] = None,
+                      weights_seed: Optional[int] = None) -> Dict[str, float]:
+    """Rank 0 of a TP layer against the reference over the shards of ranks 0 and 1 (at TP2
+    the whole layer; at a wider TP the sum of those two ranks): the fused layer's ``reduce``
+    adds rank 1's attention output (the reference's), and its MLP output plus rank 1's is
+    compared with the reference's all-reduced y (the reference routed as the fused layer
+    chose). A layer that normed its own attention part alone, without the all-reduce, is off
+    by rank 1's part in its residual and MLP input. lw: rank 0's weights if made already, by
+    gen_layer from weights_seed (default: seed)."""
+    from .reference.model import sum_partials
+
+    case = make_case(cfg, layer_id, contexts, seed=seed, device=device, tp_size=tp_size, lw=lw)
+    shards = [case.lw, gen_layer(cfg, seed if weights_seed is None else weights_seed,
+                                 layer_id, tp_size=tp_size, tp_rank=1, device=device)]
+    b = case.batch
+    parts: List[List[torch.Tensor]] = []
+
+    def record(p):  # the reference's all-reduce, keeping each rank's part
+        parts.append([t.clone() for t in p])
+        return sum_partials(p)
+
+    def reference(experts=None):
+        parts.clear()
+        caches, flips = clone_caches(case.caches), [0]
+        if experts is None:
+            out = layer_forward(cfg, shards, case.hidden, case.residual, b, caches,
+                                case.topk_prev, reduce=record)
+        else:
+            with forced_routing(experts, flips):
+                out = layer_forward(cfg, shards, case.hidden, case.residual, b, caches,
+                                    case.topk_prev, reduce=record)
+        return out, flips[0]
+
+    reference()  # rank 1's attention part does not depend on the routing
+    attn_1 = parts[0][1]
+    fused = fused_layer_cls(cfg, case.lw, clone_caches(case.caches), b.num_rows,
+                            b.token_slots.shape[1])
+    reduced = []
+
+    def reduce(t):
+        reduced.append(tuple(t.shape))
+        return sum_partials([t, attn_1])
+
+    y_0, res, _ = fused(case.hidden, case.residual, b, case.topk_prev, reduce=reduce)
+    experts = fused.routed_experts(b.num_rows) if case.lw.is_moe else None
+    (y_ref, res_ref, _), flips = reference(experts)
+    y = sum_partials([y_0, parts[1][1]])
+    v = b.valid
+    return {"y_rel": _rel(y[v], y_ref[v]), "residual_rel": _rel(res[v], res_ref[v]),
+            "y_nan": bool(torch.isnan(y[v]).any()), "routing_flips": flips,
+            "reduce_calls": len(reduced),
+            "reduced_shape_ok": reduced == [(b.num_rows, cfg.hidden_size)]}
+
+
 def stack_with_and_without_workspace(cases: List[LayerCase], steps: int = 2):
     """Run the cases' layers as one stack (layer i's y is layer i+1's input; the cases share
     one batch: built with the same contexts and seed), `steps` times, once with each layer's

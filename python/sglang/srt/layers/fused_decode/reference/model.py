@@ -49,6 +49,7 @@ def layer_forward(
     reduce: Reduce = sum_partials,
     dense: bool = False,
     reuse_topk: bool = False,
+    mlp_reduce: Optional[Reduce] = None,
 ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """One decoder layer for M rows: returns (y, residual, topk positions [M, index_topk]).
 
@@ -57,7 +58,9 @@ def layer_forward(
     the whole context instead (SGLang's prefill for short contexts); the indexer still writes
     its keys, and the returned top-k is still the indexer's. `reuse_topk` makes a 'full' layer
     attend `topk_prev` too, its indexer skipped whole (no index-cache row written): the MTP
-    draft's top-k carried across its iterations (``mtp.draft_iterations``)."""
+    draft's top-k carried across its iterations (``mtp.draft_iterations``). `mlp_reduce`, if
+    given, replaces `reduce` on the MLP output (check mode: one rank's MLP part, its
+    attention all-reduced)."""
     lw = shards[0]
     lid, eps = lw.layer_id, cfg.rms_norm_eps
     x, residual = add_rms_norm(hidden, residual, lw.input_norm, eps, num.act_dtype)
@@ -74,9 +77,10 @@ def layer_forward(
     x2, residual = add_rms_norm(y, residual, lw.post_attention_norm, eps, num.act_dtype)
     if lw.is_moe:
         ids, weights = router(cfg, lw.mlp, x2)
-        y = reduce([moe_partial(cfg, s.mlp, x2, ids, weights, num) for s in shards])
+        parts = [moe_partial(cfg, s.mlp, x2, ids, weights, num) for s in shards]
     else:
-        y = reduce([dense_mlp(s.mlp, x2, num) for s in shards])
+        parts = [dense_mlp(s.mlp, x2, num) for s in shards]
+    y = (mlp_reduce or reduce)(parts)
     return y, residual, topk
 
 
