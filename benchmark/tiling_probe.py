@@ -29,8 +29,20 @@ def _few_rows_tiling(original, tiling):
     return lambda m, dense=False: tiling if m <= 2 else original(m, dense)
 
 
+def _linear_split(original, n, k, split):
+    """fp8_linear.tiling with `split` K chunks for the [n, k] matrices (o_proj's 6144 x 2048,
+    which an indexer layer's q_b | wq_b shares; q_b's 2048 x 2048 without the indexer)."""
+    return lambda nn, kk: (64, 2, split) if (nn, kk) == (n, k) else original(nn, kk)
+
+
+LINEAR_SPLITS = {"o_proj": ((6144, 2048), (1, 4)), "q_b": ((2048, 2048), (2, 4))}
+
 VARIANTS = {
     "baseline": {},
+    # a TP shard's o_proj (tails summing its rows for the all-reduce) and q_b (tails summing
+    # absorb's q from 3 rows) with another split K (default: fp8_linear.tiling's, 2 and 8)
+    **{f"{name}_split_{s}": {("fp8_linear", "tiling"): f"{name}_split_{s}"}
+       for name, (_, splits) in LINEAR_SPLITS.items() for s in splits},
     "gate_up_no_split_k": {("moe", "gate_up_tiling"): "no_split_k"},
     "norm_8_warps": {("norm", "NUM_WARPS"): 8},
     "norm_16_warps": {("norm", "NUM_WARPS"): 16},
@@ -185,7 +197,7 @@ VARIANTS = {
 
 BUILD_VARIANTS = {name for name, sets in VARIANTS.items()
                   if any(attr in ("ONE_WAVE", "TARGET_PROGRAMS", "ATTN_PROGRAMS",
-                                  "GATE_UP_GEMV_TILING", "DENSE_GATE_UP_TILING")
+                                  "GATE_UP_GEMV_TILING", "DENSE_GATE_UP_TILING", "tiling")
                          for _, attr in sets)}
 
 
@@ -211,7 +223,9 @@ def main():
     derived = {"no_split_k": _no_split_k(moe.gate_up_tiling), "down_64": lambda m: 64,
                "down_128": lambda m: 128, "down_256": lambda m: 256,
                **{f"gu_{n}_{g}_{s}": _few_rows_tiling(moe.gate_up_tiling, (n, g, s))
-                  for n, g, s in ((16, 2, 4), (64, 2, 4), (32, 1, 4), (32, 4, 4), (16, 4, 2))}}
+                  for n, g, s in ((16, 2, 4), (64, 2, 4), (32, 1, 4), (32, 4, 4), (16, 4, 2))},
+               **{f"{name}_split_{s}": _linear_split(fp8_linear.tiling, *shape, s)
+                  for name, (shape, splits) in LINEAR_SPLITS.items() for s in splits}}
     dev = torch.device("cuda")
     cfg = glm53_config()
     ms = [int(v) for v in args.ms.split(",")]
