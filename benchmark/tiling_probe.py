@@ -39,10 +39,6 @@ LINEAR_SPLITS = {"o_proj": ((6144, 2048), (1, 4)), "q_b": ((2048, 2048), (2, 4))
 
 VARIANTS = {
     "baseline": {},
-    # the post-attention add+RMSNorm as its own kernel at 1-2 rows of a MoE layer, or applied
-    # by the router's programs only at one row (default: at up to 2, moe.NORM_IN_ROUTER_MAX_ROWS)
-    "norm_kernel": {("moe", "NORM_IN_ROUTER_MAX_ROWS"): 0},
-    "norm_in_router_to_1": {("moe", "NORM_IN_ROUTER_MAX_ROWS"): 1},
     # a TP shard's o_proj (tails summing its rows for the all-reduce) and q_b (tails summing
     # absorb's q from 3 rows) with another split K (default: fp8_linear.tiling's, 2 and 8)
     **{f"{name}_split_{s}": {("fp8_linear", "tiling"): f"{name}_split_{s}"}

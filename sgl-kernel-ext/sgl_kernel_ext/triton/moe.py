@@ -31,7 +31,6 @@ from . import bf16_linear, overlap
 from .arrival import arrive_last
 from .bf16_linear import _bf16_linear_prefetch, _bf16_linear_task
 from .fp8_linear import _fp8_group_dot, _gemv_step, block_m, grid_shape, interpreting
-from .norm import add_rms_norm_chunk
 from .overlap import prefetch_rows, stage_begin
 from .quant import sum_parts, to_e4m3
 
@@ -143,56 +142,20 @@ def _route_per_row_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_pt
 
 
 @triton.jit
-def _router_normed_gemv(tile, split, a_ptr, A_SPLIT: tl.constexpr, res_ptr, nw_ptr,
-                        res_out_ptr, xq_ptr, sx_ptr, eps, M, K, w_ptr, parts_ptr, E, k_chunk,
-                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
-                        BLOCK_H: tl.constexpr, INTERPRET: tl.constexpr):
-    """The router's GEMV form (BLOCK_M == M rows) on x = RMSNorm(a + residual) * w, each
-    program norming its own K chunk of every row (``norm.add_rms_norm_chunk``); the programs
-    of tile 0, whose chunks cover the row, write the new residual and the e4m3 x for
-    gate/up."""
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_ok = offs_n < E
-    k_lo = split * k_chunk
-    n_k = tl.minimum(k_chunk, K - k_lo)
-    k = k_lo + tl.arange(0, BLOCK_K)
-    k_ok = tl.arange(0, BLOCK_K) < n_k
-    w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :], mask=n_ok[:, None] & k_ok[None, :],
-                other=0.0).to(tl.float32)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    for r in tl.static_range(BLOCK_M):
-        x = add_rms_norm_chunk(a_ptr, A_SPLIT, res_ptr, nw_ptr, res_out_ptr, xq_ptr, sx_ptr, M,
-                               K, eps, r, k_lo, n_k, tile == 0, BLOCK_H, BLOCK_K, INTERPRET)
-        acc += tl.where(offs_m[:, None] == r, tl.sum(w * x[None, :], axis=1)[None, :], 0.0)
-    out = parts_ptr + split * M * E + offs_m[:, None] * E + offs_n[None, :]
-    tl.store(out, acc, mask=(offs_m[:, None] < M) & n_ok[None, :])
-
-
-@triton.jit
 def _router_route_kernel(x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk, arrival_ptr,
                          bias_ptr, pos_ptr, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
-                         num_slots_ptr, scale, res_ptr, nw_ptr, res_out_ptr, xq_ptr, sx_ptr,
-                         eps, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
+                         num_slots_ptr, scale, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
                          ROUTE_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                          BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
-                         INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
-                         X_NORM: tl.constexpr, A_SPLIT: tl.constexpr, BLOCK_H: tl.constexpr):
+                         INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr):
     """The router's split-K bf16 GEMV (programs (tile, split)); the last program to finish
-    routes (route's task over the complete partials). With X_NORM, x_ptr is the attention
-    output (A_SPLIT fp32 partials, or bf16 rows) that the post-attention add+RMSNorm would
-    have normed: the programs norm it themselves (``_router_normed_gemv``)."""
+    routes (route's task over the complete partials)."""
     tile = tl.program_id(0)
     split = tl.program_id(1)
     _bf16_linear_prefetch(tile, split, K, w_ptr, E, k_chunk, BLOCK_N, PDL)
     stage_begin(PDL)
-    if X_NORM:
-        _router_normed_gemv(tile, split, x_ptr, A_SPLIT, res_ptr, nw_ptr, res_out_ptr, xq_ptr,
-                            sx_ptr, eps, M, K, w_ptr, parts_ptr, E, k_chunk, BLOCK_M, BLOCK_N,
-                            BLOCK_K, BLOCK_H, INTERPRET)
-    else:
-        _bf16_linear_task(tile, split, x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk,
-                          BLOCK_M, BLOCK_N, BLOCK_K, INTERPRET, GEMV)
+    _bf16_linear_task(tile, split, x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk,
+                      BLOCK_M, BLOCK_N, BLOCK_K, INTERPRET, GEMV)
     if arrive_last(arrival_ptr, tl.num_programs(0) * tl.num_programs(1)):
         _route_task(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, slot_expert_ptr, slot_weight_ptr,
                     slot_rank_ptr, num_slots_ptr, scale, ROUTE_M, BLOCK_E, TOPK, RENORM)
@@ -464,10 +427,6 @@ ROUTE_TAIL_MAX_ROWS = 2
 # noise at 1-2 rows and much slower with more rows (4 warps at 16 rows: +22 us of a MoE layer;
 # tiling_probe_20261130T145619Z): its top-k is eight argmax reductions over [rows, experts].
 ROUTE_WARPS = 0
-# rows up to which the router's programs apply the post-attention add+RMSNorm themselves
-# (router_route's x_norm), one kernel fewer a MoE layer; each program reads every row whole
-# for its rms, so only a few rows
-NORM_IN_ROUTER_MAX_ROWS = 2
 ROUTER_ROUTE_WARPS = 4  # warps of the one-launch router + route (1-2 within noise, same run)
 # whether gate/up's SwiGLU runs as a last-arrival tail when given counters (the second kernel
 # otherwise; 1-2 us of a MoE layer at 1-2 rows, the same run). Down's sum as a tail saved
@@ -514,51 +473,32 @@ def router_route(x: torch.Tensor, router_w: torch.Tensor, router_parts: torch.Te
                  bias: torch.Tensor, positions: torch.Tensor, topk: int, scale: float,
                  renorm: bool, slot_expert: torch.Tensor, slot_weight: torch.Tensor,
                  slot_rank: torch.Tensor, num_slots: torch.Tensor,
-                 arrival: torch.Tensor, scratch=None, x_norm=None) -> None:
+                 arrival: torch.Tensor, scratch=None) -> None:
     """The router's logits (bf16 x [M, K] . router_w [E, K]^T as fp32 split-K partials
     router_parts [SPLIT, M, E]) then ``route``: one launch up to ROUTE_TAIL_MAX_ROWS rows
     (the last GEMV program routes; `arrival` an int32 counter left at zero), two above (route
-    given `scratch`, see ``route``).
-
-    x_norm = (residual, weight, eps, residual_out, xq, sx), up to NORM_IN_ROUTER_MAX_ROWS
-    rows: x is the attention output (bf16 [M, K] or fp32 partials [SPLIT, M, K]) and the
-    router's programs apply the post-attention add+RMSNorm themselves, writing what
-    ``norm.add_rms_norm`` would (residual_out, not residual in place; xq and sx) but no bf16
-    x."""
-    m, k = x.shape[-2:]
+    given `scratch`, see ``route``)."""
+    m, k = x.shape
     split, pm, e = router_parts.shape
-    if x_norm is not None:
-        assert m <= min(NORM_IN_ROUTER_MAX_ROWS, ROUTE_TAIL_MAX_ROWS, bf16_linear.GEMV_MAX_ROWS)
-        assert x.is_contiguous() and x.dtype in (torch.bfloat16, torch.float32)
-        res, nw, eps, res_out, xq, sx = x_norm
-        assert res.shape == res_out.shape == xq.shape == (m, k) and res_out.is_contiguous()
-        assert res_out.data_ptr() != res.data_ptr(), "the new residual cannot overwrite the old"
-        assert bf16_linear.chunk_cols(k, split, 128) % 128 == 0 and sx.is_contiguous()
-    elif m > ROUTE_TAIL_MAX_ROWS:
+    if m > ROUTE_TAIL_MAX_ROWS:
         bf16_linear.bf16_linear_splitk(x, router_w, router_parts)
         route(router_parts, bias, positions, topk, scale, renorm, slot_expert, slot_weight,
               slot_rank, num_slots, scratch)
         return
-    assert x.stride(-1) == 1 and router_w.is_contiguous() and router_w.shape == (e, k)
-    assert pm == m and router_parts.is_contiguous() and router_parts.dtype == torch.float32
+    assert x.stride(1) == 1 and router_w.is_contiguous() and router_w.shape == (e, k) and pm == m
+    assert router_parts.is_contiguous() and router_parts.dtype == torch.float32
     assert slot_expert.numel() >= m * topk + 1 and slot_weight.is_contiguous()
     assert slot_rank.shape == slot_weight.shape and slot_rank.is_contiguous()
     assert slot_weight.shape[1] == m and arrival.dtype == torch.int32
     block_n = bf16_linear.BLOCK_N
     bm, block_k, gemv = bf16_linear.launch_shape(m, k, split)
-    if x_norm is None:
-        res = nw = res_out = xq = sx = x  # placeholders: the kernel does not touch them
-        eps = 0.0
     _router_route_kernel[(triton.cdiv(e, block_n), split)](
-        x, x.stride(-2), m, k, router_w, router_parts, e,
+        x, x.stride(0), m, k, router_w, router_parts, e,
         bf16_linear.chunk_cols(k, split, 128), arrival, bias, positions, slot_expert,
-        slot_weight, slot_rank, num_slots, float(scale), res, nw, res_out, xq, sx, float(eps),
-        SPLIT=split, BLOCK_M=bm,
+        slot_weight, slot_rank, num_slots, float(scale), SPLIT=split, BLOCK_M=bm,
         ROUTE_M=max(2, triton.next_power_of_2(m)), BLOCK_N=block_n, BLOCK_K=block_k,
         BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), GEMV=gemv, X_NORM=x_norm is not None,
-        A_SPLIT=x.shape[0] if x.dim() == 3 else 1, BLOCK_H=triton.next_power_of_2(k),
-        num_warps=ROUTER_ROUTE_WARPS, num_stages=4, **overlap.launch_kw())
+        PDL=overlap.enabled(), GEMV=gemv, num_warps=ROUTER_ROUTE_WARPS, num_stages=4, **overlap.launch_kw())
 
 
 def _check_expert_stack(*tensors) -> None:

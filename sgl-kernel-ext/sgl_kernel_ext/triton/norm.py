@@ -47,35 +47,6 @@ def _add_rms_norm_row(m, x_ptr, x_split: tl.constexpr, res_ptr, w_ptr, out_ptr, 
 
 
 @triton.jit
-def add_rms_norm_chunk(x_ptr, x_split: tl.constexpr, res_ptr, w_ptr, res_out_ptr, xq_ptr,
-                       sx_ptr, M, H, eps, m, k_lo, n_k, write, BLOCK_H: tl.constexpr,
-                       BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr):
-    """Columns [k_lo, k_lo + n_k) of row m of ``_add_rms_norm_row``'s output, for a consumer
-    that norms its own slice of x (the router, moe.NORM_IN_ROUTER_MAX_ROWS): fp32 holding the
-    bf16 values [BLOCK_K], 0 past n_k; the rms is taken over the whole row (read here, from
-    L2). With `write` (a runtime flag) it also stores the slice's new residual into
-    res_out_ptr (not res_ptr: other programs still read the old one) and its e4m3 values
-    with their scales (k_lo a multiple of 128)."""
-    offs_h = tl.arange(0, BLOCK_H)
-    h_ok = offs_h < H
-    row = sum_parts(x_ptr, x_split, M * H, m * H + offs_h, h_ok).to(tl.bfloat16).to(tl.float32)
-    row += tl.load(res_ptr + m * H + offs_h, mask=h_ok, other=0.0).to(tl.float32)
-    rstd = 1.0 / tl.sqrt(tl.sum(row * row, axis=0) / H + eps)
-    offs = tl.arange(0, BLOCK_K)
-    ok = offs < n_k
-    k = k_lo + offs
-    s = sum_parts(x_ptr, x_split, M * H, m * H + k, ok).to(tl.bfloat16).to(tl.float32)
-    s += tl.load(res_ptr + m * H + k, mask=ok, other=0.0).to(tl.float32)
-    w = tl.load(w_ptr + k, mask=ok, other=0.0).to(tl.float32)
-    y = tl.where(ok, (s * rstd * w).to(tl.bfloat16).to(tl.float32), 0.0)
-    if write:
-        tl.store(res_out_ptr + m * H + k, s.to(res_out_ptr.dtype.element_ty), mask=ok)
-        store_row_groups(y, offs, n_k, xq_ptr + m * H + k_lo,
-                         sx_ptr + m * tl.cdiv(H, 128) + k_lo // 128, BLOCK_K, INTERPRET)
-    return y
-
-
-@triton.jit
 def _add_rms_norm_kernel(x_ptr, x_split: tl.constexpr, res_ptr, w_ptr, out_ptr, res_out_ptr, xq_ptr, sx_ptr,
                          M, H, eps, table_ptr, n_regions, HAS_RES: tl.constexpr,
                          HAS_OUT: tl.constexpr, QUANT: tl.constexpr, BLOCK: tl.constexpr,

@@ -523,39 +523,6 @@ def test_shard_attention_rows_are_bitwise_the_partials(layer_id, monkeypatch):
     assert torch.equal(a_c.kv[layer_id].view(torch.int16), b_c.kv[layer_id].view(torch.int16))
 
 
-@pytest.mark.parametrize("contexts", [[41], [30, 0], [12, 40]],
-                         ids=["one_row", "pad_row", "two_rows"])
-@pytest.mark.parametrize("sharded", [True, False], ids=["bf16_rows", "split_k_partials"])
-def test_norm_in_router_is_the_norm_kernel(contexts, sharded, monkeypatch):
-    """The router's programs norming their own slices of the attention output (the TP
-    shard's bf16 rows, or o_proj's split-K partials) against the add+RMSNorm kernel, at 1-2
-    rows of a MoE layer: one norm launch fewer, the same residual bits, the same experts, y
-    within 1% (each program's rms sums the row in its own order)."""
-    from sgl_kernel_ext.triton import moe, norm
-
-    # o_proj's K in four chunks, so the one-rank form has partials to sum
-    monkeypatch.setattr(fp8_linear, "tiling", lambda n, k: (64, 1, max(1, k // 128)))
-    case = make_case(CFG, 2, contexts, seed=70 + len(contexts), tp_size=2)
-    calls = []
-    original = norm.add_rms_norm
-    monkeypatch.setattr(norm, "add_rms_norm", lambda *a, **k: calls.append(1) or original(*a, **k))
-    runs = []
-    for rows in (0, 2):
-        monkeypatch.setattr(moe, "NORM_IN_ROUTER_MAX_ROWS", rows)
-        calls.clear()
-        layer = FusedLayer(CFG, case.lw, clone_caches(case.caches), 2,
-                           case.batch.token_slots.shape[1], persistent_launch=False)
-        layer.sharded = sharded
-        y, res, _ = layer(case.hidden, case.residual, case.batch, case.topk_prev)
-        runs.append((y.clone(), res.clone(), layer.routed_experts(len(contexts)), len(calls)))
-    (y_n, res_n, e_n, calls_n), (y_r, res_r, e_r, calls_r) = runs
-    assert (calls_n, calls_r) == (2, 1)
-    v = case.batch.valid
-    assert torch.equal(res_n.view(torch.int16), res_r.view(torch.int16))
-    assert torch.equal(e_n, e_r)
-    assert not torch.isnan(y_r[v].float()).any() and _rel(y_r[v], y_n[v]) <= 0.01
-
-
 def test_persistent_layer_refuses_a_tp_all_reduce():
     case = make_case(CFG, 2, [30, 12], seed=2, tp_size=2)
     layer = FusedLayer(CFG, case.lw, case.caches, 2, case.batch.token_slots.shape[1],

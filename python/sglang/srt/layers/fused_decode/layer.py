@@ -15,9 +15,7 @@ Launch sequence (stage kernels from ``sgl_kernel_ext.triton``): add+RMSNorm (+ e
 row); q_a|kv_a (split-K partials); latent norms + rope + KV write (+ e4m3 of c_q); q_b
 (| wq_b); indexer keys/queries, scores, top-k; absorb; sparse attention + combine; w_vc
 (+ e4m3); o_proj (on a TP shard its last-arriving K chunks sum each column tile into bf16
-rows, which the TP group's all-reduce, ``reduce``, sums across ranks); add+RMSNorm (at 1-2
-rows of a MoE layer applied by the router's programs to their own slices,
-``moe.NORM_IN_ROUTER_MAX_ROWS``); MLP (router + route and gate/up + SwiGLU, at 1-2 rows each
+rows, which the TP group's all-reduce, ``reduce``, sums across ranks); add+RMSNorm; MLP (router + route and gate/up + SwiGLU, at 1-2 rows each
 pair one launch whose second part is run by the last program of its group to finish,
 ``arrival``; down, each row's terms summed). Activations are quantized once by the kernel
 that produces them; every GEMM's split-K partials are summed in a fixed order by their
@@ -134,8 +132,6 @@ class FusedLayer:
             y_attn=e(self.split_o, m, h, dt=f32),
             # a shard's o_proj summed by its tails, the all-reduce's input
             attn_rows=e(m, h), x2=e(m, h), x2q=e(m, h, dt=fp8),
-            # the new residual when the router norms x (the old one is read meanwhile)
-            res_mlp=e(m, h),
             x2s=e(m, groups(h), dt=f32), y=e(m, h),
             terms=e(m, cfg.num_experts_per_tok + 1 if self.experts else 1, h),
             topk=e(m, cfg.index_topk, dt=torch.int64), act=e(slots, m, inter),
@@ -345,23 +341,11 @@ class FusedLayer:
             if attn.shape != (m, cfg.hidden_size) or attn.dtype != torch.bfloat16:
                 raise ValueError(f"the all-reduce returned {tuple(attn.shape)} {attn.dtype}; "
                                  f"the norm reads bf16 [{m}, {cfg.hidden_size}]")
-        attn = attn.contiguous()
-        if self._norm_in_router(m):  # the router's programs norm x themselves
-            x_norm = (res, lw.post_attention_norm, eps, v("res_mlp"), v("x2q"), v("x2s"))
-            self._mlp(pos, m, attn, x_norm)
-            return v("y"), v("res_mlp"), topk
-        norm.add_rms_norm(attn, res, lw.post_attention_norm, eps, v("x2"), res,
+        norm.add_rms_norm(attn.contiguous(), res, lw.post_attention_norm, eps, v("x2"), res,
                           v("x2q"), v("x2s"),
                           self.next_regions if overlap.NEXT_LAYER_PREFETCH else None)
         self._mlp(pos, m)
         return v("y"), res, topk
-
-    def _norm_in_router(self, m: int) -> bool:
-        """Whether the router's programs apply the post-attention norm this step
-        (moe.NORM_IN_ROUTER_MAX_ROWS): a MoE layer whose router and route are one launch in
-        the GEMV form, and no next-layer prefetch riding on the norm's launch."""
-        return bool(self.experts) and not overlap.NEXT_LAYER_PREFETCH and m <= min(
-            moe.NORM_IN_ROUTER_MAX_ROWS, moe.ROUTE_TAIL_MAX_ROWS, bf16_linear.GEMV_MAX_ROWS)
 
     def routed_experts(self, m: int) -> torch.Tensor:
         """Experts each row of the last step was routed to, int64 [m, top-k] ascending (-1 for
@@ -376,19 +360,15 @@ class FusedLayer:
             out[r, : len(chosen)] = chosen
         return out
 
-    def _mlp(self, pos: torch.Tensor, m: int, x: Optional[torch.Tensor] = None,
-             x_norm=None) -> None:
-        """The MLP on x2 (x2q, x2s); or with x_norm (a MoE layer) on the attention output x,
-        the router's programs norming it (moe.router_route)."""
+    def _mlp(self, pos: torch.Tensor, m: int) -> None:
         cfg, mlp, b = self.cfg, self.lw.mlp, self.buf
         v = lambda name: self._view(name, m)  # noqa: E731
         if self.experts:
-            moe.router_route(v("x2") if x is None else x, mlp.router, v("router_parts"),
-                             mlp.bias, pos, cfg.num_experts_per_tok, cfg.routed_scaling_factor,
+            moe.router_route(v("x2"), mlp.router, v("router_parts"), mlp.bias, pos,
+                             cfg.num_experts_per_tok, cfg.routed_scaling_factor,
                              cfg.norm_topk_prob, b["slot_expert"], v("slot_weight"),
                              v("slot_rank"), b["num_slots"], b["route_arrival"],
-                             (b["route_chosen"], b["route_weight"], b["route_arrival"]),
-                             x_norm=x_norm)
+                             (b["route_chosen"], b["route_weight"], b["route_arrival"]))
             routed, shared = mlp, mlp.shared
         else:
             routed = shared = mlp  # the dense MLP is the single shared slot
