@@ -427,6 +427,11 @@ ROUTE_TAIL_MAX_ROWS = 2
 # noise at 1-2 rows and much slower with more rows (4 warps at 16 rows: +22 us of a MoE layer;
 # tiling_probe_20261130T145619Z): its top-k is eight argmax reductions over [rows, experts].
 ROUTE_WARPS = 0
+# Tried: the post-attention add+RMSNorm applied by the router's programs at 1-2 rows of a MoE
+# layer, each norming its own K slice of every row after reading the row whole for its rms
+# (one launch fewer; code at b6b2174). Slower on an H200: +1.5..2.0 us a layer at one row,
+# +0.4..0.9 at two (results/tiling_probe_20261201T134329Z: baseline there is the fold,
+# norm_kernel the separate kernel).
 ROUTER_ROUTE_WARPS = 4  # warps of the one-launch router + route (1-2 within noise, same run)
 # whether gate/up's SwiGLU runs as a last-arrival tail when given counters (the second kernel
 # otherwise; 1-2 us of a MoE layer at 1-2 rows, the same run). Down's sum as a tail saved

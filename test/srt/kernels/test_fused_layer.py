@@ -188,9 +188,10 @@ def replay_checks(kind, rows=4, context=3000, repeats=100):
     return out
 
 
+@pytest.mark.parametrize("rows", [1, 4])
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_graph_replay_is_bitwise_eager_and_repeatable(kind):
-    r = replay_checks(kind)
+def test_graph_replay_is_bitwise_eager_and_repeatable(kind, rows):
+    r = replay_checks(kind, rows)
     assert r["graph_equals_eager"] and r["repeats_identical"], r
 
 
