@@ -39,6 +39,9 @@ LINEAR_SPLITS = {"o_proj": ((6144, 2048), (1, 4)), "q_b": ((2048, 2048), (2, 4))
 
 VARIANTS = {
     "baseline": {},
+    # gate/up's shared-expert programs waiting for router+route as the others do (default:
+    # they multiply before the wait, moe.SHARED_BEFORE_WAIT)
+    "shared_after_wait": {("moe", "SHARED_BEFORE_WAIT"): False},
     # a TP shard's o_proj (tails summing its rows for the all-reduce) and q_b (tails summing
     # absorb's q from 3 rows) with another split K (default: fp8_linear.tiling's, 2 and 8)
     **{f"{name}_split_{s}": {("fp8_linear", "tiling"): f"{name}_split_{s}"}

@@ -299,16 +299,26 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk,
                     arrivals_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     GROUPS: tl.constexpr, SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr,
-                    PDL: tl.constexpr, TAIL: tl.constexpr, GEMV: tl.constexpr):
+                    PDL: tl.constexpr, TAIL: tl.constexpr, GEMV: tl.constexpr,
+                    SHARED_EARLY: tl.constexpr):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     split = tl.program_id(2)
-    _gate_up_prefetch(tile, slot, split, K, I, sgq_ptr, suq_ptr, k_chunk, BLOCK_N, PDL)
-    stage_begin(PDL)
-    _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
-                  gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr,
-                  suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N,
-                  GROUPS, SPLIT_K, INTERPRET, GEMV)
+    if SHARED_EARLY and slot == 0:
+        # slot 0 is always the shared expert (no slot table needed) and x comes from the norm
+        # two kernels back, so its programs multiply before the wait (overlap's rule 1;
+        # nothing running reads or writes their outputs)
+        _gate_up_tile(tile, 0, split, xq_ptr, sx_ptr, M, K, I, sgq_ptr, sgs_ptr, suq_ptr,
+                      sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N, GROUPS,
+                      SPLIT_K, INTERPRET, GEMV)
+        stage_begin(PDL)
+    else:
+        _gate_up_prefetch(tile, slot, split, K, I, sgq_ptr, suq_ptr, k_chunk, BLOCK_N, PDL)
+        stage_begin(PDL)
+        _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr,
+                      num_slots_ptr, gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
+                      sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk,
+                      BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV)
     if TAIL:  # the last K chunk of (tile, slot) to finish sums the chunks and applies SwiGLU
         if arrive_last(arrivals_ptr + slot * tl.num_programs(0) + tile, SPLIT_K):
             _swiglu_task(slot, tile, gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS, SPLIT_K,
@@ -515,6 +525,9 @@ def _check_expert_stack(*tensors) -> None:
             assert t.is_contiguous()
 
 
+# With the overlap on, gate/up's shared-expert programs of a MoE layer multiply before
+# waiting for router+route (whose slot table they do not need), beside it
+SHARED_BEFORE_WAIT = True
 SWIGLU_BLOCK = 256  # intermediate columns per SwiGLU program
 # Tried in the layer on an H200 (tiling_probe_20261201T023604Z, T023616Z; code at 0e61916):
 # gate/up's K in 6 or 8 chunks at 1-2 rows (-1.3..+3.3 us), 2 or 4 pipeline stages for
@@ -643,6 +656,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         arrivals if tail else num_slots,
         BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, SPLIT_K=split_k,
         INTERPRET=interpreting(), PDL=overlap.enabled(), TAIL=tail, GEMV=gemv,
+        SHARED_EARLY=bool(num_experts) and SHARED_BEFORE_WAIT and overlap.enabled(),
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
         num_stages=3, **overlap.launch_kw(),
     )
