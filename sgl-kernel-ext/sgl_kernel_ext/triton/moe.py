@@ -525,9 +525,12 @@ def _check_expert_stack(*tensors) -> None:
             assert t.is_contiguous()
 
 
-# With the overlap on, gate/up's shared-expert programs of a MoE layer multiply before
-# waiting for router+route (whose slot table they do not need), beside it
-SHARED_BEFORE_WAIT = True
+# From this many rows, with the overlap on (so only up to overlap.WIDE_MAX_ROWS), gate/up's
+# shared-expert programs of a MoE layer multiply before waiting for router+route (whose slot
+# table they do not need), beside it: on an H200 1.3-1.6 us faster a MoE layer at 2 rows,
+# 0.3-0.5 slower at one (results/tiling_probe_20261201T134836Z, shared_after_wait there
+# the plain wait, baseline from one row)
+SHARED_BEFORE_WAIT_FROM_ROWS = 2
 SWIGLU_BLOCK = 256  # intermediate columns per SwiGLU program
 # Tried in the layer on an H200 (tiling_probe_20261201T023604Z, T023616Z; code at 0e61916):
 # gate/up's K in 6 or 8 chunks at 1-2 rows (-1.3..+3.3 us), 2 or 4 pipeline stages for
@@ -656,7 +659,8 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         arrivals if tail else num_slots,
         BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, SPLIT_K=split_k,
         INTERPRET=interpreting(), PDL=overlap.enabled(), TAIL=tail, GEMV=gemv,
-        SHARED_EARLY=bool(num_experts) and SHARED_BEFORE_WAIT and overlap.enabled(),
+        SHARED_EARLY=bool(num_experts) and m >= SHARED_BEFORE_WAIT_FROM_ROWS
+        and overlap.enabled(),
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
         num_stages=3, **overlap.launch_kw(),
     )
