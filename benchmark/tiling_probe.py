@@ -43,9 +43,6 @@ VARIANTS = {
     # multiplying before the wait from one row (default: from moe.SHARED_BEFORE_WAIT_FROM_ROWS)
     "shared_after_wait": {("moe", "SHARED_BEFORE_WAIT_FROM_ROWS"): 1 << 30},
     "shared_before_wait_from_1": {("moe", "SHARED_BEFORE_WAIT_FROM_ROWS"): 1},
-    # q_b's default split K with its tails too, or 2 chunks (default 4: mla.Q_B_SPLIT_WITH_ROWS)
-    "q_b_rows_default_split": {("mla", "Q_B_SPLIT_WITH_ROWS"): 0},
-    "q_b_rows_split_2": {("mla", "Q_B_SPLIT_WITH_ROWS"): 2},
     # a TP shard's o_proj (tails summing its rows for the all-reduce) and q_b (tails summing
     # absorb's q from 3 rows) with another split K (default: fp8_linear.tiling's, 2 and 8)
     **{f"{name}_split_{s}": {("fp8_linear", "tiling"): f"{name}_split_{s}"}

@@ -60,11 +60,11 @@ ABSORB_GEMV_MAX_ROWS = 2
 # q_nope (8 at one TP8 rank of a layer without the indexer). Not where q_b norms c_q itself
 # (LATENT_IN_Q_B_MAX_ROWS).
 ABSORB_Q_ROWS_FROM = 3
-# K chunks of q_b in a layer without the indexer when its tails sum those rows (default split:
-# 8 at a TP8 rank); 0 keeps the default. On an H200 4 chunks are 0.1, 0.5 and 2.0 us faster a
-# MoE layer at 4, 8 and 16 rows (results/tiling_probe_20261201T133650Z, q_b_split_4); fewer
-# partials for each tile's last chunk to sum.
-Q_B_SPLIT_WITH_ROWS = 4
+# Tried: q_b in 4 or 2 K chunks instead of 8 when its tails sum those rows, in a layer without
+# the indexer (code at 0c362ab). Within noise on an H200: 4 chunks -2.0 us a MoE layer at 16
+# rows in one run (results/tiling_probe_20261201T133650Z, q_b_split_4), -0.3 in the next
+# (T135322Z, q_b_rows_default_split, where a variant that changes nothing at 16 rows moved
+# 1.4 us).
 ABSORB_GEMV_BLOCK_C = 16
 ABSORB_GEMV_CHUNK_D = 128
 ABSORB_GEMV_WARPS = 4
