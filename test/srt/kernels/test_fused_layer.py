@@ -27,6 +27,7 @@ from sglang.srt.layers.fused_decode.testing import (  # noqa: E402
     compare_two_ranks,
     compare_with_reference,
     make_case,
+    shard_rows_checks,
     stack_with_and_without_workspace,
 )
 
@@ -109,19 +110,8 @@ def test_shard_attention_rows_are_bitwise_the_partials(kind, rows):
     lid = KINDS[kind]
     case = make_case(CFG, lid, _contexts(rows, 3000, pad=True), seed=rows + 5, device="cuda",
                      lw=_weights(lid))
-    runs = []
-    for sharded in (True, False):
-        caches = clone_caches(case.caches)
-        layer = FusedLayer(CFG, case.lw, caches, rows, case.batch.token_slots.shape[1])
-        assert layer.sharded and layer.split_o > 1
-        layer.sharded = sharded
-        outs = [t.clone() for t in layer(case.hidden, case.residual, case.batch, case.topk_prev)]
-        assert not layer.buf["o_arrivals"].any()
-        runs.append((outs, caches))
-    (a_out, a_c), (b_out, b_c) = runs
-    for x, y in zip(a_out, b_out):
-        assert torch.equal(x, y)
-    assert torch.equal(a_c.kv[lid].view(torch.int16), b_c.kv[lid].view(torch.int16))
+    r = shard_rows_checks(case, rows)
+    assert all(r.values()), r
 
 
 @pytest.mark.parametrize("rows", [1, 2, 5, 12])  # 5 and 12: 16 and 8 attention chunks a row

@@ -31,6 +31,7 @@ from sglang.srt.layers.fused_decode.testing import (  # noqa: E402
     clone_caches,
     compare_with_reference,
     make_case,
+    shard_rows_checks,
     stack_with_and_without_workspace,
 )
 
@@ -507,20 +508,8 @@ def test_shard_attention_rows_are_bitwise_the_partials(layer_id, monkeypatch):
     # one 128-column group a step, so o_proj's K of 2 heads x 256 splits in four
     monkeypatch.setattr(fp8_linear, "tiling", lambda n, k: (64, 1, max(1, k // 128)))
     case = make_case(CFG, layer_id, [30, 0, 12], seed=60 + layer_id, tp_size=2)
-    runs = []
-    for sharded in (True, False):
-        caches = clone_caches(case.caches)
-        layer = FusedLayer(CFG, case.lw, caches, 4, case.batch.token_slots.shape[1],
-                           persistent_launch=False)
-        assert layer.sharded and layer.split_o > 1
-        layer.sharded = sharded
-        outs = [t.clone() for t in layer(case.hidden, case.residual, case.batch, case.topk_prev)]
-        assert not layer.buf["o_arrivals"].any()
-        runs.append((outs, caches))
-    (a_out, a_c), (b_out, b_c) = runs
-    for x, y in zip(a_out, b_out):
-        assert torch.equal(x, y)
-    assert torch.equal(a_c.kv[layer_id].view(torch.int16), b_c.kv[layer_id].view(torch.int16))
+    r = shard_rows_checks(case, 4, persistent_launch=False)
+    assert all(r.values()), r
 
 
 def test_persistent_layer_refuses_a_tp_all_reduce():

@@ -213,6 +213,30 @@ def compare_two_ranks(cfg: Glm5Config, layer_id: int, contexts: List[int], seed:
             "reduced_shape_ok": reduced == [(b.num_rows, cfg.hidden_size)]}
 
 
+def shard_rows_checks(case: LayerCase, rows: int, **layer_kw) -> Dict[str, bool]:
+    """A TP shard's layer with o_proj's tails summing bf16 rows (the all-reduce's input; one
+    rank alone here) against the same layer summing o_proj's split-K partials in its norm (the
+    one-rank form): every output and KV-cache byte equal, o_proj's counters back at zero.
+    Every value should be True."""
+    from .layer import FusedLayer
+
+    lid, width = case.lw.layer_id, case.batch.token_slots.shape[1]
+    out, runs = {}, []
+    for sharded in (True, False):
+        caches = clone_caches(case.caches)
+        layer = FusedLayer(case.cfg, case.lw, caches, rows, width, **layer_kw)
+        out["a_shard_with_split_k"] = layer.sharded and layer.split_o > 1
+        layer.sharded = sharded
+        outs = [t.clone() for t in layer(case.hidden, case.residual, case.batch, case.topk_prev)]
+        out[f"counters_zero_{'tails' if sharded else 'partials'}"] = not bool(
+            layer.buf["o_arrivals"].any())
+        runs.append((outs, caches.kv[lid].view(torch.int16)))
+    (a_out, a_kv), (b_out, b_kv) = runs
+    out["outputs_equal"] = all(bool(torch.equal(x, y)) for x, y in zip(a_out, b_out))
+    out["kv_equal"] = bool(torch.equal(a_kv, b_kv))
+    return out
+
+
 def stack_with_and_without_workspace(cases: List[LayerCase], steps: int = 2):
     """Run the cases' layers as one stack (layer i's y is layer i+1's input; the cases share
     one batch: built with the same contexts and seed), `steps` times, once with each layer's
