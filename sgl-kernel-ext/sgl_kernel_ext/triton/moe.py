@@ -651,6 +651,8 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
     assert not gemv or 128 % block_n == 0, "a GEMV gate/up tile must lie in one scale block"
     if tail:
         assert arrivals.dtype == torch.int32 and arrivals.numel() >= tiles * slots
+    # a MoE layer's slot 0 (a dense layer's only slot reads x from the kernel just before)
+    shared_early = bool(num_experts) and m >= SHARED_BEFORE_WAIT_FROM_ROWS and overlap.enabled()
     _gate_up_kernel[(tiles, slots, split_k)](
         xq, sx, m, k, inter, num_experts, slot_expert, num_slots,
         gate_q, gate_s, up_q, up_s, gate_q.stride(0) if gate_q.dim() == 3 else 0,
@@ -659,8 +661,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         arrivals if tail else num_slots,
         BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, SPLIT_K=split_k,
         INTERPRET=interpreting(), PDL=overlap.enabled(), TAIL=tail, GEMV=gemv,
-        SHARED_EARLY=bool(num_experts) and m >= SHARED_BEFORE_WAIT_FROM_ROWS
-        and overlap.enabled(),
+        SHARED_EARLY=shared_early,
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
         num_stages=3, **overlap.launch_kw(),
     )

@@ -8,9 +8,10 @@ the chain is still writing (weights; rows chosen by a stage two or more kernels 
 block in ``stage_begin`` until kernel N has finished and its writes are visible.
 
 The rule each kernel of the chain follows (so any number of them can be in flight):
-  1. before ``stage_begin``: only reads, and only of data written two or more kernels back
-     (kernel N+1 starts once kernel N has passed its own ``stage_begin``, so everything
-     before kernel N is complete);
+  1. before ``stage_begin``: reads only of data written two or more kernels back (kernel
+     N+1 starts once kernel N has passed its own ``stage_begin``, so everything before
+     kernel N is complete), and writes only where no kernel still in flight reads or writes
+     (gate/up's shared expert, ``moe.SHARED_BEFORE_WAIT_FROM_ROWS``);
   2. ``stage_begin``: wait for the previous kernel, then let the next one launch.
 
 Everything here is a compile-time no-op unless the kernel is compiled with ``PDL=True``,

@@ -9,7 +9,7 @@ scattered slots; a pad row (position -1) may be added.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from typing import Dict, List, Optional
 
@@ -182,14 +182,10 @@ def compare_two_ranks(cfg: Glm5Config, layer_id: int, contexts: List[int], seed:
 
     def reference(experts=None):
         parts.clear()
-        caches, flips = clone_caches(case.caches), [0]
-        if experts is None:
-            out = layer_forward(cfg, shards, case.hidden, case.residual, b, caches,
-                                case.topk_prev, reduce=record)
-        else:
-            with forced_routing(experts, flips):
-                out = layer_forward(cfg, shards, case.hidden, case.residual, b, caches,
-                                    case.topk_prev, reduce=record)
+        flips = [0]
+        with forced_routing(experts, flips) if experts is not None else nullcontext():
+            out = layer_forward(cfg, shards, case.hidden, case.residual, b,
+                                clone_caches(case.caches), case.topk_prev, reduce=record)
         return out, flips[0]
 
     reference()  # rank 1's attention part does not depend on the routing
