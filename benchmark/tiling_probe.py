@@ -196,11 +196,24 @@ VARIANTS = {
     # without them only at one row
     "bf16_dot": {("bf16_linear", "GEMV_MAX_ROWS"): 0},
     "bf16_gemv_to_1": {("bf16_linear", "GEMV_MAX_ROWS"): 1},
+    # down on the tensor cores (2 rows and more) with at most 48-96 programs a column tile
+    # (each looping over the slots past the grid), a register cap (4 warps: 146 -> 128 at no
+    # spill lets 4 programs share a multiprocessor), 2 or 1 pipeline stages (44 -> 24 or 4 KB
+    # of shared memory)
+    **{f"down_lanes_{n}": {("moe", "DOWN_LANES"): n} for n in (48, 64, 96)},
+    "down_maxnreg_128": {("moe", "DOWN_MAXNREG"): 128},
+    "down_stages_2": {("moe", "DOWN_STAGES"): 2},
+    "down_maxnreg_128_stages_2": {("moe", "DOWN_MAXNREG"): 128, ("moe", "DOWN_STAGES"): 2},
+    "down_maxnreg_128_stages_1": {("moe", "DOWN_MAXNREG"): 128, ("moe", "DOWN_STAGES"): 1},
+    "down_lanes_64_maxnreg_128": {("moe", "DOWN_LANES"): 64, ("moe", "DOWN_MAXNREG"): 128},
+    # two attention programs a multiprocessor from 9 or 5 rows (mla.ATTN_PAIRED_FROM_ROWS)
+    **{f"attn_paired_from_{r}": {("mla", "ATTN_PAIRED_FROM_ROWS"): r} for r in (9, 5)},
 }
 
 
 BUILD_VARIANTS = {name for name, sets in VARIANTS.items()
                   if any(attr in ("ONE_WAVE", "TARGET_PROGRAMS", "ATTN_PROGRAMS",
+                                  "ATTN_PAIRED_FROM_ROWS",
                                   "GATE_UP_GEMV_TILING", "DENSE_GATE_UP_TILING", "tiling")
                          for _, attr in sets)}
 

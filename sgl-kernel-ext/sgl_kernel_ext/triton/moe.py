@@ -212,10 +212,16 @@ def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
 
 
 @triton.jit
-def _expert_weights(slot_expert_ptr, slot, E, q_ptr, s_ptr, q_stride_e, s_stride_e,
-                    shared_q_ptr, shared_s_ptr):
-    """(e4m3 rows, scales) of the slot's expert: the shared expert's (E) or routed e's."""
-    e = tl.load(slot_expert_ptr + slot)
+def _slot_entry(slot_expert_ptr, num_slots_ptr, slot):
+    """(num_slots, the slot's expert id), both loads in flight together: the table holds an
+    entry (stale past num_slots) for every program's slot, so a program does not wait for the
+    count before it asks for its expert."""
+    return tl.load(num_slots_ptr), tl.load(slot_expert_ptr + slot)
+
+
+@triton.jit
+def _expert_weights(e, E, q_ptr, s_ptr, q_stride_e, s_stride_e, shared_q_ptr, shared_s_ptr):
+    """(e4m3 rows, scales) of expert e: the shared expert's (E) or routed e's."""
     shared = e == E
     routed = tl.where(shared, 0, e).to(tl.int64)
     return (tl.where(shared, shared_q_ptr, q_ptr + routed * q_stride_e),
@@ -239,11 +245,10 @@ def _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr
                   sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                   SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr, GEMV: tl.constexpr):
-    if slot < tl.load(num_slots_ptr):
-        g_q, g_s = _expert_weights(slot_expert_ptr, slot, E, gq_ptr, gs_ptr, q_stride_e,
-                                   s_stride_e, sgq_ptr, sgs_ptr)
-        u_q, u_s = _expert_weights(slot_expert_ptr, slot, E, uq_ptr, us_ptr, q_stride_e,
-                                   s_stride_e, suq_ptr, sus_ptr)
+    n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
+    if slot < n:
+        g_q, g_s = _expert_weights(e, E, gq_ptr, gs_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr)
+        u_q, u_s = _expert_weights(e, E, uq_ptr, us_ptr, q_stride_e, s_stride_e, suq_ptr, sus_ptr)
         _gate_up_tile(tile, slot, split, xq_ptr, sx_ptr, M, K, I, g_q, g_s, u_q, u_s, act_ptr,
                       gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET,
                       GEMV)
@@ -362,8 +367,9 @@ def _down_prefetch(tile, slot, H, I, E, slot_expert_ptr, num_slots_ptr, dq_ptr, 
                    sdq_ptr, BLOCK_N: tl.constexpr, PDL: tl.constexpr):
     """The slot's expert rows of the tile (the slot table must be complete already)."""
     if PDL:
-        if slot < tl.load(num_slots_ptr):
-            pe = tl.minimum(tl.maximum(tl.load(slot_expert_ptr + slot), 0), E)
+        n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
+        if slot < n:
+            pe = tl.minimum(tl.maximum(e, 0), E)
             pq = tl.where(pe == E, sdq_ptr, dq_ptr + tl.where(pe == E, 0, pe).to(tl.int64) * q_stride_e)
             prefetch_rows(pq, tile * BLOCK_N, BLOCK_N, H, I, 0, I, PDL, BLOCK_N, 2)
 
@@ -375,19 +381,30 @@ def _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr
                INTERPRET: tl.constexpr, GEMV: tl.constexpr, GROUPS: tl.constexpr):
     """Program (tile, slot): term = bf16(weight * act_slot D_e^T) for the rows that chose the
     slot's expert, stored at terms[row, rank of the expert in the row]."""
-    if slot < tl.load(num_slots_ptr):
-        d_q, d_s = _expert_weights(slot_expert_ptr, slot, E, dq_ptr, ds_ptr, q_stride_e,
-                                   s_stride_e, sdq_ptr, sds_ptr)
-        offs_m = tl.arange(0, BLOCK_M)
-        offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-        m_ok = offs_m < M
-        y = _fp8_tile_dot(act_ptr + slot * M * I, I, M, I, d_q, d_s, offs_n, H, BLOCK_M, BLOCK_N,
-                          INTERPRET, GEMV, GROUPS)
-        w = tl.load(slot_weight_ptr + slot * M + offs_m, mask=m_ok, other=0.0)  # 1 when shared
-        rank = tl.load(slot_rank_ptr + slot * M + offs_m, mask=m_ok, other=-1)
-        keep = m_ok & (rank >= 0)
-        dst = terms_ptr + ((offs_m * TERMS + tl.maximum(rank, 0)) * H)[:, None] + offs_n[None, :]
-        tl.store(dst, (w[:, None] * y).to(tl.bfloat16), mask=keep[:, None] & (offs_n[None, :] < H))
+    n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
+    if slot < n:
+        _down_slot(tile, slot, e, act_ptr, M, I, H, E, slot_weight_ptr, slot_rank_ptr, dq_ptr,
+                   ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M,
+                   BLOCK_N, INTERPRET, GEMV, GROUPS)
+
+
+@triton.jit
+def _down_slot(tile, slot, e, act_ptr, M, I, H, E, slot_weight_ptr, slot_rank_ptr, dq_ptr, ds_ptr,
+               q_stride_e, s_stride_e, sdq_ptr, sds_ptr, terms_ptr, TERMS: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
+               GEMV: tl.constexpr, GROUPS: tl.constexpr):
+    """Down of a slot that exists (expert e) for one column tile."""
+    d_q, d_s = _expert_weights(e, E, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr)
+    offs_m = tl.arange(0, BLOCK_M)
+    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    m_ok = offs_m < M
+    y = _fp8_tile_dot(act_ptr + slot * M * I, I, M, I, d_q, d_s, offs_n, H, BLOCK_M, BLOCK_N,
+                      INTERPRET, GEMV, GROUPS)
+    w = tl.load(slot_weight_ptr + slot * M + offs_m, mask=m_ok, other=0.0)  # 1 when shared
+    rank = tl.load(slot_rank_ptr + slot * M + offs_m, mask=m_ok, other=-1)
+    keep = m_ok & (rank >= 0)
+    dst = terms_ptr + ((offs_m * TERMS + tl.maximum(rank, 0)) * H)[:, None] + offs_n[None, :]
+    tl.store(dst, (w[:, None] * y).to(tl.bfloat16), mask=keep[:, None] & (offs_n[None, :] < H))
 
 
 @triton.jit
@@ -395,16 +412,24 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
                  num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
                  terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
-                 GROUPS: tl.constexpr):
+                 GROUPS: tl.constexpr, LANES: tl.constexpr):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     # the slot table was written by route, two or more kernels back
     _down_prefetch(tile, slot, H, I, E, slot_expert_ptr, num_slots_ptr, dq_ptr, q_stride_e,
                    sdq_ptr, BLOCK_N, PDL)
     stage_begin(PDL)
-    _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
-               num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
-               terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET, GEMV, GROUPS)
+    if not LANES:
+        _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr,
+                   slot_rank_ptr, num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr,
+                   sds_ptr, terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET, GEMV, GROUPS)
+    else:  # fewer programs a column tile than slots: each takes every lanes-th slot
+        lanes = tl.num_programs(1)
+        for s in range(slot, tl.load(num_slots_ptr), lanes):
+            _down_slot(tile, s, tl.load(slot_expert_ptr + s), act_ptr, M, I, H, E,
+                       slot_weight_ptr, slot_rank_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e,
+                       sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET, GEMV,
+                       GROUPS)
 
 
 @triton.jit
@@ -602,6 +627,11 @@ def gate_up_tiling(m: int, dense: bool = False) -> tuple:
 # registers at 4 warps (3 programs, 12 warps a multiprocessor; ncu at 16 rows, cold: 49.7 us,
 # 2.55 TB/s, results/ncu_attn_down_16_144e7ca.log) and 110 at 8 (2 programs, 16 warps)
 DOWN_WARPS = 4
+# the same form's pipeline stages, register cap (None: ptxas' choice) and most programs a
+# column tile (None: one a slot; fewer: each also takes every lanes-th slot past the grid)
+DOWN_STAGES = 3
+DOWN_MAXNREG = None
+DOWN_LANES = None
 # Tried: down from 3 rows as 2, 4 or 8 programs a column tile (128 or 64 columns), each looping
 # over every lanes-th slot with K unrolled, so Triton's pipeline could load the next slots'
 # weight tiles during one's MMAs (168-180 registers at 128 columns: ptxas, CPU). Bitwise the
@@ -638,6 +668,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
     slots, am, inter = act.shape
     assert am == m and act.is_contiguous() and shared_gate_q.shape == (inter, k)
     assert xq.is_contiguous() and sx.is_contiguous()
+    assert slot_expert.numel() >= slots, "every program's slot needs a table entry"
     _check_expert_stack(gate_q, gate_s, up_q, up_s)
     if split_k > 1:
         assert gu_parts is not None and gu_parts.shape == (split_k, slots, m, 2, inter)
@@ -684,15 +715,18 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
     gemv = m <= GEMV_MAX_ROWS
     assert not gemv or 128 % block_n == 0, "a GEMV down tile must lie in one scale block"
     _check_expert_stack(down_q, down_s)
-    _down_kernel[(triton.cdiv(h, block_n), slots)](
+    assert slot_expert.numel() >= slots, "every program's slot needs a table entry"
+    lanes = slots if gemv or DOWN_LANES is None else min(slots, DOWN_LANES)
+    _down_kernel[(triton.cdiv(h, block_n), lanes)](
         act, m, inter, h, num_experts, slot_expert, slot_weight, slot_rank, num_slots,
         down_q, down_s, down_q.stride(0) if down_q.dim() == 3 else 0,
         down_s.stride(0) if down_s.dim() == 3 else 0, shared_down_q, shared_down_s, terms,
         TERMS=n_terms, BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, INTERPRET=interpreting(),
         PDL=overlap.enabled(), GEMV=gemv,
         GROUPS=min(DOWN_GEMV_GROUPS, triton.cdiv(inter, 128)) if gemv else 1,
-        num_warps=num_warps,
-        num_stages=3, **overlap.launch_kw(),
+        LANES=lanes < slots, num_warps=num_warps,
+        num_stages=3 if gemv else DOWN_STAGES, **overlap.launch_kw(),
+        **({} if gemv or DOWN_MAXNREG is None else {"maxnreg": DOWN_MAXNREG}),
     )
     _sum_terms_kernel[(m, triton.cdiv(h, SUM_BLOCK))](
         terms, positions, out, h, TERMS=n_terms, BLOCK=SUM_BLOCK, PDL=overlap.enabled(),

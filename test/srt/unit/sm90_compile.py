@@ -62,7 +62,7 @@ def record(path: str, real: bool = False, persistent_too: bool = True) -> None:
         fn = self.fn
         params = inspect.signature(fn).parameters
         names = list(params)
-        options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages") if k in kwargs}
+        options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in kwargs}
         kwargs.pop("launch_pdl", None)
         bound = dict(zip(names, args)) | kwargs
         constexprs = {n: v for n, v in bound.items() if "constexpr" in str(params[n].annotation)}
@@ -222,11 +222,14 @@ def resources(path: str) -> None:
         info = " ".join(out.stderr.split())
         regs = int(info.split("Used ")[1].split(" registers")[0])
         spill = int(info.split("bytes spill stores")[0].split(",")[-1].strip().split()[-1])
-        rows.append((spill, regs, spec["name"], options.get("num_warps"), {
+        rows.append((spill, regs, kernel.metadata.shared, spec["name"], options, {
             k: v for k, v in spec["constexprs"].items() if k not in ("INTERPRET", "PDL", "PF")}))
-    rows.sort(key=lambda r: (-r[0], r[2]))
-    for spill, regs, name, warps, consts in rows:
-        print(f"{spill:6d} B spilled  {regs:3d} regs  {warps} warps  {name} {consts}")
+    rows.sort(key=lambda r: (-r[0], r[3]))
+    for spill, regs, shared, name, options, consts in rows:
+        opts = " ".join(f"{k}={options[k]}" for k in ("num_warps", "num_stages", "maxnreg")
+                        if options.get(k) is not None)
+        print(f"{spill:6d} B spilled  {regs:3d} regs  {shared // 1024:3d} KB shared  {opts}  {name} "
+              f"{consts}")
 
 
 def _aligned_pointers(fn, spec) -> dict:
