@@ -205,7 +205,9 @@ VARIANTS = {
     "down_stages_2": {("moe", "DOWN_STAGES"): 2},
     "down_maxnreg_128_stages_2": {("moe", "DOWN_MAXNREG"): 128, ("moe", "DOWN_STAGES"): 2},
     "down_maxnreg_128_stages_1": {("moe", "DOWN_MAXNREG"): 128, ("moe", "DOWN_STAGES"): 1},
-    "down_lanes_64_maxnreg_128": {("moe", "DOWN_LANES"): 64, ("moe", "DOWN_MAXNREG"): 128},
+    # the lanes' loop holds 168-222 registers (ptxas, CPU): capped, 124 B spilled
+    **{f"down_lanes_{n}_maxnreg_128": {("moe", "DOWN_LANES"): n, ("moe", "DOWN_MAXNREG"): 128}
+       for n in (64, 96)},
     # two attention programs a multiprocessor from 9 or 5 rows (mla.ATTN_PAIRED_FROM_ROWS)
     **{f"attn_paired_from_{r}": {("mla", "ATTN_PAIRED_FROM_ROWS"): r} for r in (9, 5)},
 }
