@@ -197,17 +197,21 @@ VARIANTS = {
     "bf16_dot": {("bf16_linear", "GEMV_MAX_ROWS"): 0},
     "bf16_gemv_to_1": {("bf16_linear", "GEMV_MAX_ROWS"): 1},
     # down on the tensor cores (2 rows and more) with at most 48-96 programs a column tile
-    # (each looping over the slots past the grid), a register cap (4 warps: 146 -> 128 at no
-    # spill lets 4 programs share a multiprocessor), 2 or 1 pipeline stages (44 -> 24 or 4 KB
-    # of shared memory)
+    # (each looping over its slots; under the default register cap 124 B spilled), without
+    # that cap (146 registers at 4 warps: 3 programs a multiprocessor), in 3 or 1 pipeline
+    # stages (44 or 4 KB of shared memory; default 2, 24 KB)
     **{f"down_lanes_{n}": {("moe", "DOWN_LANES"): n} for n in (48, 64, 96)},
-    "down_maxnreg_128": {("moe", "DOWN_MAXNREG"): 128},
-    "down_stages_2": {("moe", "DOWN_STAGES"): 2},
-    "down_maxnreg_128_stages_2": {("moe", "DOWN_MAXNREG"): 128, ("moe", "DOWN_STAGES"): 2},
-    "down_maxnreg_128_stages_1": {("moe", "DOWN_MAXNREG"): 128, ("moe", "DOWN_STAGES"): 1},
-    # the lanes' loop holds 168-222 registers (ptxas, CPU): capped, 124 B spilled
-    **{f"down_lanes_{n}_maxnreg_128": {("moe", "DOWN_LANES"): n, ("moe", "DOWN_MAXNREG"): 128}
-       for n in (64, 96)},
+    "down_3_stages_no_cap": {("moe", "DOWN_MAXNREG"): None, ("moe", "DOWN_STAGES"): 3},
+    "down_no_cap": {("moe", "DOWN_MAXNREG"): None},
+    "down_3_stages": {("moe", "DOWN_STAGES"): 3},
+    "down_1_stage": {("moe", "DOWN_STAGES"): 1},
+    # 96 registers: 5 programs a multiprocessor, 88 B spilled at 2 stages, 64 B at 1
+    "down_maxnreg_96": {("moe", "DOWN_MAXNREG"): 96},
+    "down_maxnreg_96_1_stage": {("moe", "DOWN_MAXNREG"): 96, ("moe", "DOWN_STAGES"): 1},
+    "down_block_64_maxnreg_96": {("moe", "down_block"): "down_64", ("moe", "DOWN_MAXNREG"): 96},
+    # gate/up on the tensor cores in 2 or 4 pipeline stages (default 3)
+    **{f"gate_up_{n}_stages": {("moe", "GATE_UP_STAGES"): n} for n in (2, 4)},
+
     # two attention programs a multiprocessor from 9 or 5 rows (mla.ATTN_PAIRED_FROM_ROWS)
     **{f"attn_paired_from_{r}": {("mla", "ATTN_PAIRED_FROM_ROWS"): r} for r in (9, 5)},
 }

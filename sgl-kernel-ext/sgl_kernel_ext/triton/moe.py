@@ -627,11 +627,20 @@ def gate_up_tiling(m: int, dense: bool = False) -> tuple:
 # registers at 4 warps (3 programs, 12 warps a multiprocessor; ncu at 16 rows, cold: 49.7 us,
 # 2.55 TB/s, results/ncu_attn_down_16_144e7ca.log) and 110 at 8 (2 programs, 16 warps)
 DOWN_WARPS = 4
-# the same form's pipeline stages, register cap (None: ptxas' choice) and most programs a
-# column tile (None: one a slot; fewer: each also takes every lanes-th slot past the grid)
-DOWN_STAGES = 3
-DOWN_MAXNREG = None
+# the same form's pipeline stages and register cap (None: ptxas' choice): 2 stages and 128
+# registers (24 KB of shared memory, no spill: 4 programs a multiprocessor where 3 and 146
+# registers gave 3) make a MoE layer 3.6, 4.3 and 5.5 us faster at 4, 8 and 16 rows on an
+# H200; the cap alone 0.8-2.9, 2 stages alone 1-2, 1 stage with the cap as 2 at 4-8 rows but
+# +1 at 16 (results/tiling_probe_20261201T152205Z)
+DOWN_STAGES = 2
+DOWN_MAXNREG = 128
+# most programs a column tile of that form (None: one a slot; fewer: each takes every
+# lanes-th slot). Its loop holds 168-222 registers (ptxas), 124 B spilled under the cap:
+# with 64 or 96 lanes a MoE layer is 0.6-2.7 us slower at 8 and 16 rows, the same at 4
+# (tiling_probe_20261201T152205Z)
 DOWN_LANES = None
+# the pipeline stages of gate/up on the tensor cores (2 rows and more)
+GATE_UP_STAGES = 3
 # Tried: down from 3 rows as 2, 4 or 8 programs a column tile (128 or 64 columns), each looping
 # over every lanes-th slot with K unrolled, so Triton's pipeline could load the next slots'
 # weight tiles during one's MMAs (168-180 registers at 128 columns: ptxas, CPU). Bitwise the
@@ -694,7 +703,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         INTERPRET=interpreting(), PDL=overlap.enabled(), TAIL=tail, GEMV=gemv,
         SHARED_EARLY=shared_early,
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
-        num_stages=3, **overlap.launch_kw(),
+        num_stages=3 if gemv else GATE_UP_STAGES, **overlap.launch_kw(),
     )
     if split_k > 1 and not tail:
         _swiglu_kernel[(slots, triton.cdiv(inter, SWIGLU_BLOCK))](
