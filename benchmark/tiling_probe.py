@@ -196,11 +196,9 @@ VARIANTS = {
     # without them only at one row
     "bf16_dot": {("bf16_linear", "GEMV_MAX_ROWS"): 0},
     "bf16_gemv_to_1": {("bf16_linear", "GEMV_MAX_ROWS"): 1},
-    # down on the tensor cores (2 rows and more) with at most 48-96 programs a column tile
-    # (each looping over its slots; under the default register cap 124 B spilled), without
-    # that cap (146 registers at 4 warps: 3 programs a multiprocessor), in 3 or 1 pipeline
-    # stages (44 or 4 KB of shared memory; default 2, 24 KB)
-    **{f"down_lanes_{n}": {("moe", "DOWN_LANES"): n} for n in (48, 64, 96)},
+    # down on the tensor cores (2 rows and more) without the register cap (146 registers at
+    # 4 warps: 3 programs a multiprocessor), in 3 or 1 pipeline stages (44 or 4 KB of shared
+    # memory; default 2, 24 KB)
     "down_3_stages_no_cap": {("moe", "DOWN_MAXNREG"): None, ("moe", "DOWN_STAGES"): 3},
     "down_no_cap": {("moe", "DOWN_MAXNREG"): None},
     "down_3_stages": {("moe", "DOWN_STAGES"): 3},
@@ -209,17 +207,16 @@ VARIANTS = {
     "down_maxnreg_96": {("moe", "DOWN_MAXNREG"): 96},
     "down_maxnreg_96_1_stage": {("moe", "DOWN_MAXNREG"): 96, ("moe", "DOWN_STAGES"): 1},
     "down_block_64_maxnreg_96": {("moe", "down_block"): "down_64", ("moe", "DOWN_MAXNREG"): 96},
-    # gate/up on the tensor cores in 2 or 4 pipeline stages (default 3)
-    **{f"gate_up_{n}_stages": {("moe", "GATE_UP_STAGES"): n} for n in (2, 4)},
+    # a MoE layer's gate/up in 2 pipeline stages from 9 or 12 rows, or at no row count
+    # (default: from moe.GATE_UP_2_STAGES_FROM_ROWS)
+    **{f"gate_up_2_stages_from_{r}": {("moe", "GATE_UP_2_STAGES_FROM_ROWS"): r} for r in (9, 12)},
+    "gate_up_3_stages": {("moe", "GATE_UP_2_STAGES_FROM_ROWS"): 1 << 30},
 
-    # two attention programs a multiprocessor from 9 or 5 rows (mla.ATTN_PAIRED_FROM_ROWS)
-    **{f"attn_paired_from_{r}": {("mla", "ATTN_PAIRED_FROM_ROWS"): r} for r in (9, 5)},
 }
 
 
 BUILD_VARIANTS = {name for name, sets in VARIANTS.items()
                   if any(attr in ("ONE_WAVE", "TARGET_PROGRAMS", "ATTN_PROGRAMS",
-                                  "ATTN_PAIRED_FROM_ROWS",
                                   "GATE_UP_GEMV_TILING", "DENSE_GATE_UP_TILING", "tiling")
                          for _, attr in sets)}
 

@@ -118,11 +118,10 @@ ATTN_PRELOAD_MAX_STEPS = 2
 # wave against up to two is 3-6.5 us faster at 5, 6, 12 and 16 rows
 # (tiling_probe_20261201T031633Z: attn_two_waves)
 ATTN_PROGRAMS = 128
-# rows from which the attention runs two programs a multiprocessor: twice ATTN_PROGRAMS
-# programs, registers capped at ATTN_PAIRED_MAXNREG (ptxas, CPU: 154 -> 128 with 84-104 B
-# spilled) and no first-step preload (its rows in registers take 128 KB of shared memory)
-ATTN_PAIRED_FROM_ROWS = 1 << 30
-ATTN_PAIRED_MAXNREG = 128
+# Tried: two programs a multiprocessor from 5 or 9 rows (twice the programs, registers capped
+# at 128: 84-104 B spilled, no first-step preload, whose rows take 128 KB of shared memory):
+# on an H200 a MoE layer 5 us slower at 16 rows and 8 at 8 (tiling_probe_20261201T152205Z:
+# attn_paired_from_*, code at fe63de8)
 # Tried: more, smaller top-k chunks at 1-2 rows (chunks of 32 or 16 entries: up to 64 or 128
 # programs a row where 32 leave most SMs idle): within noise at 1 row, +1-3 us at 2 on an H200
 # (results/tiling_probe_20261130T233434Z, attn_chunk_32 / attn_chunk_16).
@@ -735,11 +734,10 @@ def attention_block(topk: int) -> int:
 
 def attention_splits(rows: int, topk: int) -> int:
     """How many top-k chunks a row's attention is split into: the largest power of two that
-    keeps rows x chunks within ATTN_PROGRAMS (32 at 1-4 rows, 16 at 5-8, 8 at 9-16; twice
-    that from ATTN_PAIRED_FROM_ROWS), at most one chunk per loop step."""
+    keeps rows x chunks within ATTN_PROGRAMS (32 at 1-4 rows, 16 at 5-8, 8 at 9-16), at
+    most one chunk per loop step."""
     most = max(1, topk // attention_block(topk))
-    programs = ATTN_PROGRAMS * (2 if rows >= ATTN_PAIRED_FROM_ROWS else 1)
-    fit = max(1, programs // max(rows, 1))
+    fit = max(1, ATTN_PROGRAMS // max(rows, 1))
     return min(most, 1 << (fit.bit_length() - 1))
 
 
@@ -755,16 +753,13 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
     assert block_t & (block_t - 1) == 0, "the top-k chunks must be a power of two"
     steps = k // (splits * block_t)
     stages = 3 if steps >= ATTN_DOUBLE_BUFFER_FROM_STEPS else ATTN_STAGES
-    paired = m >= ATTN_PAIRED_FROM_ROWS
     assert k % (splits * block_t) == 0 and topk.stride(1) == 1 and token_slots.stride(1) == 1
     _sparse_attn_kernel[(m, splits)](
         qcat, kv_cache, topk, topk.stride(0), token_slots, token_slots.stride(0), part_o,
         part_ml, nh, float(sm_scale), k // splits, C=kv_lora, R=rope,
         BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), AHEAD=ATTN_AHEAD,
-        PRELOAD=steps <= ATTN_PRELOAD_MAX_STEPS and not paired, num_warps=ATTN_WARPS,
-        num_stages=stages, **overlap.launch_kw(),
-        **({"maxnreg": ATTN_PAIRED_MAXNREG} if paired else {}))
+        PDL=overlap.enabled(), AHEAD=ATTN_AHEAD, PRELOAD=steps <= ATTN_PRELOAD_MAX_STEPS,
+        num_warps=ATTN_WARPS, num_stages=stages, **overlap.launch_kw())
     if merge:
         _combine_kernel[(m, nh)](part_o, part_ml, olat, nh, splits, C=kv_lora,
                                  BLOCK_S=triton.next_power_of_2(splits),

@@ -383,28 +383,17 @@ def _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr
     slot's expert, stored at terms[row, rank of the expert in the row]."""
     n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
     if slot < n:
-        _down_slot(tile, slot, e, act_ptr, M, I, H, E, slot_weight_ptr, slot_rank_ptr, dq_ptr,
-                   ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M,
-                   BLOCK_N, INTERPRET, GEMV, GROUPS)
-
-
-@triton.jit
-def _down_slot(tile, slot, e, act_ptr, M, I, H, E, slot_weight_ptr, slot_rank_ptr, dq_ptr, ds_ptr,
-               q_stride_e, s_stride_e, sdq_ptr, sds_ptr, terms_ptr, TERMS: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
-               GEMV: tl.constexpr, GROUPS: tl.constexpr):
-    """Down of a slot that exists (expert e) for one column tile."""
-    d_q, d_s = _expert_weights(e, E, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr)
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    m_ok = offs_m < M
-    y = _fp8_tile_dot(act_ptr + slot * M * I, I, M, I, d_q, d_s, offs_n, H, BLOCK_M, BLOCK_N,
-                      INTERPRET, GEMV, GROUPS)
-    w = tl.load(slot_weight_ptr + slot * M + offs_m, mask=m_ok, other=0.0)  # 1 when shared
-    rank = tl.load(slot_rank_ptr + slot * M + offs_m, mask=m_ok, other=-1)
-    keep = m_ok & (rank >= 0)
-    dst = terms_ptr + ((offs_m * TERMS + tl.maximum(rank, 0)) * H)[:, None] + offs_n[None, :]
-    tl.store(dst, (w[:, None] * y).to(tl.bfloat16), mask=keep[:, None] & (offs_n[None, :] < H))
+        d_q, d_s = _expert_weights(e, E, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr)
+        offs_m = tl.arange(0, BLOCK_M)
+        offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        m_ok = offs_m < M
+        y = _fp8_tile_dot(act_ptr + slot * M * I, I, M, I, d_q, d_s, offs_n, H, BLOCK_M, BLOCK_N,
+                          INTERPRET, GEMV, GROUPS)
+        w = tl.load(slot_weight_ptr + slot * M + offs_m, mask=m_ok, other=0.0)  # 1 when shared
+        rank = tl.load(slot_rank_ptr + slot * M + offs_m, mask=m_ok, other=-1)
+        keep = m_ok & (rank >= 0)
+        dst = terms_ptr + ((offs_m * TERMS + tl.maximum(rank, 0)) * H)[:, None] + offs_n[None, :]
+        tl.store(dst, (w[:, None] * y).to(tl.bfloat16), mask=keep[:, None] & (offs_n[None, :] < H))
 
 
 @triton.jit
@@ -412,24 +401,16 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
                  num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
                  terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
-                 GROUPS: tl.constexpr, LANES: tl.constexpr):
+                 GROUPS: tl.constexpr):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     # the slot table was written by route, two or more kernels back
     _down_prefetch(tile, slot, H, I, E, slot_expert_ptr, num_slots_ptr, dq_ptr, q_stride_e,
                    sdq_ptr, BLOCK_N, PDL)
     stage_begin(PDL)
-    if not LANES:
-        _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr,
-                   slot_rank_ptr, num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr,
-                   sds_ptr, terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET, GEMV, GROUPS)
-    else:  # fewer programs a column tile than slots: each takes every lanes-th slot
-        lanes = tl.num_programs(1)
-        for s in range(slot, tl.load(num_slots_ptr), lanes):
-            _down_slot(tile, s, tl.load(slot_expert_ptr + s), act_ptr, M, I, H, E,
-                       slot_weight_ptr, slot_rank_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e,
-                       sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET, GEMV,
-                       GROUPS)
+    _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
+               num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
+               terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET, GEMV, GROUPS)
 
 
 @triton.jit
@@ -627,20 +608,24 @@ def gate_up_tiling(m: int, dense: bool = False) -> tuple:
 # registers at 4 warps (3 programs, 12 warps a multiprocessor; ncu at 16 rows, cold: 49.7 us,
 # 2.55 TB/s, results/ncu_attn_down_16_144e7ca.log) and 110 at 8 (2 programs, 16 warps)
 DOWN_WARPS = 4
-# the same form's pipeline stages and register cap (None: ptxas' choice): 2 stages and 128
-# registers (24 KB of shared memory, no spill: 4 programs a multiprocessor where 3 and 146
-# registers gave 3) make a MoE layer 3.6, 4.3 and 5.5 us faster at 4, 8 and 16 rows on an
-# H200; the cap alone 0.8-2.9, 2 stages alone 1-2, 1 stage with the cap as 2 at 4-8 rows but
-# +1 at 16 (results/tiling_probe_20261201T152205Z)
+# the same form's pipeline stages and register cap (None: ptxas' choice) in a MoE layer: 2
+# stages and 128 registers (24 KB of shared memory, no spill: 4 programs a multiprocessor
+# where 3 and 146 registers gave 3) make a MoE layer 1.5, 3.3, 4.3 and 5.5 us faster at 2, 4,
+# 8 and 16 rows on an H200; the cap alone 0.8-2.9, 2 stages alone 1-2, 1 stage with the cap
+# as 2 at 4-8 rows but +1 at 16 (results/tiling_probe_20261201T152205Z, T152501Z). The dense
+# MLP's down (DENSE_DOWN: 8 warps, 60-78 registers) keeps 3 stages: 2 are 5.8 us slower a
+# dense layer at 4-16 rows (T152501Z: down_3_stages)
 DOWN_STAGES = 2
 DOWN_MAXNREG = 128
-# most programs a column tile of that form (None: one a slot; fewer: each takes every
-# lanes-th slot). Its loop holds 168-222 registers (ptxas), 124 B spilled under the cap:
-# with 64 or 96 lanes a MoE layer is 0.6-2.7 us slower at 8 and 16 rows, the same at 4
-# (tiling_probe_20261201T152205Z)
-DOWN_LANES = None
-# the pipeline stages of gate/up on the tensor cores (2 rows and more)
-GATE_UP_STAGES = 3
+# Tried: at most 64 or 96 programs a column tile of that form, each taking every lanes-th
+# slot (fewer programs that find no slot): the loop holds 168-222 registers (ptxas; 124 B
+# spilled under the cap), and a MoE layer was 0.6-2.7 us slower at 8 and 16 rows, the same at
+# 4 (tiling_probe_20261201T152205Z, code at fe63de8)
+# rows from which a MoE layer's gate/up runs in 2 pipeline stages rather than 3 (on the
+# tensor cores; 64 columns and 8 warps from 5 rows): on an H200 7.9 us faster a MoE layer at
+# 16 rows, 8 slower at 8 and 9.5 at 4; 4 stages within -1..+3 (tiling_probe_20261201T152501Z:
+# gate_up_*_stages). The dense MLP's keeps 3 (2 are 2-7 us slower at 2-16 rows, the same run)
+GATE_UP_2_STAGES_FROM_ROWS = 16
 # Tried: down from 3 rows as 2, 4 or 8 programs a column tile (128 or 64 columns), each looping
 # over every lanes-th slot with K unrolled, so Triton's pipeline could load the next slots'
 # weight tiles during one's MMAs (168-180 registers at 128 columns: ptxas, CPU). Bitwise the
@@ -703,7 +688,8 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         INTERPRET=interpreting(), PDL=overlap.enabled(), TAIL=tail, GEMV=gemv,
         SHARED_EARLY=shared_early,
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
-        num_stages=3 if gemv else GATE_UP_STAGES, **overlap.launch_kw(),
+        num_stages=2 if num_experts and m >= GATE_UP_2_STAGES_FROM_ROWS else 3,
+        **overlap.launch_kw(),
     )
     if split_k > 1 and not tail:
         _swiglu_kernel[(slots, triton.cdiv(inter, SWIGLU_BLOCK))](
@@ -725,17 +711,17 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
     assert not gemv or 128 % block_n == 0, "a GEMV down tile must lie in one scale block"
     _check_expert_stack(down_q, down_s)
     assert slot_expert.numel() >= slots, "every program's slot needs a table entry"
-    lanes = slots if gemv or DOWN_LANES is None else min(slots, DOWN_LANES)
-    _down_kernel[(triton.cdiv(h, block_n), lanes)](
+    moe_mma = bool(num_experts) and not gemv  # DOWN_STAGES, DOWN_MAXNREG
+    _down_kernel[(triton.cdiv(h, block_n), slots)](
         act, m, inter, h, num_experts, slot_expert, slot_weight, slot_rank, num_slots,
         down_q, down_s, down_q.stride(0) if down_q.dim() == 3 else 0,
         down_s.stride(0) if down_s.dim() == 3 else 0, shared_down_q, shared_down_s, terms,
         TERMS=n_terms, BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, INTERPRET=interpreting(),
         PDL=overlap.enabled(), GEMV=gemv,
         GROUPS=min(DOWN_GEMV_GROUPS, triton.cdiv(inter, 128)) if gemv else 1,
-        LANES=lanes < slots, num_warps=num_warps,
-        num_stages=3 if gemv else DOWN_STAGES, **overlap.launch_kw(),
-        **({} if gemv or DOWN_MAXNREG is None else {"maxnreg": DOWN_MAXNREG}),
+        num_warps=num_warps,
+        num_stages=DOWN_STAGES if moe_mma else 3, **overlap.launch_kw(),
+        **({"maxnreg": DOWN_MAXNREG} if moe_mma and DOWN_MAXNREG else {}),
     )
     _sum_terms_kernel[(m, triton.cdiv(h, SUM_BLOCK))](
         terms, positions, out, h, TERMS=n_terms, BLOCK=SUM_BLOCK, PDL=overlap.enabled(),

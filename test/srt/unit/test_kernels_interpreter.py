@@ -238,26 +238,6 @@ def _route_gate_up_down(mw, x, pos):
     return act[: int(ns)].float(), out.float()
 
 
-@pytest.mark.parametrize("lanes", [2, 3])
-def test_down_in_fewer_lanes_than_slots_is_bitwise_one_program_a_slot(lanes, monkeypatch):
-    """Down on the tensor cores with at most `lanes` programs a column tile, each also taking
-    every lanes-th slot past the grid (moe.DOWN_LANES), launched with a register cap and its
-    other stage count (moe.DOWN_MAXNREG, DOWN_STAGES): the same bits as one program a slot,
-    every row's output written. 5 rows, one a pad row: at least 6 slots."""
-    lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
-    g = torch.Generator().manual_seed(20 + lanes)
-    x = torch.randn(5, CFG.hidden_size, generator=g).bfloat16()
-    pos = torch.tensor([3, -1, 7, 9, 11])
-    base = _route_gate_up_down(lw.mlp, x, pos)
-    monkeypatch.setattr(moe, "DOWN_LANES", lanes)
-    monkeypatch.setattr(moe, "DOWN_MAXNREG", 128)
-    monkeypatch.setattr(moe, "DOWN_STAGES", 2)
-    act, out = _route_gate_up_down(lw.mlp, x, pos)
-    assert act.shape[0] > 2 * lanes, "the loop past the grid must run"
-    assert not torch.isnan(out).any()
-    assert torch.equal(act, base[0]) and torch.equal(out, base[1])
-
-
 @pytest.mark.parametrize("m", [1, 2])
 def test_moe_without_tensor_cores_is_the_dot_form(m, monkeypatch):
     """gate/up and down without the tensor cores (moe.GEMV_MAX_ROWS, its own tilings) against
