@@ -622,9 +622,12 @@ DOWN_MAXNREG = 128
 # spilled under the cap), and a MoE layer was 0.6-2.7 us slower at 8 and 16 rows, the same at
 # 4 (tiling_probe_20261201T152205Z, code at fe63de8)
 # rows from which a MoE layer's gate/up runs in 2 pipeline stages rather than 3 (on the
-# tensor cores; 64 columns and 8 warps from 5 rows): on an H200 7.9 us faster a MoE layer at
-# 16 rows, 8 slower at 8 and 9.5 at 4; 4 stages within -1..+3 (tiling_probe_20261201T152501Z:
-# gate_up_*_stages). The dense MLP's keeps 3 (2 are 2-7 us slower at 2-16 rows, the same run)
+# tensor cores; 64 columns and 8 warps from 5 rows): on an H200 a MoE layer is 7.6-10.7 us
+# faster at 16 rows, but 5-18 slower at 9-14 rows, 8 at 8 and 9.5 at 4; 4 stages within
+# -1..+3 (tiling_probe_20261201T152501Z: gate_up_*_stages; T152634Z: gate_up_2_stages_from_9).
+# With 3 stages 16 rows took 7 us more than 14, so it is the 16-row kernel (the JIT compiles
+# M = 16 as a multiple of 16) that 2 stages fix. The dense MLP's keeps 3 (2 are 2-7 us slower
+# at 2-16 rows, T152501Z)
 GATE_UP_2_STAGES_FROM_ROWS = 16
 # Tried: down from 3 rows as 2, 4 or 8 programs a column tile (128 or 64 columns), each looping
 # over every lanes-th slot with K unrolled, so Triton's pipeline could load the next slots'
