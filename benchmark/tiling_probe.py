@@ -29,6 +29,14 @@ def _few_rows_tiling(original, tiling):
     return lambda m, dense=False: tiling if m <= 2 else original(m, dense)
 
 
+def _wide_tiling(original, tiling):
+    """gate_up_tiling with `tiling` (BLOCK_N, GROUPS, SPLIT_K) for a MoE layer from 5 rows."""
+    return lambda m, dense=False: tiling if m >= 5 and not dense else original(m, dense)
+
+
+WIDE_GATE_UP = ((64, 2, 2), (32, 2, 1), (32, 2, 2), (64, 4, 1), (128, 2, 1))
+
+
 def _linear_split(original, n, k, split):
     """fp8_linear.tiling with `split` K chunks for the [n, k] matrices (o_proj's 6144 x 2048,
     which an indexer layer's q_b | wq_b shares; q_b's 2048 x 2048 without the indexer)."""
@@ -211,13 +219,18 @@ VARIANTS = {
     # (default: from moe.GATE_UP_2_STAGES_FROM_ROWS)
     **{f"gate_up_2_stages_from_{r}": {("moe", "GATE_UP_2_STAGES_FROM_ROWS"): r} for r in (9, 12)},
     "gate_up_3_stages": {("moe", "GATE_UP_2_STAGES_FROM_ROWS"): 1 << 30},
+    # a MoE layer's gate/up from 5 rows in other tilings (default 64 columns, 2 groups a
+    # step, no split K): a split K gives twice the programs, each half the K
+    **{f"wide_gu_{n}_{g}_{k}": {("moe", "gate_up_tiling"): f"wide_gu_{n}_{g}_{k}"}
+       for n, g, k in WIDE_GATE_UP},
 
 }
 
 
 BUILD_VARIANTS = {name for name, sets in VARIANTS.items()
                   if any(attr in ("ONE_WAVE", "TARGET_PROGRAMS", "ATTN_PROGRAMS",
-                                  "GATE_UP_GEMV_TILING", "DENSE_GATE_UP_TILING", "tiling")
+                                  "GATE_UP_GEMV_TILING", "DENSE_GATE_UP_TILING", "tiling",
+                                  "gate_up_tiling")
                          for _, attr in sets)}
 
 
@@ -244,6 +257,8 @@ def main():
                "down_128": lambda m: 128, "down_256": lambda m: 256,
                **{f"gu_{n}_{g}_{s}": _few_rows_tiling(moe.gate_up_tiling, (n, g, s))
                   for n, g, s in ((16, 2, 4), (64, 2, 4), (32, 1, 4), (32, 4, 4), (16, 4, 2))},
+               **{f"wide_gu_{n}_{g}_{k}": _wide_tiling(moe.gate_up_tiling, (n, g, k))
+                  for n, g, k in WIDE_GATE_UP},
                **{f"{name}_split_{s}": _linear_split(fp8_linear.tiling, *shape, s)
                   for name, (shape, splits) in LINEAR_SPLITS.items() for s in splits}}
     dev = torch.device("cuda")
