@@ -223,6 +223,8 @@ VARIANTS = {
     # step, no split K): a split K gives twice the programs, each half the K
     **{f"wide_gu_{n}_{g}_{k}": {("moe", "gate_up_tiling"): f"wide_gu_{n}_{g}_{k}"}
        for n, g, k in WIDE_GATE_UP},
+    "wide_gu_32_2_1_3_stages": {("moe", "gate_up_tiling"): "wide_gu_32_2_1",
+                                ("moe", "GATE_UP_2_STAGES_FROM_ROWS"): 1 << 30},
 
 }
 
