@@ -219,8 +219,9 @@ VARIANTS = {
     # (default: from moe.GATE_UP_2_STAGES_FROM_ROWS)
     **{f"gate_up_2_stages_from_{r}": {("moe", "GATE_UP_2_STAGES_FROM_ROWS"): r} for r in (9, 12)},
     "gate_up_3_stages": {("moe", "GATE_UP_2_STAGES_FROM_ROWS"): 1 << 30},
-    # a MoE layer's gate/up from 5 rows in other tilings (default 64 columns, 2 groups a
-    # step, no split K): a split K gives twice the programs, each half the K
+    # a MoE layer's gate/up from 5 rows in one tiling (BLOCK_N, GROUPS, SPLIT_K; default
+    # moe.gate_up_tiling's, 32 or 64 columns, 2 groups a step, no split K): a split K gives
+    # twice the programs, each half the K
     **{f"wide_gu_{n}_{g}_{k}": {("moe", "gate_up_tiling"): f"wide_gu_{n}_{g}_{k}"}
        for n, g, k in WIDE_GATE_UP},
     "wide_gu_32_2_1_3_stages": {("moe", "gate_up_tiling"): "wide_gu_32_2_1",

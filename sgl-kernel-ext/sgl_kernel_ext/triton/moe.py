@@ -586,22 +586,28 @@ DENSE_GATE_UP_TILING = (32, 2, 4)
 DENSE_DOWN = (64, 8)
 
 
+# rows at which a MoE layer's gate/up takes 64 columns a program (8 warps) rather than 32 (4
+# warps) from 3 rows. On an H200, 32 against 64 columns a MoE layer (with or without the
+# indexer) is 4-5.5 us faster at 5-6 rows, 1-4.5 at 7-8, 9-10 at 13-15, 6 at 16, the same at
+# 9-10 and 5 us slower at 11-12 (results/tiling_probe_20261201T152820Z, T152836Z:
+# wide_gu_32_2_1). The steps follow the benchmark's routing (how many programs find an
+# expert), so this table is tuned to it.
+GATE_UP_64_COLUMN_ROWS = range(9, 13)
+
+
 def gate_up_tiling(m: int, dense: bool = False) -> tuple:
     """(BLOCK_N, GROUPS, SPLIT_K) for m rows: with few rows few experts are touched, so a split
-    K keeps the GPU busy; with many, wide tiles cut the re-reads of x (dense: the one-slot
-    MLP's, DENSE_GATE_UP_TILING, from 2 rows). The best of
-    benchmark.moe_probe's sweep on an H200 (results/moe_probe_h200_*.json). In the whole layer
-    the split K at 1-2 rows, SwiGLU kernel included, is 3-8 us faster than none
-    (results/tiling_probe_20261130T133200Z.json)."""
+    K keeps the GPU busy; from 3 rows no split, 32 or 64 columns a program
+    (GATE_UP_64_COLUMN_ROWS; dense: the one-slot MLP's, DENSE_GATE_UP_TILING, from 2 rows).
+    In the whole layer the split K at 1-2 rows, SwiGLU kernel included, is 3-8 us faster than
+    none (results/tiling_probe_20261130T133200Z.json)."""
     if m <= GEMV_MAX_ROWS:
         return GATE_UP_GEMV_TILING
     if dense and DENSE_GATE_UP_TILING is not None:
         return DENSE_GATE_UP_TILING
     if m <= 2:
         return 32, 2, 4
-    if m <= 4:
-        return 32, 2, 1
-    return 64, 2, 1
+    return (64, 2, 1) if m in GATE_UP_64_COLUMN_ROWS else (32, 2, 1)
 
 
 # warps of a down program on the tensor cores (2 rows and more): at 128 columns ptxas gives 146
@@ -622,12 +628,13 @@ DOWN_MAXNREG = 128
 # spilled under the cap), and a MoE layer was 0.6-2.7 us slower at 8 and 16 rows, the same at
 # 4 (tiling_probe_20261201T152205Z, code at fe63de8)
 # rows from which a MoE layer's gate/up runs in 2 pipeline stages rather than 3 (on the
-# tensor cores; 64 columns and 8 warps from 5 rows): on an H200 a MoE layer is 7.6-10.7 us
-# faster at 16 rows, but 5-18 slower at 9-14 rows, 8 at 8 and 9.5 at 4; 4 stages within
-# -1..+3 (tiling_probe_20261201T152501Z: gate_up_*_stages; T152634Z: gate_up_2_stages_from_9).
-# With 3 stages 16 rows took 7 us more than 14, so it is the 16-row kernel (the JIT compiles
-# M = 16 as a multiple of 16) that 2 stages fix. The dense MLP's keeps 3 (2 are 2-7 us slower
-# at 2-16 rows, T152501Z)
+# tensor cores): on an H200 with 64 columns a program a MoE layer was 7.6-10.7 us faster at
+# 16 rows, but 5-18 slower at 9-14 rows, 8 at 8 and 9.5 at 4; 4 stages within -1..+3
+# (tiling_probe_20261201T152501Z: gate_up_*_stages; T152634Z: gate_up_2_stages_from_9); with
+# 32 columns 2.3-2.6 us faster at 16 (T152820Z: wide_gu_32_2_1_3_stages). With 3 stages 16
+# rows took 7 us more than 14: it is the 16-row kernel (the JIT compiles M = 16 as a multiple
+# of 16) that 2 stages fix. The dense MLP's keeps 3 (2 are 2-7 us slower at 2-16 rows,
+# T152501Z)
 GATE_UP_2_STAGES_FROM_ROWS = 16
 # Tried: down from 3 rows as 2, 4 or 8 programs a column tile (128 or 64 columns), each looping
 # over every lanes-th slot with K unrolled, so Triton's pipeline could load the next slots'
