@@ -60,25 +60,37 @@ GEMV_GROUPS = 2
 
 
 @triton.jit
+def _group_weights(w_ptr, s_ptr, offs_n, N, K, kb):
+    """(e4m3 W[offs_n] in the 128-column group kb, the rows' scales of that group)."""
+    k = kb * 128 + tl.arange(0, 128)
+    n_ok = offs_n < N
+    w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :], mask=n_ok[:, None] & (k < K)[None, :],
+                other=0.0)
+    sw = tl.load(s_ptr + (offs_n // 128) * tl.cdiv(K, 128) + kb, mask=n_ok, other=0.0)
+    return w, sw
+
+
+@triton.jit
+def _scaled_dot(xq, sx, w, sw, INTERPRET: tl.constexpr):
+    """fp32 xq . w^T with the rows' and the columns' scales on."""
+    if INTERPRET:  # fp8 / bf16 dots are unreliable in the interpreter
+        part = tl.dot(xq.to(tl.float32), tl.trans(w.to(tl.float32)))
+    else:
+        part = tl.dot(xq, tl.trans(w))
+    return part * sx[:, None] * sw[None, :]
+
+
+@triton.jit
 def _fp8_group_dot(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, offs_n, N, kb,
                    BLOCK_M: tl.constexpr, INTERPRET: tl.constexpr):
     """fp32 [BLOCK_M, BLOCK_N]: the 128-column group kb of xq . W[offs_n]^T, both scales on."""
+    w, sw = _group_weights(w_ptr, s_ptr, offs_n, N, K, kb)
     offs_m = tl.arange(0, BLOCK_M)
     k = kb * 128 + tl.arange(0, 128)
-    kblocks = tl.cdiv(K, 128)
-    n_ok = offs_n < N
-    k_ok = k < K
-    w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :], mask=n_ok[:, None] & k_ok[None, :],
-                other=0.0)
     x = tl.load(xq_ptr + offs_m[:, None] * K + k[None, :],
-                mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0)
-    sx = tl.load(sx_ptr + offs_m * kblocks + kb, mask=offs_m < M, other=0.0)
-    sw = tl.load(s_ptr + (offs_n // 128) * kblocks + kb, mask=n_ok, other=0.0)
-    if INTERPRET:  # fp8 / bf16 dots are unreliable in the interpreter
-        part = tl.dot(x.to(tl.float32), tl.trans(w.to(tl.float32)))
-    else:
-        part = tl.dot(x, tl.trans(w))
-    return part * sx[:, None] * sw[None, :]
+                mask=(offs_m[:, None] < M) & (k < K)[None, :], other=0.0)
+    sx = tl.load(sx_ptr + offs_m * tl.cdiv(K, 128) + kb, mask=offs_m < M, other=0.0)
+    return _scaled_dot(x, sx, w, sw, INTERPRET)
 
 
 @triton.jit
@@ -87,25 +99,17 @@ def _normed_group_dot(x_ptr, rms, nw_ptr, M, K, w_ptr, s_ptr, offs_n, N, kb,
     """``_fp8_group_dot`` with x made here from bf16 rows: RMS-normed (rms [BLOCK_M]), times
     the norm weight, rounded to bf16 and quantized per group as ``quant.store_row_groups``
     (the latent kernel's c_q, without its round trip through memory)."""
+    w, sw = _group_weights(w_ptr, s_ptr, offs_n, N, K, kb)
     offs_m = tl.arange(0, BLOCK_M)
     k = kb * 128 + tl.arange(0, 128)
-    kblocks = tl.cdiv(K, 128)
-    n_ok = offs_n < N
     k_ok = k < K
-    w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :], mask=n_ok[:, None] & k_ok[None, :],
-                other=0.0)
     x = tl.load(x_ptr + offs_m[:, None] * K + k[None, :],
                 mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0).to(tl.float32)
     nw = tl.load(nw_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
     c = ((x / rms[:, None]) * nw[None, :]).to(tl.bfloat16).to(tl.float32)
     sx = tl.maximum(tl.max(tl.abs(c), axis=1), 1e-10) / 448.0
     xq = to_e4m3(tl.clamp(c * (1.0 / sx)[:, None], -448.0, 448.0), INTERPRET)
-    sw = tl.load(s_ptr + (offs_n // 128) * kblocks + kb, mask=n_ok, other=0.0)
-    if INTERPRET:
-        part = tl.dot(xq.to(tl.float32), tl.trans(w.to(tl.float32)))
-    else:
-        part = tl.dot(xq, tl.trans(w))
-    return part * sx[:, None] * sw[None, :]
+    return _scaled_dot(xq, sx, w, sw, INTERPRET)
 
 
 @triton.jit
