@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The device calls that close a change (repo root, $OUT set, carry .cache/upstream and
 # .cache/triton.tgz), in two parts, or both in one call (`all`, about 9 minutes):
-#   bash benchmark/release_run.sh tests   # the GPU suite (four pytest processes sharing the
+#   bash benchmark/release_run.sh tests   # the GPU suite (five pytest processes sharing the
 #                                         # GPU: Triton's compiles dominate), compute-sanitizer
 #                                         # memcheck and racecheck
 #   bash benchmark/release_run.sh bench   # the layer table (stock and fused), the 78-layer
@@ -15,8 +15,11 @@ run_tests() {
   timeout 330 python3 -m pytest $k/test_fused_layer.py -q -k "test_matches_reference" \
     > "$L/pytest_reference.log" 2>&1 &
   local tp="sums_its_attention or shard_attention_rows"
+  local slow="persistent or graph_replay or overlap"  # the persistent kernel's compiles
   timeout 330 python3 -m pytest $k/test_fused_layer.py -q \
-    -k "not test_matches_reference and not sanitize and not ($tp)" > "$L/pytest_other.log" 2>&1 &
+    -k "not test_matches_reference and not sanitize and not ($tp) and not ($slow)" \
+    > "$L/pytest_other.log" 2>&1 &
+  timeout 330 python3 -m pytest $k/test_fused_layer.py -q -k "$slow" > "$L/pytest_slow.log" 2>&1 &
   timeout 330 python3 -m pytest $k/test_fused_layer.py -q -k "$tp" > "$L/pytest_tp.log" 2>&1 &
   timeout 330 python3 -m pytest $k -q --ignore=$k/test_fused_layer.py -k "not sanitize" \
     > "$L/pytest_draft.log" 2>&1 &
