@@ -238,6 +238,31 @@ def _route_gate_up_down(mw, x, pos):
     return act[: int(ns)].float(), out.float()
 
 
+def test_expert_kernels_refuse_a_slot_table_shorter_than_their_grid():
+    """gate/up and down ask for every program's slot-table entry together with the slot count
+    (moe._slot_entry), so a table with fewer entries than the grid has slots is refused
+    before the launch, by both."""
+    lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
+    mw, sh = lw.mlp, lw.mlp.shared
+    m, e, k, h = 2, CFG.n_routed_experts, CFG.num_experts_per_tok, CFG.hidden_size
+    slots, inter = m * k + 1, mw.gate.q.shape[1]
+    short = torch.zeros(slots - 1, dtype=torch.int32)
+    ns = torch.ones(1, dtype=torch.int32)
+    act = torch.zeros(slots, m, inter, dtype=torch.bfloat16)
+    xq, sx = quant_act(torch.randn(m, h).bfloat16())
+    split_k = moe.gate_up_tiling(m)[2]
+    gu_parts = torch.zeros(split_k, slots, m, 2, inter) if split_k > 1 else None
+    with pytest.raises(AssertionError, match="every program's slot needs a table entry"):
+        moe.gate_up(xq, sx.contiguous(), e, short, ns, mw.gate.q, mw.gate.s, mw.up.q, mw.up.s,
+                    sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act, gu_parts)
+    sw = torch.zeros(slots, m)
+    sr = torch.zeros(slots, m, dtype=torch.int32)
+    with pytest.raises(AssertionError, match="every program's slot needs a table entry"):
+        moe.down(act, e, short, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s,
+                 torch.zeros(m, dtype=torch.int64), torch.zeros(m, k + 1, h, dtype=torch.bfloat16),
+                 torch.zeros(m, h, dtype=torch.bfloat16))
+
+
 @pytest.mark.parametrize("m", [1, 2])
 def test_moe_without_tensor_cores_is_the_dot_form(m, monkeypatch):
     """gate/up and down without the tensor cores (moe.GEMV_MAX_ROWS, its own tilings) against
