@@ -631,10 +631,11 @@ DOWN_MAXNREG = 128
 # tensor cores): on an H200 with 64 columns a program a MoE layer was 7.6-10.7 us faster at
 # 16 rows, but 5-18 slower at 9-14 rows, 8 at 8 and 9.5 at 4; 4 stages within -1..+3
 # (tiling_probe_20261201T152501Z: gate_up_*_stages; T152634Z: gate_up_2_stages_from_9); with
-# 32 columns 2.3-2.6 us faster at 16 (T152820Z: wide_gu_32_2_1_3_stages). With 3 stages 16
-# rows took 7 us more than 14: it is the 16-row kernel (the JIT compiles M = 16 as a multiple
-# of 16) that 2 stages fix. The dense MLP's keeps 3 (2 are 2-7 us slower at 2-16 rows,
-# T152501Z)
+# 32 columns 2.3-2.6 us faster at 16 (T152820Z: wide_gu_32_2_1_3_stages). With 3 stages and
+# 64 columns 16 rows took 7 us more than 14 or 15; why is open: M = 16 compiled as a multiple
+# of 16 changes two lines of the PTX (CPU compile), so more likely the benchmark's routing at
+# 16 rows (how many programs find an expert, against how many fit at once). The dense MLP's
+# keeps 3 (2 are 2-7 us slower at 2-16 rows, T152501Z)
 GATE_UP_2_STAGES_FROM_ROWS = 16
 # Tried: down from 3 rows as 2, 4 or 8 programs a column tile (128 or 64 columns), each looping
 # over every lanes-th slot with K unrolled, so Triton's pipeline could load the next slots'
