@@ -34,7 +34,8 @@ def _wide_tiling(original, tiling):
     return lambda m, dense=False: tiling if m >= 5 and not dense else original(m, dense)
 
 
-WIDE_GATE_UP = ((64, 2, 2), (32, 2, 1), (32, 2, 2), (64, 4, 1), (128, 2, 1))
+WIDE_GATE_UP = ((64, 2, 2), (32, 2, 1), (32, 2, 2), (64, 4, 1), (128, 2, 1), (16, 2, 1), (16, 4, 1),
+                (64, 2, 1))
 
 
 def _linear_split(original, n, k, split):
