@@ -591,7 +591,8 @@ DENSE_DOWN = (64, 8)
 # indexer) is 4-5.5 us faster at 5-6 rows, 1-4.5 at 7-8, 9-10 at 13-15, 6 at 16, the same at
 # 9-10 and 5 us slower at 11-12 (results/tiling_probe_20261201T152820Z, T152836Z:
 # wide_gu_32_2_1). The steps follow the benchmark's routing (how many programs find an
-# expert), so this table is tuned to it.
+# expert), so this table is tuned to it. 16 columns (128 registers at 4 warps) were 34-73 us
+# slower a layer at 5-16 rows (T155229Z: wide_gu_16_2_1).
 GATE_UP_64_COLUMN_ROWS = range(9, 13)
 
 
