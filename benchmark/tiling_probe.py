@@ -227,7 +227,6 @@ VARIANTS = {
        for n, g, k in WIDE_GATE_UP},
     "wide_gu_32_2_1_3_stages": {("moe", "gate_up_tiling"): "wide_gu_32_2_1",
                                 ("moe", "GATE_UP_2_STAGES_FROM_ROWS"): 1 << 30},
-
 }
 
 

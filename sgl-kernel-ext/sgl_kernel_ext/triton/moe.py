@@ -595,6 +595,17 @@ DENSE_DOWN = (64, 8)
 # slower a layer at 5-16 rows (T155229Z: wide_gu_16_2_1).
 GATE_UP_64_COLUMN_ROWS = range(9, 13)
 
+# rows from which a MoE layer's gate/up runs in 2 pipeline stages rather than 3 (on the
+# tensor cores): on an H200 with 64 columns a program a MoE layer was 7.6-10.7 us faster at
+# 16 rows, but 5-18 slower at 9-14 rows, 8 at 8 and 9.5 at 4; 4 stages within -1..+3
+# (tiling_probe_20261201T152501Z: gate_up_*_stages; T152634Z: gate_up_2_stages_from_9); with
+# 32 columns 2.3-2.6 us faster at 16 (T152820Z: wide_gu_32_2_1_3_stages). With 3 stages and
+# 64 columns 16 rows took 7 us more than 14 or 15; why is open: M = 16 compiled as a multiple
+# of 16 changes two lines of the PTX (CPU compile), so more likely the benchmark's routing at
+# 16 rows (how many programs find an expert, against how many fit at once). The dense MLP's
+# keeps 3 (2 are 2-7 us slower at 2-16 rows, T152501Z)
+GATE_UP_2_STAGES_FROM_ROWS = 16
+
 
 def gate_up_tiling(m: int, dense: bool = False) -> tuple:
     """(BLOCK_N, GROUPS, SPLIT_K) for m rows: with few rows few experts are touched, so a split
@@ -624,25 +635,14 @@ DOWN_WARPS = 4
 # dense layer at 4-16 rows (T152501Z: down_3_stages)
 DOWN_STAGES = 2
 DOWN_MAXNREG = 128
-# Tried: at most 64 or 96 programs a column tile of that form, each taking every lanes-th
-# slot (fewer programs that find no slot): the loop holds 168-222 registers (ptxas; 124 B
-# spilled under the cap), and a MoE layer was 0.6-2.7 us slower at 8 and 16 rows, the same at
-# 4 (tiling_probe_20261201T152205Z, code at fe63de8)
-# rows from which a MoE layer's gate/up runs in 2 pipeline stages rather than 3 (on the
-# tensor cores): on an H200 with 64 columns a program a MoE layer was 7.6-10.7 us faster at
-# 16 rows, but 5-18 slower at 9-14 rows, 8 at 8 and 9.5 at 4; 4 stages within -1..+3
-# (tiling_probe_20261201T152501Z: gate_up_*_stages; T152634Z: gate_up_2_stages_from_9); with
-# 32 columns 2.3-2.6 us faster at 16 (T152820Z: wide_gu_32_2_1_3_stages). With 3 stages and
-# 64 columns 16 rows took 7 us more than 14 or 15; why is open: M = 16 compiled as a multiple
-# of 16 changes two lines of the PTX (CPU compile), so more likely the benchmark's routing at
-# 16 rows (how many programs find an expert, against how many fit at once). The dense MLP's
-# keeps 3 (2 are 2-7 us slower at 2-16 rows, T152501Z)
-GATE_UP_2_STAGES_FROM_ROWS = 16
 # Tried: down from 3 rows as 2, 4 or 8 programs a column tile (128 or 64 columns), each looping
 # over every lanes-th slot with K unrolled, so Triton's pipeline could load the next slots'
 # weight tiles during one's MMAs (168-180 registers at 128 columns: ptxas, CPU). Bitwise the
 # one-program-per-(tile, slot) form, but on an H200 a MoE layer is 6-43 us slower at 8 rows and
 # 12-66 at 16 in every shape (tiling_probe_20261201T124112Z, at 85aeb85, since reverted).
+# Again without the unrolling, with 64 or 96 programs a column tile under the register cap
+# (the loop holds 168-222 registers, 124 B spilled under it): 0.6-2.7 us slower at 8 and 16
+# rows, the same at 4 (tiling_probe_20261201T152205Z, code at fe63de8).
 
 
 def down_block(m: int) -> int:
