@@ -599,7 +599,7 @@ GATE_UP_64_COLUMN_ROWS = range(9, 13)
 # tensor cores): on an H200 with 64 columns a program a MoE layer was 7.6-10.7 us faster at
 # 16 rows, but 5-18 slower at 9-14 rows, 8 at 8 and 9.5 at 4; 4 stages within -1..+3
 # (tiling_probe_20261201T152501Z: gate_up_*_stages; T152634Z: gate_up_2_stages_from_9); with
-# 32 columns 2.3-2.6 us faster at 16 (T152820Z: wide_gu_32_2_1_3_stages). With 3 stages and
+# 32 columns 1.7-2.6 us faster at 16 (T152820Z: wide_gu_32_2_1_3_stages). With 3 stages and
 # 64 columns 16 rows took 7 us more than 14 or 15; why is open: M = 16 compiled as a multiple
 # of 16 changes two lines of the PTX (CPU compile), so more likely the benchmark's routing at
 # 16 rows (how many programs find an expert, against how many fit at once). The dense MLP's
