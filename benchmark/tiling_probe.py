@@ -216,6 +216,9 @@ VARIANTS = {
     "down_maxnreg_96": {("moe", "DOWN_MAXNREG"): 96},
     "down_maxnreg_96_1_stage": {("moe", "DOWN_MAXNREG"): 96, ("moe", "DOWN_STAGES"): 1},
     "down_block_64_maxnreg_96": {("moe", "down_block"): "down_64", ("moe", "DOWN_MAXNREG"): 96},
+    # half the programs, each twice as wide: 256 columns at 8 warps under the cap (128
+    # registers, no spill, 40 KB: 2 programs a multiprocessor, as many weight bytes in flight)
+    "down_block_256_8_warps": {("moe", "down_block"): "down_256", ("moe", "DOWN_WARPS"): 8},
     # a MoE layer's gate/up in 2 pipeline stages from 9 or 12 rows, or at no row count
     # (default: from moe.GATE_UP_2_STAGES_FROM_ROWS)
     **{f"gate_up_2_stages_from_{r}": {("moe", "GATE_UP_2_STAGES_FROM_ROWS"): r} for r in (9, 12)},
