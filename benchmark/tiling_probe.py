@@ -219,6 +219,11 @@ VARIANTS = {
     # half the programs, each twice as wide: 256 columns at 8 warps under the cap (128
     # registers, no spill, 40 KB: 2 programs a multiprocessor, as many weight bytes in flight)
     "down_block_256_8_warps": {("moe", "down_block"): "down_256", ("moe", "DOWN_WARPS"): 8},
+    # the MMAs untransposed (x . W_tile^T: 16 rows force the synchronous MMA, the weight tile
+    # through registers) in the linears (q_a|kv_a, q_b, o_proj) or in down (default: the
+    # weight tile as the asynchronous MMA's 64-row side, fp8_linear.swap)
+    "linear_no_swap": {("fp8_linear", "SWAP"): False},
+    "down_no_swap": {("moe", "DOWN_SWAP"): False},
     # a MoE layer's gate/up in 2 pipeline stages from 9 or 12 rows, or at no row count
     # (default: from moe.GATE_UP_2_STAGES_FROM_ROWS)
     **{f"gate_up_2_stages_from_{r}": {("moe", "GATE_UP_2_STAGES_FROM_ROWS"): r} for r in (9, 12)},

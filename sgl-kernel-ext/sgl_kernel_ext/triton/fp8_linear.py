@@ -56,6 +56,7 @@ TARGET_PROGRAMS = 264
 # tiling_probe_20261201T052901Z, linear_gemv_*)
 GEMV_MAX_ROWS = 0
 GEMV_BLOCK_N = 64
+SWAP = True  # see swap()
 GEMV_GROUPS = 2
 
 
@@ -71,31 +72,43 @@ def _group_weights(w_ptr, s_ptr, offs_n, N, K, kb):
 
 
 @triton.jit
-def _scaled_dot(xq, sx, w, sw, INTERPRET: tl.constexpr):
-    """fp32 xq . w^T with the rows' and the columns' scales on."""
+def _scaled_dot(xq, sx, w, sw, INTERPRET: tl.constexpr, SWAP: tl.constexpr = False):
+    """fp32 xq . w^T with the rows' and the columns' scales on; with SWAP its transpose
+    w . xq^T, [columns, rows] (``swap``)."""
     if INTERPRET:  # fp8 / bf16 dots are unreliable in the interpreter
-        part = tl.dot(xq.to(tl.float32), tl.trans(w.to(tl.float32)))
+        xq = xq.to(tl.float32)
+        w = w.to(tl.float32)
+    if SWAP:
+        part = tl.dot(w, tl.trans(xq)) * sw[:, None] * sx[None, :]
     else:
-        part = tl.dot(xq, tl.trans(w))
-    return part * sx[:, None] * sw[None, :]
+        part = tl.dot(xq, tl.trans(w)) * sx[:, None] * sw[None, :]
+    return part
 
 
 @triton.jit
-def _fp8_group_dot(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, offs_n, N, kb,
-                   BLOCK_M: tl.constexpr, INTERPRET: tl.constexpr):
-    """fp32 [BLOCK_M, BLOCK_N]: the 128-column group kb of xq . W[offs_n]^T, both scales on."""
-    w, sw = _group_weights(w_ptr, s_ptr, offs_n, N, K, kb)
+def group_x(xq_ptr, sx_ptr, M, K, kb, BLOCK_M: tl.constexpr):
+    """(e4m3 x [BLOCK_M, 128] in the 128-column group kb, zero past M; its rows' scales)."""
     offs_m = tl.arange(0, BLOCK_M)
     k = kb * 128 + tl.arange(0, 128)
     x = tl.load(xq_ptr + offs_m[:, None] * K + k[None, :],
                 mask=(offs_m[:, None] < M) & (k < K)[None, :], other=0.0)
     sx = tl.load(sx_ptr + offs_m * tl.cdiv(K, 128) + kb, mask=offs_m < M, other=0.0)
-    return _scaled_dot(x, sx, w, sw, INTERPRET)
+    return x, sx
+
+
+@triton.jit
+def _fp8_group_dot(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, offs_n, N, kb,
+                   BLOCK_M: tl.constexpr, INTERPRET: tl.constexpr, SWAP: tl.constexpr = False):
+    """fp32 [BLOCK_M, BLOCK_N]: the 128-column group kb of xq . W[offs_n]^T, both scales on
+    (SWAP: its transpose, [BLOCK_N, BLOCK_M])."""
+    w, sw = _group_weights(w_ptr, s_ptr, offs_n, N, K, kb)
+    x, sx = group_x(xq_ptr, sx_ptr, M, K, kb, BLOCK_M)
+    return _scaled_dot(x, sx, w, sw, INTERPRET, SWAP)
 
 
 @triton.jit
 def _normed_group_dot(x_ptr, rms, nw_ptr, M, K, w_ptr, s_ptr, offs_n, N, kb,
-                      BLOCK_M: tl.constexpr, INTERPRET: tl.constexpr):
+                      BLOCK_M: tl.constexpr, INTERPRET: tl.constexpr, SWAP: tl.constexpr = False):
     """``_fp8_group_dot`` with x made here from bf16 rows: RMS-normed (rms [BLOCK_M]), times
     the norm weight, rounded to bf16 and quantized per group as ``quant.store_row_groups``
     (the latent kernel's c_q, without its round trip through memory)."""
@@ -109,7 +122,7 @@ def _normed_group_dot(x_ptr, rms, nw_ptr, M, K, w_ptr, s_ptr, offs_n, N, kb,
     c = ((x / rms[:, None]) * nw[None, :]).to(tl.bfloat16).to(tl.float32)
     sx = tl.maximum(tl.max(tl.abs(c), axis=1), 1e-10) / 448.0
     xq = to_e4m3(tl.clamp(c * (1.0 / sx)[:, None], -448.0, 448.0), INTERPRET)
-    return _scaled_dot(xq, sx, w, sw, INTERPRET)
+    return _scaled_dot(xq, sx, w, sw, INTERPRET, SWAP)
 
 
 @triton.jit
@@ -171,11 +184,15 @@ def _gemv_step(acc, w, xq_ptr, sx_ptr, M, K, s_ptr, n_block, k, k_ok, BLOCK_M: t
 def _tile(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, part_ptr, N, tile, split, k_chunk,
           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
           INTERPRET: tl.constexpr, GEMV: tl.constexpr, XNORM: tl.constexpr, nw_ptr, eps,
-          SS_TILES: tl.constexpr):
+          SS_TILES: tl.constexpr, SWAP: tl.constexpr):
     """With XNORM, x is bf16 rows at xq_ptr, RMS-normed here (``_normed_group_dot``) with
-    their per-tile sums of squares at sx_ptr [M, SS_TILES] and the norm weight at nw_ptr."""
+    their per-tile sums of squares at sx_ptr [M, SS_TILES] and the norm weight at nw_ptr.
+    With SWAP the MMAs run transposed (``swap``) and the tile is transposed once at the end."""
     offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if SWAP:
+        acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+    else:
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
     kb0 = split * k_chunk
     kb_end = tl.minimum(kb0 + k_chunk, tl.cdiv(K, 128))
     if GEMV:  # a step's GROUPS groups as one load, in flight together
@@ -194,14 +211,16 @@ def _tile(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, part_ptr, N, tile, split, k_chunk,
         for kb in range(kb0, kb_end, GROUPS):
             for g in tl.static_range(GROUPS):
                 acc += _normed_group_dot(xq_ptr, rms, nw_ptr, M, K, w_ptr, s_ptr, offs_n, N,
-                                         tl.minimum(kb + g, kb_end - 1), BLOCK_M, INTERPRET) \
-                    * (kb + g < kb_end)
+                                         tl.minimum(kb + g, kb_end - 1), BLOCK_M, INTERPRET,
+                                         SWAP) * (kb + g < kb_end)
     else:
         for kb in range(kb0, kb_end, GROUPS):
             for g in tl.static_range(GROUPS):
                 acc += _fp8_group_dot(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, offs_n, N,
-                                      tl.minimum(kb + g, kb_end - 1), BLOCK_M, INTERPRET) \
+                                      tl.minimum(kb + g, kb_end - 1), BLOCK_M, INTERPRET, SWAP) \
                     * (kb + g < kb_end)
+    if SWAP:
+        acc = tl.trans(acc)
     offs_m = tl.arange(0, BLOCK_M)
     out = part_ptr + (split * M + offs_m[:, None]) * N + offs_n[None, :]
     tl.store(out, acc, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
@@ -225,15 +244,15 @@ def _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk,
                      wa_ptr, sa_ptr, pa_ptr, NA, tiles_a, wb_ptr, sb_ptr, pb_ptr, NB,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                      INTERPRET: tl.constexpr, GEMV: tl.constexpr, XNORM: tl.constexpr = False,
-                     nw_ptr=None, eps=0.0, SS_TILES: tl.constexpr = 1):
+                     nw_ptr=None, eps=0.0, SS_TILES: tl.constexpr = 1, SWAP: tl.constexpr = False):
     """Program (pid, split): one BLOCK_N tile of W_a (pid < tiles_a) or W_b, one K chunk
-    (XNORM: x made from normed bf16 rows, ``_tile``)."""
-    if pid < tiles_a:
-        _tile(xq_ptr, sx_ptr, M, K, wa_ptr, sa_ptr, pa_ptr, NA, pid, split, k_chunk,
-              BLOCK_M, BLOCK_N, GROUPS, INTERPRET, GEMV, XNORM, nw_ptr, eps, SS_TILES)
-    else:
-        _tile(xq_ptr, sx_ptr, M, K, wb_ptr, sb_ptr, pb_ptr, NB, pid - tiles_a, split, k_chunk,
-              BLOCK_M, BLOCK_N, GROUPS, INTERPRET, GEMV, XNORM, nw_ptr, eps, SS_TILES)
+    (XNORM: x made from normed bf16 rows, ``_tile``). One ``_tile`` for both matrices, so
+    the program holds one set of pipeline buffers."""
+    on_a = pid < tiles_a
+    tile = tl.where(on_a, pid, pid - tiles_a)
+    _tile(xq_ptr, sx_ptr, M, K, tl.where(on_a, wa_ptr, wb_ptr), tl.where(on_a, sa_ptr, sb_ptr),
+          tl.where(on_a, pa_ptr, pb_ptr), tl.where(on_a, NA, NB), tile, split, k_chunk,
+          BLOCK_M, BLOCK_N, GROUPS, INTERPRET, GEMV, XNORM, nw_ptr, eps, SS_TILES, SWAP)
 
 
 @triton.jit
@@ -243,14 +262,15 @@ def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
                        arrivals_ptr, rows_a_ptr, ss_a_ptr, rows_b_ptr, ss_b_ptr, tail_tiles,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                        INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
-                       TAILS: tl.constexpr, SPLIT: tl.constexpr, SUMSQ: tl.constexpr):
+                       TAILS: tl.constexpr, SPLIT: tl.constexpr, SUMSQ: tl.constexpr,
+                       SWAP: tl.constexpr):
     pid = tl.program_id(0)
     split = tl.program_id(1)
     _fp8_linear_prefetch(pid, split, K, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB, BLOCK_N, PDL)
     stage_begin(PDL)
     _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk, wa_ptr, sa_ptr, pa_ptr, NA,
                      tiles_a, wb_ptr, sb_ptr, pb_ptr, NB, BLOCK_M, BLOCK_N, GROUPS, INTERPRET,
-                     GEMV)
+                     GEMV, SWAP=SWAP)
     # the tile's last K chunk to finish sums the tile (``_row_tail``); tiles from tail_tiles
     # on (W_b's, when only W_a has rows) have none
     if TAILS and pid < tail_tiles:
@@ -262,6 +282,15 @@ def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
             else:
                 _row_tail(pb_ptr, SPLIT, M, NB, pid - tiles_a, rows_b_ptr, ss_b_ptr, tiles_b,
                           BLOCK_M, BLOCK_N, SUMSQ)
+
+
+def swap(block_n: int, gemv: bool = False, enabled: Optional[bool] = None) -> bool:
+    """Whether a program's MMAs run transposed, W_tile . x^T: the weight tile becomes the MMA's
+    M side, which Hopper's asynchronous MMA (wgmma, 64 rows a warp group) reads straight from
+    shared memory, and the rows its N side (16); untransposed, 16 rows force the synchronous
+    MMA, whose weight operand goes through registers. Needs a tile of 64 columns or more.
+    enabled: the caller's switch (default SWAP, the linears')."""
+    return (SWAP if enabled is None else enabled) and not gemv and block_n % 64 == 0
 
 
 def interpreting() -> bool:
@@ -361,7 +390,7 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
         wq_b, ws_b, parts_b, wq_b.shape[0], arrivals, rows_a, ss_a, rows_b, ss_b, tail_tiles,
         BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
         PDL=use_pdl, GEMV=gemv, TAILS=tails is not None, SPLIT=split if tails is not None else 1,
-        SUMSQ=sumsq,
+        SUMSQ=sumsq, SWAP=swap(block_n, gemv),
         num_warps=NUM_WARPS, num_stages=3, **launch,
     )
 

@@ -212,7 +212,8 @@ def _q_b_normed_kernel(rows_q_ptr, ss_q_ptr, qn_w_ptr, M, Q, k_chunk, eps,
                        slots_ptr, stride_slots, inv_freq_ptr, C, R,
                        Q_TILES: tl.constexpr, C_TILES: tl.constexpr, BLOCK_M: tl.constexpr,
                        BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, BLOCK_C: tl.constexpr,
-                       HALF_R: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr):
+                       HALF_R: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
+                       SWAP: tl.constexpr):
     pid = tl.program_id(0)
     split = tl.program_id(1)
     if pid < tiles:
@@ -221,7 +222,7 @@ def _q_b_normed_kernel(rows_q_ptr, ss_q_ptr, qn_w_ptr, M, Q, k_chunk, eps,
         stage_begin(PDL)
         _fp8_linear_task(pid, split, rows_q_ptr, ss_q_ptr, M, Q, k_chunk, wa_ptr, sa_ptr,
                          pa_ptr, NA, tiles_a, wb_ptr, sb_ptr, pb_ptr, NB, BLOCK_M, BLOCK_N,
-                         GROUPS, INTERPRET, False, True, qn_w_ptr, eps, Q_TILES)
+                         GROUPS, INTERPRET, False, True, qn_w_ptr, eps, Q_TILES, SWAP)
     else:  # the extra program: every row's KV-cache row (``latent``'s second half)
         stage_begin(PDL)
         if split == 0:
@@ -697,7 +698,8 @@ def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions
         Q_TILES=tiles_q, C_TILES=kv_lora // block_n, BLOCK_M=fp8_linear.block_m(m),
         BLOCK_N=block_n, GROUPS=groups, BLOCK_C=triton.next_power_of_2(kv_lora),
         HALF_R=rope // 2, INTERPRET=interpreting(), PDL=overlap.enabled(),
-        num_warps=fp8_linear.NUM_WARPS, num_stages=3, **overlap.launch_kw())
+        SWAP=fp8_linear.swap(block_n), num_warps=fp8_linear.NUM_WARPS, num_stages=3,
+        **overlap.launch_kw())
 
 
 def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: int,

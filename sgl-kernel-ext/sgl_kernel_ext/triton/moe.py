@@ -27,10 +27,11 @@ import torch
 import triton
 import triton.language as tl
 
-from . import bf16_linear, overlap
+from . import bf16_linear, fp8_linear, overlap
 from .arrival import arrive_last
 from .bf16_linear import _bf16_linear_prefetch, _bf16_linear_task
-from .fp8_linear import _fp8_group_dot, _gemv_step, block_m, grid_shape, interpreting
+from .fp8_linear import (_fp8_group_dot, _gemv_step, _scaled_dot, block_m, grid_shape,
+                         interpreting)
 from .overlap import prefetch_rows, stage_begin
 from .quant import sum_parts, to_e4m3
 
@@ -164,10 +165,10 @@ def _router_route_kernel(x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk, a
 @triton.jit
 def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
-                  GEMV: tl.constexpr, GROUPS: tl.constexpr):
+                  GEMV: tl.constexpr, GROUPS: tl.constexpr, SWAP: tl.constexpr = False):
     """fp32 [BLOCK_M, BLOCK_N] = quant(a[M, K]) . W[offs_n, K]^T with both block scales, on
-    the tensor cores or (GEMV, a few rows) as fp32 multiply-and-sum in registers, GROUPS
-    128-column groups a step."""
+    the tensor cores (SWAP: transposed, fp8_linear.swap) or (GEMV, a few rows) as fp32
+    multiply-and-sum in registers, GROUPS 128-column groups a step."""
     offs_m = tl.arange(0, BLOCK_M)
     n_ok = offs_n < N
     kblocks = tl.cdiv(K, 128)
@@ -193,6 +194,8 @@ def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
                                 0.0)
     else:
         offs_k = tl.arange(0, 128)
+        if SWAP:  # the transposed MMA (fp8_linear.swap), its tile transposed once at the end
+            acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
         for kb in range(0, kblocks):
             k = kb * 128 + offs_k
             k_ok = k < K
@@ -202,12 +205,10 @@ def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
                         mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0).to(tl.float32)
             sa = tl.maximum(tl.max(tl.abs(a), axis=1), 1e-10) / 448.0
             aq = to_e4m3(tl.clamp(a * (1.0 / sa)[:, None], -448.0, 448.0), INTERPRET)
-            if INTERPRET:
-                part = tl.dot(aq.to(tl.float32), tl.trans(w.to(tl.float32)))
-            else:
-                part = tl.dot(aq, tl.trans(w))
             sw = tl.load(s_ptr + (offs_n // 128) * kblocks + kb, mask=n_ok, other=0.0)
-            acc += part * sa[:, None] * sw[None, :]
+            acc += _scaled_dot(aq, sa, w, sw, INTERPRET, SWAP)
+        if SWAP:
+            acc = tl.trans(acc)
     return acc
 
 
@@ -378,7 +379,8 @@ def _down_prefetch(tile, slot, H, I, E, slot_expert_ptr, num_slots_ptr, dq_ptr, 
 def _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
                terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-               INTERPRET: tl.constexpr, GEMV: tl.constexpr, GROUPS: tl.constexpr):
+               INTERPRET: tl.constexpr, GEMV: tl.constexpr, GROUPS: tl.constexpr,
+               SWAP: tl.constexpr = False):
     """Program (tile, slot): term = bf16(weight * act_slot D_e^T) for the rows that chose the
     slot's expert, stored at terms[row, rank of the expert in the row]."""
     n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
@@ -388,7 +390,7 @@ def _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr
         offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
         m_ok = offs_m < M
         y = _fp8_tile_dot(act_ptr + slot * M * I, I, M, I, d_q, d_s, offs_n, H, BLOCK_M, BLOCK_N,
-                          INTERPRET, GEMV, GROUPS)
+                          INTERPRET, GEMV, GROUPS, SWAP)
         w = tl.load(slot_weight_ptr + slot * M + offs_m, mask=m_ok, other=0.0)  # 1 when shared
         rank = tl.load(slot_rank_ptr + slot * M + offs_m, mask=m_ok, other=-1)
         keep = m_ok & (rank >= 0)
@@ -401,7 +403,7 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
                  num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
                  terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
-                 GROUPS: tl.constexpr):
+                 GROUPS: tl.constexpr, SWAP: tl.constexpr):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     # the slot table was written by route, two or more kernels back
@@ -410,7 +412,7 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
     stage_begin(PDL)
     _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
-               terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET, GEMV, GROUPS)
+               terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET, GEMV, GROUPS, SWAP)
 
 
 @triton.jit
@@ -635,6 +637,7 @@ DOWN_WARPS = 4
 # dense layer at 4-16 rows (T152501Z: down_3_stages)
 DOWN_STAGES = 2
 DOWN_MAXNREG = 128
+DOWN_SWAP = True
 # Tried: down from 3 rows as 2, 4 or 8 programs a column tile (128 or 64 columns), each looping
 # over every lanes-th slot with K unrolled, so Triton's pipeline could load the next slots'
 # weight tiles during one's MMAs (168-180 registers at 128 columns: ptxas, CPU). Bitwise the
@@ -650,6 +653,11 @@ def down_block(m: int) -> int:
     if m <= GEMV_MAX_ROWS:
         return DOWN_GEMV_BLOCK
     return 64 if m == 1 else 128
+
+
+def down_swap(block_n: int, gemv: bool) -> bool:
+    """Whether down's MMAs run transposed (weight tile . activations^T, fp8_linear.swap)."""
+    return fp8_linear.swap(block_n, gemv, DOWN_SWAP)
 
 
 def down_shape(m: int, dense: bool = False) -> tuple:
@@ -731,6 +739,7 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         TERMS=n_terms, BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, INTERPRET=interpreting(),
         PDL=overlap.enabled(), GEMV=gemv,
         GROUPS=min(DOWN_GEMV_GROUPS, triton.cdiv(inter, 128)) if gemv else 1,
+        SWAP=down_swap(block_n, gemv),
         num_warps=num_warps,
         num_stages=DOWN_STAGES if moe_mma else 3, **overlap.launch_kw(),
         **({"maxnreg": DOWN_MAXNREG} if moe_mma and DOWN_MAXNREG else {}),

@@ -174,6 +174,7 @@ def _layer_kernel(
     TOPK_E: tl.constexpr, RENORM: tl.constexpr,
     GU_BN: tl.constexpr, GU_GROUPS: tl.constexpr, GU_SPLIT: tl.constexpr, BLOCK_I: tl.constexpr,
     DOWN_BN: tl.constexpr, TERMS: tl.constexpr, SUM_BLOCK: tl.constexpr,
+    SWAP: tl.constexpr = False, DOWN_SWAP: tl.constexpr = False,
 ):
     # stage ends in the task numbering
     e_norm1 = n_norm1
@@ -210,7 +211,7 @@ def _layer_kernel(
                 _wait(counters_ptr, S_NORM1, n_norm1)
                 _fp8_linear_task(tile, split, xq_ptr, xs_ptr, M, H, qkv_chunk, qa_w_ptr, qa_s_ptr,
                                  qa_ptr, NQA, qkv_tiles_a, kva_w_ptr, kva_s_ptr, kva_ptr, NKVA,
-                                 BLOCK_M, BN, GROUPS, INTERPRET, False)
+                                 BLOCK_M, BN, GROUPS, INTERPRET, False, SWAP=SWAP)
             else:
                 i -= n_qkv_a
                 tile = i % kw_tiles
@@ -236,7 +237,7 @@ def _layer_kernel(
             _wait(counters_ptr, S_LATENT, n_latent)
             _fp8_linear_task(tile, split, cq_q_ptr, cq_s_ptr, M, Q, qb_chunk, qb_w_ptr, qb_s_ptr,
                              q_ptr, NQB, qb_tiles_a, wqb_w_ptr, wqb_s_ptr, qi_ptr, NWQB, BLOCK_M,
-                             BN, GROUPS, INTERPRET, False)
+                             BN, GROUPS, INTERPRET, False, SWAP=SWAP)
             _signal(counters_ptr, S_Q_B)
         elif t < e_prepare:
             if INDEXER:
@@ -307,7 +308,7 @@ def _layer_kernel(
             _wait(counters_ptr, S_ABSORB_V, n_absorb_v)
             _fp8_linear_task(tile, split, oq_ptr, os_ptr, M, NH * V, o_chunk, o_w_ptr, o_s_ptr,
                              y_attn_ptr, H, o_tiles, o_w_ptr, o_s_ptr, y_attn_ptr, H, BLOCK_M, BN,
-                             GROUPS, INTERPRET, False)
+                             GROUPS, INTERPRET, False, SWAP=SWAP)
             _signal(counters_ptr, S_O_PROJ)
         elif t < e_norm2:
             _wait(counters_ptr, S_O_PROJ, n_o_proj)
@@ -371,7 +372,7 @@ def _layer_kernel(
             _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr,
                        slot_rank_ptr, num_slots_ptr, dq_ptr, ds_ptr, d_q_stride, d_s_stride,
                        sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M, DOWN_BN, INTERPRET, False,
-                       1)
+                       1, DOWN_SWAP)
             _signal(counters_ptr, S_DOWN)
         else:
             i = t - e_down

@@ -177,7 +177,8 @@ def step(layer, hidden: torch.Tensor, residual, batch: RowBatch, topk_prev, m: i
         BLOCK_E=triton.next_power_of_2(max(n_exp, 1)), TOPK_E=cfg.num_experts_per_tok,
         RENORM=bool(cfg.norm_topk_prob), GU_BN=gu_bn, GU_GROUPS=gu_groups, GU_SPLIT=gu_split,
         BLOCK_I=moe.SWIGLU_BLOCK, DOWN_BN=down_bn, TERMS=terms.shape[1],
-        SUM_BLOCK=moe.SUM_BLOCK,
+        SUM_BLOCK=moe.SUM_BLOCK, SWAP=fp8_linear.swap(bn),
+        DOWN_SWAP=moe.down_swap(down_bn, False),
     )
     persistent.launch(args, const, hidden.device)
     return v("y"), res, topk
