@@ -17,6 +17,7 @@ import argparse
 import torch
 
 from . import harness as H
+from . import numerics_probe
 
 
 def _no_split_k(original):
@@ -253,10 +254,14 @@ def main():
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--copies", type=int, default=4)
     p.add_argument("--replays", type=int, default=20)
+    p.add_argument("--set", action="append", default=[],
+                   help="module.ATTR=value before anything compiles (numerics_probe's)")
     p.add_argument("--out", default="")
     p.add_argument("--results", default=str(H.REPO / "benchmark" / "results"))
     args = p.parse_args()
 
+    for setting in args.set:
+        numerics_probe.apply(setting)
     from sgl_kernel_ext.triton import (bf16_linear, fp8_linear, indexer, mla, moe, norm, overlap,
                                        topk)
     from sglang.srt.layers.fused_decode.layer import FusedLayer, chain_prefetch
@@ -275,7 +280,7 @@ def main():
     dev = torch.device("cuda")
     cfg = glm53_config()
     ms = [int(v) for v in args.ms.split(",")]
-    meta = {"benchmark": "tiling_probe", "ctx": args.ctx, "copies": args.copies,
+    meta = {"benchmark": "tiling_probe", "set": args.set, "ctx": args.ctx, "copies": args.copies,
             "replays": args.replays, **H.run_meta(dev)}
     rows = []
     for kind in args.kinds.split(","):

@@ -57,6 +57,10 @@ TARGET_PROGRAMS = 264
 GEMV_MAX_ROWS = 0
 GEMV_BLOCK_N = 64
 SWAP = True  # see swap()
+# K elements the transposed (asynchronous) fp8 MMA accumulates at the tensor cores' reduced
+# precision before Triton adds them into fp32 (None: Triton's default, the whole 128-column
+# group). Read at compile time: set it before the first launch (benchmark/numerics_probe.py).
+SWAP_IMPRECISE_ACC = tl.constexpr(None)
 GEMV_GROUPS = 2
 
 
@@ -79,7 +83,8 @@ def _scaled_dot(xq, sx, w, sw, INTERPRET: tl.constexpr, SWAP: tl.constexpr = Fal
         xq = xq.to(tl.float32)
         w = w.to(tl.float32)
     if SWAP:
-        part = tl.dot(w, tl.trans(xq)) * sw[:, None] * sx[None, :]
+        part = tl.dot(w, tl.trans(xq), max_num_imprecise_acc=SWAP_IMPRECISE_ACC) \
+            * sw[:, None] * sx[None, :]
     else:
         part = tl.dot(xq, tl.trans(w)) * sx[:, None] * sw[None, :]
     return part
