@@ -225,6 +225,10 @@ VARIANTS = {
     # weight tile as the asynchronous MMA's 64-row side, fp8_linear.swap)
     "linear_no_swap": {("fp8_linear", "SWAP"): False},
     "down_no_swap": {("moe", "DOWN_SWAP"): False},
+    "gate_up_no_swap": {("moe", "GATE_UP_SWAP"): False},
+    # the linears' split K sized for 3 programs a multiprocessor (60 KB of shared memory each
+    # since one _tile serves both matrices and the MMAs run transposed; default 2)
+    "linear_programs_396": {("fp8_linear", "TARGET_PROGRAMS"): 396},
     # a MoE layer's gate/up in 2 pipeline stages from 9 or 12 rows, or at no row count
     # (default: from moe.GATE_UP_2_STAGES_FROM_ROWS)
     **{f"gate_up_2_stages_from_{r}": {("moe", "GATE_UP_2_STAGES_FROM_ROWS"): r} for r in (9, 12)},

@@ -245,22 +245,24 @@ def _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr
                   gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
                   sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
-                  SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr, GEMV: tl.constexpr):
+                  SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr, GEMV: tl.constexpr,
+                  SWAP: tl.constexpr = False):
     n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
     if slot < n:
         g_q, g_s = _expert_weights(e, E, gq_ptr, gs_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr)
         u_q, u_s = _expert_weights(e, E, uq_ptr, us_ptr, q_stride_e, s_stride_e, suq_ptr, sus_ptr)
         _gate_up_tile(tile, slot, split, xq_ptr, sx_ptr, M, K, I, g_q, g_s, u_q, u_s, act_ptr,
                       gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET,
-                      GEMV)
+                      GEMV, SWAP)
 
 
 @triton.jit
 def _gate_up_tile(tile, slot, split, xq_ptr, sx_ptr, M, K, I, g_q, g_s, u_q, u_s, act_ptr,
                   gu_part_ptr, SLOTS, k_chunk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                   GROUPS: tl.constexpr, SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr,
-                  GEMV: tl.constexpr):
-    """Program (tile, slot, split) of gate/up given its expert's weights."""
+                  GEMV: tl.constexpr, SWAP: tl.constexpr):
+    """Program (tile, slot, split) of gate/up given its expert's weights (SWAP: the MMAs
+    transposed, fp8_linear.swap)."""
     offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -281,14 +283,20 @@ def _gate_up_tile(tile, slot, split, xq_ptr, sx_ptr, M, K, I, g_q, g_s, u_q, u_s
             g = _gemv_step(g, wg, xq_ptr, sx_ptr, M, K, g_s, n_block, k, k_ok, BLOCK_M)
             u = _gemv_step(u, wu, xq_ptr, sx_ptr, M, K, u_s, n_block, k, k_ok, BLOCK_M)
     else:
+        if SWAP:
+            g = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+            u = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
         for kb in range(kb0, kb_end, GROUPS):
             for j in tl.static_range(GROUPS):
                 kk = tl.minimum(kb + j, kb_end - 1)
                 on = (kb + j < kb_end).to(tl.float32)
                 g += _fp8_group_dot(xq_ptr, sx_ptr, M, K, g_q, g_s, offs_n, I, kk, BLOCK_M,
-                                    INTERPRET) * on
+                                    INTERPRET, SWAP) * on
                 u += _fp8_group_dot(xq_ptr, sx_ptr, M, K, u_q, u_s, offs_n, I, kk, BLOCK_M,
-                                    INTERPRET) * on
+                                    INTERPRET, SWAP) * on
+        if SWAP:
+            g = tl.trans(g)
+            u = tl.trans(u)
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < I)
     if SPLIT_K == 1:
         tl.store(act_ptr + (slot * M + offs_m[:, None]) * I + offs_n[None, :],
@@ -306,7 +314,7 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     arrivals_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                     GROUPS: tl.constexpr, SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr,
                     PDL: tl.constexpr, TAIL: tl.constexpr, GEMV: tl.constexpr,
-                    SHARED_EARLY: tl.constexpr):
+                    SHARED_EARLY: tl.constexpr, SWAP: tl.constexpr):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     split = tl.program_id(2)
@@ -316,7 +324,7 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
         # nothing running reads or writes their outputs)
         _gate_up_tile(tile, 0, split, xq_ptr, sx_ptr, M, K, I, sgq_ptr, sgs_ptr, suq_ptr,
                       sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N, GROUPS,
-                      SPLIT_K, INTERPRET, GEMV)
+                      SPLIT_K, INTERPRET, GEMV, SWAP)
         stage_begin(PDL)
     else:
         _gate_up_prefetch(tile, slot, split, K, I, sgq_ptr, suq_ptr, k_chunk, BLOCK_N, PDL)
@@ -324,7 +332,7 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
         _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr,
                       num_slots_ptr, gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
                       sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk,
-                      BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV)
+                      BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP)
     if TAIL:  # the last K chunk of (tile, slot) to finish sums the chunks and applies SwiGLU
         if arrive_last(arrivals_ptr + slot * tl.num_programs(0) + tile, SPLIT_K):
             _swiglu_task(slot, tile, gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS, SPLIT_K,
@@ -607,6 +615,7 @@ GATE_UP_64_COLUMN_ROWS = range(9, 13)
 # 16 rows (how many programs find an expert, against how many fit at once). The dense MLP's
 # keeps 3 (2 are 2-7 us slower at 2-16 rows, T152501Z)
 GATE_UP_2_STAGES_FROM_ROWS = 16
+GATE_UP_SWAP = True  # tiles of 64 columns and more: fp8_linear.swap
 
 
 def gate_up_tiling(m: int, dense: bool = False) -> tuple:
@@ -706,7 +715,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         arrivals if tail else num_slots,
         BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, SPLIT_K=split_k,
         INTERPRET=interpreting(), PDL=overlap.enabled(), TAIL=tail, GEMV=gemv,
-        SHARED_EARLY=shared_early,
+        SHARED_EARLY=shared_early, SWAP=fp8_linear.swap(block_n, gemv, GATE_UP_SWAP),
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
         num_stages=2 if num_experts and m >= GATE_UP_2_STAGES_FROM_ROWS else 3,
         **overlap.launch_kw(),

@@ -174,7 +174,7 @@ def _layer_kernel(
     TOPK_E: tl.constexpr, RENORM: tl.constexpr,
     GU_BN: tl.constexpr, GU_GROUPS: tl.constexpr, GU_SPLIT: tl.constexpr, BLOCK_I: tl.constexpr,
     DOWN_BN: tl.constexpr, TERMS: tl.constexpr, SUM_BLOCK: tl.constexpr,
-    SWAP: tl.constexpr = False, DOWN_SWAP: tl.constexpr = False,
+    SWAP: tl.constexpr = False, DOWN_SWAP: tl.constexpr = False, GU_SWAP: tl.constexpr = False,
 ):
     # stage ends in the task numbering
     e_norm1 = n_norm1
@@ -348,7 +348,7 @@ def _layer_kernel(
                           num_slots_ptr, gq_ptr, gs_ptr, uq_ptr, us_ptr, gu_q_stride,
                           gu_s_stride, sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr,
                           gu_parts_ptr, slots, gu_chunk, BLOCK_M, GU_BN, GU_GROUPS, GU_SPLIT,
-                          INTERPRET, False)
+                          INTERPRET, False, GU_SWAP)
             _signal(counters_ptr, S_GATE_UP)
         elif t < e_swiglu:
             if GU_SPLIT > 1:

@@ -179,6 +179,7 @@ def step(layer, hidden: torch.Tensor, residual, batch: RowBatch, topk_prev, m: i
         BLOCK_I=moe.SWIGLU_BLOCK, DOWN_BN=down_bn, TERMS=terms.shape[1],
         SUM_BLOCK=moe.SUM_BLOCK, SWAP=fp8_linear.swap(bn),
         DOWN_SWAP=moe.down_swap(down_bn, False),
+        GU_SWAP=fp8_linear.swap(gu_bn, False, moe.GATE_UP_SWAP),
     )
     persistent.launch(args, const, hidden.device)
     return v("y"), res, topk
