@@ -209,16 +209,22 @@ VARIANTS = {
     # down on the tensor cores (2 rows and more) without the register cap (146 registers at
     # 4 warps: 3 programs a multiprocessor), in 3 or 1 pipeline stages (44 or 4 KB of shared
     # memory; default 2, 24 KB)
-    "down_3_stages_no_cap": {("moe", "DOWN_MAXNREG"): None, ("moe", "DOWN_STAGES"): 3},
-    "down_no_cap": {("moe", "DOWN_MAXNREG"): None},
+    "down_3_stages_no_cap": {("moe", "DOWN_MAXNREG"): None, ("moe", "DOWN_MAXNREG_FEW_ROWS"): None,
+                             ("moe", "DOWN_STAGES"): 3},
+    "down_no_cap": {("moe", "DOWN_MAXNREG"): None, ("moe", "DOWN_MAXNREG_FEW_ROWS"): None},
     "down_3_stages": {("moe", "DOWN_STAGES"): 3},
     "down_1_stage": {("moe", "DOWN_STAGES"): 1},
-    # 96 registers: 5 programs a multiprocessor, 88 B spilled at 2 stages, 64 B at 1
-    "down_maxnreg_96": {("moe", "DOWN_MAXNREG"): 96},
-    "down_maxnreg_96_1_stage": {("moe", "DOWN_MAXNREG"): 96, ("moe", "DOWN_STAGES"): 1},
-    "down_block_64_maxnreg_96": {("moe", "down_block"): "down_64", ("moe", "DOWN_MAXNREG"): 96},
+    # 96 registers (default from moe.DOWN_MAXNREG_FROM_ROWS) at every row count, or 128 at
+    # none (5 or 4 programs a multiprocessor; no spill with the transposed MMAs)
+    "down_maxnreg_96": {("moe", "DOWN_MAXNREG_FROM_ROWS"): 1},
+    "down_maxnreg_128": {("moe", "DOWN_MAXNREG"): 128},
+    "down_maxnreg_96_1_stage": {("moe", "DOWN_MAXNREG_FROM_ROWS"): 1, ("moe", "DOWN_STAGES"): 1},
+    "down_block_64_maxnreg_96": {("moe", "down_block"): "down_64",
+                                 ("moe", "DOWN_MAXNREG_FROM_ROWS"): 1},
     # half the programs, each twice as wide: 256 columns at 8 warps under the cap (128
-    # registers, no spill, 40 KB: 2 programs a multiprocessor, as many weight bytes in flight)
+    # registers, no spill, 40 KB: 2 programs a multiprocessor, as many weight bytes in flight).
+    # With the transposed MMAs, at 02924e4 on an H200: +0.1..+0.7 us a MoE layer at 2-16 rows
+    # (alternated twice in one process; not kept)
     "down_block_256_8_warps": {("moe", "down_block"): "down_256", ("moe", "DOWN_WARPS"): 8},
     # the MMAs untransposed (x . W_tile^T: 16 rows force the synchronous MMA, the weight tile
     # through registers) in the linears (q_a|kv_a, q_b, o_proj) or in down (default: the

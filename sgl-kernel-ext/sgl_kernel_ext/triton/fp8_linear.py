@@ -40,13 +40,16 @@ GROUP = 128
 # ~300 B spilled at 4 warps: it did not know K a multiple of 16, as the GPU's JIT does; with
 # that known, test/srt/unit/sm90_compile.py resources lists none.)
 NUM_WARPS = 4
-# A program takes 82 KB of shared memory (3 stages), so two fit a multiprocessor: sized to
+# A program took 82 KB of shared memory (3 stages), so two fit a multiprocessor: sized to
 # at least 264 programs, q_a|kv_a's 287 and o_proj's 288 ran in 1.09 waves (ncu, H200:
 # results/ncu_moe_2aeab55.log). ONE_WAVE sizes the split K to at most TARGET_PROGRAMS: on an
 # H200 a layer without the indexer is 1.5-2 us faster at 1-4 rows, every kind 0.5-3 us at 16,
 # a layer with the indexer 1 us slower at 1-2 rows; the 78-layer step gains (tiling_probe_
 # 20261201T030547Z, T030553Z). 2 or 4 stages instead of 3 (with or without fitting 396
-# programs) were 0.4-7.6 us slower a layer.
+# programs) were 0.4-7.6 us slower a layer. Since one ``_tile`` serves both matrices (each
+# had its own pipeline buffers) and the MMAs run transposed (``swap``) a program takes 60 KB,
+# so three fit; sized for 396 programs a layer was still 0.3-5 us slower at 2-16 rows
+# (tiling_probe_20261201T173533Z: linear_programs_396).
 ONE_WAVE = True
 TARGET_PROGRAMS = 264
 # rows up to which the linears multiply without the tensor cores (_gemv_step), with their own
@@ -56,7 +59,10 @@ TARGET_PROGRAMS = 264
 # tiling_probe_20261201T052901Z, linear_gemv_*)
 GEMV_MAX_ROWS = 0
 GEMV_BLOCK_N = 64
-SWAP = True  # see swap()
+# see swap(). On an H200 the transposed MMAs make every layer kind 1-3.4 us faster at 1-2
+# rows and up to 2 at 4-8 (results/tiling_probe_20261201T172804Z: linear_no_swap); ptxas
+# gives the linears 64-78 registers instead of 90-94 (CPU compile)
+SWAP = True
 # K elements the transposed (asynchronous) fp8 MMA accumulates at the tensor cores' reduced
 # precision before Triton adds them into fp32 (None: Triton's default, the whole 128-column
 # group). Read at compile time: set it before the first launch (benchmark/numerics_probe.py).

@@ -637,16 +637,25 @@ def gate_up_tiling(m: int, dense: bool = False) -> tuple:
 # registers at 4 warps (3 programs, 12 warps a multiprocessor; ncu at 16 rows, cold: 49.7 us,
 # 2.55 TB/s, results/ncu_attn_down_16_144e7ca.log) and 110 at 8 (2 programs, 16 warps)
 DOWN_WARPS = 4
-# the same form's pipeline stages and register cap (None: ptxas' choice) in a MoE layer: 2
-# stages and 128 registers (24 KB of shared memory, no spill: 4 programs a multiprocessor
+# the same form's pipeline stages and register cap (None: ptxas' choice) in a MoE layer,
+# measured with the untransposed MMAs (before DOWN_SWAP): 2 stages and 128 registers (24 KB of shared memory, no spill: 4 programs a multiprocessor
 # where 3 and 146 registers gave 3) make a MoE layer 1.5, 3.3, 4.3 and 5.5 us faster at 2, 4,
 # 8 and 16 rows on an H200; the cap alone 0.8-2.9, 2 stages alone 1-2, 1 stage with the cap
 # as 2 at 4-8 rows but +1 at 16 (results/tiling_probe_20261201T152205Z, T152501Z). The dense
 # MLP's down (DENSE_DOWN: 8 warps, 60-78 registers) keeps 3 stages: 2 are 5.8 us slower a
 # dense layer at 4-16 rows (T152501Z: down_3_stages)
 DOWN_STAGES = 2
-DOWN_MAXNREG = 128
+DOWN_MAXNREG_FEW_ROWS = 128
+# With the MMAs transposed (DOWN_SWAP: the weight tile as wgmma's 64-row side, read from
+# shared memory; the untransposed synchronous MMA staged it through registers) ptxas gives
+# down 105 registers at 128 columns (146 before), 96 under a 96 cap, no spill (CPU compile):
+# 5 programs a multiprocessor (38 KB each). On an H200 the transposed MMAs make a MoE layer
+# 1-4 us faster at 2-16 rows (results/tiling_probe_20261201T172804Z: down_no_swap), and the
+# 96 cap another 1.7-3.2 at 8-16 rows, -0.2..-0.4 at 4, but +0.7..+1.6 at 2
+# (T173533Z: down_maxnreg_96 against 128), hence from DOWN_MAXNREG_FROM_ROWS.
 DOWN_SWAP = True
+DOWN_MAXNREG = 96
+DOWN_MAXNREG_FROM_ROWS = 4
 # Tried: down from 3 rows as 2, 4 or 8 programs a column tile (128 or 64 columns), each looping
 # over every lanes-th slot with K unrolled, so Triton's pipeline could load the next slots'
 # weight tiles during one's MMAs (168-180 registers at 128 columns: ptxas, CPU). Bitwise the
@@ -662,6 +671,11 @@ def down_block(m: int) -> int:
     if m <= GEMV_MAX_ROWS:
         return DOWN_GEMV_BLOCK
     return 64 if m == 1 else 128
+
+
+def down_maxnreg(m: int):
+    """Register cap of down on the tensor cores in a MoE layer at m rows (None: ptxas')."""
+    return DOWN_MAXNREG if m >= DOWN_MAXNREG_FROM_ROWS else DOWN_MAXNREG_FEW_ROWS
 
 
 def down_swap(block_n: int, gemv: bool) -> bool:
@@ -751,7 +765,7 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         SWAP=down_swap(block_n, gemv),
         num_warps=num_warps,
         num_stages=DOWN_STAGES if moe_mma else 3, **overlap.launch_kw(),
-        **({"maxnreg": DOWN_MAXNREG} if moe_mma and DOWN_MAXNREG else {}),
+        **({"maxnreg": cap} if moe_mma and (cap := down_maxnreg(m)) else {}),
     )
     _sum_terms_kernel[(m, triton.cdiv(h, SUM_BLOCK))](
         terms, positions, out, h, TERMS=n_terms, BLOCK=SUM_BLOCK, PDL=overlap.enabled(),

@@ -45,11 +45,16 @@ UNVERIFIED_ENV = "SGLANG_FUSED_DECODE_UNVERIFIED"
 NUMERICS = {
     # H200, one TP8 rank, 48 cases: measured max y 0.040, residual 0.0043, kv 0.0035, flips 0
     # (1 in earlier runs of the same cases)
-    # (benchmark/results/fused_layer_numerics_h200_65b472b.json)
+    # (benchmark/results/fused_layer_numerics_h200_65b472b.json). The written KV rows are bf16,
+    # so one rounding that differs from the reference's at their largest element is up to
+    # 2^-7 of it: kv_written_rel allows that (0.008). With the transposed MMAs (fp8_linear.
+    # swap) the 36 reference cases measured kv 0.0053, y 0.033, residual 0.0043; untransposed
+    # 0.0035, 0.039, 0.0043; transposed with fp32 adds every 32 K elements 0.0067: a rounding
+    # lottery, not accumulation precision (results/numerics_probe_*_20261201T1731*.json).
     "fused_layer": {
         "y_rel": 0.05,
         "residual_rel": 0.008,
-        "kv_written_rel": 0.005,
+        "kv_written_rel": 0.008,
         "topk_overlap": 0.99,
         "max_routing_flips": 1,  # rows whose own expert choice differs (near-ties)
         "measured_by": "test/srt/kernels/test_fused_layer.py::test_matches_reference",
