@@ -6,6 +6,10 @@ export PYTHONPATH=python:sgl-kernel-ext:.
 export TRITON_CACHE_DIR="$PWD/.cache/triton"
 L="$PWD/.cache/logs"
 mkdir -p "$TRITON_CACHE_DIR" "$L"
+# the device's copy of the tree may carry a stale .git: results name BENCH_COMMIT when set
+if [ -z "${BENCH_COMMIT:-}" ]; then
+  echo "warning: BENCH_COMMIT unset; results will name this copy's HEAD, which may be stale" >&2
+fi
 if [ -f .cache/triton.tgz ]; then tar xzf .cache/triton.tgz -C .cache && echo "triton cache restored"; fi
 
 # compute-sanitizer memcheck and racecheck on the fused layer at small shapes, each within
