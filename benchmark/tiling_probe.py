@@ -39,6 +39,15 @@ WIDE_GATE_UP = ((64, 2, 2), (32, 2, 1), (32, 2, 2), (64, 4, 1), (128, 2, 1), (16
                 (64, 2, 1))
 
 
+def _linear_tiles(block_n, groups):
+    """fp8_linear.tiling with `block_n` columns and `groups` groups a step (split K sized as
+    its default sizes it)."""
+    from sgl_kernel_ext.triton import fp8_linear as f
+
+    return lambda n, k: (block_n, groups, f.choose_split(n, k, block_n, groups, f.TARGET_PROGRAMS,
+                                                         f.ONE_WAVE))
+
+
 def _linear_split(original, n, k, split):
     """fp8_linear.tiling with `split` K chunks for the [n, k] matrices (o_proj's 6144 x 2048,
     which an indexer layer's q_b | wq_b shares; q_b's 2048 x 2048 without the indexer)."""
@@ -235,6 +244,10 @@ VARIANTS = {
     # the linears' split K sized for 3 programs a multiprocessor (60 KB of shared memory each
     # since one _tile serves both matrices and the MMAs run transposed; default 2)
     "linear_programs_396": {("fp8_linear", "TARGET_PROGRAMS"): 396},
+    # the linears in tiles of 128 columns (the transposed MMA's two 64-row halves), 2 or 1
+    # groups a step (default 64 columns, 2 groups)
+    "linear_block_128": {("fp8_linear", "tiling"): "linear_128_2"},
+    "linear_block_128_1_group": {("fp8_linear", "tiling"): "linear_128_1"},
     # a MoE layer's gate/up in 2 pipeline stages from 9 or 12 rows, or at no row count
     # (default: from moe.GATE_UP_2_STAGES_FROM_ROWS)
     **{f"gate_up_2_stages_from_{r}": {("moe", "GATE_UP_2_STAGES_FROM_ROWS"): r} for r in (9, 12)},
@@ -285,6 +298,7 @@ def main():
                   for n, g, s in ((16, 2, 4), (64, 2, 4), (32, 1, 4), (32, 4, 4), (16, 4, 2))},
                **{f"wide_gu_{n}_{g}_{k}": _wide_tiling(moe.gate_up_tiling, (n, g, k))
                   for n, g, k in WIDE_GATE_UP},
+               "linear_128_2": _linear_tiles(128, 2), "linear_128_1": _linear_tiles(128, 1),
                **{f"{name}_split_{s}": _linear_split(fp8_linear.tiling, *shape, s)
                   for name, (shape, splits) in LINEAR_SPLITS.items() for s in splits}}
     dev = torch.device("cuda")
