@@ -336,7 +336,9 @@ def tiling(n: int, k: int) -> tuple:
     On an H200 (results/gemv_probe_h200_f1d7a26.json) o_proj and q_b alone run ~25% faster
     with one group per step over ~528 programs (split 6), but their consumers (the add+RMSNorm
     and the absorb, which sum the split partials) then lose more than that in the layer
-    (decode_layer_20261130T112756Z): two groups over ~264 programs (split 3) is kept."""
+    (decode_layer_20261130T112756Z): two groups over ~264 programs (split 3) is kept. With the
+    MMAs transposed (``swap``), tiles of 128 columns were 1.3-6.7 us slower a layer at 1-16
+    rows with 2 groups a step, and up to 7.9 with 1 (tiling_probe_20261201T174706Z)."""
     return 64, 2, choose_split(n, k, 64, 2, TARGET_PROGRAMS, ONE_WAVE)
 
 
