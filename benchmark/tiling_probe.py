@@ -36,7 +36,7 @@ def _wide_tiling(original, tiling):
 
 
 WIDE_GATE_UP = ((64, 2, 2), (32, 2, 1), (32, 2, 2), (64, 4, 1), (128, 2, 1), (16, 2, 1), (16, 4, 1),
-                (64, 2, 1))
+                (64, 2, 1), (32, 4, 1))
 
 
 def _linear_tiles(block_n, groups):
@@ -241,6 +241,13 @@ VARIANTS = {
     "linear_no_swap": {("fp8_linear", "SWAP"): False},
     "down_no_swap": {("moe", "DOWN_SWAP"): False},
     "gate_up_no_swap": {("moe", "GATE_UP_SWAP"): False},
+    # gate and up as two 32-row synchronous MMAs, not one stacked 64-row transposed one
+    # (moe.GATE_UP_STACK); or stacked at 64 columns too (128 rows, default two 64-row swaps)
+    "gate_up_no_stack": {("moe", "GATE_UP_STACK"): False},
+    "gate_up_stack_64": {("moe", "GATE_UP_STACK_COLUMNS"): (32, 64)},
+    # a MoE layer's gate/up in 32-column tiles at every row count from 3 (default 64 at
+    # moe.GATE_UP_64_COLUMN_ROWS)
+    "gate_up_32_always": {("moe", "GATE_UP_64_COLUMN_ROWS"): range(0)},
     # the linears' split K sized for 3 programs a multiprocessor (60 KB of shared memory each
     # since one _tile serves both matrices and the MMAs run transposed; default 2)
     "linear_programs_396": {("fp8_linear", "TARGET_PROGRAMS"): 396},

@@ -31,7 +31,7 @@ from . import bf16_linear, fp8_linear, overlap
 from .arrival import arrive_last
 from .bf16_linear import _bf16_linear_prefetch, _bf16_linear_task
 from .fp8_linear import (_fp8_group_dot, _gemv_step, _scaled_dot, block_m, grid_shape,
-                         interpreting)
+                         group_x, interpreting)
 from .overlap import prefetch_rows, stage_begin
 from .quant import sum_parts, to_e4m3
 
@@ -243,26 +243,64 @@ def _gate_up_prefetch(tile, slot, split, K, I, sgq_ptr, suq_ptr, k_chunk,
 @triton.jit
 def _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                   gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
-                  sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk,
+                  sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr,
+                  gu_part_ptr, SLOTS, k_chunk,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                   SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr, GEMV: tl.constexpr,
-                  SWAP: tl.constexpr = False):
+                  SWAP: tl.constexpr = False, STACK: tl.constexpr = False):
+    """gu_dq, gu_ds (sgu_*: the shared expert's): elements from a routed expert's gate rows
+    (scales) to its up rows (``up_offsets``), for the STACK form."""
     n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
     if slot < n:
         g_q, g_s = _expert_weights(e, E, gq_ptr, gs_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr)
         u_q, u_s = _expert_weights(e, E, uq_ptr, us_ptr, q_stride_e, s_stride_e, suq_ptr, sus_ptr)
-        _gate_up_tile(tile, slot, split, xq_ptr, sx_ptr, M, K, I, g_q, g_s, u_q, u_s, act_ptr,
+        _gate_up_tile(tile, slot, split, xq_ptr, sx_ptr, M, K, I, g_q, g_s, u_q, u_s,
+                      tl.where(e == E, sgu_dq, gu_dq), tl.where(e == E, sgu_ds, gu_ds), act_ptr,
                       gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET,
-                      GEMV, SWAP)
+                      GEMV, SWAP, STACK)
 
 
 @triton.jit
-def _gate_up_tile(tile, slot, split, xq_ptr, sx_ptr, M, K, I, g_q, g_s, u_q, u_s, act_ptr,
-                  gu_part_ptr, SLOTS, k_chunk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                  GROUPS: tl.constexpr, SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr,
-                  GEMV: tl.constexpr, SWAP: tl.constexpr):
+def _stacked_dots(xq_ptr, sx_ptr, M, K, I, g_q, g_s, up_dq, up_ds, tile, kb0, kb_end,
+                  BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
+                  INTERPRET: tl.constexpr):
+    """(g, u), fp32 [BLOCK_M, BLOCK_N] each, of the K groups kb0..kb_end from one weight
+    tile of 2 * BLOCK_N rows a group, gate and up interleaved (row 2c: column c's gate row,
+    2c + 1 its up row), multiplied transposed (fp8_linear.swap): a 32-column tile becomes
+    a 64-row MMA, wgmma's size, where gate and up apart would be two 32-row synchronous ones.
+    Every row is one base pointer plus an offset (the up rows' is up_dq further), so the loads
+    stay asynchronous copies."""
+    r = tl.arange(0, 2 * BLOCK_N)
+    col = tile * BLOCK_N + r // 2
+    n_ok = col < I
+    up = r % 2
+    row_q = col * K + up * up_dq
+    kblocks = tl.cdiv(K, 128)
+    row_s = (col // 128) * kblocks + up * up_ds
+    acc = tl.zeros((2 * BLOCK_N, BLOCK_M), dtype=tl.float32)
+    for kb in range(kb0, kb_end, GROUPS):
+        for j in tl.static_range(GROUPS):
+            kk = tl.minimum(kb + j, kb_end - 1)
+            k = kk * 128 + tl.arange(0, 128)
+            k_ok = k < K
+            w = tl.load(g_q + row_q[:, None] + k[None, :], mask=n_ok[:, None] & k_ok[None, :],
+                        other=0.0)
+            sw = tl.load(g_s + row_s + kk, mask=n_ok, other=0.0)
+            x, sx = group_x(xq_ptr, sx_ptr, M, K, kk, BLOCK_M)
+            acc += _scaled_dot(x, sx, w, sw, INTERPRET, True) * (kb + j < kb_end).to(tl.float32)
+    g, u = tl.split(tl.reshape(tl.trans(acc), (BLOCK_M, BLOCK_N, 2)))
+    return g, u
+
+
+@triton.jit
+def _gate_up_tile(tile, slot, split, xq_ptr, sx_ptr, M, K, I, g_q, g_s, u_q, u_s, up_dq, up_ds,
+                  act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M: tl.constexpr,
+                  BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, SPLIT_K: tl.constexpr,
+                  INTERPRET: tl.constexpr, GEMV: tl.constexpr, SWAP: tl.constexpr,
+                  STACK: tl.constexpr):
     """Program (tile, slot, split) of gate/up given its expert's weights (SWAP: the MMAs
-    transposed, fp8_linear.swap)."""
+    transposed, fp8_linear.swap; STACK: gate and up as one transposed MMA, ``_stacked_dots``,
+    the up rows up_dq elements and their scales up_ds past the gate's)."""
     offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -282,6 +320,9 @@ def _gate_up_tile(tile, slot, split, xq_ptr, sx_ptr, M, K, I, g_q, g_s, u_q, u_s
             wu = tl.load(u_q + at, mask=w_ok, other=0.0)
             g = _gemv_step(g, wg, xq_ptr, sx_ptr, M, K, g_s, n_block, k, k_ok, BLOCK_M)
             u = _gemv_step(u, wu, xq_ptr, sx_ptr, M, K, u_s, n_block, k, k_ok, BLOCK_M)
+    elif STACK:
+        g, u = _stacked_dots(xq_ptr, sx_ptr, M, K, I, g_q, g_s, up_dq, up_ds, tile, kb0, kb_end,
+                             BLOCK_M, BLOCK_N, GROUPS, INTERPRET)
     else:
         if SWAP:
             g = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
@@ -310,11 +351,12 @@ def _gate_up_tile(tile, slot, split, xq_ptr, sx_ptr, M, K, I, g_q, g_s, u_q, u_s
 @triton.jit
 def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
-                    sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk,
-                    arrivals_ptr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                    GROUPS: tl.constexpr, SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr,
-                    PDL: tl.constexpr, TAIL: tl.constexpr, GEMV: tl.constexpr,
-                    SHARED_EARLY: tl.constexpr, SWAP: tl.constexpr):
+                    sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr,
+                    gu_part_ptr, SLOTS, k_chunk, arrivals_ptr, BLOCK_M: tl.constexpr,
+                    BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, SPLIT_K: tl.constexpr,
+                    INTERPRET: tl.constexpr, PDL: tl.constexpr, TAIL: tl.constexpr,
+                    GEMV: tl.constexpr, SHARED_EARLY: tl.constexpr, SWAP: tl.constexpr,
+                    STACK: tl.constexpr):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     split = tl.program_id(2)
@@ -323,16 +365,17 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
         # two kernels back, so its programs multiply before the wait (overlap's rule 1;
         # nothing running reads or writes their outputs)
         _gate_up_tile(tile, 0, split, xq_ptr, sx_ptr, M, K, I, sgq_ptr, sgs_ptr, suq_ptr,
-                      sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N, GROUPS,
-                      SPLIT_K, INTERPRET, GEMV, SWAP)
+                      sus_ptr, sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M,
+                      BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK)
         stage_begin(PDL)
     else:
         _gate_up_prefetch(tile, slot, split, K, I, sgq_ptr, suq_ptr, k_chunk, BLOCK_N, PDL)
         stage_begin(PDL)
         _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr,
                       num_slots_ptr, gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
-                      sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr, gu_part_ptr, SLOTS, k_chunk,
-                      BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP)
+                      sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr,
+                      gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET,
+                      GEMV, SWAP, STACK)
     if TAIL:  # the last K chunk of (tile, slot) to finish sums the chunks and applies SwiGLU
         if arrive_last(arrivals_ptr + slot * tl.num_programs(0) + tile, SPLIT_K):
             _swiglu_task(slot, tile, gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS, SPLIT_K,
@@ -616,6 +659,29 @@ GATE_UP_64_COLUMN_ROWS = range(9, 13)
 # keeps 3 (2 are 2-7 us slower at 2-16 rows, T152501Z)
 GATE_UP_2_STAGES_FROM_ROWS = 16
 GATE_UP_SWAP = True  # tiles of 64 columns and more: fp8_linear.swap
+# tile widths at which gate and up are stacked into one transposed MMA of twice the rows
+# (_stacked_dots): 32 columns, alone too narrow for wgmma's 64 (fp8_linear.swap)
+GATE_UP_STACK = True
+GATE_UP_STACK_COLUMNS = (32,)
+
+
+def gate_up_stack(block_n: int, gemv: bool) -> bool:
+    """Whether gate/up multiplies gate and up as one stacked transposed MMA (``_stacked_dots``)."""
+    return GATE_UP_STACK and not gemv and block_n in GATE_UP_STACK_COLUMNS
+
+
+def up_offsets(gate_q: torch.Tensor, gate_s: torch.Tensor, up_q: torch.Tensor,
+               up_s: torch.Tensor) -> tuple:
+    """(elements from gate_q to up_q, from gate_s to up_s): where an expert's up rows lie
+    relative to its gate rows, one offset for every expert of a stack (same strides)."""
+    out = []
+    for g, u in ((gate_q, up_q), (gate_s, up_s)):
+        assert g.dtype == u.dtype and g.shape == u.shape and g.stride() == u.stride(), \
+            "gate and up must be alike"
+        delta = u.data_ptr() - g.data_ptr()
+        assert delta % g.element_size() == 0, "up must lie a whole number of elements from gate"
+        out.append(delta // g.element_size())
+    return tuple(out)
 
 
 def gate_up_tiling(m: int, dense: bool = False) -> tuple:
@@ -725,11 +791,14 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         xq, sx, m, k, inter, num_experts, slot_expert, num_slots,
         gate_q, gate_s, up_q, up_s, gate_q.stride(0) if gate_q.dim() == 3 else 0,
         gate_s.stride(0) if gate_s.dim() == 3 else 0,
-        shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts, slots, k_chunk,
-        arrivals if tail else num_slots,
+        shared_gate_q, shared_gate_s, shared_up_q, shared_up_s,
+        *up_offsets(gate_q, gate_s, up_q, up_s),
+        *up_offsets(shared_gate_q, shared_gate_s, shared_up_q, shared_up_s),
+        act, gu_parts, slots, k_chunk, arrivals if tail else num_slots,
         BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, SPLIT_K=split_k,
         INTERPRET=interpreting(), PDL=overlap.enabled(), TAIL=tail, GEMV=gemv,
         SHARED_EARLY=shared_early, SWAP=fp8_linear.swap(block_n, gemv, GATE_UP_SWAP),
+        STACK=gate_up_stack(block_n, gemv),
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
         num_stages=2 if num_experts and m >= GATE_UP_2_STAGES_FROM_ROWS else 3,
         **overlap.launch_kw(),

@@ -157,7 +157,7 @@ def _layer_kernel(
     slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr,
     # gate/up, SwiGLU, down, sum
     I, gq_ptr, gs_ptr, uq_ptr, us_ptr, gu_q_stride, gu_s_stride, sgq_ptr, sgs_ptr, suq_ptr,
-    sus_ptr, act_ptr, gu_parts_ptr, slots, gu_tiles, gu_chunk,
+    sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr, gu_parts_ptr, slots, gu_tiles, gu_chunk,
     dq_ptr, ds_ptr, d_q_stride, d_s_stride, sdq_ptr, sds_ptr, terms_ptr, down_tiles, y_ptr,
     # compile-time shape
     BLOCK_M: tl.constexpr, BLOCK_HID: tl.constexpr, HAS_RES: tl.constexpr,
@@ -175,6 +175,7 @@ def _layer_kernel(
     GU_BN: tl.constexpr, GU_GROUPS: tl.constexpr, GU_SPLIT: tl.constexpr, BLOCK_I: tl.constexpr,
     DOWN_BN: tl.constexpr, TERMS: tl.constexpr, SUM_BLOCK: tl.constexpr,
     SWAP: tl.constexpr = False, DOWN_SWAP: tl.constexpr = False, GU_SWAP: tl.constexpr = False,
+    GU_STACK: tl.constexpr = False,
 ):
     # stage ends in the task numbering
     e_norm1 = n_norm1
@@ -346,9 +347,9 @@ def _layer_kernel(
                 _wait(counters_ptr, S_NORM2, n_norm2)
             _gate_up_task(tile, slot, split, x2q_ptr, x2s_ptr, M, H, I, E, slot_expert_ptr,
                           num_slots_ptr, gq_ptr, gs_ptr, uq_ptr, us_ptr, gu_q_stride,
-                          gu_s_stride, sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, act_ptr,
-                          gu_parts_ptr, slots, gu_chunk, BLOCK_M, GU_BN, GU_GROUPS, GU_SPLIT,
-                          INTERPRET, False, GU_SWAP)
+                          gu_s_stride, sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, gu_dq, gu_ds,
+                          sgu_dq, sgu_ds, act_ptr, gu_parts_ptr, slots, gu_chunk, BLOCK_M, GU_BN,
+                          GU_GROUPS, GU_SPLIT, INTERPRET, False, GU_SWAP, GU_STACK)
             _signal(counters_ptr, S_GATE_UP)
         elif t < e_swiglu:
             if GU_SPLIT > 1:

@@ -154,7 +154,12 @@ def step(layer, hidden: torch.Tensor, residual, batch: RowBatch, topk_prev, m: i
         I=inter, gq_ptr=routed.gate.q, gs_ptr=routed.gate.s, uq_ptr=routed.up.q,
         us_ptr=routed.up.s, gu_q_stride=stack_stride(routed.gate.q),
         gu_s_stride=stack_stride(routed.gate.s), sgq_ptr=shared.gate.q, sgs_ptr=shared.gate.s,
-        suq_ptr=shared.up.q, sus_ptr=shared.up.s, act_ptr=act, gu_parts_ptr=gu_parts,
+        suq_ptr=shared.up.q, sus_ptr=shared.up.s,
+        **dict(zip(("gu_dq", "gu_ds"), moe.up_offsets(routed.gate.q, routed.gate.s, routed.up.q,
+                                                      routed.up.s))),
+        **dict(zip(("sgu_dq", "sgu_ds"), moe.up_offsets(shared.gate.q, shared.gate.s,
+                                                        shared.up.q, shared.up.s))),
+        act_ptr=act, gu_parts_ptr=gu_parts,
         slots=n_slots, gu_tiles=gu_tiles, gu_chunk=gu_chunk,
         dq_ptr=routed.down.q, ds_ptr=routed.down.s, d_q_stride=stack_stride(routed.down.q),
         d_s_stride=stack_stride(routed.down.s), sdq_ptr=shared.down.q, sds_ptr=shared.down.s,
@@ -180,6 +185,7 @@ def step(layer, hidden: torch.Tensor, residual, batch: RowBatch, topk_prev, m: i
         SUM_BLOCK=moe.SUM_BLOCK, SWAP=fp8_linear.swap(bn),
         DOWN_SWAP=moe.down_swap(down_bn, False),
         GU_SWAP=fp8_linear.swap(gu_bn, False, moe.GATE_UP_SWAP),
+        GU_STACK=moe.gate_up_stack(gu_bn, False),
     )
     persistent.launch(args, const, hidden.device)
     return v("y"), res, topk
