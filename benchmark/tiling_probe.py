@@ -36,7 +36,7 @@ def _wide_tiling(original, tiling):
 
 
 WIDE_GATE_UP = ((64, 2, 2), (32, 2, 1), (32, 2, 2), (64, 4, 1), (128, 2, 1), (16, 2, 1), (16, 4, 1),
-                (64, 2, 1), (32, 4, 1))
+                (64, 2, 1), (32, 4, 1), (32, 1, 1))
 
 
 def _linear_tiles(block_n, groups):
@@ -257,7 +257,9 @@ VARIANTS = {
     "linear_block_128_1_group": {("fp8_linear", "tiling"): "linear_128_1"},
     # a MoE layer's gate/up in 2 pipeline stages from 9 or 12 rows, or at no row count
     # (default: from moe.GATE_UP_2_STAGES_FROM_ROWS)
-    **{f"gate_up_2_stages_from_{r}": {("moe", "GATE_UP_2_STAGES_FROM_ROWS"): r} for r in (9, 12)},
+    **{f"gate_up_2_stages_from_{r}": {("moe", "GATE_UP_2_STAGES_FROM_ROWS"): r}
+       for r in (2, 3, 9, 12)},
+    "dense_gate_up_2_stages": {("moe", "DENSE_GATE_UP_STAGES"): 2},
     "gate_up_3_stages": {("moe", "GATE_UP_2_STAGES_FROM_ROWS"): 1 << 30},
     # a MoE layer's gate/up from 5 rows in one tiling (BLOCK_N, GROUPS, SPLIT_K; default
     # moe.gate_up_tiling's, 32 or 64 columns, 2 groups a step, no split K): a split K gives

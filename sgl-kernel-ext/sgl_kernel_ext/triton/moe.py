@@ -658,6 +658,14 @@ GATE_UP_64_COLUMN_ROWS = range(9, 13)
 # 16 rows (how many programs find an expert, against how many fit at once). The dense MLP's
 # keeps 3 (2 are 2-7 us slower at 2-16 rows, T152501Z)
 GATE_UP_2_STAGES_FROM_ROWS = 16
+DENSE_GATE_UP_STAGES = 3
+
+
+def gate_up_stages(m: int, dense: bool) -> int:
+    """Pipeline stages of gate/up on the tensor cores at m rows."""
+    if dense:
+        return DENSE_GATE_UP_STAGES
+    return 2 if m >= GATE_UP_2_STAGES_FROM_ROWS else 3
 GATE_UP_SWAP = True  # tiles of 64 columns and more: fp8_linear.swap
 # tile widths at which gate and up are stacked into one transposed MMA of twice the rows
 # (_stacked_dots): 32 columns, alone too narrow for wgmma's 64 (fp8_linear.swap)
@@ -800,7 +808,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         SHARED_EARLY=shared_early, SWAP=fp8_linear.swap(block_n, gemv, GATE_UP_SWAP),
         STACK=gate_up_stack(block_n, gemv),
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
-        num_stages=2 if num_experts and m >= GATE_UP_2_STAGES_FROM_ROWS else 3,
+        num_stages=gate_up_stages(m, not num_experts),
         **overlap.launch_kw(),
     )
     if split_k > 1 and not tail:
