@@ -260,6 +260,11 @@ VARIANTS = {
     **{f"gate_up_2_stages_from_{r}": {("moe", "GATE_UP_2_STAGES_FROM_ROWS"): r}
        for r in (2, 3, 9, 12)},
     "dense_gate_up_2_stages": {("moe", "DENSE_GATE_UP_STAGES"): 2},
+    # gate/up on the tensor cores in `s` stages and `g` groups a step at every row count and
+    # layer kind (default: moe.gate_up_stages, gate_up_tiling)
+    **{f"gate_up_stages_{s}": {("moe", "GATE_UP_STAGES"): s} for s in (2, 3)},
+    **{f"gate_up_groups_1_stages_{s}": {("moe", "GATE_UP_GROUPS"): 1, ("moe", "GATE_UP_STAGES"): s}
+       for s in (3, 4)},
     "gate_up_3_stages": {("moe", "GATE_UP_2_STAGES_FROM_ROWS"): 1 << 30},
     # a MoE layer's gate/up from 5 rows in one tiling (BLOCK_N, GROUPS, SPLIT_K; default
     # moe.gate_up_tiling's, 32 or 64 columns, 2 groups a step, no split K): a split K gives

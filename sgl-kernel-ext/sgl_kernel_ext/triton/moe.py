@@ -659,10 +659,14 @@ GATE_UP_64_COLUMN_ROWS = range(9, 13)
 # keeps 3 (2 are 2-7 us slower at 2-16 rows, T152501Z)
 GATE_UP_2_STAGES_FROM_ROWS = 16
 DENSE_GATE_UP_STAGES = 3
+GATE_UP_STAGES = None  # stages at every row count and layer kind when set (probes)
+GATE_UP_GROUPS = None  # groups a step on the tensor cores, every row count and kind (probes)
 
 
 def gate_up_stages(m: int, dense: bool) -> int:
     """Pipeline stages of gate/up on the tensor cores at m rows."""
+    if GATE_UP_STAGES is not None:
+        return GATE_UP_STAGES
     if dense:
         return DENSE_GATE_UP_STAGES
     return 2 if m >= GATE_UP_2_STAGES_FROM_ROWS else 3
@@ -700,6 +704,12 @@ def gate_up_tiling(m: int, dense: bool = False) -> tuple:
     none (results/tiling_probe_20261130T133200Z.json)."""
     if m <= GEMV_MAX_ROWS:
         return GATE_UP_GEMV_TILING
+    n, groups, split = _mma_gate_up_tiling(m, dense)
+    return n, GATE_UP_GROUPS or groups, split
+
+
+def _mma_gate_up_tiling(m: int, dense: bool) -> tuple:
+    """gate_up_tiling's on the tensor cores."""
     if dense and DENSE_GATE_UP_TILING is not None:
         return DENSE_GATE_UP_TILING
     if m <= 2:
