@@ -656,8 +656,10 @@ GATE_UP_64_COLUMN_ROWS = range(9, 13)
 # 64 columns 16 rows took 7 us more than 14 or 15; why is open: M = 16 compiled as a multiple
 # of 16 changes two lines of the PTX (CPU compile), so more likely the benchmark's routing at
 # 16 rows (how many programs find an expert, against how many fit at once). The dense MLP's
-# keeps 3 (2 are 2-7 us slower at 2-16 rows, T152501Z)
-GATE_UP_2_STAGES_FROM_ROWS = 16
+# keeps 3 (2 are 2-7 us slower at 2-16 rows, T152501Z). With the stacked MMAs (GATE_UP_STACK)
+# 2 stages are also 4.5-5.8 us faster at 13-15 rows (MoE with and without the indexer), the
+# same at 16 (results/tiling_probe_20261201T183149Z: gate_up_stages_2), hence from 13.
+GATE_UP_2_STAGES_FROM_ROWS = 13
 DENSE_GATE_UP_STAGES = 3
 GATE_UP_STAGES = None  # stages at every row count and layer kind when set (probes)
 GATE_UP_GROUPS = None  # groups a step on the tensor cores, every row count and kind (probes)
