@@ -186,6 +186,14 @@ VARIANTS = {
     "fp8_linear_fill_twice": {("fp8_linear", "ONE_WAVE"): False},
     # up to two waves of attention programs (default one: mla.ATTN_PROGRAMS)
     "attn_two_waves": {("mla", "ATTN_PROGRAMS"): 256},
+    # a row's top-k in a power-of-two number of chunks (before mla.attention_splits dealt
+    # blocks out unevenly: 8 chunks of 4 steps at 9-12 rows, now 11 of at most 3), or 128
+    # programs at most (12 rows then take 8 chunks)
+    "attn_pow2_splits": {("mla", "ATTN_POW2_SPLITS"): True, ("mla", "ATTN_PROGRAMS"): 128},
+    "attn_programs_128": {("mla", "ATTN_PROGRAMS"): 128},
+    # 3 loop steps (9-12 rows) with 3 stages or the first step preloaded (default 2, none)
+    "attn_3_stages_from_3_steps": {("mla", "ATTN_DOUBLE_BUFFER_FROM_STEPS"): 3},
+    "attn_preload_to_3_steps": {("mla", "ATTN_PRELOAD_MAX_STEPS"): 3},
     # gate/up at 1-2 rows (default 32 columns, 2 groups a step, K in 4 chunks)
     "gate_up_n16": {("moe", "gate_up_tiling"): "gu_16_2_4"},
     "gate_up_n64": {("moe", "gate_up_tiling"): "gu_64_2_4"},

@@ -116,8 +116,11 @@ ATTN_PRELOAD_MAX_STEPS = 2
 # two waves (ncu, H200: results/ncu_moe_2aeab55.log); 8 chunks, one wave, made each layer
 # kind 4-6 us faster (tiling_probe_20261201T030547Z, T030553Z: attn_min_splits_8), and one
 # wave against up to two is 3-6.5 us faster at 5, 6, 12 and 16 rows
-# (tiling_probe_20261201T031633Z: attn_two_waves)
-ATTN_PROGRAMS = 128
+# (tiling_probe_20261201T031633Z: attn_two_waves). 132: an H100 / H200 SXM's multiprocessors.
+ATTN_PROGRAMS = 132
+# chunks a row as the largest power of two within ATTN_PROGRAMS (before chunks that need not
+# divide the row: 8 at 9-16 rows, 4 loop steps; probes)
+ATTN_POW2_SPLITS = False
 # Tried: two programs a multiprocessor from 5 or 9 rows (twice the programs, registers capped
 # at 128: 84-104 B spilled, no first-step preload, whose rows take 128 KB of shared memory):
 # on an H200 a MoE layer 5 us slower at 16 rows and 8 at 8 (tiling_probe_20261201T152205Z:
@@ -355,12 +358,20 @@ def _absorb_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_f
 
 
 @triton.jit
-def _sparse_attn_prefetch(m, sp, chunk, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
+def _chunk_range(sp, nsp, nblk, BLOCK_T: tl.constexpr):
+    """[lo, hi): the top-k entries of chunk sp of nsp, a row's nblk blocks of BLOCK_T entries
+    dealt out evenly (chunks differ by at most one block)."""
+    return (sp * nblk // nsp) * BLOCK_T, ((sp + 1) * nblk // nsp) * BLOCK_T
+
+
+@triton.jit
+def _sparse_attn_prefetch(m, sp, nsp, nblk, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
                           stride_slots, C: tl.constexpr, R: tl.constexpr, BLOCK_T: tl.constexpr,
                           PDL: tl.constexpr):
     """The chunk's KV rows (the top-k and the cache rows must be complete already)."""
     if PDL:
-        for t0 in range(sp * chunk, (sp + 1) * chunk, BLOCK_T):
+        lo, hi = _chunk_range(sp, nsp, nblk, BLOCK_T)
+        for t0 in range(lo, hi, BLOCK_T):
             pt = tl.load(topk_ptr + m * stride_topk + t0 + tl.arange(0, BLOCK_T))
             pt = tl.minimum(pt, stride_slots - 1)
             pslot = tl.load(slots_ptr + m * stride_slots + tl.maximum(pt, 0), mask=pt >= 0,
@@ -471,13 +482,14 @@ def _attn_loop(m, q_lat, q_pe, lo, hi, m_i, l_i, acc, kv_cache_ptr, topk_ptr, st
 
 @triton.jit
 def _sparse_attn_task(m, sp, nsp, qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
-                      stride_slots, part_o_ptr, part_ml_ptr, NH, sm_scale, chunk,
+                      stride_slots, part_o_ptr, part_ml_ptr, NH, sm_scale, nblk,
                       C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
                       BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr, AHEAD: tl.constexpr):
-    """Row m's chunk sp (``_attn_loop``)."""
+    """Row m's chunk sp of nsp (``_chunk_range``, ``_attn_loop``)."""
     q_lat, q_pe = _attn_query(m, qcat_ptr, NH, C, R, BLOCK_H)
+    lo, hi = _chunk_range(sp, nsp, nblk, BLOCK_T)
     m_i, l_i, acc = _attn_loop(
-        m, q_lat, q_pe, sp * chunk, sp * chunk + chunk,
+        m, q_lat, q_pe, lo, hi,
         tl.full((BLOCK_H,), float("-inf"), tl.float32), tl.zeros((BLOCK_H,), tl.float32),
         tl.zeros((BLOCK_H, C), tl.float32), kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
         stride_slots, sm_scale, C, R, BLOCK_T, INTERPRET, AHEAD)
@@ -486,7 +498,7 @@ def _sparse_attn_task(m, sp, nsp, qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk,
 
 @triton.jit
 def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr, stride_slots,
-                        part_o_ptr, part_ml_ptr, NH, sm_scale, chunk,
+                        part_o_ptr, part_ml_ptr, NH, sm_scale, nblk,
                         C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
                         BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
                         AHEAD: tl.constexpr, PRELOAD: tl.constexpr):
@@ -496,8 +508,8 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
         # the chunk's first step: its top-k, slots and KV rows come from two or more kernels
         # back, so they are loaded into registers before the wait; after it the query (the
         # previous kernel's) is read, then the other steps run as the loop
-        lo = sp * chunk
-        slot, t_ok = _attn_step_slots(m, lo + tl.arange(0, BLOCK_T), lo + chunk, topk_ptr,
+        lo, hi = _chunk_range(sp, tl.num_programs(1), nblk, BLOCK_T)
+        slot, t_ok = _attn_step_slots(m, lo + tl.arange(0, BLOCK_T), hi, topk_ptr,
                                       stride_topk, slots_ptr, stride_slots)
         kv, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, tl.arange(0, C), tl.arange(0, R),
                                   C, R)
@@ -507,20 +519,20 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
             q_lat, q_pe, kv, kpe, t_ok, tl.full((BLOCK_H,), float("-inf"), tl.float32),
             tl.zeros((BLOCK_H,), tl.float32), tl.zeros((BLOCK_H, C), tl.float32), sm_scale,
             INTERPRET)
-        if chunk > BLOCK_T:
-            m_i, l_i, acc = _attn_loop(m, q_lat, q_pe, lo + BLOCK_T, lo + chunk, m_i, l_i, acc,
+        if hi - lo > BLOCK_T:
+            m_i, l_i, acc = _attn_loop(m, q_lat, q_pe, lo + BLOCK_T, hi, m_i, l_i, acc,
                                        kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
                                        stride_slots, sm_scale, C, R, BLOCK_T, INTERPRET, AHEAD)
         _attn_store(m, sp, tl.num_programs(1), m_i, l_i, acc, part_o_ptr, part_ml_ptr, NH, C,
                     BLOCK_H)
     else:
         # the top-k and the cache rows come from >= 2 kernels back
-        _sparse_attn_prefetch(m, sp, chunk, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
-                              stride_slots, C, R, BLOCK_T, PDL)
+        _sparse_attn_prefetch(m, sp, tl.num_programs(1), nblk, kv_cache_ptr, topk_ptr,
+                              stride_topk, slots_ptr, stride_slots, C, R, BLOCK_T, PDL)
         stage_begin(PDL)
         _sparse_attn_task(m, sp, tl.num_programs(1), qcat_ptr, kv_cache_ptr, topk_ptr,
                           stride_topk, slots_ptr, stride_slots, part_o_ptr, part_ml_ptr, NH,
-                          sm_scale, chunk, C, R, BLOCK_H, BLOCK_T, INTERPRET, AHEAD)
+                          sm_scale, nblk, C, R, BLOCK_H, BLOCK_T, INTERPRET, AHEAD)
 
 
 @triton.jit
@@ -735,12 +747,25 @@ def attention_block(topk: int) -> int:
 
 
 def attention_splits(rows: int, topk: int) -> int:
-    """How many top-k chunks a row's attention is split into: the largest power of two that
-    keeps rows x chunks within ATTN_PROGRAMS (32 at 1-4 rows, 16 at 5-8, 8 at 9-16), at
-    most one chunk per loop step."""
-    most = max(1, topk // attention_block(topk))
+    """How many chunks a row's top-k is split into: rows x chunks within ATTN_PROGRAMS (one
+    wave), as few loop steps a program as that allows (the longest chunk's blocks of
+    ``attention_block``), and of those the fewest chunks (32 at 1-4 rows, 16 at 5-8, 11 at
+    9-12, 8 at 13-16 of 2048 entries). Chunks need not divide the row (``_chunk_range``)."""
+    blocks = max(1, topk // attention_block(topk))
     fit = max(1, ATTN_PROGRAMS // max(rows, 1))
-    return min(most, 1 << (fit.bit_length() - 1))
+    if ATTN_POW2_SPLITS:
+        return min(blocks, 1 << (fit.bit_length() - 1))
+    steps = triton.cdiv(blocks, min(blocks, fit))
+    return triton.cdiv(blocks, steps)
+
+
+def attention_step(topk: int, splits: int) -> tuple:
+    """(BLOCK_T, blocks): top-k entries a loop step and blocks of them a row, so that every
+    one of `splits` chunks holds at least one block."""
+    block_t = min(ATTN_BLOCK_T, attention_block(topk), 1 << ((topk // splits).bit_length() - 1))
+    if topk % block_t:
+        raise ValueError(f"top-k {topk} is not a whole number of {block_t}-entry blocks")
+    return block_t, topk // block_t
 
 
 def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_ml, olat,
@@ -751,14 +776,13 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
     m, nh, _ = qcat.shape
     splits = part_o.shape[1]
     k = topk.shape[1]
-    block_t = min(ATTN_BLOCK_T, k // splits)
-    assert block_t & (block_t - 1) == 0, "the top-k chunks must be a power of two"
-    steps = k // (splits * block_t)
+    block_t, blocks = attention_step(k, splits)
+    steps = triton.cdiv(blocks, splits)  # the longest chunk's
     stages = 3 if steps >= ATTN_DOUBLE_BUFFER_FROM_STEPS else ATTN_STAGES
-    assert k % (splits * block_t) == 0 and topk.stride(1) == 1 and token_slots.stride(1) == 1
+    assert topk.stride(1) == 1 and token_slots.stride(1) == 1
     _sparse_attn_kernel[(m, splits)](
         qcat, kv_cache, topk, topk.stride(0), token_slots, token_slots.stride(0), part_o,
-        part_ml, nh, float(sm_scale), k // splits, C=kv_lora, R=rope,
+        part_ml, nh, float(sm_scale), blocks, C=kv_lora, R=rope,
         BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, INTERPRET=interpreting(),
         PDL=overlap.enabled(), AHEAD=ATTN_AHEAD, PRELOAD=steps <= ATTN_PRELOAD_MAX_STEPS,
         num_warps=ATTN_WARPS, num_stages=stages, **overlap.launch_kw())

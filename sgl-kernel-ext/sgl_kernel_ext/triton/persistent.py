@@ -148,7 +148,7 @@ def _layer_kernel(
     ln_w_ptr, ln_b_ptr, ln_eps, index_cache_ptr, q8_ptr, head_w_ptr, head_scale, scores_ptr,
     stride_scores, width, topk_ptr, stride_topk,
     # absorb, attention, combine, absorb_v
-    kvb_ptr, qcat_ptr, NH, sm_scale, part_o_ptr, part_ml_ptr, nsp, chunk, olat_ptr, oq_ptr,
+    kvb_ptr, qcat_ptr, NH, sm_scale, part_o_ptr, part_ml_ptr, nsp, nblk, olat_ptr, oq_ptr,
     os_ptr,
     # o_proj, norm2
     o_w_ptr, o_s_ptr, y_attn_ptr, o_tiles, o_chunk, post_norm_ptr, x2_ptr, x2q_ptr, x2s_ptr,
@@ -279,12 +279,12 @@ def _layer_kernel(
             m = i % M
             sp = i // M
             if not INDEXER:  # the top-k came from an earlier layer
-                _sparse_attn_prefetch(m, sp, chunk, kv_cache_ptr, topk_ptr, stride_topk,
+                _sparse_attn_prefetch(m, sp, nsp, nblk, kv_cache_ptr, topk_ptr, stride_topk,
                                       slots_ptr, stride_slots, C, ROPE, BLOCK_T, PF)
             _wait(counters_ptr, S_ABSORB, n_absorb)
             _sparse_attn_task(m, sp, nsp, qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk,
                               slots_ptr, stride_slots, part_o_ptr, part_ml_ptr, NH, sm_scale,
-                              chunk, C, ROPE, BLOCK_HEADS, BLOCK_T, INTERPRET, ATTN_AHEAD)
+                              nblk, C, ROPE, BLOCK_HEADS, BLOCK_T, INTERPRET, ATTN_AHEAD)
             _signal(counters_ptr, S_ATTN)
         elif t < e_combine:
             i = t - e_attn

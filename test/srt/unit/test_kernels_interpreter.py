@@ -405,7 +405,8 @@ def test_absorb_without_tensor_cores_is_the_dot_form(m, block_c, monkeypatch):
     assert float((gemv[..., :c] != dot[..., :c]).float().mean()) <= 0.05
 
 
-@pytest.mark.parametrize("splits", [1, 2, 4])  # 2, 1 and 1 loop steps a program
+# 2, 1, 1 or 2, and 1 loop steps a program (3: chunks of 1, 1 and 2 blocks of 32 entries)
+@pytest.mark.parametrize("splits", [1, 2, 3, 4])
 def test_attention_loading_ahead_is_bitwise_the_plain_loop(splits, monkeypatch):
     """The sparse attention with the next step's slots (ATTN_AHEAD 1) or also its KV rows (2)
     loaded before the step's math, and a program's first step's KV rows loaded before its

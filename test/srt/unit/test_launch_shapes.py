@@ -36,4 +36,8 @@ def test_fp8_linears_fit_one_wave_of_two_programs_a_multiprocessor(name, n, k):
 def test_attention_fits_one_wave_of_one_program_a_multiprocessor(rows):
     splits = mla.attention_splits(rows, CFG.index_topk)
     assert rows * splits <= H200_SMS, (rows, splits)
-    assert CFG.index_topk % (splits * mla.attention_block(CFG.index_topk)) == 0
+    block_t, blocks = mla.attention_step(CFG.index_topk, splits)
+    assert blocks * block_t == CFG.index_topk and splits <= blocks  # no chunk empty
+    fewest = -(-blocks // min(blocks, H200_SMS // rows))  # loop steps one wave allows
+    assert -(-blocks // splits) == fewest, (rows, splits)
+    assert -(-blocks // (splits - 1)) > fewest if splits > 1 else True  # no chunk to spare

@@ -70,9 +70,7 @@ def step(layer, hidden: torch.Tensor, residual, batch: RowBatch, topk_prev, m: i
         raise ValueError("top-k and token slots must be row-major")
     part_o, part_ml = layer._attention_parts(m)
     nsp = part_o.shape[1]
-    block_t = mla.attention_block(k)
-    if k % (nsp * block_t):
-        raise ValueError(f"top-k {k} does not split into {nsp} chunks of {block_t}")
+    block_t, blocks = mla.attention_step(k, nsp)
 
     mlp = lw.mlp
     if moe_layer:
@@ -141,7 +139,7 @@ def step(layer, hidden: torch.Tensor, residual, batch: RowBatch, topk_prev, m: i
         stride_topk=topk.stride(0),
         kvb_ptr=a.kv_b, qcat_ptr=v("qcat"), NH=nh,
         sm_scale=float(cfg.softmax_scale), part_o_ptr=part_o, part_ml_ptr=part_ml, nsp=nsp,
-        chunk=k // nsp, olat_ptr=v("olat"), oq_ptr=v("oq"), os_ptr=v("os"),
+        nblk=blocks, olat_ptr=v("olat"), oq_ptr=v("oq"), os_ptr=v("os"),
         o_w_ptr=a.o_proj.q, o_s_ptr=a.o_proj.s, y_attn_ptr=v("y_attn"), o_tiles=o_tiles,
         o_chunk=o_chunk, post_norm_ptr=lw.post_attention_norm, x2_ptr=v("x2"),
         x2q_ptr=v("x2q"), x2s_ptr=v("x2s"),
