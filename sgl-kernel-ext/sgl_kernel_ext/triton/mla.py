@@ -95,8 +95,10 @@ ATTN_BLOCK_T = 64  # top-k entries per loop step (at most a chunk's)
 # loop steps a program takes from which it runs 3 stages (Triton then double-buffers the KV rows
 # in shared memory, 168 KB): on an H200 at 16 rows (4 steps) -1.2..-2.0 us a layer, at 8 (2
 # steps) within +-0.4, at 1-2 (one) +0.6..+1.4 (tiling_probe_20261201T102833Z, T103529Z:
-# attn_3_stages). 128 entries a step instead: -2.6..+2.3 us at 8-16 rows (attn_block_128)
-ATTN_DOUBLE_BUFFER_FROM_STEPS = 4
+# attn_3_stages). 128 entries a step instead: -2.6..+2.3 us at 8-16 rows (attn_block_128).
+# At 3 steps (9-12 rows since attention_splits deals blocks out unevenly) 3 stages are 0.1-0.6
+# us faster a layer (tiling_probe_20261201T184405Z: attn_3_stages_from_3_steps)
+ATTN_DOUBLE_BUFFER_FROM_STEPS = 3
 # what a loop step of the attention loads for the next one before its own math
 # (_sparse_attn_task): 0 nothing, 1 the top-k entries and their cache slots, 2 also the KV rows.
 # On an H200, against 0: 1 is 0.5-1.0 us faster a layer at 1 and 4 rows, 1.6 (dense) and 5.0
@@ -119,7 +121,10 @@ ATTN_PRELOAD_MAX_STEPS = 2
 # (tiling_probe_20261201T031633Z: attn_two_waves). 132: an H100 / H200 SXM's multiprocessors.
 ATTN_PROGRAMS = 132
 # chunks a row as the largest power of two within ATTN_PROGRAMS (before chunks that need not
-# divide the row: 8 at 9-16 rows, 4 loop steps; probes)
+# divide the row: 8 at 9-16 rows, 4 loop steps; probes). On an H200 the uneven chunks (11 a
+# row, at most 3 steps) make a layer 1.4-2.0 us faster at 9-12 rows, MoE and dense, the same
+# elsewhere (tiling_probe_20261201T184405Z: attn_pow2_splits); 12 rows need the 132 programs
+# (attn_programs_128: +0.9..+1.9 there)
 ATTN_POW2_SPLITS = False
 # Tried: two programs a multiprocessor from 5 or 9 rows (twice the programs, registers capped
 # at 128: 84-104 B spilled, no first-step preload, whose rows take 128 KB of shared memory):
