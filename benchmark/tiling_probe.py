@@ -256,6 +256,11 @@ VARIANTS = {
     # a MoE layer's gate/up in 32-column tiles at every row count from 3 (default 64 at
     # moe.GATE_UP_64_COLUMN_ROWS)
     "gate_up_32_always": {("moe", "GATE_UP_64_COLUMN_ROWS"): range(0)},
+    # ... with 9-12 rows in the deep form (1 group, 4 stages) or in 2 stages
+    "gate_up_32_deep_9_12": {("moe", "GATE_UP_64_COLUMN_ROWS"): range(0),
+                             ("moe", "GATE_UP_DEEP_ROWS"): (2, 7, 8, 9, 10, 11, 12)},
+    "gate_up_32_2_stages_from_9": {("moe", "GATE_UP_64_COLUMN_ROWS"): range(0),
+                                   ("moe", "GATE_UP_2_STAGES_FROM_ROWS"): 9},
     # the linears' split K sized for 3 programs a multiprocessor (60 KB of shared memory each
     # since one _tile serves both matrices and the MMAs run transposed; default 2)
     "linear_programs_396": {("fp8_linear", "TARGET_PROGRAMS"): 396},
