@@ -645,7 +645,10 @@ DENSE_DOWN = (64, 8)
 # 9-10 and 5 us slower at 11-12 (results/tiling_probe_20261201T152820Z, T152836Z:
 # wide_gu_32_2_1). The steps follow the benchmark's routing (how many programs find an
 # expert), so this table is tuned to it. 16 columns (128 registers at 4 warps) were 34-73 us
-# slower a layer at 5-16 rows (T155229Z: wide_gu_16_2_1).
+# slower a layer at 5-16 rows (T155229Z: wide_gu_16_2_1). With the stacked MMAs
+# (GATE_UP_STACK), 32 columns at 9-12 rows in 3 stages were 6.5 us slower at 12
+# (T182326Z: gate_up_32_always); in the deep form or 2 stages within -1.6..+0.4 us a MoE
+# layer, -0.9..-3.8 with the indexer at 10 and 12, so no change (T185111Z).
 GATE_UP_64_COLUMN_ROWS = range(9, 13)
 
 # rows from which a MoE layer's gate/up runs in 2 pipeline stages rather than 3 (on the
