@@ -20,6 +20,11 @@ machine's). Pointers compile as 16-byte aligned, as the GPU's JIT sees torch's t
 
     TRITON_INTERPRET=1 python sm90_compile.py record-real real.json
     python sm90_compile.py resources real.json
+
+``loops`` (optionally ``loops real.json _sparse_attn_kernel``) disassembles each launch's
+sm_90a cubin with Triton's bundled nvdisasm and prints, for every loop, its instructions a
+warp per iteration by class (MMAs, asynchronous copies, global loads, barriers, integer
+work): a CPU measure of a kernel's per-step cost where the GPU is latency- or issue-bound.
 """
 
 from __future__ import annotations
@@ -27,6 +32,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import re
 import sys
 
 _TYPES = {
@@ -232,6 +238,78 @@ def resources(path: str) -> None:
               f"{consts}")
 
 
+# SASS opcodes by class, for ``loops``
+SASS_CLASSES = {
+    "mma": ("HMMA", "HGMMA", "IMMA", "QGMMA"),
+    "async_copy": ("LDGSTS", "UTMALDG", "UBLKCP"),
+    "global_load": ("LDG",),
+    "global_store": ("STG", "RED", "ATOM", "ATOMG"),
+    "shared": ("LDS", "LDSM", "STS", "STSM"),
+    "barrier": ("BAR", "DEPBAR", "LDGDEPBAR", "WARPGROUP", "SYNCS"),
+    "integer": ("IMAD", "IADD3", "ISETP", "LOP3", "SEL", "LEA", "SHF", "PLOP3", "IABS",
+                "VIADD", "IMNMX", "SGXT", "PRMT", "UIADD3", "UISETP", "ULEA", "USHF", "USEL",
+                "ULOP3", "UIMAD", "IMUL"),
+    "float": ("FFMA", "FMUL", "FADD", "FMNMX", "MUFU", "FSETP", "FSEL", "F2FP", "F2F", "FCHK"),
+}
+_OPCODE = re.compile(r"/\*[0-9a-f]+\*/\s+(?:@!?U?P[T0-9]+\s+)?([A-Z][A-Z0-9_]*)")
+_LABEL = re.compile(r"^(\.L_x_\d+):")
+_BRANCH = re.compile(r"\bBRA(?:\.[A-Z.]+)?\s+`\((\.L_x_\d+)\)")
+
+
+def sass_loops(sass: str) -> list:
+    """Every loop of nvdisasm's listing (a branch back to an earlier label), innermost
+    first: {"lines": (first, last), "instructions": n, class: count, ..., "other": n}."""
+    lines = sass.splitlines()
+    labels, loops = {}, []
+    for i, line in enumerate(lines):
+        label = _LABEL.match(line.strip())
+        if label:
+            labels[label.group(1)] = i
+            continue
+        branch = _BRANCH.search(line)
+        if branch and branch.group(1) in labels:
+            start = labels[branch.group(1)]
+            ops = [m.group(1) for m in map(_OPCODE.search, lines[start:i + 1]) if m]
+            row = {"lines": (start, i), "instructions": len(ops)}
+            for name, prefixes in SASS_CLASSES.items():
+                row[name] = sum(op in prefixes for op in ops)
+            row["other"] = len(ops) - sum(row[name] for name in SASS_CLASSES)
+            loops.append(row)
+    return sorted(loops, key=lambda r: r["instructions"])
+
+
+def loops(path: str, name: str = "") -> None:
+    """Print ``sass_loops`` of each recorded launch (of kernel `name` when given)."""
+    import subprocess
+    import tempfile
+    from pathlib import Path
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile as triton_compile
+
+    nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+    with open(path) as f:
+        specs = [s for s in json.load(f) if not name or s["name"] == name]
+    for spec in specs:
+        fn = getattr(importlib.import_module(spec["module"]), spec["name"])
+        constexprs, options = _gpu_constexprs(spec)
+        src = ASTSource(fn=fn, signature=spec["signature"], constexprs=constexprs,
+                        attrs=_aligned_pointers(fn, spec))
+        kernel = triton_compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+        with tempfile.TemporaryDirectory() as tmp:
+            cubin = Path(tmp) / "k.cubin"
+            cubin.write_bytes(kernel.asm["cubin"])
+            sass = subprocess.run([str(nvdisasm), "-c", str(cubin)], capture_output=True,
+                                  text=True, check=True).stdout
+        consts = {k: v for k, v in spec["constexprs"].items() if k not in ("INTERPRET", "PDL")}
+        print(f"{spec['name']} {options} {consts}")
+        for row in sass_loops(sass):
+            counts = " ".join(f"{k}={row[k]}" for k in (*SASS_CLASSES, "other") if row[k])
+            print(f"    loop at SASS lines {row['lines'][0]}-{row['lines'][1]}: "
+                  f"{row['instructions']} instructions a warp an iteration: {counts}")
+
+
 def _aligned_pointers(fn, spec) -> dict:
     """Every pointer argument 16-byte aligned, as the GPU's JIT specializes torch's tensors:
     with it loads become asynchronous copies that a loop may pipeline through shared memory
@@ -311,5 +389,7 @@ if __name__ == "__main__":
         record(path, real=mode != "record", persistent_too=mode == "record-real")
     elif mode == "resources":
         resources(path)
+    elif mode == "loops":
+        loops(path, sys.argv[3] if len(sys.argv) > 3 else "")
     else:
         sys.exit(1 if compile_all(path) else 0)

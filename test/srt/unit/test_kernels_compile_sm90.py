@@ -36,3 +36,28 @@ def test_every_launch_compiles_for_sm90(tmp_path):
 
 def test_every_real_shape_stage_launch_fits_sm90(tmp_path):
     _record_and_compile("record-real-stages", tmp_path)
+
+
+def test_sass_loops_counts_each_loop_body_by_class():
+    """sm90_compile's ``loops``: a branch back to an earlier label is a loop, its body's
+    instructions counted by class; a forward branch is not."""
+    sys.path.insert(0, str(HERE))
+    import sm90_compile
+
+    listing = """
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+.L_x_0:
+        /*0010*/                   LDGSTS.E.BYPASS.128 [R2], desc[UR4][R4.64] ;
+        /*0020*/                   HMMA.16816.F32.BF16 R8, R12, R16, R8 ;
+        /*0030*/               @P0 IMAD R3, R3, 0x2, RZ ;
+        /*0040*/                   BAR.SYNC.DEFER_BLOCKING 0x0 ;
+        /*0050*/               @!P1 BRA `(.L_x_0) ;
+        /*0060*/                   BRA `(.L_x_1) ;
+.L_x_1:
+        /*0070*/                   EXIT ;
+"""
+    (loop,) = sm90_compile.sass_loops(listing)
+    assert loop["lines"] == (2, 7) and loop["instructions"] == 5
+    assert (loop["mma"], loop["async_copy"], loop["integer"], loop["barrier"], loop["other"]) \
+        == (1, 1, 1, 1, 1)
+    assert loop["global_load"] == loop["float"] == loop["shared"] == 0
