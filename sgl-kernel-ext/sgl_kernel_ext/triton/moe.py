@@ -667,16 +667,6 @@ DENSE_GATE_UP_STAGES = 3
 GATE_UP_STAGES = None  # stages at every row count and layer kind when set (probes)
 GATE_UP_GROUPS = None  # groups a step on the tensor cores, every row count and kind (probes)
 
-
-def gate_up_stages(m: int, dense: bool) -> int:
-    """Pipeline stages of gate/up on the tensor cores at m rows."""
-    if GATE_UP_STAGES is not None:
-        return GATE_UP_STAGES
-    if _deep(m, dense):
-        return 4
-    if dense:
-        return DENSE_GATE_UP_STAGES
-    return 2 if m >= GATE_UP_2_STAGES_FROM_ROWS else 3
 GATE_UP_SWAP = True  # tiles of 64 columns and more: fp8_linear.swap
 # tile widths at which gate and up are stacked into one transposed MMA of twice the rows
 # (_stacked_dots): 32 columns, alone too narrow for wgmma's 64 (fp8_linear.swap). ptxas: 64
@@ -684,7 +674,7 @@ GATE_UP_SWAP = True  # tiles of 64 columns and more: fp8_linear.swap
 # shared memory at 3 stages where they took 40 (the asynchronous MMA reads its buffer while
 # the next loads land, so Triton gives it one buffer more): 3 programs a multiprocessor, not 5.
 # On an H200 (results/tiling_probe_20261201T182927Z, gate_up_no_stack) a MoE layer with the
-# stack is 1.7-1.9 us faster at 3 rows, within 0.6 at 4-6 and 10-12, 1.5 at 16 (2 stages),
+# stack is 1.7-1.9 us faster at 3 rows, within 0.6 at 4-6, 1.5 faster at 16 (2 stages),
 # but 3.7 slower at 2 rows, 1.7 at 7 and 8.2 at 8: there the benchmark's routing touches
 # more experts than 3 programs a multiprocessor hold at once (about 540 programs at 2 rows,
 # 420 at 7, 475 at 8, against 396), hence GATE_UP_DEEP_ROWS.
@@ -693,7 +683,7 @@ GATE_UP_STACK_COLUMNS = (32,)
 # rows at which gate/up on the tensor cores takes 1 group a step in 4 stages (3 loads of 8 KB
 # in flight, 40 KB of shared memory stacked: 5 programs a multiprocessor) rather than 2 groups
 # in 3 stages. On an H200 (T182927Z, gate_up_groups_1_stages_4) a MoE layer is 3.1 us faster
-# at 2 rows, 1.7 at 7, 9.8 at 8, but 1.4-4.0 slower at 3-4 and 10-16; a dense layer 2.9
+# at 2 rows, 1.7 at 7, 9.8 at 8, but 0.7-4.0 slower at 3-6 and 10-16; a dense layer 2.9
 # faster at 2 rows, within 0.2 elsewhere. 2 groups in 2 stages (the same 40 KB) were 0.3-1.5
 # us behind at 2 and 8 rows (gate_up_stages_2). Like GATE_UP_64_COLUMN_ROWS, tuned to the
 # benchmark's routing (how many experts its rows touch).
@@ -702,6 +692,7 @@ DENSE_GATE_UP_DEEP_ROWS = (2,)
 
 
 def _deep(m: int, dense: bool) -> bool:
+    """Whether gate/up at m rows takes the deep form (GATE_UP_DEEP_ROWS)."""
     return m in (DENSE_GATE_UP_DEEP_ROWS if dense else GATE_UP_DEEP_ROWS)
 
 
@@ -722,6 +713,17 @@ def up_offsets(gate_q: torch.Tensor, gate_s: torch.Tensor, up_q: torch.Tensor,
         assert delta % g.element_size() == 0, "up must lie a whole number of elements from gate"
         out.append(delta // g.element_size())
     return tuple(out)
+
+
+def gate_up_stages(m: int, dense: bool) -> int:
+    """Pipeline stages of gate/up on the tensor cores at m rows."""
+    if GATE_UP_STAGES is not None:
+        return GATE_UP_STAGES
+    if _deep(m, dense):
+        return 4
+    if dense:
+        return DENSE_GATE_UP_STAGES
+    return 2 if m >= GATE_UP_2_STAGES_FROM_ROWS else 3
 
 
 def gate_up_tiling(m: int, dense: bool = False) -> tuple:

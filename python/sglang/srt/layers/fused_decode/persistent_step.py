@@ -80,6 +80,8 @@ def step(layer, hidden: torch.Tensor, residual, batch: RowBatch, topk_prev, m: i
     else:
         routed = shared = mlp
         n_exp, router_tiles, router_split = 0, 0, 1
+    gu_dq, gu_ds = moe.up_offsets(routed.gate.q, routed.gate.s, routed.up.q, routed.up.s)
+    sgu_dq, sgu_ds = moe.up_offsets(shared.gate.q, shared.gate.s, shared.up.q, shared.up.s)
     act = v("act")
     n_slots, _, inter = act.shape
     dense = not layer.experts
@@ -152,12 +154,8 @@ def step(layer, hidden: torch.Tensor, residual, batch: RowBatch, topk_prev, m: i
         I=inter, gq_ptr=routed.gate.q, gs_ptr=routed.gate.s, uq_ptr=routed.up.q,
         us_ptr=routed.up.s, gu_q_stride=stack_stride(routed.gate.q),
         gu_s_stride=stack_stride(routed.gate.s), sgq_ptr=shared.gate.q, sgs_ptr=shared.gate.s,
-        suq_ptr=shared.up.q, sus_ptr=shared.up.s,
-        **dict(zip(("gu_dq", "gu_ds"), moe.up_offsets(routed.gate.q, routed.gate.s, routed.up.q,
-                                                      routed.up.s))),
-        **dict(zip(("sgu_dq", "sgu_ds"), moe.up_offsets(shared.gate.q, shared.gate.s,
-                                                        shared.up.q, shared.up.s))),
-        act_ptr=act, gu_parts_ptr=gu_parts,
+        suq_ptr=shared.up.q, sus_ptr=shared.up.s, gu_dq=gu_dq, gu_ds=gu_ds, sgu_dq=sgu_dq,
+        sgu_ds=sgu_ds, act_ptr=act, gu_parts_ptr=gu_parts,
         slots=n_slots, gu_tiles=gu_tiles, gu_chunk=gu_chunk,
         dq_ptr=routed.down.q, ds_ptr=routed.down.s, d_q_stride=stack_stride(routed.down.q),
         d_s_stride=stack_stride(routed.down.s), sdq_ptr=shared.down.q, sds_ptr=shared.down.s,
