@@ -207,19 +207,13 @@ def resources(path: str) -> None:
     from pathlib import Path
 
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, compile as triton_compile
 
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
     rows = []
     with open(path) as f:
         specs = json.load(f)
     for spec in specs:
-        fn = getattr(importlib.import_module(spec["module"]), spec["name"])
-        constexprs, options = _gpu_constexprs(spec)
-        src = ASTSource(fn=fn, signature=spec["signature"], constexprs=constexprs,
-                        attrs=_aligned_pointers(fn, spec))
-        kernel = triton_compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+        kernel, options = compile_for_sm90(spec)
         with tempfile.TemporaryDirectory() as tmp:
             ptx = Path(tmp) / "k.ptx"
             ptx.write_text(kernel.asm["ptx"])
@@ -285,18 +279,12 @@ def loops(path: str, name: str = "") -> None:
     from pathlib import Path
 
     import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, compile as triton_compile
 
     nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
     with open(path) as f:
         specs = [s for s in json.load(f) if not name or s["name"] == name]
     for spec in specs:
-        fn = getattr(importlib.import_module(spec["module"]), spec["name"])
-        constexprs, options = _gpu_constexprs(spec)
-        src = ASTSource(fn=fn, signature=spec["signature"], constexprs=constexprs,
-                        attrs=_aligned_pointers(fn, spec))
-        kernel = triton_compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+        kernel, options = compile_for_sm90(spec)
         with tempfile.TemporaryDirectory() as tmp:
             cubin = Path(tmp) / "k.cubin"
             cubin.write_bytes(kernel.asm["cubin"])
@@ -308,6 +296,19 @@ def loops(path: str, name: str = "") -> None:
             counts = " ".join(f"{k}={row[k]}" for k in (*SASS_CLASSES, "other") if row[k])
             print(f"    loop at SASS lines {row['lines'][0]}-{row['lines'][1]}: "
                   f"{row['instructions']} instructions a warp an iteration: {counts}")
+
+
+def compile_for_sm90(spec) -> tuple:
+    """(Triton's compiled kernel, its options) of one recorded launch, for sm_90a as the GPU's
+    JIT would compile it."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource, compile as triton_compile
+
+    fn = getattr(importlib.import_module(spec["module"]), spec["name"])
+    constexprs, options = _gpu_constexprs(spec)
+    src = ASTSource(fn=fn, signature=spec["signature"], constexprs=constexprs,
+                    attrs=_aligned_pointers(fn, spec))
+    return triton_compile(src, target=GPUTarget("cuda", 90, 32), options=options), options
 
 
 def _aligned_pointers(fn, spec) -> dict:
@@ -341,19 +342,12 @@ SM90_SHARED_BYTES = 232448
 
 
 def compile_all(path: str) -> int:
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource, compile as triton_compile
-
     failures = 0
     with open(path) as f:
         specs = json.load(f)
     for spec in specs:
-        fn = getattr(importlib.import_module(spec["module"]), spec["name"])
-        constexprs, options = _gpu_constexprs(spec)
-        src = ASTSource(fn=fn, signature=spec["signature"], constexprs=constexprs,
-                        attrs=_aligned_pointers(fn, spec))
         try:
-            kernel = triton_compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+            kernel, _ = compile_for_sm90(spec)
             if kernel.metadata.shared > SM90_SHARED_BYTES:  # the launch would be refused
                 raise RuntimeError(f"{kernel.metadata.shared} B of shared memory > "
                                    f"{SM90_SHARED_BYTES} per block on sm_90")
