@@ -268,8 +268,8 @@ VARIANTS = {
     # groups a step (default 64 columns, 2 groups)
     "linear_block_128": {("fp8_linear", "tiling"): "linear_128_2"},
     "linear_block_128_1_group": {("fp8_linear", "tiling"): "linear_128_1"},
-    # a MoE layer's gate/up in 2 pipeline stages from 9 or 12 rows, or at no row count
-    # (default: from moe.GATE_UP_2_STAGES_FROM_ROWS)
+    # a MoE layer's gate/up in 2 pipeline stages from 2, 3, 9 or 12 rows, or at no row count
+    # (default: from moe.GATE_UP_2_STAGES_FROM_ROWS; the deep rows keep their 4)
     **{f"gate_up_2_stages_from_{r}": {("moe", "GATE_UP_2_STAGES_FROM_ROWS"): r}
        for r in (2, 3, 9, 12)},
     "dense_gate_up_2_stages": {("moe", "DENSE_GATE_UP_STAGES"): 2},
