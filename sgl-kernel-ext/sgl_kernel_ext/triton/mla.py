@@ -113,6 +113,9 @@ ATTN_AHEAD = 1
 # kind (tiling_probe_20261201T121440Z: attn_no_preload), 2.6-3.2 at 8; at 16 rows (four
 # steps, 3 stages, no overlap) 2.5-3.3 slower (T122445Z: attn_preload_every_chunk).
 ATTN_PRELOAD_MAX_STEPS = 2
+# the score's MMA chains a loop step (_attn_step_math): 3 (latent halves and k_pe apart) or 1.
+# With one, each warp's 16 x 8 score tile is 36 dependent MMAs (sm_90a SASS, CPU)
+ATTN_QK_CHAINS = 3
 # the most attention programs a step (attention_splits): one wave of one program a
 # multiprocessor (201 registers x 256 threads). At 16 rows 16 chunks a row were 256 programs,
 # two waves (ncu, H200: results/ncu_moe_2aeab55.log); 8 chunks, one wave, made each layer
@@ -394,111 +397,143 @@ def _attn_step_slots(m, ot, hi, topk_ptr, stride_topk, slots_ptr, stride_slots):
 
 
 @triton.jit
-def _attn_step_rows(kv_cache_ptr, slot, t_ok, oc, orr, C: tl.constexpr, R: tl.constexpr):
+def _attn_step_rows(kv_cache_ptr, slot, t_ok, C: tl.constexpr, R: tl.constexpr):
+    """The KV rows of a step's entries as the two latent halves and k_pe (zero where not t_ok):
+    two half-width tiles let the score run as independent MMA chains (``ATTN_QK_CHAINS``)."""
     rows = kv_cache_ptr + slot[:, None] * (C + R)
-    kv = tl.load(rows + oc[None, :], mask=t_ok[:, None], other=0.0)
-    kpe = tl.load(rows + C + orr[None, :], mask=t_ok[:, None], other=0.0)
-    return kv, kpe
+    oh = tl.arange(0, C // 2)[None, :]
+    kv_a = tl.load(rows + oh, mask=t_ok[:, None], other=0.0)
+    kv_b = tl.load(rows + C // 2 + oh, mask=t_ok[:, None], other=0.0)
+    kpe = tl.load(rows + C + tl.arange(0, R)[None, :], mask=t_ok[:, None], other=0.0)
+    return kv_a, kv_b, kpe
 
 
 @triton.jit
-def _attn_step_math(q_lat, q_pe, kv, kpe, t_ok, m_i, l_i, acc, sm_scale,
-                    INTERPRET: tl.constexpr):
-    """One step of the online softmax over BLOCK_T entries (t_ok: those that exist):
-    (m_i, l_i, acc) updated."""
+def _attn_dot(q, k, INTERPRET: tl.constexpr):
+    """q . k^T in fp32."""
     if INTERPRET:
-        z = tl.dot(q_lat.to(tl.float32), tl.trans(kv.to(tl.float32)))
-        z += tl.dot(q_pe.to(tl.float32), tl.trans(kpe.to(tl.float32)))
+        return tl.dot(q.to(tl.float32), tl.trans(k.to(tl.float32)))
+    return tl.dot(q, tl.trans(k))
+
+
+@triton.jit
+def _attn_step_math(q_a, q_b, q_pe, kv_a, kv_b, kpe, t_ok, m_i, l_i, acc_a, acc_b, sm_scale,
+                    INTERPRET: tl.constexpr, CHAINS: tl.constexpr):
+    """One step of the online softmax over BLOCK_T entries (t_ok: those that exist):
+    (m_i, l_i, acc_a, acc_b) updated. CHAINS 3: the score's three products (two latent halves,
+    k_pe) as independent MMA chains (each scaled before the sum, which the compiler would
+    otherwise fold into one accumulator chain); 1: one chain."""
+    if CHAINS == 3:
+        z = (_attn_dot(q_a, kv_a, INTERPRET) * sm_scale + _attn_dot(q_b, kv_b, INTERPRET) * sm_scale
+             + _attn_dot(q_pe, kpe, INTERPRET) * sm_scale)
     else:
-        z = tl.dot(q_lat, tl.trans(kv))
-        z += tl.dot(q_pe, tl.trans(kpe))
-    z = tl.where(t_ok[None, :], z * sm_scale, float("-inf"))
+        z = _attn_dot(q_a, kv_a, INTERPRET)
+        z += _attn_dot(q_b, kv_b, INTERPRET)
+        z += _attn_dot(q_pe, kpe, INTERPRET)
+        z = z * sm_scale
+    z = tl.where(t_ok[None, :], z, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(z, axis=1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp(m_i - m_safe)
     p = tl.exp(z - m_safe[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
     if INTERPRET:
-        acc = acc * alpha[:, None] + tl.dot(p, kv.to(tl.float32))
+        acc_a = acc_a * alpha[:, None] + tl.dot(p, kv_a.to(tl.float32))
+        acc_b = acc_b * alpha[:, None] + tl.dot(p, kv_b.to(tl.float32))
     else:
-        acc = acc * alpha[:, None] + tl.dot(p.to(tl.bfloat16), kv)
-    return m_new, l_i, acc
+        pb = p.to(tl.bfloat16)
+        acc_a = acc_a * alpha[:, None] + tl.dot(pb, kv_a)
+        acc_b = acc_b * alpha[:, None] + tl.dot(pb, kv_b)
+    return m_new, l_i, acc_a, acc_b
 
 
 @triton.jit
 def _attn_query(m, qcat_ptr, NH, C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr):
-    """Row m's absorbed query: q_lat [BLOCK_H, C] and q_pe [BLOCK_H, R] (bf16)."""
+    """Row m's absorbed query: the two latent halves [BLOCK_H, C / 2] and q_pe [BLOCK_H, R]
+    (bf16)."""
     oh = tl.arange(0, BLOCK_H)
     h_ok = oh < NH
     qrow = qcat_ptr + (m * NH + oh[:, None]) * (C + R)
-    q_lat = tl.load(qrow + tl.arange(0, C)[None, :], mask=h_ok[:, None], other=0.0)
+    oc = tl.arange(0, C // 2)[None, :]
+    q_a = tl.load(qrow + oc, mask=h_ok[:, None], other=0.0)
+    q_b = tl.load(qrow + C // 2 + oc, mask=h_ok[:, None], other=0.0)
     q_pe = tl.load(qrow + C + tl.arange(0, R)[None, :], mask=h_ok[:, None], other=0.0)
-    return q_lat, q_pe
+    return q_a, q_b, q_pe
 
 
 @triton.jit
-def _attn_store(m, sp, nsp, m_i, l_i, acc, part_o_ptr, part_ml_ptr, NH, C: tl.constexpr,
-                BLOCK_H: tl.constexpr):
+def _attn_store(m, sp, nsp, m_i, l_i, acc_a, acc_b, part_o_ptr, part_ml_ptr, NH,
+                C: tl.constexpr, BLOCK_H: tl.constexpr):
     """Row m's chunk sp: its unnormalized output and (max, sum) per head."""
     oh = tl.arange(0, BLOCK_H)
     h_ok = oh < NH
     base = (m * nsp + sp) * NH + oh
-    tl.store(part_o_ptr + base[:, None] * C + tl.arange(0, C)[None, :], acc, mask=h_ok[:, None])
+    out = part_o_ptr + base[:, None] * C + tl.arange(0, C // 2)[None, :]
+    tl.store(out, acc_a, mask=h_ok[:, None])
+    tl.store(out + C // 2, acc_b, mask=h_ok[:, None])
     tl.store(part_ml_ptr + base * 2, m_i, mask=h_ok)
     tl.store(part_ml_ptr + base * 2 + 1, l_i, mask=h_ok)
 
 
 @triton.jit
-def _attn_loop(m, q_lat, q_pe, lo, hi, m_i, l_i, acc, kv_cache_ptr, topk_ptr, stride_topk,
-               slots_ptr, stride_slots, sm_scale, C: tl.constexpr, R: tl.constexpr,
-               BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr, AHEAD: tl.constexpr):
+def _attn_loop(m, q_a, q_b, q_pe, lo, hi, m_i, l_i, acc_a, acc_b, kv_cache_ptr, topk_ptr,
+               stride_topk, slots_ptr, stride_slots, sm_scale, C: tl.constexpr, R: tl.constexpr,
+               BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr, AHEAD: tl.constexpr,
+               CHAINS: tl.constexpr):
     """Row m's top-k entries [lo, hi) in BLOCK_T steps, from the softmax state (m_i, l_i,
-    acc). AHEAD (``ATTN_AHEAD``): 1 issues the next step's top-k and slot loads before this
-    step's math, 2 its KV rows too (carried in registers), so a step does not start with a
-    chain of dependent loads."""
-    oc = tl.arange(0, C)
-    orr = tl.arange(0, R)
+    acc_a, acc_b). AHEAD (``ATTN_AHEAD``): 1 issues the next step's top-k and slot loads
+    before this step's math, 2 its KV rows too (carried in registers), so a step does not
+    start with a chain of dependent loads."""
     if AHEAD >= 1:
         slot, t_ok = _attn_step_slots(m, lo + tl.arange(0, BLOCK_T), hi, topk_ptr, stride_topk,
                                       slots_ptr, stride_slots)
     if AHEAD >= 2:
-        kv, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, oc, orr, C, R)
+        kv_a, kv_b, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, C, R)
     for t0 in range(lo, hi, BLOCK_T):
         if AHEAD == 0:
             slot, t_ok = _attn_step_slots(m, t0 + tl.arange(0, BLOCK_T), hi, topk_ptr,
                                           stride_topk, slots_ptr, stride_slots)
         if AHEAD < 2:
-            kv, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, oc, orr, C, R)
+            kv_a, kv_b, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, C, R)
         if AHEAD >= 1:
             slot_next, ok_next = _attn_step_slots(m, t0 + BLOCK_T + tl.arange(0, BLOCK_T), hi,
                                                   topk_ptr, stride_topk, slots_ptr, stride_slots)
         if AHEAD >= 2:
-            kv_next, kpe_next = _attn_step_rows(kv_cache_ptr, slot_next, ok_next, oc, orr, C, R)
-        m_i, l_i, acc = _attn_step_math(q_lat, q_pe, kv, kpe, t_ok, m_i, l_i, acc, sm_scale,
-                                        INTERPRET)
+            kv_a_next, kv_b_next, kpe_next = _attn_step_rows(kv_cache_ptr, slot_next, ok_next,
+                                                             C, R)
+        m_i, l_i, acc_a, acc_b = _attn_step_math(q_a, q_b, q_pe, kv_a, kv_b, kpe, t_ok, m_i,
+                                                 l_i, acc_a, acc_b, sm_scale, INTERPRET, CHAINS)
         if AHEAD >= 1:
             slot = slot_next
             t_ok = ok_next
         if AHEAD >= 2:
-            kv = kv_next
+            kv_a = kv_a_next
+            kv_b = kv_b_next
             kpe = kpe_next
-    return m_i, l_i, acc
+    return m_i, l_i, acc_a, acc_b
+
+
+@triton.jit
+def _attn_state(BLOCK_H: tl.constexpr, C: tl.constexpr):
+    """The online softmax's empty state: (m_i, l_i, acc_a, acc_b)."""
+    return (tl.full((BLOCK_H,), float("-inf"), tl.float32), tl.zeros((BLOCK_H,), tl.float32),
+            tl.zeros((BLOCK_H, C // 2), tl.float32), tl.zeros((BLOCK_H, C // 2), tl.float32))
 
 
 @triton.jit
 def _sparse_attn_task(m, sp, nsp, qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
                       stride_slots, part_o_ptr, part_ml_ptr, NH, sm_scale, nblk,
                       C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
-                      BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr, AHEAD: tl.constexpr):
+                      BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr, AHEAD: tl.constexpr,
+                      CHAINS: tl.constexpr):
     """Row m's chunk sp of nsp (``_chunk_range``, ``_attn_loop``)."""
-    q_lat, q_pe = _attn_query(m, qcat_ptr, NH, C, R, BLOCK_H)
+    q_a, q_b, q_pe = _attn_query(m, qcat_ptr, NH, C, R, BLOCK_H)
     lo, hi = _chunk_range(sp, nsp, nblk, BLOCK_T)
-    m_i, l_i, acc = _attn_loop(
-        m, q_lat, q_pe, lo, hi,
-        tl.full((BLOCK_H,), float("-inf"), tl.float32), tl.zeros((BLOCK_H,), tl.float32),
-        tl.zeros((BLOCK_H, C), tl.float32), kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
-        stride_slots, sm_scale, C, R, BLOCK_T, INTERPRET, AHEAD)
-    _attn_store(m, sp, nsp, m_i, l_i, acc, part_o_ptr, part_ml_ptr, NH, C, BLOCK_H)
+    m_i, l_i, acc_a, acc_b = _attn_state(BLOCK_H, C)
+    m_i, l_i, acc_a, acc_b = _attn_loop(
+        m, q_a, q_b, q_pe, lo, hi, m_i, l_i, acc_a, acc_b, kv_cache_ptr, topk_ptr, stride_topk,
+        slots_ptr, stride_slots, sm_scale, C, R, BLOCK_T, INTERPRET, AHEAD, CHAINS)
+    _attn_store(m, sp, nsp, m_i, l_i, acc_a, acc_b, part_o_ptr, part_ml_ptr, NH, C, BLOCK_H)
 
 
 @triton.jit
@@ -506,7 +541,7 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
                         part_o_ptr, part_ml_ptr, NH, sm_scale, nblk,
                         C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
                         BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
-                        AHEAD: tl.constexpr, PRELOAD: tl.constexpr):
+                        AHEAD: tl.constexpr, PRELOAD: tl.constexpr, CHAINS: tl.constexpr):
     m = tl.program_id(0)
     sp = tl.program_id(1)
     if PRELOAD:
@@ -516,20 +551,19 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
         lo, hi = _chunk_range(sp, tl.num_programs(1), nblk, BLOCK_T)
         slot, t_ok = _attn_step_slots(m, lo + tl.arange(0, BLOCK_T), hi, topk_ptr,
                                       stride_topk, slots_ptr, stride_slots)
-        kv, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, tl.arange(0, C), tl.arange(0, R),
-                                  C, R)
+        kv_a, kv_b, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, C, R)
         stage_begin(PDL)
-        q_lat, q_pe = _attn_query(m, qcat_ptr, NH, C, R, BLOCK_H)
-        m_i, l_i, acc = _attn_step_math(
-            q_lat, q_pe, kv, kpe, t_ok, tl.full((BLOCK_H,), float("-inf"), tl.float32),
-            tl.zeros((BLOCK_H,), tl.float32), tl.zeros((BLOCK_H, C), tl.float32), sm_scale,
-            INTERPRET)
+        q_a, q_b, q_pe = _attn_query(m, qcat_ptr, NH, C, R, BLOCK_H)
+        m_i, l_i, acc_a, acc_b = _attn_state(BLOCK_H, C)
+        m_i, l_i, acc_a, acc_b = _attn_step_math(q_a, q_b, q_pe, kv_a, kv_b, kpe, t_ok, m_i,
+                                                 l_i, acc_a, acc_b, sm_scale, INTERPRET, CHAINS)
         if hi - lo > BLOCK_T:
-            m_i, l_i, acc = _attn_loop(m, q_lat, q_pe, lo + BLOCK_T, hi, m_i, l_i, acc,
-                                       kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
-                                       stride_slots, sm_scale, C, R, BLOCK_T, INTERPRET, AHEAD)
-        _attn_store(m, sp, tl.num_programs(1), m_i, l_i, acc, part_o_ptr, part_ml_ptr, NH, C,
-                    BLOCK_H)
+            m_i, l_i, acc_a, acc_b = _attn_loop(
+                m, q_a, q_b, q_pe, lo + BLOCK_T, hi, m_i, l_i, acc_a, acc_b, kv_cache_ptr,
+                topk_ptr, stride_topk, slots_ptr, stride_slots, sm_scale, C, R, BLOCK_T,
+                INTERPRET, AHEAD, CHAINS)
+        _attn_store(m, sp, tl.num_programs(1), m_i, l_i, acc_a, acc_b, part_o_ptr, part_ml_ptr,
+                    NH, C, BLOCK_H)
     else:
         # the top-k and the cache rows come from >= 2 kernels back
         _sparse_attn_prefetch(m, sp, tl.num_programs(1), nblk, kv_cache_ptr, topk_ptr,
@@ -537,7 +571,7 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
         stage_begin(PDL)
         _sparse_attn_task(m, sp, tl.num_programs(1), qcat_ptr, kv_cache_ptr, topk_ptr,
                           stride_topk, slots_ptr, stride_slots, part_o_ptr, part_ml_ptr, NH,
-                          sm_scale, nblk, C, R, BLOCK_H, BLOCK_T, INTERPRET, AHEAD)
+                          sm_scale, nblk, C, R, BLOCK_H, BLOCK_T, INTERPRET, AHEAD, CHAINS)
 
 
 @triton.jit
@@ -790,7 +824,7 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
         part_ml, nh, float(sm_scale), blocks, C=kv_lora, R=rope,
         BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, INTERPRET=interpreting(),
         PDL=overlap.enabled(), AHEAD=ATTN_AHEAD, PRELOAD=steps <= ATTN_PRELOAD_MAX_STEPS,
-        num_warps=ATTN_WARPS, num_stages=stages, **overlap.launch_kw())
+        CHAINS=ATTN_QK_CHAINS, num_warps=ATTN_WARPS, num_stages=stages, **overlap.launch_kw())
     if merge:
         _combine_kernel[(m, nh)](part_o, part_ml, olat, nh, splits, C=kv_lora,
                                  BLOCK_S=triton.next_power_of_2(splits),

@@ -410,9 +410,10 @@ def test_absorb_without_tensor_cores_is_the_dot_form(m, block_c, monkeypatch):
 def test_attention_loading_ahead_is_bitwise_the_plain_loop(splits, monkeypatch):
     """The sparse attention with the next step's slots (ATTN_AHEAD 1) or also its KV rows (2)
     loaded before the step's math, and a program's first step's KV rows loaded before its
-    wait (ATTN_PRELOAD_MAX_STEPS, here at any number of steps): the same bits as the plain loop, which matches the direct softmax over
-    each row's selected cache rows (entries of -1 skipped, a row with none zero); every
-    element of the output written."""
+    wait (ATTN_PRELOAD_MAX_STEPS, here at any number of steps): the same bits as the plain
+    loop, which matches the direct softmax over each row's selected cache rows (entries of -1
+    skipped, a row with none zero), as does the score as one MMA chain (ATTN_QK_CHAINS 1);
+    every element of the output written."""
     from sgl_kernel_ext.triton import mla
 
     c, r, nh, k, m, ctx = 64, 16, 4, 128, 3, 150
@@ -424,8 +425,10 @@ def test_attention_loading_ahead_is_bitwise_the_plain_loop(splits, monkeypatch):
     topk[2] = -1  # a row that selects nothing
     qcat = torch.randn(m, nh, c + r, generator=g).bfloat16()
     runs = []
-    for ahead, preload in ((0, False), (1, False), (2, False), (1, True)):
+    for ahead, preload, chains in ((0, False, 3), (1, False, 3), (2, False, 3), (1, True, 3),
+                                   (1, True, 1)):
         monkeypatch.setattr(mla, "ATTN_AHEAD", ahead)
+        monkeypatch.setattr(mla, "ATTN_QK_CHAINS", chains)
         monkeypatch.setattr(mla, "ATTN_PRELOAD_MAX_STEPS", 1 << 30 if preload else 0)
         part_o = torch.full((m, splits, nh, c), float("nan"))
         part_ml = torch.full((m, splits, nh, 2), float("nan"))
@@ -433,16 +436,17 @@ def test_attention_loading_ahead_is_bitwise_the_plain_loop(splits, monkeypatch):
         mla.sparse_attention(qcat, kv_cache, topk, slots, 0.125, part_o, part_ml, olat, c, r)
         assert not torch.isnan(olat.float()).any()
         runs.append(olat)
-    assert all(torch.equal(run, runs[0]) for run in runs[1:])
+    assert all(torch.equal(run, runs[0]) for run in runs[1:-1])
     for row in range(m):
         sel = topk[row][topk[row] >= 0].long()
         if sel.numel() == 0:
-            assert not runs[0][row].float().any()
+            assert not runs[0][row].float().any() and not runs[-1][row].float().any()
             continue
         keys = kv_cache[slots[row, sel].long()].float()
         z = qcat[row].float() @ keys.T * 0.125
         want = torch.softmax(z, -1) @ keys[:, :c]
-        torch.testing.assert_close(runs[0][row].float(), want, rtol=2e-2, atol=2e-2)
+        for run in (runs[0], runs[-1]):
+            torch.testing.assert_close(run[row].float(), want, rtol=2e-2, atol=2e-2)
 
 
 @pytest.mark.parametrize("k, block", [(16, 512), (256, 0)])  # 0: the default, one step a pass
