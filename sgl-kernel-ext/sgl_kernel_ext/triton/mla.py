@@ -113,9 +113,15 @@ ATTN_AHEAD = 1
 # kind (tiling_probe_20261201T121440Z: attn_no_preload), 2.6-3.2 at 8; at 16 rows (four
 # steps, 3 stages, no overlap) 2.5-3.3 slower (T122445Z: attn_preload_every_chunk).
 ATTN_PRELOAD_MAX_STEPS = 2
-# the score's MMA chains a loop step (_attn_step_math): 3 (latent halves and k_pe apart) or 1.
-# With one, each warp's 16 x 8 score tile is 36 dependent MMAs (sm_90a SASS, CPU)
-ATTN_QK_CHAINS = 3
+# column tiles the latent KV rows load and multiply as (_attn_step_rows): a thread's rows are
+# the same in every tile, so their addresses are computed once. A loop step at 16 rows, sm_90a
+# SASS (sm90_compile.py loops, CPU): 918 instructions a warp as one [64, 512] tile (499
+# integer, 37 global loads), 645 as 2 tiles, 554 as 4, 446 as 8 (77 integer, 5 global loads;
+# 128 registers), 610 as 16 (each warp's share of a narrow tile is too small)
+ATTN_PARTS = 8
+# 1: the score as one MMA chain, each warp's 16 x 8 tile 36 dependent MMAs; more: each
+# latent tile's product and k_pe's apart (_attn_step_math)
+ATTN_QK_CHAINS = 2
 # the most attention programs a step (attention_splits): one wave of one program a
 # multiprocessor (201 registers x 256 threads). At 16 rows 16 chunks a row were 256 programs,
 # two waves (ncu, H200: results/ncu_moe_2aeab55.log); 8 chunks, one wave, made each layer
@@ -397,15 +403,18 @@ def _attn_step_slots(m, ot, hi, topk_ptr, stride_topk, slots_ptr, stride_slots):
 
 
 @triton.jit
-def _attn_step_rows(kv_cache_ptr, slot, t_ok, C: tl.constexpr, R: tl.constexpr):
-    """The KV rows of a step's entries as the two latent halves and k_pe (zero where not t_ok):
-    two half-width tiles let the score run as independent MMA chains (``ATTN_QK_CHAINS``)."""
+def _attn_step_rows(kv_cache_ptr, slot, t_ok, C: tl.constexpr, R: tl.constexpr,
+                    PARTS: tl.constexpr):
+    """The KV rows of a step's entries (zero where not t_ok): a tuple of the latent's PARTS
+    column tiles [BLOCK_T, C / PARTS], and k_pe. Narrow tiles share each thread's rows, so a
+    row's address is computed once for all of them (``ATTN_PARTS``)."""
     rows = kv_cache_ptr + slot[:, None] * (C + R)
-    oh = tl.arange(0, C // 2)[None, :]
-    kv_a = tl.load(rows + oh, mask=t_ok[:, None], other=0.0)
-    kv_b = tl.load(rows + C // 2 + oh, mask=t_ok[:, None], other=0.0)
+    oc = tl.arange(0, C // PARTS)[None, :]
+    kv = ()
+    for i in tl.static_range(PARTS):
+        kv = kv + (tl.load(rows + i * (C // PARTS) + oc, mask=t_ok[:, None], other=0.0),)
     kpe = tl.load(rows + C + tl.arange(0, R)[None, :], mask=t_ok[:, None], other=0.0)
-    return kv_a, kv_b, kpe
+    return kv, kpe
 
 
 @triton.jit
@@ -417,19 +426,21 @@ def _attn_dot(q, k, INTERPRET: tl.constexpr):
 
 
 @triton.jit
-def _attn_step_math(q_a, q_b, q_pe, kv_a, kv_b, kpe, t_ok, m_i, l_i, acc_a, acc_b, sm_scale,
+def _attn_step_math(q, q_pe, kv, kpe, t_ok, m_i, l_i, acc, sm_scale, PARTS: tl.constexpr,
                     INTERPRET: tl.constexpr, CHAINS: tl.constexpr):
     """One step of the online softmax over BLOCK_T entries (t_ok: those that exist):
-    (m_i, l_i, acc_a, acc_b) updated. CHAINS 3: the score's three products (two latent halves,
-    k_pe) as independent MMA chains (each scaled before the sum, which the compiler would
-    otherwise fold into one accumulator chain); 1: one chain."""
-    if CHAINS == 3:
-        z = (_attn_dot(q_a, kv_a, INTERPRET) * sm_scale + _attn_dot(q_b, kv_b, INTERPRET) * sm_scale
-             + _attn_dot(q_pe, kpe, INTERPRET) * sm_scale)
+    (m_i, l_i, acc) updated, q, kv and acc tuples of the latent's PARTS tiles. CHAINS > 1: the
+    score's products (each latent tile's, k_pe's) as independent MMA chains, each scaled
+    before the sum (which the compiler would otherwise fold into one accumulator chain);
+    1: one chain."""
+    if CHAINS > 1:
+        z = _attn_dot(q_pe, kpe, INTERPRET) * sm_scale
+        for i in tl.static_range(PARTS):
+            z += _attn_dot(q[i], kv[i], INTERPRET) * sm_scale
     else:
-        z = _attn_dot(q_a, kv_a, INTERPRET)
-        z += _attn_dot(q_b, kv_b, INTERPRET)
-        z += _attn_dot(q_pe, kpe, INTERPRET)
+        z = _attn_dot(q_pe, kpe, INTERPRET)
+        for i in tl.static_range(PARTS):
+            z += _attn_dot(q[i], kv[i], INTERPRET)
         z = z * sm_scale
     z = tl.where(t_ok[None, :], z, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(z, axis=1))
@@ -437,111 +448,115 @@ def _attn_step_math(q_a, q_b, q_pe, kv_a, kv_b, kpe, t_ok, m_i, l_i, acc_a, acc_
     alpha = tl.exp(m_i - m_safe)
     p = tl.exp(z - m_safe[:, None])
     l_i = l_i * alpha + tl.sum(p, axis=1)
-    if INTERPRET:
-        acc_a = acc_a * alpha[:, None] + tl.dot(p, kv_a.to(tl.float32))
-        acc_b = acc_b * alpha[:, None] + tl.dot(p, kv_b.to(tl.float32))
-    else:
-        pb = p.to(tl.bfloat16)
-        acc_a = acc_a * alpha[:, None] + tl.dot(pb, kv_a)
-        acc_b = acc_b * alpha[:, None] + tl.dot(pb, kv_b)
-    return m_new, l_i, acc_a, acc_b
+    if not INTERPRET:
+        p = p.to(tl.bfloat16)
+    out = ()
+    for i in tl.static_range(PARTS):
+        if INTERPRET:
+            out = out + (acc[i] * alpha[:, None] + tl.dot(p, kv[i].to(tl.float32)),)
+        else:
+            out = out + (acc[i] * alpha[:, None] + tl.dot(p, kv[i]),)
+    return m_new, l_i, out
 
 
 @triton.jit
-def _attn_query(m, qcat_ptr, NH, C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr):
-    """Row m's absorbed query: the two latent halves [BLOCK_H, C / 2] and q_pe [BLOCK_H, R]
-    (bf16)."""
+def _attn_query(m, qcat_ptr, NH, C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
+                PARTS: tl.constexpr):
+    """Row m's absorbed query: a tuple of the latent's PARTS tiles [BLOCK_H, C / PARTS], and
+    q_pe [BLOCK_H, R] (bf16)."""
     oh = tl.arange(0, BLOCK_H)
     h_ok = oh < NH
     qrow = qcat_ptr + (m * NH + oh[:, None]) * (C + R)
-    oc = tl.arange(0, C // 2)[None, :]
-    q_a = tl.load(qrow + oc, mask=h_ok[:, None], other=0.0)
-    q_b = tl.load(qrow + C // 2 + oc, mask=h_ok[:, None], other=0.0)
+    oc = tl.arange(0, C // PARTS)[None, :]
+    q = ()
+    for i in tl.static_range(PARTS):
+        q = q + (tl.load(qrow + i * (C // PARTS) + oc, mask=h_ok[:, None], other=0.0),)
     q_pe = tl.load(qrow + C + tl.arange(0, R)[None, :], mask=h_ok[:, None], other=0.0)
-    return q_a, q_b, q_pe
+    return q, q_pe
 
 
 @triton.jit
-def _attn_store(m, sp, nsp, m_i, l_i, acc_a, acc_b, part_o_ptr, part_ml_ptr, NH,
-                C: tl.constexpr, BLOCK_H: tl.constexpr):
+def _attn_state(BLOCK_H: tl.constexpr, C: tl.constexpr, PARTS: tl.constexpr):
+    """The online softmax's empty state: (m_i, l_i, acc), acc a tuple of PARTS tiles."""
+    acc = ()
+    for i in tl.static_range(PARTS):
+        acc = acc + (tl.zeros((BLOCK_H, C // PARTS), tl.float32),)
+    return tl.full((BLOCK_H,), float("-inf"), tl.float32), tl.zeros((BLOCK_H,), tl.float32), acc
+
+
+@triton.jit
+def _attn_store(m, sp, nsp, m_i, l_i, acc, part_o_ptr, part_ml_ptr, NH, C: tl.constexpr,
+                BLOCK_H: tl.constexpr, PARTS: tl.constexpr):
     """Row m's chunk sp: its unnormalized output and (max, sum) per head."""
     oh = tl.arange(0, BLOCK_H)
     h_ok = oh < NH
     base = (m * nsp + sp) * NH + oh
-    out = part_o_ptr + base[:, None] * C + tl.arange(0, C // 2)[None, :]
-    tl.store(out, acc_a, mask=h_ok[:, None])
-    tl.store(out + C // 2, acc_b, mask=h_ok[:, None])
+    out = part_o_ptr + base[:, None] * C + tl.arange(0, C // PARTS)[None, :]
+    for i in tl.static_range(PARTS):
+        tl.store(out + i * (C // PARTS), acc[i], mask=h_ok[:, None])
     tl.store(part_ml_ptr + base * 2, m_i, mask=h_ok)
     tl.store(part_ml_ptr + base * 2 + 1, l_i, mask=h_ok)
 
 
 @triton.jit
-def _attn_loop(m, q_a, q_b, q_pe, lo, hi, m_i, l_i, acc_a, acc_b, kv_cache_ptr, topk_ptr,
-               stride_topk, slots_ptr, stride_slots, sm_scale, C: tl.constexpr, R: tl.constexpr,
-               BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr, AHEAD: tl.constexpr,
-               CHAINS: tl.constexpr):
+def _attn_loop(m, q, q_pe, lo, hi, m_i, l_i, acc, kv_cache_ptr, topk_ptr, stride_topk,
+               slots_ptr, stride_slots, sm_scale, C: tl.constexpr, R: tl.constexpr,
+               BLOCK_T: tl.constexpr, PARTS: tl.constexpr, INTERPRET: tl.constexpr,
+               AHEAD: tl.constexpr, CHAINS: tl.constexpr):
     """Row m's top-k entries [lo, hi) in BLOCK_T steps, from the softmax state (m_i, l_i,
-    acc_a, acc_b). AHEAD (``ATTN_AHEAD``): 1 issues the next step's top-k and slot loads
-    before this step's math, 2 its KV rows too (carried in registers), so a step does not
-    start with a chain of dependent loads."""
+    acc). AHEAD (``ATTN_AHEAD``): 1 issues the next step's top-k and slot loads before this
+    step's math, 2 its KV rows too (carried in registers), so a step does not start with a
+    chain of dependent loads."""
     if AHEAD >= 1:
         slot, t_ok = _attn_step_slots(m, lo + tl.arange(0, BLOCK_T), hi, topk_ptr, stride_topk,
                                       slots_ptr, stride_slots)
     if AHEAD >= 2:
-        kv_a, kv_b, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, C, R)
+        kv, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, C, R, PARTS)
     for t0 in range(lo, hi, BLOCK_T):
         if AHEAD == 0:
             slot, t_ok = _attn_step_slots(m, t0 + tl.arange(0, BLOCK_T), hi, topk_ptr,
                                           stride_topk, slots_ptr, stride_slots)
         if AHEAD < 2:
-            kv_a, kv_b, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, C, R)
+            kv, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, C, R, PARTS)
         if AHEAD >= 1:
             slot_next, ok_next = _attn_step_slots(m, t0 + BLOCK_T + tl.arange(0, BLOCK_T), hi,
                                                   topk_ptr, stride_topk, slots_ptr, stride_slots)
         if AHEAD >= 2:
-            kv_a_next, kv_b_next, kpe_next = _attn_step_rows(kv_cache_ptr, slot_next, ok_next,
-                                                             C, R)
-        m_i, l_i, acc_a, acc_b = _attn_step_math(q_a, q_b, q_pe, kv_a, kv_b, kpe, t_ok, m_i,
-                                                 l_i, acc_a, acc_b, sm_scale, INTERPRET, CHAINS)
+            kv_next, kpe_next = _attn_step_rows(kv_cache_ptr, slot_next, ok_next, C, R, PARTS)
+        m_i, l_i, acc = _attn_step_math(q, q_pe, kv, kpe, t_ok, m_i, l_i, acc, sm_scale, PARTS,
+                                        INTERPRET, CHAINS)
         if AHEAD >= 1:
             slot = slot_next
             t_ok = ok_next
         if AHEAD >= 2:
-            kv_a = kv_a_next
-            kv_b = kv_b_next
+            kv = kv_next
             kpe = kpe_next
-    return m_i, l_i, acc_a, acc_b
-
-
-@triton.jit
-def _attn_state(BLOCK_H: tl.constexpr, C: tl.constexpr):
-    """The online softmax's empty state: (m_i, l_i, acc_a, acc_b)."""
-    return (tl.full((BLOCK_H,), float("-inf"), tl.float32), tl.zeros((BLOCK_H,), tl.float32),
-            tl.zeros((BLOCK_H, C // 2), tl.float32), tl.zeros((BLOCK_H, C // 2), tl.float32))
+    return m_i, l_i, acc
 
 
 @triton.jit
 def _sparse_attn_task(m, sp, nsp, qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
                       stride_slots, part_o_ptr, part_ml_ptr, NH, sm_scale, nblk,
                       C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
-                      BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr, AHEAD: tl.constexpr,
-                      CHAINS: tl.constexpr):
+                      BLOCK_T: tl.constexpr, PARTS: tl.constexpr, INTERPRET: tl.constexpr,
+                      AHEAD: tl.constexpr, CHAINS: tl.constexpr):
     """Row m's chunk sp of nsp (``_chunk_range``, ``_attn_loop``)."""
-    q_a, q_b, q_pe = _attn_query(m, qcat_ptr, NH, C, R, BLOCK_H)
+    q, q_pe = _attn_query(m, qcat_ptr, NH, C, R, BLOCK_H, PARTS)
     lo, hi = _chunk_range(sp, nsp, nblk, BLOCK_T)
-    m_i, l_i, acc_a, acc_b = _attn_state(BLOCK_H, C)
-    m_i, l_i, acc_a, acc_b = _attn_loop(
-        m, q_a, q_b, q_pe, lo, hi, m_i, l_i, acc_a, acc_b, kv_cache_ptr, topk_ptr, stride_topk,
-        slots_ptr, stride_slots, sm_scale, C, R, BLOCK_T, INTERPRET, AHEAD, CHAINS)
-    _attn_store(m, sp, nsp, m_i, l_i, acc_a, acc_b, part_o_ptr, part_ml_ptr, NH, C, BLOCK_H)
+    m_i, l_i, acc = _attn_state(BLOCK_H, C, PARTS)
+    m_i, l_i, acc = _attn_loop(m, q, q_pe, lo, hi, m_i, l_i, acc, kv_cache_ptr, topk_ptr,
+                               stride_topk, slots_ptr, stride_slots, sm_scale, C, R, BLOCK_T,
+                               PARTS, INTERPRET, AHEAD, CHAINS)
+    _attn_store(m, sp, nsp, m_i, l_i, acc, part_o_ptr, part_ml_ptr, NH, C, BLOCK_H, PARTS)
 
 
 @triton.jit
 def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr, stride_slots,
                         part_o_ptr, part_ml_ptr, NH, sm_scale, nblk,
                         C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
-                        BLOCK_T: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
-                        AHEAD: tl.constexpr, PRELOAD: tl.constexpr, CHAINS: tl.constexpr):
+                        BLOCK_T: tl.constexpr, PARTS: tl.constexpr, INTERPRET: tl.constexpr,
+                        PDL: tl.constexpr, AHEAD: tl.constexpr, PRELOAD: tl.constexpr,
+                        CHAINS: tl.constexpr):
     m = tl.program_id(0)
     sp = tl.program_id(1)
     if PRELOAD:
@@ -551,19 +566,18 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
         lo, hi = _chunk_range(sp, tl.num_programs(1), nblk, BLOCK_T)
         slot, t_ok = _attn_step_slots(m, lo + tl.arange(0, BLOCK_T), hi, topk_ptr,
                                       stride_topk, slots_ptr, stride_slots)
-        kv_a, kv_b, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, C, R)
+        kv, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, C, R, PARTS)
         stage_begin(PDL)
-        q_a, q_b, q_pe = _attn_query(m, qcat_ptr, NH, C, R, BLOCK_H)
-        m_i, l_i, acc_a, acc_b = _attn_state(BLOCK_H, C)
-        m_i, l_i, acc_a, acc_b = _attn_step_math(q_a, q_b, q_pe, kv_a, kv_b, kpe, t_ok, m_i,
-                                                 l_i, acc_a, acc_b, sm_scale, INTERPRET, CHAINS)
+        q, q_pe = _attn_query(m, qcat_ptr, NH, C, R, BLOCK_H, PARTS)
+        m_i, l_i, acc = _attn_state(BLOCK_H, C, PARTS)
+        m_i, l_i, acc = _attn_step_math(q, q_pe, kv, kpe, t_ok, m_i, l_i, acc, sm_scale, PARTS,
+                                        INTERPRET, CHAINS)
         if hi - lo > BLOCK_T:
-            m_i, l_i, acc_a, acc_b = _attn_loop(
-                m, q_a, q_b, q_pe, lo + BLOCK_T, hi, m_i, l_i, acc_a, acc_b, kv_cache_ptr,
-                topk_ptr, stride_topk, slots_ptr, stride_slots, sm_scale, C, R, BLOCK_T,
-                INTERPRET, AHEAD, CHAINS)
-        _attn_store(m, sp, tl.num_programs(1), m_i, l_i, acc_a, acc_b, part_o_ptr, part_ml_ptr,
-                    NH, C, BLOCK_H)
+            m_i, l_i, acc = _attn_loop(m, q, q_pe, lo + BLOCK_T, hi, m_i, l_i, acc, kv_cache_ptr,
+                                       topk_ptr, stride_topk, slots_ptr, stride_slots, sm_scale,
+                                       C, R, BLOCK_T, PARTS, INTERPRET, AHEAD, CHAINS)
+        _attn_store(m, sp, tl.num_programs(1), m_i, l_i, acc, part_o_ptr, part_ml_ptr, NH, C,
+                    BLOCK_H, PARTS)
     else:
         # the top-k and the cache rows come from >= 2 kernels back
         _sparse_attn_prefetch(m, sp, tl.num_programs(1), nblk, kv_cache_ptr, topk_ptr,
@@ -571,7 +585,7 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
         stage_begin(PDL)
         _sparse_attn_task(m, sp, tl.num_programs(1), qcat_ptr, kv_cache_ptr, topk_ptr,
                           stride_topk, slots_ptr, stride_slots, part_o_ptr, part_ml_ptr, NH,
-                          sm_scale, nblk, C, R, BLOCK_H, BLOCK_T, INTERPRET, AHEAD, CHAINS)
+                          sm_scale, nblk, C, R, BLOCK_H, BLOCK_T, PARTS, INTERPRET, AHEAD, CHAINS)
 
 
 @triton.jit
@@ -798,6 +812,11 @@ def attention_splits(rows: int, topk: int) -> int:
     return triton.cdiv(blocks, steps)
 
 
+def attention_parts(kv_lora: int) -> int:
+    """Column tiles of the latent KV rows (``ATTN_PARTS``, each at least 16 columns wide)."""
+    return max(1, min(ATTN_PARTS, kv_lora // 16))
+
+
 def attention_step(topk: int, splits: int) -> tuple:
     """(BLOCK_T, blocks): top-k entries a loop step and blocks of them a row, so that every
     one of `splits` chunks holds at least one block."""
@@ -824,7 +843,8 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
         part_ml, nh, float(sm_scale), blocks, C=kv_lora, R=rope,
         BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, INTERPRET=interpreting(),
         PDL=overlap.enabled(), AHEAD=ATTN_AHEAD, PRELOAD=steps <= ATTN_PRELOAD_MAX_STEPS,
-        CHAINS=ATTN_QK_CHAINS, num_warps=ATTN_WARPS, num_stages=stages, **overlap.launch_kw())
+        PARTS=attention_parts(kv_lora), CHAINS=ATTN_QK_CHAINS, num_warps=ATTN_WARPS,
+        num_stages=stages, **overlap.launch_kw())
     if merge:
         _combine_kernel[(m, nh)](part_o, part_ml, olat, nh, splits, C=kv_lora,
                                  BLOCK_S=triton.next_power_of_2(splits),

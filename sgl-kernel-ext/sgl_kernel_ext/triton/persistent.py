@@ -169,7 +169,8 @@ def _layer_kernel(
     TOPK: tl.constexpr, TOPK_BLOCK: tl.constexpr, TOPK_OUT: tl.constexpr,
     NOPE: tl.constexpr, ROPE: tl.constexpr, V: tl.constexpr, BLOCK_D: tl.constexpr,
     ABSORB_BC: tl.constexpr, BLOCK_HEADS: tl.constexpr, BLOCK_T: tl.constexpr,
-    ATTN_AHEAD: tl.constexpr, ATTN_QK_CHAINS: tl.constexpr, BLOCK_S: tl.constexpr,
+    ATTN_AHEAD: tl.constexpr, ATTN_PARTS: tl.constexpr, ATTN_QK_CHAINS: tl.constexpr,
+    BLOCK_S: tl.constexpr,
     ROUTER_SPLIT: tl.constexpr, ROUTER_BN: tl.constexpr, BLOCK_E: tl.constexpr,
     TOPK_E: tl.constexpr, RENORM: tl.constexpr,
     GU_BN: tl.constexpr, GU_GROUPS: tl.constexpr, GU_SPLIT: tl.constexpr, BLOCK_I: tl.constexpr,
@@ -284,8 +285,8 @@ def _layer_kernel(
             _wait(counters_ptr, S_ABSORB, n_absorb)
             _sparse_attn_task(m, sp, nsp, qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk,
                               slots_ptr, stride_slots, part_o_ptr, part_ml_ptr, NH, sm_scale,
-                              nblk, C, ROPE, BLOCK_HEADS, BLOCK_T, INTERPRET, ATTN_AHEAD,
-                              ATTN_QK_CHAINS)
+                              nblk, C, ROPE, BLOCK_HEADS, BLOCK_T, ATTN_PARTS, INTERPRET,
+                              ATTN_AHEAD, ATTN_QK_CHAINS)
             _signal(counters_ptr, S_ATTN)
         elif t < e_combine:
             i = t - e_attn
