@@ -30,9 +30,9 @@ run_tests() {
   sanitize_fused_layer 90
 }
 run_bench() {
-  timeout 120 python3 -m benchmark.decode_layer --replays 10 --check --ls 2048 \
-    --ms 1,2,4,8,16 --arms stock,fused --out "$OUT" > "$L/decode_layer.log" 2>&1
-  echo "decode_layer rc=$?"; grep -E "^\|" "$L/decode_layer.log" | tail -17
+  timeout 150 python3 -m benchmark.decode_layer --replays 10 --check --ls 2048 \
+    --ms 1,2,4,8,12,16 --arms stock,fused --out "$OUT" > "$L/decode_layer.log" 2>&1
+  echo "decode_layer rc=$?"; grep -E "^\|" "$L/decode_layer.log" | tail -20
   timeout 200 python3 -m benchmark.decode_step --out "$OUT" > "$L/decode_step.log" 2>&1
   echo "decode_step rc=$?"; tail -14 "$L/decode_step.log"
   timeout 90 python3 -m benchmark.graph_timeline --out "$OUT" --kinds moe dense --rows 1 16 \

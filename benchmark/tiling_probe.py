@@ -191,10 +191,15 @@ VARIANTS = {
     # programs at most (12 rows then take 8 chunks)
     "attn_pow2_splits": {("mla", "ATTN_POW2_SPLITS"): True, ("mla", "ATTN_PROGRAMS"): 128},
     "attn_programs_128": {("mla", "ATTN_PROGRAMS"): 128},
-    # the latent KV rows as 1, 2 or 4 column tiles (default mla.ATTN_PARTS), the score as one
-    # MMA chain, or two programs a multiprocessor (128 registers, 92 KB at 2 stages)
-    **{f"attn_parts_{n}": {("mla", "ATTN_PARTS"): n} for n in (1, 2, 4)},
-    "attn_qk_one_chain": {("mla", "ATTN_QK_CHAINS"): 1},
+    # the latent KV rows as 2, 4 or 8 column tiles (default mla.ATTN_PARTS 1), with the
+    # score's products as independent MMA chains or one; 8 tiles (128 registers) at two
+    # programs a multiprocessor (92 KB at 2 stages)
+    **{f"attn_parts_{n}": {("mla", "ATTN_PARTS"): n, ("mla", "ATTN_QK_CHAINS"): 2}
+       for n in (2, 4, 8)},
+    "attn_parts_8_one_chain": {("mla", "ATTN_PARTS"): 8},
+    "attn_chains_2": {("mla", "ATTN_QK_CHAINS"): 2},
+    "attn_parts_8_programs_264": {("mla", "ATTN_PARTS"): 8, ("mla", "ATTN_QK_CHAINS"): 2,
+                                  ("mla", "ATTN_PROGRAMS"): 264},
     "attn_programs_264": {("mla", "ATTN_PROGRAMS"): 264},
     # 3 loop steps (9-12 rows) with 3 stages or the first step preloaded (default 2, none)
     "attn_3_stages_from_3_steps": {("mla", "ATTN_DOUBLE_BUFFER_FROM_STEPS"): 3},

@@ -115,13 +115,15 @@ ATTN_AHEAD = 1
 ATTN_PRELOAD_MAX_STEPS = 2
 # column tiles the latent KV rows load and multiply as (_attn_step_rows): a thread's rows are
 # the same in every tile, so their addresses are computed once. A loop step at 16 rows, sm_90a
-# SASS (sm90_compile.py loops, CPU): 918 instructions a warp as one [64, 512] tile (499
-# integer, 37 global loads), 645 as 2 tiles, 554 as 4, 446 as 8 (77 integer, 5 global loads;
-# 128 registers), 610 as 16 (each warp's share of a narrow tile is too small)
-ATTN_PARTS = 8
-# 1: the score as one MMA chain, each warp's 16 x 8 tile 36 dependent MMAs; more: each
-# latent tile's product and k_pe's apart (_attn_step_math)
-ATTN_QK_CHAINS = 2
+# SASS of the GPU's Triton 3.6 (sm90_compile.py loops, CPU), instructions a warp: 903 as one
+# [64, 512] tile (480 integer, 37 global loads, 168 registers), 645 as 2, 554 as 4, 446 as 8
+# (77 integer, 5 global loads, 128 registers, 19 barriers instead of 12), 610 as 16 (each
+# warp's share of a tile too narrow). Not yet timed on a GPU: the default stays the measured
+# one tile until tiling_probe's attn_parts_* say otherwise.
+ATTN_PARTS = 1
+# 1: the score as one MMA chain (each warp's 16 x 8 tile 36 dependent MMAs, the measured
+# form); more: each latent tile's product and k_pe's apart (_attn_step_math), not yet timed
+ATTN_QK_CHAINS = 1
 # the most attention programs a step (attention_splits): one wave of one program a
 # multiprocessor (201 registers x 256 threads). At 16 rows 16 chunks a row were 256 programs,
 # two waves (ncu, H200: results/ncu_moe_2aeab55.log); 8 chunks, one wave, made each layer
@@ -438,9 +440,10 @@ def _attn_step_math(q, q_pe, kv, kpe, t_ok, m_i, l_i, acc, sm_scale, PARTS: tl.c
         for i in tl.static_range(PARTS):
             z += _attn_dot(q[i], kv[i], INTERPRET) * sm_scale
     else:
-        z = _attn_dot(q_pe, kpe, INTERPRET)
-        for i in tl.static_range(PARTS):
+        z = _attn_dot(q[0], kv[0], INTERPRET)
+        for i in tl.static_range(1, PARTS):
             z += _attn_dot(q[i], kv[i], INTERPRET)
+        z += _attn_dot(q_pe, kpe, INTERPRET)
         z = z * sm_scale
     z = tl.where(t_ok[None, :], z, float("-inf"))
     m_new = tl.maximum(m_i, tl.max(z, axis=1))

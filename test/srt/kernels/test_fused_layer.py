@@ -320,6 +320,29 @@ def test_attention_loading_ahead_is_bitwise_the_plain_loop(ahead, preload, rows,
     assert not torch.isnan(outs[0].float()).any() and torch.equal(outs[0], outs[1])
 
 
+@pytest.mark.parametrize("rows", [1, 12, 16])  # 1 (preloaded), 3 and 4 loop steps a chunk
+@pytest.mark.parametrize("parts, chains", [(1, 2), (8, 1), (8, 2), (4, 2)])
+def test_attention_in_column_tiles_matches_reference(parts, chains, rows, monkeypatch):
+    """The latent KV rows as mla.ATTN_PARTS column tiles and the score as mla.ATTN_QK_CHAINS
+    independent MMA chains: the layer within NUMERICS of the reference on both sides of 2048
+    tokens; with one chain, the same bits as one tile (the same MMA order)."""
+    from sgl_kernel_ext.triton import mla
+
+    monkeypatch.setattr(mla, "ATTN_PARTS", parts)
+    monkeypatch.setattr(mla, "ATTN_QK_CHAINS", chains)
+    assert_within_numerics(check("moe_shared_topk", rows, 3000), 3000)
+    lid = KINDS["moe_shared_topk"]
+    case = make_case(CFG, lid, _contexts(rows, 3000), seed=5, device="cuda", lw=_weights(lid))
+    outs = []
+    for p in (1, parts):
+        monkeypatch.setattr(mla, "ATTN_PARTS", p)
+        layer = FusedLayer(CFG, case.lw, clone_caches(case.caches), rows, 3000)
+        outs.append(layer(case.hidden, case.residual, case.batch, case.topk_prev)[0].clone())
+    assert not torch.isnan(outs[1].float()).any()
+    if chains == 1:
+        assert torch.equal(outs[0], outs[1])
+
+
 @pytest.mark.parametrize("rows", [3, 16])
 @pytest.mark.parametrize("kind", ["moe_indexer", "moe_shared_topk"])
 def test_absorb_on_q_b_tail_rows_is_bitwise_the_partials(kind, rows, monkeypatch):

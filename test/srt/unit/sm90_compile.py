@@ -118,10 +118,13 @@ def _drive() -> None:
 
     # the knobs' other forms at 2 and 3 rows: both norms with a prefetch table (the layer's
     # own, the next layer's), absorb_v merging the attention's chunks at 3 rows, absorb
-    # without the tensor cores
+    # without the tensor cores, the attention's latent in column tiles with independent score
+    # chains
     overlap.LAYER_PREFETCH = overlap.NEXT_LAYER_PREFETCH = True
     merge_rows0, gemv_rows0 = mla.ABSORB_V_MERGE_MAX_ROWS, mla.ABSORB_GEMV_MAX_ROWS
+    parts0, chains0 = mla.ATTN_PARTS, mla.ATTN_QK_CHAINS
     mla.ABSORB_GEMV_MAX_ROWS = 3
+    mla.ATTN_PARTS, mla.ATTN_QK_CHAINS = 8, 2
     for contexts in ([30, 12], [30, 12, 40]):
         mla.ABSORB_V_MERGE_MAX_ROWS = 3 if len(contexts) == 3 else 0
         case = make_case(cfg, 1, contexts, seed=1, tp_size=2)
@@ -131,6 +134,7 @@ def _drive() -> None:
         layer(case.hidden, case.residual, case.batch, case.topk_prev)
     overlap.LAYER_PREFETCH = overlap.NEXT_LAYER_PREFETCH = False
     mla.ABSORB_V_MERGE_MAX_ROWS, mla.ABSORB_GEMV_MAX_ROWS = merge_rows0, gemv_rows0
+    mla.ATTN_PARTS, mla.ATTN_QK_CHAINS = parts0, chains0
     scores = torch.randn(2, 3000)
     topk.topk_positions(scores, torch.tensor([2999, 100]), 2048,
                         torch.empty(2, 2048, dtype=torch.int64))
@@ -170,7 +174,8 @@ def _drive_real(persistent_too: bool = True) -> None:
     ctx, rows = 2048, 16
     knobs = ((mla, "ABSORB_V_SPLIT_C"), (mla, "ABSORB_V_MERGE_MAX_ROWS"),
              (mla, "ABSORB_GEMV_MAX_ROWS"), (moe, "GEMV_MAX_ROWS"), (fp8_linear, "GEMV_MAX_ROWS"),
-             (bf16_linear, "GEMV_MAX_ROWS"), (mla, "ATTN_AHEAD"), (mla, "ATTN_PRELOAD_MAX_STEPS"))
+             (bf16_linear, "GEMV_MAX_ROWS"), (mla, "ATTN_AHEAD"), (mla, "ATTN_PRELOAD_MAX_STEPS"),
+             (mla, "ATTN_PARTS"), (mla, "ATTN_QK_CHAINS"))
     default = tuple(getattr(mod, name) for mod, name in knobs)
     # the stage kernels also with absorb_v in one latent chunk, and in the most chunks merging
     # the attention's at every row count (mla.ABSORB_V_SPLIT_C, _MERGE_MAX_ROWS); absorb's dot
@@ -178,8 +183,9 @@ def _drive_real(persistent_too: bool = True) -> None:
     # and the linears' GEMV forms (GEMV_MAX_ROWS) up to 2 rows in one, at none in the other;
     # the attention loading one step ahead (mla.ATTN_AHEAD) its slots in one, its rows too in
     # the other; the attention preloading its first step in no program in one, in every one
-    # in the other (mla.ATTN_PRELOAD_MAX_STEPS)
-    other_forms = ((1, 0, 0, 2, 2, 2, 1, 0), (8, 16, 4, 0, 0, 0, 2, 1 << 30))
+    # in the other (mla.ATTN_PRELOAD_MAX_STEPS); the latent KV in 8 column tiles with
+    # independent score chains in one, in 4 with one chain in the other (ATTN_PARTS, _CHAINS)
+    other_forms = ((1, 0, 0, 2, 2, 2, 1, 0, 8, 2), (8, 16, 4, 0, 0, 0, 2, 1 << 30, 4, 1))
     for kind, lid in kinds.items():
         lw = weights.gen_layer(cfg, 0, lid, tp_size=8, tp_rank=0)
         caches = alloc_caches(cfg, rows * ctx, "cpu", torch.bfloat16, layers=[lid])
@@ -355,7 +361,10 @@ def compile_all(path: str) -> int:
         except Exception as exc:  # noqa: BLE001 - every failure is reported by name
             failures += 1
             print(f"FAIL {spec['name']} {spec['constexprs']}: {type(exc).__name__}: {exc}")
-    print(f"compiled {len(specs) - failures} of {len(specs)} for sm_90")
+    import triton
+
+    print(f"compiled {len(specs) - failures} of {len(specs)} for sm_90 with Triton "
+          f"{triton.__version__}")
     return failures
 
 

@@ -2,40 +2,74 @@
 a CPU machine: the interpreter cannot see compile-only errors (sm90_compile.py says how). At
 the tiny config every launch, the persistent kernel and the knobs' other forms included; at
 one GLM-5.3 TP8 rank's real shapes the stage kernels, whose shared memory must fit a block
-(a pipelined loop over real tiles asked 290 KB once; only the real tile sizes show it)."""
+(a pipelined loop over real tiles asked 290 KB once; only the real tile sizes show it).
 
+Both with this venv's Triton and, when installed (``.ci/run`` installs it), with the GPU
+machine's (``DEVICE_TRITON``): the two versions accept different code, and a kernel that
+only the GPU's rejects would otherwise cost a device call to find."""
+
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+# the Triton of the lent GPU machine (its image's pip list), and where .ci/run installs it
+DEVICE_TRITON = "3.6.0"
+DEVICE_TRITON_DIR = ROOT / ".cache" / f"triton-{DEVICE_TRITON}"
 
 
-def _run(mode, specs, interpret):
+def _run(mode, specs, interpret, triton_dir=None):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     if interpret:
         env["TRITON_INTERPRET"] = "1"
+    if triton_dir is not None:
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(triton_dir),
+                                                          env.get("PYTHONPATH")]))
     return subprocess.run([sys.executable, str(HERE / "sm90_compile.py"), mode, str(specs)],
                           capture_output=True, text=True, timeout=900, env=env)
 
 
-def _record_and_compile(record_mode, tmp_path):
-    specs = tmp_path / "specs.json"
-    recorded = _run(record_mode, specs, interpret=True)
+def _record(record_mode, path):
+    recorded = _run(record_mode, path, interpret=True)
     assert recorded.returncode == 0, recorded.stderr[-3000:]
     assert "distinct launches" in recorded.stdout
-    compiled = _run("compile", specs, interpret=False)
+    return path
+
+
+def _compile(specs, triton_dir=None):
+    """Compile every recorded launch; returns the Triton version that compiled them."""
+    compiled = _run("compile", specs, interpret=False, triton_dir=triton_dir)
     assert compiled.returncode == 0, compiled.stdout[-4000:] + compiled.stderr[-2000:]
     assert "FAIL" not in compiled.stdout
+    n = len(json.loads(specs.read_text()))
+    summary = compiled.stdout.strip().splitlines()[-1]
+    assert summary.startswith(f"compiled {n} of {n} for sm_90 with Triton "), summary
+    return summary.rsplit(" ", 1)[-1]
+
+
+@pytest.fixture(scope="module")
+def real_stage_specs(tmp_path_factory):
+    return _record("record-real-stages", tmp_path_factory.mktemp("real") / "specs.json")
 
 
 def test_every_launch_compiles_for_sm90(tmp_path):
-    _record_and_compile("record", tmp_path)
+    _compile(_record("record", tmp_path / "specs.json"))
 
 
-def test_every_real_shape_stage_launch_fits_sm90(tmp_path):
-    _record_and_compile("record-real-stages", tmp_path)
+def test_every_real_shape_stage_launch_fits_sm90(real_stage_specs):
+    _compile(real_stage_specs)
+
+
+@pytest.mark.skipif(not (DEVICE_TRITON_DIR / "triton").is_dir(),
+                    reason=f"the GPU machine's Triton {DEVICE_TRITON} is not installed at "
+                           f"{DEVICE_TRITON_DIR.relative_to(ROOT)} (.ci/run installs it)")
+def test_every_real_shape_stage_launch_compiles_with_the_gpu_machines_triton(real_stage_specs):
+    assert _compile(real_stage_specs, triton_dir=DEVICE_TRITON_DIR) == DEVICE_TRITON
 
 
 def test_sass_loops_counts_each_loop_body_by_class():

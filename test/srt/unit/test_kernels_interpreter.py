@@ -412,8 +412,8 @@ def test_attention_loading_ahead_is_bitwise_the_plain_loop(splits, monkeypatch):
     loaded before the step's math, and a program's first step's KV rows loaded before its
     wait (ATTN_PRELOAD_MAX_STEPS, here at any number of steps): the same bits as the plain
     loop, which matches the direct softmax over each row's selected cache rows (entries of -1
-    skipped, a row with none zero), as does the score as one MMA chain (ATTN_QK_CHAINS 1);
-    every element of the output written."""
+    skipped, a row with none zero), as do the latent in column tiles (ATTN_PARTS) and the
+    score as independent chains (ATTN_QK_CHAINS); every element of the output written."""
     from sgl_kernel_ext.triton import mla
 
     c, r, nh, k, m, ctx = 64, 16, 4, 128, 3, 150
@@ -425,27 +425,29 @@ def test_attention_loading_ahead_is_bitwise_the_plain_loop(splits, monkeypatch):
     topk[2] = -1  # a row that selects nothing
     qcat = torch.randn(m, nh, c + r, generator=g).bfloat16()
     runs = []
-    for ahead, preload, chains in ((0, False, 3), (1, False, 3), (2, False, 3), (1, True, 3),
-                                   (1, True, 1)):
+    forms = [(0, False, 1, 1), (1, False, 1, 1), (2, False, 1, 1), (1, True, 1, 1)]
+    tiled = [(1, True, 4, 2), (2, False, 4, 1), (0, False, 1, 2)]
+    for ahead, preload, parts, chains in forms + tiled:
         monkeypatch.setattr(mla, "ATTN_AHEAD", ahead)
-        monkeypatch.setattr(mla, "ATTN_QK_CHAINS", chains)
         monkeypatch.setattr(mla, "ATTN_PRELOAD_MAX_STEPS", 1 << 30 if preload else 0)
+        monkeypatch.setattr(mla, "ATTN_PARTS", parts)
+        monkeypatch.setattr(mla, "ATTN_QK_CHAINS", chains)
         part_o = torch.full((m, splits, nh, c), float("nan"))
         part_ml = torch.full((m, splits, nh, 2), float("nan"))
         olat = torch.full((m, nh, c), float("nan"), dtype=torch.bfloat16)
         mla.sparse_attention(qcat, kv_cache, topk, slots, 0.125, part_o, part_ml, olat, c, r)
         assert not torch.isnan(olat.float()).any()
         runs.append(olat)
-    assert all(torch.equal(run, runs[0]) for run in runs[1:-1])
+    assert all(torch.equal(run, runs[0]) for run in runs[1:len(forms)])
     for row in range(m):
         sel = topk[row][topk[row] >= 0].long()
         if sel.numel() == 0:
-            assert not runs[0][row].float().any() and not runs[-1][row].float().any()
+            assert all(not run[row].float().any() for run in runs)
             continue
         keys = kv_cache[slots[row, sel].long()].float()
         z = qcat[row].float() @ keys.T * 0.125
         want = torch.softmax(z, -1) @ keys[:, :c]
-        for run in (runs[0], runs[-1]):
+        for run in [runs[0]] + runs[len(forms):]:
             torch.testing.assert_close(run[row].float(), want, rtol=2e-2, atol=2e-2)
 
 
