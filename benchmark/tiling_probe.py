@@ -216,6 +216,10 @@ VARIANTS = {
     # step, 4 warps); the FP8 linears without them (fp8_linear.GEMV_MAX_ROWS)
     "moe_dot": {("moe", "GEMV_MAX_ROWS"): 0},
     "moe_gemv_to_2": {("moe", "GEMV_MAX_ROWS"): 2},
+    # gate/up and down at one row on the tensor cores (stacked gate/up since GATE_UP_STACK;
+    # GEMV_MAX_ROWS was set before it), in the deep form too
+    "moe_mma_at_1": {("moe", "GEMV_MAX_ROWS"): 0},
+    "moe_mma_at_1_deep": {("moe", "GEMV_MAX_ROWS"): 0, ("moe", "GATE_UP_DEEP_ROWS"): (1, 2, 7, 8)},
     **{f"moe_gemv_gu_{n}_{g}_{s}": {("moe", "GATE_UP_GEMV_TILING"): (n, g, s)}
        for n, g, s in ((16, 2, 8), (32, 2, 8), (32, 4, 4), (16, 8, 2), (16, 2, 12), (16, 4, 6),
                        (16, 2, 4))},
