@@ -199,7 +199,7 @@ VARIANTS = {
     "attn_parts_8_one_chain": {("mla", "ATTN_PARTS"): 8},
     "attn_chains_2": {("mla", "ATTN_QK_CHAINS"): 2},
     "attn_parts_8_programs_264": {("mla", "ATTN_PARTS"): 8, ("mla", "ATTN_QK_CHAINS"): 2,
-                                  ("mla", "ATTN_PROGRAMS"): 264},
+                                  ("mla", "ATTN_PROGRAMS"): 264, ("mla", "ATTN_MAXNREG"): 128},
     "attn_programs_264": {("mla", "ATTN_PROGRAMS"): 264},
     # 3 loop steps (9-12 rows) with 3 stages or the first step preloaded (default 2, none)
     "attn_3_stages_from_3_steps": {("mla", "ATTN_DOUBLE_BUFFER_FROM_STEPS"): 3},

@@ -131,6 +131,9 @@ ATTN_QK_CHAINS = 1
 # wave against up to two is 3-6.5 us faster at 5, 6, 12 and 16 rows
 # (tiling_probe_20261201T031633Z: attn_two_waves). 132: an H100 / H200 SXM's multiprocessors.
 ATTN_PROGRAMS = 132
+# a register cap on the attention (None: ptxas' choice); 128 lets two programs of 8 warps
+# share a multiprocessor, as ATTN_PROGRAMS 264 assumes (probes)
+ATTN_MAXNREG = None
 # chunks a row as the largest power of two within ATTN_PROGRAMS (before chunks that need not
 # divide the row: 8 at 9-16 rows, 4 loop steps; probes). On an H200 the uneven chunks (11 a
 # row, at most 3 steps) make a layer 1.4-2.0 us faster at 9-12 rows, MoE and dense, the same
@@ -817,6 +820,8 @@ def attention_splits(rows: int, topk: int) -> int:
 
 def attention_parts(kv_lora: int) -> int:
     """Column tiles of the latent KV rows (``ATTN_PARTS``, each at least 16 columns wide)."""
+    if ATTN_PARTS < 1 or ATTN_PARTS & (ATTN_PARTS - 1):
+        raise ValueError(f"mla.ATTN_PARTS must be a power of two, not {ATTN_PARTS}")
     return max(1, min(ATTN_PARTS, kv_lora // 16))
 
 
@@ -847,7 +852,8 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
         BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, INTERPRET=interpreting(),
         PDL=overlap.enabled(), AHEAD=ATTN_AHEAD, PRELOAD=steps <= ATTN_PRELOAD_MAX_STEPS,
         PARTS=attention_parts(kv_lora), CHAINS=ATTN_QK_CHAINS, num_warps=ATTN_WARPS,
-        num_stages=stages, **overlap.launch_kw())
+        num_stages=stages, **({"maxnreg": ATTN_MAXNREG} if ATTN_MAXNREG else {}),
+        **overlap.launch_kw())
     if merge:
         _combine_kernel[(m, nh)](part_o, part_ml, olat, nh, splits, C=kv_lora,
                                  BLOCK_S=triton.next_power_of_2(splits),

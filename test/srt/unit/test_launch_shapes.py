@@ -42,3 +42,17 @@ def test_attention_fits_one_wave_of_one_program_a_multiprocessor(rows):
     assert -(-blocks // splits) == fewest, (rows, splits)
     if splits > 1:  # no chunk to spare: one fewer would take more steps
         assert -(-blocks // (splits - 1)) > fewest, (rows, splits)
+
+
+@pytest.mark.parametrize("parts, kv_lora, want", [(1, 512, 1), (8, 512, 8), (8, 64, 4),
+                                                  (16, 512, 16), (4, 16, 1)])
+def test_attention_column_tiles_are_at_least_16_wide(parts, kv_lora, want, monkeypatch):
+    monkeypatch.setattr(mla, "ATTN_PARTS", parts)
+    assert mla.attention_parts(kv_lora) == want and kv_lora // want >= 16
+
+
+@pytest.mark.parametrize("parts", [0, 3, 6])
+def test_attention_column_tiles_refuse_a_count_not_a_power_of_two(parts, monkeypatch):
+    monkeypatch.setattr(mla, "ATTN_PARTS", parts)
+    with pytest.raises(ValueError, match="power of two"):
+        mla.attention_parts(512)
