@@ -114,12 +114,13 @@ ATTN_AHEAD = 1
 # steps, 3 stages, no overlap) 2.5-3.3 slower (T122445Z: attn_preload_every_chunk).
 ATTN_PRELOAD_MAX_STEPS = 2
 # column tiles the latent KV rows load and multiply as (_attn_step_rows): a thread's rows are
-# the same in every tile, so their addresses are computed once. A loop step at 16 rows, sm_90a
-# SASS of the GPU's Triton 3.6 (sm90_compile.py loops, CPU), instructions a warp: 903 as one
-# [64, 512] tile (480 integer, 37 global loads, 168 registers), 645 as 2, 554 as 4, 446 as 8
-# (77 integer, 5 global loads, 128 registers, 19 barriers instead of 12), 610 as 16 (each
-# warp's share of a tile too narrow). Not yet timed on a GPU: the default stays the measured
-# one tile until tiling_probe's attn_parts_* say otherwise.
+# the same in every tile, so their addresses are computed once. A loop step at 16 rows (3
+# stages), sm_90a SASS of the GPU's Triton 3.6 (sm90_compile.py loops, CPU), instructions a
+# warp: 900 as one [64, 512] tile (482 integer, 37 global loads; 162 registers), with
+# independent score chains 645 as 2 tiles, 554 as 4, 446 as 8 (77 integer, 5 global loads,
+# 19 barriers of which 9 commit the copies; 128 registers), 610 as 16 (each warp's share of a
+# tile too narrow). Not yet timed on a GPU: the default stays the measured one tile until
+# tiling_probe's attn_parts_* say otherwise (benchmark/release_run.sh pending).
 ATTN_PARTS = 1
 # 1: the score as one MMA chain (each warp's 16 x 8 tile 36 dependent MMAs, the measured
 # form); more: each latent tile's product and k_pe's apart (_attn_step_math), not yet timed
