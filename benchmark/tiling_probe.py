@@ -348,6 +348,7 @@ def main():
     meta = {"benchmark": "tiling_probe", "set": args.set, "ctx": args.ctx, "copies": args.copies,
             "replays": args.replays, **H.run_meta(dev)}
     rows = []
+    stamp = H.stamp_now()  # one file, rewritten after each kind (a killed run keeps its kinds)
     for kind in args.kinds.split(","):
         ids = H.layer_ids_of_kind(cfg, kind, args.copies)
         base = H.gen_base(cfg, ids[0], 0, 8, dev)
@@ -397,8 +398,8 @@ def main():
                 H.log(f"{kind} M={m} {name}: {rows[-1]['us']:.1f} us")
         del layers, caches, fused
         torch.cuda.empty_cache()
-    H.write_json("tiling_probe", {"meta": meta, "results": rows}, [args.results, args.out],
-                 H.stamp_now())
+        H.write_json("tiling_probe", {"meta": meta, "results": rows}, [args.results, args.out],
+                     stamp)
 
 
 if __name__ == "__main__":
