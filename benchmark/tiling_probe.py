@@ -348,7 +348,7 @@ def main():
     meta = {"benchmark": "tiling_probe", "set": args.set, "ctx": args.ctx, "copies": args.copies,
             "replays": args.replays, **H.run_meta(dev)}
     rows = []
-    stamp = H.stamp_now()  # one file, rewritten after each kind (a killed run keeps its kinds)
+    stamp = H.stamp_now()  # one file, rewritten after each row count (a killed run keeps them)
     for kind in args.kinds.split(","):
         ids = H.layer_ids_of_kind(cfg, kind, args.copies)
         base = H.gen_base(cfg, ids[0], 0, 8, dev)
@@ -396,10 +396,10 @@ def main():
                     del current
                 rows.append({"kind": kind, "M": m, "variant": name, "us": us / len(fused)})
                 H.log(f"{kind} M={m} {name}: {rows[-1]['us']:.1f} us")
+            H.write_json("tiling_probe", {"meta": meta, "results": rows},
+                         [args.results, args.out], stamp)
         del layers, caches, fused
         torch.cuda.empty_cache()
-        H.write_json("tiling_probe", {"meta": meta, "results": rows}, [args.results, args.out],
-                     stamp)
 
 
 if __name__ == "__main__":
