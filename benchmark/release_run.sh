@@ -55,7 +55,10 @@ run_pending() {
   local variants="baseline,${PENDING//,/,baseline,},baseline"
   timeout 300 python3 -m benchmark.tiling_probe --kinds moe,dense --ms 1,4,8,12,16 \
     --variants "$variants" --out "$OUT" > "$L/tiling_probe.log" 2>&1
-  echo "tiling_probe rc=$?"; grep " us$" "$L/tiling_probe.log" | cut -c12-
+  echo "tiling_probe rc=$?"
+  local probe
+  probe=$(ls -t "$OUT"/tiling_probe_*.json 2>/dev/null | head -1)
+  if [ -n "$probe" ]; then python3 -m benchmark.tiling_probe --table "$probe"; fi
 }
 case "${1:-}" in
   tests) run_tests ;;

@@ -8,6 +8,10 @@ comment quotes the results file of the probe that set it; a variant is the knob'
 alternative, kept so the next change to the kernels can re-measure it.
 
     PYTHONPATH=python:sgl-kernel-ext:. python3 -m benchmark.tiling_probe --out $OUT
+
+``--table results.json`` (CPU) prints a probe's verdict: each variant's time minus the mean of
+the baselines run just before and after it in the same process, per layer kind and rows,
+beside how far those baselines spread (the noise a difference must beat).
 """
 
 from __future__ import annotations
@@ -310,6 +314,42 @@ BUILD_VARIANTS = {name for name, sets in VARIANTS.items()
                          for _, attr in sets)}
 
 
+def deltas(rows: list) -> dict:
+    """{(kind, M): {variant: [us - mean of the nearest baseline before and after], ...}} from
+    a probe's results in run order; "noise": [max - min of the baselines] where there are two
+    or more."""
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["kind"], r["M"]), []).append(r)
+    out = {}
+    for key, seq in groups.items():
+        base = [i for i, r in enumerate(seq) if r["variant"] == "baseline"]
+        cell = {}
+        for i, r in enumerate(seq):
+            near = [b for b in base if b < i][-1:] + [b for b in base if b > i][:1]
+            if r["variant"] != "baseline" and near:
+                mean = sum(seq[b]["us"] for b in near) / len(near)
+                cell.setdefault(r["variant"], []).append(r["us"] - mean)
+        if len(base) > 1:
+            cell["noise"] = [max(seq[b]["us"] for b in base) - min(seq[b]["us"] for b in base)]
+        out[key] = cell
+    return out
+
+
+def table(rows: list) -> str:
+    """``deltas`` as markdown: a line per (kind, M), the baselines' spread, then each
+    variant's mean difference in us (negative: faster than the baseline)."""
+    d = deltas(rows)
+    variants = sorted({v for cell in d.values() for v in cell if v != "noise"})
+    lines = ["| kind | M | noise | " + " | ".join(variants) + " |",
+             "|---" * (len(variants) + 3) + "|"]
+    for (kind, m), cell in sorted(d.items()):
+        noise = f"{cell['noise'][0]:.1f}" if "noise" in cell else "n/a"
+        vals = [f"{sum(cell[v]) / len(cell[v]):+.1f}" if v in cell else "" for v in variants]
+        lines.append(f"| {kind} | {m} | {noise} | " + " | ".join(vals) + " |")
+    return "\n".join(lines)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--kinds", default="moe,moe_idx")
@@ -322,7 +362,14 @@ def main():
                    help="module.ATTR=value before anything compiles (numerics_probe's)")
     p.add_argument("--out", default="")
     p.add_argument("--results", default=str(H.REPO / "benchmark" / "results"))
+    p.add_argument("--table", default="", help="print this results file's verdict and exit")
     args = p.parse_args()
+    if args.table:
+        import json
+
+        with open(args.table) as f:
+            print(table(json.load(f)["results"]))
+        return
 
     for setting in args.set:
         numerics_probe.apply(setting)
