@@ -25,6 +25,12 @@ machine's). Pointers compile as 16-byte aligned, as the GPU's JIT sees torch's t
 sm_90a cubin with Triton's bundled nvdisasm and prints, for every loop, its instructions a
 warp per iteration by class (MMAs, asynchronous copies, global loads, barriers, integer
 work): a CPU measure of a kernel's per-step cost where the GPU is latency- or issue-bound.
+
+``sass specs.json DIR`` writes each launch's instructions (addresses dropped) to DIR, one
+file a launch: run it from two checkouts on the same specs and ``diff -r`` the folders to
+show that a refactor leaves the kernels instruction for instruction as they were measured.
+Any of these modes compiles with the Triton first on PYTHONPATH, e.g. the GPU machine's
+(``.cache/triton-3.6.0``, which .ci/run installs).
 """
 
 from __future__ import annotations
@@ -280,6 +286,26 @@ def sass_loops(sass: str) -> list:
 
 def loops(path: str, name: str = "") -> None:
     """Print ``sass_loops`` of each recorded launch (of kernel `name` when given)."""
+    with open(path) as f:
+        specs = [s for s in json.load(f) if not name or s["name"] == name]
+    for spec in specs:
+        kernel, options = compile_for_sm90(spec)
+        sass = _disassemble(kernel)
+        consts = {k: v for k, v in spec["constexprs"].items() if k not in ("INTERPRET", "PDL")}
+        print(f"{spec['name']} {options} {consts}")
+        for row in sass_loops(sass):
+            counts = " ".join(f"{k}={row[k]}" for k in (*SASS_CLASSES, "other") if row[k])
+            print(f"    loop at SASS lines {row['lines'][0]}-{row['lines'][1]}: "
+                  f"{row['instructions']} instructions a warp an iteration: {counts}")
+
+
+def sass_instructions(sass: str) -> list:
+    """The instruction lines of an nvdisasm listing, without their addresses."""
+    return [re.sub(r"/\*[0-9a-f]+\*/", "", line).strip() for line in sass.splitlines()
+            if _OPCODE.search(line)]
+
+
+def _disassemble(kernel) -> str:
     import subprocess
     import tempfile
     from pathlib import Path
@@ -287,21 +313,26 @@ def loops(path: str, name: str = "") -> None:
     import triton
 
     nvdisasm = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "nvdisasm"
+    with tempfile.TemporaryDirectory() as tmp:
+        cubin = Path(tmp) / "k.cubin"
+        cubin.write_bytes(kernel.asm["cubin"])
+        return subprocess.run([str(nvdisasm), "-c", str(cubin)], capture_output=True,
+                              text=True, check=True).stdout
+
+
+def write_sass(path: str, out_dir: str) -> None:
+    """``sass_instructions`` of each recorded launch into out_dir/<index>_<kernel>.sass."""
+    from pathlib import Path
+
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
     with open(path) as f:
-        specs = [s for s in json.load(f) if not name or s["name"] == name]
-    for spec in specs:
-        kernel, options = compile_for_sm90(spec)
-        with tempfile.TemporaryDirectory() as tmp:
-            cubin = Path(tmp) / "k.cubin"
-            cubin.write_bytes(kernel.asm["cubin"])
-            sass = subprocess.run([str(nvdisasm), "-c", str(cubin)], capture_output=True,
-                                  text=True, check=True).stdout
-        consts = {k: v for k, v in spec["constexprs"].items() if k not in ("INTERPRET", "PDL")}
-        print(f"{spec['name']} {options} {consts}")
-        for row in sass_loops(sass):
-            counts = " ".join(f"{k}={row[k]}" for k in (*SASS_CLASSES, "other") if row[k])
-            print(f"    loop at SASS lines {row['lines'][0]}-{row['lines'][1]}: "
-                  f"{row['instructions']} instructions a warp an iteration: {counts}")
+        specs = json.load(f)
+    for i, spec in enumerate(specs):
+        kernel, _ = compile_for_sm90(spec)
+        lines = sass_instructions(_disassemble(kernel))
+        (out / f"{i:03d}_{spec['name']}.sass").write_text("\n".join(lines) + "\n")
+        print(f"{i:03d} {spec['name']}: {len(lines)} instructions")
 
 
 def compile_for_sm90(spec) -> tuple:
@@ -394,5 +425,7 @@ if __name__ == "__main__":
         resources(path)
     elif mode == "loops":
         loops(path, sys.argv[3] if len(sys.argv) > 3 else "")
+    elif mode == "sass":
+        write_sass(path, sys.argv[3])
     else:
         sys.exit(1 if compile_all(path) else 0)

@@ -95,3 +95,22 @@ def test_sass_loops_counts_each_loop_body_by_class():
     assert (loop["mma"], loop["async_copy"], loop["integer"], loop["barrier"], loop["other"]) \
         == (1, 1, 1, 1, 1)
     assert loop["global_load"] == loop["float"] == loop["shared"] == 0
+
+
+def test_sass_instructions_drop_addresses_and_keep_only_instructions():
+    """sm90_compile's ``sass``: the instruction lines of a listing, addresses dropped, so two
+    builds of the same kernel compare equal line for line."""
+    sys.path.insert(0, str(HERE))
+    import sm90_compile
+
+    listing = """
+\t.text._k:
+.L_x_0:
+        /*0000*/                   MOV R1, c[0x0][0x28] ;
+        /*0010*/               @!P1 BRA `(.L_x_0) ;
+"""
+    moved = listing.replace("/*0000*/", "/*0100*/").replace("/*0010*/", "/*0110*/")
+    lines = sm90_compile.sass_instructions(listing)
+    assert lines == ["MOV R1, c[0x0][0x28] ;", "@!P1 BRA `(.L_x_0) ;"]
+    assert sm90_compile.sass_instructions(moved) == lines
+
