@@ -47,7 +47,8 @@ run_bench() {
 # multiprocessor, and gate/up and down at one row on the tensor cores
 PENDING_TESTS="column_tiles"
 PENDING="attn_parts_8,attn_parts_4,attn_parts_8_one_chain,attn_chains_2"
-PENDING="$PENDING,attn_parts_8_programs_264,moe_mma_at_1,moe_mma_at_1_deep"
+PENDING="$PENDING,attn_parts_8_programs_264,attn_parts_8_4_warps_programs_264"
+PENDING="$PENDING,moe_mma_at_1,moe_mma_at_1_deep"
 run_pending() {  # the probe first: if the call runs out of time, the timings are what counts
   local variants="baseline,${PENDING//,/,baseline,},baseline"
   timeout 300 python3 -m benchmark.tiling_probe --kinds moe,dense --ms 1,4,8,12,16 \

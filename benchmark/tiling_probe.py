@@ -204,6 +204,10 @@ VARIANTS = {
     "attn_chains_2": {("mla", "ATTN_QK_CHAINS"): 2},
     "attn_parts_8_programs_264": {("mla", "ATTN_PARTS"): 8, ("mla", "ATTN_QK_CHAINS"): 2,
                                   ("mla", "ATTN_PROGRAMS"): 264, ("mla", "ATTN_MAXNREG"): 128},
+    # ... or at 4 warps (a step 774 instructions a warp, 3096 a program against 8 warps' 3568;
+    # 146 registers, 92 KB at 2 stages: two programs a multiprocessor)
+    "attn_parts_8_4_warps_programs_264": {("mla", "ATTN_PARTS"): 8, ("mla", "ATTN_QK_CHAINS"): 2,
+                                          ("mla", "ATTN_PROGRAMS"): 264, ("mla", "ATTN_WARPS"): 4},
     "attn_programs_264": {("mla", "ATTN_PROGRAMS"): 264},
     # 3 loop steps (9-12 rows) with 3 stages or the first step preloaded (default 2, none)
     "attn_3_stages_from_3_steps": {("mla", "ATTN_DOUBLE_BUFFER_FROM_STEPS"): 3},

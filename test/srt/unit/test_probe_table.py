@@ -20,3 +20,14 @@ def test_each_variant_is_measured_against_its_neighbouring_baselines():
     assert table[0] == "| kind | M | noise | a | b |"
     assert table[2] == "| dense | 16 | n/a |  | -0.5 |"
     assert table[3] == "| moe | 1 | 2.0 | +0.0 | +3.5 |"
+
+
+def test_every_pending_variant_of_release_run_exists():
+    """release_run.sh pending's variants are tiling_probe's (a typo would cost a device call)."""
+    import re
+    from pathlib import Path
+
+    script = (Path(tp.__file__).parent / "release_run.sh").read_text()
+    names = [n for line in re.findall(r'^PENDING="(.*)"$', script, re.M)
+             for n in line.replace("$PENDING", "").split(",") if n]
+    assert len(names) >= 2 and all(n in tp.VARIANTS for n in names), names
