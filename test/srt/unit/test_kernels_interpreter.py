@@ -451,6 +451,37 @@ def test_attention_loading_ahead_is_bitwise_the_plain_loop(splits, monkeypatch):
             torch.testing.assert_close(run[row].float(), want, rtol=2e-2, atol=2e-2)
 
 
+@pytest.mark.parametrize("parts, chains, preload", [(1, 1, True), (8, 2, True), (8, 1, False),
+                                                    (4, 2, False)])
+def test_attention_column_tiles_at_glm53_widths_match_the_softmax(parts, chains, preload,
+                                                                    monkeypatch):
+    """The attention at GLM-5.3's widths (latent 512, rope 64, a TP8 rank's 8 heads padded to
+    16) in ATTN_PARTS column tiles of 64-512 columns, one or independent score chains, first
+    step preloaded or not: each row the direct softmax over its selected cache rows."""
+    from sgl_kernel_ext.triton import mla
+
+    c, r, nh, k, m, ctx = 512, 64, 8, 256, 2, 600
+    g = torch.Generator().manual_seed(parts * 10 + chains)
+    kv_cache = torch.randn(1000, c + r, generator=g).bfloat16()
+    slots = torch.stack([torch.randperm(1000, generator=g)[:ctx] for _ in range(m)]).int()
+    topk = torch.stack([torch.randperm(ctx, generator=g)[:k] for _ in range(m)]).int()
+    topk[0, 10:90] = -1
+    qcat = torch.randn(m, nh, c + r, generator=g).bfloat16()
+    monkeypatch.setattr(mla, "ATTN_PARTS", parts)
+    monkeypatch.setattr(mla, "ATTN_QK_CHAINS", chains)
+    monkeypatch.setattr(mla, "ATTN_PRELOAD_MAX_STEPS", 1 << 30 if preload else 0)
+    part_o = torch.full((m, 2, nh, c), float("nan"))
+    part_ml = torch.full((m, 2, nh, 2), float("nan"))
+    olat = torch.full((m, nh, c), float("nan"), dtype=torch.bfloat16)
+    mla.sparse_attention(qcat, kv_cache, topk, slots, 0.07, part_o, part_ml, olat, c, r)
+    assert mla.attention_parts(c) == parts
+    for row in range(m):
+        sel = topk[row][topk[row] >= 0].long()
+        keys = kv_cache[slots[row, sel].long()].float()
+        want = torch.softmax(qcat[row].float() @ keys.T * 0.07, -1) @ keys[:, :c]
+        torch.testing.assert_close(olat[row].float(), want, rtol=2e-2, atol=2e-2)
+
+
 @pytest.mark.parametrize("k, block", [(16, 512), (256, 0)])  # 0: the default, one step a pass
 def test_topk_radix_select_follows_sglang_semantics(k, block):
     g = torch.Generator().manual_seed(k)
