@@ -204,7 +204,7 @@ VARIANTS = {
     "attn_chains_2": {("mla", "ATTN_QK_CHAINS"): 2},
     "attn_parts_8_programs_264": {("mla", "ATTN_PARTS"): 8, ("mla", "ATTN_QK_CHAINS"): 2,
                                   ("mla", "ATTN_PROGRAMS"): 264, ("mla", "ATTN_MAXNREG"): 128},
-    # ... or at 4 warps (a step 774 instructions a warp, 3096 a program against 8 warps' 3568;
+    # ... or at 4 warps (2 stages: a step 774 instructions a warp, 3096 a program, 8 warps' 3504;
     # 146 registers, 92 KB at 2 stages: two programs a multiprocessor)
     "attn_parts_8_4_warps_programs_264": {("mla", "ATTN_PARTS"): 8, ("mla", "ATTN_QK_CHAINS"): 2,
                                           ("mla", "ATTN_PROGRAMS"): 264, ("mla", "ATTN_WARPS"): 4},
