@@ -195,20 +195,20 @@ VARIANTS = {
     # programs at most (12 rows then take 8 chunks)
     "attn_pow2_splits": {("mla", "ATTN_POW2_SPLITS"): True, ("mla", "ATTN_PROGRAMS"): 128},
     "attn_programs_128": {("mla", "ATTN_PROGRAMS"): 128},
-    # the latent KV rows as 2, 4 or 8 column tiles (default mla.ATTN_PARTS 1), with the
-    # score's products as independent MMA chains or one; 8 tiles (128 registers) at two
-    # programs a multiprocessor (92 KB at 2 stages)
-    **{f"attn_parts_{n}": {("mla", "ATTN_PARTS"): n, ("mla", "ATTN_QK_CHAINS"): 2}
-       for n in (2, 4, 8)},
-    "attn_parts_8_one_chain": {("mla", "ATTN_PARTS"): 8},
+    # the latent KV rows in one column tile or in 4 (default mla.ATTN_PARTS 8, from
+    # ATTN_PARTS_FROM_STEPS loop steps), or in 8 at every step count; the score in two MMA
+    # chains (default one); 8 tiles at every step count and two programs a multiprocessor
+    # (128 registers; or 4 warps: 146, a step 774 instructions a warp, 3096 a program against
+    # 3504 at 8 warps; 92 KB at 2 stages). Measured against one tile at every step count:
+    # results/tiling_probe_20261201T212315Z (its attn_parts_N: N tiles, two chains)
+    "attn_one_tile": {("mla", "ATTN_PARTS"): 1},
+    "attn_parts_4": {("mla", "ATTN_PARTS"): 4},
+    "attn_parts_every_step": {("mla", "ATTN_PARTS_FROM_STEPS"): 1},
     "attn_chains_2": {("mla", "ATTN_QK_CHAINS"): 2},
-    "attn_parts_8_programs_264": {("mla", "ATTN_PARTS"): 8, ("mla", "ATTN_QK_CHAINS"): 2,
+    "attn_parts_8_programs_264": {("mla", "ATTN_PARTS_FROM_STEPS"): 1,
                                   ("mla", "ATTN_PROGRAMS"): 264, ("mla", "ATTN_MAXNREG"): 128},
-    # ... or at 4 warps (2 stages: a step 774 instructions a warp, 3096 a program, 8 warps' 3504;
-    # 146 registers, 92 KB at 2 stages: two programs a multiprocessor)
-    "attn_parts_8_4_warps_programs_264": {("mla", "ATTN_PARTS"): 8, ("mla", "ATTN_QK_CHAINS"): 2,
+    "attn_parts_8_4_warps_programs_264": {("mla", "ATTN_PARTS_FROM_STEPS"): 1,
                                           ("mla", "ATTN_PROGRAMS"): 264, ("mla", "ATTN_WARPS"): 4},
-    "attn_programs_264": {("mla", "ATTN_PROGRAMS"): 264},
     # 3 loop steps (9-12 rows) with 3 stages or the first step preloaded (default 2, none)
     "attn_3_stages_from_3_steps": {("mla", "ATTN_DOUBLE_BUFFER_FROM_STEPS"): 3},
     "attn_preload_to_3_steps": {("mla", "ATTN_PRELOAD_MAX_STEPS"): 3},

@@ -118,12 +118,20 @@ ATTN_PRELOAD_MAX_STEPS = 2
 # stages), sm_90a SASS of the GPU's Triton 3.6 (sm90_compile.py loops, CPU), instructions a
 # warp: 900 as one [64, 512] tile (482 integer, 37 global loads; 162 registers), with
 # independent score chains 645 as 2 tiles, 554 as 4, 446 as 8 (77 integer, 5 global loads,
-# 19 barriers of which 9 commit the copies; 128 registers), 610 as 16 (each warp's share of a
-# tile too narrow). Not yet timed on a GPU: the default stays the measured one tile until
-# tiling_probe's attn_parts_* say otherwise (benchmark/release_run.sh pending).
-ATTN_PARTS = 1
-# 1: the score as one MMA chain (each warp's 16 x 8 tile 36 dependent MMAs, the measured
-# form); more: each latent tile's product and k_pe's apart (_attn_step_math), not yet timed
+# 19 barriers of which 9 commit the copies; 128 registers), 610 as 16. On an H200, against
+# one tile (results/tiling_probe_20261201T212315Z, attn_parts_*): 8 tiles make a MoE or dense
+# layer 1.4-2.4 us faster at 12 and 16 rows (3-4 loop steps, no preload), 4 tiles 1.3-2.2;
+# but programs that preload their first step (1-2 steps, 1-8 rows) 2.5-4.8 us slower with 8
+# tiles, 0.5-0.8 with 4 (at 8 rows 4 tiles -0.3..-0.6). Hence tiles only for programs of
+# ATTN_PARTS_FROM_STEPS loop steps or more.
+ATTN_PARTS = 8
+ATTN_PARTS_FROM_STEPS = 3
+# 1: the score as one MMA chain (each warp's 16 x 8 tile 36 dependent MMAs), in tiles the
+# same MMAs in the same order, so bitwise the one-tile kernel (GPU test
+# test_attention_in_column_tiles_matches_reference); 2: each latent tile's product and
+# k_pe's apart (_attn_step_math). On an H200 two chains were within -0.1..+0.8 us of one with
+# one tile, and 8 tiles in one chain 0-0.4 us faster than in two at 12-16 rows (T212315Z:
+# attn_chains_2, attn_parts_8_one_chain)
 ATTN_QK_CHAINS = 1
 # the most attention programs a step (attention_splits): one wave of one program a
 # multiprocessor (201 registers x 256 threads). At 16 rows 16 chunks a row were 256 programs,
@@ -819,10 +827,13 @@ def attention_splits(rows: int, topk: int) -> int:
     return triton.cdiv(blocks, steps)
 
 
-def attention_parts(kv_lora: int) -> int:
-    """Column tiles of the latent KV rows (``ATTN_PARTS``, each at least 16 columns wide)."""
+def attention_parts(kv_lora: int, steps: int) -> int:
+    """Column tiles of the latent KV rows for programs of `steps` loop steps (``ATTN_PARTS``,
+    each at least 16 columns wide, from ``ATTN_PARTS_FROM_STEPS``; one below)."""
     if ATTN_PARTS < 1 or ATTN_PARTS & (ATTN_PARTS - 1):
         raise ValueError(f"mla.ATTN_PARTS must be a power of two, not {ATTN_PARTS}")
+    if steps < ATTN_PARTS_FROM_STEPS:
+        return 1
     return max(1, min(ATTN_PARTS, kv_lora // 16))
 
 
@@ -852,7 +863,7 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
         part_ml, nh, float(sm_scale), blocks, C=kv_lora, R=rope,
         BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, INTERPRET=interpreting(),
         PDL=overlap.enabled(), AHEAD=ATTN_AHEAD, PRELOAD=steps <= ATTN_PRELOAD_MAX_STEPS,
-        PARTS=attention_parts(kv_lora), CHAINS=ATTN_QK_CHAINS, num_warps=ATTN_WARPS,
+        PARTS=attention_parts(kv_lora, steps), CHAINS=ATTN_QK_CHAINS, num_warps=ATTN_WARPS,
         num_stages=stages, **({"maxnreg": ATTN_MAXNREG} if ATTN_MAXNREG else {}),
         **overlap.launch_kw())
     if merge:

@@ -329,6 +329,7 @@ def test_attention_in_column_tiles_matches_reference(parts, chains, rows, monkey
     from sgl_kernel_ext.triton import mla
 
     monkeypatch.setattr(mla, "ATTN_PARTS", parts)
+    monkeypatch.setattr(mla, "ATTN_PARTS_FROM_STEPS", 1)  # at every row count here
     monkeypatch.setattr(mla, "ATTN_QK_CHAINS", chains)
     assert_within_numerics(check("moe_shared_topk", rows, 3000), 3000)
     lid = KINDS["moe_shared_topk"]

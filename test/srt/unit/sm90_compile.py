@@ -128,9 +128,9 @@ def _drive() -> None:
     # chains
     overlap.LAYER_PREFETCH = overlap.NEXT_LAYER_PREFETCH = True
     merge_rows0, gemv_rows0 = mla.ABSORB_V_MERGE_MAX_ROWS, mla.ABSORB_GEMV_MAX_ROWS
-    parts0, chains0 = mla.ATTN_PARTS, mla.ATTN_QK_CHAINS
+    parts0 = mla.ATTN_PARTS, mla.ATTN_QK_CHAINS, mla.ATTN_PARTS_FROM_STEPS
     mla.ABSORB_GEMV_MAX_ROWS = 3
-    mla.ATTN_PARTS, mla.ATTN_QK_CHAINS = 8, 2
+    mla.ATTN_PARTS, mla.ATTN_QK_CHAINS, mla.ATTN_PARTS_FROM_STEPS = 8, 2, 1
     for contexts in ([30, 12], [30, 12, 40]):
         mla.ABSORB_V_MERGE_MAX_ROWS = 3 if len(contexts) == 3 else 0
         case = make_case(cfg, 1, contexts, seed=1, tp_size=2)
@@ -140,7 +140,7 @@ def _drive() -> None:
         layer(case.hidden, case.residual, case.batch, case.topk_prev)
     overlap.LAYER_PREFETCH = overlap.NEXT_LAYER_PREFETCH = False
     mla.ABSORB_V_MERGE_MAX_ROWS, mla.ABSORB_GEMV_MAX_ROWS = merge_rows0, gemv_rows0
-    mla.ATTN_PARTS, mla.ATTN_QK_CHAINS = parts0, chains0
+    mla.ATTN_PARTS, mla.ATTN_QK_CHAINS, mla.ATTN_PARTS_FROM_STEPS = parts0
     scores = torch.randn(2, 3000)
     topk.topk_positions(scores, torch.tensor([2999, 100]), 2048,
                         torch.empty(2, 2048, dtype=torch.int64))
@@ -181,7 +181,7 @@ def _drive_real(persistent_too: bool = True) -> None:
     knobs = ((mla, "ABSORB_V_SPLIT_C"), (mla, "ABSORB_V_MERGE_MAX_ROWS"),
              (mla, "ABSORB_GEMV_MAX_ROWS"), (moe, "GEMV_MAX_ROWS"), (fp8_linear, "GEMV_MAX_ROWS"),
              (bf16_linear, "GEMV_MAX_ROWS"), (mla, "ATTN_AHEAD"), (mla, "ATTN_PRELOAD_MAX_STEPS"),
-             (mla, "ATTN_PARTS"), (mla, "ATTN_QK_CHAINS"))
+             (mla, "ATTN_PARTS"), (mla, "ATTN_QK_CHAINS"), (mla, "ATTN_PARTS_FROM_STEPS"))
     default = tuple(getattr(mod, name) for mod, name in knobs)
     # the stage kernels also with absorb_v in one latent chunk, and in the most chunks merging
     # the attention's at every row count (mla.ABSORB_V_SPLIT_C, _MERGE_MAX_ROWS); absorb's dot
@@ -190,8 +190,9 @@ def _drive_real(persistent_too: bool = True) -> None:
     # the attention loading one step ahead (mla.ATTN_AHEAD) its slots in one, its rows too in
     # the other; the attention preloading its first step in no program in one, in every one
     # in the other (mla.ATTN_PRELOAD_MAX_STEPS); the latent KV in 8 column tiles with
-    # independent score chains in one, in 4 with one chain in the other (ATTN_PARTS, _CHAINS)
-    other_forms = ((1, 0, 0, 2, 2, 2, 1, 0, 8, 2), (8, 16, 4, 0, 0, 0, 2, 1 << 30, 4, 1))
+    # independent score chains in one, in 4 with one chain in the other, at every step count
+    # (ATTN_PARTS, _QK_CHAINS, _PARTS_FROM_STEPS)
+    other_forms = ((1, 0, 0, 2, 2, 2, 1, 0, 8, 2, 1), (8, 16, 4, 0, 0, 0, 2, 1 << 30, 4, 1, 1))
     for kind, lid in kinds.items():
         lw = weights.gen_layer(cfg, 0, lid, tp_size=8, tp_rank=0)
         caches = alloc_caches(cfg, rows * ctx, "cpu", torch.bfloat16, layers=[lid])

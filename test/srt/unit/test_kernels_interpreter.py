@@ -427,6 +427,7 @@ def test_attention_loading_ahead_is_bitwise_the_plain_loop(splits, monkeypatch):
     runs = []
     forms = [(0, False, 1, 1), (1, False, 1, 1), (2, False, 1, 1), (1, True, 1, 1)]
     tiled = [(1, True, 4, 2), (2, False, 4, 1), (0, False, 1, 2)]
+    monkeypatch.setattr(mla, "ATTN_PARTS_FROM_STEPS", 1)  # tiles at every step count here
     for ahead, preload, parts, chains in forms + tiled:
         monkeypatch.setattr(mla, "ATTN_AHEAD", ahead)
         monkeypatch.setattr(mla, "ATTN_PRELOAD_MAX_STEPS", 1 << 30 if preload else 0)
@@ -468,13 +469,14 @@ def test_attention_column_tiles_at_glm53_widths_match_the_softmax(parts, chains,
     topk[0, 10:90] = -1
     qcat = torch.randn(m, nh, c + r, generator=g).bfloat16()
     monkeypatch.setattr(mla, "ATTN_PARTS", parts)
+    monkeypatch.setattr(mla, "ATTN_PARTS_FROM_STEPS", 1)
     monkeypatch.setattr(mla, "ATTN_QK_CHAINS", chains)
     monkeypatch.setattr(mla, "ATTN_PRELOAD_MAX_STEPS", 1 << 30 if preload else 0)
     part_o = torch.full((m, 2, nh, c), float("nan"))
     part_ml = torch.full((m, 2, nh, 2), float("nan"))
     olat = torch.full((m, nh, c), float("nan"), dtype=torch.bfloat16)
     mla.sparse_attention(qcat, kv_cache, topk, slots, 0.07, part_o, part_ml, olat, c, r)
-    assert mla.attention_parts(c) == parts
+    assert mla.attention_parts(c, 2) == parts
     for row in range(m):
         sel = topk[row][topk[row] >= 0].long()
         keys = kv_cache[slots[row, sel].long()].float()

@@ -44,15 +44,18 @@ def test_attention_fits_one_wave_of_one_program_a_multiprocessor(rows):
         assert -(-blocks // (splits - 1)) > fewest, (rows, splits)
 
 
-@pytest.mark.parametrize("parts, kv_lora, want", [(1, 512, 1), (8, 512, 8), (8, 64, 4),
-                                                  (16, 512, 16), (4, 16, 1)])
-def test_attention_column_tiles_are_at_least_16_wide(parts, kv_lora, want, monkeypatch):
+@pytest.mark.parametrize("parts, kv_lora, steps, want", [(1, 512, 4, 1), (8, 512, 4, 8),
+                                                         (8, 64, 3, 4), (16, 512, 3, 16),
+                                                         (4, 16, 4, 1), (8, 512, 2, 1)])
+def test_attention_column_tiles_are_at_least_16_wide_and_skip_short_programs(
+        parts, kv_lora, steps, want, monkeypatch):
     monkeypatch.setattr(mla, "ATTN_PARTS", parts)
-    assert mla.attention_parts(kv_lora) == want and kv_lora // want >= 16
+    monkeypatch.setattr(mla, "ATTN_PARTS_FROM_STEPS", 3)
+    assert mla.attention_parts(kv_lora, steps) == want and kv_lora // want >= 16
 
 
 @pytest.mark.parametrize("parts", [0, 3, 6])
 def test_attention_column_tiles_refuse_a_count_not_a_power_of_two(parts, monkeypatch):
     monkeypatch.setattr(mla, "ATTN_PARTS", parts)
     with pytest.raises(ValueError, match="power of two"):
-        mla.attention_parts(512)
+        mla.attention_parts(512, 4)

@@ -173,7 +173,7 @@ def step(layer, hidden: torch.Tensor, residual, batch: RowBatch, topk_prev, m: i
         TOPK_OUT=min(1024, triton.next_power_of_2(cfg.index_topk)),
         NOPE=nope, ROPE=rope, V=vd, BLOCK_D=triton.next_power_of_2(nope),
         ABSORB_BC=mla.ABSORB_BLOCK_C, BLOCK_HEADS=max(16, triton.next_power_of_2(nh)),
-        BLOCK_T=block_t, ATTN_AHEAD=mla.ATTN_AHEAD, ATTN_PARTS=mla.attention_parts(c),
+        BLOCK_T=block_t, ATTN_AHEAD=mla.ATTN_AHEAD, ATTN_PARTS=mla.attention_parts(c, triton.cdiv(blocks, nsp)),
         ATTN_QK_CHAINS=mla.ATTN_QK_CHAINS,
         BLOCK_S=triton.next_power_of_2(max(nsp, max_splits)),
         ROUTER_SPLIT=router_split, ROUTER_BN=ROUTER_BLOCK_N,
