@@ -42,11 +42,11 @@ run_bench() {
     > "$L/graph_timeline.log" 2>&1
   echo "graph_timeline rc=$?"; tail -50 "$L/graph_timeline.log" | grep -v "^\s*$" | head -40
 }
-# built and checked on CPU, not yet taken: gate/up and down at one row on the tensor cores
-# (tiling_probe_20261201T212315Z: a MoE layer 1.3 us faster against 0.9 of noise, a dense one
-# 9.6 slower), and the attention's tile forms beside the default (its GPU test)
+# the alternatives beside the newest defaults, re-timed (the attention's tiles and the MoE's
+# one-row form, tiling_probe_20261201T212315Z, T212843Z, T212922Z), and the GPU tests of the
+# attention's tile forms
 PENDING_TESTS="column_tiles"
-PENDING="moe_mma_at_1,moe_mma_at_1_deep,attn_one_tile,attn_parts_4"
+PENDING="attn_one_tile,attn_parts_every_step,moe_gemv_at_1,dense_mma_at_1"
 run_pending() {  # the probe first: if the call runs out of time, the timings are what counts
   local variants="baseline,${PENDING//,/,baseline,},baseline"
   timeout 300 python3 -m benchmark.tiling_probe --kinds moe,dense --ms 1,4,8,12,16 \

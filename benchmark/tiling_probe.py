@@ -222,12 +222,16 @@ VARIANTS = {
     # moe.GEMV_MAX_ROWS), or without them at 2 rows; their GEMV tilings at one row (default:
     # gate/up 16 columns, 4 groups a step, K in 4 chunks; down 32 columns, up to 4 groups a
     # step, 4 warps); the FP8 linears without them (fp8_linear.GEMV_MAX_ROWS)
-    "moe_dot": {("moe", "GEMV_MAX_ROWS"): 0},
-    "moe_gemv_to_2": {("moe", "GEMV_MAX_ROWS"): 2},
+    "moe_dot": {("moe", "GEMV_MAX_ROWS"): 0, ("moe", "DENSE_GEMV_MAX_ROWS"): 0},
+    "moe_gemv_to_2": {("moe", "GEMV_MAX_ROWS"): 2, ("moe", "DENSE_GEMV_MAX_ROWS"): 2},
     # gate/up and down at one row on the tensor cores (stacked gate/up since GATE_UP_STACK;
     # GEMV_MAX_ROWS was set before it), in the deep form too
     "moe_mma_at_1": {("moe", "GEMV_MAX_ROWS"): 0},
     "moe_mma_at_1_deep": {("moe", "GEMV_MAX_ROWS"): 0, ("moe", "GATE_UP_DEEP_ROWS"): (1, 2, 7, 8)},
+    # since those: the MoE's experts at one row without the tensor cores again, and the dense
+    # MLP at one row on them (default moe.GEMV_MAX_ROWS 0, DENSE_GEMV_MAX_ROWS 1)
+    "moe_gemv_at_1": {("moe", "GEMV_MAX_ROWS"): 1},
+    "dense_mma_at_1": {("moe", "DENSE_GEMV_MAX_ROWS"): 0},
     **{f"moe_gemv_gu_{n}_{g}_{s}": {("moe", "GATE_UP_GEMV_TILING"): (n, g, s)}
        for n, g, s in ((16, 2, 8), (32, 2, 8), (32, 4, 4), (16, 8, 2), (16, 2, 12), (16, 4, 6),
                        (16, 2, 4))},

@@ -17,8 +17,8 @@ Launches with grids fixed by the plan (CUDA-graph capturable):
    order (shared first, experts ascending, as SGLang's combine) and rounded once to bf16.
 
 Each touched expert's weights are read once per step. A dense MLP is the same gate_up/down
-pair over the single shared slot. At one row (GEMV_MAX_ROWS) gate/up and down multiply
-without the tensor cores (fp8_linear._gemv_step), in narrower tiles of their own.
+pair over the single shared slot. A dense MLP at one row (DENSE_GEMV_MAX_ROWS) multiplies
+without the tensor cores (fp8_linear._gemv_step), in narrower tiles of its own.
 """
 
 from __future__ import annotations
@@ -622,7 +622,13 @@ def gate_up_chunk(k: int, split_k: int, groups: int) -> int:
 # the next step's weight tiles loaded before this step's multiply-and-sum (by hand: Triton
 # does not pipeline this loop): +13..15 us at one row, up to +140 with wide tiles (spills;
 # tiling_probe_20261201T051045Z, T051051Z; code at a1c394f).
-GEMV_MAX_ROWS = 1
+# Since gate/up's 32-column tiles run as one stacked wgmma (GATE_UP_STACK) a MoE layer is
+# 1.0-1.3 us faster at one row on the tensor cores, with or without the indexer, in two runs;
+# a dense layer 9.6 us slower (tiling_probe_20261201T212315Z, T212922Z: moe_mma_at_1; the
+# deep form +0.4..+1.0): so the MoE layer's experts take the MMAs at every row count and the
+# dense MLP keeps this form at one row (DENSE_GEMV_MAX_ROWS).
+GEMV_MAX_ROWS = 0
+DENSE_GEMV_MAX_ROWS = 1
 GATE_UP_GEMV_TILING = (16, 4, 4)
 DOWN_GEMV_BLOCK = 32
 DOWN_GEMV_GROUPS = 4
@@ -732,7 +738,7 @@ def gate_up_tiling(m: int, dense: bool = False) -> tuple:
     (GATE_UP_64_COLUMN_ROWS; dense: the one-slot MLP's, DENSE_GATE_UP_TILING, from 2 rows).
     In the whole layer the split K at 1-2 rows, SwiGLU kernel included, is 3-8 us faster than
     none (results/tiling_probe_20261130T133200Z.json)."""
-    if m <= GEMV_MAX_ROWS:
+    if m <= gemv_rows(dense):
         return GATE_UP_GEMV_TILING
     n, groups, split = _mma_gate_up_tiling(m, dense)
     return n, GATE_UP_GROUPS or (1 if _deep(m, dense) else groups), split
@@ -780,9 +786,15 @@ DOWN_MAXNREG_FROM_ROWS = 4
 # rows, the same at 4 (tiling_probe_20261201T152205Z, code at fe63de8).
 
 
-def down_block(m: int) -> int:
+def gemv_rows(dense: bool) -> int:
+    """Rows up to which gate/up and down multiply without the tensor cores: a MoE layer's
+    experts (GEMV_MAX_ROWS) or the dense MLP (DENSE_GEMV_MAX_ROWS)."""
+    return DENSE_GEMV_MAX_ROWS if dense else GEMV_MAX_ROWS
+
+
+def down_block(m: int, dense: bool = False) -> int:
     """Hidden columns per down program (benchmark.moe_probe, H200)."""
-    if m <= GEMV_MAX_ROWS:
+    if m <= gemv_rows(dense):
         return DOWN_GEMV_BLOCK
     return 64 if m == 1 else 128
 
@@ -799,10 +811,10 @@ def down_swap(block_n: int, gemv: bool) -> bool:
 
 def down_shape(m: int, dense: bool = False) -> tuple:
     """(BLOCK_N, warps) of down for m rows (dense: the one-slot MLP's, DENSE_DOWN)."""
-    gemv = m <= GEMV_MAX_ROWS
+    gemv = m <= gemv_rows(dense)
     if dense and not gemv and DENSE_DOWN is not None:
         return DENSE_DOWN
-    return down_block(m), GEMV_WARPS if gemv else DOWN_WARPS
+    return down_block(m, dense), GEMV_WARPS if gemv else DOWN_WARPS
 
 
 def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
@@ -815,7 +827,8 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
     and SwiGLU'd by the last K chunk of each (tile, slot) when `arrivals` (int32 counters, at
     least tiles x SLOTS, left at zero) is given, else by a second kernel."""
     m, k = xq.shape
-    block_n, groups, split_k = tiling or gate_up_tiling(m)
+    dense = not num_experts
+    block_n, groups, split_k = tiling or gate_up_tiling(m, dense)
     slots, am, inter = act.shape
     assert am == m and act.is_contiguous() and shared_gate_q.shape == (inter, k)
     assert xq.is_contiguous() and sx.is_contiguous()
@@ -829,7 +842,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
     k_chunk = gate_up_chunk(k, split_k, groups)
     tiles = triton.cdiv(inter, block_n)
     tail = split_k > 1 and arrivals is not None and SWIGLU_TAIL
-    gemv = m <= GEMV_MAX_ROWS
+    gemv = m <= gemv_rows(dense)
     assert not gemv or 128 % block_n == 0, "a GEMV gate/up tile must lie in one scale block"
     if tail:
         assert arrivals.dtype == torch.int32 and arrivals.numel() >= tiles * slots
@@ -865,9 +878,10 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
     slots, m, inter = act.shape
     _, n_terms, h = terms.shape
     assert shared_down_q.shape == (h, inter) and out.is_contiguous() and terms.is_contiguous()
-    block_n = block_n or down_block(m)
-    num_warps = num_warps or down_shape(m)[1]
-    gemv = m <= GEMV_MAX_ROWS
+    dense = not num_experts
+    block_n = block_n or down_block(m, dense)
+    num_warps = num_warps or down_shape(m, dense)[1]
+    gemv = m <= gemv_rows(dense)
     assert not gemv or 128 % block_n == 0, "a GEMV down tile must lie in one scale block"
     _check_expert_stack(down_q, down_s)
     assert slot_expert.numel() >= slots, "every program's slot needs a table entry"

@@ -125,12 +125,13 @@ def test_built_for_16_rows_runs_fewer(kind, rows):
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_linears_with_and_without_tensor_cores_match_reference(kind, rows, gemv_rows,
                                                                 monkeypatch):
-    """The FP8 linears and the MoE's gate/up and down in both forms at 1-2 rows (a pad row at
-    2): the MMA form and the GEMV form (fp8_linear/moe.GEMV_MAX_ROWS), whichever is not the
-    default too."""
+    """The FP8 linears and the MoE's (or dense MLP's) gate/up and down in both forms at 1-2
+    rows (a pad row at 2): the MMA form and the GEMV form (fp8_linear/moe.GEMV_MAX_ROWS,
+    moe.DENSE_GEMV_MAX_ROWS), whichever is not the default too."""
     from sgl_kernel_ext.triton import fp8_linear, moe
 
     monkeypatch.setattr(moe, "GEMV_MAX_ROWS", gemv_rows)
+    monkeypatch.setattr(moe, "DENSE_GEMV_MAX_ROWS", gemv_rows)
     monkeypatch.setattr(fp8_linear, "GEMV_MAX_ROWS", gemv_rows)
     assert_within_numerics(check(kind, rows, 3000, pad=rows == 2), 3000)
 
