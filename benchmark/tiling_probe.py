@@ -204,6 +204,9 @@ VARIANTS = {
     "attn_one_tile": {("mla", "ATTN_PARTS"): 1},
     "attn_parts_4": {("mla", "ATTN_PARTS"): 4},
     "attn_parts_every_step": {("mla", "ATTN_PARTS_FROM_STEPS"): 1},
+    # 2-step programs (5-8 rows) in tiles without the first step preloaded
+    "attn_parts_from_2_no_preload_at_2": {("mla", "ATTN_PARTS_FROM_STEPS"): 2,
+                                          ("mla", "ATTN_PRELOAD_MAX_STEPS"): 1},
     "attn_chains_2": {("mla", "ATTN_QK_CHAINS"): 2},
     "attn_parts_8_programs_264": {("mla", "ATTN_PARTS_FROM_STEPS"): 1,
                                   ("mla", "ATTN_PROGRAMS"): 264, ("mla", "ATTN_MAXNREG"): 128},
