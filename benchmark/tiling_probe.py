@@ -204,7 +204,8 @@ VARIANTS = {
     "attn_one_tile": {("mla", "ATTN_PARTS"): 1},
     "attn_parts_4": {("mla", "ATTN_PARTS"): 4},
     "attn_parts_every_step": {("mla", "ATTN_PARTS_FROM_STEPS"): 1},
-    # 2-step programs (5-8 rows) in tiles without the first step preloaded
+    # 2-step programs (5-8 rows) in tiles without the first step preloaded: on an H200 -0.3..
+    # +3.4 us a layer at 5-8 rows (results/tiling_probe_20261201T213907Z), not taken
     "attn_parts_from_2_no_preload_at_2": {("mla", "ATTN_PARTS_FROM_STEPS"): 2,
                                           ("mla", "ATTN_PRELOAD_MAX_STEPS"): 1},
     "attn_chains_2": {("mla", "ATTN_QK_CHAINS"): 2},

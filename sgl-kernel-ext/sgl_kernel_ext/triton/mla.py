@@ -118,12 +118,15 @@ ATTN_PRELOAD_MAX_STEPS = 2
 # stages), sm_90a SASS of the GPU's Triton 3.6 (sm90_compile.py loops, CPU), instructions a
 # warp: 900 as one [64, 512] tile (482 integer, 37 global loads; 162 registers), with
 # independent score chains 645 as 2 tiles, 554 as 4, 446 as 8 (77 integer, 5 global loads,
-# 19 barriers of which 9 commit the copies; 128 registers), 610 as 16. On an H200, against
-# one tile (results/tiling_probe_20261201T212315Z, attn_parts_*): 8 tiles make a MoE or dense
+# 19 barriers of which 9 commit the copies; 128 registers; 435 in one chain), 610 as 16. On
+# an H200, against one tile (results/tiling_probe_20261201T212315Z, attn_parts_*): 8 tiles
+# make a MoE or dense
 # layer 1.4-2.4 us faster at 12 and 16 rows (3-4 loop steps, no preload), 4 tiles 1.3-2.2;
 # but programs that preload their first step (1-2 steps, 1-8 rows) 2.5-4.8 us slower with 8
 # tiles, 0.5-0.8 with 4 (at 8 rows 4 tiles -0.3..-0.6). Hence tiles only for programs of
-# ATTN_PARTS_FROM_STEPS loop steps or more.
+# ATTN_PARTS_FROM_STEPS loop steps or more: then one tile is 1.7-2.4 us slower a layer at 9-16
+# rows, 8 rows unchanged (T212843Z: attn_one_tile); 2-step programs in tiles without the
+# preload -0.3..+3.4 at 5-8 rows (T213907Z).
 ATTN_PARTS = 8
 ATTN_PARTS_FROM_STEPS = 3
 # 1: the score as one MMA chain (each warp's 16 x 8 tile 36 dependent MMAs), in tiles the
@@ -141,7 +144,8 @@ ATTN_QK_CHAINS = 1
 # (tiling_probe_20261201T031633Z: attn_two_waves). 132: an H100 / H200 SXM's multiprocessors.
 ATTN_PROGRAMS = 132
 # a register cap on the attention (None: ptxas' choice); 128 lets two programs of 8 warps
-# share a multiprocessor, as ATTN_PROGRAMS 264 assumes (probes)
+# share a multiprocessor, as ATTN_PROGRAMS 264 assumes: on an H200 with 8 tiles at every step
+# count 3.7-5.0 us slower a layer at 12-16 rows, as at 4 warps (T212315Z: attn_parts_8_*)
 ATTN_MAXNREG = None
 # chunks a row as the largest power of two within ATTN_PROGRAMS (before chunks that need not
 # divide the row: 8 at 9-16 rows, 4 loop steps; probes). On an H200 the uneven chunks (11 a
