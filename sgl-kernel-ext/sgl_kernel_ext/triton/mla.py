@@ -88,7 +88,9 @@ ABSORB_V_MERGE_MAX_ROWS = 1
 # entries per step move a layer by -4..+3 us at 1 and 16 rows, no variant better at both
 # (tiling_probe_17e17a9_partial.log, tiling_probe_20261130T152855Z)
 # 16 warps: +1.3..1.9 us a MoE layer at 1-4 rows, +2.7 at 16
-# (results/tiling_probe_attn_16_warps_1a52461.log)
+# (results/tiling_probe_attn_16_warps_1a52461.log). With the 8 column tiles (ATTN_PARTS) at
+# 12 and 16 rows: 4 warps +2.1..+3.8 us a layer, 16 warps +4.0..+5.9, 2 stages instead of 3
+# +1.2..+1.6 (tiling_probe_20261201T214225Z)
 ATTN_WARPS = 8
 ATTN_STAGES = 2
 ATTN_BLOCK_T = 64  # top-k entries per loop step (at most a chunk's)
