@@ -46,7 +46,7 @@ run_bench() {
 # one-row form, tiling_probe_20261201T212315Z, T212843Z, T212922Z), and the GPU tests of the
 # attention's tile forms
 PENDING_TESTS="column_tiles"
-PENDING="attn_one_tile,attn_parts_every_step,moe_gemv_at_1,dense_mma_at_1"
+PENDING="attn_one_tile,attn_parts_every_step,moe_gemv_at_1,moe_dot"
 run_pending() {  # the probe first: if the call runs out of time, the timings are what counts
   local variants="baseline,${PENDING//,/,baseline,},baseline"
   timeout 300 python3 -m benchmark.tiling_probe --kinds moe,dense --ms 1,4,8,12,16 \

@@ -222,20 +222,18 @@ VARIANTS = {
     "gate_up_groups_1": {("moe", "gate_up_tiling"): "gu_32_1_4"},
     "gate_up_groups_4": {("moe", "gate_up_tiling"): "gu_32_4_4"},
     "gate_up_n16_groups_4_split_2": {("moe", "gate_up_tiling"): "gu_16_4_2"},
-    # gate/up and down with the tensor cores at one row too (default: without them,
-    # moe.GEMV_MAX_ROWS), or without them at 2 rows; their GEMV tilings at one row (default:
-    # gate/up 16 columns, 4 groups a step, K in 4 chunks; down 32 columns, up to 4 groups a
-    # step, 4 warps); the FP8 linears without them (fp8_linear.GEMV_MAX_ROWS)
-    "moe_dot": {("moe", "GEMV_MAX_ROWS"): 0, ("moe", "DENSE_GEMV_MAX_ROWS"): 0},
-    "moe_gemv_to_2": {("moe", "GEMV_MAX_ROWS"): 2, ("moe", "DENSE_GEMV_MAX_ROWS"): 2},
-    # gate/up and down at one row on the tensor cores (stacked gate/up since GATE_UP_STACK;
-    # GEMV_MAX_ROWS was set before it), in the deep form too
-    "moe_mma_at_1": {("moe", "GEMV_MAX_ROWS"): 0},
-    "moe_mma_at_1_deep": {("moe", "GEMV_MAX_ROWS"): 0, ("moe", "GATE_UP_DEEP_ROWS"): (1, 2, 7, 8)},
-    # since those: the MoE's experts at one row without the tensor cores again, and the dense
-    # MLP at one row on them (default moe.GEMV_MAX_ROWS 0, DENSE_GEMV_MAX_ROWS 1)
+    # the dense MLP's gate/up and down on the tensor cores at one row too (default: a MoE
+    # layer's experts on them at every row count, the dense MLP without them at one row:
+    # moe.GEMV_MAX_ROWS, DENSE_GEMV_MAX_ROWS); a MoE layer's experts without them at one row
+    # (the setting before tiling_probe_20261201T212315Z's moe_mma_at_1), or both kinds at 2
+    # rows; a MoE layer's gate/up at one row in the deep form (GATE_UP_DEEP_ROWS); their GEMV
+    # tilings at one row (default: gate/up 16 columns, 4 groups a step, K in 4 chunks; down 32
+    # columns, up to 4 groups a step, 4 warps); the FP8 linears without them
+    # (fp8_linear.GEMV_MAX_ROWS)
+    "moe_dot": {("moe", "DENSE_GEMV_MAX_ROWS"): 0},
     "moe_gemv_at_1": {("moe", "GEMV_MAX_ROWS"): 1},
-    "dense_mma_at_1": {("moe", "DENSE_GEMV_MAX_ROWS"): 0},
+    "moe_gemv_to_2": {("moe", "GEMV_MAX_ROWS"): 2, ("moe", "DENSE_GEMV_MAX_ROWS"): 2},
+    "moe_deep_at_1": {("moe", "GATE_UP_DEEP_ROWS"): (1, 2, 7, 8)},
     **{f"moe_gemv_gu_{n}_{g}_{s}": {("moe", "GATE_UP_GEMV_TILING"): (n, g, s)}
        for n, g, s in ((16, 2, 8), (32, 2, 8), (32, 4, 4), (16, 8, 2), (16, 2, 12), (16, 4, 6),
                        (16, 2, 4))},
