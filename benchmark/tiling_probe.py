@@ -167,6 +167,9 @@ VARIANTS = {
     # the split top-k's threshold (default: rows wider than 2048), at --ctx above 2048
     "split_topk_off": {("topk", "SPLIT_MIN_WIDTH"): 1 << 30},
     "split_topk_above_8192": {("topk", "SPLIT_MIN_WIDTH"): 8192},
+    # the split top-k in its six launches (default: one where its programs fit at once,
+    # topk.ONE_LAUNCH)
+    "topk_six_launches": {("topk", "ONE_LAUNCH"): False},
     # query heads per indexer prepare program (default 4; 32: one program per row)
     "prepare_heads_2": {("indexer", "PREPARE_HEADS"): 2},
     "prepare_heads_8": {("indexer", "PREPARE_HEADS"): 8},

@@ -10,6 +10,10 @@ to zero, so the next launch (or CUDA-graph replay) finds it zeroed without a hos
 The reduction reads the partials in a fixed order, so results do not depend on which program
 arrives last: deterministic, and bitwise the same as the separate kernel. Portable Triton
 (atomics with memory semantics), no vendor intrinsics.
+
+``arrive`` and ``wait_for`` are the same counter used as a barrier among a launch's programs
+(the one-launch split top-k's rows): only sound where every program of the group is resident
+at once, which the caller must guarantee (a waiting program holds its multiprocessor).
 """
 
 from __future__ import annotations
@@ -29,6 +33,23 @@ def arrive_last(counter_ptr, group_size):
     if last:
         tl.atomic_xchg(counter_ptr, 0, sem="relaxed", scope="gpu")
     return last
+
+
+@triton.jit
+def arrive(counter_ptr):
+    """Count this program's arrival (after all its threads' stores; release)."""
+    tl.debug_barrier()
+    tl.atomic_add(counter_ptr, 1, sem="release", scope="gpu")
+
+
+@triton.jit
+def wait_for(counter_ptr, target):
+    """Spin until the counter reaches target (acquire): the arrivals' stores are then visible
+    to loads that bypass L1 (``cache_modifier=".cg"``)."""
+    seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+    while seen < target:
+        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+    tl.debug_barrier()
 
 
 def counters(n: int, device) -> torch.Tensor:

@@ -10,7 +10,11 @@ choice). Output: int64 [M, k], ascending positions, -1 padded.
 For long rows ``topk_positions_split`` runs the same selection over one program per
 2048-score chunk of a row, in six launches: the default for rows wider than SPLIT_MIN_WIDTH
 (SGL_KERNEL_EXT_SPLIT_TOPK=0 turns it off). On an H200 at a 32K context it takes the indexer
-layer from 237 to 121 us at one row (decode_layer_20261130T143124Z vs ..T143143Z).
+layer from 237 to 121 us at one row (decode_layer_20261130T143124Z vs ..T143143Z). Where the
+launch's programs fit on the GPU at once (one a multiprocessor, ``one_launch_chunk``) the six
+launches are one (ONE_LAUNCH): a row's programs meet at a counter in global memory between
+passes (``arrival.arrive`` / ``wait_for``) instead of at launch boundaries, and keep their
+keys in registers.
 """
 
 from __future__ import annotations
@@ -22,6 +26,8 @@ import triton
 import triton.language as tl
 
 from . import overlap
+from .arrival import arrive, arrive_last, wait_for
+from .fp8_linear import interpreting
 from .overlap import stage_begin
 
 
@@ -31,6 +37,18 @@ def _keys(scores):
     bits = scores.to(tl.uint32, bitcast=True)
     flip = tl.where((bits >> 31) == 1, 0xFFFFFFFF, 0x80000000).to(tl.uint32)
     return bits ^ flip
+
+
+@triton.jit
+def _take_digit(hist, prefix, need):
+    """(prefix, need) extended by the next digit of the k-th largest key: the highest bin of
+    the digit's histogram (among keys sharing prefix) with at least `need` keys at or above
+    it; `need` less those above it."""
+    bins = tl.arange(0, 256)
+    at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
+    digit = tl.max(tl.where(at_or_above >= need, bins, 0), axis=0)
+    need -= tl.sum(tl.where(bins > digit, hist, 0), axis=0)
+    return (prefix << 8) | digit.to(tl.uint32), need
 
 
 @triton.jit
@@ -61,11 +79,7 @@ def _topk_row(m, scores_ptr, stride_s, width, pos_ptr, out_ptr, K: tl.constexpr,
                 dig = ((key >> shift) & 0xFF).to(tl.int32)
                 hist += tl.histogram(tl.where(match, dig, 0), 256)
                 hist -= tl.where(bins == 0, tl.sum((~match).to(tl.int32), axis=0), 0)
-            # count of matching keys whose digit is >= each bin
-            at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
-            digit = tl.max(tl.where(at_or_above >= need, bins, 0), axis=0)
-            need -= tl.sum(tl.where(bins > digit, hist, 0), axis=0)
-            prefix = (prefix << 8) | digit.to(tl.uint32)
+            prefix, need = _take_digit(hist, prefix, need)
         # prefix is the k-th largest key; `need` of its ties are taken, lowest positions first
         base = 0
         ties = 0
@@ -118,6 +132,10 @@ SPLIT_CHUNK = 2048  # scores per program of the split top-k
 # (tiling_probe_20261130T144621Z, ..T144628Z).
 SPLIT_MIN_WIDTH = 2048
 SPLIT_ENV = "SGL_KERNEL_EXT_SPLIT_TOPK"  # "0": every row uses the one-program kernel
+# whether the split top-k runs as one launch where its programs fit at once (one a
+# multiprocessor, chunks of up to ONE_LAUNCH_MAX_CHUNK scores), rather than six
+ONE_LAUNCH = True
+ONE_LAUNCH_MAX_CHUNK = 8192
 
 
 def use_split(width: int) -> bool:
@@ -138,11 +156,22 @@ def _next_digit(hist_ptr, state_ptr, m, P, PASS: tl.constexpr, K: tl.constexpr):
         hist = tl.zeros((256,), tl.int32)
         for c in range(0, P):
             hist += tl.load(hist_ptr + (m * P + c) * 256 + bins)
-        at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
-        digit = tl.max(tl.where(at_or_above >= need, bins, 0), axis=0)
-        need -= tl.sum(tl.where(bins > digit, hist, 0), axis=0)
-        prefix = (prefix << 8) | digit.to(tl.uint32)
+        prefix, need = _take_digit(hist, prefix, need)
     return prefix, need
+
+
+@triton.jit
+def _chunk_hist(key, in_row, prefix, PASS: tl.constexpr):
+    """256-bin histogram of digit PASS of the chunk's keys that share the digits before it
+    (prefix); the keys outside are not counted."""
+    shift = 24 - 8 * PASS
+    if PASS == 0:
+        match = in_row
+    else:
+        match = in_row & ((key >> (shift + 8)) == prefix)
+    dig = ((key >> shift) & 0xFF).to(tl.int32)
+    hist = tl.histogram(tl.where(match, dig, 0), 256)
+    return hist - tl.where(tl.arange(0, 256) == 0, tl.sum((~match).to(tl.int32), axis=0), 0)
 
 
 @triton.jit
@@ -164,20 +193,40 @@ def _topk_pass_kernel(scores_ptr, stride_s, pos_ptr, hist_in_ptr, state_in_ptr, 
         in_row = offs < seq
         key = _keys(tl.load(scores_ptr + m * stride_s + offs, mask=in_row, other=float("-inf")))
         if PASS < 4:
-            shift = 24 - 8 * PASS
-            if PASS == 0:
-                match = in_row
-            else:
-                match = in_row & ((key >> (shift + 8)) == prefix)
-            dig = ((key >> shift) & 0xFF).to(tl.int32)
-            hist = tl.histogram(tl.where(match, dig, 0), 256)
-            bins = tl.arange(0, 256)
-            hist -= tl.where(bins == 0, tl.sum((~match).to(tl.int32), axis=0), 0)
-            tl.store(hist_out_ptr + (m * P + c) * 256 + bins, hist)
+            tl.store(hist_out_ptr + (m * P + c) * 256 + tl.arange(0, 256),
+                     _chunk_hist(key, in_row, prefix, PASS))
         else:
             tl.store(count_ptr + (m * P + c) * 2, tl.sum((in_row & (key > prefix)).to(tl.int32), 0))
             tl.store(count_ptr + (m * P + c) * 2 + 1,
                      tl.sum((in_row & (key == prefix)).to(tl.int32), 0))
+
+
+@triton.jit
+def _picks_before(count_ptr, c, need, BYPASS_L1: tl.constexpr):
+    """(picks, ties) of the row's chunks before chunk c, from their (above, tied) counts."""
+    base = 0
+    ties = 0
+    for b in range(0, c):
+        if BYPASS_L1:
+            above_b = tl.load(count_ptr + b * 2, cache_modifier=".cg")
+            ties_b = tl.load(count_ptr + b * 2 + 1, cache_modifier=".cg")
+        else:
+            above_b = tl.load(count_ptr + b * 2)
+            ties_b = tl.load(count_ptr + b * 2 + 1)
+        base += above_b + tl.minimum(tl.maximum(need - ties, 0), ties_b)
+        ties += ties_b
+    return base, ties
+
+
+@triton.jit
+def _write_chunk(key, offs, in_row, prefix, need, base, ties, out_row_ptr):
+    """Store the chunk's positions above the k-th key and its share of the lowest-positioned
+    ties at their ranks among the row's ascending picks (base picks and ties before it)."""
+    tie = in_row & (key == prefix)
+    tie_rank = ties + tl.cumsum(tie.to(tl.int32), axis=0) - 1
+    take = in_row & ((key > prefix) | (tie & (tie_rank < need)))
+    at = base + tl.cumsum(take.to(tl.int32), axis=0) - 1
+    tl.store(out_row_ptr + at, offs.to(tl.int64), mask=take)
 
 
 @triton.jit
@@ -198,21 +247,58 @@ def _topk_write_kernel(scores_ptr, stride_s, pos_ptr, state_ptr, count_ptr, out_
     else:
         prefix = tl.load(state_ptr + m * 2).to(tl.uint32, bitcast=True)
         need = tl.load(state_ptr + m * 2 + 1)
-        base = 0
-        ties = 0
-        for b in range(0, c):  # picks and ties of the chunks before this one
-            above_b = tl.load(count_ptr + (m * P + b) * 2)
-            ties_b = tl.load(count_ptr + (m * P + b) * 2 + 1)
-            base += above_b + tl.minimum(tl.maximum(need - ties, 0), ties_b)
-            ties += ties_b
+        base, ties = _picks_before(count_ptr + m * P * 2, c, need, False)
         offs = c * CHUNK + tl.arange(0, CHUNK)
         in_row = offs < seq
         key = _keys(tl.load(scores_ptr + m * stride_s + offs, mask=in_row, other=float("-inf")))
-        tie = in_row & (key == prefix)
-        tie_rank = ties + tl.cumsum(tie.to(tl.int32), axis=0) - 1
-        take = in_row & ((key > prefix) | (tie & (tie_rank < need)))
-        at = base + tl.cumsum(take.to(tl.int32), axis=0) - 1
-        tl.store(out_ptr + m * K + at, offs.to(tl.int64), mask=take)
+        _write_chunk(key, offs, in_row, prefix, need, base, ties, out_ptr + m * K)
+
+
+@triton.jit
+def _topk_one_launch_kernel(scores_ptr, stride_s, pos_ptr, hist_ptr, hist_stride, count_ptr,
+                            bar_ptr, out_ptr, M, K: tl.constexpr, CHUNK: tl.constexpr,
+                            OUT_BLOCK: tl.constexpr, PDL: tl.constexpr):
+    """Program (row, chunk): the split top-k's six launches in one. The chunk's keys stay in
+    registers; after each histogram pass and after the count the row's programs meet at the
+    row's counter (bar_ptr[row], then zeroed through bar_ptr[M + row]); each sums the row's
+    histograms itself, in the same order, so they agree on every digit. Histograms alternate
+    between two buffers: a program writes pass p + 2's only after every program of its row
+    has arrived from pass p + 1, so has finished reading pass p's."""
+    stage_begin(PDL)
+    m = tl.program_id(0)
+    c = tl.program_id(1)
+    P = tl.num_programs(1)
+    seq = tl.load(pos_ptr + m) + 1
+    if seq <= K:
+        if c == 0:
+            for o in range(0, K, OUT_BLOCK):
+                j = o + tl.arange(0, OUT_BLOCK)
+                tl.store(out_ptr + m * K + j, tl.where(j < seq, j, -1).to(tl.int64), mask=j < K)
+    else:
+        bins = tl.arange(0, 256)
+        offs = c * CHUNK + tl.arange(0, CHUNK)
+        in_row = offs < seq
+        key = _keys(tl.load(scores_ptr + m * stride_s + offs, mask=in_row, other=float("-inf")))
+        prefix = tl.zeros((), tl.uint32)
+        need = tl.full((), K, tl.int32)
+        for PASS in tl.static_range(4):
+            row_hist = hist_ptr + (PASS % 2) * hist_stride + m * P * 256
+            tl.store(row_hist + c * 256 + bins, _chunk_hist(key, in_row, prefix, PASS))
+            arrive(bar_ptr + m)
+            wait_for(bar_ptr + m, (PASS + 1) * P)
+            hist = tl.zeros((256,), tl.int32)
+            for b in range(0, P):
+                hist += tl.load(row_hist + b * 256 + bins, cache_modifier=".cg")
+            prefix, need = _take_digit(hist, prefix, need)
+        row_counts = count_ptr + m * P * 2
+        tl.store(row_counts + c * 2, tl.sum((in_row & (key > prefix)).to(tl.int32), 0))
+        tl.store(row_counts + c * 2 + 1, tl.sum((in_row & (key == prefix)).to(tl.int32), 0))
+        arrive(bar_ptr + m)
+        wait_for(bar_ptr + m, 5 * P)
+        base, ties = _picks_before(row_counts, c, need, True)
+        _write_chunk(key, offs, in_row, prefix, need, base, ties, out_ptr + m * K)
+        if arrive_last(bar_ptr + M + m, P):  # every program of the row is past its waits
+            tl.atomic_xchg(bar_ptr + m, 0, sem="relaxed", scope="gpu")
 
 
 def split_chunks(width: int) -> int:
@@ -220,16 +306,38 @@ def split_chunks(width: int) -> int:
     return triton.cdiv(width, SPLIT_CHUNK)
 
 
+def one_launch_chunk(m: int, width: int, programs_at_once: int) -> int:
+    """Scores per program of the one-launch split top-k for m rows `width` wide (a power-of-two
+    multiple of SPLIT_CHUNK up to ONE_LAUNCH_MAX_CHUNK), or 0 where it cannot run: a row's
+    programs wait for each other, so the launch's m * chunks programs must all be resident at
+    once, programs_at_once (one a multiprocessor) at most."""
+    chunk = SPLIT_CHUNK
+    while m * triton.cdiv(width, chunk) > programs_at_once:
+        chunk *= 2
+        if chunk > ONE_LAUNCH_MAX_CHUNK:
+            return 0
+    return chunk
+
+
 def topk_positions_split(scores: torch.Tensor, positions: torch.Tensor, k: int,
                          out: torch.Tensor, hist: torch.Tensor, state: torch.Tensor,
-                         counts: torch.Tensor) -> None:
+                         counts: torch.Tensor, barriers=None) -> None:
     """topk_positions over split_chunks(width) programs per row (same output). Scratch:
-    hist int32 [2, >= M * P * 256], state int32 [2, >= M * 2], counts int32 [>= M * P * 2]."""
+    hist int32 [2, >= M * P * 256], state int32 [2, >= M * 2], counts int32 [>= M * P * 2];
+    barriers: int32 [>= 2 * M] counters at zero (left at zero), for the one-launch form
+    (ONE_LAUNCH, ``one_launch_chunk``; not under the interpreter, whose programs run one
+    after another)."""
     m, width = scores.shape
     p = split_chunks(width)
     assert scores.stride(1) == 1 and out.shape == (m, k) and out.is_contiguous()
     assert hist.shape[0] == 2 and hist[0].numel() >= m * p * 256 and state[0].numel() >= m * 2
     assert counts.numel() >= m * p * 2 and hist.dtype == state.dtype == counts.dtype == torch.int32
+    out_block = min(1024, triton.next_power_of_2(k))
+    if barriers is not None and ONE_LAUNCH and not interpreting():
+        chunk = one_launch_chunk(m, width, overlap.prefetch_programs(scores.device))
+        if chunk:
+            topk_one_launch(scores, positions, k, out, hist, counts, barriers, chunk)
+            return
     launch = dict(PDL=overlap.enabled(), num_warps=8, **overlap.launch_kw())
     for ps in range(5):
         src, dst = (ps + 1) % 2, ps % 2
@@ -237,5 +345,20 @@ def topk_positions_split(scores: torch.Tensor, positions: torch.Tensor, k: int,
                                   hist[dst], state[dst], counts, p, K=k, PASS=ps,
                                   CHUNK=SPLIT_CHUNK, **launch)
     _topk_write_kernel[(m, p)](scores, scores.stride(0), positions, state[0], counts, out, p,
-                               K=k, CHUNK=SPLIT_CHUNK,
-                               OUT_BLOCK=min(1024, triton.next_power_of_2(k)), **launch)
+                               K=k, CHUNK=SPLIT_CHUNK, OUT_BLOCK=out_block, **launch)
+
+
+def topk_one_launch(scores: torch.Tensor, positions: torch.Tensor, k: int, out: torch.Tensor,
+                    hist: torch.Tensor, counts: torch.Tensor, barriers: torch.Tensor,
+                    chunk: int) -> None:
+    """The split top-k as one launch of chunk scores a program (``one_launch_chunk``: the
+    caller guarantees every program resident at once). Scratch as topk_positions_split's."""
+    m, width = scores.shape
+    p = triton.cdiv(width, chunk)
+    assert hist.shape[0] == 2 and hist[0].numel() >= m * p * 256 and counts.numel() >= m * p * 2
+    assert barriers.dtype == torch.int32 and barriers.numel() >= 2 * m
+    assert hist.is_contiguous() and chunk % SPLIT_CHUNK == 0
+    _topk_one_launch_kernel[(m, p)](
+        scores, scores.stride(0), positions, hist, hist.stride(0), counts, barriers, out, m, K=k,
+        CHUNK=chunk, OUT_BLOCK=min(1024, triton.next_power_of_2(k)), PDL=overlap.enabled(),
+        num_warps=8 if chunk <= 2 * SPLIT_CHUNK else 16, **overlap.launch_kw())

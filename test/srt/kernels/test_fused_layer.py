@@ -426,6 +426,51 @@ def test_split_topk_equals_one_program_topk(rows):
     assert torch.equal(one, split)
 
 
+@pytest.mark.parametrize("rows, width", [(1, 32768), (4, 9000), (16, 32768), (16, 131072)])
+def test_one_launch_topk_equals_reference(rows, width):
+    """The split top-k as one launch (topk.ONE_LAUNCH; its row barriers are counters in
+    global memory) against SGLang's semantics (the torch reference), at the chunk
+    one_launch_chunk picks (131072 at 16 rows: none, so the six launches run) and at the
+    widest chunk: ties across chunk borders and everywhere, a row within k and a pad row,
+    output poisoned before each launch, three launches in a row each equal, counters left at
+    zero."""
+    from sgl_kernel_ext.triton import topk as topk_kernel
+    from sglang.srt.layers.fused_decode.reference import indexer as ref_indexer
+
+    k = CFG.index_topk
+    g = torch.Generator(device="cuda").manual_seed(rows * 7 + width)
+    scores = torch.randn(rows, width, generator=g, device="cuda")
+    scores[0, 2000:2100] = 0.75  # a block of ties across the first chunk border
+    pos = torch.tensor([width - 1 - 997 * r for r in range(rows)], device="cuda")
+    if rows >= 4:
+        scores[1] = torch.randint(0, 4, (width,), generator=g, device="cuda").float()
+        pos[2], pos[3] = k // 2, -1  # a row within k, a pad row
+    seq = pos + 1
+    in_ctx = torch.arange(width, device="cuda") < seq[:, None]
+    scores = torch.where(in_ctx, scores, torch.full_like(scores, float("-inf")))
+    want = ref_indexer.topk_positions(scores.cpu(), seq.cpu(), k).cuda()
+    p = topk_kernel.split_chunks(width)
+    i32 = dict(dtype=torch.int32, device="cuda")
+    hist = torch.full((2, rows * p * 256), -9, **i32)
+    counts = torch.full((rows * p * 2,), -9, **i32)
+    barriers = torch.zeros(2 * rows, **i32)
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    picked = topk_kernel.one_launch_chunk(rows, width, sms)
+    assert bool(picked) == (rows * width <= 16 * 32768)
+    chunks = [topk_kernel.ONE_LAUNCH_MAX_CHUNK] if rows * width // 8192 <= sms else []
+    for chunk in [picked] + chunks:
+        for _ in range(3):
+            out = torch.full((rows, k), -7, dtype=torch.int64, device="cuda")
+            if chunk == picked:  # the layer's call: one launch where it fits, six elsewhere
+                topk_kernel.topk_positions_split(scores, pos, k, out, hist,
+                                                 torch.full((2, rows * 2), -9, **i32), counts,
+                                                 barriers)
+            else:
+                topk_kernel.topk_one_launch(scores, pos, k, out, hist, counts, barriers, chunk)
+            assert torch.equal(out, want), chunk
+            assert not barriers.any()
+
+
 @pytest.mark.parametrize("rows", [2, 16])
 def test_layers_sharing_one_workspace_are_bitwise_their_own_buffers(rows):
     """Every layer kind stacked (dense+indexer, MoE+indexer, MoE on the carried top-k), two

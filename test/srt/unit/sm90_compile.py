@@ -210,6 +210,20 @@ def _drive_real(persistent_too: bool = True) -> None:
             for (mod, name), value in zip(knobs, default):
                 setattr(mod, name, value)
         print(f"recorded {kind} (layer {lid})", flush=True)
+    # the one-launch split top-k at a 32K context (the layers above stop at 2048): its chunk at
+    # 1 and 16 rows on 132 multiprocessors, and its widest
+    from sgl_kernel_ext.triton import topk as topk_kernel
+
+    width, i32 = 32768, torch.int32
+    for m, chunk in ((1, topk_kernel.one_launch_chunk(1, width, 132)),
+                     (16, topk_kernel.one_launch_chunk(16, width, 132)),
+                     (4, topk_kernel.ONE_LAUNCH_MAX_CHUNK)):
+        p = topk_kernel.split_chunks(width)
+        topk_kernel.topk_one_launch(
+            torch.empty(m, width), torch.full((m,), width - 1), cfg.index_topk,
+            torch.empty(m, cfg.index_topk, dtype=torch.int64), torch.empty(2, m * p * 256, dtype=i32),
+            torch.empty(m * p * 2, dtype=i32), torch.zeros(2 * m, dtype=i32), chunk)
+    print("recorded the one-launch top-k", flush=True)
 
 
 def resources(path: str) -> None:

@@ -59,3 +59,19 @@ def test_attention_column_tiles_refuse_a_count_not_a_power_of_two(parts, monkeyp
     monkeypatch.setattr(mla, "ATTN_PARTS", parts)
     with pytest.raises(ValueError, match="power of two"):
         mla.attention_parts(512, 4)
+
+
+@pytest.mark.parametrize("rows", range(1, 17))
+@pytest.mark.parametrize("width", [4096, 9000, 32768, 65536, 131072])
+def test_one_launch_topk_programs_are_all_resident_at_once(rows, width):
+    """The one-launch split top-k waits inside its launch for a row's other programs, so it
+    may run only where every program holds a multiprocessor at once; chunks grow (powers of two
+    of SPLIT_CHUNK) only as far as that needs, and past ONE_LAUNCH_MAX_CHUNK it declines."""
+    from sgl_kernel_ext.triton import topk
+
+    chunk = topk.one_launch_chunk(rows, width, H200_SMS)
+    fits = [c for c in (topk.SPLIT_CHUNK << i for i in range(8))
+            if c <= topk.ONE_LAUNCH_MAX_CHUNK and rows * triton.cdiv(width, c) <= H200_SMS]
+    assert chunk == (fits[0] if fits else 0), (rows, width, chunk)
+    if chunk:
+        assert chunk % topk.SPLIT_CHUNK == 0 and triton.cdiv(width, chunk) <= topk.split_chunks(width)

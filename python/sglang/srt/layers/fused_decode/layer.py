@@ -188,6 +188,8 @@ class FusedLayer:
                 specs["topk_hist"] = e(2, m * p * 256, dt=i32)
                 specs["topk_state"] = e(2, m * 2, dt=i32)
                 specs["topk_counts"] = e(m * p * 2, dt=i32)
+                # the one-launch form's row barriers (topk.ONE_LAUNCH), left at zero
+                self.buf["topk_barriers"] = arrival.counters(2 * m, dev)
         # the step's scratch and outputs: the model's shared workspace (layers run one at a
         # time; views arrive at workspace.finalize()) or the layer's own
         if workspace is None:
@@ -315,7 +317,7 @@ class FusedLayer:
             if topk_kernel.use_split(width):
                 topk_kernel.topk_positions_split(scores, pos, cfg.index_topk, topk,
                                                  self.buf["topk_hist"], self.buf["topk_state"],
-                                                 self.buf["topk_counts"])
+                                                 self.buf["topk_counts"], self.buf["topk_barriers"])
             else:
                 topk_kernel.topk_positions(scores, pos, cfg.index_topk, topk)
         else:
