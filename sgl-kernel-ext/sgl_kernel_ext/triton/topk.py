@@ -135,7 +135,9 @@ SPLIT_ENV = "SGL_KERNEL_EXT_SPLIT_TOPK"  # "0": every row uses the one-program k
 # whether the split top-k runs as one launch where its programs fit at once (one a
 # multiprocessor, chunks of up to ONE_LAUNCH_MAX_CHUNK scores), rather than six
 ONE_LAUNCH = True
-ONE_LAUNCH_MAX_CHUNK = 8192
+ONE_LAUNCH_MAX_CHUNK = 4096  # 8192 (16 warps) spills with Triton 3.6 (CPU compile)
+ONE_LAUNCH_MAX_ROW_PROGRAMS = 64  # its programs a row: each holds every chunk's histogram
+SUM_CHUNKS = tl.constexpr(16)  # chunks' histograms (or counts) the six-launch form loads at once
 
 
 def use_split(width: int) -> bool:
@@ -154,8 +156,10 @@ def _next_digit(hist_ptr, state_ptr, m, P, PASS: tl.constexpr, K: tl.constexpr):
         prefix = tl.load(state_ptr + m * 2).to(tl.uint32, bitcast=True)
         need = tl.load(state_ptr + m * 2 + 1)
         hist = tl.zeros((256,), tl.int32)
-        for c in range(0, P):
-            hist += tl.load(hist_ptr + (m * P + c) * 256 + bins)
+        for c0 in range(0, P, SUM_CHUNKS):  # SUM_CHUNKS chunks' histograms a load
+            c = c0 + tl.arange(0, SUM_CHUNKS)
+            hist += tl.sum(tl.load(hist_ptr + (m * P + c[:, None]) * 256 + bins[None, :],
+                                   mask=(c < P)[:, None], other=0), axis=0)
         prefix, need = _take_digit(hist, prefix, need)
     return prefix, need
 
@@ -202,18 +206,28 @@ def _topk_pass_kernel(scores_ptr, stride_s, pos_ptr, hist_in_ptr, state_in_ptr, 
 
 
 @triton.jit
-def _picks_before(count_ptr, c, need, BYPASS_L1: tl.constexpr):
+def _picks(above, ties, before, ties_so_far, need):
+    """(picks, ties) of the chunks where `before` holds, given each chunk's keys above the
+    k-th and tied with it: a chunk takes its ties while the row still needs some
+    (ties_so_far: ties of the chunks ahead of these)."""
+    ahead = ties_so_far + tl.cumsum(ties, axis=0) - ties
+    take = tl.minimum(tl.maximum(need - ahead, 0), ties)
+    return (tl.sum(tl.where(before, above + take, 0), axis=0),
+            tl.sum(tl.where(before, ties, 0), axis=0))
+
+
+@triton.jit
+def _picks_before(count_ptr, c, need):
     """(picks, ties) of the row's chunks before chunk c, from their (above, tied) counts."""
     base = 0
     ties = 0
-    for b in range(0, c):
-        if BYPASS_L1:
-            above_b = tl.load(count_ptr + b * 2, cache_modifier=".cg")
-            ties_b = tl.load(count_ptr + b * 2 + 1, cache_modifier=".cg")
-        else:
-            above_b = tl.load(count_ptr + b * 2)
-            ties_b = tl.load(count_ptr + b * 2 + 1)
-        base += above_b + tl.minimum(tl.maximum(need - ties, 0), ties_b)
+    for b0 in range(0, c, SUM_CHUNKS):
+        b = b0 + tl.arange(0, SUM_CHUNKS)
+        before = b < c
+        picks_b, ties_b = _picks(tl.load(count_ptr + b * 2, mask=before, other=0),
+                                 tl.load(count_ptr + b * 2 + 1, mask=before, other=0),
+                                 before, ties, need)
+        base += picks_b
         ties += ties_b
     return base, ties
 
@@ -247,7 +261,7 @@ def _topk_write_kernel(scores_ptr, stride_s, pos_ptr, state_ptr, count_ptr, out_
     else:
         prefix = tl.load(state_ptr + m * 2).to(tl.uint32, bitcast=True)
         need = tl.load(state_ptr + m * 2 + 1)
-        base, ties = _picks_before(count_ptr + m * P * 2, c, need, False)
+        base, ties = _picks_before(count_ptr + m * P * 2, c, need)
         offs = c * CHUNK + tl.arange(0, CHUNK)
         in_row = offs < seq
         key = _keys(tl.load(scores_ptr + m * stride_s + offs, mask=in_row, other=float("-inf")))
@@ -255,15 +269,17 @@ def _topk_write_kernel(scores_ptr, stride_s, pos_ptr, state_ptr, count_ptr, out_
 
 
 @triton.jit
-def _topk_one_launch_kernel(scores_ptr, stride_s, pos_ptr, hist_ptr, hist_stride, count_ptr,
-                            bar_ptr, out_ptr, M, K: tl.constexpr, CHUNK: tl.constexpr,
-                            OUT_BLOCK: tl.constexpr, PDL: tl.constexpr):
+def _topk_one_launch_kernel(scores_ptr, stride_s, pos_ptr, hist_ptr, hist_stride, bar_ptr,
+                            out_ptr, M, K: tl.constexpr, CHUNK: tl.constexpr,
+                            P_BLOCK: tl.constexpr, OUT_BLOCK: tl.constexpr, PDL: tl.constexpr):
     """Program (row, chunk): the split top-k's six launches in one. The chunk's keys stay in
-    registers; after each histogram pass and after the count the row's programs meet at the
-    row's counter (bar_ptr[row], then zeroed through bar_ptr[M + row]); each sums the row's
-    histograms itself, in the same order, so they agree on every digit. Histograms alternate
-    between two buffers: a program writes pass p + 2's only after every program of its row
-    has arrived from pass p + 1, so has finished reading pass p's."""
+    registers; after each histogram pass the row's programs meet at the row's counter
+    (bar_ptr[row], zeroed at the end through bar_ptr[M + row]) and each loads every chunk's
+    histogram at once, sums them in the same order (so they agree on every digit) and keeps
+    per chunk the keys above the digit it picks: after the fourth pass each knows every
+    chunk's keys above and tied with the k-th, so the count pass and its wait are not needed.
+    Histograms alternate between two buffers: a program writes pass p + 2's only after every
+    program of its row has arrived from pass p + 1, so has finished reading pass p's."""
     stage_begin(PDL)
     m = tl.program_id(0)
     c = tl.program_id(1)
@@ -276,27 +292,28 @@ def _topk_one_launch_kernel(scores_ptr, stride_s, pos_ptr, hist_ptr, hist_stride
                 tl.store(out_ptr + m * K + j, tl.where(j < seq, j, -1).to(tl.int64), mask=j < K)
     else:
         bins = tl.arange(0, 256)
+        chunks = tl.arange(0, P_BLOCK)
         offs = c * CHUNK + tl.arange(0, CHUNK)
         in_row = offs < seq
         key = _keys(tl.load(scores_ptr + m * stride_s + offs, mask=in_row, other=float("-inf")))
         prefix = tl.zeros((), tl.uint32)
         need = tl.full((), K, tl.int32)
+        above = tl.zeros((P_BLOCK,), tl.int32)  # each chunk's keys above the k-th
+        ties = tl.zeros((P_BLOCK,), tl.int32)  # and tied with it (after the last pass)
         for PASS in tl.static_range(4):
             row_hist = hist_ptr + (PASS % 2) * hist_stride + m * P * 256
             tl.store(row_hist + c * 256 + bins, _chunk_hist(key, in_row, prefix, PASS))
             arrive(bar_ptr + m)
             wait_for(bar_ptr + m, (PASS + 1) * P)
-            hist = tl.zeros((256,), tl.int32)
-            for b in range(0, P):
-                hist += tl.load(row_hist + b * 256 + bins, cache_modifier=".cg")
-            prefix, need = _take_digit(hist, prefix, need)
-        row_counts = count_ptr + m * P * 2
-        tl.store(row_counts + c * 2, tl.sum((in_row & (key > prefix)).to(tl.int32), 0))
-        tl.store(row_counts + c * 2 + 1, tl.sum((in_row & (key == prefix)).to(tl.int32), 0))
-        arrive(bar_ptr + m)
-        wait_for(bar_ptr + m, 5 * P)
-        base, ties = _picks_before(row_counts, c, need, True)
-        _write_chunk(key, offs, in_row, prefix, need, base, ties, out_ptr + m * K)
+            hist = tl.load(row_hist + chunks[:, None] * 256 + bins[None, :],
+                           mask=(chunks < P)[:, None], other=0, cache_modifier=".cg")
+            prefix, need = _take_digit(tl.sum(hist, axis=0), prefix, need)
+            digit = (prefix & 0xFF).to(tl.int32)
+            above += tl.sum(tl.where(bins[None, :] > digit, hist, 0), axis=1)
+            if PASS == 3:
+                ties = tl.sum(tl.where(bins[None, :] == digit, hist, 0), axis=1)
+        base, ties_before = _picks(above, ties, chunks < c, 0, need)
+        _write_chunk(key, offs, in_row, prefix, need, base, ties_before, out_ptr + m * K)
         if arrive_last(bar_ptr + M + m, P):  # every program of the row is past its waits
             tl.atomic_xchg(bar_ptr + m, 0, sem="relaxed", scope="gpu")
 
@@ -308,11 +325,13 @@ def split_chunks(width: int) -> int:
 
 def one_launch_chunk(m: int, width: int, programs_at_once: int) -> int:
     """Scores per program of the one-launch split top-k for m rows `width` wide (a power-of-two
-    multiple of SPLIT_CHUNK up to ONE_LAUNCH_MAX_CHUNK), or 0 where it cannot run: a row's
-    programs wait for each other, so the launch's m * chunks programs must all be resident at
-    once, programs_at_once (one a multiprocessor) at most."""
+    multiple of SPLIT_CHUNK up to ONE_LAUNCH_MAX_CHUNK, at most ONE_LAUNCH_MAX_ROW_PROGRAMS
+    chunks a row), or 0 where it cannot run: a row's programs wait for each other, so the
+    launch's m * chunks programs must all be resident at once, programs_at_once (one a
+    multiprocessor) at most."""
     chunk = SPLIT_CHUNK
-    while m * triton.cdiv(width, chunk) > programs_at_once:
+    while (m * triton.cdiv(width, chunk) > programs_at_once
+           or triton.cdiv(width, chunk) > ONE_LAUNCH_MAX_ROW_PROGRAMS):
         chunk *= 2
         if chunk > ONE_LAUNCH_MAX_CHUNK:
             return 0
@@ -336,7 +355,7 @@ def topk_positions_split(scores: torch.Tensor, positions: torch.Tensor, k: int,
     if barriers is not None and ONE_LAUNCH and not interpreting():
         chunk = one_launch_chunk(m, width, overlap.prefetch_programs(scores.device))
         if chunk:
-            topk_one_launch(scores, positions, k, out, hist, counts, barriers, chunk)
+            topk_one_launch(scores, positions, k, out, hist, barriers, chunk)
             return
     launch = dict(PDL=overlap.enabled(), num_warps=8, **overlap.launch_kw())
     for ps in range(5):
@@ -349,16 +368,17 @@ def topk_positions_split(scores: torch.Tensor, positions: torch.Tensor, k: int,
 
 
 def topk_one_launch(scores: torch.Tensor, positions: torch.Tensor, k: int, out: torch.Tensor,
-                    hist: torch.Tensor, counts: torch.Tensor, barriers: torch.Tensor,
-                    chunk: int) -> None:
+                    hist: torch.Tensor, barriers: torch.Tensor, chunk: int) -> None:
     """The split top-k as one launch of chunk scores a program (``one_launch_chunk``: the
-    caller guarantees every program resident at once). Scratch as topk_positions_split's."""
+    caller guarantees every program resident at once). hist and barriers as
+    topk_positions_split's."""
     m, width = scores.shape
     p = triton.cdiv(width, chunk)
-    assert hist.shape[0] == 2 and hist[0].numel() >= m * p * 256 and counts.numel() >= m * p * 2
+    assert hist.shape[0] == 2 and hist[0].numel() >= m * p * 256
     assert barriers.dtype == torch.int32 and barriers.numel() >= 2 * m
     assert hist.is_contiguous() and chunk % SPLIT_CHUNK == 0
     _topk_one_launch_kernel[(m, p)](
-        scores, scores.stride(0), positions, hist, hist.stride(0), counts, barriers, out, m, K=k,
-        CHUNK=chunk, OUT_BLOCK=min(1024, triton.next_power_of_2(k)), PDL=overlap.enabled(),
-        num_warps=8 if chunk <= 2 * SPLIT_CHUNK else 16, **overlap.launch_kw())
+        scores, scores.stride(0), positions, hist, hist.stride(0), barriers, out, m, K=k,
+        CHUNK=chunk, P_BLOCK=triton.next_power_of_2(p),
+        OUT_BLOCK=min(1024, triton.next_power_of_2(k)), PDL=overlap.enabled(),
+        num_warps=8, **overlap.launch_kw())

@@ -525,6 +525,31 @@ def test_split_topk_is_the_one_program_topk(k):
     assert torch.equal(out, ref_indexer.topk_positions(scores, seq, k))
 
 
+@pytest.mark.parametrize("k", [16, 300])
+def test_one_launch_topk_of_one_chunk_a_row(k):
+    """The one-launch split top-k where a row is one chunk (its row barriers then wait only
+    for the program itself, so the interpreter, which runs programs one after another, can
+    run it): its histograms, digits and per-chunk counts against SGLang's semantics, with
+    ties, a row within k and a pad row; counters left at zero. Several chunks a row: the
+    GPU test test_one_launch_topk_equals_reference."""
+    from sgl_kernel_ext.triton.topk import ONE_LAUNCH_MAX_CHUNK, split_chunks, topk_one_launch
+
+    g = torch.Generator().manual_seed(k + 3)
+    width = ONE_LAUNCH_MAX_CHUNK - 96
+    scores = torch.randn(4, width, generator=g)
+    scores[1] = torch.randint(0, 4, (width,), generator=g).float()  # ties everywhere
+    positions = torch.tensor([width - 1, width - 10, k // 2, -1])
+    seq = positions + 1
+    in_ctx = torch.arange(width) < seq[:, None]
+    masked = torch.where(in_ctx, scores, torch.full_like(scores, float("-inf")))
+    hist = torch.full((2, 4 * split_chunks(width) * 256), -9, dtype=torch.int32)
+    barriers = torch.zeros(8, dtype=torch.int32)
+    out = torch.full((4, k), -7, dtype=torch.int64)
+    topk_one_launch(masked, positions, k, out, hist, barriers, ONE_LAUNCH_MAX_CHUNK)
+    assert torch.equal(out, ref_indexer.topk_positions(scores, seq, k))
+    assert not barriers.any()
+
+
 @pytest.mark.parametrize(
     "layer_id, contexts",
     [(0, [30, 0, 12, 40]), (1, [30, 0, 12, 40]), (2, [30, 0, 12, 40]), (1, [40, 9])],

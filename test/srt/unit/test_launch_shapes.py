@@ -62,16 +62,18 @@ def test_attention_column_tiles_refuse_a_count_not_a_power_of_two(parts, monkeyp
 
 
 @pytest.mark.parametrize("rows", range(1, 17))
-@pytest.mark.parametrize("width", [4096, 9000, 32768, 65536, 131072])
+@pytest.mark.parametrize("width", [4096, 9000, 32768, 65536, 131072, 262144, 524288])
 def test_one_launch_topk_programs_are_all_resident_at_once(rows, width):
     """The one-launch split top-k waits inside its launch for a row's other programs, so it
-    may run only where every program holds a multiprocessor at once; chunks grow (powers of two
-    of SPLIT_CHUNK) only as far as that needs, and past ONE_LAUNCH_MAX_CHUNK it declines."""
+    may run only where every program holds a multiprocessor at once, and each program holds
+    every chunk's histogram of its row (ONE_LAUNCH_MAX_ROW_PROGRAMS); chunks grow (powers of
+    two of SPLIT_CHUNK) only as far as that needs, and past ONE_LAUNCH_MAX_CHUNK it declines."""
     from sgl_kernel_ext.triton import topk
 
     chunk = topk.one_launch_chunk(rows, width, H200_SMS)
     fits = [c for c in (topk.SPLIT_CHUNK << i for i in range(8))
-            if c <= topk.ONE_LAUNCH_MAX_CHUNK and rows * triton.cdiv(width, c) <= H200_SMS]
+            if c <= topk.ONE_LAUNCH_MAX_CHUNK and rows * triton.cdiv(width, c) <= H200_SMS
+            and triton.cdiv(width, c) <= topk.ONE_LAUNCH_MAX_ROW_PROGRAMS]
     assert chunk == (fits[0] if fits else 0), (rows, width, chunk)
     if chunk:
         assert chunk % topk.SPLIT_CHUNK == 0 and triton.cdiv(width, chunk) <= topk.split_chunks(width)
