@@ -170,6 +170,9 @@ VARIANTS = {
     # the split top-k in its six launches (default: one where its programs fit at once,
     # topk.ONE_LAUNCH)
     "topk_six_launches": {("topk", "ONE_LAUNCH"): False},
+    # context positions (and warps) a scores program of the stage kernels (default 64, 4)
+    **{f"score_block_{b}_{w}_warps": {("indexer", "SCORE_BLOCK"): b, ("indexer", "SCORE_WARPS"): w}
+       for b, w in ((128, 4), (256, 4), (256, 8), (32, 4))},
     # query heads per indexer prepare program (default 4; 32: one program per row)
     "prepare_heads_2": {("indexer", "PREPARE_HEADS"): 2},
     "prepare_heads_8": {("indexer", "PREPARE_HEADS"): 8},

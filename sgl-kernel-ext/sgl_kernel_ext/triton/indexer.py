@@ -24,7 +24,8 @@ from .quant import sum_parts, to_e4m3
 
 PAGE = 64
 KEY_BYTES = 128
-SCORE_BLOCK = 64  # context positions per scores program
+SCORE_BLOCK = 64  # context positions per scores program of the stage kernels
+SCORE_WARPS = 4
 # query heads per prepare program (a power of two; the first program of a row also writes
 # its key). One program per row for all 32 heads reads every wq_b partial alone: ~10 us at
 # any row count on an H200 (results/fused_stages_h200_3bcefaf.json, _prepare_kernel). 4 heads
@@ -173,12 +174,13 @@ def prepare(kw_parts, q_parts, ln_w, ln_b, ln_eps, positions, token_slots, inv_f
                                    **overlap.launch_kw())
 
 
-def scores(q8, head_w, index_cache, positions, token_slots, out,
-           block_l: int = SCORE_BLOCK) -> None:
-    """out fp32 [M, L] (L = token_slots width): index scores, -inf past each row's context."""
+def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 0) -> None:
+    """out fp32 [M, L] (L = token_slots width): index scores, -inf past each row's context.
+    block_l: context positions a program (default SCORE_BLOCK)."""
     m, nh, d = q8.shape
     width = out.shape[1]
+    block_l = block_l or SCORE_BLOCK
     _scores_kernel[(m, triton.cdiv(width, block_l))](
         q8, head_w, index_cache, positions, token_slots, token_slots.stride(0), out, out.stride(0),
         width, NH=nh, D=d, BLOCK_H=max(16, nh), BLOCK_L=block_l, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), num_warps=4, **overlap.launch_kw())
+        PDL=overlap.enabled(), num_warps=SCORE_WARPS, **overlap.launch_kw())

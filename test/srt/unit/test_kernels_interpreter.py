@@ -525,6 +525,37 @@ def test_split_topk_is_the_one_program_topk(k):
     assert torch.equal(out, ref_indexer.topk_positions(scores, seq, k))
 
 
+@pytest.mark.parametrize("block_l", [32, 128, 256])
+def test_index_scores_do_not_depend_on_the_block(block_l):
+    """indexer.scores with block_l positions a program (tiling_probe's score_block_*) against
+    the default block and against the torch sum over heads of w * ReLU(q . k) * scale_k;
+    -inf past each row's context."""
+    from sgl_kernel_ext.triton import indexer
+
+    g = torch.Generator().manual_seed(block_l)
+    m, nh, d, width, pages = 3, 4, 128, 300, 16
+    keys = torch.randn(pages, 64, d, generator=g).to(torch.float8_e4m3fn)
+    sk = torch.rand(pages, 64, generator=g) + 0.5
+    cache = torch.cat([keys.view(torch.uint8).reshape(pages, -1),
+                       sk.view(torch.uint8).reshape(pages, -1)], dim=1).contiguous()
+    q8 = torch.randn(m, nh, d, generator=g).to(torch.float8_e4m3fn)
+    head_w = torch.randn(m, nh, generator=g)
+    positions = torch.tensor([299, 150, -1])
+    slots = torch.randperm(pages * 64, generator=g)[: m * width].view(m, width)
+    outs = []
+    for block in (0, block_l):
+        out = torch.full((m, width), 7.0)
+        indexer.scores(q8, head_w, cache, positions, slots, out, block)
+        outs.append(out)
+    assert torch.equal(outs[0], outs[1])
+    k_all = keys.float().view(-1, d)[slots]  # [m, width, d]
+    dots = torch.einsum("mhd,mld->mhl", q8.float(), k_all).clamp_min(0)
+    want = (dots * head_w[:, :, None]).sum(1) * sk.view(-1)[slots]
+    in_ctx = torch.arange(width) < (positions + 1)[:, None]
+    want = torch.where(in_ctx, want, torch.full_like(want, float("-inf")))
+    assert torch.allclose(outs[1], want, rtol=1e-5, atol=1e-4)
+
+
 @pytest.mark.parametrize("k", [16, 300])
 def test_one_launch_topk_of_one_chunk_a_row(k):
     """The one-launch split top-k where a row is one chunk (its row barriers then wait only
