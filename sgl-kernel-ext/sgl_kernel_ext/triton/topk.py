@@ -133,9 +133,15 @@ SPLIT_CHUNK = 2048  # scores per program of the split top-k
 SPLIT_MIN_WIDTH = 2048
 SPLIT_ENV = "SGL_KERNEL_EXT_SPLIT_TOPK"  # "0": every row uses the one-program kernel
 # whether the split top-k runs as one launch where its programs fit at once (one a
-# multiprocessor, chunks of up to ONE_LAUNCH_MAX_CHUNK scores), rather than six
+# multiprocessor, chunks of up to ONE_LAUNCH_MAX_CHUNK scores), rather than six. On an H200 an
+# indexer layer is 0.5-1.6 us faster at 1-4 rows at 8K and 32K contexts and 5.4 us at 16
+# rows at 8K; with 4096-score chunks (16 rows at 32K) 5.5-7.3 us slower: a histogram of
+# twice the keys, and a wait inside the launch costs about what a launch boundary does
+# (store, fence, atomic, poll, load: ~5 us a pass either way; graph_timeline_20261201T230532Z;
+# tiling_probe_20261201T225155Z, T230428Z, T230454Z: topk_six_launches). Hence chunks of
+# SPLIT_CHUNK only.
 ONE_LAUNCH = True
-ONE_LAUNCH_MAX_CHUNK = 4096  # 8192 (16 warps) spills with Triton 3.6 (CPU compile)
+ONE_LAUNCH_MAX_CHUNK = 2048
 ONE_LAUNCH_MAX_ROW_PROGRAMS = 64  # its programs a row: each holds every chunk's histogram
 SUM_CHUNKS = tl.constexpr(16)  # chunks' histograms (or counts) the six-launch form loads at once
 
