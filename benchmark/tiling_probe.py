@@ -173,11 +173,6 @@ VARIANTS = {
     # context positions (and warps) a scores program of the stage kernels (default 64, 4)
     **{f"score_block_{b}_{w}_warps": {("indexer", "SCORE_BLOCK"): b, ("indexer", "SCORE_WARPS"): w}
        for b, w in ((128, 4), (256, 4), (256, 8), (32, 4))},
-    # about this many scores programs in all, each looping over its row's blocks (default:
-    # one block a program), in 3 or 2 pipeline stages
-    **{f"score_loop_{n}_{st}_stages": {("indexer", "SCORE_PROGRAMS"): n,
-                                       ("indexer", "SCORE_STAGES"): st}
-       for n in (132, 264, 528) for st in (2, 3)},
     # query heads per indexer prepare program (default 4; 32: one program per row)
     "prepare_heads_2": {("indexer", "PREPARE_HEADS"): 2},
     "prepare_heads_8": {("indexer", "PREPARE_HEADS"): 8},

@@ -26,10 +26,6 @@ PAGE = 64
 KEY_BYTES = 128
 SCORE_BLOCK = 64  # context positions per scores program of the stage kernels
 SCORE_WARPS = 4
-# programs of the scores launch in all, each looping over blocks of its row (0: one block a
-# program), and the loop's pipeline stages
-SCORE_PROGRAMS = 0
-SCORE_STAGES = 3
 # query heads per prepare program (a power of two; the first program of a row also writes
 # its key). One program per row for all 32 heads reads every wq_b partial alone: ~10 us at
 # any row count on an H200 (results/fused_stages_h200_3bcefaf.json, _prepare_kernel). 4 heads
@@ -178,37 +174,13 @@ def prepare(kw_parts, q_parts, ln_w, ln_b, ln_eps, positions, token_slots, inv_f
                                    **overlap.launch_kw())
 
 
-@triton.jit
-def _scores_loop_kernel(q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, stride_slots,
-                        scores_ptr, stride_scores, L, per_program,
-                        NH: tl.constexpr, D: tl.constexpr, BLOCK_H: tl.constexpr,
-                        BLOCK_L: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr):
-    """Program (row, g): the row's blocks g * per_program .. (g + 1) * per_program - 1, one
-    after another (Triton pipelines the loop's slot and key loads)."""
-    stage_begin(PDL)
-    m = tl.program_id(0)
-    first = tl.program_id(1) * per_program
-    last = tl.minimum(first + per_program, tl.cdiv(L, BLOCK_L))
-    for lt in range(first, last):
-        _scores_task(m, lt, q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, stride_slots,
-                     scores_ptr, stride_scores, L, NH, D, BLOCK_H, BLOCK_L, INTERPRET)
-
-
 def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 0) -> None:
     """out fp32 [M, L] (L = token_slots width): index scores, -inf past each row's context.
-    block_l: context positions a block (default SCORE_BLOCK); one block a program, or with
-    SCORE_PROGRAMS about that many programs in all, each looping over its row's blocks."""
+    block_l: context positions a program (default SCORE_BLOCK)."""
     m, nh, d = q8.shape
     width = out.shape[1]
     block_l = block_l or SCORE_BLOCK
-    blocks = triton.cdiv(width, block_l)
-    common = dict(NH=nh, D=d, BLOCK_H=max(16, nh), BLOCK_L=block_l, INTERPRET=interpreting(),
-                  PDL=overlap.enabled(), num_warps=SCORE_WARPS, **overlap.launch_kw())
-    args = (q8, head_w, index_cache, positions, token_slots, token_slots.stride(0), out,
-            out.stride(0), width)
-    per = triton.cdiv(blocks, max(1, SCORE_PROGRAMS // m)) if SCORE_PROGRAMS else 1
-    if per <= 1:
-        _scores_kernel[(m, blocks)](*args, **common)
-        return
-    _scores_loop_kernel[(m, triton.cdiv(blocks, per))](*args, per, num_stages=SCORE_STAGES,
-                                                       **common)
+    _scores_kernel[(m, triton.cdiv(width, block_l))](
+        q8, head_w, index_cache, positions, token_slots, token_slots.stride(0), out, out.stride(0),
+        width, NH=nh, D=d, BLOCK_H=max(16, nh), BLOCK_L=block_l, INTERPRET=interpreting(),
+        PDL=overlap.enabled(), num_warps=SCORE_WARPS, **overlap.launch_kw())

@@ -175,14 +175,13 @@ def _drive_real(persistent_too: bool = True) -> None:
     kinds = {"dense": next(i for i in ids if not cfg.is_moe(i)),
              "moe_idx": next(i for i in ids if cfg.is_moe(i) and cfg.runs_indexer(i)),
              "moe": next(i for i in ids if cfg.is_moe(i) and not cfg.runs_indexer(i))}
-    from sgl_kernel_ext.triton import bf16_linear, fp8_linear, indexer, mla, moe
+    from sgl_kernel_ext.triton import bf16_linear, fp8_linear, mla, moe
 
     ctx, rows = 2048, 16
     knobs = ((mla, "ABSORB_V_SPLIT_C"), (mla, "ABSORB_V_MERGE_MAX_ROWS"),
              (mla, "ABSORB_GEMV_MAX_ROWS"), (moe, "GEMV_MAX_ROWS"), (fp8_linear, "GEMV_MAX_ROWS"),
              (bf16_linear, "GEMV_MAX_ROWS"), (mla, "ATTN_AHEAD"), (mla, "ATTN_PRELOAD_MAX_STEPS"),
-             (mla, "ATTN_PARTS"), (mla, "ATTN_QK_CHAINS"), (mla, "ATTN_PARTS_FROM_STEPS"),
-             (indexer, "SCORE_PROGRAMS"))
+             (mla, "ATTN_PARTS"), (mla, "ATTN_QK_CHAINS"), (mla, "ATTN_PARTS_FROM_STEPS"))
     default = tuple(getattr(mod, name) for mod, name in knobs)
     # the stage kernels also with absorb_v in one latent chunk, and in the most chunks merging
     # the attention's at every row count (mla.ABSORB_V_SPLIT_C, _MERGE_MAX_ROWS); absorb's dot
@@ -192,10 +191,8 @@ def _drive_real(persistent_too: bool = True) -> None:
     # the other; the attention preloading its first step in no program in one, in every one
     # in the other (mla.ATTN_PRELOAD_MAX_STEPS); the latent KV in 8 column tiles with
     # independent score chains in one, in 4 with one chain in the other, at every step count
-    # (ATTN_PARTS, _QK_CHAINS, _PARTS_FROM_STEPS); the index scores looping over blocks in
-    # about 132 programs in one, 528 in the other (indexer.SCORE_PROGRAMS)
-    other_forms = ((1, 0, 0, 2, 2, 2, 1, 0, 8, 2, 1, 132),
-                   (8, 16, 4, 0, 0, 0, 2, 1 << 30, 4, 1, 1, 528))
+    # (ATTN_PARTS, _QK_CHAINS, _PARTS_FROM_STEPS)
+    other_forms = ((1, 0, 0, 2, 2, 2, 1, 0, 8, 2, 1), (8, 16, 4, 0, 0, 0, 2, 1 << 30, 4, 1, 1))
     for kind, lid in kinds.items():
         lw = weights.gen_layer(cfg, 0, lid, tp_size=8, tp_rank=0)
         caches = alloc_caches(cfg, rows * ctx, "cpu", torch.bfloat16, layers=[lid])
