@@ -26,6 +26,10 @@ PAGE = 64
 KEY_BYTES = 128
 SCORE_BLOCK = 64  # context positions per scores program of the stage kernels
 SCORE_WARPS = 4
+# On an H200 at a 32K context an indexer layer is slower with 128 or 256 positions a program
+# (+0.5..+6.2 us at 1-16 rows; tiling_probe_20261201T230428Z: score_block_*), and with about
+# 132-528 programs looping over their row's blocks, pipelined in 2-3 stages (+7..+74 us at 16
+# rows, within noise at one; T231021Z, code at d95aaa9): the launch wants many programs.
 # query heads per prepare program (a power of two; the first program of a row also writes
 # its key). One program per row for all 32 heads reads every wq_b partial alone: ~10 us at
 # any row count on an H200 (results/fused_stages_h200_3bcefaf.json, _prepare_kernel). 4 heads
