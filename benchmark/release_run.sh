@@ -7,6 +7,9 @@
 #   bash benchmark/release_run.sh bench   # the layer table (stock and fused), the 78-layer
 #                                         # step, each kernel's share of the layer's critical
 #                                         # path (graph_timeline)
+#   bash benchmark/release_run.sh long    # the layer table of the indexer layers at 8K and
+#                                         # 32K contexts (stock and fused; the split top-k),
+#                                         # their timelines at 32K (about 2 minutes)
 #   bash benchmark/release_run.sh pending # what the opt-in forms wait for before they become
 #                                         # defaults: tiling_probe's variants of them against
 #                                         # the baseline (PENDING), then their GPU tests
@@ -42,6 +45,14 @@ run_bench() {
     > "$L/graph_timeline.log" 2>&1
   echo "graph_timeline rc=$?"; tail -50 "$L/graph_timeline.log" | grep -v "^\s*$" | head -40
 }
+run_long() {
+  timeout 150 python3 -m benchmark.decode_layer --replays 10 --ls 8192,32768 --kinds moe_idx,dense \
+    --ms 1,2,4,8,12,16 --arms stock,fused --out "$OUT" > "$L/decode_layer_long.log" 2>&1
+  echo "decode_layer rc=$?"; grep -E "^\|" "$L/decode_layer_long.log" | tail -26
+  timeout 90 python3 -m benchmark.graph_timeline --out "$OUT" --kinds moe_idx --rows 1 16 \
+    --context 32768 > "$L/graph_timeline_long.log" 2>&1
+  echo "graph_timeline rc=$?"
+}
 # the alternatives beside the newest defaults, re-timed (the attention's tiles and the MoE's
 # one-row form, tiling_probe_20261201T212315Z, T212843Z, T212922Z), and the GPU tests of the
 # attention's tile forms
@@ -63,8 +74,9 @@ case "${1:-}" in
   tests) run_tests ;;
   bench) run_bench ;;
   all) run_tests; run_bench ;;
+  long) run_long ;;
   pending) run_pending ;;
-  *) echo "usage: release_run.sh tests|bench|all|pending" >&2; exit 2 ;;
+  *) echo "usage: release_run.sh tests|bench|all|long|pending" >&2; exit 2 ;;
 esac
 tar czf "$OUT/logs.tgz" -C .cache logs
 tar czf "$OUT/triton.tgz" -C .cache triton 2>/dev/null
