@@ -167,8 +167,9 @@ VARIANTS = {
     # the split top-k's threshold (default: rows wider than 2048), at --ctx above 2048
     "split_topk_off": {("topk", "SPLIT_MIN_WIDTH"): 1 << 30},
     "split_topk_above_8192": {("topk", "SPLIT_MIN_WIDTH"): 8192},
-    # the split top-k in its six launches (default: one where its programs fit at once,
-    # topk.ONE_LAUNCH)
+    # the split top-k as one launch where its programs fit at once (default: six launches,
+    # topk.ONE_LAUNCH), or in six
+    "topk_one_launch": {("topk", "ONE_LAUNCH"): True},
     "topk_six_launches": {("topk", "ONE_LAUNCH"): False},
     # context positions (and warps) a scores program of the stage kernels (default 64, 4)
     **{f"score_block_{b}_{w}_warps": {("indexer", "SCORE_BLOCK"): b, ("indexer", "SCORE_WARPS"): w}

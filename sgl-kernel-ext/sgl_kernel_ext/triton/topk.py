@@ -12,9 +12,9 @@ For long rows ``topk_positions_split`` runs the same selection over one program 
 (SGL_KERNEL_EXT_SPLIT_TOPK=0 turns it off). On an H200 at a 32K context it takes the indexer
 layer from 237 to 121 us at one row (decode_layer_20261130T143124Z vs ..T143143Z). Where the
 launch's programs fit on the GPU at once (one a multiprocessor, ``one_launch_chunk``) the six
-launches are one (ONE_LAUNCH): a row's programs meet at a counter in global memory between
-passes (``arrival.arrive`` / ``wait_for``) instead of at launch boundaries, and keep their
-keys in registers.
+launches can be one (ONE_LAUNCH, opt-in): a row's programs meet at a counter in global memory
+between passes (``arrival.arrive`` / ``wait_for``) instead of at launch boundaries, and keep
+their keys in registers.
 """
 
 from __future__ import annotations
@@ -133,17 +133,19 @@ SPLIT_CHUNK = 2048  # scores per program of the split top-k
 SPLIT_MIN_WIDTH = 2048
 SPLIT_ENV = "SGL_KERNEL_EXT_SPLIT_TOPK"  # "0": every row uses the one-program kernel
 # whether the split top-k runs as one launch where its programs fit at once (one a
-# multiprocessor, chunks of up to ONE_LAUNCH_MAX_CHUNK scores), rather than six. On an H200 an
-# indexer layer is 0.5-1.6 us faster at 1-4 rows at 8K and 32K contexts and 5.4 us at 16
-# rows at 8K; with 4096-score chunks (16 rows at 32K) 5.5-7.3 us slower: a histogram of
-# twice the keys, and a wait inside the launch costs about what a launch boundary does
-# (store, fence, atomic, poll, load: ~5 us a pass either way; graph_timeline_20261201T230532Z;
-# tiling_probe_20261201T225155Z, T230428Z, T230454Z: topk_six_launches). Hence chunks of
-# SPLIT_CHUNK only.
-ONE_LAUNCH = True
+# multiprocessor, chunks of up to ONE_LAUNCH_MAX_CHUNK scores), rather than six: opt-in
+# (SGL_KERNEL_EXT_TOPK_ONE_LAUNCH=1). On an H200 an indexer layer is 0.5-1.6 us faster at 1-4
+# rows at 8K and 32K contexts and 5.4 us at 16 rows at 8K, within run-to-run noise in the
+# layer table (tiling_probe_20261201T225155Z, T230428Z, T230454Z: topk_six_launches;
+# decode_layer_20261201T233652Z against T224110Z); with 4096-score chunks (16 rows at 32K)
+# 5.5-7.3 us slower, a histogram of twice the keys. A wait inside the launch costs about what
+# a launch boundary does (store, fence, atomic, poll, load: ~5 us a pass either way;
+# graph_timeline_20261201T230532Z), and it assumes every program resident at once, which
+# an SM-limited context (MPS, green contexts) would break with a hang: too little gain for
+# that risk by default.
+ONE_LAUNCH = os.environ.get("SGL_KERNEL_EXT_TOPK_ONE_LAUNCH", "0") == "1"
 ONE_LAUNCH_MAX_CHUNK = 2048
 ONE_LAUNCH_MAX_ROW_PROGRAMS = 64  # its programs a row: each holds every chunk's histogram
-SUM_CHUNKS = tl.constexpr(16)  # chunks' histograms (or counts) the six-launch form loads at once
 
 
 def use_split(width: int) -> bool:
@@ -162,10 +164,8 @@ def _next_digit(hist_ptr, state_ptr, m, P, PASS: tl.constexpr, K: tl.constexpr):
         prefix = tl.load(state_ptr + m * 2).to(tl.uint32, bitcast=True)
         need = tl.load(state_ptr + m * 2 + 1)
         hist = tl.zeros((256,), tl.int32)
-        for c0 in range(0, P, SUM_CHUNKS):  # SUM_CHUNKS chunks' histograms a load
-            c = c0 + tl.arange(0, SUM_CHUNKS)
-            hist += tl.sum(tl.load(hist_ptr + (m * P + c[:, None]) * 256 + bins[None, :],
-                                   mask=(c < P)[:, None], other=0), axis=0)
+        for c in range(0, P):
+            hist += tl.load(hist_ptr + (m * P + c) * 256 + bins)
         prefix, need = _take_digit(hist, prefix, need)
     return prefix, need
 
@@ -227,13 +227,10 @@ def _picks_before(count_ptr, c, need):
     """(picks, ties) of the row's chunks before chunk c, from their (above, tied) counts."""
     base = 0
     ties = 0
-    for b0 in range(0, c, SUM_CHUNKS):
-        b = b0 + tl.arange(0, SUM_CHUNKS)
-        before = b < c
-        picks_b, ties_b = _picks(tl.load(count_ptr + b * 2, mask=before, other=0),
-                                 tl.load(count_ptr + b * 2 + 1, mask=before, other=0),
-                                 before, ties, need)
-        base += picks_b
+    for b in range(0, c):
+        above_b = tl.load(count_ptr + b * 2)
+        ties_b = tl.load(count_ptr + b * 2 + 1)
+        base += above_b + tl.minimum(tl.maximum(need - ties, 0), ties_b)
         ties += ties_b
     return base, ties
 

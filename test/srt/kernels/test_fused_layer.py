@@ -427,9 +427,9 @@ def test_split_topk_equals_one_program_topk(rows):
 
 
 @pytest.mark.parametrize("rows, width", [(1, 32768), (4, 9000), (16, 8192), (16, 32768)])
-def test_one_launch_topk_equals_reference(rows, width):
-    """The split top-k as one launch (topk.ONE_LAUNCH; its row barriers are counters in
-    global memory) against SGLang's semantics (the torch reference), at the chunk
+def test_one_launch_topk_equals_reference(rows, width, monkeypatch):
+    """The split top-k as one launch (topk.ONE_LAUNCH, opt-in; its row barriers are counters
+    in global memory) against SGLang's semantics (the torch reference), at the chunk
     one_launch_chunk picks (32768 at 16 rows: none, so the six launches run) and at the
     widest chunk: ties across chunk borders and everywhere, a row within k and a pad row,
     output poisoned before each launch, three launches in a row each equal, counters left at
@@ -437,6 +437,7 @@ def test_one_launch_topk_equals_reference(rows, width):
     from sgl_kernel_ext.triton import topk as topk_kernel
     from sglang.srt.layers.fused_decode.reference import indexer as ref_indexer
 
+    monkeypatch.setattr(topk_kernel, "ONE_LAUNCH", True)
     k = CFG.index_topk
     g = torch.Generator(device="cuda").manual_seed(rows * 7 + width)
     scores = torch.randn(rows, width, generator=g, device="cuda")
