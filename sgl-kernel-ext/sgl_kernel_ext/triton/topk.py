@@ -40,6 +40,14 @@ def _keys(scores):
 
 
 @triton.jit
+def _take_whole_context(out_row_ptr, seq, K: tl.constexpr, OUT_BLOCK: tl.constexpr):
+    """A row whose context fits in k takes every position 0 .. seq - 1, then -1s."""
+    for o in range(0, K, OUT_BLOCK):
+        j = o + tl.arange(0, OUT_BLOCK)
+        tl.store(out_row_ptr + j, tl.where(j < seq, j, -1).to(tl.int64), mask=j < K)
+
+
+@triton.jit
 def _take_digit(hist, prefix, need):
     """(prefix, need) extended by the next digit of the k-th largest key: the highest bin of
     the digit's histogram (among keys sharing prefix) with at least `need` keys at or above
@@ -258,9 +266,7 @@ def _topk_write_kernel(scores_ptr, stride_s, pos_ptr, state_ptr, count_ptr, out_
     seq = tl.load(pos_ptr + m) + 1
     if seq <= K:
         if c == 0:
-            for o in range(0, K, OUT_BLOCK):
-                j = o + tl.arange(0, OUT_BLOCK)
-                tl.store(out_ptr + m * K + j, tl.where(j < seq, j, -1).to(tl.int64), mask=j < K)
+            _take_whole_context(out_ptr + m * K, seq, K, OUT_BLOCK)
     else:
         prefix = tl.load(state_ptr + m * 2).to(tl.uint32, bitcast=True)
         need = tl.load(state_ptr + m * 2 + 1)
@@ -290,9 +296,7 @@ def _topk_one_launch_kernel(scores_ptr, stride_s, pos_ptr, hist_ptr, hist_stride
     seq = tl.load(pos_ptr + m) + 1
     if seq <= K:
         if c == 0:
-            for o in range(0, K, OUT_BLOCK):
-                j = o + tl.arange(0, OUT_BLOCK)
-                tl.store(out_ptr + m * K + j, tl.where(j < seq, j, -1).to(tl.int64), mask=j < K)
+            _take_whole_context(out_ptr + m * K, seq, K, OUT_BLOCK)
     else:
         bins = tl.arange(0, 256)
         chunks = tl.arange(0, P_BLOCK)
