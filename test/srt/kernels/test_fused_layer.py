@@ -429,11 +429,10 @@ def test_split_topk_equals_one_program_topk(rows):
 @pytest.mark.parametrize("rows, width", [(1, 32768), (4, 9000), (16, 8192), (16, 32768)])
 def test_one_launch_topk_equals_reference(rows, width, monkeypatch):
     """The split top-k as one launch (topk.ONE_LAUNCH, opt-in; its row barriers are counters
-    in global memory) against SGLang's semantics (the torch reference), at the chunk
-    one_launch_chunk picks (32768 at 16 rows: none, so the six launches run) and at the
-    widest chunk: ties across chunk borders and everywhere, a row within k and a pad row,
-    output poisoned before each launch, three launches in a row each equal, counters left at
-    zero."""
+    in global memory) against SGLang's semantics (the torch reference) where its programs fit
+    at once (32768 at 16 rows: they do not, so the six launches run): ties across chunk
+    borders and everywhere, a row within k and a pad row, output poisoned before each launch,
+    three launches in a row each equal, counters left at zero."""
     from sgl_kernel_ext.triton import topk as topk_kernel
     from sglang.srt.layers.fused_decode.reference import indexer as ref_indexer
 
@@ -456,21 +455,14 @@ def test_one_launch_topk_equals_reference(rows, width, monkeypatch):
     counts = torch.full((rows * p * 2,), -9, **i32)
     barriers = torch.zeros(2 * rows, **i32)
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    picked = topk_kernel.one_launch_chunk(rows, width, sms)
-    assert bool(picked) == (rows * width <= 132 * 2048)  # (16, 32768): six launches
-    widest = topk_kernel.ONE_LAUNCH_MAX_CHUNK
-    chunks = [widest] if widest != picked and rows * -(-width // widest) <= sms else []
-    for chunk in [picked] + chunks:
-        for _ in range(3):
-            out = torch.full((rows, k), -7, dtype=torch.int64, device="cuda")
-            if chunk == picked:  # the layer's call: one launch where it fits, six elsewhere
-                topk_kernel.topk_positions_split(scores, pos, k, out, hist,
-                                                 torch.full((2, rows * 2), -9, **i32), counts,
-                                                 barriers)
-            else:
-                topk_kernel.topk_one_launch(scores, pos, k, out, hist, barriers, chunk)
-            assert torch.equal(out, want), chunk
-            assert not barriers.any()
+    one_launch = topk_kernel.one_launch_chunk(rows, width, sms) > 0
+    assert one_launch == (rows * width <= 132 * 2048)  # (16, 32768): six launches
+    for _ in range(3):  # the layer's call: one launch where it fits, six elsewhere
+        out = torch.full((rows, k), -7, dtype=torch.int64, device="cuda")
+        topk_kernel.topk_positions_split(scores, pos, k, out, hist,
+                                         torch.full((2, rows * 2), -9, **i32), counts, barriers)
+        assert torch.equal(out, want)
+        assert not barriers.any()
 
 
 @pytest.mark.parametrize("rows", [2, 16])
