@@ -10,6 +10,8 @@
 #   bash benchmark/release_run.sh long    # the layer table of the indexer layers at 8K and
 #                                         # 32K contexts (stock and fused; the split top-k),
 #                                         # their timelines at 32K (about 2 minutes)
+#   bash benchmark/release_run.sh pending_long # the same at a 32K context on the indexer
+#                                         # layer (PENDING_LONG), about 3 minutes
 #   bash benchmark/release_run.sh pending # what the opt-in forms wait for before they become
 #                                         # defaults: tiling_probe's variants of them against
 #                                         # the baseline (PENDING), then their GPU tests
@@ -58,6 +60,18 @@ run_long() {
 # attention's tile forms
 PENDING_TESTS="column_tiles"
 PENDING="attn_one_tile,attn_parts_every_step,moe_gemv_at_1,moe_dot"
+# at a 32K context, beside the defaults: the one-launch top-k (opt-in, topk.ONE_LAUNCH) and
+# the index scores in smaller programs or fewer warps (not yet timed)
+PENDING_LONG="topk_one_launch,score_block_32_4_warps,score_block_64_2_warps,score_block_32_2_warps"
+run_pending_long() {
+  local variants="baseline,${PENDING_LONG//,/,baseline,},baseline"
+  timeout 300 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,4,16 --ctx 32768 \
+    --variants "$variants" --out "$OUT" > "$L/tiling_probe_long.log" 2>&1
+  echo "tiling_probe rc=$?"
+  local probe
+  probe=$(ls -t "$OUT"/tiling_probe_*.json 2>/dev/null | head -1)
+  if [ -n "$probe" ]; then python3 -m benchmark.tiling_probe --table "$probe"; fi
+}
 run_pending() {  # the probe first: if the call runs out of time, the timings are what counts
   local variants="baseline,${PENDING//,/,baseline,},baseline"
   timeout 300 python3 -m benchmark.tiling_probe --kinds moe,dense --ms 1,4,8,12,16 \
@@ -76,7 +90,8 @@ case "${1:-}" in
   all) run_tests; run_bench ;;
   long) run_long ;;
   pending) run_pending ;;
-  *) echo "usage: release_run.sh tests|bench|all|long|pending" >&2; exit 2 ;;
+  pending_long) run_pending_long ;;
+  *) echo "usage: release_run.sh tests|bench|all|long|pending|pending_long" >&2; exit 2 ;;
 esac
 tar czf "$OUT/logs.tgz" -C .cache logs
 tar czf "$OUT/triton.tgz" -C .cache triton 2>/dev/null

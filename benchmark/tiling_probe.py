@@ -171,9 +171,11 @@ VARIANTS = {
     # topk.ONE_LAUNCH), or in six
     "topk_one_launch": {("topk", "ONE_LAUNCH"): True},
     "topk_six_launches": {("topk", "ONE_LAUNCH"): False},
-    # context positions (and warps) a scores program of the stage kernels (default 64, 4)
+    # context positions (and warps) a scores program of the stage kernels (default 64, 4;
+    # ptxas for sm_90a: 62 registers, so 8 programs a multiprocessor; 64 x 2 warps 106, 32 x 2
+    # warps 62: 16 programs)
     **{f"score_block_{b}_{w}_warps": {("indexer", "SCORE_BLOCK"): b, ("indexer", "SCORE_WARPS"): w}
-       for b, w in ((128, 4), (256, 4), (256, 8), (32, 4))},
+       for b, w in ((128, 4), (256, 4), (256, 8), (32, 4), (64, 2), (32, 2))},
     # query heads per indexer prepare program (default 4; 32: one program per row)
     "prepare_heads_2": {("indexer", "PREPARE_HEADS"): 2},
     "prepare_heads_8": {("indexer", "PREPARE_HEADS"): 8},

@@ -23,11 +23,13 @@ def test_each_variant_is_measured_against_its_neighbouring_baselines():
 
 
 def test_every_pending_variant_of_release_run_exists():
-    """release_run.sh pending's variants are tiling_probe's (a typo would cost a device call)."""
+    """release_run.sh pending's and pending_long's variants are tiling_probe's (a typo would
+    cost a device call)."""
     import re
     from pathlib import Path
 
     script = (Path(tp.__file__).parent / "release_run.sh").read_text()
-    names = [n for line in re.findall(r'^PENDING="(.*)"$', script, re.M)
-             for n in line.replace("$PENDING", "").split(",") if n]
-    assert len(names) >= 2 and all(n in tp.VARIANTS for n in names), names
+    for var in ("PENDING", "PENDING_LONG"):
+        names = [n for line in re.findall(rf'^{var}="(.*)"$', script, re.M)
+                 for n in line.replace(f"${var}", "").split(",") if n]
+        assert len(names) >= 2 and all(n in tp.VARIANTS for n in names), (var, names)
