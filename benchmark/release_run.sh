@@ -11,7 +11,8 @@
 #                                         # 32K contexts (stock and fused; the split top-k),
 #                                         # their timelines at 32K (about 2 minutes)
 #   bash benchmark/release_run.sh pending_long # the same at a 32K context on the indexer
-#                                         # layer (PENDING_LONG), about 3 minutes
+#                                         # layer (PENDING_LONG), then their GPU tests,
+#                                         # about 6 minutes
 #   bash benchmark/release_run.sh pending # what the opt-in forms wait for before they become
 #                                         # defaults: tiling_probe's variants of them against
 #                                         # the baseline (PENDING), then their GPU tests
@@ -60,17 +61,23 @@ run_long() {
 # attention's tile forms
 PENDING_TESTS="column_tiles"
 PENDING="attn_one_tile,attn_parts_every_step,moe_gemv_at_1,moe_dot"
-# at a 32K context, beside the defaults: the one-launch top-k (opt-in, topk.ONE_LAUNCH) and
-# the index scores in smaller programs or fewer warps (not yet timed)
-PENDING_LONG="topk_one_launch,score_block_32_4_warps,score_block_64_2_warps,score_block_32_2_warps"
+# at a 32K context, beside the defaults: the top-k's first pass in the index scores (opt-in,
+# topk.SCORES_HISTOGRAM; not yet timed), the index scores on FP8 wgmma (indexer.SCORE_SWAP;
+# not yet timed), the one-launch top-k (opt-in, topk.ONE_LAUNCH) and the index scores in
+# smaller programs or fewer warps (not yet timed); then the GPU tests of those forms
+PENDING_LONG="scores_histogram,scores_swap,topk_one_launch,score_block_32_4_warps,score_block_64_2_warps,score_block_32_2_warps"
+PENDING_LONG_TESTS="scores_histogram or one_launch_topk or swapped_index_scores"
 run_pending_long() {
   local variants="baseline,${PENDING_LONG//,/,baseline,},baseline"
-  timeout 300 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,4,16 --ctx 32768 \
+  timeout 400 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,4,16 --ctx 32768 \
     --variants "$variants" --out "$OUT" > "$L/tiling_probe_long.log" 2>&1
   echo "tiling_probe rc=$?"
   local probe
   probe=$(ls -t "$OUT"/tiling_probe_*.json 2>/dev/null | head -1)
   if [ -n "$probe" ]; then python3 -m benchmark.tiling_probe --table "$probe"; fi
+  timeout 150 python3 -m pytest test/srt/kernels/test_fused_layer.py -q \
+    -k "$PENDING_LONG_TESTS" > "$L/pytest_pending_long.log" 2>&1
+  echo "pytest rc=$?"; tail -3 "$L/pytest_pending_long.log"
 }
 run_pending() {  # the probe first: if the call runs out of time, the timings are what counts
   local variants="baseline,${PENDING//,/,baseline,},baseline"

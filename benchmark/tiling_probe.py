@@ -171,6 +171,11 @@ VARIANTS = {
     # topk.ONE_LAUNCH), or in six
     "topk_one_launch": {("topk", "ONE_LAUNCH"): True},
     "topk_six_launches": {("topk", "ONE_LAUNCH"): False},
+    # the split top-k's first pass folded into the index scores (their first-digit histograms
+    # added up by atomics; opt-in, topk.SCORES_HISTOGRAM): five launches instead of six
+    "scores_histogram": {("topk", "SCORES_HISTOGRAM"): True},
+    # the index scores as keys x q^T on FP8 wgmma (indexer.SCORE_SWAP; default q x keys^T)
+    "scores_swap": {("indexer", "SCORE_SWAP"): True},
     # context positions (and warps) a scores program of the stage kernels (default 64, 4;
     # ptxas for sm_90a: 62 registers, so 8 programs a multiprocessor; 64 x 2 warps 106, 32 x 2
     # warps 62: 16 programs)

@@ -7,12 +7,15 @@
   w_raw * heads^-1/2 * dim^-1/2 * scale_q. Programs (row, block of query heads).
 - ``scores``: for every position of each row's context, sum over heads of
   w[h] * ReLU(q8[h] . k8[s]) * scale_k[s] (e4m3 dots, fp32 sums); -inf past the context.
+  Optionally also the split top-k's first pass: each 2048-score chunk's histogram of the
+  scores' first radix digit, added up by atomics (``topk.SCORES_HISTOGRAM``).
 
 The exact top-k over the scores is left to the caller (``topk_positions``).
 """
 
 from __future__ import annotations
 
+import torch
 import triton
 import triton.language as tl
 
@@ -21,11 +24,23 @@ from .fp8_linear import interpreting
 from .overlap import stage_begin
 from .mla import _rope_pairs
 from .quant import sum_parts, to_e4m3
+from .topk import SPLIT_CHUNK, _keys, split_chunks
 
 PAGE = 64
 KEY_BYTES = 128
 SCORE_BLOCK = 64  # context positions per scores program of the stage kernels
 SCORE_WARPS = 4
+# whether a scores program multiplies keys x q^T rather than q x keys^T: 64 positions are
+# then the MMA's M, which Hopper's FP8 wgmma takes (4 QGMMA instructions a warp, no e4m3 ->
+# f16 unpacking: 328 sm_90a instructions a warp instead of 520, 60-62 registers either way).
+# Not bitwise the same scores (the tensor cores' FP8 accumulation). Not yet run on a GPU
+# (tiling_probe variant scores_swap, GPU test test_swapped_index_scores_match_reference).
+SCORE_SWAP = False
+# registers of a scores program that also counts the first digits (first_hist): ptxas for
+# sm_90a gives it 72 uncapped, so 7 programs a multiprocessor instead of the plain form's 8
+# (62 registers); capped at 64 it does not spill (Triton 3.6 and 3.8). The count is one
+# global atomic a position, 32 sm_90a instructions a warp (tl.histogram's 256 bins: ~340).
+SCORE_HIST_MAXNREG = 64
 # On an H200 at a 32K context an indexer layer is slower with 128 or 256 positions a program
 # (+0.5..+6.2 us at 1-16 rows; tiling_probe_20261201T230428Z: score_block_*), and with about
 # 132-528 programs looping over their row's blocks, pipelined in 2-3 stages (+7..+74 us at 16
@@ -125,7 +140,11 @@ def _prepare_kernel(kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: t
 @triton.jit
 def _scores_task(m, lt, q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, stride_slots,
                  scores_ptr, stride_scores, L, NH: tl.constexpr, D: tl.constexpr,
-                 BLOCK_H: tl.constexpr, BLOCK_L: tl.constexpr, INTERPRET: tl.constexpr):
+                 BLOCK_H: tl.constexpr, BLOCK_L: tl.constexpr, INTERPRET: tl.constexpr,
+                 hist_ptr=None, P=0, HIST_CHUNK: tl.constexpr = 0, SWAP: tl.constexpr = False):
+    """Scores of row m's positions [lt * BLOCK_L, (lt + 1) * BLOCK_L); with HIST_CHUNK, their
+    first key digits also counted into the histogram of their HIST_CHUNK-score chunk at
+    hist_ptr [M, P, 256] (the split top-k's first pass)."""
     ol = lt * BLOCK_L + tl.arange(0, BLOCK_L)
     od = tl.arange(0, D)
     oh = tl.arange(0, BLOCK_H)  # heads padded to the 16-row MMA minimum
@@ -140,23 +159,33 @@ def _scores_task(m, lt, q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, strid
                  mask=in_ctx, other=0.0)
     q = tl.load(q8_ptr + (m * NH + oh[:, None]) * D + od[None, :], mask=h_ok[:, None], other=0.0)
     if INTERPRET:
-        dots = tl.dot(q.to(tl.float32), tl.trans(keys.to(tl.float32)))
+        keys = keys.to(tl.float32)
+        q = q.to(tl.float32)
+    if SWAP:  # [positions, heads]: the keys are the MMA's A operand, so sm_90 takes FP8 wgmma
+        dots = tl.dot(keys, tl.trans(q))
     else:
         dots = tl.dot(q, tl.trans(keys))
     hw = tl.load(head_w_ptr + m * NH + oh, mask=h_ok, other=0.0)
-    s = tl.sum(tl.maximum(dots, 0.0) * hw[:, None], axis=0) * sk
+    if SWAP:
+        s = tl.sum(tl.maximum(dots, 0.0) * hw[None, :], axis=1) * sk
+    else:
+        s = tl.sum(tl.maximum(dots, 0.0) * hw[:, None], axis=0) * sk
     tl.store(scores_ptr + m * stride_scores + ol, tl.where(in_ctx, s, float("-inf")), mask=ol < L)
+    if HIST_CHUNK:
+        row_hist = hist_ptr + (m * P + lt * BLOCK_L // HIST_CHUNK) * 256
+        tl.atomic_add(row_hist + (_keys(s) >> 24), 1, mask=in_ctx, sem="relaxed")
 
 
 @triton.jit
 def _scores_kernel(q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, stride_slots,
-                   scores_ptr, stride_scores, L,
+                   scores_ptr, stride_scores, L, hist_ptr, P,
                    NH: tl.constexpr, D: tl.constexpr, BLOCK_H: tl.constexpr,
-                   BLOCK_L: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr):
+                   BLOCK_L: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
+                   HIST_CHUNK: tl.constexpr, SWAP: tl.constexpr):
     stage_begin(PDL)
     _scores_task(tl.program_id(0), tl.program_id(1), q8_ptr, head_w_ptr, cache_ptr, pos_ptr,
                  slots_ptr, stride_slots, scores_ptr, stride_scores, L, NH, D, BLOCK_H, BLOCK_L,
-                 INTERPRET)
+                 INTERPRET, hist_ptr, P, HIST_CHUNK, SWAP)
 
 
 def prepare(kw_parts, q_parts, ln_w, ln_b, ln_eps, positions, token_slots, inv_freq,
@@ -178,13 +207,24 @@ def prepare(kw_parts, q_parts, ln_w, ln_b, ln_eps, positions, token_slots, inv_f
                                    **overlap.launch_kw())
 
 
-def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 0) -> None:
+def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 0,
+           first_hist=None) -> None:
     """out fp32 [M, L] (L = token_slots width): index scores, -inf past each row's context.
-    block_l: context positions a program (default SCORE_BLOCK)."""
+    block_l: context positions a program (default SCORE_BLOCK). first_hist: int32
+    [>= M * P * 256], P = topk.split_chunks(L): each row's histograms of the first key digit
+    of its topk.SPLIT_CHUNK-score chunks (context positions only) are added there, for
+    ``topk_positions_split``'s first_hist, which zeroes them again."""
     m, nh, d = q8.shape
     width = out.shape[1]
     block_l = block_l or SCORE_BLOCK
+    p = split_chunks(width)
+    if first_hist is not None:
+        assert first_hist.dtype == torch.int32 and first_hist.numel() >= m * p * 256
+        assert SPLIT_CHUNK % block_l == 0, "a program's positions must lie in one chunk"
     _scores_kernel[(m, triton.cdiv(width, block_l))](
         q8, head_w, index_cache, positions, token_slots, token_slots.stride(0), out, out.stride(0),
-        width, NH=nh, D=d, BLOCK_H=max(16, nh), BLOCK_L=block_l, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), num_warps=SCORE_WARPS, **overlap.launch_kw())
+        width, out if first_hist is None else first_hist, p, NH=nh, D=d, BLOCK_H=max(16, nh),
+        BLOCK_L=block_l, INTERPRET=interpreting(), PDL=overlap.enabled(),
+        HIST_CHUNK=0 if first_hist is None else SPLIT_CHUNK, SWAP=SCORE_SWAP,
+        num_warps=SCORE_WARPS,
+        **overlap.launch_kw(), **({} if first_hist is None else {"maxnreg": SCORE_HIST_MAXNREG}))

@@ -10,9 +10,10 @@ choice). Output: int64 [M, k], ascending positions, -1 padded.
 For long rows ``topk_positions_split`` runs the same selection over one program per
 2048-score chunk of a row, in six launches: the default for rows wider than SPLIT_MIN_WIDTH
 (SGL_KERNEL_EXT_SPLIT_TOPK=0 turns it off). On an H200 at a 32K context it takes the indexer
-layer from 237 to 121 us at one row (decode_layer_20261130T143124Z vs ..T143143Z). Where the
-launch's programs fit on the GPU at once (one a multiprocessor, ``one_launch_chunk``) the six
-launches can be one (ONE_LAUNCH, opt-in): a row's programs meet at a counter in global memory
+layer from 237 to 121 us at one row (decode_layer_20261130T143124Z vs ..T143143Z). Two opt-in
+forms: where the index scores already added up the first pass's histograms, five launches
+(SCORES_HISTOGRAM); where the launch's programs fit on the GPU at once (one a multiprocessor,
+``one_launch_chunk``), one (ONE_LAUNCH): a row's programs meet at a counter in global memory
 between passes (``arrival.arrive`` / ``wait_for``) instead of at launch boundaries, and keep
 their keys in registers.
 """
@@ -152,6 +153,12 @@ SPLIT_ENV = "SGL_KERNEL_EXT_SPLIT_TOPK"  # "0": every row uses the one-program k
 # an SM-limited context (MPS, green contexts) would break with a hang: too little gain for
 # that risk by default.
 ONE_LAUNCH = os.environ.get("SGL_KERNEL_EXT_TOPK_ONE_LAUNCH", "0") == "1"
+# whether the fused layer has the index scores add up the first digit's histograms of each
+# 2048-score chunk (atomics into a buffer kept at zero), so the split top-k is five launches,
+# its first pass over the scores gone (``indexer.scores``' first_hist): opt-in
+# (SGL_KERNEL_EXT_TOPK_SCORES_HISTOGRAM=1) until measured on a GPU (tiling_probe variant
+# scores_histogram). With it on, the one-launch form (ONE_LAUNCH) does not run.
+SCORES_HISTOGRAM = os.environ.get("SGL_KERNEL_EXT_TOPK_SCORES_HISTOGRAM", "0") == "1"
 ONE_LAUNCH_MAX_CHUNK = 2048
 ONE_LAUNCH_MAX_ROW_PROGRAMS = 64  # its programs a row: each holds every chunk's histogram
 
@@ -162,15 +169,21 @@ def use_split(width: int) -> bool:
 
 
 @triton.jit
-def _next_digit(hist_ptr, state_ptr, m, P, PASS: tl.constexpr, K: tl.constexpr):
-    """(prefix, need) after digit PASS - 1: from the previous pass's histograms [m, P, 256]."""
+def _next_digit(hist_ptr, state_ptr, m, P, PASS: tl.constexpr, K: tl.constexpr,
+                FRESH: tl.constexpr):
+    """(prefix, need) after digit PASS - 1: from the previous pass's histograms [m, P, 256]
+    (FRESH: the state before them is the start's, nothing found and k needed)."""
     bins = tl.arange(0, 256)
     if PASS == 0:
         prefix = tl.zeros((), tl.uint32)
         need = tl.full((), K, tl.int32)
     else:
-        prefix = tl.load(state_ptr + m * 2).to(tl.uint32, bitcast=True)
-        need = tl.load(state_ptr + m * 2 + 1)
+        if FRESH:
+            prefix = tl.zeros((), tl.uint32)
+            need = tl.full((), K, tl.int32)
+        else:
+            prefix = tl.load(state_ptr + m * 2).to(tl.uint32, bitcast=True)
+            need = tl.load(state_ptr + m * 2 + 1)
         hist = tl.zeros((256,), tl.int32)
         for c in range(0, P):
             hist += tl.load(hist_ptr + (m * P + c) * 256 + bins)
@@ -194,16 +207,22 @@ def _chunk_hist(key, in_row, prefix, PASS: tl.constexpr):
 
 @triton.jit
 def _topk_pass_kernel(scores_ptr, stride_s, pos_ptr, hist_in_ptr, state_in_ptr, hist_out_ptr,
-                      state_out_ptr, count_ptr, P, K: tl.constexpr, PASS: tl.constexpr,
-                      CHUNK: tl.constexpr, PDL: tl.constexpr):
+                      state_out_ptr, count_ptr, P, clear_ptr, K: tl.constexpr,
+                      PASS: tl.constexpr, CHUNK: tl.constexpr, PDL: tl.constexpr,
+                      FRESH: tl.constexpr = False, CLEAR: tl.constexpr = False):
     """Program (row, chunk) of pass PASS (0..3: histogram of digit PASS among the keys that
-    share the digits found so far; 4: counts of the keys above / tied with the k-th)."""
+    share the digits found so far; 4: counts of the keys above / tied with the k-th).
+    FRESH: pass 1 reads digit 0's histograms made elsewhere (``indexer.scores``'s); CLEAR:
+    the program zeroes its chunk's histogram at clear_ptr [m, P, 256] (every program of the
+    row read them in the launch before)."""
     stage_begin(PDL)
     m = tl.program_id(0)
     c = tl.program_id(1)
+    if CLEAR:
+        tl.store(clear_ptr + (m * P + c) * 256 + tl.arange(0, 256), tl.zeros((256,), tl.int32))
     seq = tl.load(pos_ptr + m) + 1
     if seq > K:
-        prefix, need = _next_digit(hist_in_ptr, state_in_ptr, m, P, PASS, K)
+        prefix, need = _next_digit(hist_in_ptr, state_in_ptr, m, P, PASS, K, FRESH)
         if c == 0:
             tl.store(state_out_ptr + m * 2, prefix.to(tl.int32, bitcast=True))
             tl.store(state_out_ptr + m * 2 + 1, need)
@@ -347,29 +366,36 @@ def one_launch_chunk(m: int, width: int, programs_at_once: int) -> int:
 
 def topk_positions_split(scores: torch.Tensor, positions: torch.Tensor, k: int,
                          out: torch.Tensor, hist: torch.Tensor, state: torch.Tensor,
-                         counts: torch.Tensor, barriers=None) -> None:
+                         counts: torch.Tensor, barriers=None, first_hist=None) -> None:
     """topk_positions over split_chunks(width) programs per row (same output). Scratch:
     hist int32 [2, >= M * P * 256], state int32 [2, >= M * 2], counts int32 [>= M * P * 2];
     barriers: int32 [>= 2 * M] counters at zero (left at zero), for the one-launch form
     (ONE_LAUNCH, ``one_launch_chunk``; not under the interpreter, whose programs run one
-    after another)."""
+    after another); first_hist: int32 [>= M * P * 256], the first digit's histograms that
+    ``indexer.scores`` added up over these scores (its ``first_hist``): the first pass is
+    skipped, and they are zeroed again (SCORES_HISTOGRAM)."""
     m, width = scores.shape
     p = split_chunks(width)
     assert scores.stride(1) == 1 and out.shape == (m, k) and out.is_contiguous()
     assert hist.shape[0] == 2 and hist[0].numel() >= m * p * 256 and state[0].numel() >= m * 2
     assert counts.numel() >= m * p * 2 and hist.dtype == state.dtype == counts.dtype == torch.int32
     out_block = min(1024, triton.next_power_of_2(k))
-    if barriers is not None and ONE_LAUNCH and not interpreting():
+    if first_hist is None and barriers is not None and ONE_LAUNCH and not interpreting():
         chunk = one_launch_chunk(m, width, overlap.prefetch_programs(scores.device))
         if chunk:
             topk_one_launch(scores, positions, k, out, hist, barriers, chunk)
             return
+    if first_hist is not None:
+        assert first_hist.dtype == torch.int32 and first_hist.numel() >= m * p * 256
     launch = dict(PDL=overlap.enabled(), num_warps=8, **overlap.launch_kw())
-    for ps in range(5):
+    for ps in range(0 if first_hist is None else 1, 5):
         src, dst = (ps + 1) % 2, ps % 2
-        _topk_pass_kernel[(m, p)](scores, scores.stride(0), positions, hist[src], state[src],
-                                  hist[dst], state[dst], counts, p, K=k, PASS=ps,
-                                  CHUNK=SPLIT_CHUNK, **launch)
+        fresh = first_hist is not None and ps == 1
+        clear = first_hist is not None and ps == 2
+        _topk_pass_kernel[(m, p)](scores, scores.stride(0), positions,
+                                  first_hist if fresh else hist[src], state[src], hist[dst],
+                                  state[dst], counts, p, first_hist if clear else counts, K=k,
+                                  PASS=ps, CHUNK=SPLIT_CHUNK, FRESH=fresh, CLEAR=clear, **launch)
     _topk_write_kernel[(m, p)](scores, scores.stride(0), positions, state[0], counts, out, p,
                                K=k, CHUNK=SPLIT_CHUNK, OUT_BLOCK=out_block, **launch)
 

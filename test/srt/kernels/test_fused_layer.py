@@ -465,6 +465,103 @@ def test_one_launch_topk_equals_reference(rows, width, monkeypatch):
         assert not barriers.any()
 
 
+def _index_case(rows, width, seed):
+    """Real-shape index inputs on the GPU (32 heads of 128): a random FP8 index cache of
+    64-key pages (then their fp32 scales), e4m3 queries, head weights, scattered slots, and
+    positions with, from 4 rows, a row within k and a pad row."""
+    k, nh, d = CFG.index_topk, CFG.index_n_heads, CFG.index_head_dim
+    dev = dict(device="cuda")
+    g = torch.Generator(**dev).manual_seed(seed)
+    pages = rows * width // 64 + 8
+    keys = torch.randn(pages, 64 * d, generator=g, **dev).to(torch.float8_e4m3fn)
+    sk = torch.rand(pages, 64, generator=g, **dev) + 0.5
+    cache = torch.cat([keys.view(torch.uint8), sk.view(torch.uint8)], dim=1).contiguous()
+    q8 = torch.randn(rows, nh, d, generator=g, **dev).to(torch.float8_e4m3fn)
+    head_w = torch.randn(rows, nh, generator=g, **dev)
+    slots = torch.randperm(pages * 64, generator=g, **dev)[: rows * width].view(rows, width)
+    pos = torch.tensor([width - 1 - 997 * r for r in range(rows)], **dev)
+    if rows >= 4:
+        pos[2], pos[3] = k // 2, -1
+    return cache, q8, head_w, slots, pos
+
+
+@pytest.mark.parametrize("rows, width", [(1, 8192), (16, 32768)])
+def test_swapped_index_scores_match_reference(rows, width, monkeypatch):
+    """The index scores as keys x q^T on FP8 wgmma (indexer.SCORE_SWAP, opt-in), and the
+    default form, against the fp64 sum over heads of w * ReLU(q . k) * scale_k: each score
+    within 1e-3 of sum_h |w_h| sum_d |q_hd k_d| scale_k (what a dot's accumulation can
+    lose), -inf past the context; the swapped form's top-k within NUMERICS' overlap of the
+    default's."""
+    from sgl_kernel_ext.triton import indexer
+    from sgl_kernel_ext.triton import topk as topk_kernel
+
+    cache, q8, head_w, slots, pos = _index_case(rows, width, rows * 13 + width)
+    k, d = CFG.index_topk, CFG.index_head_dim
+    keys = cache[:, :64 * d].contiguous().view(torch.float8_e4m3fn).double().view(-1, d)
+    sk = cache[:, 64 * d:].contiguous().view(torch.float32).reshape(-1).double()
+    rows_k = keys[slots]
+    dots = torch.einsum("mhd,mld->mhl", q8.double(), rows_k)
+    want = (dots.clamp_min(0) * head_w.double()[:, :, None]).sum(1) * sk[slots]
+    magnitudes = torch.einsum("mhd,mld->mhl", q8.double().abs(), rows_k.abs())
+    bound = (magnitudes * head_w.double().abs()[:, :, None]).sum(1) * sk[slots]
+    del rows_k, dots, magnitudes
+    in_ctx = torch.arange(width, device="cuda") < (pos + 1)[:, None]
+    outs = {}
+    for swap in (False, True):
+        monkeypatch.setattr(indexer, "SCORE_SWAP", swap)
+        out = torch.full((rows, width), 7.0, device="cuda")
+        indexer.scores(q8, head_w, cache, pos, slots, out)
+        outs[swap] = out
+        assert bool((out[~in_ctx] == float("-inf")).all())
+        err = (out[in_ctx].double() - want[in_ctx]).abs()
+        assert bool((err <= 1e-3 * bound[in_ctx] + 1e-6).all()), (swap, float(err.max()))
+    picks = {}
+    for swap, out in outs.items():
+        picks[swap] = torch.full((rows, k), -7, dtype=torch.int64, device="cuda")
+        topk_kernel.topk_positions(out, pos, k, picks[swap])
+    overlap = min(len(set(picks[True][r].tolist()) & set(picks[False][r].tolist())) / k
+                  for r in range(rows))
+    assert overlap >= NUMERICS["fused_layer"]["topk_overlap"], overlap
+
+
+@pytest.mark.parametrize("rows, width", [(1, 32768), (4, 9000), (16, 32768)])
+def test_scores_histogram_topk_equals_reference(rows, width):
+    """The split top-k's first pass in the index scores (topk.SCORES_HISTOGRAM, opt-in) at
+    real shapes (32 index heads of 128): the scores bitwise the plain launch's, each chunk's
+    first-digit histogram (atomics of many programs) the host's, the five-launch top-k
+    SGLang's (the torch reference); a row within k and a pad row; outputs poisoned before
+    each of three steps in a row, the histograms back at zero after each."""
+    from sgl_kernel_ext.triton import indexer
+    from sgl_kernel_ext.triton import topk as topk_kernel
+    from sglang.srt.layers.fused_decode.reference import indexer as ref_indexer
+    from sglang.srt.layers.fused_decode.testing import first_digit_histograms
+
+    k = CFG.index_topk
+    dev = dict(device="cuda")
+    cache, q8, head_w, slots, pos = _index_case(rows, width, rows * 11 + width)
+    seq = pos + 1
+    plain = torch.full((rows, width), 7.0, **dev)
+    indexer.scores(q8, head_w, cache, pos, slots, plain)
+    want_hist = first_digit_histograms(plain, seq, topk_kernel.SPLIT_CHUNK)
+    want = ref_indexer.topk_positions(plain.cpu(), seq.cpu(), k).cuda()
+    p = topk_kernel.split_chunks(width)
+    i32 = dict(dtype=torch.int32, **dev)
+    first_hist = torch.zeros(rows * p * 256, **i32)
+    for _ in range(3):
+        scores = torch.full((rows, width), 7.0, **dev)
+        indexer.scores(q8, head_w, cache, pos, slots, scores, first_hist=first_hist)
+        assert torch.equal(scores, plain)
+        assert torch.equal(first_hist.view(rows, p, 256), want_hist)
+        out = torch.full((rows, k), -7, dtype=torch.int64, **dev)
+        topk_kernel.topk_positions_split(scores, pos, k, out,
+                                         torch.full((2, rows * p * 256), -9, **i32),
+                                         torch.full((2, rows * 2), -9, **i32),
+                                         torch.full((rows * p * 2,), -9, **i32),
+                                         first_hist=first_hist)
+        assert torch.equal(out, want)
+        assert not first_hist.any()
+
+
 @pytest.mark.parametrize("rows", [2, 16])
 def test_layers_sharing_one_workspace_are_bitwise_their_own_buffers(rows):
     """Every layer kind stacked (dense+indexer, MoE+indexer, MoE on the carried top-k), two

@@ -151,6 +151,12 @@ def _drive() -> None:
                               torch.empty(2, 2048, dtype=torch.int64),
                               torch.empty(2, 2 * p * 256, dtype=i32),
                               torch.empty(2, 4, dtype=i32), torch.empty(2 * p * 2, dtype=i32))
+    # the same with its first pass in the index scores (topk.SCORES_HISTOGRAM: five launches)
+    case = make_case(cfg, 1, [9000, 100], seed=1, tp_size=2)
+    topk.SCORES_HISTOGRAM = True
+    FusedLayer(cfg, case.lw, case.caches, 2, case.batch.token_slots.shape[1],
+               persistent_launch=False)(case.hidden, case.residual, case.batch, case.topk_prev)
+    topk.SCORES_HISTOGRAM = False
 
 
 def _drive_real(persistent_too: bool = True) -> None:
@@ -224,6 +230,28 @@ def _drive_real(persistent_too: bool = True) -> None:
             torch.empty(m, cfg.index_topk, dtype=torch.int64), torch.empty(2, m * p * 256, dtype=i32),
             torch.zeros(2 * m, dtype=i32), chunk)
     print("recorded the one-launch top-k", flush=True)
+    # the index scores adding up the top-k's first pass, and the five launches after them
+    # (topk.SCORES_HISTOGRAM), at 16 rows of 32K
+    from sgl_kernel_ext.triton import indexer
+
+    m, width = 16, 32768
+    p = topk_kernel.split_chunks(width)
+    pos, first_hist = torch.full((m,), width - 1), torch.zeros(m * p * 256, dtype=i32)
+    scores, nh, d = torch.empty(m, width), cfg.index_n_heads, cfg.index_head_dim
+    q8 = torch.empty(m, nh, d, dtype=torch.float8_e4m3fn)
+    index_cache = torch.empty(m * width // 64, 64 * 132, dtype=torch.uint8)
+    indexer.scores(q8, torch.empty(m, nh), index_cache, pos, torch.arange(m * width).view(m, width),
+                   scores, first_hist=first_hist)
+    topk_kernel.topk_positions_split(
+        scores, pos, cfg.index_topk, torch.empty(m, cfg.index_topk, dtype=torch.int64),
+        torch.empty(2, m * p * 256, dtype=i32), torch.empty(2, m * 2, dtype=i32),
+        torch.empty(m * p * 2, dtype=i32), first_hist=first_hist)
+    print("recorded the scores' first-digit histograms and the five-launch top-k", flush=True)
+    indexer.SCORE_SWAP = True  # the scores as keys x q^T (FP8 wgmma)
+    indexer.scores(q8, torch.empty(m, nh), index_cache, pos, torch.arange(m * width).view(m, width),
+                   scores)
+    indexer.SCORE_SWAP = False
+    print("recorded the swapped index scores", flush=True)
 
 
 def resources(path: str) -> None:

@@ -525,21 +525,30 @@ def test_split_topk_is_the_one_program_topk(k):
     assert torch.equal(out, ref_indexer.topk_positions(scores, seq, k))
 
 
-@pytest.mark.parametrize("block_l", [32, 128, 256])
-def test_index_scores_do_not_depend_on_the_block(block_l):
-    """indexer.scores with block_l positions a program (tiling_probe's score_block_*) against
-    the default block and against the torch sum over heads of w * ReLU(q . k) * scale_k;
-    -inf past each row's context."""
-    from sgl_kernel_ext.triton import indexer
-
-    g = torch.Generator().manual_seed(block_l)
-    m, nh, d, width, pages = 3, 4, 128, 300, 16
+def _index_inputs(g, m, nh, d, pages):
+    """A random FP8 index cache (pages of 64 keys, then their fp32 scales), e4m3 queries
+    and head weights."""
     keys = torch.randn(pages, 64, d, generator=g).to(torch.float8_e4m3fn)
     sk = torch.rand(pages, 64, generator=g) + 0.5
     cache = torch.cat([keys.view(torch.uint8).reshape(pages, -1),
                        sk.view(torch.uint8).reshape(pages, -1)], dim=1).contiguous()
     q8 = torch.randn(m, nh, d, generator=g).to(torch.float8_e4m3fn)
-    head_w = torch.randn(m, nh, generator=g)
+    return cache, q8, torch.randn(m, nh, generator=g)
+
+
+@pytest.mark.parametrize("swap", [False, True], ids=["q_keys", "keys_q"])
+@pytest.mark.parametrize("block_l", [32, 128, 256])
+def test_index_scores_do_not_depend_on_the_block(block_l, swap, monkeypatch):
+    """indexer.scores with block_l positions a program (tiling_probe's score_block_*) against
+    the default block and against the torch sum over heads of w * ReLU(q . k) * scale_k;
+    -inf past each row's context; swap: keys x q^T (indexer.SCORE_SWAP)."""
+    from sgl_kernel_ext.triton import indexer
+
+    monkeypatch.setattr(indexer, "SCORE_SWAP", swap)
+
+    g = torch.Generator().manual_seed(block_l)
+    m, nh, d, width, pages = 3, 4, 128, 300, 16
+    cache, q8, head_w = _index_inputs(g, m, nh, d, pages)
     positions = torch.tensor([299, 150, -1])
     slots = torch.randperm(pages * 64, generator=g)[: m * width].view(m, width)
     outs = []
@@ -548,12 +557,54 @@ def test_index_scores_do_not_depend_on_the_block(block_l):
         indexer.scores(q8, head_w, cache, positions, slots, out, block)
         outs.append(out)
     assert torch.equal(outs[0], outs[1])
-    k_all = keys.float().view(-1, d)[slots]  # [m, width, d]
-    dots = torch.einsum("mhd,mld->mhl", q8.float(), k_all).clamp_min(0)
-    want = (dots * head_w[:, :, None]).sum(1) * sk.view(-1)[slots]
+    keys = cache[:, :64 * d].contiguous().view(torch.float8_e4m3fn).float().view(-1, d)
+    sk = cache[:, 64 * d:].contiguous().view(torch.float32).reshape(-1)
+    dots = torch.einsum("mhd,mld->mhl", q8.float(), keys[slots]).clamp_min(0)
+    want = (dots * head_w[:, :, None]).sum(1) * sk[slots]
     in_ctx = torch.arange(width) < (positions + 1)[:, None]
     want = torch.where(in_ctx, want, torch.full_like(want, float("-inf")))
     assert torch.allclose(outs[1], want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("k", [16, 300])
+def test_scores_histogram_is_the_split_topks_first_pass(k):
+    """indexer.scores with first_hist: each row's chunks' first-digit histograms (context
+    positions only) against torch's, the scores bitwise the plain launch's; the split top-k
+    from them (five launches) against SGLang's semantics and the six-launch split, and the
+    histograms zero again after it. Rows: 3 chunks, within the second chunk, within k, pad."""
+    from sgl_kernel_ext.triton import indexer
+    from sgl_kernel_ext.triton.topk import SPLIT_CHUNK, split_chunks, topk_positions_split
+    from sglang.srt.layers.fused_decode.testing import first_digit_histograms
+
+    g = torch.Generator().manual_seed(k + 5)
+    m, nh, d, pages = 4, 4, 128, 80
+    width = 2 * SPLIT_CHUNK + 300
+    cache, q8, head_w = _index_inputs(g, m, nh, d, pages)
+    positions = torch.tensor([width - 1, SPLIT_CHUNK + 1000, k // 2, -1])
+    seq = positions + 1
+    slots = torch.randint(0, pages * 64, (m, width), generator=g)
+    p = split_chunks(width)
+    plain = torch.full((m, width), 7.0)
+    indexer.scores(q8, head_w, cache, positions, slots, plain)
+    out = torch.full((m, width), 7.0)
+    first_hist = torch.zeros(m * p * 256, dtype=torch.int32)
+    indexer.scores(q8, head_w, cache, positions, slots, out, first_hist=first_hist)
+    assert torch.equal(out, plain)
+    assert out.isfinite().sum() == seq.clamp(max=width).sum()  # the test's inputs are needed
+    assert torch.equal(first_hist.view(m, p, 256),
+                       first_digit_histograms(out, seq, SPLIT_CHUNK))
+
+    i32 = dict(dtype=torch.int32)
+    topks = []
+    for fh in (first_hist, None):
+        topk = torch.full((m, k), -7, dtype=torch.int64)
+        topk_positions_split(out, positions, k, topk, torch.full((2, m * p * 256), -9, **i32),
+                             torch.full((2, m * 2), -9, **i32), torch.full((m * p * 2,), -9, **i32),
+                             first_hist=fh)
+        topks.append(topk)
+    assert torch.equal(topks[0], ref_indexer.topk_positions(out, seq, k))
+    assert torch.equal(topks[0], topks[1])
+    assert not first_hist.any()
 
 
 @pytest.mark.parametrize("k", [16, 300])
@@ -765,22 +816,26 @@ def test_persistent_layer_is_bitwise_the_stage_kernels(layer_id):
 
 def test_layer_with_split_topk_is_bitwise_the_one_program_topk(monkeypatch):
     """An indexer layer over a context wider than SPLIT_MIN_WIDTH: with the split top-k on,
-    the same top-k, outputs and caches as with the one-program top-k."""
+    its first pass in the index scores or not (topk.SCORES_HISTOGRAM), the same top-k,
+    outputs and caches as with the one-program top-k; the scores' histograms back at zero."""
     from sgl_kernel_ext.triton import topk as topk_kernel
 
     case = make_case(CFG, 1, [topk_kernel.SPLIT_MIN_WIDTH + 900, 40], seed=21, tp_size=2)
     runs = []
-    for flag in ("1", "0"):
-        monkeypatch.setenv(topk_kernel.SPLIT_ENV, flag)
+    for split, in_scores in (("1", False), ("1", True), ("0", False)):
+        monkeypatch.setenv(topk_kernel.SPLIT_ENV, split)
+        monkeypatch.setattr(topk_kernel, "SCORES_HISTOGRAM", in_scores)
         caches = clone_caches(case.caches)
         layer = FusedLayer(CFG, case.lw, caches, 2, case.batch.token_slots.shape[1],
                            persistent_launch=False)
         runs.append([t.clone() for t in layer(case.hidden, case.residual, case.batch,
                                               case.topk_prev)])
         assert ("topk_hist" in layer.buf) and topk_kernel.use_split(
-            case.batch.token_slots.shape[1]) == (flag == "1")
-    for a, b in zip(*runs):
-        assert torch.equal(a, b)
+            case.batch.token_slots.shape[1]) == (split == "1")
+        assert not layer.buf["topk_first_hist"].any()
+    for run in runs[1:]:
+        for a, b in zip(runs[0], run):
+            assert torch.equal(a, b)
 
 
 def test_a_layer_of_an_unfinalized_workspace_refuses_to_run():
@@ -815,6 +870,31 @@ def test_layers_sharing_one_workspace_are_bitwise_their_own_buffers():
         assert torch.equal(c0.kv[lid].view(torch.int16), c1.kv[lid].view(torch.int16))
     for lid in c0.index:
         assert torch.equal(c0.index[lid], c1.index[lid])
+
+
+def test_workspace_zeroed_buffers_start_at_zero_and_must_agree(monkeypatch):
+    """A zeroed spec (the scores' first-digit histograms) is allocated at zero even where
+    uninitialized memory is not, shared at its largest request; layers asking for the same
+    name zeroed and not are refused."""
+    from types import SimpleNamespace
+
+    from sglang.srt.layers.fused_decode.workspace import Spec, Workspace
+
+    full = torch.full
+    monkeypatch.setattr(torch, "empty", lambda shape, dtype=None, device=None:
+                        full(shape, 7, dtype=dtype, device=device))
+    a, b = SimpleNamespace(buf={}), SimpleNamespace(buf={})
+    ws = Workspace("cpu")
+    ws.request(a, {"h": Spec((4,), torch.int32, zeroed=True), "x": Spec((2,), torch.int32)})
+    ws.request(b, {"h": Spec((8,), torch.int32, zeroed=True)})
+    ws.finalize()
+    assert torch.equal(b.buf["h"], torch.zeros(8, dtype=torch.int32))
+    assert a.buf["h"].data_ptr() == b.buf["h"].data_ptr() and bool((a.buf["x"] == 7).all())
+    clash = Workspace("cpu")
+    clash.request(a, {"h": Spec((4,), torch.int32, zeroed=True)})
+    clash.request(b, {"h": Spec((4,), torch.int32)})
+    with pytest.raises(ValueError, match="zeroed"):
+        clash.finalize()
 
 
 def test_draft_iteration_attends_the_carried_topk():

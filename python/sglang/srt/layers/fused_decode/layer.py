@@ -188,6 +188,8 @@ class FusedLayer:
                 specs["topk_hist"] = e(2, m * p * 256, dt=i32)
                 specs["topk_state"] = e(2, m * 2, dt=i32)
                 specs["topk_counts"] = e(m * p * 2, dt=i32)
+                # the scores' first-digit histograms (topk.SCORES_HISTOGRAM), left at zero
+                specs["topk_first_hist"] = workspace_mod.Spec((m * p * 256,), i32, zeroed=True)
                 # the one-launch form's row barriers (topk.ONE_LAUNCH), left at zero
                 self.buf["topk_barriers"] = arrival.counters(2 * m, dev)
         # the step's scratch and outputs: the model's shared workspace (layers run one at a
@@ -312,12 +314,17 @@ class FusedLayer:
                 raise ValueError(f"context width {width} > the {self.buf['scores'].shape[1]} "
                                  "built for")
             scores = self.buf["scores"][:m, :width]
-            indexer.scores(v("q8"), v("head_w"), self.index_cache, pos, slots, scores)
+            split = topk_kernel.use_split(width)
+            first_hist = self.buf["topk_first_hist"] if (
+                split and topk_kernel.SCORES_HISTOGRAM) else None
+            indexer.scores(v("q8"), v("head_w"), self.index_cache, pos, slots, scores,
+                           first_hist=first_hist)
             topk = v("topk")
-            if topk_kernel.use_split(width):
+            if split:
                 topk_kernel.topk_positions_split(scores, pos, cfg.index_topk, topk,
                                                  self.buf["topk_hist"], self.buf["topk_state"],
-                                                 self.buf["topk_counts"], self.buf["topk_barriers"])
+                                                 self.buf["topk_counts"], self.buf["topk_barriers"],
+                                                 first_hist)
             else:
                 topk_kernel.topk_positions(scores, pos, cfg.index_topk, topk)
         else:

@@ -309,3 +309,17 @@ def carried_topk_checks(case: LayerCase, layer, capture: bool = False) -> Dict[s
         torch.cuda.synchronize()
         out["graph_equals_eager"] = all(bool(torch.equal(a, b)) for a, b in zip(outs, eager))
     return out
+
+
+def first_digit_histograms(scores: torch.Tensor, seq: torch.Tensor, chunk: int) -> torch.Tensor:
+    """int32 [M, P, 256]: for each row's `chunk`-score chunks, how many of its first seq[m]
+    scores have each top byte of the order-preserving uint32 image of the fp32 score (the
+    split top-k's first radix digit; P = ceil(width / chunk))."""
+    m, width = scores.shape
+    p = -(-width // chunk)
+    bits = scores.float().view(torch.int32).long() & 0xFFFFFFFF
+    keys = torch.where(bits >> 31 == 1, bits ^ 0xFFFFFFFF, bits ^ 0x80000000)
+    pos = torch.arange(width, device=scores.device)
+    bins = (torch.arange(m, device=scores.device)[:, None] * p + pos // chunk) * 256 + (keys >> 24)
+    in_ctx = pos[None, :] < seq.to(scores.device)[:, None]
+    return torch.bincount(bins[in_ctx], minlength=m * p * 256).view(m, p, 256).int()

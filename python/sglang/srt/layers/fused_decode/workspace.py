@@ -9,6 +9,10 @@ asks for, serves them all: for GLM-5.3 at 16 rows and a long context that is ten
 GPU instead of about a GB (78 layers, each with its own attention partials and, for indexer
 layers, scores as wide as the context).
 
+A ``zeroed`` buffer starts at zero and every layer that writes it leaves it at zero again
+before its step ends (the scores' first-digit histograms, which the top-k clears), so it too
+can be shared.
+
 Layers ``request`` their buffers while they are built; ``finalize`` allocates each name once
 and gives every layer its views. A layer's own buffers (a dense layer's preset slot table,
 counters) are not requested here.
@@ -26,6 +30,7 @@ import torch
 class Spec:
     shape: Tuple[int, ...]
     dtype: torch.dtype
+    zeroed: bool = False  # allocated at zero (its users leave it so)
 
     @property
     def numel(self) -> int:
@@ -36,8 +41,9 @@ class Spec:
 
 
 def allocate(specs: Dict[str, Spec], device) -> Dict[str, torch.Tensor]:
-    """One uninitialized tensor per spec."""
-    return {n: torch.empty(s.shape, dtype=s.dtype, device=device) for n, s in specs.items()}
+    """One tensor per spec: uninitialized, or at zero where the spec is ``zeroed``."""
+    return {n: (torch.zeros if s.zeroed else torch.empty)(s.shape, dtype=s.dtype, device=device)
+            for n, s in specs.items()}
 
 
 class Workspace:
@@ -58,11 +64,12 @@ class Workspace:
         for _, specs in self._requests:
             for name, spec in specs.items():
                 have = sizes.get(name)
-                if have is not None and have.dtype != spec.dtype:
-                    raise ValueError(f"workspace buffer {name!r} requested as {have.dtype} and "
-                                     f"{spec.dtype}")
+                if have is not None and (have.dtype, have.zeroed) != (spec.dtype, spec.zeroed):
+                    raise ValueError(f"workspace buffer {name!r} requested as {have.dtype} "
+                                     f"(zeroed: {have.zeroed}) and {spec.dtype} (zeroed: "
+                                     f"{spec.zeroed})")
                 if have is None or spec.numel > have.numel:
-                    sizes[name] = Spec((spec.numel,), spec.dtype)
+                    sizes[name] = Spec((spec.numel,), spec.dtype, spec.zeroed)
         self.flat = allocate(sizes, self.device)
         for layer, specs in self._requests:
             layer.buf.update({n: self.flat[n][: s.numel].view(s.shape) for n, s in specs.items()})
