@@ -61,12 +61,12 @@ run_long() {
 # attention's tile forms
 PENDING_TESTS="column_tiles"
 PENDING="attn_one_tile,attn_parts_every_step,moe_gemv_at_1,moe_dot"
-# at a 32K context, beside the defaults: the top-k's first pass in the index scores (opt-in,
-# topk.SCORES_HISTOGRAM; not yet timed), the index scores on FP8 wgmma (indexer.SCORE_SWAP;
-# not yet timed), the one-launch top-k (opt-in, topk.ONE_LAUNCH) and the index scores in
-# smaller programs or fewer warps (not yet timed); then the GPU tests of those forms
-PENDING_LONG="scores_histogram,scores_swap,topk_one_launch,score_block_32_4_warps,score_block_64_2_warps,score_block_32_2_warps"
-PENDING_LONG_TESTS="scores_histogram or one_launch_topk or swapped_index_scores"
+# at a 32K context, beside the defaults: not yet timed, the top-k's first pass in the index
+# scores (topk.SCORES_HISTOGRAM), its programs loading 32 chunks at once (SPLIT_SUM_BLOCK),
+# the index scores on FP8 wgmma (indexer.SCORE_SWAP) or in smaller programs or fewer warps;
+# timed before, the one-launch top-k (topk.ONE_LAUNCH); then the GPU tests of those forms
+PENDING_LONG="scores_histogram,topk_sum_32,scores_swap,score_block_32_4_warps,score_block_64_2_warps,topk_one_launch"
+PENDING_LONG_TESTS="scores_histogram or one_launch_topk or swapped_index_scores or split_topk"
 run_pending_long() {
   local variants="baseline,${PENDING_LONG//,/,baseline,},baseline"
   timeout 400 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,4,16 --ctx 32768 \

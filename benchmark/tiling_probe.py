@@ -174,6 +174,9 @@ VARIANTS = {
     # the split top-k's first pass folded into the index scores (their first-digit histograms
     # added up by atomics; opt-in, topk.SCORES_HISTOGRAM): five launches instead of six
     "scores_histogram": {("topk", "SCORES_HISTOGRAM"): True},
+    # the split top-k's programs loading 32 chunks' histograms / counts at once (default one a
+    # loop step: topk.SPLIT_SUM_BLOCK)
+    "topk_sum_32": {("topk", "SPLIT_SUM_BLOCK"): 32},
     # the index scores as keys x q^T on FP8 wgmma (indexer.SCORE_SWAP; default q x keys^T)
     "scores_swap": {("indexer", "SCORE_SWAP"): True},
     # context positions (and warps) a scores program of the stage kernels (default 64, 4;

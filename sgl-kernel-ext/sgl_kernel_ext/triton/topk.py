@@ -159,6 +159,11 @@ ONE_LAUNCH = os.environ.get("SGL_KERNEL_EXT_TOPK_ONE_LAUNCH", "0") == "1"
 # (SGL_KERNEL_EXT_TOPK_SCORES_HISTOGRAM=1) until measured on a GPU (tiling_probe variant
 # scores_histogram). With it on, the one-launch form (ONE_LAUNCH) does not run.
 SCORES_HISTOGRAM = os.environ.get("SGL_KERNEL_EXT_TOPK_SCORES_HISTOGRAM", "0") == "1"
+# chunks whose histograms (passes 1-4) or counts (the write) a split program loads at once. 1:
+# a loop of one chunk a step, which sm_90a runs as 4 chunks a round trip to L2 (P = 16 chunks
+# at a 32K context: 4 dependent round trips a pass, ~0.35 us each); 32: one round trip up to
+# 64K. The same integers either way. 1 until timed on a GPU (tiling_probe topk_sum_32).
+SPLIT_SUM_BLOCK = 1
 ONE_LAUNCH_MAX_CHUNK = 2048
 ONE_LAUNCH_MAX_ROW_PROGRAMS = 64  # its programs a row: each holds every chunk's histogram
 
@@ -170,9 +175,10 @@ def use_split(width: int) -> bool:
 
 @triton.jit
 def _next_digit(hist_ptr, state_ptr, m, P, PASS: tl.constexpr, K: tl.constexpr,
-                FRESH: tl.constexpr):
-    """(prefix, need) after digit PASS - 1: from the previous pass's histograms [m, P, 256]
-    (FRESH: the state before them is the start's, nothing found and k needed)."""
+                FRESH: tl.constexpr, SUM_BLOCK: tl.constexpr):
+    """(prefix, need) after digit PASS - 1: from the previous pass's histograms [m, P, 256],
+    loaded SUM_BLOCK chunks at a time (FRESH: the state before them is the start's, nothing
+    found and k needed)."""
     bins = tl.arange(0, 256)
     if PASS == 0:
         prefix = tl.zeros((), tl.uint32)
@@ -185,8 +191,14 @@ def _next_digit(hist_ptr, state_ptr, m, P, PASS: tl.constexpr, K: tl.constexpr,
             prefix = tl.load(state_ptr + m * 2).to(tl.uint32, bitcast=True)
             need = tl.load(state_ptr + m * 2 + 1)
         hist = tl.zeros((256,), tl.int32)
-        for c in range(0, P):
-            hist += tl.load(hist_ptr + (m * P + c) * 256 + bins)
+        if SUM_BLOCK == 1:
+            for c in range(0, P):
+                hist += tl.load(hist_ptr + (m * P + c) * 256 + bins)
+        else:
+            for c0 in range(0, P, SUM_BLOCK):
+                chunks = c0 + tl.arange(0, SUM_BLOCK)
+                hist += tl.sum(tl.load(hist_ptr + (m * P + chunks[:, None]) * 256 + bins[None, :],
+                                       mask=(chunks < P)[:, None], other=0), axis=0)
         prefix, need = _take_digit(hist, prefix, need)
     return prefix, need
 
@@ -209,7 +221,8 @@ def _chunk_hist(key, in_row, prefix, PASS: tl.constexpr):
 def _topk_pass_kernel(scores_ptr, stride_s, pos_ptr, hist_in_ptr, state_in_ptr, hist_out_ptr,
                       state_out_ptr, count_ptr, P, clear_ptr, K: tl.constexpr,
                       PASS: tl.constexpr, CHUNK: tl.constexpr, PDL: tl.constexpr,
-                      FRESH: tl.constexpr = False, CLEAR: tl.constexpr = False):
+                      FRESH: tl.constexpr = False, CLEAR: tl.constexpr = False,
+                      SUM_BLOCK: tl.constexpr = 1):
     """Program (row, chunk) of pass PASS (0..3: histogram of digit PASS among the keys that
     share the digits found so far; 4: counts of the keys above / tied with the k-th).
     FRESH: pass 1 reads digit 0's histograms made elsewhere (``indexer.scores``'s); CLEAR:
@@ -222,7 +235,7 @@ def _topk_pass_kernel(scores_ptr, stride_s, pos_ptr, hist_in_ptr, state_in_ptr, 
         tl.store(clear_ptr + (m * P + c) * 256 + tl.arange(0, 256), tl.zeros((256,), tl.int32))
     seq = tl.load(pos_ptr + m) + 1
     if seq > K:
-        prefix, need = _next_digit(hist_in_ptr, state_in_ptr, m, P, PASS, K, FRESH)
+        prefix, need = _next_digit(hist_in_ptr, state_in_ptr, m, P, PASS, K, FRESH, SUM_BLOCK)
         if c == 0:
             tl.store(state_out_ptr + m * 2, prefix.to(tl.int32, bitcast=True))
             tl.store(state_out_ptr + m * 2 + 1, need)
@@ -263,6 +276,22 @@ def _picks_before(count_ptr, c, need):
 
 
 @triton.jit
+def _picks_before_blocks(count_ptr, c, need, BLOCK: tl.constexpr):
+    """_picks_before with the counts loaded BLOCK chunks at a time."""
+    base = 0
+    ties = 0
+    for b0 in range(0, c, BLOCK):
+        chunks = b0 + tl.arange(0, BLOCK)
+        before = chunks < c
+        above_b = tl.load(count_ptr + chunks * 2, mask=before, other=0)
+        ties_b = tl.load(count_ptr + chunks * 2 + 1, mask=before, other=0)
+        picks, tied = _picks(above_b, ties_b, before, ties, need)
+        base += picks
+        ties += tied
+    return base, ties
+
+
+@triton.jit
 def _write_chunk(key, offs, in_row, prefix, need, base, ties, out_row_ptr):
     """Store the chunk's positions above the k-th key and its share of the lowest-positioned
     ties at their ranks among the row's ascending picks (base picks and ties before it)."""
@@ -276,7 +305,7 @@ def _write_chunk(key, offs, in_row, prefix, need, base, ties, out_row_ptr):
 @triton.jit
 def _topk_write_kernel(scores_ptr, stride_s, pos_ptr, state_ptr, count_ptr, out_ptr, P,
                        K: tl.constexpr, CHUNK: tl.constexpr, OUT_BLOCK: tl.constexpr,
-                       PDL: tl.constexpr):
+                       PDL: tl.constexpr, SUM_BLOCK: tl.constexpr = 1):
     """Program (row, chunk): its positions above the k-th key and its share of the lowest-
     positioned ties, at their ranks among the row's ascending picks."""
     stage_begin(PDL)
@@ -289,7 +318,10 @@ def _topk_write_kernel(scores_ptr, stride_s, pos_ptr, state_ptr, count_ptr, out_
     else:
         prefix = tl.load(state_ptr + m * 2).to(tl.uint32, bitcast=True)
         need = tl.load(state_ptr + m * 2 + 1)
-        base, ties = _picks_before(count_ptr + m * P * 2, c, need)
+        if SUM_BLOCK == 1:
+            base, ties = _picks_before(count_ptr + m * P * 2, c, need)
+        else:
+            base, ties = _picks_before_blocks(count_ptr + m * P * 2, c, need, SUM_BLOCK)
         offs = c * CHUNK + tl.arange(0, CHUNK)
         in_row = offs < seq
         key = _keys(tl.load(scores_ptr + m * stride_s + offs, mask=in_row, other=float("-inf")))
@@ -387,7 +419,8 @@ def topk_positions_split(scores: torch.Tensor, positions: torch.Tensor, k: int,
             return
     if first_hist is not None:
         assert first_hist.dtype == torch.int32 and first_hist.numel() >= m * p * 256
-    launch = dict(PDL=overlap.enabled(), num_warps=8, **overlap.launch_kw())
+    sum_block = min(SPLIT_SUM_BLOCK, triton.next_power_of_2(p))
+    launch = dict(PDL=overlap.enabled(), SUM_BLOCK=sum_block, num_warps=8, **overlap.launch_kw())
     for ps in range(0 if first_hist is None else 1, 5):
         src, dst = (ps + 1) % 2, ps % 2
         fresh = first_hist is not None and ps == 1

@@ -402,11 +402,15 @@ def test_latent_in_q_b_matches_the_latent_kernel(kind, rows, monkeypatch):
     assert bool((step[diff] <= 2 ** -7).all())
 
 
+@pytest.mark.parametrize("sum_block", [1, 4, 32])
 @pytest.mark.parametrize("rows", [1, 16])
-def test_split_topk_equals_one_program_topk(rows):
+def test_split_topk_equals_one_program_topk(rows, sum_block, monkeypatch):
     """The split top-k (the default for long rows) against the one-program top-k on
-    32K-wide rows: identical output, ties across chunk borders included."""
+    32K-wide rows: identical output, ties across chunk borders included; its programs
+    loading sum_block chunks' histograms and counts at once (topk.SPLIT_SUM_BLOCK)."""
     from sgl_kernel_ext.triton import topk as topk_kernel
+
+    monkeypatch.setattr(topk_kernel, "SPLIT_SUM_BLOCK", sum_block)
 
     width, k = 32768, CFG.index_topk
     g = torch.Generator(device="cuda").manual_seed(rows)

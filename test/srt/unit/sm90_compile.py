@@ -247,6 +247,13 @@ def _drive_real(persistent_too: bool = True) -> None:
         torch.empty(2, m * p * 256, dtype=i32), torch.empty(2, m * 2, dtype=i32),
         torch.empty(m * p * 2, dtype=i32), first_hist=first_hist)
     print("recorded the scores' first-digit histograms and the five-launch top-k", flush=True)
+    topk_kernel.SPLIT_SUM_BLOCK = 32  # the six launches loading 16 chunks at once
+    topk_kernel.topk_positions_split(
+        scores, pos, cfg.index_topk, torch.empty(m, cfg.index_topk, dtype=torch.int64),
+        torch.empty(2, m * p * 256, dtype=i32), torch.empty(2, m * 2, dtype=i32),
+        torch.empty(m * p * 2, dtype=i32))
+    topk_kernel.SPLIT_SUM_BLOCK = 1
+    print("recorded the split top-k loading every chunk at once", flush=True)
     indexer.SCORE_SWAP = True  # the scores as keys x q^T (FP8 wgmma)
     indexer.scores(q8, torch.empty(m, nh), index_cache, pos, torch.arange(m * width).view(m, width),
                    scores)

@@ -500,29 +500,40 @@ def test_topk_radix_select_follows_sglang_semantics(k, block):
     assert torch.equal(out, ref_indexer.topk_positions(scores, seq, k))
 
 
+@pytest.mark.parametrize("sum_block", [1, 2, 32])
 @pytest.mark.parametrize("k", [16, 300])
-def test_split_topk_is_the_one_program_topk(k):
+def test_split_topk_is_the_one_program_topk(k, sum_block, monkeypatch):
     """The split top-k (several programs per row, six launches) against SGLang's semantics, on
-    rows of 3 chunks with ties across chunk borders, a row within k and a pad row."""
+    rows of 4 chunks with ties across chunk borders, a row within k and a pad row; its
+    programs loading the chunks' histograms and counts sum_block at a time
+    (topk.SPLIT_SUM_BLOCK; 2: a block and a partial one)."""
+    from sgl_kernel_ext.triton import topk
     from sgl_kernel_ext.triton.topk import SPLIT_CHUNK, split_chunks, topk_positions_split
 
+    monkeypatch.setattr(topk, "SPLIT_SUM_BLOCK", sum_block)
+
     g = torch.Generator().manual_seed(k + 1)
-    width = 2 * SPLIT_CHUNK + 700
+    width = 3 * SPLIT_CHUNK + 700
     scores = torch.randn(5, width, generator=g)
-    scores[1, SPLIT_CHUNK - 200:SPLIT_CHUNK + 300] = 1.5  # ties straddling a chunk border
+    tied = slice(2 * SPLIT_CHUNK - 200, 2 * SPLIT_CHUNK + 300)
+    scores[1, tied] = 2.5  # ties straddling a chunk border (and a SPLIT_SUM_BLOCK = 2 border)
     scores[2] = torch.randint(0, 4, (width,), generator=g).float()  # ties everywhere
-    positions = torch.tensor([width - 1, width - 10, 3000, k // 2, -1])
+    positions = torch.tensor([width - 1, width - 10, width - 500, k // 2, -1])
     seq = positions + 1
     in_ctx = torch.arange(width) < seq[:, None]
     masked = torch.where(in_ctx, scores, torch.full_like(scores, float("-inf")))
     p = split_chunks(width)
-    assert p == 3
+    assert p == 4
     hist = torch.full((2, 5 * p * 256), -9, dtype=torch.int32)
     state = torch.full((2, 5 * 2), -9, dtype=torch.int32)
     counts = torch.full((5 * p * 2,), -9, dtype=torch.int32)
     out = torch.full((5, k), -7, dtype=torch.int64)
     topk_positions_split(masked, positions, k, out, hist, state, counts)
-    assert torch.equal(out, ref_indexer.topk_positions(scores, seq, k))
+    want = ref_indexer.topk_positions(scores, seq, k)
+    assert torch.equal(out, want)
+    if k == 300:  # the k-th score is the tie, taken from both sides of the border
+        taken = ((want[1] >= tied.start) & (want[1] < tied.stop)).sum()
+        assert 200 < taken < 500, taken
 
 
 def _index_inputs(g, m, nh, d, pages):
