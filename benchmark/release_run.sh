@@ -9,7 +9,8 @@
 #                                         # path (graph_timeline)
 #   bash benchmark/release_run.sh long    # the layer table of the indexer layers at 8K and
 #                                         # 32K contexts (stock and fused; the split top-k),
-#                                         # their timelines at 32K (about 2 minutes)
+#                                         # their timelines and the step at 32K (about 4
+#                                         # minutes)
 #   bash benchmark/release_run.sh pending_long # the same at a 32K context on the indexer
 #                                         # layer (PENDING_LONG), then their GPU tests,
 #                                         # about 6 minutes
@@ -55,6 +56,10 @@ run_long() {
   timeout 90 python3 -m benchmark.graph_timeline --out "$OUT" --kinds moe_idx --rows 1 16 \
     --context 32768 > "$L/graph_timeline_long.log" 2>&1
   echo "graph_timeline rc=$?"
+  # the 78-layer step at 32K (1 and 4 rows: 16 would not fit the caches beside the weights)
+  timeout 200 python3 -m benchmark.decode_step --ctx 32768 --ms 1,4 --arms stock,fused \
+    --out "$OUT" > "$L/decode_step_long.log" 2>&1
+  echo "decode_step rc=$?"; grep -E "^\|" "$L/decode_step_long.log" | tail -8
 }
 # the alternatives beside the newest defaults, re-timed (the attention's tiles and the MoE's
 # one-row form, tiling_probe_20261201T212315Z, T212843Z, T212922Z), and the GPU tests of the
