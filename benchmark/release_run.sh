@@ -13,7 +13,7 @@
 #                                         # minutes)
 #   bash benchmark/release_run.sh pending_long # the same at a 32K context on the indexer
 #                                         # layer (PENDING_LONG), then their GPU tests,
-#                                         # about 6 minutes
+#                                         # about 8-9 minutes: a call of its own
 #   bash benchmark/release_run.sh pending # what the opt-in forms wait for before they become
 #                                         # defaults: tiling_probe's variants of them against
 #                                         # the baseline (PENDING), then their GPU tests
@@ -68,19 +68,20 @@ PENDING_TESTS="column_tiles"
 PENDING="attn_one_tile,attn_parts_every_step,moe_gemv_at_1,moe_dot"
 # at a 32K context, beside the defaults: not yet timed, the top-k's first pass in the index
 # scores (topk.SCORES_HISTOGRAM), its programs loading 32 chunks at once (SPLIT_SUM_BLOCK),
-# the index scores on FP8 wgmma (indexer.SCORE_SWAP) or in smaller programs or fewer warps;
-# timed before, the one-launch top-k (topk.ONE_LAUNCH); then the GPU tests of those forms
-PENDING_LONG="scores_histogram,topk_sum_32,scores_swap,score_block_32_4_warps,score_block_64_2_warps,topk_one_launch"
+# without its count pass (SKIP_COUNT_PASS), all three (four launches), the index scores on
+# FP8 wgmma (indexer.SCORE_SWAP); timed before, the one-launch top-k
+# (topk.ONE_LAUNCH); then the GPU tests of those forms
+PENDING_LONG="scores_histogram,topk_sum_32,topk_no_count_pass,topk_four_launches,scores_swap,topk_one_launch"
 PENDING_LONG_TESTS="scores_histogram or one_launch_topk or swapped_index_scores or split_topk"
 run_pending_long() {
   local variants="baseline,${PENDING_LONG//,/,baseline,},baseline"
-  timeout 400 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,4,16 --ctx 32768 \
+  timeout 420 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,4,16 --ctx 32768 \
     --variants "$variants" --out "$OUT" > "$L/tiling_probe_long.log" 2>&1
   echo "tiling_probe rc=$?"
   local probe
   probe=$(ls -t "$OUT"/tiling_probe_*.json 2>/dev/null | head -1)
   if [ -n "$probe" ]; then python3 -m benchmark.tiling_probe --table "$probe"; fi
-  timeout 150 python3 -m pytest test/srt/kernels/test_fused_layer.py -q \
+  timeout 140 python3 -m pytest test/srt/kernels/test_fused_layer.py -q \
     -k "$PENDING_LONG_TESTS" > "$L/pytest_pending_long.log" 2>&1
   echo "pytest rc=$?"; tail -3 "$L/pytest_pending_long.log"
 }

@@ -177,6 +177,11 @@ VARIANTS = {
     # the split top-k's programs loading 32 chunks' histograms / counts at once (default one a
     # loop step: topk.SPLIT_SUM_BLOCK)
     "topk_sum_32": {("topk", "SPLIT_SUM_BLOCK"): 32},
+    # the split top-k without its count pass (five launches; default six: topk.SKIP_COUNT_PASS),
+    # and with its first pass in the index scores too (four)
+    "topk_no_count_pass": {("topk", "SKIP_COUNT_PASS"): True},
+    "topk_four_launches": {("topk", "SKIP_COUNT_PASS"): True, ("topk", "SCORES_HISTOGRAM"): True,
+                           ("topk", "SPLIT_SUM_BLOCK"): 32},
     # the index scores as keys x q^T on FP8 wgmma (indexer.SCORE_SWAP; default q x keys^T)
     "scores_swap": {("indexer", "SCORE_SWAP"): True},
     # context positions (and warps) a scores program of the stage kernels (default 64, 4;

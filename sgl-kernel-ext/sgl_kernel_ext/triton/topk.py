@@ -10,12 +10,13 @@ choice). Output: int64 [M, k], ascending positions, -1 padded.
 For long rows ``topk_positions_split`` runs the same selection over one program per
 2048-score chunk of a row, in six launches: the default for rows wider than SPLIT_MIN_WIDTH
 (SGL_KERNEL_EXT_SPLIT_TOPK=0 turns it off). On an H200 at a 32K context it takes the indexer
-layer from 237 to 121 us at one row (decode_layer_20261130T143124Z vs ..T143143Z). Two opt-in
-forms: where the index scores already added up the first pass's histograms, five launches
-(SCORES_HISTOGRAM); where the launch's programs fit on the GPU at once (one a multiprocessor,
-``one_launch_chunk``), one (ONE_LAUNCH): a row's programs meet at a counter in global memory
-between passes (``arrival.arrive`` / ``wait_for``) instead of at launch boundaries, and keep
-their keys in registers.
+layer from 237 to 121 us at one row (decode_layer_20261130T143124Z vs ..T143143Z). Opt-in
+forms: where the index scores already added up the first pass's histograms, one launch fewer
+(SCORES_HISTOGRAM); without the count pass, the write taking each chunk's counts from the
+last pass's histograms, one fewer (SKIP_COUNT_PASS); where the launch's programs fit on the
+GPU at once (one a multiprocessor, ``one_launch_chunk``), one (ONE_LAUNCH): a row's programs
+meet at a counter in global memory between passes (``arrival.arrive`` / ``wait_for``)
+instead of at launch boundaries, and keep their keys in registers.
 """
 
 from __future__ import annotations
@@ -164,6 +165,12 @@ SCORES_HISTOGRAM = os.environ.get("SGL_KERNEL_EXT_TOPK_SCORES_HISTOGRAM", "0") =
 # at a 32K context: 4 dependent round trips a pass, ~0.35 us each); 32: one round trip up to
 # 64K. The same integers either way. 1 until timed on a GPU (tiling_probe topk_sum_32).
 SPLIT_SUM_BLOCK = 1
+# whether the split top-k runs without its count pass: the passes' first programs keep each
+# chunk's keys above the digits found so far (from the histograms every program loads
+# anyway), and the write takes the last digit and the chunks' counts from the last pass's
+# histograms, as the one-launch form does: five launches (four with SCORES_HISTOGRAM), the
+# same output. Opt-in until timed on a GPU (tiling_probe topk_no_count_pass).
+SKIP_COUNT_PASS = False
 ONE_LAUNCH_MAX_CHUNK = 2048
 ONE_LAUNCH_MAX_ROW_PROGRAMS = 64  # its programs a row: each holds every chunk's histogram
 
@@ -204,6 +211,21 @@ def _next_digit(hist_ptr, state_ptr, m, P, PASS: tl.constexpr, K: tl.constexpr,
 
 
 @triton.jit
+def _chunk_above(hist_ptr, above_ptr, m, P, chunks, digit, FIRST: tl.constexpr):
+    """Each of the chunks' keys above the k-th one so far: their count before this digit
+    (above_ptr [M, P]; none before the FIRST) plus those their histograms (of the digit just
+    chosen, hist_ptr [M, P, 256]) put in higher bins; and their keys in the digit's bin."""
+    bins = tl.arange(0, 256)
+    ok = chunks < P
+    tile = tl.load(hist_ptr + (m * P + chunks[:, None]) * 256 + bins[None, :],
+                   mask=ok[:, None], other=0)
+    above = tl.sum(tl.where(bins[None, :] > digit, tile, 0), axis=1)
+    if not FIRST:
+        above += tl.load(above_ptr + m * P + chunks, mask=ok, other=0)
+    return above, tl.sum(tl.where(bins[None, :] == digit, tile, 0), axis=1)
+
+
+@triton.jit
 def _chunk_hist(key, in_row, prefix, PASS: tl.constexpr):
     """256-bin histogram of digit PASS of the chunk's keys that share the digits before it
     (prefix); the keys outside are not counted."""
@@ -222,12 +244,14 @@ def _topk_pass_kernel(scores_ptr, stride_s, pos_ptr, hist_in_ptr, state_in_ptr, 
                       state_out_ptr, count_ptr, P, clear_ptr, K: tl.constexpr,
                       PASS: tl.constexpr, CHUNK: tl.constexpr, PDL: tl.constexpr,
                       FRESH: tl.constexpr = False, CLEAR: tl.constexpr = False,
-                      SUM_BLOCK: tl.constexpr = 1):
+                      SUM_BLOCK: tl.constexpr = 1, ABOVE_BLOCK: tl.constexpr = 0):
     """Program (row, chunk) of pass PASS (0..3: histogram of digit PASS among the keys that
     share the digits found so far; 4: counts of the keys above / tied with the k-th).
     FRESH: pass 1 reads digit 0's histograms made elsewhere (``indexer.scores``'s); CLEAR:
     the program zeroes its chunk's histogram at clear_ptr [m, P, 256] (every program of the
-    row read them in the launch before)."""
+    row read them in the launch before); ABOVE_BLOCK: the row's first program also keeps
+    each chunk's keys above the digits found so far at count_ptr [M, P] (ABOVE_BLOCK chunks
+    at a time), so the write needs no count pass (SKIP_COUNT_PASS)."""
     stage_begin(PDL)
     m = tl.program_id(0)
     c = tl.program_id(1)
@@ -239,6 +263,13 @@ def _topk_pass_kernel(scores_ptr, stride_s, pos_ptr, hist_in_ptr, state_in_ptr, 
         if c == 0:
             tl.store(state_out_ptr + m * 2, prefix.to(tl.int32, bitcast=True))
             tl.store(state_out_ptr + m * 2 + 1, need)
+            if ABOVE_BLOCK and PASS > 0:
+                digit = (prefix & 0xFF).to(tl.int32)
+                for c0 in range(0, P, ABOVE_BLOCK):
+                    chunks = c0 + tl.arange(0, ABOVE_BLOCK)
+                    above, _ = _chunk_above(hist_in_ptr, count_ptr, m, P, chunks, digit,
+                                            PASS == 1)
+                    tl.store(count_ptr + m * P + chunks, above, mask=chunks < P)
         offs = c * CHUNK + tl.arange(0, CHUNK)
         in_row = offs < seq
         key = _keys(tl.load(scores_ptr + m * stride_s + offs, mask=in_row, other=float("-inf")))
@@ -304,10 +335,14 @@ def _write_chunk(key, offs, in_row, prefix, need, base, ties, out_row_ptr):
 
 @triton.jit
 def _topk_write_kernel(scores_ptr, stride_s, pos_ptr, state_ptr, count_ptr, out_ptr, P,
-                       K: tl.constexpr, CHUNK: tl.constexpr, OUT_BLOCK: tl.constexpr,
-                       PDL: tl.constexpr, SUM_BLOCK: tl.constexpr = 1):
+                       hist_ptr, K: tl.constexpr, CHUNK: tl.constexpr,
+                       OUT_BLOCK: tl.constexpr, PDL: tl.constexpr, SUM_BLOCK: tl.constexpr = 1,
+                       ABOVE_BLOCK: tl.constexpr = 0):
     """Program (row, chunk): its positions above the k-th key and its share of the lowest-
-    positioned ties, at their ranks among the row's ascending picks."""
+    positioned ties, at their ranks among the row's ascending picks. ABOVE_BLOCK: no count
+    pass ran; the last digit comes from the last pass's histograms (hist_ptr, state_ptr
+    before it) and each earlier chunk's keys above and tied with the k-th from them and the
+    keys above so far (count_ptr [M, P])."""
     stage_begin(PDL)
     m = tl.program_id(0)
     c = tl.program_id(1)
@@ -316,12 +351,24 @@ def _topk_write_kernel(scores_ptr, stride_s, pos_ptr, state_ptr, count_ptr, out_
         if c == 0:
             _take_whole_context(out_ptr + m * K, seq, K, OUT_BLOCK)
     else:
-        prefix = tl.load(state_ptr + m * 2).to(tl.uint32, bitcast=True)
-        need = tl.load(state_ptr + m * 2 + 1)
-        if SUM_BLOCK == 1:
-            base, ties = _picks_before(count_ptr + m * P * 2, c, need)
+        if ABOVE_BLOCK:
+            prefix, need = _next_digit(hist_ptr, state_ptr, m, P, 4, K, False, SUM_BLOCK)
+            digit = (prefix & 0xFF).to(tl.int32)
+            base = 0
+            ties = 0
+            for b0 in range(0, c, ABOVE_BLOCK):
+                chunks = b0 + tl.arange(0, ABOVE_BLOCK)
+                above, tied = _chunk_above(hist_ptr, count_ptr, m, P, chunks, digit, False)
+                picks, tied = _picks(above, tied, chunks < c, ties, need)
+                base += picks
+                ties += tied
         else:
-            base, ties = _picks_before_blocks(count_ptr + m * P * 2, c, need, SUM_BLOCK)
+            prefix = tl.load(state_ptr + m * 2).to(tl.uint32, bitcast=True)
+            need = tl.load(state_ptr + m * 2 + 1)
+            if SUM_BLOCK == 1:
+                base, ties = _picks_before(count_ptr + m * P * 2, c, need)
+            else:
+                base, ties = _picks_before_blocks(count_ptr + m * P * 2, c, need, SUM_BLOCK)
         offs = c * CHUNK + tl.arange(0, CHUNK)
         in_row = offs < seq
         key = _keys(tl.load(scores_ptr + m * stride_s + offs, mask=in_row, other=float("-inf")))
@@ -419,9 +466,12 @@ def topk_positions_split(scores: torch.Tensor, positions: torch.Tensor, k: int,
             return
     if first_hist is not None:
         assert first_hist.dtype == torch.int32 and first_hist.numel() >= m * p * 256
-    sum_block = min(SPLIT_SUM_BLOCK, triton.next_power_of_2(p))
-    launch = dict(PDL=overlap.enabled(), SUM_BLOCK=sum_block, num_warps=8, **overlap.launch_kw())
-    for ps in range(0 if first_hist is None else 1, 5):
+    p2 = triton.next_power_of_2(p)
+    above_block = min(32, p2) if SKIP_COUNT_PASS else 0
+    launch = dict(PDL=overlap.enabled(), SUM_BLOCK=min(SPLIT_SUM_BLOCK, p2),
+                  ABOVE_BLOCK=above_block, num_warps=8, **overlap.launch_kw())
+    last = 3 if above_block else 4  # without the count pass the write reads pass 3's output
+    for ps in range(0 if first_hist is None else 1, last + 1):
         src, dst = (ps + 1) % 2, ps % 2
         fresh = first_hist is not None and ps == 1
         clear = first_hist is not None and ps == 2
@@ -429,8 +479,9 @@ def topk_positions_split(scores: torch.Tensor, positions: torch.Tensor, k: int,
                                   first_hist if fresh else hist[src], state[src], hist[dst],
                                   state[dst], counts, p, first_hist if clear else counts, K=k,
                                   PASS=ps, CHUNK=SPLIT_CHUNK, FRESH=fresh, CLEAR=clear, **launch)
-    _topk_write_kernel[(m, p)](scores, scores.stride(0), positions, state[0], counts, out, p,
-                               K=k, CHUNK=SPLIT_CHUNK, OUT_BLOCK=out_block, **launch)
+    _topk_write_kernel[(m, p)](scores, scores.stride(0), positions, state[last % 2], counts, out,
+                               p, hist[last % 2], K=k, CHUNK=SPLIT_CHUNK, OUT_BLOCK=out_block,
+                               **launch)
 
 
 def topk_one_launch(scores: torch.Tensor, positions: torch.Tensor, k: int, out: torch.Tensor,

@@ -402,15 +402,18 @@ def test_latent_in_q_b_matches_the_latent_kernel(kind, rows, monkeypatch):
     assert bool((step[diff] <= 2 ** -7).all())
 
 
+@pytest.mark.parametrize("skip_count", [False, True], ids=["count_pass", "no_count_pass"])
 @pytest.mark.parametrize("sum_block", [1, 4, 32])
 @pytest.mark.parametrize("rows", [1, 16])
-def test_split_topk_equals_one_program_topk(rows, sum_block, monkeypatch):
+def test_split_topk_equals_one_program_topk(rows, sum_block, skip_count, monkeypatch):
     """The split top-k (the default for long rows) against the one-program top-k on
     32K-wide rows: identical output, ties across chunk borders included; its programs
-    loading sum_block chunks' histograms and counts at once (topk.SPLIT_SUM_BLOCK)."""
+    loading sum_block chunks' histograms and counts at once (topk.SPLIT_SUM_BLOCK); without
+    its count pass (topk.SKIP_COUNT_PASS)."""
     from sgl_kernel_ext.triton import topk as topk_kernel
 
     monkeypatch.setattr(topk_kernel, "SPLIT_SUM_BLOCK", sum_block)
+    monkeypatch.setattr(topk_kernel, "SKIP_COUNT_PASS", skip_count)
 
     width, k = 32768, CFG.index_topk
     g = torch.Generator(device="cuda").manual_seed(rows)
@@ -528,18 +531,21 @@ def test_swapped_index_scores_match_reference(rows, width, monkeypatch):
     assert overlap >= NUMERICS["fused_layer"]["topk_overlap"], overlap
 
 
+@pytest.mark.parametrize("skip_count", [False, True], ids=["count_pass", "no_count_pass"])
 @pytest.mark.parametrize("rows, width", [(1, 32768), (4, 9000), (16, 32768)])
-def test_scores_histogram_topk_equals_reference(rows, width):
+def test_scores_histogram_topk_equals_reference(rows, width, skip_count, monkeypatch):
     """The split top-k's first pass in the index scores (topk.SCORES_HISTOGRAM, opt-in) at
     real shapes (32 index heads of 128): the scores bitwise the plain launch's, each chunk's
     first-digit histogram (atomics of many programs) the host's, the five-launch top-k
     SGLang's (the torch reference); a row within k and a pad row; outputs poisoned before
-    each of three steps in a row, the histograms back at zero after each."""
+    each of three steps in a row, the histograms back at zero after each; with and without
+    the count pass (topk.SKIP_COUNT_PASS: four launches)."""
     from sgl_kernel_ext.triton import indexer
     from sgl_kernel_ext.triton import topk as topk_kernel
     from sglang.srt.layers.fused_decode.reference import indexer as ref_indexer
     from sglang.srt.layers.fused_decode.testing import first_digit_histograms
 
+    monkeypatch.setattr(topk_kernel, "SKIP_COUNT_PASS", skip_count)
     k = CFG.index_topk
     dev = dict(device="cuda")
     cache, q8, head_w, slots, pos = _index_case(rows, width, rows * 11 + width)

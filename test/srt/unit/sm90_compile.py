@@ -247,13 +247,16 @@ def _drive_real(persistent_too: bool = True) -> None:
         torch.empty(2, m * p * 256, dtype=i32), torch.empty(2, m * 2, dtype=i32),
         torch.empty(m * p * 2, dtype=i32), first_hist=first_hist)
     print("recorded the scores' first-digit histograms and the five-launch top-k", flush=True)
-    topk_kernel.SPLIT_SUM_BLOCK = 32  # the six launches loading 16 chunks at once
-    topk_kernel.topk_positions_split(
-        scores, pos, cfg.index_topk, torch.empty(m, cfg.index_topk, dtype=torch.int64),
-        torch.empty(2, m * p * 256, dtype=i32), torch.empty(2, m * 2, dtype=i32),
-        torch.empty(m * p * 2, dtype=i32))
-    topk_kernel.SPLIT_SUM_BLOCK = 1
-    print("recorded the split top-k loading every chunk at once", flush=True)
+    # the six launches loading 16 chunks at once (SPLIT_SUM_BLOCK), the five without the count
+    # pass (SKIP_COUNT_PASS), and the four with the scores' histograms too
+    for sum_block, skip_count, hist in ((32, False, None), (1, True, None), (32, True, first_hist)):
+        topk_kernel.SPLIT_SUM_BLOCK, topk_kernel.SKIP_COUNT_PASS = sum_block, skip_count
+        topk_kernel.topk_positions_split(
+            scores, pos, cfg.index_topk, torch.empty(m, cfg.index_topk, dtype=torch.int64),
+            torch.empty(2, m * p * 256, dtype=i32), torch.empty(2, m * 2, dtype=i32),
+            torch.empty(m * p * 2, dtype=i32), first_hist=hist)
+    topk_kernel.SPLIT_SUM_BLOCK, topk_kernel.SKIP_COUNT_PASS = 1, False
+    print("recorded the split top-k's other forms", flush=True)
     indexer.SCORE_SWAP = True  # the scores as keys x q^T (FP8 wgmma)
     indexer.scores(q8, torch.empty(m, nh), index_cache, pos, torch.arange(m * width).view(m, width),
                    scores)

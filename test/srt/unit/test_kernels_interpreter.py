@@ -500,17 +500,20 @@ def test_topk_radix_select_follows_sglang_semantics(k, block):
     assert torch.equal(out, ref_indexer.topk_positions(scores, seq, k))
 
 
+@pytest.mark.parametrize("skip_count", [False, True], ids=["count_pass", "no_count_pass"])
 @pytest.mark.parametrize("sum_block", [1, 2, 32])
 @pytest.mark.parametrize("k", [16, 300])
-def test_split_topk_is_the_one_program_topk(k, sum_block, monkeypatch):
+def test_split_topk_is_the_one_program_topk(k, sum_block, skip_count, monkeypatch):
     """The split top-k (several programs per row, six launches) against SGLang's semantics, on
     rows of 4 chunks with ties across chunk borders, a row within k and a pad row; its
     programs loading the chunks' histograms and counts sum_block at a time
-    (topk.SPLIT_SUM_BLOCK; 2: a block and a partial one)."""
+    (topk.SPLIT_SUM_BLOCK; 2: a block and a partial one); without the count pass
+    (topk.SKIP_COUNT_PASS: five launches)."""
     from sgl_kernel_ext.triton import topk
     from sgl_kernel_ext.triton.topk import SPLIT_CHUNK, split_chunks, topk_positions_split
 
     monkeypatch.setattr(topk, "SPLIT_SUM_BLOCK", sum_block)
+    monkeypatch.setattr(topk, "SKIP_COUNT_PASS", skip_count)
 
     g = torch.Generator().manual_seed(k + 1)
     width = 3 * SPLIT_CHUNK + 700
@@ -827,15 +830,18 @@ def test_persistent_layer_is_bitwise_the_stage_kernels(layer_id):
 
 def test_layer_with_split_topk_is_bitwise_the_one_program_topk(monkeypatch):
     """An indexer layer over a context wider than SPLIT_MIN_WIDTH: with the split top-k on,
-    its first pass in the index scores or not (topk.SCORES_HISTOGRAM), the same top-k,
-    outputs and caches as with the one-program top-k; the scores' histograms back at zero."""
+    its first pass in the index scores or not (topk.SCORES_HISTOGRAM), with its count pass
+    or not (topk.SKIP_COUNT_PASS), the same top-k, outputs and caches as with the
+    one-program top-k; the scores' histograms back at zero."""
     from sgl_kernel_ext.triton import topk as topk_kernel
 
     case = make_case(CFG, 1, [topk_kernel.SPLIT_MIN_WIDTH + 900, 40], seed=21, tp_size=2)
     runs = []
-    for split, in_scores in (("1", False), ("1", True), ("0", False)):
+    for split, in_scores, skip_count in (("1", False, False), ("1", True, False),
+                                         ("1", True, True), ("0", False, False)):
         monkeypatch.setenv(topk_kernel.SPLIT_ENV, split)
         monkeypatch.setattr(topk_kernel, "SCORES_HISTOGRAM", in_scores)
+        monkeypatch.setattr(topk_kernel, "SKIP_COUNT_PASS", skip_count)
         caches = clone_caches(case.caches)
         layer = FusedLayer(CFG, case.lw, caches, 2, case.batch.token_slots.shape[1],
                            persistent_launch=False)
