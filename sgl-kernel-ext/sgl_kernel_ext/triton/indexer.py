@@ -36,6 +36,10 @@ SCORE_WARPS = 4
 # Not bitwise the same scores (the tensor cores' FP8 accumulation). Not yet run on a GPU
 # (tiling_probe variant scores_swap, GPU test test_swapped_index_scores_match_reference).
 SCORE_SWAP = False
+# scores programs a row at most: wider rows (a server's slot table spans its longest context,
+# 1M positions for GLM-5.3's default) take a grid of this many, each looping over every
+# SCORE_MAX_ROW_PROGRAMS-th block up to the row's context; narrower ones a program a block
+SCORE_MAX_ROW_PROGRAMS = 2048
 # registers of a scores program that also counts the first digits (first_hist): ptxas for
 # sm_90a gives it 72 uncapped, so 7 programs a multiprocessor instead of the plain form's 8
 # (62 registers); capped at 64 it does not spill (Triton 3.6 and 3.8). The count is one
@@ -142,14 +146,25 @@ def _scores_task(m, lt, q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, strid
                  scores_ptr, stride_scores, L, NH: tl.constexpr, D: tl.constexpr,
                  BLOCK_H: tl.constexpr, BLOCK_L: tl.constexpr, INTERPRET: tl.constexpr,
                  hist_ptr=None, P=0, HIST_CHUNK: tl.constexpr = 0, SWAP: tl.constexpr = False):
-    """Scores of row m's positions [lt * BLOCK_L, (lt + 1) * BLOCK_L); with HIST_CHUNK, their
-    first key digits also counted into the histogram of their HIST_CHUNK-score chunk at
-    hist_ptr [M, P, 256] (the split top-k's first pass)."""
+    """Scores of row m's positions [lt * BLOCK_L, (lt + 1) * BLOCK_L), if its context reaches
+    them; with HIST_CHUNK, their first key digits also counted into the histogram of their
+    HIST_CHUNK-score chunk at hist_ptr [M, P, 256] (the split top-k's first pass)."""
+    seq = tl.load(pos_ptr + m) + 1
+    if lt * BLOCK_L < seq:
+        _scores_block(m, lt, seq, q8_ptr, head_w_ptr, cache_ptr, slots_ptr, stride_slots,
+                      scores_ptr, stride_scores, L, NH, D, BLOCK_H, BLOCK_L, INTERPRET, hist_ptr,
+                      P, HIST_CHUNK, SWAP)
+
+
+@triton.jit
+def _scores_block(m, lt, seq, q8_ptr, head_w_ptr, cache_ptr, slots_ptr, stride_slots,
+                  scores_ptr, stride_scores, L, NH: tl.constexpr, D: tl.constexpr,
+                  BLOCK_H: tl.constexpr, BLOCK_L: tl.constexpr, INTERPRET: tl.constexpr,
+                  hist_ptr, P, HIST_CHUNK: tl.constexpr, SWAP: tl.constexpr):
     ol = lt * BLOCK_L + tl.arange(0, BLOCK_L)
     od = tl.arange(0, D)
     oh = tl.arange(0, BLOCK_H)  # heads padded to the 16-row MMA minimum
     h_ok = oh < NH
-    seq = tl.load(pos_ptr + m) + 1
     in_ctx = ol < seq
     slot = tl.load(slots_ptr + m * stride_slots + ol, mask=in_ctx, other=0)
     page = cache_ptr + (slot // 64) * (64 * 132)
@@ -181,11 +196,19 @@ def _scores_kernel(q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, stride_slo
                    scores_ptr, stride_scores, L, hist_ptr, P,
                    NH: tl.constexpr, D: tl.constexpr, BLOCK_H: tl.constexpr,
                    BLOCK_L: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
-                   HIST_CHUNK: tl.constexpr, SWAP: tl.constexpr):
+                   HIST_CHUNK: tl.constexpr, SWAP: tl.constexpr, LOOP: tl.constexpr):
     stage_begin(PDL)
-    _scores_task(tl.program_id(0), tl.program_id(1), q8_ptr, head_w_ptr, cache_ptr, pos_ptr,
-                 slots_ptr, stride_slots, scores_ptr, stride_scores, L, NH, D, BLOCK_H, BLOCK_L,
-                 INTERPRET, hist_ptr, P, HIST_CHUNK, SWAP)
+    m = tl.program_id(0)
+    if LOOP:  # fewer programs than blocks: each takes every num_programs-th up to the context
+        for lt in range(tl.program_id(1), tl.cdiv(tl.load(pos_ptr + m) + 1, BLOCK_L),
+                        tl.num_programs(1)):
+            _scores_task(m, lt, q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, stride_slots,
+                         scores_ptr, stride_scores, L, NH, D, BLOCK_H, BLOCK_L, INTERPRET,
+                         hist_ptr, P, HIST_CHUNK, SWAP)
+    else:
+        _scores_task(m, tl.program_id(1), q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr,
+                     stride_slots, scores_ptr, stride_scores, L, NH, D, BLOCK_H, BLOCK_L,
+                     INTERPRET, hist_ptr, P, HIST_CHUNK, SWAP)
 
 
 def prepare(kw_parts, q_parts, ln_w, ln_b, ln_eps, positions, token_slots, inv_freq,
@@ -209,8 +232,11 @@ def prepare(kw_parts, q_parts, ln_w, ln_b, ln_eps, positions, token_slots, inv_f
 
 def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 0,
            first_hist=None) -> None:
-    """out fp32 [M, L] (L = token_slots width): index scores, -inf past each row's context.
-    block_l: context positions a program (default SCORE_BLOCK). first_hist: int32
+    """out fp32 [M, L] (L = token_slots width): index scores of each row's context, -inf
+    past it to the end of its last block of block_l positions; the blocks past that are not
+    written (the top-k reads none), so the work follows the context, not L (a server's slot
+    table is as wide as its longest context). block_l: context positions a program (default
+    SCORE_BLOCK; at most SCORE_MAX_ROW_PROGRAMS programs a row, looping). first_hist: int32
     [>= M * P * 256], P = topk.split_chunks(L): each row's histograms of the first key digit
     of its topk.SPLIT_CHUNK-score chunks (context positions only) are added there, for
     ``topk_positions_split``'s first_hist, which zeroes them again."""
@@ -221,10 +247,13 @@ def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 
     if first_hist is not None:
         assert first_hist.dtype == torch.int32 and first_hist.numel() >= m * p * 256
         assert SPLIT_CHUNK % block_l == 0, "a program's positions must lie in one chunk"
-    _scores_kernel[(m, triton.cdiv(width, block_l))](
+    blocks = triton.cdiv(width, block_l)
+    programs = min(blocks, SCORE_MAX_ROW_PROGRAMS)
+    _scores_kernel[(m, programs)](
         q8, head_w, index_cache, positions, token_slots, token_slots.stride(0), out, out.stride(0),
         width, out if first_hist is None else first_hist, p, NH=nh, D=d, BLOCK_H=max(16, nh),
         BLOCK_L=block_l, INTERPRET=interpreting(), PDL=overlap.enabled(),
         HIST_CHUNK=0 if first_hist is None else SPLIT_CHUNK, SWAP=SCORE_SWAP,
+        LOOP=programs < blocks,
         num_warps=SCORE_WARPS,
         **overlap.launch_kw(), **({} if first_hist is None else {"maxnreg": SCORE_HIST_MAXNREG}))

@@ -181,11 +181,11 @@ def use_split(width: int) -> bool:
 
 
 @triton.jit
-def _next_digit(hist_ptr, state_ptr, m, P, PASS: tl.constexpr, K: tl.constexpr,
+def _next_digit(hist_ptr, state_ptr, m, P, NC, PASS: tl.constexpr, K: tl.constexpr,
                 FRESH: tl.constexpr, SUM_BLOCK: tl.constexpr):
-    """(prefix, need) after digit PASS - 1: from the previous pass's histograms [m, P, 256],
-    loaded SUM_BLOCK chunks at a time (FRESH: the state before them is the start's, nothing
-    found and k needed)."""
+    """(prefix, need) after digit PASS - 1: from the previous pass's histograms [m, P, 256]
+    of the row's first NC chunks (those its context reaches), loaded SUM_BLOCK chunks at a
+    time (FRESH: the state before them is the start's, nothing found and k needed)."""
     bins = tl.arange(0, 256)
     if PASS == 0:
         prefix = tl.zeros((), tl.uint32)
@@ -199,24 +199,25 @@ def _next_digit(hist_ptr, state_ptr, m, P, PASS: tl.constexpr, K: tl.constexpr,
             need = tl.load(state_ptr + m * 2 + 1)
         hist = tl.zeros((256,), tl.int32)
         if SUM_BLOCK == 1:
-            for c in range(0, P):
+            for c in range(0, NC):
                 hist += tl.load(hist_ptr + (m * P + c) * 256 + bins)
         else:
-            for c0 in range(0, P, SUM_BLOCK):
+            for c0 in range(0, NC, SUM_BLOCK):
                 chunks = c0 + tl.arange(0, SUM_BLOCK)
                 hist += tl.sum(tl.load(hist_ptr + (m * P + chunks[:, None]) * 256 + bins[None, :],
-                                       mask=(chunks < P)[:, None], other=0), axis=0)
+                                       mask=(chunks < NC)[:, None], other=0), axis=0)
         prefix, need = _take_digit(hist, prefix, need)
     return prefix, need
 
 
 @triton.jit
-def _chunk_above(hist_ptr, above_ptr, m, P, chunks, digit, FIRST: tl.constexpr):
+def _chunk_above(hist_ptr, above_ptr, m, P, NC, chunks, digit, FIRST: tl.constexpr):
     """Each of the chunks' keys above the k-th one so far: their count before this digit
     (above_ptr [M, P]; none before the FIRST) plus those their histograms (of the digit just
-    chosen, hist_ptr [M, P, 256]) put in higher bins; and their keys in the digit's bin."""
+    chosen, hist_ptr [M, P, 256]) put in higher bins; and their keys in the digit's bin
+    (chunks past the row's first NC: none)."""
     bins = tl.arange(0, 256)
-    ok = chunks < P
+    ok = chunks < NC
     tile = tl.load(hist_ptr + (m * P + chunks[:, None]) * 256 + bins[None, :],
                    mask=ok[:, None], other=0)
     above = tl.sum(tl.where(bins[None, :] > digit, tile, 0), axis=1)
@@ -255,21 +256,23 @@ def _topk_pass_kernel(scores_ptr, stride_s, pos_ptr, hist_in_ptr, state_in_ptr, 
     stage_begin(PDL)
     m = tl.program_id(0)
     c = tl.program_id(1)
-    if CLEAR:
-        tl.store(clear_ptr + (m * P + c) * 256 + tl.arange(0, 256), tl.zeros((256,), tl.int32))
     seq = tl.load(pos_ptr + m) + 1
-    if seq > K:
-        prefix, need = _next_digit(hist_in_ptr, state_in_ptr, m, P, PASS, K, FRESH, SUM_BLOCK)
+    nc = tl.cdiv(seq, CHUNK)  # the chunks the row's context reaches: the others exit
+    if CLEAR and c < nc:
+        tl.store(clear_ptr + (m * P + c) * 256 + tl.arange(0, 256), tl.zeros((256,), tl.int32))
+    if seq > K and c < nc:
+        prefix, need = _next_digit(hist_in_ptr, state_in_ptr, m, P, nc, PASS, K, FRESH,
+                                   SUM_BLOCK)
         if c == 0:
             tl.store(state_out_ptr + m * 2, prefix.to(tl.int32, bitcast=True))
             tl.store(state_out_ptr + m * 2 + 1, need)
             if ABOVE_BLOCK and PASS > 0:
                 digit = (prefix & 0xFF).to(tl.int32)
-                for c0 in range(0, P, ABOVE_BLOCK):
+                for c0 in range(0, nc, ABOVE_BLOCK):
                     chunks = c0 + tl.arange(0, ABOVE_BLOCK)
-                    above, _ = _chunk_above(hist_in_ptr, count_ptr, m, P, chunks, digit,
+                    above, _ = _chunk_above(hist_in_ptr, count_ptr, m, P, nc, chunks, digit,
                                             PASS == 1)
-                    tl.store(count_ptr + m * P + chunks, above, mask=chunks < P)
+                    tl.store(count_ptr + m * P + chunks, above, mask=chunks < nc)
         offs = c * CHUNK + tl.arange(0, CHUNK)
         in_row = offs < seq
         key = _keys(tl.load(scores_ptr + m * stride_s + offs, mask=in_row, other=float("-inf")))
@@ -347,18 +350,19 @@ def _topk_write_kernel(scores_ptr, stride_s, pos_ptr, state_ptr, count_ptr, out_
     m = tl.program_id(0)
     c = tl.program_id(1)
     seq = tl.load(pos_ptr + m) + 1
+    nc = tl.cdiv(seq, CHUNK)
     if seq <= K:
         if c == 0:
             _take_whole_context(out_ptr + m * K, seq, K, OUT_BLOCK)
-    else:
+    elif c < nc:
         if ABOVE_BLOCK:
-            prefix, need = _next_digit(hist_ptr, state_ptr, m, P, 4, K, False, SUM_BLOCK)
+            prefix, need = _next_digit(hist_ptr, state_ptr, m, P, nc, 4, K, False, SUM_BLOCK)
             digit = (prefix & 0xFF).to(tl.int32)
             base = 0
             ties = 0
             for b0 in range(0, c, ABOVE_BLOCK):
                 chunks = b0 + tl.arange(0, ABOVE_BLOCK)
-                above, tied = _chunk_above(hist_ptr, count_ptr, m, P, chunks, digit, False)
+                above, tied = _chunk_above(hist_ptr, count_ptr, m, P, nc, chunks, digit, False)
                 picks, tied = _picks(above, tied, chunks < c, ties, need)
                 base += picks
                 ties += tied

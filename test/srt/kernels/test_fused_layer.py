@@ -492,15 +492,51 @@ def _index_case(rows, width, seed):
     return cache, q8, head_w, slots, pos
 
 
+@pytest.mark.parametrize("rows", [1, 16])
+def test_short_contexts_in_a_wide_table(rows, monkeypatch):
+    """A server's slot table spans its longest context: rows of 3000-9000 positions in a
+    table 256K wide. The index scores (looping over a capped grid, indexer.
+    SCORE_MAX_ROW_PROGRAMS) write nothing past each row's last block and match the table
+    cut to the context; the split top-k (every form) matches the one-program top-k."""
+    from sgl_kernel_ext.triton import indexer
+    from sgl_kernel_ext.triton import topk as topk_kernel
+    from sglang.srt.layers.fused_decode.testing import scores_past_context_as_documented
+
+    wide, narrow = 262144, 9000
+    cache, q8, head_w, slots, _ = _index_case(rows, narrow, rows * 17)
+    pos = torch.tensor([narrow - 1 - 373 * r for r in range(rows)], device="cuda")
+    table = torch.zeros(rows, wide, dtype=slots.dtype, device="cuda")
+    table[:, :narrow] = slots
+    cut = torch.full((rows, narrow), 7.0, device="cuda")
+    indexer.scores(q8, head_w, cache, pos, slots, cut)
+    out = torch.full((rows, wide), 7.0, device="cuda")
+    indexer.scores(q8, head_w, cache, pos, table, out)
+    assert scores_past_context_as_documented(out, pos + 1, indexer.SCORE_BLOCK, 7.0)
+    assert torch.equal(out[:, :narrow], cut)
+    k, p = CFG.index_topk, topk_kernel.split_chunks(wide)
+    want = torch.full((rows, k), -7, dtype=torch.int64, device="cuda")
+    topk_kernel.topk_positions(cut, pos, k, want)
+    i32 = dict(dtype=torch.int32, device="cuda")
+    for skip_count, sum_block in ((False, 1), (True, 32)):
+        monkeypatch.setattr(topk_kernel, "SKIP_COUNT_PASS", skip_count)
+        monkeypatch.setattr(topk_kernel, "SPLIT_SUM_BLOCK", sum_block)
+        got = torch.full((rows, k), -7, dtype=torch.int64, device="cuda")
+        topk_kernel.topk_positions_split(out, pos, k, got, torch.full((2, rows * p * 256), -9, **i32),
+                                         torch.full((2, rows * 2), -9, **i32),
+                                         torch.full((rows * p * 2,), -9, **i32))
+        assert torch.equal(got, want), (skip_count, sum_block)
+
+
 @pytest.mark.parametrize("rows, width", [(1, 8192), (16, 32768)])
 def test_swapped_index_scores_match_reference(rows, width, monkeypatch):
     """The index scores as keys x q^T on FP8 wgmma (indexer.SCORE_SWAP, opt-in), and the
     default form, against the fp64 sum over heads of w * ReLU(q . k) * scale_k: each score
     within 1e-3 of sum_h |w_h| sum_d |q_hd k_d| scale_k (what a dot's accumulation can
-    lose), -inf past the context; the swapped form's top-k within NUMERICS' overlap of the
-    default's."""
+    lose), past the context as documented; the swapped form's top-k within NUMERICS'
+    overlap of the default's."""
     from sgl_kernel_ext.triton import indexer
     from sgl_kernel_ext.triton import topk as topk_kernel
+    from sglang.srt.layers.fused_decode.testing import scores_past_context_as_documented
 
     cache, q8, head_w, slots, pos = _index_case(rows, width, rows * 13 + width)
     k, d = CFG.index_topk, CFG.index_head_dim
@@ -519,7 +555,7 @@ def test_swapped_index_scores_match_reference(rows, width, monkeypatch):
         out = torch.full((rows, width), 7.0, device="cuda")
         indexer.scores(q8, head_w, cache, pos, slots, out)
         outs[swap] = out
-        assert bool((out[~in_ctx] == float("-inf")).all())
+        assert scores_past_context_as_documented(out, pos + 1, indexer.SCORE_BLOCK, 7.0)
         err = (out[in_ctx].double() - want[in_ctx]).abs()
         assert bool((err <= 1e-3 * bound[in_ctx] + 1e-6).all()), (swap, float(err.max()))
     picks = {}

@@ -505,7 +505,9 @@ def test_topk_radix_select_follows_sglang_semantics(k, block):
 @pytest.mark.parametrize("k", [16, 300])
 def test_split_topk_is_the_one_program_topk(k, sum_block, skip_count, monkeypatch):
     """The split top-k (several programs per row, six launches) against SGLang's semantics, on
-    rows of 4 chunks with ties across chunk borders, a row within k and a pad row; its
+    rows of 4 chunks with ties across chunk borders, a row within its first chunk (a short
+    context in a wide table), a row within k and a pad row, +inf past each context (read, it
+    would be picked); its
     programs loading the chunks' histograms and counts sum_block at a time
     (topk.SPLIT_SUM_BLOCK; 2: a block and a partial one); without the count pass
     (topk.SKIP_COUNT_PASS: five launches)."""
@@ -517,20 +519,20 @@ def test_split_topk_is_the_one_program_topk(k, sum_block, skip_count, monkeypatc
 
     g = torch.Generator().manual_seed(k + 1)
     width = 3 * SPLIT_CHUNK + 700
-    scores = torch.randn(5, width, generator=g)
+    scores = torch.randn(6, width, generator=g)
     tied = slice(2 * SPLIT_CHUNK - 200, 2 * SPLIT_CHUNK + 300)
     scores[1, tied] = 2.5  # ties straddling a chunk border (and a SPLIT_SUM_BLOCK = 2 border)
     scores[2] = torch.randint(0, 4, (width,), generator=g).float()  # ties everywhere
-    positions = torch.tensor([width - 1, width - 10, width - 500, k // 2, -1])
+    positions = torch.tensor([width - 1, width - 10, width - 500, k // 2, -1, 1500])
     seq = positions + 1
     in_ctx = torch.arange(width) < seq[:, None]
-    masked = torch.where(in_ctx, scores, torch.full_like(scores, float("-inf")))
+    masked = torch.where(in_ctx, scores, torch.full_like(scores, float("inf")))
     p = split_chunks(width)
     assert p == 4
-    hist = torch.full((2, 5 * p * 256), -9, dtype=torch.int32)
-    state = torch.full((2, 5 * 2), -9, dtype=torch.int32)
-    counts = torch.full((5 * p * 2,), -9, dtype=torch.int32)
-    out = torch.full((5, k), -7, dtype=torch.int64)
+    hist = torch.full((2, 6 * p * 256), -9, dtype=torch.int32)
+    state = torch.full((2, 6 * 2), -9, dtype=torch.int32)
+    counts = torch.full((6 * p * 2,), -9, dtype=torch.int32)
+    out = torch.full((6, k), -7, dtype=torch.int64)
     topk_positions_split(masked, positions, k, out, hist, state, counts)
     want = ref_indexer.topk_positions(scores, seq, k)
     assert torch.equal(out, want)
@@ -550,34 +552,41 @@ def _index_inputs(g, m, nh, d, pages):
     return cache, q8, torch.randn(m, nh, generator=g)
 
 
+@pytest.mark.parametrize("programs", [0, 3], ids=["a_block_each", "looping"])
 @pytest.mark.parametrize("swap", [False, True], ids=["q_keys", "keys_q"])
 @pytest.mark.parametrize("block_l", [32, 128, 256])
-def test_index_scores_do_not_depend_on_the_block(block_l, swap, monkeypatch):
+def test_index_scores_do_not_depend_on_the_block(block_l, swap, programs, monkeypatch):
     """indexer.scores with block_l positions a program (tiling_probe's score_block_*) against
-    the default block and against the torch sum over heads of w * ReLU(q . k) * scale_k;
-    -inf past each row's context; swap: keys x q^T (indexer.SCORE_SWAP)."""
+    the default block and against the torch sum over heads of w * ReLU(q . k) * scale_k in
+    each row's context; past it -inf to the end of the row's last block, nothing written
+    after (a row of a short context in a wide table); swap: keys x q^T (indexer.SCORE_SWAP);
+    programs: 3 programs a row looping over its blocks (indexer.SCORE_MAX_ROW_PROGRAMS)."""
     from sgl_kernel_ext.triton import indexer
+    from sglang.srt.layers.fused_decode.testing import scores_past_context_as_documented
 
     monkeypatch.setattr(indexer, "SCORE_SWAP", swap)
+    if programs:
+        monkeypatch.setattr(indexer, "SCORE_MAX_ROW_PROGRAMS", programs)
 
     g = torch.Generator().manual_seed(block_l)
-    m, nh, d, width, pages = 3, 4, 128, 300, 16
+    m, nh, d, width, pages = 4, 4, 128, 300, 20
     cache, q8, head_w = _index_inputs(g, m, nh, d, pages)
-    positions = torch.tensor([299, 150, -1])
+    positions = torch.tensor([299, 150, -1, 20])
     slots = torch.randperm(pages * 64, generator=g)[: m * width].view(m, width)
+    seq = positions + 1
+    in_ctx = torch.arange(width) < seq[:, None]
     outs = []
     for block in (0, block_l):
         out = torch.full((m, width), 7.0)
         indexer.scores(q8, head_w, cache, positions, slots, out, block)
+        assert scores_past_context_as_documented(out, seq, block or indexer.SCORE_BLOCK, 7.0)
         outs.append(out)
-    assert torch.equal(outs[0], outs[1])
+    assert torch.equal(outs[0][in_ctx], outs[1][in_ctx])
     keys = cache[:, :64 * d].contiguous().view(torch.float8_e4m3fn).float().view(-1, d)
     sk = cache[:, 64 * d:].contiguous().view(torch.float32).reshape(-1)
     dots = torch.einsum("mhd,mld->mhl", q8.float(), keys[slots]).clamp_min(0)
     want = (dots * head_w[:, :, None]).sum(1) * sk[slots]
-    in_ctx = torch.arange(width) < (positions + 1)[:, None]
-    want = torch.where(in_ctx, want, torch.full_like(want, float("-inf")))
-    assert torch.allclose(outs[1], want, rtol=1e-5, atol=1e-4)
+    assert torch.allclose(outs[1][in_ctx], want[in_ctx], rtol=1e-5, atol=1e-4)
 
 
 @pytest.mark.parametrize("k", [16, 300])
@@ -604,7 +613,8 @@ def test_scores_histogram_is_the_split_topks_first_pass(k):
     first_hist = torch.zeros(m * p * 256, dtype=torch.int32)
     indexer.scores(q8, head_w, cache, positions, slots, out, first_hist=first_hist)
     assert torch.equal(out, plain)
-    assert out.isfinite().sum() == seq.clamp(max=width).sum()  # the test's inputs are needed
+    in_ctx = torch.arange(width) < seq[:, None]
+    assert bool(out[in_ctx].isfinite().all())  # the test's inputs are needed
     assert torch.equal(first_hist.view(m, p, 256),
                        first_digit_histograms(out, seq, SPLIT_CHUNK))
 

@@ -323,3 +323,15 @@ def first_digit_histograms(scores: torch.Tensor, seq: torch.Tensor, chunk: int) 
     bins = (torch.arange(m, device=scores.device)[:, None] * p + pos // chunk) * 256 + (keys >> 24)
     in_ctx = pos[None, :] < seq.to(scores.device)[:, None]
     return torch.bincount(bins[in_ctx], minlength=m * p * 256).view(m, p, 256).int()
+
+
+def scores_past_context_as_documented(scores: torch.Tensor, seq: torch.Tensor, block: int,
+                                      poison: float) -> bool:
+    """Whether index scores past each row's context are -inf up to the end of the row's
+    last `block`-position block and left as `poison` after it (``indexer.scores``)."""
+    pos = torch.arange(scores.shape[1], device=scores.device)
+    seq = seq.to(scores.device)[:, None]
+    past = pos[None, :] >= seq
+    in_last_block = pos[None, :] < (seq + block - 1) // block * block
+    return bool((scores[past & in_last_block] == float("-inf")).all()
+                and (scores[past & ~in_last_block] == poison).all())
