@@ -187,16 +187,13 @@ def _next_digit(hist_ptr, state_ptr, m, P, NC, PASS: tl.constexpr, K: tl.constex
     of the row's first NC chunks (those its context reaches), loaded SUM_BLOCK chunks at a
     time (FRESH: the state before them is the start's, nothing found and k needed)."""
     bins = tl.arange(0, 256)
-    if PASS == 0:
+    if PASS == 0 or FRESH:
         prefix = tl.zeros((), tl.uint32)
         need = tl.full((), K, tl.int32)
     else:
-        if FRESH:
-            prefix = tl.zeros((), tl.uint32)
-            need = tl.full((), K, tl.int32)
-        else:
-            prefix = tl.load(state_ptr + m * 2).to(tl.uint32, bitcast=True)
-            need = tl.load(state_ptr + m * 2 + 1)
+        prefix = tl.load(state_ptr + m * 2).to(tl.uint32, bitcast=True)
+        need = tl.load(state_ptr + m * 2 + 1)
+    if PASS > 0:
         hist = tl.zeros((256,), tl.int32)
         if SUM_BLOCK == 1:
             for c in range(0, NC):
