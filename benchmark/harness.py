@@ -139,11 +139,15 @@ def make_caches(cfg, layer_ids, num_slots: int, device):
     return c
 
 
-def make_batch(m: int, ctx: int, device):
-    """M requests of context ctx (the new token included), request i in slots [i*ctx, (i+1)*ctx)."""
+def make_batch(m: int, ctx: int, device, width: int = 0):
+    """M requests of context ctx (the new token included), request i in slots [i*ctx, (i+1)*ctx);
+    width: the slot table's columns (default ctx; a server's table spans its longest
+    context), slot 0 past the context."""
     from sglang.srt.layers.fused_decode.reference.batch import RowBatch
 
     slots = torch.arange(m * ctx, dtype=torch.int64, device=device).view(m, ctx)
+    if width > ctx:
+        slots = torch.cat([slots, slots.new_zeros(m, width - ctx)], dim=1)
     pos = torch.full((m,), ctx - 1, dtype=torch.int64, device=device)
     return RowBatch(pos, slots)
 

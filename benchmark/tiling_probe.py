@@ -388,6 +388,9 @@ def main():
     p.add_argument("--ms", default="1,16")
     p.add_argument("--variants", default=",".join(VARIANTS))
     p.add_argument("--ctx", type=int, default=2048)
+    p.add_argument("--width", type=int, default=0,
+                   help="the slot table's width (default --ctx; a server's spans its longest "
+                        "context)")
     p.add_argument("--copies", type=int, default=4)
     p.add_argument("--replays", type=int, default=20)
     p.add_argument("--set", action="append", default=[],
@@ -424,7 +427,8 @@ def main():
     dev = torch.device("cuda")
     cfg = glm53_config()
     ms = [int(v) for v in args.ms.split(",")]
-    meta = {"benchmark": "tiling_probe", "set": args.set, "ctx": args.ctx, "copies": args.copies,
+    meta = {"benchmark": "tiling_probe", "set": args.set, "ctx": args.ctx,
+            "width": args.width or args.ctx, "copies": args.copies,
             "replays": args.replays, **H.run_meta(dev)}
     rows = []
     stamp = H.stamp_now()  # one file, rewritten after each row count (a killed run keeps them)
@@ -445,7 +449,7 @@ def main():
 
         fused = build()
         for m in ms:
-            batch = H.make_batch(m, args.ctx, dev)
+            batch = H.make_batch(m, args.ctx, dev, args.width)
             g = torch.Generator(device=dev).manual_seed(m)
             hid = torch.randn(m, cfg.hidden_size, generator=g, device=dev).to(torch.bfloat16)
             res = torch.randn(m, cfg.hidden_size, generator=g, device=dev).to(torch.bfloat16)

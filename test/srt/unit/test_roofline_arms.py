@@ -96,3 +96,11 @@ def test_attention_and_index_kernels_match_reference():
     ckv = O.rms_norm(qkv[:, ql:ql + kvl], kvn, cfg.rms_norm_eps, torch.bfloat16)
     kpe = O.rope_interleaved(qkv[:, ql + kvl:], batch.rope_positions, cfg.rope_theta)
     assert rel(cache[rows.out_slots], torch.cat([ckv, kpe.to(torch.bfloat16)], 1)) < 1e-2
+
+
+def test_a_wide_slot_table_keeps_the_context_and_pads_past_it():
+    """make_batch's width: a server-like slot table, the context's slots first, slot 0 after."""
+    narrow, wide = H.make_batch(3, 40, "cpu"), H.make_batch(3, 40, "cpu", width=100)
+    assert wide.token_slots.shape == (3, 100)
+    assert torch.equal(wide.token_slots[:, :40], narrow.token_slots)
+    assert not wide.token_slots[:, 40:].any() and torch.equal(wide.positions, narrow.positions)
