@@ -32,7 +32,7 @@ SCORE_BLOCK = 64  # context positions per scores program of the stage kernels
 SCORE_WARPS = 4
 # whether a scores program multiplies keys x q^T rather than q x keys^T: 64 positions are
 # then the MMA's M, which Hopper's FP8 wgmma takes (4 QGMMA instructions a warp, no e4m3 ->
-# f16 unpacking: 328 sm_90a instructions a warp instead of 520, 60-62 registers either way).
+# f16 unpacking: 336 sm_90a instructions a warp instead of 528, 58 registers instead of 62).
 # Not bitwise the same scores (the tensor cores' FP8 accumulation). Not yet run on a GPU
 # (tiling_probe variant scores_swap, GPU test test_swapped_index_scores_match_reference).
 SCORE_SWAP = False
