@@ -84,13 +84,13 @@ PENDING_LONG="scores_histogram,topk_sum_32,topk_no_count_pass,topk_four_launches
 PENDING_LONG_TESTS="scores_histogram or one_launch_topk or swapped_index_scores or split_topk or wide_table"
 run_pending_long() {
   local variants="baseline,${PENDING_LONG//,/,baseline,},baseline"
-  timeout 420 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,4,16 --ctx 32768 \
+  timeout 400 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,4,16 --ctx 32768 \
     --variants "$variants" --out "$OUT" > "$L/tiling_probe_long.log" 2>&1
   echo "tiling_probe rc=$?"
   local probe
   probe=$(ls -t "$OUT"/tiling_probe_*.json 2>/dev/null | head -1)
   if [ -n "$probe" ]; then python3 -m benchmark.tiling_probe --table "$probe"; fi
-  timeout 140 python3 -m pytest test/srt/kernels/test_fused_layer.py -q \
+  timeout 130 python3 -m pytest test/srt/kernels/test_fused_layer.py -q \
     -k "$PENDING_LONG_TESTS" > "$L/pytest_pending_long.log" 2>&1
   echo "pytest rc=$?"; tail -3 "$L/pytest_pending_long.log"
 }
