@@ -59,14 +59,14 @@ run_long() {
   echo "graph_timeline rc=$?"
   # an 8K context in a slot table 1M wide (a server's, at GLM-5.3's default context length)
   # against the same context in a table 8K wide
-  timeout 120 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,16 --ctx 8192 \
+  timeout 90 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,16 --ctx 8192 \
     --variants baseline --out "$OUT" > "$L/tiling_probe_narrow.log" 2>&1
-  timeout 120 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,16 --ctx 8192 \
+  timeout 90 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,16 --ctx 8192 \
     --width 1048576 --variants baseline --out "$OUT" > "$L/tiling_probe_wide.log" 2>&1
   echo "tiling_probe (wide table) rc=$?"
   grep -h "M=" "$L/tiling_probe_narrow.log" "$L/tiling_probe_wide.log" | tail -4
   # the 78-layer step at 32K (1 and 4 rows: 16 would not fit the caches beside the weights)
-  timeout 200 python3 -m benchmark.decode_step --ctx 32768 --ms 1,4 --arms stock,fused \
+  timeout 150 python3 -m benchmark.decode_step --ctx 32768 --ms 1,4 --arms stock,fused \
     --out "$OUT" > "$L/decode_step_long.log" 2>&1
   echo "decode_step rc=$?"; grep -E "^\|" "$L/decode_step_long.log" | tail -8
 }
