@@ -264,8 +264,9 @@ def _drive_real(persistent_too: bool = True) -> None:
     print("recorded the swapped index scores", flush=True)
     programs = indexer.SCORE_MAX_ROW_PROGRAMS  # fewer programs than blocks: the looping form
     indexer.SCORE_MAX_ROW_PROGRAMS = 128
-    indexer.scores(q8, torch.empty(m, nh), index_cache, pos, torch.arange(m * width).view(m, width),
-                   scores)
+    for hist in (None, first_hist):
+        indexer.scores(q8, torch.empty(m, nh), index_cache, pos,
+                       torch.arange(m * width).view(m, width), scores, first_hist=hist)
     indexer.SCORE_MAX_ROW_PROGRAMS = programs
     print("recorded the looping index scores", flush=True)
 

@@ -589,13 +589,18 @@ def test_index_scores_do_not_depend_on_the_block(block_l, swap, programs, monkey
     assert torch.allclose(outs[1][in_ctx], want[in_ctx], rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("programs", [0, 5], ids=["a_block_each", "looping"])
 @pytest.mark.parametrize("k", [16, 300])
-def test_scores_histogram_is_the_split_topks_first_pass(k):
+def test_scores_histogram_is_the_split_topks_first_pass(k, programs, monkeypatch):
     """indexer.scores with first_hist: each row's chunks' first-digit histograms (context
     positions only) against torch's, the scores bitwise the plain launch's; the split top-k
     from them (five launches) against SGLang's semantics and the six-launch split, and the
-    histograms zero again after it. Rows: 3 chunks, within the second chunk, within k, pad."""
+    histograms zero again after it. Rows: 3 chunks, within the second chunk, within k, pad;
+    programs: 5 scores programs a row looping over its blocks (SCORE_MAX_ROW_PROGRAMS)."""
     from sgl_kernel_ext.triton import indexer
+
+    if programs:
+        monkeypatch.setattr(indexer, "SCORE_MAX_ROW_PROGRAMS", programs)
     from sgl_kernel_ext.triton.topk import SPLIT_CHUNK, split_chunks, topk_positions_split
     from sglang.srt.layers.fused_decode.testing import first_digit_histograms
 
