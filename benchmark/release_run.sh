@@ -75,12 +75,12 @@ run_long() {
 # attention's tile forms
 PENDING_TESTS="column_tiles"
 PENDING="attn_one_tile,attn_parts_every_step,moe_gemv_at_1,moe_dot"
-# at a 32K context, beside the defaults: not yet timed, the top-k's first pass in the index
-# scores (topk.SCORES_HISTOGRAM), its programs loading 32 chunks at once (SPLIT_SUM_BLOCK),
-# without its count pass (SKIP_COUNT_PASS), all three (four launches), the index scores on
-# FP8 wgmma (indexer.SCORE_SWAP); timed before, the one-launch top-k
+# at a 32K context, beside the defaults (the index scores as keys x q^T since
+# tiling_probe_20261202T020550Z): the scores as q x keys^T, and the opt-in top-k forms timed
+# there before that change: its first pass in the index scores (topk.SCORES_HISTOGRAM), with
+# no count pass and 32 chunks a load too (four launches), the one-launch top-k
 # (topk.ONE_LAUNCH); then the GPU tests of those forms
-PENDING_LONG="scores_histogram,topk_sum_32,topk_no_count_pass,topk_four_launches,scores_swap,topk_one_launch"
+PENDING_LONG="scores_q_keys,scores_histogram,topk_four_launches,topk_one_launch"
 PENDING_LONG_TESTS="scores_histogram or one_launch_topk or swapped_index_scores or split_topk or wide_table"
 run_pending_long() {
   local variants="baseline,${PENDING_LONG//,/,baseline,},baseline"

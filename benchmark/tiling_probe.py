@@ -182,8 +182,8 @@ VARIANTS = {
     "topk_no_count_pass": {("topk", "SKIP_COUNT_PASS"): True},
     "topk_four_launches": {("topk", "SKIP_COUNT_PASS"): True, ("topk", "SCORES_HISTOGRAM"): True,
                            ("topk", "SPLIT_SUM_BLOCK"): 32},
-    # the index scores as keys x q^T on FP8 wgmma (indexer.SCORE_SWAP; default q x keys^T)
-    "scores_swap": {("indexer", "SCORE_SWAP"): True},
+    # the index scores as q x keys^T (default keys x q^T on FP8 wgmma: indexer.SCORE_SWAP)
+    "scores_q_keys": {("indexer", "SCORE_SWAP"): False},
     # context positions (and warps) a scores program of the stage kernels (default 64, 4;
     # ptxas for sm_90a: 62 registers, so 8 programs a multiprocessor; 64 x 2 warps 106, 32 x 2
     # warps 62: 16 programs)

@@ -257,11 +257,11 @@ def _drive_real(persistent_too: bool = True) -> None:
             torch.empty(m * p * 2, dtype=i32), first_hist=hist)
     topk_kernel.SPLIT_SUM_BLOCK, topk_kernel.SKIP_COUNT_PASS = 1, False
     print("recorded the split top-k's other forms", flush=True)
-    indexer.SCORE_SWAP = True  # the scores as keys x q^T (FP8 wgmma)
+    indexer.SCORE_SWAP = False  # the scores as q x keys^T (the default: keys x q^T, FP8 wgmma)
     indexer.scores(q8, torch.empty(m, nh), index_cache, pos, torch.arange(m * width).view(m, width),
                    scores)
-    indexer.SCORE_SWAP = False
-    print("recorded the swapped index scores", flush=True)
+    indexer.SCORE_SWAP = True
+    print("recorded the index scores as q x keys^T", flush=True)
     programs = indexer.SCORE_MAX_ROW_PROGRAMS  # fewer programs than blocks: the looping form
     indexer.SCORE_MAX_ROW_PROGRAMS = 128
     for hist in (None, first_hist):
