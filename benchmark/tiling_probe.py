@@ -182,6 +182,11 @@ VARIANTS = {
     "topk_no_count_pass": {("topk", "SKIP_COUNT_PASS"): True},
     "topk_four_launches": {("topk", "SKIP_COUNT_PASS"): True, ("topk", "SCORES_HISTOGRAM"): True,
                            ("topk", "SPLIT_SUM_BLOCK"): 32},
+    # a program a block of the index scores up to 2048 a row however many rows (default at
+    # most indexer.SCORE_MAX_PROGRAMS a launch), and a split top-k program a chunk however
+    # many (default at most topk.SPLIT_MAX_PROGRAMS): wide slot tables (--width)
+    "scores_grid_per_row": {("indexer", "SCORE_MAX_PROGRAMS"): 1 << 30},
+    "topk_grid_per_chunk": {("topk", "SPLIT_MAX_PROGRAMS"): 1 << 30},
     # the index scores as q x keys^T (default keys x q^T on FP8 wgmma: indexer.SCORE_SWAP)
     "scores_q_keys": {("indexer", "SCORE_SWAP"): False},
     # context positions (and warps) a scores program of the stage kernels (default 64, 4;

@@ -171,6 +171,12 @@ SPLIT_SUM_BLOCK = 1
 # histograms, as the one-launch form does: five launches (four with SCORES_HISTOGRAM), the
 # same output. Opt-in until timed on a GPU (tiling_probe topk_no_count_pass).
 SKIP_COUNT_PASS = False
+# programs of a split top-k launch at most, over all rows: a server's slot table spans its
+# longest context (1M positions for GLM-5.3's config: 512 chunks a row), and programs past a
+# row's context exit, but each still costs its launch (on an H200 an 8K context in a 1M-wide
+# table made an indexer layer 33 us slower at 16 rows: 8192 programs a launch, six launches;
+# tiling_probe_20261202T021420Z against T021426Z). Up to this many, a program a chunk.
+SPLIT_MAX_PROGRAMS = 1024
 ONE_LAUNCH_MAX_CHUNK = 2048
 ONE_LAUNCH_MAX_ROW_PROGRAMS = 64  # its programs a row: each holds every chunk's histogram
 
@@ -238,29 +244,54 @@ def _chunk_hist(key, in_row, prefix, PASS: tl.constexpr):
 
 
 @triton.jit
+def _pass_chunk(c, m, seq, scores_ptr, stride_s, hist_out_ptr, count_ptr, P, prefix,
+                PASS: tl.constexpr, CHUNK: tl.constexpr):
+    """Pass PASS over chunk c of row m: its histogram of digit PASS, or (pass 4) its counts
+    of keys above / tied with the k-th."""
+    offs = c * CHUNK + tl.arange(0, CHUNK)
+    in_row = offs < seq
+    key = _keys(tl.load(scores_ptr + m * stride_s + offs, mask=in_row, other=float("-inf")))
+    if PASS < 4:
+        tl.store(hist_out_ptr + (m * P + c) * 256 + tl.arange(0, 256),
+                 _chunk_hist(key, in_row, prefix, PASS))
+    else:
+        tl.store(count_ptr + (m * P + c) * 2, tl.sum((in_row & (key > prefix)).to(tl.int32), 0))
+        tl.store(count_ptr + (m * P + c) * 2 + 1,
+                 tl.sum((in_row & (key == prefix)).to(tl.int32), 0))
+
+
+@triton.jit
 def _topk_pass_kernel(scores_ptr, stride_s, pos_ptr, hist_in_ptr, state_in_ptr, hist_out_ptr,
                       state_out_ptr, count_ptr, P, clear_ptr, K: tl.constexpr,
                       PASS: tl.constexpr, CHUNK: tl.constexpr, PDL: tl.constexpr,
                       FRESH: tl.constexpr = False, CLEAR: tl.constexpr = False,
-                      SUM_BLOCK: tl.constexpr = 1, ABOVE_BLOCK: tl.constexpr = 0):
+                      SUM_BLOCK: tl.constexpr = 1, ABOVE_BLOCK: tl.constexpr = 0,
+                      LOOP: tl.constexpr = False):
     """Program (row, chunk) of pass PASS (0..3: histogram of digit PASS among the keys that
-    share the digits found so far; 4: counts of the keys above / tied with the k-th).
+    share the digits found so far; 4: counts of the keys above / tied with the k-th); LOOP:
+    fewer programs than chunks, each taking every num_programs-th chunk of the row's context.
     FRESH: pass 1 reads digit 0's histograms made elsewhere (``indexer.scores``'s); CLEAR:
-    the program zeroes its chunk's histogram at clear_ptr [m, P, 256] (every program of the
+    the program zeroes its chunks' histograms at clear_ptr [m, P, 256] (every program of the
     row read them in the launch before); ABOVE_BLOCK: the row's first program also keeps
     each chunk's keys above the digits found so far at count_ptr [M, P] (ABOVE_BLOCK chunks
     at a time), so the write needs no count pass (SKIP_COUNT_PASS)."""
     stage_begin(PDL)
     m = tl.program_id(0)
-    c = tl.program_id(1)
+    first = tl.program_id(1)
     seq = tl.load(pos_ptr + m) + 1
-    nc = tl.cdiv(seq, CHUNK)  # the chunks the row's context reaches: the others exit
-    if CLEAR and c < nc:
-        tl.store(clear_ptr + (m * P + c) * 256 + tl.arange(0, 256), tl.zeros((256,), tl.int32))
-    if seq > K and c < nc:
+    nc = tl.cdiv(seq, CHUNK)  # the chunks the row's context reaches: the others are not read
+    if CLEAR:
+        if LOOP:
+            for c in range(first, nc, tl.num_programs(1)):
+                tl.store(clear_ptr + (m * P + c) * 256 + tl.arange(0, 256),
+                         tl.zeros((256,), tl.int32))
+        elif first < nc:
+            tl.store(clear_ptr + (m * P + first) * 256 + tl.arange(0, 256),
+                     tl.zeros((256,), tl.int32))
+    if seq > K and first < nc:
         prefix, need = _next_digit(hist_in_ptr, state_in_ptr, m, P, nc, PASS, K, FRESH,
                                    SUM_BLOCK)
-        if c == 0:
+        if first == 0:
             tl.store(state_out_ptr + m * 2, prefix.to(tl.int32, bitcast=True))
             tl.store(state_out_ptr + m * 2 + 1, need)
             if ABOVE_BLOCK and PASS > 0:
@@ -270,16 +301,13 @@ def _topk_pass_kernel(scores_ptr, stride_s, pos_ptr, hist_in_ptr, state_in_ptr, 
                     above, _ = _chunk_above(hist_in_ptr, count_ptr, m, P, nc, chunks, digit,
                                             PASS == 1)
                     tl.store(count_ptr + m * P + chunks, above, mask=chunks < nc)
-        offs = c * CHUNK + tl.arange(0, CHUNK)
-        in_row = offs < seq
-        key = _keys(tl.load(scores_ptr + m * stride_s + offs, mask=in_row, other=float("-inf")))
-        if PASS < 4:
-            tl.store(hist_out_ptr + (m * P + c) * 256 + tl.arange(0, 256),
-                     _chunk_hist(key, in_row, prefix, PASS))
+        if LOOP:
+            for c in range(first, nc, tl.num_programs(1)):
+                _pass_chunk(c, m, seq, scores_ptr, stride_s, hist_out_ptr, count_ptr, P, prefix,
+                            PASS, CHUNK)
         else:
-            tl.store(count_ptr + (m * P + c) * 2, tl.sum((in_row & (key > prefix)).to(tl.int32), 0))
-            tl.store(count_ptr + (m * P + c) * 2 + 1,
-                     tl.sum((in_row & (key == prefix)).to(tl.int32), 0))
+            _pass_chunk(first, m, seq, scores_ptr, stride_s, hist_out_ptr, count_ptr, P, prefix,
+                        PASS, CHUNK)
 
 
 @triton.jit
@@ -334,46 +362,62 @@ def _write_chunk(key, offs, in_row, prefix, need, base, ties, out_row_ptr):
 
 
 @triton.jit
+def _write_at(c, m, seq, nc, scores_ptr, stride_s, count_ptr, out_ptr, P, hist_ptr, prefix,
+              need, K: tl.constexpr, CHUNK: tl.constexpr, SUM_BLOCK: tl.constexpr,
+              ABOVE_BLOCK: tl.constexpr):
+    """The write of chunk c of row m (see _topk_write_kernel)."""
+    if ABOVE_BLOCK:
+        digit = (prefix & 0xFF).to(tl.int32)
+        base = 0
+        ties = 0
+        for b0 in range(0, c, ABOVE_BLOCK):
+            chunks = b0 + tl.arange(0, ABOVE_BLOCK)
+            above, tied = _chunk_above(hist_ptr, count_ptr, m, P, nc, chunks, digit, False)
+            picks, tied = _picks(above, tied, chunks < c, ties, need)
+            base += picks
+            ties += tied
+    elif SUM_BLOCK == 1:
+        base, ties = _picks_before(count_ptr + m * P * 2, c, need)
+    else:
+        base, ties = _picks_before_blocks(count_ptr + m * P * 2, c, need, SUM_BLOCK)
+    offs = c * CHUNK + tl.arange(0, CHUNK)
+    in_row = offs < seq
+    key = _keys(tl.load(scores_ptr + m * stride_s + offs, mask=in_row, other=float("-inf")))
+    _write_chunk(key, offs, in_row, prefix, need, base, ties, out_ptr + m * K)
+
+
+@triton.jit
 def _topk_write_kernel(scores_ptr, stride_s, pos_ptr, state_ptr, count_ptr, out_ptr, P,
                        hist_ptr, K: tl.constexpr, CHUNK: tl.constexpr,
                        OUT_BLOCK: tl.constexpr, PDL: tl.constexpr, SUM_BLOCK: tl.constexpr = 1,
-                       ABOVE_BLOCK: tl.constexpr = 0):
+                       ABOVE_BLOCK: tl.constexpr = 0, LOOP: tl.constexpr = False):
     """Program (row, chunk): its positions above the k-th key and its share of the lowest-
-    positioned ties, at their ranks among the row's ascending picks. ABOVE_BLOCK: no count
-    pass ran; the last digit comes from the last pass's histograms (hist_ptr, state_ptr
-    before it) and each earlier chunk's keys above and tied with the k-th from them and the
-    keys above so far (count_ptr [M, P])."""
+    positioned ties, at their ranks among the row's ascending picks; LOOP: every
+    num_programs-th chunk of the row's context. ABOVE_BLOCK: no count pass ran; the last
+    digit comes from the last pass's histograms (hist_ptr, state_ptr before it) and each
+    earlier chunk's keys above and tied with the k-th from them and the keys above so far
+    (count_ptr [M, P])."""
     stage_begin(PDL)
     m = tl.program_id(0)
-    c = tl.program_id(1)
+    first = tl.program_id(1)
     seq = tl.load(pos_ptr + m) + 1
     nc = tl.cdiv(seq, CHUNK)
     if seq <= K:
-        if c == 0:
+        if first == 0:
             _take_whole_context(out_ptr + m * K, seq, K, OUT_BLOCK)
-    elif c < nc:
+    elif first < nc:
         if ABOVE_BLOCK:
             prefix, need = _next_digit(hist_ptr, state_ptr, m, P, nc, 4, K, False, SUM_BLOCK)
-            digit = (prefix & 0xFF).to(tl.int32)
-            base = 0
-            ties = 0
-            for b0 in range(0, c, ABOVE_BLOCK):
-                chunks = b0 + tl.arange(0, ABOVE_BLOCK)
-                above, tied = _chunk_above(hist_ptr, count_ptr, m, P, nc, chunks, digit, False)
-                picks, tied = _picks(above, tied, chunks < c, ties, need)
-                base += picks
-                ties += tied
         else:
             prefix = tl.load(state_ptr + m * 2).to(tl.uint32, bitcast=True)
             need = tl.load(state_ptr + m * 2 + 1)
-            if SUM_BLOCK == 1:
-                base, ties = _picks_before(count_ptr + m * P * 2, c, need)
-            else:
-                base, ties = _picks_before_blocks(count_ptr + m * P * 2, c, need, SUM_BLOCK)
-        offs = c * CHUNK + tl.arange(0, CHUNK)
-        in_row = offs < seq
-        key = _keys(tl.load(scores_ptr + m * stride_s + offs, mask=in_row, other=float("-inf")))
-        _write_chunk(key, offs, in_row, prefix, need, base, ties, out_ptr + m * K)
+        if LOOP:
+            for c in range(first, nc, tl.num_programs(1)):
+                _write_at(c, m, seq, nc, scores_ptr, stride_s, count_ptr, out_ptr, P, hist_ptr,
+                          prefix, need, K, CHUNK, SUM_BLOCK, ABOVE_BLOCK)
+        else:
+            _write_at(first, m, seq, nc, scores_ptr, stride_s, count_ptr, out_ptr, P, hist_ptr,
+                      prefix, need, K, CHUNK, SUM_BLOCK, ABOVE_BLOCK)
 
 
 @triton.jit
@@ -429,6 +473,12 @@ def split_chunks(width: int) -> int:
     return triton.cdiv(width, SPLIT_CHUNK)
 
 
+def split_programs(m: int, width: int) -> int:
+    """Programs a row of each split top-k launch over m rows `width` wide: a program a chunk,
+    or, past SPLIT_MAX_PROGRAMS programs a launch, fewer, each looping over chunks."""
+    return min(split_chunks(width), max(1, SPLIT_MAX_PROGRAMS // m))
+
+
 def one_launch_chunk(m: int, width: int, programs_at_once: int) -> int:
     """Scores per program of the one-launch split top-k for m rows `width` wide (a power-of-two
     multiple of SPLIT_CHUNK up to ONE_LAUNCH_MAX_CHUNK, at most ONE_LAUNCH_MAX_ROW_PROGRAMS
@@ -469,18 +519,20 @@ def topk_positions_split(scores: torch.Tensor, positions: torch.Tensor, k: int,
         assert first_hist.dtype == torch.int32 and first_hist.numel() >= m * p * 256
     p2 = triton.next_power_of_2(p)
     above_block = min(32, p2) if SKIP_COUNT_PASS else 0
+    programs = split_programs(m, width)
     launch = dict(PDL=overlap.enabled(), SUM_BLOCK=min(SPLIT_SUM_BLOCK, p2),
-                  ABOVE_BLOCK=above_block, num_warps=8, **overlap.launch_kw())
+                  ABOVE_BLOCK=above_block, LOOP=programs < p, num_warps=8,
+                  **overlap.launch_kw())
     last = 3 if above_block else 4  # without the count pass the write reads pass 3's output
     for ps in range(0 if first_hist is None else 1, last + 1):
         src, dst = (ps + 1) % 2, ps % 2
         fresh = first_hist is not None and ps == 1
         clear = first_hist is not None and ps == 2
-        _topk_pass_kernel[(m, p)](scores, scores.stride(0), positions,
+        _topk_pass_kernel[(m, programs)](scores, scores.stride(0), positions,
                                   first_hist if fresh else hist[src], state[src], hist[dst],
                                   state[dst], counts, p, first_hist if clear else counts, K=k,
                                   PASS=ps, CHUNK=SPLIT_CHUNK, FRESH=fresh, CLEAR=clear, **launch)
-    _topk_write_kernel[(m, p)](scores, scores.stride(0), positions, state[last % 2], counts, out,
+    _topk_write_kernel[(m, programs)](scores, scores.stride(0), positions, state[last % 2], counts, out,
                                p, hist[last % 2], K=k, CHUNK=SPLIT_CHUNK, OUT_BLOCK=out_block,
                                **launch)
 

@@ -269,6 +269,17 @@ def _drive_real(persistent_too: bool = True) -> None:
                        torch.arange(m * width).view(m, width), scores, first_hist=hist)
     indexer.SCORE_MAX_ROW_PROGRAMS = programs
     print("recorded the looping index scores", flush=True)
+    programs = topk_kernel.SPLIT_MAX_PROGRAMS
+    topk_kernel.SPLIT_MAX_PROGRAMS = 4 * m  # fewer programs than chunks: the looping top-k
+    for skip_count, hist in ((False, None), (True, first_hist)):
+        topk_kernel.SKIP_COUNT_PASS = skip_count
+        topk_kernel.topk_positions_split(
+            scores, pos, cfg.index_topk, torch.empty(m, cfg.index_topk, dtype=torch.int64),
+            torch.empty(2, m * p * 256, dtype=i32), torch.empty(2, m * 2, dtype=i32),
+            torch.empty(m * p * 2, dtype=i32), first_hist=hist)
+    topk_kernel.SKIP_COUNT_PASS = False
+    topk_kernel.SPLIT_MAX_PROGRAMS = programs
+    print("recorded the looping split top-k", flush=True)
 
 
 def resources(path: str) -> None:

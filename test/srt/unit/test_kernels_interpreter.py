@@ -500,22 +500,27 @@ def test_topk_radix_select_follows_sglang_semantics(k, block):
     assert torch.equal(out, ref_indexer.topk_positions(scores, seq, k))
 
 
+@pytest.mark.parametrize("row_programs", [0, 1, 3], ids=["a_chunk_each", "one", "three"])
 @pytest.mark.parametrize("skip_count", [False, True], ids=["count_pass", "no_count_pass"])
 @pytest.mark.parametrize("sum_block", [1, 2, 32])
 @pytest.mark.parametrize("k", [16, 300])
-def test_split_topk_is_the_one_program_topk(k, sum_block, skip_count, monkeypatch):
+def test_split_topk_is_the_one_program_topk(k, sum_block, skip_count, row_programs,
+                                            monkeypatch):
     """The split top-k (several programs per row, six launches) against SGLang's semantics, on
     rows of 4 chunks with ties across chunk borders, a row within its first chunk (a short
     context in a wide table), a row within k and a pad row, +inf past each context (read, it
     would be picked); its
     programs loading the chunks' histograms and counts sum_block at a time
     (topk.SPLIT_SUM_BLOCK; 2: a block and a partial one); without the count pass
-    (topk.SKIP_COUNT_PASS: five launches)."""
+    (topk.SKIP_COUNT_PASS: five launches); row_programs: that many programs a row looping
+    over its chunks (topk.SPLIT_MAX_PROGRAMS; three: the first takes chunks 0 and 3)."""
     from sgl_kernel_ext.triton import topk
     from sgl_kernel_ext.triton.topk import SPLIT_CHUNK, split_chunks, topk_positions_split
 
     monkeypatch.setattr(topk, "SPLIT_SUM_BLOCK", sum_block)
     monkeypatch.setattr(topk, "SKIP_COUNT_PASS", skip_count)
+    if row_programs:
+        monkeypatch.setattr(topk, "SPLIT_MAX_PROGRAMS", 6 * row_programs)
 
     g = torch.Generator().manual_seed(k + 1)
     width = 3 * SPLIT_CHUNK + 700
@@ -528,7 +533,7 @@ def test_split_topk_is_the_one_program_topk(k, sum_block, skip_count, monkeypatc
     in_ctx = torch.arange(width) < seq[:, None]
     masked = torch.where(in_ctx, scores, torch.full_like(scores, float("inf")))
     p = split_chunks(width)
-    assert p == 4
+    assert p == 4 and topk.split_programs(6, width) == (row_programs or p)
     hist = torch.full((2, 6 * p * 256), -9, dtype=torch.int32)
     state = torch.full((2, 6 * 2), -9, dtype=torch.int32)
     counts = torch.full((6 * p * 2,), -9, dtype=torch.int32)
@@ -552,7 +557,7 @@ def _index_inputs(g, m, nh, d, pages):
     return cache, q8, torch.randn(m, nh, generator=g)
 
 
-@pytest.mark.parametrize("programs", [0, 3], ids=["a_block_each", "looping"])
+@pytest.mark.parametrize("programs", [0, 3, -2], ids=["a_block_each", "looping", "launch_cap"])
 @pytest.mark.parametrize("swap", [False, True], ids=["q_keys", "keys_q"])
 @pytest.mark.parametrize("block_l", [32, 128, 256])
 def test_index_scores_do_not_depend_on_the_block(block_l, swap, programs, monkeypatch):
@@ -560,13 +565,16 @@ def test_index_scores_do_not_depend_on_the_block(block_l, swap, programs, monkey
     the default block and against the torch sum over heads of w * ReLU(q . k) * scale_k in
     each row's context; past it -inf to the end of the row's last block, nothing written
     after (a row of a short context in a wide table); swap: keys x q^T (indexer.SCORE_SWAP);
-    programs: 3 programs a row looping over its blocks (indexer.SCORE_MAX_ROW_PROGRAMS)."""
+    programs: 3 programs a row looping over its blocks (indexer.SCORE_MAX_ROW_PROGRAMS), or
+    -2: 2 a row from a cap on the launch's programs (indexer.SCORE_MAX_PROGRAMS)."""
     from sgl_kernel_ext.triton import indexer
     from sglang.srt.layers.fused_decode.testing import scores_past_context_as_documented
 
     monkeypatch.setattr(indexer, "SCORE_SWAP", swap)
-    if programs:
+    if programs > 0:
         monkeypatch.setattr(indexer, "SCORE_MAX_ROW_PROGRAMS", programs)
+    elif programs < 0:
+        monkeypatch.setattr(indexer, "SCORE_MAX_PROGRAMS", 4 * -programs + 3)  # 4 rows
 
     g = torch.Generator().manual_seed(block_l)
     m, nh, d, width, pages = 4, 4, 128, 300, 20
@@ -596,11 +604,15 @@ def test_scores_histogram_is_the_split_topks_first_pass(k, programs, monkeypatch
     positions only) against torch's, the scores bitwise the plain launch's; the split top-k
     from them (five launches) against SGLang's semantics and the six-launch split, and the
     histograms zero again after it. Rows: 3 chunks, within the second chunk, within k, pad;
-    programs: 5 scores programs a row looping over its blocks (SCORE_MAX_ROW_PROGRAMS)."""
+    programs: 5 scores programs a row looping over its blocks (SCORE_MAX_ROW_PROGRAMS), and
+    2 top-k programs a row over its 3 chunks (topk.SPLIT_MAX_PROGRAMS: the histograms' clear
+    loops too)."""
     from sgl_kernel_ext.triton import indexer
+    from sgl_kernel_ext.triton import topk as topk_kernel
 
     if programs:
         monkeypatch.setattr(indexer, "SCORE_MAX_ROW_PROGRAMS", programs)
+        monkeypatch.setattr(topk_kernel, "SPLIT_MAX_PROGRAMS", 8)
     from sgl_kernel_ext.triton.topk import SPLIT_CHUNK, split_chunks, topk_positions_split
     from sglang.srt.layers.fused_decode.testing import first_digit_histograms
 
