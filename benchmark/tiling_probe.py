@@ -187,6 +187,9 @@ VARIANTS = {
     # many (default at most topk.SPLIT_MAX_PROGRAMS): wide slot tables (--width)
     "scores_grid_per_row": {("indexer", "SCORE_MAX_PROGRAMS"): 1 << 30},
     "topk_grid_per_chunk": {("topk", "SPLIT_MAX_PROGRAMS"): 1 << 30},
+    # and lower caps: fewer programs exiting in a wide table, more looping at long contexts
+    **{f"scores_programs_{n}": {("indexer", "SCORE_MAX_PROGRAMS"): n} for n in (2048, 4096)},
+    "topk_programs_256": {("topk", "SPLIT_MAX_PROGRAMS"): 256},
     # the index scores as q x keys^T (default keys x q^T on FP8 wgmma: indexer.SCORE_SWAP)
     "scores_q_keys": {("indexer", "SCORE_SWAP"): False},
     # context positions (and warps) a scores program of the stage kernels (default 64, 4;
