@@ -183,12 +183,15 @@ VARIANTS = {
     "topk_four_launches": {("topk", "SKIP_COUNT_PASS"): True, ("topk", "SCORES_HISTOGRAM"): True,
                            ("topk", "SPLIT_SUM_BLOCK"): 32},
     # a program a block of the index scores up to 2048 a row however many rows (default at
-    # most indexer.SCORE_MAX_PROGRAMS a launch), and a split top-k program a chunk however
+    # most indexer.score_row_programs), and a split top-k program a chunk however
     # many (default at most topk.SPLIT_MAX_PROGRAMS): wide slot tables (--width)
     "scores_grid_per_row": {("indexer", "SCORE_MAX_PROGRAMS"): 1 << 30},
     "topk_grid_per_chunk": {("topk", "SPLIT_MAX_PROGRAMS"): 1 << 30},
-    # and lower caps: fewer programs exiting in a wide table, more looping at long contexts
-    **{f"scores_programs_{n}": {("indexer", "SCORE_MAX_PROGRAMS"): n} for n in (2048, 4096)},
+    # n a launch whatever the rows (up to 2048 a row): fewer programs exiting in a wide
+    # table, more looping at long contexts (default indexer.score_row_programs)
+    **{f"scores_programs_{n}": {("indexer", "SCORE_MAX_PROGRAMS"): n,
+                                ("indexer", "SCORE_MIN_ROW_PROGRAMS"): 1}
+       for n in (2048, 4096, 8192)},
     "topk_programs_256": {("topk", "SPLIT_MAX_PROGRAMS"): 256},
     # the index scores as q x keys^T (default keys x q^T on FP8 wgmma: indexer.SCORE_SWAP)
     "scores_q_keys": {("indexer", "SCORE_SWAP"): False},

@@ -38,13 +38,24 @@ SCORE_WARPS = 4
 # indexer layer is 5.7 us faster at 16 rows, within noise at 1 and 4 (+0.6, +0.3 us;
 # tiling_probe_20261202T020550Z: scores_swap). The persistent layer kernel's task does not.
 SCORE_SWAP = True
-# scores programs a row at most: wider rows (a server's slot table spans its longest context,
-# 1M positions for GLM-5.3's default) take a grid of this many, each looping over every
-# SCORE_MAX_ROW_PROGRAMS-th block up to the row's context; narrower ones a program a block
+# scores programs a row: a program a block of SCORE_BLOCK positions up to
+# score_row_programs(m); wider rows (a server's slot table spans its longest context, 1M
+# positions for GLM-5.3's default) take that many, each looping over every so-many-th block
+# up to the row's context. Past a row's context a program exits, but each still costs its
+# launch. On an H200 (tiling_probe_20261202T022242Z, T022254Z, T022305Z: an indexer layer,
+# 8K contexts in a 1M-wide table, 32K and 128K ones in tables as wide): at 4 rows 1024 a row
+# instead of 2048 is 4.8 us faster at 8K, the same at 32K and 3.3 us slower at 128K; at 16
+# rows 256 instead of 512 is 1.3 us faster at 8K, 2.7 and 5.1 us slower at 32K and 128K.
 SCORE_MAX_ROW_PROGRAMS = 2048
-# and at most this many over all rows (16 rows: 512 a row, a 32K context's blocks): past a
-# row's context a program exits, but each still costs its launch (topk.SPLIT_MAX_PROGRAMS)
-SCORE_MAX_PROGRAMS = 8192
+SCORE_MIN_ROW_PROGRAMS = 512
+SCORE_MAX_PROGRAMS = 4096  # over all rows, between the two bounds a row
+
+
+def score_row_programs(m: int) -> int:
+    """Scores programs a row at most, for m rows."""
+    return min(SCORE_MAX_ROW_PROGRAMS, max(SCORE_MIN_ROW_PROGRAMS, SCORE_MAX_PROGRAMS // m))
+
+
 # registers of a scores program that also counts the first digits (first_hist): ptxas for
 # sm_90a gives it 72 uncapped, so 7 programs a multiprocessor instead of the plain form's 8
 # (62 registers); capped at 64 it does not spill (Triton 3.6 and 3.8). The count is one
@@ -242,8 +253,7 @@ def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 
     past it to the end of its last block of block_l positions; the blocks past that are not
     written (the top-k reads none), so the work follows the context, not L (a server's slot
     table is as wide as its longest context). block_l: context positions a program (default
-    SCORE_BLOCK; at most SCORE_MAX_ROW_PROGRAMS programs a row and SCORE_MAX_PROGRAMS in
-    all, looping). first_hist: int32
+    SCORE_BLOCK; at most score_row_programs(m) programs a row, looping). first_hist: int32
     [>= M * P * 256], P = topk.split_chunks(L): each row's histograms of the first key digit
     of its topk.SPLIT_CHUNK-score chunks (context positions only) are added there, for
     ``topk_positions_split``'s first_hist, which zeroes them again."""
@@ -255,7 +265,7 @@ def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 
         assert first_hist.dtype == torch.int32 and first_hist.numel() >= m * p * 256
         assert SPLIT_CHUNK % block_l == 0, "a program's positions must lie in one chunk"
     blocks = triton.cdiv(width, block_l)
-    programs = min(blocks, SCORE_MAX_ROW_PROGRAMS, max(1, SCORE_MAX_PROGRAMS // m))
+    programs = min(blocks, score_row_programs(m))
     _scores_kernel[(m, programs)](
         q8, head_w, index_cache, positions, token_slots, token_slots.stride(0), out, out.stride(0),
         width, out if first_hist is None else first_hist, p, NH=nh, D=d, BLOCK_H=max(16, nh),

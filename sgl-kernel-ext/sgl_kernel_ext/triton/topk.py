@@ -173,9 +173,12 @@ SPLIT_SUM_BLOCK = 1
 SKIP_COUNT_PASS = False
 # programs of a split top-k launch at most, over all rows: a server's slot table spans its
 # longest context (1M positions for GLM-5.3's config: 512 chunks a row), and programs past a
-# row's context exit, but each still costs its launch (on an H200 an 8K context in a 1M-wide
-# table made an indexer layer 33 us slower at 16 rows: 8192 programs a launch, six launches;
-# tiling_probe_20261202T021420Z against T021426Z). Up to this many, a program a chunk.
+# row's context exit, but each still costs its launch: on an H200 an 8K context in a 1M-wide
+# table made an indexer layer 33 us slower than in an 8K-wide one at 16 rows
+# (tiling_probe_20261202T021426Z against T021420Z), 14 us of it a top-k program a chunk
+# (8192 a launch, six launches; T022140Z: topk_grid_per_chunk), 15 the scores' grid
+# (indexer.score_row_programs). Up to this many, a program a chunk; 256 measures the same
+# (T022242Z, T022254Z, T022305Z: topk_programs_256 at 8K in 1M, 32K, 128K).
 SPLIT_MAX_PROGRAMS = 1024
 ONE_LAUNCH_MAX_CHUNK = 2048
 ONE_LAUNCH_MAX_ROW_PROGRAMS = 64  # its programs a row: each holds every chunk's histogram

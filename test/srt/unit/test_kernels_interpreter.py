@@ -566,7 +566,7 @@ def test_index_scores_do_not_depend_on_the_block(block_l, swap, programs, monkey
     each row's context; past it -inf to the end of the row's last block, nothing written
     after (a row of a short context in a wide table); swap: keys x q^T (indexer.SCORE_SWAP);
     programs: 3 programs a row looping over its blocks (indexer.SCORE_MAX_ROW_PROGRAMS), or
-    -2: 2 a row from a cap on the launch's programs (indexer.SCORE_MAX_PROGRAMS)."""
+    -2: 2 a row from a cap on the launch's programs (indexer.score_row_programs)."""
     from sgl_kernel_ext.triton import indexer
     from sglang.srt.layers.fused_decode.testing import scores_past_context_as_documented
 
@@ -575,6 +575,8 @@ def test_index_scores_do_not_depend_on_the_block(block_l, swap, programs, monkey
         monkeypatch.setattr(indexer, "SCORE_MAX_ROW_PROGRAMS", programs)
     elif programs < 0:
         monkeypatch.setattr(indexer, "SCORE_MAX_PROGRAMS", 4 * -programs + 3)  # 4 rows
+        monkeypatch.setattr(indexer, "SCORE_MIN_ROW_PROGRAMS", 1)
+        assert indexer.score_row_programs(4) == -programs
 
     g = torch.Generator().manual_seed(block_l)
     m, nh, d, width, pages = 4, 4, 128, 300, 20
