@@ -193,6 +193,9 @@ VARIANTS = {
                                 ("indexer", "SCORE_MIN_ROW_PROGRAMS"): 1}
        for n in (2048, 4096, 8192)},
     "topk_programs_256": {("topk", "SPLIT_MAX_PROGRAMS"): 256},
+    # the index scores' looping form (wide tables) without its register cap (72 registers:
+    # 7 programs a multiprocessor instead of 8; default indexer.SCORE_LOOP_MAXNREG)
+    "scores_loop_regs_255": {("indexer", "SCORE_LOOP_MAXNREG"): 255},
     # the index scores as q x keys^T (default keys x q^T on FP8 wgmma: indexer.SCORE_SWAP)
     "scores_q_keys": {("indexer", "SCORE_SWAP"): False},
     # context positions (and warps) a scores program of the stage kernels (default 64, 4;

@@ -60,8 +60,11 @@ def score_row_programs(m: int) -> int:
 # sm_90a gives it 72 uncapped, so 7 programs a multiprocessor instead of the plain form's 8
 # (62 registers); capped at 64 it does not spill (Triton 3.6 and 3.8). The count is one
 # global atomic a position, 32 sm_90a instructions a warp (tl.histogram's 256 bins: ~340).
-# The looping form (SCORE_MAX_ROW_PROGRAMS) is not capped: it would spill.
+# Its looping form (wide tables) is not capped: it would spill.
 SCORE_HIST_MAXNREG = 64
+# registers of the plain looping form (wide tables): 72 uncapped (7 programs a
+# multiprocessor), 64 without spilling (Triton 3.6 and 3.8)
+SCORE_LOOP_MAXNREG = 64
 # On an H200 at a 32K context an indexer layer is slower with 128 or 256 positions a program
 # (+0.5..+6.2 us at 1-16 rows; tiling_probe_20261201T230428Z: score_block_*), and with about
 # 132-528 programs looping over their row's blocks, pipelined in 2-3 stages (+7..+74 us at 16
@@ -275,4 +278,5 @@ def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 
         num_warps=SCORE_WARPS,
         **overlap.launch_kw(),
         **({"maxnreg": SCORE_HIST_MAXNREG} if first_hist is not None and programs == blocks
+           else {"maxnreg": SCORE_LOOP_MAXNREG} if first_hist is None and programs < blocks
            else {}))
