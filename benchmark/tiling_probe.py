@@ -193,6 +193,7 @@ VARIANTS = {
                                 ("indexer", "SCORE_MIN_ROW_PROGRAMS"): 1}
        for n in (2048, 4096, 8192)},
     "topk_programs_256": {("topk", "SPLIT_MAX_PROGRAMS"): 256},
+    "topk_programs_1024": {("topk", "SPLIT_MAX_PROGRAMS"): 1024},
     # the index scores' looping form (wide tables) without its register cap (72 registers:
     # 7 programs a multiprocessor instead of 8; default indexer.SCORE_LOOP_MAXNREG)
     "scores_loop_regs_255": {("indexer", "SCORE_LOOP_MAXNREG"): 255},

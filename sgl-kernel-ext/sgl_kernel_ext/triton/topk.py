@@ -177,9 +177,11 @@ SKIP_COUNT_PASS = False
 # table made an indexer layer 33 us slower than in an 8K-wide one at 16 rows
 # (tiling_probe_20261202T021426Z against T021420Z), 14 us of it a top-k program a chunk
 # (8192 a launch, six launches; T022140Z: topk_grid_per_chunk), 15 the scores' grid
-# (indexer.score_row_programs). Up to this many, a program a chunk; 256 measures the same
-# (T022242Z, T022254Z, T022305Z: topk_programs_256 at 8K in 1M, 32K, 128K).
-SPLIT_MAX_PROGRAMS = 1024
+# (indexer.score_row_programs). Up to this many, a program a chunk. 256 rather than 1024:
+# 4.8 us faster at 16 rows of 32K in a 1M-wide table (T023005Z), 2.1 at 16 of 128K (noise
+# 2.0; T022305Z), 1.0 slower at 2 rows of 32K in 1M, within noise elsewhere (T022242Z,
+# T022254Z, T023018Z: topk_programs_256).
+SPLIT_MAX_PROGRAMS = 256
 ONE_LAUNCH_MAX_CHUNK = 2048
 ONE_LAUNCH_MAX_ROW_PROGRAMS = 64  # its programs a row: each holds every chunk's histogram
 
