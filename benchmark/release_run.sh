@@ -9,8 +9,8 @@
 #                                         # path (graph_timeline)
 #   bash benchmark/release_run.sh long    # the layer table of the indexer layers at 8K and
 #                                         # 32K contexts (stock and fused; the split top-k),
-#                                         # their timelines and the step at 32K, an 8K
-#                                         # context in a 1M-wide slot table (about 5 minutes)
+#                                         # their timelines and the step at 32K, 8K and 32K
+#                                         # contexts in a 1M-wide slot table (about 5 minutes)
 #   bash benchmark/release_run.sh pending_long # the same at a 32K context on the indexer
 #                                         # layer (PENDING_LONG), then their GPU tests,
 #                                         # about 8-9 minutes: a call of its own
@@ -57,14 +57,17 @@ run_long() {
   timeout 90 python3 -m benchmark.graph_timeline --out "$OUT" --kinds moe_idx --rows 1 16 \
     --context 32768 > "$L/graph_timeline_long.log" 2>&1
   echo "graph_timeline rc=$?"
-  # an 8K context in a slot table 1M wide (a server's, at GLM-5.3's default context length)
-  # against the same context in a table 8K wide
-  timeout 90 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,16 --ctx 8192 \
-    --variants baseline --out "$OUT" > "$L/tiling_probe_narrow.log" 2>&1
-  timeout 90 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,16 --ctx 8192 \
-    --width 1048576 --variants baseline --out "$OUT" > "$L/tiling_probe_wide.log" 2>&1
-  echo "tiling_probe (wide table) rc=$?"
-  grep -h "M=" "$L/tiling_probe_narrow.log" "$L/tiling_probe_wide.log" | tail -4
+  # 8K and 32K contexts in a slot table 1M wide (a server's, at GLM-5.3's default context
+  # length) against the same contexts in tables as wide as they are
+  local c w
+  for c in 8192 32768; do
+    for w in $c 1048576; do
+      timeout 45 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,2,4,8,12,16 --ctx $c \
+        --width $w --variants baseline --out "$OUT" > "$L/tiling_probe_${c}_in_$w.log" 2>&1
+      echo "tiling_probe ($c in $w) rc=$?: $(grep -o "baseline: [0-9.]*" \
+        "$L/tiling_probe_${c}_in_$w.log" | cut -d' ' -f2 | tr '\n' ' ')"
+    done
+  done
   # the 78-layer step at 32K (1 and 4 rows: 16 would not fit the caches beside the weights)
   timeout 150 python3 -m benchmark.decode_step --ctx 32768 --ms 1,4 --arms stock,fused \
     --out "$OUT" > "$L/decode_step_long.log" 2>&1
