@@ -63,7 +63,9 @@ def score_row_programs(m: int) -> int:
 # Its looping form (wide tables) is not capped: it would spill.
 SCORE_HIST_MAXNREG = 64
 # registers of the plain looping form (wide tables): 72 uncapped (7 programs a
-# multiprocessor), 64 without spilling (Triton 3.6 and 3.8)
+# multiprocessor), 64 without spilling (Triton 3.6 and 3.8); on an H200 the cap makes an
+# indexer layer 2.6-3.8 us faster at 8-16 rows of 32K in a 1M-wide table, within noise at
+# 1-4 rows and at 8K (tiling_probe_20261202T022855Z, T022833Z: scores_loop_regs_255)
 SCORE_LOOP_MAXNREG = 64
 # On an H200 at a 32K context an indexer layer is slower with 128 or 256 positions a program
 # (+0.5..+6.2 us at 1-16 rows; tiling_probe_20261201T230428Z: score_block_*), and with about
