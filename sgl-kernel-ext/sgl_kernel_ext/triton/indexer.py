@@ -24,7 +24,7 @@ from .fp8_linear import interpreting
 from .overlap import stage_begin
 from .mla import _rope_pairs
 from .quant import sum_parts, to_e4m3
-from .topk import SPLIT_CHUNK, _keys, split_chunks
+from .topk import SPLIT_CHUNK, _keys, capped_grid, split_chunks
 
 PAGE = 64
 KEY_BYTES = 128
@@ -52,8 +52,14 @@ SCORE_MAX_PROGRAMS = 4096  # over all rows, between the two bounds a row
 
 
 def score_row_programs(m: int) -> int:
-    """Scores programs a row at most, for m rows."""
+    """Scores programs a row at most (about: ``topk.capped_grid``), for m rows."""
     return min(SCORE_MAX_ROW_PROGRAMS, max(SCORE_MIN_ROW_PROGRAMS, SCORE_MAX_PROGRAMS // m))
+
+
+def score_programs(m: int, width: int, block_l: int = 0) -> int:
+    """Scores programs a row over m rows `width` wide, block_l positions a block (default
+    SCORE_BLOCK): a program a block, or fewer looping over the blocks."""
+    return capped_grid(triton.cdiv(width, block_l or SCORE_BLOCK), score_row_programs(m))
 
 
 # registers of a scores program that also counts the first digits (first_hist): ptxas for
@@ -258,7 +264,7 @@ def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 
     past it to the end of its last block of block_l positions; the blocks past that are not
     written (the top-k reads none), so the work follows the context, not L (a server's slot
     table is as wide as its longest context). block_l: context positions a program (default
-    SCORE_BLOCK; at most score_row_programs(m) programs a row, looping). first_hist: int32
+    SCORE_BLOCK; about score_row_programs(m) programs a row at most, looping). first_hist: int32
     [>= M * P * 256], P = topk.split_chunks(L): each row's histograms of the first key digit
     of its topk.SPLIT_CHUNK-score chunks (context positions only) are added there, for
     ``topk_positions_split``'s first_hist, which zeroes them again."""
@@ -270,7 +276,7 @@ def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 
         assert first_hist.dtype == torch.int32 and first_hist.numel() >= m * p * 256
         assert SPLIT_CHUNK % block_l == 0, "a program's positions must lie in one chunk"
     blocks = triton.cdiv(width, block_l)
-    programs = min(blocks, score_row_programs(m))
+    programs = score_programs(m, width, block_l)
     _scores_kernel[(m, programs)](
         q8, head_w, index_cache, positions, token_slots, token_slots.stride(0), out, out.stride(0),
         width, out if first_hist is None else first_hist, p, NH=nh, D=d, BLOCK_H=max(16, nh),

@@ -478,10 +478,17 @@ def split_chunks(width: int) -> int:
     return triton.cdiv(width, SPLIT_CHUNK)
 
 
+def capped_grid(units: int, cap: int) -> int:
+    """Programs for `units` blocks of a row's work under a cap: a program a unit up to an
+    eighth past the cap (a server's slot table is its context length + 16 wide: 32K + 16
+    keeps the plain form), else `cap` programs looping over the units."""
+    return units if units <= cap + cap // 8 else cap
+
+
 def split_programs(m: int, width: int) -> int:
     """Programs a row of each split top-k launch over m rows `width` wide: a program a chunk,
-    or, past SPLIT_MAX_PROGRAMS programs a launch, fewer, each looping over chunks."""
-    return min(split_chunks(width), max(1, SPLIT_MAX_PROGRAMS // m))
+    or, past about SPLIT_MAX_PROGRAMS programs a launch, fewer, each looping over chunks."""
+    return capped_grid(split_chunks(width), max(1, SPLIT_MAX_PROGRAMS // m))
 
 
 def one_launch_chunk(m: int, width: int, programs_at_once: int) -> int:

@@ -77,3 +77,25 @@ def test_one_launch_topk_programs_are_all_resident_at_once(rows, width):
     assert chunk == (fits[0] if fits else 0), (rows, width, chunk)
     if chunk:
         assert chunk % topk.SPLIT_CHUNK == 0 and triton.cdiv(width, chunk) <= topk.split_chunks(width)
+
+
+@pytest.mark.parametrize("rows", range(1, 17))
+@pytest.mark.parametrize("context_length", [8192, 32768, 131072, 1 << 20])
+def test_index_grids_are_bounded_and_plain_to_32k(rows, context_length):
+    """A server's slot table is its context length + 16 wide (hooks.build_plan), and programs
+    past a row's context exit but cost their launch: the index scores' and the split top-k's
+    launches stay within an eighth of their caps (looping past them), and a table of a 32K
+    context length (+16) keeps a program a block / chunk at 1-16 rows (the form timed at 32K)."""
+    from sgl_kernel_ext.triton import indexer, topk
+
+    width = context_length + 16
+    blocks = triton.cdiv(width, indexer.SCORE_BLOCK)
+    scores = indexer.score_programs(rows, width)
+    split = topk.split_programs(rows, width)
+    cap = indexer.score_row_programs(rows)
+    assert scores <= blocks and scores <= cap + cap // 8, scores
+    assert indexer.SCORE_MIN_ROW_PROGRAMS <= cap <= indexer.SCORE_MAX_ROW_PROGRAMS
+    assert split <= topk.split_chunks(width)
+    assert rows * split <= topk.SPLIT_MAX_PROGRAMS + topk.SPLIT_MAX_PROGRAMS // 8, split
+    if context_length <= 32768:
+        assert scores == blocks and split == topk.split_chunks(width), (scores, split)
