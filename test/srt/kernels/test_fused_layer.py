@@ -496,8 +496,9 @@ def _index_case(rows, width, seed):
 def test_short_contexts_in_a_wide_table(rows, monkeypatch):
     """A server's slot table spans its longest context: rows of 3000-9000 positions in a
     table 256K wide. The index scores (looping over a capped grid, indexer.
-    SCORE_MAX_ROW_PROGRAMS) write nothing past each row's last block and match the table
-    cut to the context; the split top-k (every form) matches the one-program top-k."""
+    score_row_programs) write nothing past each row's last block and match the table cut
+    to the context; the split top-k (every form; at 16 rows looping, topk.
+    SPLIT_MAX_PROGRAMS) matches the one-program top-k."""
     from sgl_kernel_ext.triton import indexer
     from sgl_kernel_ext.triton import topk as topk_kernel
     from sglang.srt.layers.fused_decode.testing import scores_past_context_as_documented
