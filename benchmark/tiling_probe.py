@@ -164,6 +164,14 @@ VARIANTS = {
     "router_route_2_warps": {("moe", "ROUTER_ROUTE_WARPS"): 2},
     "router_route_8_warps": {("moe", "ROUTER_ROUTE_WARPS"): 8},
     "router_route_1_warp": {("moe", "ROUTER_ROUTE_WARPS"): 1},
+    # route's top-k as one bitonic top-k (moe.ROUTE_SORT), and the router's GEMV routing up to
+    # 16 rows as its tail (8 warps from 3 rows) rather than a second, one-program-a-row kernel
+    "route_sort": {("moe", "ROUTE_SORT"): True},
+    "route_sort_tail_16": {("moe", "ROUTE_SORT"): True, ("moe", "ROUTE_TAIL_MAX_ROWS"): 16},
+    "route_sort_tail_16_4_warps": {("moe", "ROUTE_SORT"): True,
+                                   ("moe", "ROUTE_TAIL_MAX_ROWS"): 16,
+                                   ("moe", "ROUTER_ROUTE_WARPS_ABOVE_2"): 4},
+    "route_tail_16": {("moe", "ROUTE_TAIL_MAX_ROWS"): 16},
     # the split top-k's threshold (default: rows wider than 2048), at --ctx above 2048
     "split_topk_off": {("topk", "SPLIT_MIN_WIDTH"): 1 << 30},
     "split_topk_above_8192": {("topk", "SPLIT_MIN_WIDTH"): 8192},

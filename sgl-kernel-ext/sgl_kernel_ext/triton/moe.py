@@ -26,6 +26,7 @@ from __future__ import annotations
 import torch
 import triton
 import triton.language as tl
+from triton.runtime.jit import constexpr_function
 
 from . import bf16_linear, fp8_linear, overlap
 from .arrival import arrive_last
@@ -36,12 +37,35 @@ from .overlap import prefetch_rows, stage_begin
 from .quant import sum_parts, to_e4m3
 
 
+@constexpr_function
+def _pow2_at_least(n):
+    return 1 << (int(n) - 1).bit_length()
+
+
+@triton.jit
+def _top_by_sort(choice, offs_e, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
+                 TOPK_POW2: tl.constexpr):
+    """int32 [rows, BLOCK_E]: 1 at each row's TOPK largest `choice` (ties to the lower
+    expert), as the argmax passes pick them: one bitonic top-k (``tl.topk``) of int64 keys,
+    the value's order-preserving bits above the expert's place from the top, then every key
+    at or above the row's TOPK-th."""
+    bits = choice.to(tl.int32, bitcast=True)  # never -0.0: a sigmoid plus a bias
+    ordered = tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+    key = (ordered.to(tl.int64) << 32) | (BLOCK_E - 1 - offs_e)[None, :].to(tl.int64)
+    top = tl.topk(key, TOPK_POW2, dim=1)
+    kth = tl.min(tl.where(tl.arange(0, TOPK_POW2)[None, :] < TOPK, top, 0x7FFFFFFFFFFFFFFF),
+                 axis=1)
+    return (key >= kth[:, None]).to(tl.int32)
+
+
 @triton.jit
 def _route_rows(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr, scale, offs_m, m_ok,
-                BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr):
+                BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
+                SORT: tl.constexpr = False):
     """(chosen int32, weight fp32), [rows, BLOCK_E], of the rows offs_m where m_ok: the router
-    partials summed, sigmoid, top-k of score + bias (ties to the lower expert), weights
-    renormalized and scaled; nothing chosen by a pad row."""
+    partials summed, sigmoid, top-k of score + bias (ties to the lower expert; SORT: as one
+    bitonic top-k, ``_top_by_sort``, else TOPK argmax passes), weights renormalized and
+    scaled; nothing chosen by a pad row."""
     offs_e = tl.arange(0, BLOCK_E)
     e_ok = offs_e < E
     mask = m_ok[:, None] & e_ok[None, :]
@@ -50,12 +74,15 @@ def _route_rows(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr, scale, 
     bias = tl.load(bias_ptr + offs_e, mask=e_ok, other=0.0)
     valid = m_ok & (tl.load(pos_ptr + offs_m, mask=m_ok, other=-1) >= 0)
     choice = tl.where(valid[:, None] & e_ok[None, :], score + bias[None, :], float("-inf"))
-    chosen = tl.zeros(choice.shape, dtype=tl.int32)
-    for _ in tl.static_range(TOPK):
-        best = tl.argmax(choice, axis=1)
-        hit = offs_e[None, :] == best[:, None]
-        chosen = tl.where(hit, 1, chosen)
-        choice = tl.where(hit, float("-inf"), choice)
+    if SORT:
+        chosen = _top_by_sort(choice, offs_e, BLOCK_E, TOPK, _pow2_at_least(TOPK))
+    else:
+        chosen = tl.zeros(choice.shape, dtype=tl.int32)
+        for _ in tl.static_range(TOPK):
+            best = tl.argmax(choice, axis=1)
+            hit = offs_e[None, :] == best[:, None]
+            chosen = tl.where(hit, 1, chosen)
+            choice = tl.where(hit, float("-inf"), choice)
     chosen = tl.where(valid[:, None] & e_ok[None, :], chosen, 0)
     w = tl.where(chosen > 0, score, 0.0)
     if RENORM:
@@ -94,11 +121,11 @@ def _route_slots(chosen, w, offs_m, m_ok, M, slot_expert_ptr, slot_weight_ptr, s
 def _route_task(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
                 slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, scale,
                 BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
-                RENORM: tl.constexpr):
+                RENORM: tl.constexpr, SORT: tl.constexpr = False):
     offs_m = tl.arange(0, BLOCK_M)
     m_ok = offs_m < M
     chosen, w = _route_rows(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, scale, offs_m, m_ok,
-                            BLOCK_E, TOPK, RENORM)
+                            BLOCK_E, TOPK, RENORM, SORT)
     _route_slots(chosen, w, offs_m, m_ok, M, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                  num_slots_ptr, E, BLOCK_E)
 
@@ -107,10 +134,10 @@ def _route_task(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
 def _route_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
                   slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, scale,
                   BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
-                  RENORM: tl.constexpr, PDL: tl.constexpr):
+                  RENORM: tl.constexpr, PDL: tl.constexpr, SORT: tl.constexpr):
     stage_begin(PDL)
     _route_task(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, slot_expert_ptr, slot_weight_ptr,
-                slot_rank_ptr, num_slots_ptr, scale, BLOCK_M, BLOCK_E, TOPK, RENORM)
+                slot_rank_ptr, num_slots_ptr, scale, BLOCK_M, BLOCK_E, TOPK, RENORM, SORT)
 
 
 @triton.jit
@@ -118,7 +145,7 @@ def _route_per_row_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_pt
                           chosen_ptr, weight_ptr, arrival_ptr, slot_expert_ptr, slot_weight_ptr,
                           slot_rank_ptr, num_slots_ptr, scale, BLOCK_M: tl.constexpr,
                           BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
-                          PDL: tl.constexpr):
+                          PDL: tl.constexpr, SORT: tl.constexpr):
     """Program r: row r's top-k into the [M, E] chosen / weight scratch; the last row to
     finish builds the slot list from every row's."""
     r = tl.program_id(0)
@@ -126,7 +153,7 @@ def _route_per_row_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_pt
     offs_r = r + tl.arange(0, 2)  # [2, E] tiles, the second row masked off
     r_ok = offs_r == r
     chosen, w = _route_rows(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, scale, offs_r, r_ok,
-                            BLOCK_E, TOPK, RENORM)
+                            BLOCK_E, TOPK, RENORM, SORT)
     offs_e = tl.arange(0, BLOCK_E)
     at = offs_r[:, None] * E + offs_e[None, :]
     ok = r_ok[:, None] & (offs_e[None, :] < E)
@@ -148,7 +175,8 @@ def _router_route_kernel(x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk, a
                          num_slots_ptr, scale, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
                          ROUTE_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                          BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
-                         INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr):
+                         INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
+                         SORT: tl.constexpr):
     """The router's split-K bf16 GEMV (programs (tile, split)); the last program to finish
     routes (route's task over the complete partials)."""
     tile = tl.program_id(0)
@@ -159,7 +187,7 @@ def _router_route_kernel(x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk, a
                       BLOCK_M, BLOCK_N, BLOCK_K, INTERPRET, GEMV)
     if arrive_last(arrival_ptr, tl.num_programs(0) * tl.num_programs(1)):
         _route_task(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, slot_expert_ptr, slot_weight_ptr,
-                    slot_rank_ptr, num_slots_ptr, scale, ROUTE_M, BLOCK_E, TOPK, RENORM)
+                    slot_rank_ptr, num_slots_ptr, scale, ROUTE_M, BLOCK_E, TOPK, RENORM, SORT)
 
 
 @triton.jit
@@ -492,6 +520,9 @@ def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK
 # rows up to which the router's GEMV and route are one launch (on an H200 the tail saves
 # 0.5-1.5 us of a MoE layer at 1-2 rows and costs 16 us at 4: tiling_probe_20261130T144611Z)
 ROUTE_TAIL_MAX_ROWS = 2
+# whether route's top-k is one bitonic top-k of (value, expert) keys (``_top_by_sort``: the
+# same choice) rather than TOPK argmax passes, each a reduction across the program's warps
+ROUTE_SORT = False
 # warps of the route kernel (0: 4 up to 4 rows, 16 above). On an H200 fewer warps are within
 # noise at 1-2 rows and much slower with more rows (4 warps at 16 rows: +22 us of a MoE layer;
 # tiling_probe_20261130T145619Z): its top-k is eight argmax reductions over [rows, experts].
@@ -502,6 +533,9 @@ ROUTE_WARPS = 0
 # +0.4..0.9 at two (results/tiling_probe_20261201T134329Z: baseline there is the fold,
 # norm_kernel the separate kernel).
 ROUTER_ROUTE_WARPS = 4  # warps of the one-launch router + route (1-2 within noise, same run)
+# its warps from 3 rows (with ROUTE_TAIL_MAX_ROWS above 2): ptxas holds the sort's [16, 256]
+# int64 keys in 153 registers at 8 warps, 255 and 32 B spilled at 4 (CPU compile, Triton 3.6)
+ROUTER_ROUTE_WARPS_ABOVE_2 = 8
 # whether gate/up's SwiGLU runs as a last-arrival tail when given counters (the second kernel
 # otherwise; 1-2 us of a MoE layer at 1-2 rows, the same run). Down's sum as a tail saved
 # nothing at 1-2 rows and cost 12 us at 16 (the same run): it stays a kernel.
@@ -527,7 +561,7 @@ def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tenso
     assert slot_expert.numel() >= m * topk + 1 and slot_weight.is_contiguous()
     assert slot_rank.shape == slot_weight.shape and slot_rank.is_contiguous()
     common = dict(BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm,
-                  PDL=overlap.enabled(), **overlap.launch_kw())
+                  PDL=overlap.enabled(), SORT=ROUTE_SORT, **overlap.launch_kw())
     if scratch is not None and m >= ROUTE_PER_ROW_MIN_ROWS:
         chosen, weight, arrival = scratch
         assert chosen.numel() >= m * e and weight.numel() >= m * e
@@ -572,7 +606,9 @@ def router_route(x: torch.Tensor, router_w: torch.Tensor, router_parts: torch.Te
         slot_weight, slot_rank, num_slots, float(scale), SPLIT=split, BLOCK_M=bm,
         ROUTE_M=max(2, triton.next_power_of_2(m)), BLOCK_N=block_n, BLOCK_K=block_k,
         BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), GEMV=gemv, num_warps=ROUTER_ROUTE_WARPS, num_stages=4, **overlap.launch_kw())
+        PDL=overlap.enabled(), GEMV=gemv, SORT=ROUTE_SORT,
+        num_warps=ROUTER_ROUTE_WARPS if m <= 2 else ROUTER_ROUTE_WARPS_ABOVE_2, num_stages=4,
+        **overlap.launch_kw())
 
 
 def _check_expert_stack(*tensors) -> None:

@@ -371,6 +371,33 @@ def test_absorb_on_q_b_tail_rows_is_bitwise_the_partials(kind, rows, monkeypatch
         assert torch.equal(c_a.index[lid], c_b.index[lid])
 
 
+@pytest.mark.parametrize("rows", [1, 2, 3, 16])
+@pytest.mark.parametrize("sort, tail_rows", [(True, 2), (True, 16), (False, 16)])
+def test_route_forms_are_bitwise_the_default(sort, tail_rows, rows, monkeypatch):
+    """route's top-k as one bitonic top-k (moe.ROUTE_SORT) and/or the router's last GEMV
+    program routing up to 16 rows (moe.ROUTE_TAIL_MAX_ROWS) against the default forms at real
+    shapes, a pad row among them: the same experts, so outputs and caches bitwise equal, the
+    arrival counter back at zero."""
+    from sgl_kernel_ext.triton import moe
+
+    lid = KINDS["moe_shared_topk"]
+    case = make_case(CFG, lid, _contexts(rows, 3000, pad=True), seed=23, device="cuda",
+                     lw=_weights(lid))
+    runs = []
+    for form in ((moe.ROUTE_SORT, moe.ROUTE_TAIL_MAX_ROWS), (sort, tail_rows)):
+        monkeypatch.setattr(moe, "ROUTE_SORT", form[0])
+        monkeypatch.setattr(moe, "ROUTE_TAIL_MAX_ROWS", form[1])
+        caches = clone_caches(case.caches)
+        layer = FusedLayer(CFG, case.lw, caches, rows, 3000)
+        runs.append(([t.clone() for t in layer(case.hidden, case.residual, case.batch,
+                                                case.topk_prev)], caches))
+        assert not layer.buf["route_arrival"].any()
+    (a, c_a), (b, c_b) = runs
+    assert not torch.isnan(a[0]).any()
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert torch.equal(c_a.kv[lid].view(torch.int16), c_b.kv[lid].view(torch.int16))
+
+
 @pytest.mark.parametrize("kind", ["moe_shared_topk"])  # the kind without the indexer
 @pytest.mark.parametrize("rows", [1, 2])
 def test_latent_in_q_b_matches_the_latent_kernel(kind, rows, monkeypatch):

@@ -165,6 +165,60 @@ def test_moe_route_slots_and_combine():
     assert _rel(out[valid], ref[valid]) <= 8 * BF16_ULP
 
 
+def _route_outputs(parts, bias, pos, k, tail, x=None, w=None):
+    """(slot experts, weights, ranks) of route (tail: router_route, the GEMV's last program
+    routing every row; then parts is overwritten from x . w^T) on poisoned buffers."""
+    split, m, e = parts.shape
+    slots = m * k + 1
+    se = torch.full((slots,), -7, dtype=torch.int32)
+    sw = torch.full((slots, m), float("nan"))
+    sr = torch.full((slots, m), -7, dtype=torch.int32)
+    ns = torch.zeros(1, dtype=torch.int32)
+    arrival = torch.zeros(1, dtype=torch.int32)
+    scratch = (torch.full((m * e,), -7, dtype=torch.int32), torch.full((m * e,), float("nan")),
+               arrival)
+    if tail:
+        moe.router_route(x, w, parts, bias, pos, k, 2.5, True, se, sw, sr, ns, arrival, scratch)
+    else:
+        moe.route(parts, bias, pos, k, 2.5, True, se, sw, sr, ns, scratch)
+    assert int(arrival) == 0
+    n = int(ns)
+    return se[:n], sw[:n], sr[:n]
+
+
+@pytest.mark.parametrize("m, experts, k, tail", [(1, 16, 4, False), (2, 16, 4, True),
+                                                  (5, 16, 4, False), (16, 256, 8, True),
+                                                  (3, 24, 6, False)])
+def test_route_top_k_by_sort_picks_as_the_argmax_passes(m, experts, k, tail, monkeypatch):
+    """moe.ROUTE_SORT (one bitonic top-k of (value, expert) keys) against the argmax passes:
+    bitwise the same slot list, weights and ranks, on random logits and on logits with ties
+    (equal choices must go to the lower expert) and negative choices; a pad row chooses
+    nothing. 24 experts (a 32-wide tile) and k = 6 (top-8 keys, the sixth
+    the threshold); tail: the router's last GEMV program routes every row."""
+    g = torch.Generator().manual_seed(m * 1000 + experts)
+    pos = torch.arange(m) + 3
+    pos[m // 2] = -1 if m > 1 else pos[0]
+    hidden = 256
+    x = torch.randn(m, hidden, generator=g).bfloat16()
+    w = torch.randn(experts, hidden, generator=g).bfloat16() * 0.1
+    for ties in (False, True):
+        parts = torch.randn(2, m, experts, generator=g)
+        bias = torch.randn(experts, generator=g) * 0.1
+        if ties:  # choices in few distinct values, some negative
+            parts = torch.zeros(2, m, experts)
+            parts[0] = torch.randint(-2, 3, (m, experts), generator=g).float()
+            bias = -torch.sigmoid(parts[0, 0])  # row 0's choices all exactly 0
+        runs = []
+        for sort in (False, True):
+            monkeypatch.setattr(moe, "ROUTE_SORT", sort)
+            monkeypatch.setattr(moe, "ROUTE_TAIL_MAX_ROWS", 16 if tail else 2)
+            runs.append(_route_outputs(parts.clone(), bias, pos, k, tail and not ties, x, w))
+        for a, b in zip(*runs):
+            assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30)), (ties, a, b)
+        if m > 1:  # the pad row has no weight or rank in any routed slot
+            assert (runs[1][1][1:, m // 2] == 0).all() and (runs[1][2][1:, m // 2] == -1).all()
+
+
 @pytest.mark.parametrize("m", [1, 2, 5])
 def test_moe_last_arrival_tails_are_bitwise_the_separate_kernels(m):
     """router+route and gate/up+SwiGLU as one launch each (the last program of a group runs
