@@ -3,9 +3,10 @@
 Launches with grids fixed by the plan (CUDA-graph capturable):
 
 1. ``route``: sums the router's split-K fp32 logits, sigmoid, top-k of score + correction
-   bias (ties to the lower expert), weights renormalized and scaled; then compacts the experts
-   any row chose into a slot list (slot 0 the shared expert with weight 1, then the chosen
-   experts ascending) with a [slot, row] weight table. Pad rows choose nothing. At 1-2 rows
+   bias (ties to the lower expert; one bitonic top-k, ``ROUTE_SORT``), weights renormalized
+   and scaled; then compacts the experts any row chose into a slot list (slot 0 the shared
+   expert with weight 1, then the chosen experts ascending) with a [slot, row] weight table.
+   Pad rows choose nothing. At 1-2 rows
    it is the tail of the router's GEMV launch; from 3 rows one program per row picks its
    experts and the last to finish builds the slot list (``arrival``).
 2. ``gate_up``: one program per (slot, BLOCK_N intermediate columns): FP8 block GEMMs of the
@@ -522,7 +523,11 @@ def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK
 ROUTE_TAIL_MAX_ROWS = 2
 # whether route's top-k is one bitonic top-k of (value, expert) keys (``_top_by_sort``: the
 # same choice) rather than TOPK argmax passes, each a reduction across the program's warps
-ROUTE_SORT = False
+# (37 barriers instead of 58 in the one-launch router + route at one row, sm_90a). On an
+# H200 a MoE layer is 1.0-1.1 us faster at 1-2 and 8-16 rows, 2.2 at 4; with it the router's
+# tail routing up to 16 rows (one launch fewer from 3 rows) is 3.7-9.2 us slower at 8-16
+# rows, the same at 1-4 (tiling_probe_20261202T033306Z: route_sort*, route_tail_16)
+ROUTE_SORT = True
 # warps of the route kernel (0: 4 up to 4 rows, 16 above). On an H200 fewer warps are within
 # noise at 1-2 rows and much slower with more rows (4 warps at 16 rows: +22 us of a MoE layer;
 # tiling_probe_20261130T145619Z): its top-k is eight argmax reductions over [rows, experts].
