@@ -138,6 +138,11 @@ ATTN_PARTS_FROM_STEPS = 3
 # one tile, and 8 tiles in one chain 0-0.4 us faster than in two at 12-16 rows (T212315Z:
 # attn_chains_2, attn_parts_8_one_chain)
 ATTN_QK_CHAINS = 1
+# Tried: the MMAs transposed, as the index scores' (indexer.SCORE_SWAP): scores [entries,
+# heads] = K . q^T and acc [latent columns, heads] += V^T . P^T, the KV rows the A operand so
+# sm_90 takes wgmma. Correct under the interpreter, but the loop step at 16 rows (8 tiles)
+# compiled to 945 sm_90a instructions a warp instead of 435 (53 barriers instead of 19), 895
+# at 4 warps (CPU compile, Triton 3.6: sm90_compile.py loops); not timed on a GPU.
 # the most attention programs a step (attention_splits): one wave of one program a
 # multiprocessor (201 registers x 256 threads). At 16 rows 16 chunks a row were 256 programs,
 # two waves (ncu, H200: results/ncu_moe_2aeab55.log); 8 chunks, one wave, made each layer
