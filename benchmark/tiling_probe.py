@@ -172,6 +172,8 @@ VARIANTS = {
                                    ("moe", "ROUTE_TAIL_MAX_ROWS"): 16,
                                    ("moe", "ROUTER_ROUTE_WARPS_ABOVE_2"): 4},
     "route_tail_16": {("moe", "ROUTE_TAIL_MAX_ROWS"): 16},
+    "route_per_row_1_warp": {("moe", "ROUTE_PER_ROW_WARPS"): 1},
+    "route_per_row_2_warps": {("moe", "ROUTE_PER_ROW_WARPS"): 2},
     # the split top-k's threshold (default: rows wider than 2048), at --ctx above 2048
     "split_topk_off": {("topk", "SPLIT_MIN_WIDTH"): 1 << 30},
     "split_topk_above_8192": {("topk", "SPLIT_MIN_WIDTH"): 8192},
