@@ -547,9 +547,11 @@ ROUTER_ROUTE_WARPS_ABOVE_2 = 8
 SWIGLU_TAIL = True
 # rows from which route runs one program per row (then the last to finish builds the slot
 # list) when given the scratch, rather than one program for every row: on an H200 5 us faster
-# per MoE layer at 16 rows, 0.5 at 4 (tiling_probe_20261130T150549Z)
+# per MoE layer at 16 rows, 0.5 at 4 (tiling_probe_20261130T150549Z); with ROUTE_SORT the
+# one program is still 3.9 / 7.3 us slower at 8 / 16 rows (tiling_probe_20261202T034507Z)
 ROUTE_PER_ROW_MIN_ROWS = 3
-# warps of that one-program-per-row form (its last program also builds the slot list)
+# warps of that one-program-per-row form (its last program also builds the slot list); with
+# ROUTE_SORT 1 or 2 are 0.3-13 us slower a MoE layer at 4-16 rows (the same run)
 ROUTE_PER_ROW_WARPS = 4
 
 
