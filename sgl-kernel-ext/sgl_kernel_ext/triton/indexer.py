@@ -38,6 +38,9 @@ SCORE_WARPS = 4
 # indexer layer is 5.7 us faster at 16 rows, within noise at 1 and 4 (+0.6, +0.3 us;
 # tiling_probe_20261202T020550Z: scores_swap). The persistent layer kernel's task does not.
 SCORE_SWAP = True
+# whether the layer skips scoring rows whose context the top-k takes whole (scores'
+# skip_within = index_topk); off: every row scored (tiling_probe: scores_every_row)
+SCORE_SKIP_SHORT_ROWS = True
 # scores programs a row: a program a block of SCORE_BLOCK positions up to
 # score_row_programs(m); wider rows (a server's slot table spans its longest context, 1M
 # positions for GLM-5.3's default) take that many, each looping over every so-many-th block
@@ -173,12 +176,14 @@ def _prepare_kernel(kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: t
 def _scores_task(m, lt, q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, stride_slots,
                  scores_ptr, stride_scores, L, NH: tl.constexpr, D: tl.constexpr,
                  BLOCK_H: tl.constexpr, BLOCK_L: tl.constexpr, INTERPRET: tl.constexpr,
-                 hist_ptr=None, P=0, HIST_CHUNK: tl.constexpr = 0, SWAP: tl.constexpr = False):
+                 hist_ptr=None, P=0, HIST_CHUNK: tl.constexpr = 0, SWAP: tl.constexpr = False,
+                 skip_within=0):
     """Scores of row m's positions [lt * BLOCK_L, (lt + 1) * BLOCK_L), if its context reaches
-    them; with HIST_CHUNK, their first key digits also counted into the histogram of their
-    HIST_CHUNK-score chunk at hist_ptr [M, P, 256] (the split top-k's first pass)."""
+    them and is longer than skip_within; with HIST_CHUNK, their first key digits also counted
+    into the histogram of their HIST_CHUNK-score chunk at hist_ptr [M, P, 256] (the split
+    top-k's first pass)."""
     seq = tl.load(pos_ptr + m) + 1
-    if lt * BLOCK_L < seq:
+    if (lt * BLOCK_L < seq) & (seq > skip_within):
         _scores_block(m, lt, seq, q8_ptr, head_w_ptr, cache_ptr, slots_ptr, stride_slots,
                       scores_ptr, stride_scores, L, NH, D, BLOCK_H, BLOCK_L, INTERPRET, hist_ptr,
                       P, HIST_CHUNK, SWAP)
@@ -221,7 +226,7 @@ def _scores_block(m, lt, seq, q8_ptr, head_w_ptr, cache_ptr, slots_ptr, stride_s
 
 @triton.jit
 def _scores_kernel(q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, stride_slots,
-                   scores_ptr, stride_scores, L, hist_ptr, P,
+                   scores_ptr, stride_scores, L, hist_ptr, P, skip_within,
                    NH: tl.constexpr, D: tl.constexpr, BLOCK_H: tl.constexpr,
                    BLOCK_L: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
                    HIST_CHUNK: tl.constexpr, SWAP: tl.constexpr, LOOP: tl.constexpr):
@@ -232,11 +237,11 @@ def _scores_kernel(q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, stride_slo
                         tl.num_programs(1)):
             _scores_task(m, lt, q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, stride_slots,
                          scores_ptr, stride_scores, L, NH, D, BLOCK_H, BLOCK_L, INTERPRET,
-                         hist_ptr, P, HIST_CHUNK, SWAP)
+                         hist_ptr, P, HIST_CHUNK, SWAP, skip_within)
     else:
         _scores_task(m, tl.program_id(1), q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr,
                      stride_slots, scores_ptr, stride_scores, L, NH, D, BLOCK_H, BLOCK_L,
-                     INTERPRET, hist_ptr, P, HIST_CHUNK, SWAP)
+                     INTERPRET, hist_ptr, P, HIST_CHUNK, SWAP, skip_within)
 
 
 def prepare(kw_parts, q_parts, ln_w, ln_b, ln_eps, positions, token_slots, inv_freq,
@@ -259,7 +264,7 @@ def prepare(kw_parts, q_parts, ln_w, ln_b, ln_eps, positions, token_slots, inv_f
 
 
 def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 0,
-           first_hist=None) -> None:
+           first_hist=None, skip_within: int = 0) -> None:
     """out fp32 [M, L] (L = token_slots width): index scores of each row's context, -inf
     past it to the end of its last block of block_l positions; the blocks past that are not
     written (the top-k reads none), so the work follows the context, not L (a server's slot
@@ -267,7 +272,9 @@ def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 
     SCORE_BLOCK; about score_row_programs(m) programs a row at most, looping). first_hist: int32
     [>= M * P * 256], P = topk.split_chunks(L): each row's histograms of the first key digit
     of its topk.SPLIT_CHUNK-score chunks (context positions only) are added there, for
-    ``topk_positions_split``'s first_hist, which zeroes them again."""
+    ``topk_positions_split``'s first_hist, which zeroes them again. skip_within: rows whose
+    context is that short or shorter are not scored (nothing written, nothing counted): with
+    the top-k's k, the rows that take their whole context whatever the scores."""
     m, nh, d = q8.shape
     width = out.shape[1]
     block_l = block_l or SCORE_BLOCK
@@ -279,7 +286,8 @@ def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 
     programs = score_programs(m, width, block_l)
     _scores_kernel[(m, programs)](
         q8, head_w, index_cache, positions, token_slots, token_slots.stride(0), out, out.stride(0),
-        width, out if first_hist is None else first_hist, p, NH=nh, D=d, BLOCK_H=max(16, nh),
+        width, out if first_hist is None else first_hist, p, skip_within, NH=nh, D=d,
+        BLOCK_H=max(16, nh),
         BLOCK_L=block_l, INTERPRET=interpreting(), PDL=overlap.enabled(),
         HIST_CHUNK=0 if first_hist is None else SPLIT_CHUNK, SWAP=SCORE_SWAP,
         LOOP=programs < blocks,

@@ -653,6 +653,30 @@ def test_index_scores_do_not_depend_on_the_block(block_l, swap, programs, monkey
     assert torch.allclose(outs[1][in_ctx], want[in_ctx], rtol=1e-5, atol=1e-4)
 
 
+@pytest.mark.parametrize("programs", [0, 2], ids=["a_block_each", "looping"])
+def test_index_scores_skip_rows_within_the_top_k(programs, monkeypatch):
+    """indexer.scores(skip_within=k): rows of contexts of k positions or fewer (which the top-k
+    takes whole) write nothing, the others what the plain launch writes, bitwise; a row of
+    exactly k positions is skipped, one of k + 1 is not."""
+    from sgl_kernel_ext.triton import indexer
+
+    if programs:
+        monkeypatch.setattr(indexer, "SCORE_MAX_ROW_PROGRAMS", programs)
+    g = torch.Generator().manual_seed(3 + programs)
+    m, nh, d, width, pages, k = 4, 4, 128, 300, 20, 150
+    cache, q8, head_w = _index_inputs(g, m, nh, d, pages)
+    positions = torch.tensor([299, 149, 150, 20])  # contexts 300, 150 (= k), 151, 21
+    slots = torch.randperm(pages * 64, generator=g)[: m * width].view(m, width)
+    plain = torch.full((m, width), 7.0)
+    indexer.scores(q8, head_w, cache, positions, slots, plain)
+    out = torch.full((m, width), 7.0)
+    indexer.scores(q8, head_w, cache, positions, slots, out, skip_within=k)
+    scored = positions + 1 > k
+    assert scored.tolist() == [True, False, True, False]
+    assert torch.equal(out[scored], plain[scored])
+    assert bool((out[~scored] == 7.0).all())
+
+
 @pytest.mark.parametrize("programs", [0, 5], ids=["a_block_each", "looping"])
 @pytest.mark.parametrize("k", [16, 300])
 def test_scores_histogram_is_the_split_topks_first_pass(k, programs, monkeypatch):

@@ -317,8 +317,10 @@ class FusedLayer:
             split = topk_kernel.use_split(width)
             first_hist = self.buf["topk_first_hist"] if (
                 split and topk_kernel.SCORES_HISTOGRAM) else None
+            # rows of contexts within the top-k take them whole: their scores are not computed
             indexer.scores(v("q8"), v("head_w"), self.index_cache, pos, slots, scores,
-                           first_hist=first_hist)
+                           first_hist=first_hist,
+                           skip_within=cfg.index_topk if indexer.SCORE_SKIP_SHORT_ROWS else 0)
             topk = v("topk")
             if split:
                 topk_kernel.topk_positions_split(scores, pos, cfg.index_topk, topk,
