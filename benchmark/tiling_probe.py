@@ -210,6 +210,7 @@ VARIANTS = {
     # the index scores as q x keys^T (default keys x q^T on FP8 wgmma: indexer.SCORE_SWAP)
     "scores_q_keys": {("indexer", "SCORE_SWAP"): False},
     "scores_every_row": {("indexer", "SCORE_SKIP_SHORT_ROWS"): False},
+    "kw_own_launch": {("mla", "KW_IN_LATENT"): False},
     # context positions (and warps) a scores program of the stage kernels (default 64, 4;
     # ptxas for sm_90a: 62 registers, so 8 programs a multiprocessor; 64 x 2 warps 106, 32 x 2
     # warps 62: 16 programs)

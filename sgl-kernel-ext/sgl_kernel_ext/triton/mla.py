@@ -21,7 +21,8 @@ import torch
 import triton
 import triton.language as tl
 
-from . import fp8_linear, overlap
+from . import bf16_linear, fp8_linear, overlap
+from .bf16_linear import _bf16_linear_task
 from .fp8_linear import _fp8_linear_prefetch, _fp8_linear_task, interpreting, row_rms
 from .arrival import arrive_last
 from .overlap import prefetch_l2, prefetch_rows, stage_begin
@@ -40,6 +41,10 @@ LATENT_IN_Q_B_MAX_ROWS = 2
 # at 1, 2 and 16 rows on the MoE and dense kinds, 8 about as fast, 32 0.1-0.5
 # (tiling_probe_20261201T102833Z: latent_*_warps)
 LATENT_WARPS = 16
+# whether a layer with the indexer runs its bf16 [wk; weights_proj] GEMM as programs of the
+# latent launch, before their wait (``latent``'s kw), rather than as a launch of its own after
+# q_b's
+KW_IN_LATENT = True
 ABSORB_BLOCK_C = 64
 # q_nope columns per step of absorb, from ABSORB_CHUNK_FROM_ROWS rows (fewer: all at once).
 # Compiled for sm_90a with real shapes (ptxas -v, CPU, Triton 3.8), all at once spills 10.6 KB
@@ -215,12 +220,28 @@ def _latent_row(m, part, qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_
 @triton.jit
 def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr, cq_q_ptr, cq_s_ptr,
                    kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, eps, Q, C, R,
+                   kw_x_ptr, kw_stride_x, KW_K, kw_w_ptr, kw_parts_ptr, KW_N, kw_chunk, kw_tiles,
                    BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr, HALF_R: tl.constexpr,
-                   INTERPRET: tl.constexpr, PDL: tl.constexpr):
-    stage_begin(PDL)
-    _latent_row(tl.program_id(0), tl.program_id(1), qa_ptr, kva_ptr, SPLIT, M, qn_w_ptr,
-                kvn_w_ptr, cq_q_ptr, cq_s_ptr, kv_cache_ptr, pos_ptr, slots_ptr, stride_slots,
-                inv_freq_ptr, eps, Q, C, R, BLOCK_Q, BLOCK_C, HALF_R, INTERPRET)
+                   INTERPRET: tl.constexpr, PDL: tl.constexpr, KW: tl.constexpr,
+                   KW_BLOCK_M: tl.constexpr, KW_BLOCK_N: tl.constexpr,
+                   KW_BLOCK_K: tl.constexpr, KW_GEMV: tl.constexpr):
+    """Programs (row, 0 | 1): ``_latent_row``. With KW, programs (tile, 2 + split): the
+    indexer's bf16 [wk; weights_proj] split-K GEMM (bf16_linear's task), run before the
+    wait: its x is the layer's normed row, two kernels back (overlap's rule)."""
+    i = tl.program_id(0)
+    j = tl.program_id(1)
+    if KW and j >= 2:
+        if i < kw_tiles:
+            _bf16_linear_task(i, j - 2, kw_x_ptr, kw_stride_x, M, KW_K, kw_w_ptr, kw_parts_ptr,
+                              KW_N, kw_chunk, KW_BLOCK_M, KW_BLOCK_N, KW_BLOCK_K, INTERPRET,
+                              KW_GEMV)
+        stage_begin(PDL)
+    else:
+        stage_begin(PDL)
+        if i < M:
+            _latent_row(i, j, qa_ptr, kva_ptr, SPLIT, M, qn_w_ptr, kvn_w_ptr, cq_q_ptr, cq_s_ptr,
+                        kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, eps, Q, C,
+                        R, BLOCK_Q, BLOCK_C, HALF_R, INTERPRET)
 
 
 @triton.jit
@@ -744,17 +765,35 @@ def _absorb_v_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C: tl.constexpr,
 
 
 def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots, inv_freq,
-           cq_q, cq_s, kv_cache, kv_lora: int, rope: int) -> None:
+           cq_q, cq_s, kv_cache, kv_lora: int, rope: int, kw=None) -> None:
     """From the split-K partials of q_a [S, M, Q] and kv_a [S, M, kv_lora + rope]: c_q normed
-    and quantized for q_b (cq_q e4m3 [M, Q], cq_s [M, Q/128]); the KV-cache row written."""
+    and quantized for q_b (cq_q e4m3 [M, Q], cq_s [M, Q/128]); the KV-cache row written.
+    kw = (x, w, parts): also parts = bf16_linear.bf16_linear_splitk(x, w)'s in the same
+    launch (the indexer's [wk; weights_proj], KW_IN_LATENT), x written two kernels back."""
     split, m, q = qa_parts.shape
     assert qa_parts.is_contiguous() and kva_parts.is_contiguous() and kva_parts.shape[0] == split
     assert kv_cache.is_contiguous() and kv_cache.shape[1] == kv_lora + rope
-    _latent_kernel[(m, 2)](qa_parts, kva_parts, split, m, q_a_norm, kv_a_norm, cq_q, cq_s, kv_cache,
-                         positions, token_slots, token_slots.stride(0), inv_freq, float(eps), q,
-                         kv_lora, rope, BLOCK_Q=triton.next_power_of_2(q),
+    grid, kw_args, kw_meta = (m, 2), (qa_parts, 0, 0, qa_parts, qa_parts, 0, 0, 0), {}
+    if kw is not None:
+        x, w, parts = kw
+        kw_split, pm, n = parts.shape
+        k = x.shape[1]
+        assert x.shape[0] == m == pm and x.stride(1) == 1 and w.is_contiguous()
+        assert w.shape == (n, k) and parts.is_contiguous() and parts.dtype == torch.float32
+        bm, bk, gemv = bf16_linear.launch_shape(m, k, kw_split)
+        tiles = triton.cdiv(n, bf16_linear.BLOCK_N)
+        grid = (max(m, tiles), 2 + kw_split)
+        kw_args = (x, x.stride(0), k, w, parts, n, bf16_linear.chunk_cols(k, kw_split), tiles)
+        kw_meta = dict(KW_BLOCK_M=bm, KW_BLOCK_N=bf16_linear.BLOCK_N, KW_BLOCK_K=bk,
+                       KW_GEMV=gemv)
+    _latent_kernel[grid](qa_parts, kva_parts, split, m, q_a_norm, kv_a_norm, cq_q, cq_s,
+                         kv_cache, positions, token_slots, token_slots.stride(0), inv_freq,
+                         float(eps), q, kv_lora, rope, *kw_args,
+                         BLOCK_Q=triton.next_power_of_2(q),
                          BLOCK_C=triton.next_power_of_2(kv_lora), HALF_R=rope // 2,
-                         INTERPRET=interpreting(), PDL=overlap.enabled(),
+                         INTERPRET=interpreting(), PDL=overlap.enabled(), KW=kw is not None,
+                         **(kw_meta or dict(KW_BLOCK_M=1, KW_BLOCK_N=1, KW_BLOCK_K=1,
+                                            KW_GEMV=True)),
                          num_warps=LATENT_WARPS, **overlap.launch_kw())
 
 

@@ -371,6 +371,36 @@ def test_absorb_on_q_b_tail_rows_is_bitwise_the_partials(kind, rows, monkeypatch
         assert torch.equal(c_a.index[lid], c_b.index[lid])
 
 
+@pytest.mark.parametrize("rows", [1, 3, 16])
+@pytest.mark.parametrize("kind", ["dense_indexer", "moe_indexer"])
+@pytest.mark.parametrize("knob", ["KW_IN_LATENT", "SCORE_SKIP_SHORT_ROWS"])
+def test_indexer_launch_forms_are_bitwise_the_plain_ones(knob, kind, rows, monkeypatch):
+    """The indexer's bf16 [wk; weights_proj] GEMM as programs of the latent launch, before
+    their wait (mla.KW_IN_LATENT), and the index scores skipping rows the top-k takes whole
+    (indexer.SCORE_SKIP_SHORT_ROWS), each against its off form at real shapes, rows of 1000
+    and 3000 positions and a pad row: outputs, top-k and caches bitwise equal."""
+    from sgl_kernel_ext.triton import indexer, mla
+
+    module = mla if knob == "KW_IN_LATENT" else indexer
+    lid = KINDS[kind]
+    ctx = [1000 if m % 2 else 3000 for m in range(rows)]
+    if rows > 1:
+        ctx[1] = 0
+    case = make_case(CFG, lid, ctx, seed=29 + rows, device="cuda", lw=_weights(lid))
+    runs = []
+    for on in (False, True):
+        monkeypatch.setattr(module, knob, on)
+        caches = clone_caches(case.caches)
+        layer = FusedLayer(CFG, case.lw, caches, rows, 3000)
+        runs.append(([t.clone() for t in layer(case.hidden, case.residual, case.batch,
+                                                case.topk_prev)], caches))
+    (a, c_a), (b, c_b) = runs
+    assert not torch.isnan(a[0]).any()
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert torch.equal(c_a.kv[lid].view(torch.int16), c_b.kv[lid].view(torch.int16))
+    assert torch.equal(c_a.index[lid], c_b.index[lid])
+
+
 @pytest.mark.parametrize("rows", [1, 2, 3, 16])
 @pytest.mark.parametrize("sort, tail_rows", [(False, 2), (True, 16), (False, 16)])
 def test_route_forms_are_bitwise_the_default(sort, tail_rows, rows, monkeypatch):

@@ -775,6 +775,32 @@ def test_fused_layer_matches_reference(layer_id, contexts, persistent):
     assert r.get("index_untouched_pages_bitwise", True), r
 
 
+@pytest.mark.parametrize("layer_id", [0, 1], ids=["dense_indexer", "moe_indexer"])
+@pytest.mark.parametrize("knob", ["KW_IN_LATENT", "SCORE_SKIP_SHORT_ROWS"])
+def test_indexer_launch_forms_are_bitwise_the_plain_ones(layer_id, knob, monkeypatch):
+    """The indexer's bf16 [wk; weights_proj] GEMM as programs of the latent launch
+    (mla.KW_IN_LATENT) and the index scores skipping rows the top-k takes whole
+    (indexer.SCORE_SKIP_SHORT_ROWS), each against its off form on a step with rows longer
+    and shorter than the top-k and a pad row: outputs, top-k and caches bitwise equal."""
+    from sgl_kernel_ext.triton import indexer, mla
+
+    module = mla if knob == "KW_IN_LATENT" else indexer
+    contexts = [30, 0, CFG.index_topk, CFG.index_topk + 1]
+    case = make_case(CFG, layer_id, contexts, seed=7 + layer_id, tp_size=2)
+    runs = []
+    for on in (False, True):
+        monkeypatch.setattr(module, knob, on)
+        caches = clone_caches(case.caches)
+        layer = _stage_layer(CFG, case.lw, caches, len(contexts), max(contexts))
+        out = layer(case.hidden, case.residual, case.batch, case.topk_prev)
+        runs.append(([t.clone() for t in out], caches))
+    (a, c_a), (b, c_b) = runs
+    assert not torch.isnan(a[0].float()).any()
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert torch.equal(c_a.kv[layer_id].view(torch.int16), c_b.kv[layer_id].view(torch.int16))
+    assert torch.equal(c_a.index[layer_id], c_b.index[layer_id])
+
+
 def _stage_layer(cfg, lw, caches, rows, context):
     return FusedLayer(cfg, lw, caches, rows, context, persistent_launch=False)
 

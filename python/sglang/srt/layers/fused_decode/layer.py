@@ -285,9 +285,13 @@ class FusedLayer:
         tails = (self.buf["qkv_arrivals"], v("rows_q"), v("ss_q"), v("rows_kv"), v("ss_kv"))
         fp8_linear.fp8_linear(v("xq"), v("xs"), a.q_a.q, a.q_a.s, v("qa"), a.kv_a.q, a.kv_a.s,
                               v("kva"), *self.tile_qkv_a[:2], tails=tails if fused_latent else None)
+        indexing = self.runs_indexer and not reuse_topk
+        # the indexer's bf16 [wk; weights_proj] GEMM: programs of the latent launch, or its own
+        kw_in_latent = indexing and not fused_latent and mla.KW_IN_LATENT
         if not fused_latent:
             mla.latent(v("qa"), v("kva"), a.q_a_norm, a.kv_a_norm, eps, pos, slots, self.inv_freq,
-                       v("cq_q"), v("cq_s"), self.kv_cache, c, rope)
+                       v("cq_q"), v("cq_s"), self.kv_cache, c, rope,
+                       kw=(v("x"), self.wk_proj, v("kw_parts")) if kw_in_latent else None)
 
         # absorb's q: summed by q_b's tails into bf16 rows, or q_b's partials
         q_rows = not fused_latent and m >= mla.ABSORB_Q_ROWS_FROM
@@ -302,10 +306,11 @@ class FusedLayer:
                 fp8_linear.fp8_linear(v("cq_q"), v("cq_s"), a.q_b.q, a.q_b.s, v("q"), *more,
                                       *self.tile_q_b[:2], tails=q_tails)
 
-        if self.runs_indexer and not reuse_topk:
+        if indexing:
             ix = a.indexer
             q_b(ix.wq_b.q, ix.wq_b.s, v("q_index"))
-            bf16_linear.bf16_linear_splitk(v("x"), self.wk_proj, v("kw_parts"))
+            if not kw_in_latent:
+                bf16_linear.bf16_linear_splitk(v("x"), self.wk_proj, v("kw_parts"))
             indexer.prepare(v("kw_parts"), v("q_index"), ix.k_norm_weight, ix.k_norm_bias,
                             cfg.index_k_norm_eps, pos, slots, self.inv_freq, self.index_cache,
                             v("q8"), v("head_w"), rope)
