@@ -286,8 +286,10 @@ class FusedLayer:
         fp8_linear.fp8_linear(v("xq"), v("xs"), a.q_a.q, a.q_a.s, v("qa"), a.kv_a.q, a.kv_a.s,
                               v("kva"), *self.tile_qkv_a[:2], tails=tails if fused_latent else None)
         indexing = self.runs_indexer and not reuse_topk
-        # the indexer's bf16 [wk; weights_proj] GEMM: programs of the latent launch, or its own
-        kw_in_latent = indexing and not fused_latent and mla.KW_IN_LATENT
+        # the indexer's bf16 [wk; weights_proj] GEMM: programs of the latent launch (in steps of
+        # the overlap's rows, where they run before its wait), or a launch of its own
+        kw_in_latent = (indexing and not fused_latent and mla.KW_IN_LATENT
+                        and m <= overlap.MAX_ROWS)
         if not fused_latent:
             mla.latent(v("qa"), v("kva"), a.q_a_norm, a.kv_a_norm, eps, pos, slots, self.inv_freq,
                        v("cq_q"), v("cq_s"), self.kv_cache, c, rope,
