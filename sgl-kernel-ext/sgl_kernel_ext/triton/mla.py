@@ -43,10 +43,10 @@ LATENT_IN_Q_B_MAX_ROWS = 2
 LATENT_WARPS = 16
 # whether a layer with the indexer runs its bf16 [wk; weights_proj] GEMM as programs of the
 # latent launch, before their wait (``latent``'s kw), rather than as a launch of its own after
-# q_b's, in steps of up to overlap.MAX_ROWS rows (the layer's choice). On an H200 a layer with the
-# indexer is 2.5-3.6 us faster at 1-8 rows (dense and MoE, 2K and 8K contexts), but 1.4-2.1
-# slower at 16, where no wait overlaps them (tiling_probe_20261202T035506Z, T035532Z:
-# kw_own_launch)
+# q_b's, in steps of up to overlap.MAX_ROWS rows (the layer's choice). On an H200 a layer
+# with the indexer is 2.5-3.6 us faster at 1-8 rows (dense and MoE, 2K and 8K contexts), but
+# 1.4-2.1 slower at 16, where no wait overlaps them (tiling_probe_20261202T035506Z,
+# T035532Z: kw_own_launch)
 KW_IN_LATENT = True
 ABSORB_BLOCK_C = 64
 # q_nope columns per step of absorb, from ABSORB_CHUNK_FROM_ROWS rows (fewer: all at once).
@@ -151,6 +151,7 @@ ATTN_QK_CHAINS = 1
 # sm_90 takes wgmma. Correct under the interpreter, but the loop step at 16 rows (8 tiles)
 # compiled to 945 sm_90a instructions a warp instead of 435 (53 barriers instead of 19), 895
 # at 4 warps (CPU compile, Triton 3.6: sm90_compile.py loops); not timed on a GPU.
+
 # the most attention programs a step (attention_splits): one wave of one program a
 # multiprocessor (201 registers x 256 threads). At 16 rows 16 chunks a row were 256 programs,
 # two waves (ncu, H200: results/ncu_moe_2aeab55.log); 8 chunks, one wave, made each layer
@@ -776,7 +777,9 @@ def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots
     split, m, q = qa_parts.shape
     assert qa_parts.is_contiguous() and kva_parts.is_contiguous() and kva_parts.shape[0] == split
     assert kv_cache.is_contiguous() and kv_cache.shape[1] == kv_lora + rope
-    grid, kw_args, kw_meta = (m, 2), (qa_parts, 0, 0, qa_parts, qa_parts, 0, 0, 0), {}
+    # without kw: placeholders the kernel does not touch
+    grid, kw_args = (m, 2), (qa_parts, 0, 0, qa_parts, qa_parts, 0, 0, 0)
+    kw_meta = dict(KW_BLOCK_M=1, KW_BLOCK_N=1, KW_BLOCK_K=1, KW_GEMV=True)
     if kw is not None:
         x, w, parts = kw
         kw_split, pm, n = parts.shape
@@ -795,9 +798,7 @@ def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots
                          BLOCK_Q=triton.next_power_of_2(q),
                          BLOCK_C=triton.next_power_of_2(kv_lora), HALF_R=rope // 2,
                          INTERPRET=interpreting(), PDL=overlap.enabled(), KW=kw is not None,
-                         **(kw_meta or dict(KW_BLOCK_M=1, KW_BLOCK_N=1, KW_BLOCK_K=1,
-                                            KW_GEMV=True)),
-                         num_warps=LATENT_WARPS, **overlap.launch_kw())
+                         **kw_meta, num_warps=LATENT_WARPS, **overlap.launch_kw())
 
 
 def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions,

@@ -6,9 +6,9 @@ Launches with grids fixed by the plan (CUDA-graph capturable):
    bias (ties to the lower expert; one bitonic top-k, ``ROUTE_SORT``), weights renormalized
    and scaled; then compacts the experts any row chose into a slot list (slot 0 the shared
    expert with weight 1, then the chosen experts ascending) with a [slot, row] weight table.
-   Pad rows choose nothing. At 1-2 rows
-   it is the tail of the router's GEMV launch; from 3 rows one program per row picks its
-   experts and the last to finish builds the slot list (``arrival``).
+   Pad rows choose nothing. At 1-2 rows it is the tail of the router's GEMV launch; from 3
+   rows one program per row picks its experts and the last to finish builds the slot list
+   (``arrival``).
 2. ``gate_up``: one program per (slot, BLOCK_N intermediate columns): FP8 block GEMMs of the
    slot's expert for every row (x arrives quantized), SiLU(g) * u rounded to bf16 as SGLang's
    fused MoE does.
