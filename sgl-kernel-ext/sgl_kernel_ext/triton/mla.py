@@ -444,12 +444,24 @@ def _sparse_attn_prefetch(m, sp, nsp, nblk, kv_cache_ptr, topk_ptr, stride_topk,
 
 
 @triton.jit
-def _attn_step_slots(m, ot, hi, topk_ptr, stride_topk, slots_ptr, stride_slots):
-    """Cache slots of row m's top-k entries ot (those at or past hi, or -1, do not exist)."""
-    p_ctx = tl.load(topk_ptr + m * stride_topk + ot, mask=ot < hi, other=-1)
+def _attn_step_positions(m, ot, hi, topk_ptr, stride_topk):
+    """Context positions of row m's top-k entries ot (-1: at or past hi, or none)."""
+    return tl.load(topk_ptr + m * stride_topk + ot, mask=ot < hi, other=-1)
+
+
+@triton.jit
+def _attn_position_slots(m, p_ctx, slots_ptr, stride_slots):
+    """(cache slots of row m's context positions p_ctx, which of them exist: p_ctx >= 0)."""
     t_ok = p_ctx >= 0
     slot = tl.load(slots_ptr + m * stride_slots + tl.maximum(p_ctx, 0), mask=t_ok, other=0)
     return slot, t_ok
+
+
+@triton.jit
+def _attn_step_slots(m, ot, hi, topk_ptr, stride_topk, slots_ptr, stride_slots):
+    """Cache slots of row m's top-k entries ot (those at or past hi, or -1, do not exist)."""
+    return _attn_position_slots(m, _attn_step_positions(m, ot, hi, topk_ptr, stride_topk),
+                                slots_ptr, stride_slots)
 
 
 @triton.jit
@@ -557,31 +569,42 @@ def _attn_loop(m, q, q_pe, lo, hi, m_i, l_i, acc, kv_cache_ptr, topk_ptr, stride
     """Row m's top-k entries [lo, hi) in BLOCK_T steps, from the softmax state (m_i, l_i,
     acc). AHEAD (``ATTN_AHEAD``): 1 issues the next step's top-k and slot loads before this
     step's math, 2 its KV rows too (carried in registers), so a step does not start with a
-    chain of dependent loads."""
+    chain of dependent loads; 3 issues the top-k load two steps ahead and the slot load one
+    step ahead, from positions loaded a step earlier, so no load waits on another within a
+    step (with 1 the slot load waits for its top-k entry before the math can start)."""
     if AHEAD >= 1:
         slot, t_ok = _attn_step_slots(m, lo + tl.arange(0, BLOCK_T), hi, topk_ptr, stride_topk,
                                       slots_ptr, stride_slots)
-    if AHEAD >= 2:
+    if AHEAD == 3:
+        p_next = _attn_step_positions(m, lo + BLOCK_T + tl.arange(0, BLOCK_T), hi, topk_ptr,
+                                      stride_topk)
+    if AHEAD == 2:
         kv, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, C, R, PARTS)
     for t0 in range(lo, hi, BLOCK_T):
         if AHEAD == 0:
             slot, t_ok = _attn_step_slots(m, t0 + tl.arange(0, BLOCK_T), hi, topk_ptr,
                                           stride_topk, slots_ptr, stride_slots)
-        if AHEAD < 2:
+        if AHEAD != 2:
             kv, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, C, R, PARTS)
-        if AHEAD >= 1:
+        if AHEAD == 3:
+            p_after = _attn_step_positions(m, t0 + 2 * BLOCK_T + tl.arange(0, BLOCK_T), hi,
+                                           topk_ptr, stride_topk)
+            slot_next, ok_next = _attn_position_slots(m, p_next, slots_ptr, stride_slots)
+        elif AHEAD >= 1:
             slot_next, ok_next = _attn_step_slots(m, t0 + BLOCK_T + tl.arange(0, BLOCK_T), hi,
                                                   topk_ptr, stride_topk, slots_ptr, stride_slots)
-        if AHEAD >= 2:
+        if AHEAD == 2:
             kv_next, kpe_next = _attn_step_rows(kv_cache_ptr, slot_next, ok_next, C, R, PARTS)
         m_i, l_i, acc = _attn_step_math(q, q_pe, kv, kpe, t_ok, m_i, l_i, acc, sm_scale, PARTS,
                                         INTERPRET, CHAINS)
         if AHEAD >= 1:
             slot = slot_next
             t_ok = ok_next
-        if AHEAD >= 2:
+        if AHEAD == 2:
             kv = kv_next
             kpe = kpe_next
+        if AHEAD == 3:
+            p_next = p_after
     return m_i, l_i, acc
 
 
