@@ -108,10 +108,6 @@ VARIANTS = {
     "attn_block_128": {("mla", "ATTN_BLOCK_T"): 128},
     "attn_no_double_buffer": {("mla", "ATTN_DOUBLE_BUFFER_FROM_STEPS"): 1 << 30},
     "attn_ahead_2": {("mla", "ATTN_AHEAD"): 2},
-    # the top-k entries loaded two steps ahead and their slots one (no load of a step waits
-    # on another: ncu at 16 rows had a quarter of the stall samples on the slot's wait for
-    # its top-k entry, results/ncu_attn_16_a787b2c.txt)
-    "attn_ahead_3": {("mla", "ATTN_AHEAD"): 3},
     "attn_ahead_2_block_32": {("mla", "ATTN_AHEAD"): 2, ("mla", "ATTN_BLOCK_T"): 32},
     # two 4-warp programs a multiprocessor (188 registers, 56 KB at 32 entries a step: ptxas,
     # CPU), so twice the programs in one wave

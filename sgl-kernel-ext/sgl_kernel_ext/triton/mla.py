@@ -116,6 +116,12 @@ ATTN_DOUBLE_BUFFER_FROM_STEPS = 3
 # (tiling_probe_20261201T102329Z: attn_ahead_*). With 1 and 3 stages Triton double-buffers the
 # KV rows in shared memory (168 KB): -3.1 us dense, -4.7 MoE at 16 rows, less than 1 at 1-4.
 ATTN_AHEAD = 1
+# Tried: the top-k entries loaded two steps ahead and their slots one, from positions loaded
+# a step earlier, so no load of a step waits on another (ncu at 16 rows put a quarter of the
+# stall samples on the slot load's wait for its top-k entry, or on the slot before the KV
+# address: results/ncu_attn_16_a787b2c.txt). Bitwise the same, but on an H200 within
+# -0.5..+0.0 us a layer at 12-16 rows and 0.5-1.6 slower at 4-8 (tiling_probe_20261202T050311Z:
+# attn_ahead_3; code at b72a2ed): the stall only moves to the KV rows' wait.
 # a program of at most this many loop steps (one at 1-4 rows at 2048 top-k entries, two at
 # 5-8) loads its first step's top-k slots and KV rows into registers before waiting for the
 # previous kernel (they come from two or more kernels back: overlap's rule), rather than only
@@ -444,24 +450,12 @@ def _sparse_attn_prefetch(m, sp, nsp, nblk, kv_cache_ptr, topk_ptr, stride_topk,
 
 
 @triton.jit
-def _attn_step_positions(m, ot, hi, topk_ptr, stride_topk):
-    """Context positions of row m's top-k entries ot (-1: at or past hi, or none)."""
-    return tl.load(topk_ptr + m * stride_topk + ot, mask=ot < hi, other=-1)
-
-
-@triton.jit
-def _attn_position_slots(m, p_ctx, slots_ptr, stride_slots):
-    """(cache slots of row m's context positions p_ctx, which of them exist: p_ctx >= 0)."""
+def _attn_step_slots(m, ot, hi, topk_ptr, stride_topk, slots_ptr, stride_slots):
+    """Cache slots of row m's top-k entries ot (those at or past hi, or -1, do not exist)."""
+    p_ctx = tl.load(topk_ptr + m * stride_topk + ot, mask=ot < hi, other=-1)
     t_ok = p_ctx >= 0
     slot = tl.load(slots_ptr + m * stride_slots + tl.maximum(p_ctx, 0), mask=t_ok, other=0)
     return slot, t_ok
-
-
-@triton.jit
-def _attn_step_slots(m, ot, hi, topk_ptr, stride_topk, slots_ptr, stride_slots):
-    """Cache slots of row m's top-k entries ot (those at or past hi, or -1, do not exist)."""
-    return _attn_position_slots(m, _attn_step_positions(m, ot, hi, topk_ptr, stride_topk),
-                                slots_ptr, stride_slots)
 
 
 @triton.jit
@@ -569,42 +563,31 @@ def _attn_loop(m, q, q_pe, lo, hi, m_i, l_i, acc, kv_cache_ptr, topk_ptr, stride
     """Row m's top-k entries [lo, hi) in BLOCK_T steps, from the softmax state (m_i, l_i,
     acc). AHEAD (``ATTN_AHEAD``): 1 issues the next step's top-k and slot loads before this
     step's math, 2 its KV rows too (carried in registers), so a step does not start with a
-    chain of dependent loads; 3 issues the top-k load two steps ahead and the slot load one
-    step ahead, from positions loaded a step earlier, so no load waits on another within a
-    step (with 1 the slot load waits for its top-k entry before the math can start)."""
+    chain of dependent loads."""
     if AHEAD >= 1:
         slot, t_ok = _attn_step_slots(m, lo + tl.arange(0, BLOCK_T), hi, topk_ptr, stride_topk,
                                       slots_ptr, stride_slots)
-    if AHEAD == 3:
-        p_next = _attn_step_positions(m, lo + BLOCK_T + tl.arange(0, BLOCK_T), hi, topk_ptr,
-                                      stride_topk)
-    if AHEAD == 2:
+    if AHEAD >= 2:
         kv, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, C, R, PARTS)
     for t0 in range(lo, hi, BLOCK_T):
         if AHEAD == 0:
             slot, t_ok = _attn_step_slots(m, t0 + tl.arange(0, BLOCK_T), hi, topk_ptr,
                                           stride_topk, slots_ptr, stride_slots)
-        if AHEAD != 2:
+        if AHEAD < 2:
             kv, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, C, R, PARTS)
-        if AHEAD == 3:
-            p_after = _attn_step_positions(m, t0 + 2 * BLOCK_T + tl.arange(0, BLOCK_T), hi,
-                                           topk_ptr, stride_topk)
-            slot_next, ok_next = _attn_position_slots(m, p_next, slots_ptr, stride_slots)
-        elif AHEAD >= 1:
+        if AHEAD >= 1:
             slot_next, ok_next = _attn_step_slots(m, t0 + BLOCK_T + tl.arange(0, BLOCK_T), hi,
                                                   topk_ptr, stride_topk, slots_ptr, stride_slots)
-        if AHEAD == 2:
+        if AHEAD >= 2:
             kv_next, kpe_next = _attn_step_rows(kv_cache_ptr, slot_next, ok_next, C, R, PARTS)
         m_i, l_i, acc = _attn_step_math(q, q_pe, kv, kpe, t_ok, m_i, l_i, acc, sm_scale, PARTS,
                                         INTERPRET, CHAINS)
         if AHEAD >= 1:
             slot = slot_next
             t_ok = ok_next
-        if AHEAD == 2:
+        if AHEAD >= 2:
             kv = kv_next
             kpe = kpe_next
-        if AHEAD == 3:
-            p_next = p_after
     return m_i, l_i, acc
 
 
