@@ -9,6 +9,13 @@ copies that nothing stays in L2 (``gemv_probe.graph_time``), the stage kernel at
 tiling against a descriptor-load twin over tilings and pipeline depths, and a device copy of
 the same bytes; every variant's partials are compared with the stage kernel's first.
 
+Measured on an H200 (results/tma_probe_h200_a787b2c.json): no tiling is clearly faster. At
+1 and 16 rows the best descriptor variant is 6.5 / 6.9 us on q_a|kv_a (stage kernel 8.1 /
+8.6, copy 4.3), 5.7 / 6.1 on o_proj (6.0 / 6.4), 10.4 / 10.9 on 9 experts' gate/up (12.4 /
+13.6, copy 7.4), but neighbouring variants scatter by 2-5 us and the stage kernel's own time
+moved by 1.2 us against an earlier probe: within this probe's noise, not a new floor. So
+fp8_linear keeps its pointer loads.
+
     PYTHONPATH=python:sgl-kernel-ext:. python3 -m benchmark.tma_probe --out $OUT
 """
 
