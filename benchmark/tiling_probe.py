@@ -108,6 +108,8 @@ VARIANTS = {
     "attn_block_128": {("mla", "ATTN_BLOCK_T"): 128},
     "attn_no_double_buffer": {("mla", "ATTN_DOUBLE_BUFFER_FROM_STEPS"): 1 << 30},
     "attn_ahead_2": {("mla", "ATTN_AHEAD"): 2},
+    "attn_ahead_2_two_stages": {("mla", "ATTN_AHEAD"): 2,
+                                ("mla", "ATTN_DOUBLE_BUFFER_FROM_STEPS"): 1 << 30},
     "attn_ahead_2_block_32": {("mla", "ATTN_AHEAD"): 2, ("mla", "ATTN_BLOCK_T"): 32},
     # two 4-warp programs a multiprocessor (188 registers, 56 KB at 32 entries a step: ptxas,
     # CPU), so twice the programs in one wave
