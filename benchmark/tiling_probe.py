@@ -108,6 +108,9 @@ VARIANTS = {
     "attn_block_128": {("mla", "ATTN_BLOCK_T"): 128},
     "attn_no_double_buffer": {("mla", "ATTN_DOUBLE_BUFFER_FROM_STEPS"): 1 << 30},
     "attn_ahead_2": {("mla", "ATTN_AHEAD"): 2},
+    # the linears' and gate/up's MMA loops loading each group's scales in the iteration that
+    # uses them (default: an iteration ahead, fp8_linear.SCALES_AHEAD)
+    "scales_in_step": {("fp8_linear", "SCALES_AHEAD"): False},
     "attn_ahead_2_two_stages": {("mla", "ATTN_AHEAD"): 2,
                                 ("mla", "ATTN_DOUBLE_BUFFER_FROM_STEPS"): 1 << 30},
     "attn_ahead_2_block_32": {("mla", "ATTN_AHEAD"): 2, ("mla", "ATTN_BLOCK_T"): 32},

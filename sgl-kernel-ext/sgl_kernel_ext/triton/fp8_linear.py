@@ -68,6 +68,13 @@ SWAP = True
 # group). Read at compile time: set it before the first launch (benchmark/numerics_probe.py).
 SWAP_IMPRECISE_ACC = tl.constexpr(None)
 GEMV_GROUPS = 2
+# whether the MMA loops load each 128-column group's scales (the weight rows' and x's) one
+# iteration ahead. Triton pipelines the weight and x tiles as asynchronous copies (they feed
+# the MMA) but issues these small loads in the iteration that uses them, which then waits for
+# them after its MMAs: sm_90a SASS of the linears' loop (sm90_compile.py, CPU) has 12 plain
+# global loads whose first use follows the first MMA group's wait (the kernels' SCALES
+# constexpr; the persistent layer's tasks take their default, on).
+SCALES_AHEAD = True
 
 
 @triton.jit
@@ -105,6 +112,40 @@ def group_x(xq_ptr, sx_ptr, M, K, kb, BLOCK_M: tl.constexpr):
                 mask=(offs_m[:, None] < M) & (k < K)[None, :], other=0.0)
     sx = tl.load(sx_ptr + offs_m * tl.cdiv(K, 128) + kb, mask=offs_m < M, other=0.0)
     return x, sx
+
+
+@triton.jit
+def group_scales(s_ptr, offs_n, N, K, kb, sx_ptr, M, BLOCK_M: tl.constexpr):
+    """(the weight rows offs_n's scales of the 128-column group kb, x's rows' scales of it)."""
+    kblocks = tl.cdiv(K, 128)
+    sw = tl.load(s_ptr + (offs_n // 128) * kblocks + kb, mask=offs_n < N, other=0.0)
+    offs_m = tl.arange(0, BLOCK_M)
+    sx = tl.load(sx_ptr + offs_m * kblocks + kb, mask=offs_m < M, other=0.0)
+    return sw, sx
+
+
+@triton.jit
+def step_scales(s_ptr, offs_n, N, K, kb, kb_end, sx_ptr, M, BLOCK_M: tl.constexpr,
+                GROUPS: tl.constexpr):
+    """``group_scales`` of the GROUPS groups from kb (clamped to kb_end - 1), a tuple."""
+    out = ()
+    for g in tl.static_range(GROUPS):
+        out = out + (group_scales(s_ptr, offs_n, N, K, tl.minimum(kb + g, kb_end - 1), sx_ptr,
+                                  M, BLOCK_M),)
+    return out
+
+
+@triton.jit
+def group_tiles(xq_ptr, M, K, w_ptr, offs_n, N, kb, BLOCK_M: tl.constexpr):
+    """(e4m3 W[offs_n], e4m3 x [BLOCK_M, 128], zero past M) of the 128-column group kb."""
+    k = kb * 128 + tl.arange(0, 128)
+    k_ok = k < K
+    w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :],
+                mask=(offs_n < N)[:, None] & k_ok[None, :], other=0.0)
+    offs_m = tl.arange(0, BLOCK_M)
+    x = tl.load(xq_ptr + offs_m[:, None] * K + k[None, :],
+                mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0)
+    return w, x
 
 
 @triton.jit
@@ -195,7 +236,7 @@ def _gemv_step(acc, w, xq_ptr, sx_ptr, M, K, s_ptr, n_block, k, k_ok, BLOCK_M: t
 def _tile(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, part_ptr, N, tile, split, k_chunk,
           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
           INTERPRET: tl.constexpr, GEMV: tl.constexpr, XNORM: tl.constexpr, nw_ptr, eps,
-          SS_TILES: tl.constexpr, SWAP: tl.constexpr):
+          SS_TILES: tl.constexpr, SWAP: tl.constexpr, SCALES: tl.constexpr = True):
     """With XNORM, x is bf16 rows at xq_ptr, RMS-normed here (``_normed_group_dot``) with
     their per-tile sums of squares at sx_ptr [M, SS_TILES] and the norm weight at nw_ptr.
     With SWAP the MMAs run transposed (``swap``) and the tile is transposed once at the end."""
@@ -224,6 +265,16 @@ def _tile(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, part_ptr, N, tile, split, k_chunk,
                 acc += _normed_group_dot(xq_ptr, rms, nw_ptr, M, K, w_ptr, s_ptr, offs_n, N,
                                          tl.minimum(kb + g, kb_end - 1), BLOCK_M, INTERPRET,
                                          SWAP) * (kb + g < kb_end)
+    elif SCALES:  # each group's scales loaded an iteration ahead (SCALES_AHEAD)
+        sc = step_scales(s_ptr, offs_n, N, K, kb0, kb_end, sx_ptr, M, BLOCK_M, GROUPS)
+        for kb in range(kb0, kb_end, GROUPS):
+            nxt = step_scales(s_ptr, offs_n, N, K, kb + GROUPS, kb_end, sx_ptr, M, BLOCK_M,
+                              GROUPS)
+            for g in tl.static_range(GROUPS):
+                w, x = group_tiles(xq_ptr, M, K, w_ptr, offs_n, N,
+                                   tl.minimum(kb + g, kb_end - 1), BLOCK_M)
+                acc += _scaled_dot(x, sc[g][1], w, sc[g][0], INTERPRET, SWAP) * (kb + g < kb_end)
+            sc = nxt
     else:
         for kb in range(kb0, kb_end, GROUPS):
             for g in tl.static_range(GROUPS):
@@ -255,7 +306,8 @@ def _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk,
                      wa_ptr, sa_ptr, pa_ptr, NA, tiles_a, wb_ptr, sb_ptr, pb_ptr, NB,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                      INTERPRET: tl.constexpr, GEMV: tl.constexpr, XNORM: tl.constexpr = False,
-                     nw_ptr=None, eps=0.0, SS_TILES: tl.constexpr = 1, SWAP: tl.constexpr = False):
+                     nw_ptr=None, eps=0.0, SS_TILES: tl.constexpr = 1, SWAP: tl.constexpr = False,
+                     SCALES: tl.constexpr = True):
     """Program (pid, split): one BLOCK_N tile of W_a (pid < tiles_a) or W_b, one K chunk
     (XNORM: x made from normed bf16 rows, ``_tile``). One ``_tile`` for both matrices, so
     the program holds one set of pipeline buffers."""
@@ -263,7 +315,7 @@ def _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk,
     tile = tl.where(on_a, pid, pid - tiles_a)
     _tile(xq_ptr, sx_ptr, M, K, tl.where(on_a, wa_ptr, wb_ptr), tl.where(on_a, sa_ptr, sb_ptr),
           tl.where(on_a, pa_ptr, pb_ptr), tl.where(on_a, NA, NB), tile, split, k_chunk,
-          BLOCK_M, BLOCK_N, GROUPS, INTERPRET, GEMV, XNORM, nw_ptr, eps, SS_TILES, SWAP)
+          BLOCK_M, BLOCK_N, GROUPS, INTERPRET, GEMV, XNORM, nw_ptr, eps, SS_TILES, SWAP, SCALES)
 
 
 @triton.jit
@@ -274,14 +326,14 @@ def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                        INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
                        TAILS: tl.constexpr, SPLIT: tl.constexpr, SUMSQ: tl.constexpr,
-                       SWAP: tl.constexpr):
+                       SWAP: tl.constexpr, SCALES: tl.constexpr):
     pid = tl.program_id(0)
     split = tl.program_id(1)
     _fp8_linear_prefetch(pid, split, K, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB, BLOCK_N, PDL)
     stage_begin(PDL)
     _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk, wa_ptr, sa_ptr, pa_ptr, NA,
                      tiles_a, wb_ptr, sb_ptr, pb_ptr, NB, BLOCK_M, BLOCK_N, GROUPS, INTERPRET,
-                     GEMV, SWAP=SWAP)
+                     GEMV, SWAP=SWAP, SCALES=SCALES)
     # the tile's last K chunk to finish sums the tile (``_row_tail``); tiles from tail_tiles
     # on (W_b's, when only W_a has rows) have none
     if TAILS and pid < tail_tiles:
@@ -403,7 +455,7 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
         wq_b, ws_b, parts_b, wq_b.shape[0], arrivals, rows_a, ss_a, rows_b, ss_b, tail_tiles,
         BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
         PDL=use_pdl, GEMV=gemv, TAILS=tails is not None, SPLIT=split if tails is not None else 1,
-        SUMSQ=sumsq, SWAP=swap(block_n, gemv),
+        SUMSQ=sumsq, SWAP=swap(block_n, gemv), SCALES=SCALES_AHEAD,
         num_warps=NUM_WARPS, num_stages=3, **launch,
     )
 

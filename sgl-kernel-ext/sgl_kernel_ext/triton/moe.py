@@ -276,7 +276,8 @@ def _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr
                   gu_part_ptr, SLOTS, k_chunk,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                   SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr, GEMV: tl.constexpr,
-                  SWAP: tl.constexpr = False, STACK: tl.constexpr = False):
+                  SWAP: tl.constexpr = False, STACK: tl.constexpr = False,
+                  SCALES: tl.constexpr = True):
     """gu_dq, gu_ds (sgu_*: the shared expert's): elements from a routed expert's gate rows
     (scales) to its up rows (``up_offsets``), for the STACK form."""
     n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
@@ -286,13 +287,28 @@ def _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr
         _gate_up_tile(tile, slot, split, xq_ptr, sx_ptr, M, K, I, g_q, g_s, u_q, u_s,
                       tl.where(e == E, sgu_dq, gu_dq), tl.where(e == E, sgu_ds, gu_ds), act_ptr,
                       gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET,
-                      GEMV, SWAP, STACK)
+                      GEMV, SWAP, STACK, SCALES)
+
+
+@triton.jit
+def _stacked_scales(g_s, row_s, n_ok, sx_ptr, M, K, kb, kb_end, BLOCK_M: tl.constexpr,
+                    GROUPS: tl.constexpr):
+    """(stacked rows' scales, x's rows' scales) of the GROUPS groups from kb (clamped to
+    kb_end - 1), a tuple."""
+    offs_m = tl.arange(0, BLOCK_M)
+    kblocks = tl.cdiv(K, 128)
+    out = ()
+    for j in tl.static_range(GROUPS):
+        kk = tl.minimum(kb + j, kb_end - 1)
+        out = out + ((tl.load(g_s + row_s + kk, mask=n_ok, other=0.0),
+                      tl.load(sx_ptr + offs_m * kblocks + kk, mask=offs_m < M, other=0.0)),)
+    return out
 
 
 @triton.jit
 def _stacked_dots(xq_ptr, sx_ptr, M, K, I, g_q, g_s, up_dq, up_ds, tile, kb0, kb_end,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
-                  INTERPRET: tl.constexpr):
+                  INTERPRET: tl.constexpr, SCALES: tl.constexpr = True):
     """(g, u), fp32 [BLOCK_M, BLOCK_N] each, of the K groups kb0..kb_end from one weight
     tile of 2 * BLOCK_N rows a group, gate and up interleaved (row 2c: column c's gate row,
     2c + 1 its up row), multiplied transposed (fp8_linear.swap): a 32-column tile becomes
@@ -307,16 +323,29 @@ def _stacked_dots(xq_ptr, sx_ptr, M, K, I, g_q, g_s, up_dq, up_ds, tile, kb0, kb
     kblocks = tl.cdiv(K, 128)
     row_s = (col // 128) * kblocks + up * up_ds
     acc = tl.zeros((2 * BLOCK_N, BLOCK_M), dtype=tl.float32)
+    if SCALES:  # each group's scales loaded an iteration ahead (fp8_linear.SCALES_AHEAD)
+        sc = _stacked_scales(g_s, row_s, n_ok, sx_ptr, M, K, kb0, kb_end, BLOCK_M, GROUPS)
     for kb in range(kb0, kb_end, GROUPS):
+        if SCALES:
+            nxt = _stacked_scales(g_s, row_s, n_ok, sx_ptr, M, K, kb + GROUPS, kb_end, BLOCK_M,
+                                  GROUPS)
         for j in tl.static_range(GROUPS):
             kk = tl.minimum(kb + j, kb_end - 1)
             k = kk * 128 + tl.arange(0, 128)
             k_ok = k < K
             w = tl.load(g_q + row_q[:, None] + k[None, :], mask=n_ok[:, None] & k_ok[None, :],
                         other=0.0)
-            sw = tl.load(g_s + row_s + kk, mask=n_ok, other=0.0)
-            x, sx = group_x(xq_ptr, sx_ptr, M, K, kk, BLOCK_M)
+            if SCALES:
+                offs_m = tl.arange(0, BLOCK_M)
+                x = tl.load(xq_ptr + offs_m[:, None] * K + k[None, :],
+                            mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0)
+                sw, sx = sc[j]
+            else:
+                sw = tl.load(g_s + row_s + kk, mask=n_ok, other=0.0)
+                x, sx = group_x(xq_ptr, sx_ptr, M, K, kk, BLOCK_M)
             acc += _scaled_dot(x, sx, w, sw, INTERPRET, True) * (kb + j < kb_end).to(tl.float32)
+        if SCALES:
+            sc = nxt
     g, u = tl.split(tl.reshape(tl.trans(acc), (BLOCK_M, BLOCK_N, 2)))
     return g, u
 
@@ -326,7 +355,7 @@ def _gate_up_tile(tile, slot, split, xq_ptr, sx_ptr, M, K, I, g_q, g_s, u_q, u_s
                   act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, SPLIT_K: tl.constexpr,
                   INTERPRET: tl.constexpr, GEMV: tl.constexpr, SWAP: tl.constexpr,
-                  STACK: tl.constexpr):
+                  STACK: tl.constexpr, SCALES: tl.constexpr = True):
     """Program (tile, slot, split) of gate/up given its expert's weights (SWAP: the MMAs
     transposed, fp8_linear.swap; STACK: gate and up as one transposed MMA, ``_stacked_dots``,
     the up rows up_dq elements and their scales up_ds past the gate's)."""
@@ -351,7 +380,7 @@ def _gate_up_tile(tile, slot, split, xq_ptr, sx_ptr, M, K, I, g_q, g_s, u_q, u_s
             u = _gemv_step(u, wu, xq_ptr, sx_ptr, M, K, u_s, n_block, k, k_ok, BLOCK_M)
     elif STACK:
         g, u = _stacked_dots(xq_ptr, sx_ptr, M, K, I, g_q, g_s, up_dq, up_ds, tile, kb0, kb_end,
-                             BLOCK_M, BLOCK_N, GROUPS, INTERPRET)
+                             BLOCK_M, BLOCK_N, GROUPS, INTERPRET, SCALES)
     else:
         if SWAP:
             g = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
@@ -385,7 +414,7 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, SPLIT_K: tl.constexpr,
                     INTERPRET: tl.constexpr, PDL: tl.constexpr, TAIL: tl.constexpr,
                     GEMV: tl.constexpr, SHARED_EARLY: tl.constexpr, SWAP: tl.constexpr,
-                    STACK: tl.constexpr):
+                    STACK: tl.constexpr, SCALES: tl.constexpr):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     split = tl.program_id(2)
@@ -395,7 +424,7 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
         # nothing running reads or writes their outputs)
         _gate_up_tile(tile, 0, split, xq_ptr, sx_ptr, M, K, I, sgq_ptr, sgs_ptr, suq_ptr,
                       sus_ptr, sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M,
-                      BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK)
+                      BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK, SCALES)
         stage_begin(PDL)
     else:
         _gate_up_prefetch(tile, slot, split, K, I, sgq_ptr, suq_ptr, k_chunk, BLOCK_N, PDL)
@@ -404,7 +433,7 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                       num_slots_ptr, gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
                       sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr,
                       gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET,
-                      GEMV, SWAP, STACK)
+                      GEMV, SWAP, STACK, SCALES)
     if TAIL:  # the last K chunk of (tile, slot) to finish sums the chunks and applies SwiGLU
         if arrive_last(arrivals_ptr + slot * tl.num_programs(0) + tile, SPLIT_K):
             _swiglu_task(slot, tile, gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS, SPLIT_K,
@@ -902,7 +931,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, SPLIT_K=split_k,
         INTERPRET=interpreting(), PDL=overlap.enabled(), TAIL=tail, GEMV=gemv,
         SHARED_EARLY=shared_early, SWAP=fp8_linear.swap(block_n, gemv, GATE_UP_SWAP),
-        STACK=gate_up_stack(block_n, gemv),
+        STACK=gate_up_stack(block_n, gemv), SCALES=fp8_linear.SCALES_AHEAD,
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
         num_stages=gate_up_stages(m, not num_experts),
         **overlap.launch_kw(),

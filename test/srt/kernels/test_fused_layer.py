@@ -321,6 +321,29 @@ def test_attention_loading_ahead_is_bitwise_the_plain_loop(ahead, preload, rows,
     assert not torch.isnan(outs[0].float()).any() and torch.equal(outs[0], outs[1])
 
 
+@pytest.mark.parametrize("rows", [1, 2, 8, 16])
+@pytest.mark.parametrize("kind", ["moe_indexer", "dense_indexer"])
+def test_scales_loaded_ahead_are_bitwise_the_plain_loop(kind, rows, monkeypatch):
+    """The linears' and gate/up's MMA loops loading each group's scales an iteration ahead
+    (fp8_linear.SCALES_AHEAD): the layer's output, residual and KV cache bitwise the plain
+    loops', on both sides of 2048 tokens with a pad row."""
+    from sgl_kernel_ext.triton import fp8_linear
+
+    lid = KINDS[kind]
+    case = make_case(CFG, lid, _contexts(rows, 3000, pad=rows > 1), seed=7, device="cuda",
+                     lw=_weights(lid))
+    outs = []
+    for ahead in (False, True):
+        monkeypatch.setattr(fp8_linear, "SCALES_AHEAD", ahead)
+        caches = clone_caches(case.caches)
+        layer = FusedLayer(CFG, case.lw, caches, rows, 3000)
+        y, res, _ = layer(case.hidden, case.residual, case.batch, case.topk_prev)
+        outs.append((y.clone(), res.clone(), caches.kv[lid].clone()))
+    assert not torch.isnan(outs[0][0].float()).any()
+    for plain, ahead in zip(*outs):
+        assert torch.equal(plain, ahead)
+
+
 @pytest.mark.parametrize("rows", [1, 12, 16])  # 1 (preloaded), 3 and 4 loop steps a chunk
 @pytest.mark.parametrize("parts, chains", [(1, 2), (8, 1), (8, 2), (4, 2)])
 def test_attention_in_column_tiles_matches_reference(parts, chains, rows, monkeypatch):

@@ -64,6 +64,42 @@ def test_fp8_linear_split_k_two_matrices_one_launch(rows, split, gemv, monkeypat
     torch.testing.assert_close(pb.sum(0), ref_fp8_linear(x, wb, FP32_OUT), rtol=1e-4, atol=1e-4)
 
 
+@pytest.mark.parametrize("rows", [1, 3])
+def test_scales_loaded_ahead_are_bitwise_the_plain_loop(rows, monkeypatch):
+    """The MMA loops with each group's scales loaded an iteration ahead
+    (fp8_linear.SCALES_AHEAD): the linear's partials (1 and 2 groups a step, a ragged last K
+    chunk whose clamped group is masked) and gate/up's stacked MMAs (its split K at 1-2
+    rows, none at 3) write the plain loop's bits, every element."""
+    g = torch.Generator().manual_seed(rows)
+    x = torch.randn(rows, 640, generator=g).bfloat16()  # 5 groups
+    w = quant_block(torch.randn(192, 640, generator=g) * 0.05)
+    xq, sx = quant_act(x)
+    lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
+    mw, sh, e, k = lw.mlp, lw.mlp.shared, CFG.n_routed_experts, CFG.num_experts_per_tok
+    hq, hs = quant_act(torch.randn(rows, CFG.hidden_size, generator=g).bfloat16())
+    slots = rows * k + 1
+    se = torch.tensor([e] + list(range(0, 2 * (slots - 1), 2)), dtype=torch.int32)
+    ns = torch.tensor([slots], dtype=torch.int32)
+    tiling = moe.gate_up_tiling(rows)
+    assert moe.gate_up_stack(tiling[0], False), "gate/up's stacked MMAs at this row count"
+    runs = []
+    for ahead in (False, True):
+        monkeypatch.setattr(fp8_linear, "SCALES_AHEAD", ahead)
+        out = []
+        for groups in (1, 2):
+            parts = torch.full((2, rows, 192), float("nan"))
+            fp8_linear.fp8_linear(xq, sx.contiguous(), w.q, w.s, parts, groups=groups)
+            out.append(parts)
+        act = torch.full((slots, rows, mw.gate.q.shape[1]), float("nan"), dtype=torch.bfloat16)
+        gu_parts = torch.full((tiling[2], slots, rows, 2, act.shape[2]), float("nan"))
+        moe.gate_up(hq, hs.contiguous(), e, se, ns, mw.gate.q, mw.gate.s, mw.up.q, mw.up.s,
+                    sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act,
+                    gu_parts if tiling[2] > 1 else None, tiling=tiling)
+        runs.append(out + [act])
+    for plain, ahead in zip(*runs):
+        assert not torch.isnan(plain.float()).any() and torch.equal(plain, ahead)
+
+
 @pytest.mark.parametrize("both", [True, False],
                          ids=["rows_and_sums_of_squares", "w_a_rows_only"])
 def test_fp8_linear_tails_sum_each_column_tile(both):
