@@ -73,7 +73,11 @@ GEMV_GROUPS = 2
 # the MMA) but issues these small loads in the iteration that uses them, which then waits for
 # them after its MMAs: sm_90a SASS of the linears' loop (sm90_compile.py, CPU) has 12 plain
 # global loads whose first use follows the first MMA group's wait (the kernels' SCALES
-# constexpr; the persistent layer's tasks take their default, on).
+# constexpr; the persistent layer's tasks take their default, on). On an H200 the plain loops
+# make a layer 0.4-2.2 us slower at 1-16 rows, every kind (tiling_probe_20261202T051811Z:
+# scales_in_step); bitwise the same output. Down's loop (2 groups at TP8) with its activations
+# and scales an iteration ahead: 0.4-1.6 us slower a MoE layer at 1-2 rows, within 0.3 at
+# 4-16 (T052409Z, code at 3040a43), so it keeps the plain loop.
 SCALES_AHEAD = True
 
 

@@ -192,27 +192,12 @@ def _router_route_kernel(x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk, a
 
 
 @triton.jit
-def _down_group_inputs(a_ptr, stride_am, M, K, s_ptr, offs_n, N, kb, BLOCK_M: tl.constexpr):
-    """(bf16 activations [BLOCK_M, 128] of the 128-column group kb as fp32, zero past M; the
-    weight rows offs_n's scales of that group)."""
-    offs_m = tl.arange(0, BLOCK_M)
-    k = kb * 128 + tl.arange(0, 128)
-    a = tl.load(a_ptr + offs_m[:, None] * stride_am + k[None, :],
-                mask=(offs_m[:, None] < M) & (k < K)[None, :], other=0.0).to(tl.float32)
-    sw = tl.load(s_ptr + (offs_n // 128) * tl.cdiv(K, 128) + kb, mask=offs_n < N, other=0.0)
-    return a, sw
-
-
-@triton.jit
 def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
-                  GEMV: tl.constexpr, GROUPS: tl.constexpr, SWAP: tl.constexpr = False,
-                  SCALES: tl.constexpr = True):
+                  GEMV: tl.constexpr, GROUPS: tl.constexpr, SWAP: tl.constexpr = False):
     """fp32 [BLOCK_M, BLOCK_N] = quant(a[M, K]) . W[offs_n, K]^T with both block scales, on
     the tensor cores (SWAP: transposed, fp8_linear.swap) or (GEMV, a few rows) as fp32
-    multiply-and-sum in registers, GROUPS 128-column groups a step. SCALES: on the tensor
-    cores each group's activations (quantized here) and weight scales are loaded an iteration
-    ahead (fp8_linear.SCALES_AHEAD)."""
+    multiply-and-sum in registers, GROUPS 128-column groups a step."""
     offs_m = tl.arange(0, BLOCK_M)
     n_ok = offs_n < N
     kblocks = tl.cdiv(K, 128)
@@ -240,24 +225,17 @@ def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
         offs_k = tl.arange(0, 128)
         if SWAP:  # the transposed MMA (fp8_linear.swap), its tile transposed once at the end
             acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        if SCALES:
-            a, sw = _down_group_inputs(a_ptr, stride_am, M, K, s_ptr, offs_n, N, 0, BLOCK_M)
         for kb in range(0, kblocks):
             k = kb * 128 + offs_k
             k_ok = k < K
             w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :],
                         mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-            if SCALES:
-                a_next, sw_next = _down_group_inputs(a_ptr, stride_am, M, K, s_ptr, offs_n, N,
-                                                     tl.minimum(kb + 1, kblocks - 1), BLOCK_M)
-            else:
-                a, sw = _down_group_inputs(a_ptr, stride_am, M, K, s_ptr, offs_n, N, kb, BLOCK_M)
+            a = tl.load(a_ptr + offs_m[:, None] * stride_am + k[None, :],
+                        mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0).to(tl.float32)
             sa = tl.maximum(tl.max(tl.abs(a), axis=1), 1e-10) / 448.0
             aq = to_e4m3(tl.clamp(a * (1.0 / sa)[:, None], -448.0, 448.0), INTERPRET)
+            sw = tl.load(s_ptr + (offs_n // 128) * kblocks + kb, mask=n_ok, other=0.0)
             acc += _scaled_dot(aq, sa, w, sw, INTERPRET, SWAP)
-            if SCALES:
-                a = a_next
-                sw = sw_next
         if SWAP:
             acc = tl.trans(acc)
     return acc
@@ -511,7 +489,7 @@ def _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr
                num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
                terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                INTERPRET: tl.constexpr, GEMV: tl.constexpr, GROUPS: tl.constexpr,
-               SWAP: tl.constexpr = False, SCALES: tl.constexpr = True):
+               SWAP: tl.constexpr = False):
     """Program (tile, slot): term = bf16(weight * act_slot D_e^T) for the rows that chose the
     slot's expert, stored at terms[row, rank of the expert in the row]."""
     n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
@@ -521,7 +499,7 @@ def _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr
         offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
         m_ok = offs_m < M
         y = _fp8_tile_dot(act_ptr + slot * M * I, I, M, I, d_q, d_s, offs_n, H, BLOCK_M, BLOCK_N,
-                          INTERPRET, GEMV, GROUPS, SWAP, SCALES)
+                          INTERPRET, GEMV, GROUPS, SWAP)
         w = tl.load(slot_weight_ptr + slot * M + offs_m, mask=m_ok, other=0.0)  # 1 when shared
         rank = tl.load(slot_rank_ptr + slot * M + offs_m, mask=m_ok, other=-1)
         keep = m_ok & (rank >= 0)
@@ -534,7 +512,7 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
                  num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
                  terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
-                 GROUPS: tl.constexpr, SWAP: tl.constexpr, SCALES: tl.constexpr):
+                 GROUPS: tl.constexpr, SWAP: tl.constexpr):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     # the slot table was written by route, two or more kernels back
@@ -543,7 +521,7 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
     stage_begin(PDL)
     _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
-               terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET, GEMV, GROUPS, SWAP, SCALES)
+               terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET, GEMV, GROUPS, SWAP)
 
 
 @triton.jit
@@ -987,7 +965,7 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         TERMS=n_terms, BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, INTERPRET=interpreting(),
         PDL=overlap.enabled(), GEMV=gemv,
         GROUPS=min(DOWN_GEMV_GROUPS, triton.cdiv(inter, 128)) if gemv else 1,
-        SWAP=down_swap(block_n, gemv), SCALES=fp8_linear.SCALES_AHEAD,
+        SWAP=down_swap(block_n, gemv),
         num_warps=num_warps,
         num_stages=DOWN_STAGES if moe_mma else 3, **overlap.launch_kw(),
         **({"maxnreg": cap} if moe_mma and (cap := down_maxnreg(m)) else {}),
