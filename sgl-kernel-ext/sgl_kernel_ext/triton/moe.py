@@ -33,7 +33,7 @@ from . import bf16_linear, fp8_linear, overlap
 from .arrival import arrive_last
 from .bf16_linear import _bf16_linear_prefetch, _bf16_linear_task
 from .fp8_linear import (_fp8_group_dot, _gemv_step, _scaled_dot, block_m, grid_shape,
-                         group_x, interpreting)
+                         group_tiles, group_x, interpreting, step_scales)
 from .overlap import prefetch_rows, stage_begin
 from .quant import sum_parts, to_e4m3
 
@@ -385,14 +385,31 @@ def _gate_up_tile(tile, slot, split, xq_ptr, sx_ptr, M, K, I, g_q, g_s, u_q, u_s
         if SWAP:
             g = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
             u = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
+        if SCALES:  # each group's scales loaded an iteration ahead (fp8_linear.SCALES_AHEAD)
+            sg = step_scales(g_s, offs_n, I, K, kb0, kb_end, sx_ptr, M, BLOCK_M, GROUPS)
+            su = step_scales(u_s, offs_n, I, K, kb0, kb_end, sx_ptr, M, BLOCK_M, GROUPS)
         for kb in range(kb0, kb_end, GROUPS):
+            if SCALES:
+                ng = step_scales(g_s, offs_n, I, K, kb + GROUPS, kb_end, sx_ptr, M, BLOCK_M,
+                                 GROUPS)
+                nu = step_scales(u_s, offs_n, I, K, kb + GROUPS, kb_end, sx_ptr, M, BLOCK_M,
+                                 GROUPS)
             for j in tl.static_range(GROUPS):
                 kk = tl.minimum(kb + j, kb_end - 1)
                 on = (kb + j < kb_end).to(tl.float32)
-                g += _fp8_group_dot(xq_ptr, sx_ptr, M, K, g_q, g_s, offs_n, I, kk, BLOCK_M,
-                                    INTERPRET, SWAP) * on
-                u += _fp8_group_dot(xq_ptr, sx_ptr, M, K, u_q, u_s, offs_n, I, kk, BLOCK_M,
-                                    INTERPRET, SWAP) * on
+                if SCALES:
+                    wg, x = group_tiles(xq_ptr, M, K, g_q, offs_n, I, kk, BLOCK_M)
+                    wu, xu = group_tiles(xq_ptr, M, K, u_q, offs_n, I, kk, BLOCK_M)
+                    g += _scaled_dot(x, sg[j][1], wg, sg[j][0], INTERPRET, SWAP) * on
+                    u += _scaled_dot(xu, su[j][1], wu, su[j][0], INTERPRET, SWAP) * on
+                else:
+                    g += _fp8_group_dot(xq_ptr, sx_ptr, M, K, g_q, g_s, offs_n, I, kk, BLOCK_M,
+                                        INTERPRET, SWAP) * on
+                    u += _fp8_group_dot(xq_ptr, sx_ptr, M, K, u_q, u_s, offs_n, I, kk, BLOCK_M,
+                                        INTERPRET, SWAP) * on
+            if SCALES:
+                sg = ng
+                su = nu
         if SWAP:
             g = tl.trans(g)
             u = tl.trans(u)

@@ -321,7 +321,7 @@ def test_attention_loading_ahead_is_bitwise_the_plain_loop(ahead, preload, rows,
     assert not torch.isnan(outs[0].float()).any() and torch.equal(outs[0], outs[1])
 
 
-@pytest.mark.parametrize("rows", [1, 2, 8, 16])
+@pytest.mark.parametrize("rows", [1, 2, 8, 12, 16])  # 12: gate/up's 64-column tiles
 @pytest.mark.parametrize("kind", ["moe_indexer", "dense_indexer"])
 def test_scales_loaded_ahead_are_bitwise_the_plain_loop(kind, rows, monkeypatch):
     """The linears' and gate/up's MMA loops loading each group's scales an iteration ahead

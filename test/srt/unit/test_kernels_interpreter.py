@@ -68,8 +68,9 @@ def test_fp8_linear_split_k_two_matrices_one_launch(rows, split, gemv, monkeypat
 def test_scales_loaded_ahead_are_bitwise_the_plain_loop(rows, monkeypatch):
     """The MMA loops with each group's scales loaded an iteration ahead
     (fp8_linear.SCALES_AHEAD): the linear's partials (1 and 2 groups a step, a ragged last K
-    chunk whose clamped group is masked) and gate/up's stacked MMAs (its split K at 1-2 rows,
-    none at 3) write the plain loop's bits, every element."""
+    chunk whose clamped group is masked) and gate/up's MMAs (32 columns stacked, its split K
+    at 1-2 rows, none at 3; stacked or 64 columns apart over two K steps) write the plain
+    loop's bits, every element."""
     g = torch.Generator().manual_seed(rows)
     x = torch.randn(rows, 640, generator=g).bfloat16()  # 5 groups
     w = quant_block(torch.randn(192, 640, generator=g) * 0.05)
@@ -80,8 +81,9 @@ def test_scales_loaded_ahead_are_bitwise_the_plain_loop(rows, monkeypatch):
     slots = rows * k + 1
     se = torch.tensor([e] + [(2 * i) % e for i in range(slots - 1)], dtype=torch.int32)
     ns = torch.tensor([slots], dtype=torch.int32)
-    tiling = moe.gate_up_tiling(rows)
-    assert moe.gate_up_stack(tiling[0], False), "gate/up's stacked MMAs at this row count"
+    # the layer's (32 columns stacked), and 32 stacked or 64 apart in two K steps of a group
+    tilings = [moe.gate_up_tiling(rows), (32, 1, 1), (64, 1, 1)]
+    assert moe.gate_up_stack(tilings[0][0], False) and not moe.gate_up_stack(64, False)
     runs = []
     for ahead in (False, True):
         monkeypatch.setattr(fp8_linear, "SCALES_AHEAD", ahead)
@@ -90,12 +92,15 @@ def test_scales_loaded_ahead_are_bitwise_the_plain_loop(rows, monkeypatch):
             parts = torch.full((2, rows, 192), float("nan"))
             fp8_linear.fp8_linear(xq, sx.contiguous(), w.q, w.s, parts, groups=groups)
             out.append(parts)
-        act = torch.full((slots, rows, mw.gate.q.shape[1]), float("nan"), dtype=torch.bfloat16)
-        gu_parts = torch.full((tiling[2], slots, rows, 2, act.shape[2]), float("nan"))
-        moe.gate_up(hq, hs.contiguous(), e, se, ns, mw.gate.q, mw.gate.s, mw.up.q, mw.up.s,
-                    sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act,
-                    gu_parts if tiling[2] > 1 else None, tiling=tiling)
-        runs.append(out + [act])
+        for tiling in tilings:
+            act = torch.full((slots, rows, mw.gate.q.shape[1]), float("nan"),
+                             dtype=torch.bfloat16)
+            gu_parts = torch.full((tiling[2], slots, rows, 2, act.shape[2]), float("nan"))
+            moe.gate_up(hq, hs.contiguous(), e, se, ns, mw.gate.q, mw.gate.s, mw.up.q,
+                        mw.up.s, sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act,
+                        gu_parts if tiling[2] > 1 else None, tiling=tiling)
+            out.append(act)
+        runs.append(out)
     for plain, ahead in zip(*runs):
         assert not torch.isnan(plain.float()).any() and torch.equal(plain, ahead)
 
