@@ -74,10 +74,11 @@ run_long() {
   echo "decode_step rc=$?"; grep -E "^\|" "$L/decode_step_long.log" | tail -8
 }
 # the alternatives beside the newest defaults, re-timed (the attention's tiles and the MoE's
-# one-row form, tiling_probe_20261201T212315Z, T212843Z, T212922Z), and the GPU tests of the
-# attention's tile forms
-PENDING_TESTS="column_tiles"
-PENDING="attn_one_tile,attn_parts_every_step,moe_gemv_at_1,moe_dot"
+# one-row form, tiling_probe_20261201T212315Z, T212843Z, T212922Z; gate/up's 64-column tiles
+# with their scales an iteration ahead, moe.GATE_UP_64_SCALES_AHEAD, never yet on a GPU), and
+# the GPU tests of those forms
+PENDING_TESTS="column_tiles or scales_loaded_ahead"
+PENDING="attn_one_tile,attn_parts_every_step,moe_gemv_at_1,moe_dot,gate_up_64_scales_ahead"
 # at a 32K context, beside the defaults (the index scores as keys x q^T since
 # tiling_probe_20261202T020550Z): the scores as q x keys^T, and the opt-in top-k forms timed
 # there before that change: its first pass in the index scores (topk.SCORES_HISTOGRAM), with

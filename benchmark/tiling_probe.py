@@ -111,6 +111,8 @@ VARIANTS = {
     # the linears' and gate/up's MMA loops loading each group's scales in the iteration that
     # uses them (default: an iteration ahead, fp8_linear.SCALES_AHEAD)
     "scales_in_step": {("fp8_linear", "SCALES_AHEAD"): False},
+    # gate/up's 64-column tiles (9-12 rows) loading their scales an iteration ahead too
+    "gate_up_64_scales_ahead": {("moe", "GATE_UP_64_SCALES_AHEAD"): True},
     "attn_ahead_2_two_stages": {("mla", "ATTN_AHEAD"): 2,
                                 ("mla", "ATTN_DOUBLE_BUFFER_FROM_STEPS"): 1 << 30},
     "attn_ahead_2_block_32": {("mla", "ATTN_AHEAD"): 2, ("mla", "ATTN_BLOCK_T"): 32},

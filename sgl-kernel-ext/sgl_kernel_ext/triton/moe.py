@@ -745,6 +745,11 @@ DENSE_DOWN = (64, 8)
 # (T182326Z: gate_up_32_always); in the deep form or 2 stages within -1.6..+0.4 us a MoE
 # layer, -0.9..-3.8 with the indexer at 10 and 12, so no change (T185111Z).
 GATE_UP_64_COLUMN_ROWS = range(9, 13)
+# whether those 64-column tiles (gate and up apart) also load each group's scales an iteration
+# ahead, as the linears and the 32-column stacked tiles do (fp8_linear.SCALES_AHEAD). Opt-in:
+# bitwise the plain loop under the interpreter, not yet timed or tested on a GPU
+# (release_run.sh pending: gate_up_64_scales_ahead).
+GATE_UP_64_SCALES_AHEAD = False
 
 # rows from which a MoE layer's gate/up runs in 2 pipeline stages rather than 3 (on the
 # tensor cores): on an H200 with 64 columns a program a MoE layer was 7.6-10.7 us faster at
@@ -937,6 +942,8 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         assert arrivals.dtype == torch.int32 and arrivals.numel() >= tiles * slots
     # a MoE layer's slot 0 (a dense layer's only slot reads x from the kernel just before)
     shared_early = bool(num_experts) and m >= SHARED_BEFORE_WAIT_FROM_ROWS and overlap.enabled()
+    scales_ahead = fp8_linear.SCALES_AHEAD and (gate_up_stack(block_n, gemv)
+                                                or GATE_UP_64_SCALES_AHEAD)
     _gate_up_kernel[(tiles, slots, split_k)](
         xq, sx, m, k, inter, num_experts, slot_expert, num_slots,
         gate_q, gate_s, up_q, up_s, gate_q.stride(0) if gate_q.dim() == 3 else 0,
@@ -948,7 +955,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, SPLIT_K=split_k,
         INTERPRET=interpreting(), PDL=overlap.enabled(), TAIL=tail, GEMV=gemv,
         SHARED_EARLY=shared_early, SWAP=fp8_linear.swap(block_n, gemv, GATE_UP_SWAP),
-        STACK=gate_up_stack(block_n, gemv), SCALES=fp8_linear.SCALES_AHEAD,
+        STACK=gate_up_stack(block_n, gemv), SCALES=scales_ahead,
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
         num_stages=gate_up_stages(m, not num_experts),
         **overlap.launch_kw(),

@@ -321,14 +321,18 @@ def test_attention_loading_ahead_is_bitwise_the_plain_loop(ahead, preload, rows,
     assert not torch.isnan(outs[0].float()).any() and torch.equal(outs[0], outs[1])
 
 
-@pytest.mark.parametrize("rows", [1, 2, 8, 12, 16])  # 12: gate/up's 64-column tiles
+@pytest.mark.parametrize("rows, wide", [(1, False), (2, False), (8, False), (16, False),
+                                        (12, True)])  # 12: gate/up's 64-column tiles
 @pytest.mark.parametrize("kind", ["moe_indexer", "dense_indexer"])
-def test_scales_loaded_ahead_are_bitwise_the_plain_loop(kind, rows, monkeypatch):
+def test_scales_loaded_ahead_are_bitwise_the_plain_loop(kind, rows, wide, monkeypatch):
     """The linears' and gate/up's MMA loops loading each group's scales an iteration ahead
-    (fp8_linear.SCALES_AHEAD), on both sides of 2048 tokens with a pad row: the layer's
+    (fp8_linear.SCALES_AHEAD; wide: also gate/up's 64-column tiles, the opt-in
+    moe.GATE_UP_64_SCALES_AHEAD), on both sides of 2048 tokens with a pad row: the layer's
     output, residual and cache bytes bitwise the plain loops', within NUMERICS of the
     reference."""
-    from sgl_kernel_ext.triton import fp8_linear
+    from sgl_kernel_ext.triton import fp8_linear, moe
+
+    monkeypatch.setattr(moe, "GATE_UP_64_SCALES_AHEAD", wide)
 
     lid = KINDS[kind]
     case = make_case(CFG, lid, _contexts(rows, 3000, pad=rows > 1), seed=7, device="cuda",

@@ -85,6 +85,7 @@ def test_scales_loaded_ahead_are_bitwise_the_plain_loop(rows, monkeypatch):
     tilings = [moe.gate_up_tiling(rows), (32, 1, 1), (64, 1, 1)]
     assert moe.gate_up_stack(tilings[0][0], False) and not moe.gate_up_stack(64, False)
     runs = []
+    monkeypatch.setattr(moe, "GATE_UP_64_SCALES_AHEAD", True)  # opt-in: tested here too
     for ahead in (False, True):
         monkeypatch.setattr(fp8_linear, "SCALES_AHEAD", ahead)
         out = []
