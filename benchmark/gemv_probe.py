@@ -52,6 +52,29 @@ def graph_time(fn, copies: int, replays: int = 20) -> float:
     return times[len(times) // 2]
 
 
+def copy_bandwidth(dev) -> float:
+    """Bytes a second of a device copy of 1 GiB (read plus write)."""
+    src = torch.empty(2**30, dtype=torch.uint8, device=dev)
+    dst = torch.empty_like(src)
+    us = graph_time(lambda i: dst.copy_(src), 4)
+    return 2 * src.numel() / (us * 1e-6)
+
+
+def weight_copies(n: int, k: int, bw: float, dev) -> tuple:
+    """(e4m3 [n, k] weights, their block scales, the matrix's row: its bytes, floor and the
+    time to read them as half a device copy) with enough copies that cycling through them
+    leaves none in L2."""
+    nbytes = n * k
+    copies = max(8, -(-240 * 2**20 // nbytes))
+    ws = [torch.randn(n, k, device=dev).to(torch.float8_e4m3fn) for _ in range(copies)]
+    ss = [torch.rand(-(-n // 128), k // 128, device=dev) + 0.5 for _ in range(copies)]
+    src = [torch.empty(nbytes, dtype=torch.uint8, device=dev) for _ in range(copies)]
+    dst = torch.empty(nbytes, dtype=torch.uint8, device=dev)
+    row = {"n": n, "k": k, "bytes": nbytes, "floor_us": nbytes / bw * 1e6}
+    row["copy_us"] = graph_time(lambda i: dst.copy_(src[i]), copies) * 0.5  # read half
+    return ws, ss, row
+
+
 def probe_variants(n: int, k: int, m: int) -> list:
     """The fp8_linear configurations timed for an [n, k] matrix at m rows."""
     out = []
@@ -70,23 +93,13 @@ def main() -> None:
     ap.add_argument("--ms", default="1,4,16")
     args = ap.parse_args()
     dev = "cuda"
-    bw_buf = torch.empty(2**30, dtype=torch.uint8, device=dev)
-    bw_dst = torch.empty_like(bw_buf)
-    us = graph_time(lambda i: bw_dst.copy_(bw_buf), 4)
-    bw = 2 * bw_buf.numel() / (us * 1e-6)
-    del bw_buf, bw_dst
+    bw = copy_bandwidth(dev)
     results = {"copy_bandwidth_bytes_per_s": bw, "pdl": overlap.enabled(), "rows": []}
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s, pdl={overlap.enabled()}")
     for name, (n, k) in SHAPES.items():
-        nbytes = n * k
-        copies = max(8, -(-240 * 2**20 // nbytes))
-        ws = [torch.randn(n, k, device=dev).to(torch.float8_e4m3fn) for _ in range(copies)]
-        ss = [torch.rand(-(-n // 128), k // 128, device=dev) + 0.5 for _ in range(copies)]
-        src = [torch.empty(nbytes, dtype=torch.uint8, device=dev) for _ in range(copies)]
-        dst = torch.empty(nbytes, dtype=torch.uint8, device=dev)
-        floor_us = nbytes / bw * 1e6
-        row = {"matrix": name, "n": n, "k": k, "bytes": nbytes, "floor_us": floor_us}
-        row["copy_us"] = graph_time(lambda i: dst.copy_(src[i]), copies) * 0.5  # read half
+        ws, ss, row = weight_copies(n, k, bw, dev)
+        row = dict(row, matrix=name)
+        floor_us, copies = row["floor_us"], len(ws)
         for m in map(int, args.ms.split(",")):
             xq = torch.randn(m, k, device=dev).to(torch.float8_e4m3fn)
             sx = torch.rand(m, k // 128, device=dev) + 0.5
@@ -102,7 +115,7 @@ def main() -> None:
                 results["rows"].append(r)
                 print(f"{name:16s} m={m:2d} {variant['name']:28s} {t:7.2f} us  floor "
                       f"{floor_us:5.2f}  copy {row['copy_us']:5.2f}  {floor_us / t:5.2f}")
-        del ws, ss, src
+        del ws, ss
     with open(os.path.join(args.out, "gemv_probe.json"), "w") as f:
         json.dump(results, f, indent=1)
 

@@ -29,7 +29,7 @@ import torch
 import triton
 import triton.language as tl
 
-from benchmark.gemv_probe import graph_time
+from benchmark.gemv_probe import copy_bandwidth, graph_time, weight_copies
 from sgl_kernel_ext.triton import fp8_linear, overlap
 from sgl_kernel_ext.triton.fp8_linear import _fp8_linear_prefetch, group_x
 from sgl_kernel_ext.triton.overlap import stage_begin
@@ -97,23 +97,15 @@ def main() -> None:
     ap.add_argument("--hot-only", action="store_true", help="only the stage kernel, cold and hot")
     args = ap.parse_args()
     dev = "cuda"
-    bw_buf = torch.empty(2**30, dtype=torch.uint8, device=dev)
-    bw_dst = torch.empty_like(bw_buf)
-    bw = 2 * bw_buf.numel() / (graph_time(lambda i: bw_dst.copy_(bw_buf), 4) * 1e-6)
-    del bw_buf, bw_dst
+    bw = copy_bandwidth(dev)
     results = {"copy_bandwidth_bytes_per_s": bw, "pdl": overlap.enabled(),
                "commit": os.environ.get("BENCH_COMMIT"), "rows": []}
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s, pdl={overlap.enabled()}", flush=True)
     torch.manual_seed(0)
     for name, (n, k) in SHAPES.items():
-        nbytes = n * k
-        copies = max(8, -(-240 * 2**20 // nbytes))
-        ws = [torch.randn(n, k, device=dev).to(torch.float8_e4m3fn) for _ in range(copies)]
-        ss = [torch.rand(-(-n // 128), k // 128, device=dev) + 0.5 for _ in range(copies)]
-        src = [torch.empty(nbytes, dtype=torch.uint8, device=dev) for _ in range(copies)]
-        dst = torch.empty(nbytes, dtype=torch.uint8, device=dev)
-        row = {"matrix": name, "n": n, "k": k, "bytes": nbytes, "floor_us": nbytes / bw * 1e6}
-        row["copy_us"] = graph_time(lambda i: dst.copy_(src[i]), copies) * 0.5  # read half
+        ws, ss, row = weight_copies(n, k, bw, dev)
+        row = dict(row, matrix=name)
+        copies = len(ws)
         for m in map(int, args.ms.split(",")):
             xq = torch.randn(m, k, device=dev).to(torch.float8_e4m3fn)
             sx = torch.rand(m, k // 128, device=dev) + 0.5
@@ -154,7 +146,7 @@ def main() -> None:
                 results["rows"].append(r)
                 print(f"{name:18s} m={m:2d} {name_v:28s} {t:7.2f} us  split {split:2d} "
                       f"err {err:.1e}", flush=True)
-        del ws, ss, src
+        del ws, ss
     with open(os.path.join(args.out, "tma_probe.json"), "w") as f:
         json.dump(results, f, indent=1)
 
