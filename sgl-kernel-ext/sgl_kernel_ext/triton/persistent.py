@@ -351,7 +351,8 @@ def _layer_kernel(
                           num_slots_ptr, gq_ptr, gs_ptr, uq_ptr, us_ptr, gu_q_stride,
                           gu_s_stride, sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, gu_dq, gu_ds,
                           sgu_dq, sgu_ds, act_ptr, gu_parts_ptr, slots, gu_chunk, BLOCK_M, GU_BN,
-                          GU_GROUPS, GU_SPLIT, INTERPRET, False, GU_SWAP, GU_STACK)
+                          GU_GROUPS, GU_SPLIT, INTERPRET, False, GU_SWAP, GU_STACK,
+                          GU_STACK)  # scales ahead as the stage kernel's (moe.gate_up)
             _signal(counters_ptr, S_GATE_UP)
         elif t < e_swiglu:
             if GU_SPLIT > 1:
