@@ -352,6 +352,11 @@ VARIANTS = {
     # groups a step (default 64 columns, 2 groups)
     "linear_block_128": {("fp8_linear", "tiling"): "linear_128_2"},
     "linear_block_128_1_group": {("fp8_linear", "tiling"): "linear_128_1"},
+    # 64 columns in 1 or 4 groups a step (default 2): more or fewer loop iterations, each
+    # cheaper since the scales load an iteration ahead (fp8_linear.SCALES_AHEAD); with 4,
+    # ptxas gives a program 120 KB of shared memory (3 stages): one a multiprocessor (CPU)
+    "linear_groups_1": {("fp8_linear", "tiling"): "linear_64_1"},
+    "linear_groups_4": {("fp8_linear", "tiling"): "linear_64_4"},
     # a MoE layer's gate/up in 2 pipeline stages from 2, 3, 9 or 12 rows, or at no row count
     # (default: from moe.GATE_UP_2_STAGES_FROM_ROWS; the deep rows keep their 4)
     **{f"gate_up_2_stages_from_{r}": {("moe", "GATE_UP_2_STAGES_FROM_ROWS"): r}
@@ -456,6 +461,7 @@ def main():
                **{f"wide_gu_{n}_{g}_{k}": _wide_tiling(moe.gate_up_tiling, (n, g, k))
                   for n, g, k in WIDE_GATE_UP},
                "linear_128_2": _linear_tiles(128, 2), "linear_128_1": _linear_tiles(128, 1),
+               "linear_64_1": _linear_tiles(64, 1), "linear_64_4": _linear_tiles(64, 4),
                **{f"{name}_split_{s}": _linear_split(fp8_linear.tiling, *shape, s)
                   for name, (shape, splits) in LINEAR_SPLITS.items() for s in splits}}
     dev = torch.device("cuda")

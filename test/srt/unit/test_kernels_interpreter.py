@@ -67,8 +67,8 @@ def test_fp8_linear_split_k_two_matrices_one_launch(rows, split, gemv, monkeypat
 @pytest.mark.parametrize("rows", [1, 3])
 def test_scales_loaded_ahead_are_bitwise_the_plain_loop(rows, monkeypatch):
     """The MMA loops with each group's scales loaded an iteration ahead
-    (fp8_linear.SCALES_AHEAD): the linear's partials (1 and 2 groups a step, a ragged last K
-    chunk whose clamped group is masked) and gate/up's MMAs (32 columns stacked, its split K
+    (fp8_linear.SCALES_AHEAD): the linear's partials (1, 2 and 4 groups a step, a ragged last
+    K chunk whose clamped groups are masked) and gate/up's MMAs (32 columns stacked, its split K
     at 1-2 rows, none at 3; stacked or 64 columns apart over two K steps) write the plain
     loop's bits, every element."""
     g = torch.Generator().manual_seed(rows)
@@ -89,7 +89,7 @@ def test_scales_loaded_ahead_are_bitwise_the_plain_loop(rows, monkeypatch):
     for ahead in (False, True):
         monkeypatch.setattr(fp8_linear, "SCALES_AHEAD", ahead)
         out = []
-        for groups in (1, 2):
+        for groups in (1, 2, 4):
             parts = torch.full((2, rows, 192), float("nan"))
             fp8_linear.fp8_linear(xq, sx.contiguous(), w.q, w.s, parts, groups=groups)
             out.append(parts)
