@@ -16,6 +16,11 @@ Measured on an H200 (results/tma_probe_h200_a787b2c.json): no tiling is clearly 
 moved by 1.2 us against an earlier probe: within this probe's noise, not a new floor. So
 fp8_linear keeps its pointer loads.
 
+``--hot-only`` times the stage kernel alone, on the rotated copies (cold) and on one copy that
+stays in L2 (hot). On an H200 (results/tma_probe_hot_h200_4cd6276.json), at one row, cold then
+hot: q_a|kv_a 8.3 / 5.4 us, o_proj 6.1 / 3.9, 9 experts' gate/up 12.6 / 7.9. Even from L2 a
+launch costs microseconds of its own latency, which led to ``fp8_linear.SCALES_AHEAD``.
+
     PYTHONPATH=python:sgl-kernel-ext:. python3 -m benchmark.tma_probe --out $OUT
 """
 
