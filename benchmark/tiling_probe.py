@@ -17,6 +17,7 @@ beside how far those baselines spread (the noise a difference must beat).
 from __future__ import annotations
 
 import argparse
+import sys
 
 import torch
 
@@ -60,8 +61,14 @@ def _linear_split(original, n, k, split):
 
 LINEAR_SPLITS = {"o_proj": ((6144, 2048), (1, 4)), "q_b": ((2048, 2048), (2, 4))}
 
+# whether the layers read their slots in place from a server's int32 pool table 1M positions
+# wide (runtime.step_rows' form, the kernels' slot_rows) rather than a table a row of ctx
+# int64 columns (variant pool_slots)
+POOL_SLOTS = False
+
 VARIANTS = {
     "baseline": {},
+    "pool_slots": {("probe", "POOL_SLOTS"): True},
     # gate/up's shared-expert programs waiting for router+route as the others do, or
     # multiplying before the wait from one row (default: from moe.SHARED_BEFORE_WAIT_FROM_ROWS)
     "shared_after_wait": {("moe", "SHARED_BEFORE_WAIT_FROM_ROWS"): 1 << 30},
@@ -453,7 +460,7 @@ def main():
     from sglang.srt.layers.fused_decode.reference.config import glm53_config
 
     modules = {"bf16_linear": bf16_linear, "fp8_linear": fp8_linear, "indexer": indexer, "mla": mla, "moe": moe, "norm": norm, "overlap": overlap,
-               "topk": topk}
+               "topk": topk, "probe": sys.modules[__name__]}
     derived = {"no_split_k": _no_split_k(moe.gate_up_tiling), "down_64": lambda m: 64,
                "down_128": lambda m: 128, "down_256": lambda m: 256,
                **{f"gu_{n}_{g}_{s}": _few_rows_tiling(moe.gate_up_tiling, (n, g, s))
@@ -490,6 +497,7 @@ def main():
         fused = build()
         for m in ms:
             batch = H.make_batch(m, args.ctx, dev, args.width)
+            pool = H.pool_batch(batch, 1 << 20)
             g = torch.Generator(device=dev).manual_seed(m)
             hid = torch.randn(m, cfg.hidden_size, generator=g, device=dev).to(torch.bfloat16)
             res = torch.randn(m, cfg.hidden_size, generator=g, device=dev).to(torch.bfloat16)
@@ -498,7 +506,7 @@ def main():
             def run():
                 h, r, t = hid, res, tprev
                 for layer in current:
-                    h, r, t = layer(h, r, batch, t)
+                    h, r, t = layer(h, r, pool if POOL_SLOTS else batch, t)
                 return h
 
             for name in args.variants.split(","):

@@ -22,7 +22,7 @@ import triton.language as tl
 from . import overlap
 from .fp8_linear import interpreting
 from .overlap import stage_begin
-from .mla import _rope_pairs
+from .mla import _rope_pairs, slot_args, slot_row
 from .quant import sum_parts, to_e4m3
 from .topk import SPLIT_CHUNK, _keys, capped_grid, split_chunks
 
@@ -92,12 +92,13 @@ PREPARE_HEADS = 4
 
 @triton.jit
 def _prepare_row(m, kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: tl.constexpr,
-                 ln_w_ptr, ln_b_ptr, ln_eps, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr,
-                 cache_ptr, q8_ptr, head_w_ptr, head_scale, NH: tl.constexpr, D: tl.constexpr,
-                 HALF_R: tl.constexpr, INTERPRET: tl.constexpr, hb=0, HB: tl.constexpr = 0):
+                 ln_w_ptr, ln_b_ptr, ln_eps, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr,
+                 inv_freq_ptr, cache_ptr, q8_ptr, head_w_ptr, head_scale, NH: tl.constexpr,
+                 D: tl.constexpr, HALF_R: tl.constexpr, INTERPRET: tl.constexpr, hb=0,
+                 HB: tl.constexpr = 0, ROWS: tl.constexpr = False):
     """Row m's index key (by head block 0) and its query heads [hb * HB, (hb + 1) * HB), or
     every head with HB = 0. Each head's numbers are its own, so any split gives the same
-    bits."""
+    bits. slots_ptr, stride_slots, slot_rows_ptr, ROWS: ``mla.slot_row``'s."""
     pos = tl.load(pos_ptr + m)
     rpos = tl.maximum(pos, 0)
     row = m * NKW
@@ -124,7 +125,8 @@ def _prepare_row(m, kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: t
         ke8 = to_e4m3(tl.clamp(ke * (1.0 / sk), -448.0, 448.0), INTERPRET)
         ko8 = to_e4m3(tl.clamp(ko * (1.0 / sk), -448.0, 448.0), INTERPRET)
         if pos >= 0:
-            slot = tl.load(slots_ptr + m * stride_slots + pos)
+            slot = tl.load(slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS) + pos)
+            slot = slot.to(tl.int64)
             page = cache_ptr + (slot // 64) * (64 * 132)
             key = page + (slot % 64) * 128
             tl.store(key + 2 * i, ke8.to(tl.uint8, bitcast=True))
@@ -164,18 +166,20 @@ def _prepare_row(m, kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: t
 @triton.jit
 def _prepare_kernel(kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: tl.constexpr,
                     ln_w_ptr, ln_b_ptr, ln_eps,
-                    pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, cache_ptr,
+                    pos_ptr, slots_ptr, stride_slots, slot_rows_ptr, inv_freq_ptr, cache_ptr,
                     q8_ptr, head_w_ptr, head_scale,
                     NH: tl.constexpr, D: tl.constexpr, HALF_R: tl.constexpr,
-                    INTERPRET: tl.constexpr, PDL: tl.constexpr, HB: tl.constexpr):
+                    INTERPRET: tl.constexpr, PDL: tl.constexpr, HB: tl.constexpr,
+                    ROWS: tl.constexpr):
     stage_begin(PDL)
     _prepare_row(tl.program_id(0), kw_parts_ptr, SPLIT, M, NKW, q_ptr, Q_SPLIT, ln_w_ptr,
-                 ln_b_ptr, ln_eps, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, cache_ptr,
-                 q8_ptr, head_w_ptr, head_scale, NH, D, HALF_R, INTERPRET, tl.program_id(1), HB)
+                 ln_b_ptr, ln_eps, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr, inv_freq_ptr,
+                 cache_ptr, q8_ptr, head_w_ptr, head_scale, NH, D, HALF_R, INTERPRET,
+                 tl.program_id(1), HB, ROWS)
 
 
 @triton.jit
-def _scores_task(m, lt, q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, stride_slots,
+def _scores_task(m, lt, q8_ptr, head_w_ptr, cache_ptr, pos_ptr, row_slots,
                  scores_ptr, stride_scores, L, NH: tl.constexpr, D: tl.constexpr,
                  BLOCK_H: tl.constexpr, BLOCK_L: tl.constexpr, INTERPRET: tl.constexpr,
                  hist_ptr=None, P=0, HIST_CHUNK: tl.constexpr = 0, SWAP: tl.constexpr = False,
@@ -183,16 +187,16 @@ def _scores_task(m, lt, q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, strid
     """Scores of row m's positions [lt * BLOCK_L, (lt + 1) * BLOCK_L), if its context reaches
     them and is longer than skip_within; with HIST_CHUNK, their first key digits also counted
     into the histogram of their HIST_CHUNK-score chunk at hist_ptr [M, P, 256] (the split
-    top-k's first pass)."""
+    top-k's first pass). row_slots: the row's slot table (``mla.slot_row``)."""
     seq = tl.load(pos_ptr + m) + 1
     if (lt * BLOCK_L < seq) & (seq > skip_within):
-        _scores_block(m, lt, seq, q8_ptr, head_w_ptr, cache_ptr, slots_ptr, stride_slots,
+        _scores_block(m, lt, seq, q8_ptr, head_w_ptr, cache_ptr, row_slots,
                       scores_ptr, stride_scores, L, NH, D, BLOCK_H, BLOCK_L, INTERPRET, hist_ptr,
                       P, HIST_CHUNK, SWAP)
 
 
 @triton.jit
-def _scores_block(m, lt, seq, q8_ptr, head_w_ptr, cache_ptr, slots_ptr, stride_slots,
+def _scores_block(m, lt, seq, q8_ptr, head_w_ptr, cache_ptr, row_slots,
                   scores_ptr, stride_scores, L, NH: tl.constexpr, D: tl.constexpr,
                   BLOCK_H: tl.constexpr, BLOCK_L: tl.constexpr, INTERPRET: tl.constexpr,
                   hist_ptr, P, HIST_CHUNK: tl.constexpr, SWAP: tl.constexpr):
@@ -201,7 +205,7 @@ def _scores_block(m, lt, seq, q8_ptr, head_w_ptr, cache_ptr, slots_ptr, stride_s
     oh = tl.arange(0, BLOCK_H)  # heads padded to the 16-row MMA minimum
     h_ok = oh < NH
     in_ctx = ol < seq
-    slot = tl.load(slots_ptr + m * stride_slots + ol, mask=in_ctx, other=0)
+    slot = tl.load(row_slots + ol, mask=in_ctx, other=0).to(tl.int64)
     page = cache_ptr + (slot // 64) * (64 * 132)
     keys = tl.load(page[:, None] + (slot % 64)[:, None] * 128 + od[None, :],
                    mask=in_ctx[:, None], other=0).to(tl.float8e4nv, bitcast=True)
@@ -227,46 +231,48 @@ def _scores_block(m, lt, seq, q8_ptr, head_w_ptr, cache_ptr, slots_ptr, stride_s
 
 
 @triton.jit
-def _scores_kernel(q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, stride_slots,
+def _scores_kernel(q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr,
                    scores_ptr, stride_scores, L, hist_ptr, P, skip_within,
                    NH: tl.constexpr, D: tl.constexpr, BLOCK_H: tl.constexpr,
                    BLOCK_L: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
-                   HIST_CHUNK: tl.constexpr, SWAP: tl.constexpr, LOOP: tl.constexpr):
+                   HIST_CHUNK: tl.constexpr, SWAP: tl.constexpr, LOOP: tl.constexpr,
+                   ROWS: tl.constexpr):
     stage_begin(PDL)
     m = tl.program_id(0)
+    row_slots = slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS)
     if LOOP:  # fewer programs than blocks: each takes every num_programs-th up to the context
         for lt in range(tl.program_id(1), tl.cdiv(tl.load(pos_ptr + m) + 1, BLOCK_L),
                         tl.num_programs(1)):
-            _scores_task(m, lt, q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr, stride_slots,
+            _scores_task(m, lt, q8_ptr, head_w_ptr, cache_ptr, pos_ptr, row_slots,
                          scores_ptr, stride_scores, L, NH, D, BLOCK_H, BLOCK_L, INTERPRET,
                          hist_ptr, P, HIST_CHUNK, SWAP, skip_within)
     else:
-        _scores_task(m, tl.program_id(1), q8_ptr, head_w_ptr, cache_ptr, pos_ptr, slots_ptr,
-                     stride_slots, scores_ptr, stride_scores, L, NH, D, BLOCK_H, BLOCK_L,
+        _scores_task(m, tl.program_id(1), q8_ptr, head_w_ptr, cache_ptr, pos_ptr, row_slots,
+                     scores_ptr, stride_scores, L, NH, D, BLOCK_H, BLOCK_L,
                      INTERPRET, hist_ptr, P, HIST_CHUNK, SWAP, skip_within)
 
 
 def prepare(kw_parts, q_parts, ln_w, ln_b, ln_eps, positions, token_slots, inv_freq,
-            index_cache, q8, head_w, rope_dim: int) -> None:
+            index_cache, q8, head_w, rope_dim: int, slot_rows=None) -> None:
     """kw_parts fp32 [SPLIT, M, D + heads] ([wk; weights_proj] partials); q_parts fp32
     [Q_SPLIT, M, heads * D] (wq_b partials); writes the index cache rows, q8 e4m3
-    [M, heads, D] and head_w fp32 [M, heads]."""
+    [M, heads, D] and head_w fp32 [M, heads]. token_slots, slot_rows: ``mla.slot_args``."""
     split, m, nkw = kw_parts.shape
     _, nh, d = q8.shape
     assert nkw == d + nh and q_parts.is_contiguous() and q8.is_contiguous()
     hb = min(PREPARE_HEADS, nh)
     assert nh % hb == 0 and hb & (hb - 1) == 0
+    slots, rows = slot_args(token_slots, slot_rows, positions)
     _prepare_kernel[(m, nh // hb)](kw_parts, split, m, nkw, q_parts, q_parts.shape[0], ln_w,
-                                   ln_b, float(ln_eps), positions, token_slots,
-                                   token_slots.stride(0), inv_freq, index_cache, q8, head_w,
-                                   float(nh ** -0.5 * d ** -0.5), NH=nh, D=d,
-                                   HALF_R=rope_dim // 2, INTERPRET=interpreting(),
-                                   PDL=overlap.enabled(), HB=hb, num_warps=4,
+                                   ln_b, float(ln_eps), positions, *slots, inv_freq,
+                                   index_cache, q8, head_w, float(nh ** -0.5 * d ** -0.5),
+                                   NH=nh, D=d, HALF_R=rope_dim // 2, INTERPRET=interpreting(),
+                                   PDL=overlap.enabled(), HB=hb, ROWS=rows, num_warps=4,
                                    **overlap.launch_kw())
 
 
 def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 0,
-           first_hist=None, skip_within: int = 0) -> None:
+           first_hist=None, skip_within: int = 0, slot_rows=None) -> None:
     """out fp32 [M, L] (L = token_slots width): index scores of each row's context, -inf
     past it to the end of its last block of block_l positions; the blocks past that are not
     written (the top-k reads none), so the work follows the context, not L (a server's slot
@@ -276,7 +282,8 @@ def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 
     of its topk.SPLIT_CHUNK-score chunks (context positions only) are added there, for
     ``topk_positions_split``'s first_hist, which zeroes them again. skip_within: rows whose
     context is that short or shorter are not scored (nothing written, nothing counted): with
-    the top-k's k, the rows that take their whole context whatever the scores."""
+    the top-k's k, the rows that take their whole context whatever the scores. token_slots,
+    slot_rows: ``mla.slot_args``."""
     m, nh, d = q8.shape
     width = out.shape[1]
     block_l = block_l or SCORE_BLOCK
@@ -286,13 +293,14 @@ def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 
         assert SPLIT_CHUNK % block_l == 0, "a program's positions must lie in one chunk"
     blocks = triton.cdiv(width, block_l)
     programs = score_programs(m, width, block_l)
+    slots, rows = slot_args(token_slots, slot_rows, positions)
     _scores_kernel[(m, programs)](
-        q8, head_w, index_cache, positions, token_slots, token_slots.stride(0), out, out.stride(0),
-        width, out if first_hist is None else first_hist, p, skip_within, NH=nh, D=d,
+        q8, head_w, index_cache, positions, *slots, out, out.stride(0), width,
+        out if first_hist is None else first_hist, p, skip_within, NH=nh, D=d,
         BLOCK_H=max(16, nh),
         BLOCK_L=block_l, INTERPRET=interpreting(), PDL=overlap.enabled(),
         HIST_CHUNK=0 if first_hist is None else SPLIT_CHUNK, SWAP=SCORE_SWAP,
-        LOOP=programs < blocks,
+        LOOP=programs < blocks, ROWS=rows,
         num_warps=SCORE_WARPS,
         **overlap.launch_kw(),
         **({"maxnreg": SCORE_HIST_MAXNREG} if first_hist is not None and programs == blocks

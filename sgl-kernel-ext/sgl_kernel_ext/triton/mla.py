@@ -193,10 +193,32 @@ def _rope_pairs(x1, x2, pos, inv_freq):
 
 
 @triton.jit
+def slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS: tl.constexpr):
+    """Row m's slot table (the cache slot of each context position): with ROWS, row
+    slot_rows_ptr[m] of a pool's table (upstream's req_to_token, read in place), else row m."""
+    if ROWS:
+        return slots_ptr + tl.load(slot_rows_ptr + m).to(tl.int64) * stride_slots
+    else:
+        return slots_ptr + m * stride_slots
+
+
+def slot_args(token_slots, slot_rows, by_row):
+    """((table, row stride, rows), ROWS) for kernels taking ``slot_row``'s arguments:
+    token_slots [M, W] (a table a row: slot_rows None) or a pool's table [R, W] whose row
+    slot_rows[m] is row m's (int64 [M]). by_row: a tensor [M, ...] of the launch, which stands
+    in for the rows when there are none (the kernel does not read it)."""
+    assert token_slots.stride(1) == 1, "slot tables must be row-major"
+    if slot_rows is None:
+        return (token_slots, token_slots.stride(0), by_row), False
+    assert slot_rows.dtype == torch.int64 and slot_rows.shape == by_row.shape[:1]
+    return (token_slots, token_slots.stride(0), slot_rows), True
+
+
+@triton.jit
 def _latent_row(m, part, qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr,
-                cq_q_ptr, cq_s_ptr, kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr,
-                eps, Q, C, R, BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr,
-                HALF_R: tl.constexpr, INTERPRET: tl.constexpr):
+                cq_q_ptr, cq_s_ptr, kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr,
+                inv_freq_ptr, eps, Q, C, R, BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr,
+                HALF_R: tl.constexpr, INTERPRET: tl.constexpr, ROWS: tl.constexpr):
     """Row m's part 0 (c_q normed and quantized) or part 1 (the KV-cache row): independent,
     so two programs run them side by side."""
     if part == 0:
@@ -209,7 +231,7 @@ def _latent_row(m, part, qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_
                          INTERPRET)
     pos = tl.load(pos_ptr + m)
     if (part == 1) & (pos >= 0):
-        slot = tl.load(slots_ptr + m * stride_slots + pos)
+        slot = tl.load(slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS) + pos).to(tl.int64)
         kv_w = C + R
         oc = tl.arange(0, BLOCK_C)
         c = sum_parts(kva_ptr, SPLIT, M * kv_w, m * kv_w + oc, oc < C)
@@ -229,12 +251,13 @@ def _latent_row(m, part, qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_
 
 @triton.jit
 def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr, cq_q_ptr, cq_s_ptr,
-                   kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, eps, Q, C, R,
-                   kw_x_ptr, kw_stride_x, KW_K, kw_w_ptr, kw_parts_ptr, KW_N, kw_chunk, kw_tiles,
+                   kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr, inv_freq_ptr,
+                   eps, Q, C, R, kw_x_ptr, kw_stride_x, KW_K, kw_w_ptr, kw_parts_ptr, KW_N,
+                   kw_chunk, kw_tiles,
                    BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr, HALF_R: tl.constexpr,
                    INTERPRET: tl.constexpr, PDL: tl.constexpr, KW: tl.constexpr,
                    KW_BLOCK_M: tl.constexpr, KW_BLOCK_N: tl.constexpr,
-                   KW_BLOCK_K: tl.constexpr, KW_GEMV: tl.constexpr):
+                   KW_BLOCK_K: tl.constexpr, KW_GEMV: tl.constexpr, ROWS: tl.constexpr):
     """Programs (row, 0 | 1): ``_latent_row``. With KW, programs (tile, 2 + split): the
     indexer's bf16 [wk; weights_proj] split-K GEMM (bf16_linear's task), run before the
     wait: its x is the layer's normed row, two kernels back (overlap's rule)."""
@@ -250,19 +273,19 @@ def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr,
         stage_begin(PDL)
         if i < M:
             _latent_row(i, j, qa_ptr, kva_ptr, SPLIT, M, qn_w_ptr, kvn_w_ptr, cq_q_ptr, cq_s_ptr,
-                        kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, eps, Q, C,
-                        R, BLOCK_Q, BLOCK_C, HALF_R, INTERPRET)
+                        kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr, inv_freq_ptr,
+                        eps, Q, C, R, BLOCK_Q, BLOCK_C, HALF_R, INTERPRET, ROWS)
 
 
 @triton.jit
 def _kv_row_task(m, rows_ptr, ss_ptr, ss_stride, C_TILES: tl.constexpr, kvn_w_ptr, kv_cache_ptr,
-                 pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, eps, C, R,
-                 BLOCK_C: tl.constexpr, HALF_R: tl.constexpr):
+                 pos_ptr, slots_ptr, stride_slots, slot_rows_ptr, inv_freq_ptr, eps, C, R,
+                 BLOCK_C: tl.constexpr, HALF_R: tl.constexpr, ROWS: tl.constexpr):
     """``_latent_row``'s part 1 from kv_a's summed bf16 rows [M, C + R] and their per-tile sums
     of squares (``fp8_linear._row_tail``): row m's KV-cache row, nothing for a pad row."""
     pos = tl.load(pos_ptr + m)
     if pos >= 0:
-        slot = tl.load(slots_ptr + m * stride_slots + pos)
+        slot = tl.load(slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS) + pos).to(tl.int64)
         kv_w = C + R
         oc = tl.arange(0, BLOCK_C)
         c = tl.load(rows_ptr + m * kv_w + oc, mask=oc < C, other=0.0).to(tl.float32)
@@ -282,11 +305,11 @@ def _kv_row_task(m, rows_ptr, ss_ptr, ss_stride, C_TILES: tl.constexpr, kvn_w_pt
 def _q_b_normed_kernel(rows_q_ptr, ss_q_ptr, qn_w_ptr, M, Q, k_chunk, eps,
                        wa_ptr, sa_ptr, pa_ptr, NA, tiles_a, wb_ptr, sb_ptr, pb_ptr, NB, tiles,
                        rows_kv_ptr, ss_kv_ptr, ss_kv_stride, kvn_w_ptr, kv_cache_ptr, pos_ptr,
-                       slots_ptr, stride_slots, inv_freq_ptr, C, R,
+                       slots_ptr, stride_slots, slot_rows_ptr, inv_freq_ptr, C, R,
                        Q_TILES: tl.constexpr, C_TILES: tl.constexpr, BLOCK_M: tl.constexpr,
                        BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, BLOCK_C: tl.constexpr,
                        HALF_R: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
-                       SWAP: tl.constexpr):
+                       SWAP: tl.constexpr, ROWS: tl.constexpr):
     pid = tl.program_id(0)
     split = tl.program_id(1)
     if pid < tiles:
@@ -301,8 +324,8 @@ def _q_b_normed_kernel(rows_q_ptr, ss_q_ptr, qn_w_ptr, M, Q, k_chunk, eps,
         if split == 0:
             for m in range(M):
                 _kv_row_task(m, rows_kv_ptr, ss_kv_ptr, ss_kv_stride, C_TILES, kvn_w_ptr,
-                             kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, eps,
-                             C, R, BLOCK_C, HALF_R)
+                             kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr,
+                             inv_freq_ptr, eps, C, R, BLOCK_C, HALF_R, ROWS)
 
 
 @triton.jit
@@ -436,25 +459,26 @@ def _chunk_range(sp, nsp, nblk, BLOCK_T: tl.constexpr):
 
 @triton.jit
 def _sparse_attn_prefetch(m, sp, nsp, nblk, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
-                          stride_slots, C: tl.constexpr, R: tl.constexpr, BLOCK_T: tl.constexpr,
-                          PDL: tl.constexpr):
+                          stride_slots, slot_rows_ptr, C: tl.constexpr, R: tl.constexpr,
+                          BLOCK_T: tl.constexpr, PDL: tl.constexpr, ROWS: tl.constexpr):
     """The chunk's KV rows (the top-k and the cache rows must be complete already)."""
     if PDL:
         lo, hi = _chunk_range(sp, nsp, nblk, BLOCK_T)
+        row_slots = slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS)
         for t0 in range(lo, hi, BLOCK_T):
             pt = tl.load(topk_ptr + m * stride_topk + t0 + tl.arange(0, BLOCK_T))
             pt = tl.minimum(pt, stride_slots - 1)
-            pslot = tl.load(slots_ptr + m * stride_slots + tl.maximum(pt, 0), mask=pt >= 0,
-                            other=0)
+            pslot = tl.load(row_slots + tl.maximum(pt, 0), mask=pt >= 0, other=0)
             prefetch_l2(kv_cache_ptr + pslot.to(tl.int64) * (C + R), (C + R) * 2, pt >= 0, PDL)
 
 
 @triton.jit
-def _attn_step_slots(m, ot, hi, topk_ptr, stride_topk, slots_ptr, stride_slots):
-    """Cache slots of row m's top-k entries ot (those at or past hi, or -1, do not exist)."""
+def _attn_step_slots(m, ot, hi, topk_ptr, stride_topk, row_slots):
+    """Cache slots of row m's top-k entries ot (those at or past hi, or -1, do not exist);
+    row_slots: the row's slot table (``slot_row``)."""
     p_ctx = tl.load(topk_ptr + m * stride_topk + ot, mask=ot < hi, other=-1)
     t_ok = p_ctx >= 0
-    slot = tl.load(slots_ptr + m * stride_slots + tl.maximum(p_ctx, 0), mask=t_ok, other=0)
+    slot = tl.load(row_slots + tl.maximum(p_ctx, 0), mask=t_ok, other=0).to(tl.int64)
     return slot, t_ok
 
 
@@ -557,7 +581,7 @@ def _attn_store(m, sp, nsp, m_i, l_i, acc, part_o_ptr, part_ml_ptr, NH, C: tl.co
 
 @triton.jit
 def _attn_loop(m, q, q_pe, lo, hi, m_i, l_i, acc, kv_cache_ptr, topk_ptr, stride_topk,
-               slots_ptr, stride_slots, sm_scale, C: tl.constexpr, R: tl.constexpr,
+               row_slots, sm_scale, C: tl.constexpr, R: tl.constexpr,
                BLOCK_T: tl.constexpr, PARTS: tl.constexpr, INTERPRET: tl.constexpr,
                AHEAD: tl.constexpr, CHAINS: tl.constexpr):
     """Row m's top-k entries [lo, hi) in BLOCK_T steps, from the softmax state (m_i, l_i,
@@ -566,18 +590,18 @@ def _attn_loop(m, q, q_pe, lo, hi, m_i, l_i, acc, kv_cache_ptr, topk_ptr, stride
     chain of dependent loads."""
     if AHEAD >= 1:
         slot, t_ok = _attn_step_slots(m, lo + tl.arange(0, BLOCK_T), hi, topk_ptr, stride_topk,
-                                      slots_ptr, stride_slots)
+                                      row_slots)
     if AHEAD >= 2:
         kv, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, C, R, PARTS)
     for t0 in range(lo, hi, BLOCK_T):
         if AHEAD == 0:
             slot, t_ok = _attn_step_slots(m, t0 + tl.arange(0, BLOCK_T), hi, topk_ptr,
-                                          stride_topk, slots_ptr, stride_slots)
+                                          stride_topk, row_slots)
         if AHEAD < 2:
             kv, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, C, R, PARTS)
         if AHEAD >= 1:
             slot_next, ok_next = _attn_step_slots(m, t0 + BLOCK_T + tl.arange(0, BLOCK_T), hi,
-                                                  topk_ptr, stride_topk, slots_ptr, stride_slots)
+                                                  topk_ptr, stride_topk, row_slots)
         if AHEAD >= 2:
             kv_next, kpe_next = _attn_step_rows(kv_cache_ptr, slot_next, ok_next, C, R, PARTS)
         m_i, l_i, acc = _attn_step_math(q, q_pe, kv, kpe, t_ok, m_i, l_i, acc, sm_scale, PARTS,
@@ -593,27 +617,29 @@ def _attn_loop(m, q, q_pe, lo, hi, m_i, l_i, acc, kv_cache_ptr, topk_ptr, stride
 
 @triton.jit
 def _sparse_attn_task(m, sp, nsp, qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr,
-                      stride_slots, part_o_ptr, part_ml_ptr, NH, sm_scale, nblk,
+                      stride_slots, slot_rows_ptr, part_o_ptr, part_ml_ptr, NH, sm_scale, nblk,
                       C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
                       BLOCK_T: tl.constexpr, PARTS: tl.constexpr, INTERPRET: tl.constexpr,
-                      AHEAD: tl.constexpr, CHAINS: tl.constexpr):
+                      AHEAD: tl.constexpr, CHAINS: tl.constexpr, ROWS: tl.constexpr):
     """Row m's chunk sp of nsp (``_chunk_range``, ``_attn_loop``)."""
     q, q_pe = _attn_query(m, qcat_ptr, NH, C, R, BLOCK_H, PARTS)
     lo, hi = _chunk_range(sp, nsp, nblk, BLOCK_T)
     m_i, l_i, acc = _attn_state(BLOCK_H, C, PARTS)
     m_i, l_i, acc = _attn_loop(m, q, q_pe, lo, hi, m_i, l_i, acc, kv_cache_ptr, topk_ptr,
-                               stride_topk, slots_ptr, stride_slots, sm_scale, C, R, BLOCK_T,
+                               stride_topk,
+                               slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS),
+                               sm_scale, C, R, BLOCK_T,
                                PARTS, INTERPRET, AHEAD, CHAINS)
     _attn_store(m, sp, nsp, m_i, l_i, acc, part_o_ptr, part_ml_ptr, NH, C, BLOCK_H, PARTS)
 
 
 @triton.jit
 def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr, stride_slots,
-                        part_o_ptr, part_ml_ptr, NH, sm_scale, nblk,
+                        slot_rows_ptr, part_o_ptr, part_ml_ptr, NH, sm_scale, nblk,
                         C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
                         BLOCK_T: tl.constexpr, PARTS: tl.constexpr, INTERPRET: tl.constexpr,
                         PDL: tl.constexpr, AHEAD: tl.constexpr, PRELOAD: tl.constexpr,
-                        CHAINS: tl.constexpr):
+                        CHAINS: tl.constexpr, ROWS: tl.constexpr):
     m = tl.program_id(0)
     sp = tl.program_id(1)
     if PRELOAD:
@@ -621,8 +647,9 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
         # back, so they are loaded into registers before the wait; after it the query (the
         # previous kernel's) is read, then the other steps run as the loop
         lo, hi = _chunk_range(sp, tl.num_programs(1), nblk, BLOCK_T)
+        row_slots = slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS)
         slot, t_ok = _attn_step_slots(m, lo + tl.arange(0, BLOCK_T), hi, topk_ptr,
-                                      stride_topk, slots_ptr, stride_slots)
+                                      stride_topk, row_slots)
         kv, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, C, R, PARTS)
         stage_begin(PDL)
         q, q_pe = _attn_query(m, qcat_ptr, NH, C, R, BLOCK_H, PARTS)
@@ -631,18 +658,20 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
                                         INTERPRET, CHAINS)
         if hi - lo > BLOCK_T:
             m_i, l_i, acc = _attn_loop(m, q, q_pe, lo + BLOCK_T, hi, m_i, l_i, acc, kv_cache_ptr,
-                                       topk_ptr, stride_topk, slots_ptr, stride_slots, sm_scale,
-                                       C, R, BLOCK_T, PARTS, INTERPRET, AHEAD, CHAINS)
+                                       topk_ptr, stride_topk, row_slots, sm_scale, C, R,
+                                       BLOCK_T, PARTS, INTERPRET, AHEAD, CHAINS)
         _attn_store(m, sp, tl.num_programs(1), m_i, l_i, acc, part_o_ptr, part_ml_ptr, NH, C,
                     BLOCK_H, PARTS)
     else:
         # the top-k and the cache rows come from >= 2 kernels back
         _sparse_attn_prefetch(m, sp, tl.num_programs(1), nblk, kv_cache_ptr, topk_ptr,
-                              stride_topk, slots_ptr, stride_slots, C, R, BLOCK_T, PDL)
+                              stride_topk, slots_ptr, stride_slots, slot_rows_ptr, C, R, BLOCK_T,
+                              PDL, ROWS)
         stage_begin(PDL)
         _sparse_attn_task(m, sp, tl.num_programs(1), qcat_ptr, kv_cache_ptr, topk_ptr,
-                          stride_topk, slots_ptr, stride_slots, part_o_ptr, part_ml_ptr, NH,
-                          sm_scale, nblk, C, R, BLOCK_H, BLOCK_T, PARTS, INTERPRET, AHEAD, CHAINS)
+                          stride_topk, slots_ptr, stride_slots, slot_rows_ptr, part_o_ptr,
+                          part_ml_ptr, NH, sm_scale, nblk, C, R, BLOCK_H, BLOCK_T, PARTS,
+                          INTERPRET, AHEAD, CHAINS, ROWS)
 
 
 @triton.jit
@@ -775,11 +804,12 @@ def _absorb_v_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C: tl.constexpr,
 
 
 def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots, inv_freq,
-           cq_q, cq_s, kv_cache, kv_lora: int, rope: int, kw=None) -> None:
+           cq_q, cq_s, kv_cache, kv_lora: int, rope: int, kw=None, slot_rows=None) -> None:
     """From the split-K partials of q_a [S, M, Q] and kv_a [S, M, kv_lora + rope]: c_q normed
     and quantized for q_b (cq_q e4m3 [M, Q], cq_s [M, Q/128]); the KV-cache row written.
     kw = (x, w, parts): also parts = bf16_linear.bf16_linear_splitk(x, w)'s in the same
-    launch (the indexer's [wk; weights_proj], KW_IN_LATENT), x written two kernels back."""
+    launch (the indexer's [wk; weights_proj], KW_IN_LATENT), x written two kernels back.
+    token_slots, slot_rows: ``slot_args``."""
     split, m, q = qa_parts.shape
     assert qa_parts.is_contiguous() and kva_parts.is_contiguous() and kva_parts.shape[0] == split
     assert kv_cache.is_contiguous() and kv_cache.shape[1] == kv_lora + rope
@@ -798,24 +828,27 @@ def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots
         kw_args = (x, x.stride(0), k, w, parts, n, bf16_linear.chunk_cols(k, kw_split), tiles)
         kw_meta = dict(KW_BLOCK_M=bm, KW_BLOCK_N=bf16_linear.BLOCK_N, KW_BLOCK_K=bk,
                        KW_GEMV=gemv)
+    slots, rows = slot_args(token_slots, slot_rows, positions)
     _latent_kernel[grid](qa_parts, kva_parts, split, m, q_a_norm, kv_a_norm, cq_q, cq_s,
-                         kv_cache, positions, token_slots, token_slots.stride(0), inv_freq,
-                         float(eps), q, kv_lora, rope, *kw_args,
+                         kv_cache, positions, *slots, inv_freq, float(eps), q, kv_lora, rope,
+                         *kw_args,
                          BLOCK_Q=triton.next_power_of_2(q),
                          BLOCK_C=triton.next_power_of_2(kv_lora), HALF_R=rope // 2,
                          INTERPRET=interpreting(), PDL=overlap.enabled(), KW=kw is not None,
-                         **kw_meta, num_warps=LATENT_WARPS, **overlap.launch_kw())
+                         **kw_meta, ROWS=rows, num_warps=LATENT_WARPS, **overlap.launch_kw())
 
 
 def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions,
                token_slots, inv_freq, kv_cache, kv_lora: int, rope: int, wq, ws, parts,
-               wq_b=None, ws_b=None, parts_b=None, block_n: int = 64, groups: int = 2) -> None:
+               wq_b=None, ws_b=None, parts_b=None, block_n: int = 64, groups: int = 2,
+               slot_rows=None) -> None:
     """``latent`` and q_b (| wq_b) in one launch, from q_a|kv_a's summed bf16 rows and their
     per-tile sums of squares (``fp8_linear.fp8_linear(tails=...)``): each q_b program norms
     and quantizes its own groups of c_q (``fp8_linear._normed_group_dot``) instead of reading
     them from the latent kernel, and one extra program writes the KV-cache rows. parts as
     ``fp8_linear.fp8_linear``'s; the same sums in the same order as latent's except c_q's and
-    c_kv's sums of squares (by tile, then over the tiles)."""
+    c_kv's sums of squares (by tile, then over the tiles). token_slots, slot_rows:
+    ``slot_args``."""
     m, q = rows_q.shape
     split = parts.shape[0]
     kv_w = kv_lora + rope
@@ -833,13 +866,13 @@ def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions
     _q_b_normed_kernel[(tiles + 1, split)](
         rows_q, ss_q, q_a_norm, m, q, k_chunk, float(eps),
         wq, ws, parts, wq.shape[0], tiles_a, wq_b, ws_b, parts_b, wq_b.shape[0], tiles,
-        rows_kv, ss_kv, ss_kv.shape[1], kv_a_norm, kv_cache, positions, token_slots,
-        token_slots.stride(0), inv_freq, kv_lora, rope,
+        rows_kv, ss_kv, ss_kv.shape[1], kv_a_norm, kv_cache, positions,
+        *slot_args(token_slots, slot_rows, positions)[0], inv_freq, kv_lora, rope,
         Q_TILES=tiles_q, C_TILES=kv_lora // block_n, BLOCK_M=fp8_linear.block_m(m),
         BLOCK_N=block_n, GROUPS=groups, BLOCK_C=triton.next_power_of_2(kv_lora),
         HALF_R=rope // 2, INTERPRET=interpreting(), PDL=overlap.enabled(),
-        SWAP=fp8_linear.swap(block_n), num_warps=fp8_linear.NUM_WARPS, num_stages=3,
-        **overlap.launch_kw())
+        SWAP=fp8_linear.swap(block_n), ROWS=slot_rows is not None,
+        num_warps=fp8_linear.NUM_WARPS, num_stages=3, **overlap.launch_kw())
 
 
 def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: int,
@@ -907,24 +940,27 @@ def attention_step(topk: int, splits: int) -> tuple:
 
 
 def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_ml, olat,
-                     kv_lora: int, rope: int, merge: bool = True) -> None:
+                     kv_lora: int, rope: int, merge: bool = True, slot_rows=None) -> None:
     """olat bf16 [M, heads, kv_lora] = softmax(scale * qcat . K) . c_kv over each row's top-k
     (context positions, -1 = none); part_o fp32 [M, S, heads, kv_lora], part_ml [M, S, heads, 2].
-    merge=False leaves the chunks unmerged (``absorb_v_merges``)."""
+    merge=False leaves the chunks unmerged (``absorb_v_merges``). token_slots, slot_rows:
+    ``slot_args``."""
     m, nh, _ = qcat.shape
     splits = part_o.shape[1]
     k = topk.shape[1]
     block_t, blocks = attention_step(k, splits)
     steps = triton.cdiv(blocks, splits)  # the longest chunk's
     stages = 3 if steps >= ATTN_DOUBLE_BUFFER_FROM_STEPS else ATTN_STAGES
-    assert topk.stride(1) == 1 and token_slots.stride(1) == 1
+    assert topk.stride(1) == 1
+    slots, rows = slot_args(token_slots, slot_rows, topk)
     _sparse_attn_kernel[(m, splits)](
-        qcat, kv_cache, topk, topk.stride(0), token_slots, token_slots.stride(0), part_o,
-        part_ml, nh, float(sm_scale), blocks, C=kv_lora, R=rope,
+        qcat, kv_cache, topk, topk.stride(0), *slots, part_o, part_ml, nh, float(sm_scale),
+        blocks, C=kv_lora, R=rope,
         BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, INTERPRET=interpreting(),
         PDL=overlap.enabled(), AHEAD=ATTN_AHEAD, PRELOAD=steps <= ATTN_PRELOAD_MAX_STEPS,
-        PARTS=attention_parts(kv_lora, steps), CHAINS=ATTN_QK_CHAINS, num_warps=ATTN_WARPS,
-        num_stages=stages, **({"maxnreg": ATTN_MAXNREG} if ATTN_MAXNREG else {}),
+        PARTS=attention_parts(kv_lora, steps), CHAINS=ATTN_QK_CHAINS, ROWS=rows,
+        num_warps=ATTN_WARPS, num_stages=stages,
+        **({"maxnreg": ATTN_MAXNREG} if ATTN_MAXNREG else {}),
         **overlap.launch_kw())
     if merge:
         _combine_kernel[(m, nh)](part_o, part_ml, olat, nh, splits, C=kv_lora,

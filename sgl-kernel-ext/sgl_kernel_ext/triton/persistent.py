@@ -64,6 +64,7 @@ from .mla import (
     _latent_row,
     _sparse_attn_prefetch,
     _sparse_attn_task,
+    slot_row,
 )
 from .moe import (
     _down_prefetch,
@@ -127,7 +128,7 @@ def _finish(counters_ptr, NSTAGES: tl.constexpr):
 
 @triton.jit
 def _layer_kernel(
-    counters_ptr, M, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr, eps,
+    counters_ptr, M, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr, inv_freq_ptr, eps,
     # stage tasks
     n_norm1, n_qkv_a, n_kw, n_latent, n_q_b, n_prepare, n_scores, n_topk, n_absorb, n_attn,
     n_combine, n_absorb_v, n_o_proj, n_norm2, n_router, n_route, n_gate_up, n_swiglu, n_down,
@@ -176,7 +177,7 @@ def _layer_kernel(
     GU_BN: tl.constexpr, GU_GROUPS: tl.constexpr, GU_SPLIT: tl.constexpr, BLOCK_I: tl.constexpr,
     DOWN_BN: tl.constexpr, TERMS: tl.constexpr, SUM_BLOCK: tl.constexpr,
     SWAP: tl.constexpr = False, DOWN_SWAP: tl.constexpr = False, GU_SWAP: tl.constexpr = False,
-    GU_STACK: tl.constexpr = False,
+    GU_STACK: tl.constexpr = False, ROWS: tl.constexpr = False,
 ):
     # stage ends in the task numbering
     e_norm1 = n_norm1
@@ -227,8 +228,8 @@ def _layer_kernel(
             _wait(counters_ptr, S_QKV_A, n_qkv_a + n_kw)
             i = t - e_qkv_a
             _latent_row(i % M, i // M, qa_ptr, kva_ptr, SPLIT_QKV, M, qn_ptr, kvn_ptr, cq_q_ptr,
-                        cq_s_ptr, kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr,
-                        eps, Q, C, ROPE, BLOCK_Q, BLOCK_C, HALF_R, INTERPRET)
+                        cq_s_ptr, kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr,
+                        inv_freq_ptr, eps, Q, C, ROPE, BLOCK_Q, BLOCK_C, HALF_R, INTERPRET, ROWS)
             _signal(counters_ptr, S_LATENT)
         elif t < e_q_b:
             i = t - e_latent
@@ -245,17 +246,18 @@ def _layer_kernel(
             if INDEXER:
                 _wait(counters_ptr, S_Q_B, n_q_b)
                 _prepare_row(t - e_q_b, kw_ptr, KW_SPLIT, M, NKW, qi_ptr, SPLIT_QB, ln_w_ptr,
-                             ln_b_ptr, ln_eps, pos_ptr, slots_ptr, stride_slots, inv_freq_ptr,
-                             index_cache_ptr, q8_ptr, head_w_ptr, head_scale, NI, DI, HALF_R,
-                             INTERPRET)
+                             ln_b_ptr, ln_eps, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr,
+                             inv_freq_ptr, index_cache_ptr, q8_ptr, head_w_ptr, head_scale, NI,
+                             DI, HALF_R, INTERPRET, ROWS=ROWS)
                 _signal(counters_ptr, S_PREPARE)
         elif t < e_scores:
             if INDEXER:
                 i = t - e_prepare
                 _wait(counters_ptr, S_PREPARE, n_prepare)
                 _scores_task(i % M, i // M, q8_ptr, head_w_ptr, index_cache_ptr, pos_ptr,
-                             slots_ptr, stride_slots, scores_ptr, stride_scores, width, NI, DI,
-                             BLOCK_HI, SCORE_BL, INTERPRET)
+                             slot_row(slots_ptr, stride_slots, slot_rows_ptr, i % M, ROWS),
+                             scores_ptr, stride_scores, width, NI, DI, BLOCK_HI, SCORE_BL,
+                             INTERPRET)
                 _signal(counters_ptr, S_SCORES)
         elif t < e_topk:
             if INDEXER:
@@ -281,12 +283,13 @@ def _layer_kernel(
             sp = i // M
             if not INDEXER:  # the top-k came from an earlier layer
                 _sparse_attn_prefetch(m, sp, nsp, nblk, kv_cache_ptr, topk_ptr, stride_topk,
-                                      slots_ptr, stride_slots, C, ROPE, BLOCK_T, PF)
+                                      slots_ptr, stride_slots, slot_rows_ptr, C, ROPE, BLOCK_T, PF,
+                                      ROWS)
             _wait(counters_ptr, S_ABSORB, n_absorb)
             _sparse_attn_task(m, sp, nsp, qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk,
-                              slots_ptr, stride_slots, part_o_ptr, part_ml_ptr, NH, sm_scale,
-                              nblk, C, ROPE, BLOCK_HEADS, BLOCK_T, ATTN_PARTS, INTERPRET,
-                              ATTN_AHEAD, ATTN_QK_CHAINS)
+                              slots_ptr, stride_slots, slot_rows_ptr, part_o_ptr, part_ml_ptr, NH,
+                              sm_scale, nblk, C, ROPE, BLOCK_HEADS, BLOCK_T, ATTN_PARTS,
+                              INTERPRET, ATTN_AHEAD, ATTN_QK_CHAINS, ROWS)
             _signal(counters_ptr, S_ATTN)
         elif t < e_combine:
             i = t - e_attn

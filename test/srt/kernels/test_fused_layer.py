@@ -27,6 +27,7 @@ from sglang.srt.layers.fused_decode.testing import (  # noqa: E402
     compare_two_ranks,
     compare_with_reference,
     make_case,
+    pool_table_checks,
     shard_rows_checks,
     stack_with_and_without_workspace,
 )
@@ -350,6 +351,22 @@ def test_scales_loaded_ahead_are_bitwise_the_plain_loop(kind, rows, wide, monkey
     for plain, ahead in zip(*outs):
         assert torch.equal(plain, ahead)
     assert_within_numerics(check(kind, rows, 3000, pad=rows > 1), 3000)
+
+
+@pytest.mark.parametrize("rows", [1, 3, 16])
+@pytest.mark.parametrize("kind", ["moe_indexer", "dense_indexer", "moe_shared_topk"])
+def test_slots_read_from_a_pool_table_are_bitwise_a_table_a_row(kind, rows):
+    """The layer reading its slots in place from a server's pool table (runtime.step_rows'
+    form: int32, 1M positions wide, each row's request at a shuffled row among other
+    requests' slots) against the same step on a table a row, with a pad row and contexts on
+    both sides of 2048: output, residual, KV and index cache bytes bitwise equal."""
+    lid = KINDS[kind]
+    ctx = _contexts(rows, 3000, pad=True)
+    if rows > 2:
+        ctx[2] = 1500
+    case = make_case(CFG, lid, ctx, seed=11 + rows, device="cuda", lw=_weights(lid))
+    checks = pool_table_checks(case, rows, seed=rows, extra_width=(1 << 20) - 3000)
+    assert all(checks.values()), checks
 
 
 @pytest.mark.parametrize("rows", [1, 12, 16])  # 1 (preloaded), 3 and 4 loop steps a chunk

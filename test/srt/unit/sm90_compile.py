@@ -157,6 +157,15 @@ def _drive() -> None:
     FusedLayer(cfg, case.lw, case.caches, 2, case.batch.token_slots.shape[1],
                persistent_launch=False)(case.hidden, case.residual, case.batch, case.topk_prev)
     topk.SCORES_HISTOGRAM = False
+    # the kernels reading their slots in place from a server's pool table (slot_rows)
+    from sglang.srt.layers.fused_decode.testing import in_a_pool
+
+    for layer_id, contexts in ((0, [30, 0, 12, 40]), (2, [30, 12]), (2, [30, 0, 12])):
+        for persistent in (False, True):
+            case = make_case(cfg, layer_id, contexts, seed=layer_id, tp_size=2)
+            FusedLayer(cfg, case.lw, case.caches, len(contexts), case.batch.token_slots.shape[1],
+                       persistent_launch=persistent)(
+                case.hidden, case.residual, in_a_pool(case.batch), case.topk_prev)
 
 
 def _drive_real(persistent_too: bool = True) -> None:
@@ -280,6 +289,21 @@ def _drive_real(persistent_too: bool = True) -> None:
     topk_kernel.SKIP_COUNT_PASS = False
     topk_kernel.SPLIT_MAX_PROGRAMS = programs
     print("recorded the looping split top-k", flush=True)
+    # the stage kernels reading their slots in place from a server's int32 pool table
+    # (runtime.step_rows: slot_rows), each kind at 1 and 16 rows, the persistent kernel too
+    from sglang.srt.layers.fused_decode.runtime import StepRows
+
+    for kind, lid in kinds.items():
+        lw = weights.gen_layer(cfg, 0, lid, tp_size=8, tp_rank=0)
+        caches = alloc_caches(cfg, rows * ctx, "cpu", torch.bfloat16, layers=[lid])
+        for persistent in (False, True) if persistent_too else (False,):
+            layer = FusedLayer(cfg, lw, caches, rows, ctx, persistent_launch=persistent)
+            for m in (1, 16):
+                pool = torch.arange(2 * m * (ctx + 64), dtype=i32).view(2 * m, ctx + 64)
+                batch = StepRows(torch.full((m,), ctx - 1), pool[:, :ctx], torch.arange(m) * 2)
+                hid = torch.zeros(m, cfg.hidden_size, dtype=torch.bfloat16)
+                layer(hid, hid.clone(), batch, torch.zeros(m, cfg.index_topk, dtype=torch.int64))
+    print("recorded the layers on a pool's slot table", flush=True)
 
 
 def resources(path: str) -> None:

@@ -31,6 +31,7 @@ from sglang.srt.layers.fused_decode.testing import (  # noqa: E402
     clone_caches,
     compare_with_reference,
     make_case,
+    pool_table_checks,
     shard_rows_checks,
     stack_with_and_without_workspace,
 )
@@ -688,6 +689,13 @@ def test_index_scores_do_not_depend_on_the_block(block_l, swap, programs, monkey
         assert scores_past_context_as_documented(out, seq, block or indexer.SCORE_BLOCK, 7.0)
         outs.append(out)
     assert torch.equal(outs[0][in_ctx], outs[1][in_ctx])
+    # the same slots read in place from a wider int32 pool table (runtime.step_rows' form)
+    pool = torch.randint(0, pages * 64, (2 * m, width + 5), generator=g).to(torch.int32)
+    rows = torch.randperm(2 * m, generator=g)[:m]
+    pool[rows, :width] = slots.to(torch.int32)
+    out = torch.full((m, width), 7.0)
+    indexer.scores(q8, head_w, cache, positions, pool[:, :width], out, block_l, slot_rows=rows)
+    assert torch.equal(out, outs[1])
     keys = cache[:, :64 * d].contiguous().view(torch.float8_e4m3fn).float().view(-1, d)
     sk = cache[:, 64 * d:].contiguous().view(torch.float32).reshape(-1)
     dots = torch.einsum("mhd,mld->mhl", q8.float(), keys[slots]).clamp_min(0)
@@ -1001,6 +1009,21 @@ def test_persistent_layer_is_bitwise_the_stage_kernels(layer_id):
     if layer_id in p_c.index:
         assert torch.equal(p_c.index[layer_id], s_c.index[layer_id])
     assert not counters.any(), counters
+
+
+@pytest.mark.parametrize("layer_id, contexts, persistent", [
+    (0, [30, 0, 12, 40], False), (2, [30, 0, 12, 40], False), (2, [30, 41], False),
+    (1, [30, 0, 12, 40], True)], ids=["dense_indexer", "moe_latent_kernel", "moe_latent_in_q_b",
+                                      "moe_indexer_one_launch"])
+def test_slots_read_from_a_pool_table_are_bitwise_a_table_a_row(layer_id, contexts, persistent):
+    """The layer's slots read in place from a server's pool table (int32, wider than the
+    step, each row's request at a shuffled row: runtime.step_rows' form) against the same
+    step on a table a row: KV writes (latent, or q_b's extra program at 1-2 rows), the
+    index cache and scores, the attention and the one-launch layer's tasks, bitwise."""
+    case = make_case(CFG, layer_id, contexts, seed=50 + layer_id, tp_size=2)
+    checks = pool_table_checks(case, len(contexts), seed=layer_id,
+                               persistent_launch=persistent)
+    assert all(checks.values()), checks
 
 
 def test_layer_with_split_topk_is_bitwise_the_one_program_topk(monkeypatch):

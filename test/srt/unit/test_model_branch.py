@@ -95,6 +95,10 @@ def test_step_rows_verify_and_padding():
     rows = runtime.step_rows(torch.tensor([3, 4, 6, 7]), r2t, torch.tensor([2, 4]), 2, 6,
                              num_real_rows=torch.tensor(3))
     assert rows.positions.tolist() == [3, 4, 6, -1]
+    # the kernels read req_to_token in place: a view, and each row's request row
+    assert rows.slot_table.data_ptr() == r2t.data_ptr() and rows.slot_table.shape == (5, 6)
+    assert rows.slot_rows.dtype == torch.int64 and rows.slot_rows.tolist() == [2, 2, 4, 4]
+    # the reference's [rows, width] table (check mode) as before
     assert rows.token_slots.dtype == torch.int64 and rows.token_slots.shape == (4, 6)
     assert rows.token_slots[:, 0].tolist() == [16, 16, 32, 32]
 

@@ -53,8 +53,8 @@ def test_checker_logs_values_outside_numerics(perturb, caplog):
 
 
 def test_write_slots_against_out_cache_loc(caplog):
-    rows = runtime.StepRows(torch.tensor([2, 1, -1]), torch.tensor([[5, 6, 7], [8, 9, 10],
-                                                                   [0, 0, 0]]))
+    pool = torch.tensor([[0, 0, 0], [5, 6, 7], [8, 9, 10]], dtype=torch.int32)
+    rows = runtime.StepRows(torch.tensor([2, 1, -1]), pool, torch.tensor([1, 2, 0]))
     assert check.check_write_slots(rows, torch.tensor([7, 9, 0]), "decode") == []
     (line,) = check.check_write_slots(rows, torch.tensor([7, 4, 0]), "decode")
     assert "row 1 (decode) writes slot 9, upstream's out_cache_loc is 4" in line

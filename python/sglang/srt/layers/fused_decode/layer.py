@@ -274,7 +274,7 @@ class FusedLayer:
     def _step(self, hidden, residual, batch, topk_prev, m, reuse_topk=False, reduce=None):
         cfg, lw, a = self.cfg, self.lw, self.lw.attn
         v = lambda name: self._view(name, m)  # noqa: E731
-        pos, slots = batch.positions, batch.token_slots
+        pos, slots, rows = batch.positions, batch.slot_table, batch.slot_rows
         eps, c, rope = cfg.rms_norm_eps, cfg.kv_lora_rank, cfg.qk_rope_head_dim
         res = v("residual")
         # the indexer's bf16 [wk; weights_proj] GEMM also reads the normed row unquantized
@@ -293,7 +293,8 @@ class FusedLayer:
         if not fused_latent:
             mla.latent(v("qa"), v("kva"), a.q_a_norm, a.kv_a_norm, eps, pos, slots, self.inv_freq,
                        v("cq_q"), v("cq_s"), self.kv_cache, c, rope,
-                       kw=(v("x"), self.wk_proj, v("kw_parts")) if kw_in_latent else None)
+                       kw=(v("x"), self.wk_proj, v("kw_parts")) if kw_in_latent else None,
+                       slot_rows=rows)
 
         # absorb's q: summed by q_b's tails into bf16 rows, or q_b's partials
         q_rows = not fused_latent and m >= mla.ABSORB_Q_ROWS_FROM
@@ -303,7 +304,8 @@ class FusedLayer:
             if fused_latent:
                 mla.q_b_normed(v("rows_q"), v("ss_q"), a.q_a_norm, v("rows_kv"), v("ss_kv"),
                                a.kv_a_norm, eps, pos, slots, self.inv_freq, self.kv_cache, c,
-                               rope, a.q_b.q, a.q_b.s, v("q"), *more, *self.tile_q_b[:2])
+                               rope, a.q_b.q, a.q_b.s, v("q"), *more, *self.tile_q_b[:2],
+                               slot_rows=rows)
             else:
                 fp8_linear.fp8_linear(v("cq_q"), v("cq_s"), a.q_b.q, a.q_b.s, v("q"), *more,
                                       *self.tile_q_b[:2], tails=q_tails)
@@ -315,7 +317,7 @@ class FusedLayer:
                 bf16_linear.bf16_linear_splitk(v("x"), self.wk_proj, v("kw_parts"))
             indexer.prepare(v("kw_parts"), v("q_index"), ix.k_norm_weight, ix.k_norm_bias,
                             cfg.index_k_norm_eps, pos, slots, self.inv_freq, self.index_cache,
-                            v("q8"), v("head_w"), rope)
+                            v("q8"), v("head_w"), rope, slot_rows=rows)
             width = max(slots.shape[1], cfg.index_topk)
             if width > self.buf["scores"].shape[1]:
                 raise ValueError(f"context width {width} > the {self.buf['scores'].shape[1]} "
@@ -327,7 +329,8 @@ class FusedLayer:
             # rows of contexts within the top-k take them whole: their scores are not computed
             indexer.scores(v("q8"), v("head_w"), self.index_cache, pos, slots, scores,
                            first_hist=first_hist,
-                           skip_within=cfg.index_topk if indexer.SCORE_SKIP_SHORT_ROWS else 0)
+                           skip_within=cfg.index_topk if indexer.SCORE_SKIP_SHORT_ROWS else 0,
+                           slot_rows=rows)
             topk = v("topk")
             if split:
                 topk_kernel.topk_positions_split(scores, pos, cfg.index_topk, topk,
@@ -346,7 +349,8 @@ class FusedLayer:
         attn_parts = self._attention_parts(m)
         vc = (self.buf["vc_parts"], self.buf["vc_arrivals"])
         mla.sparse_attention(v("qcat"), self.kv_cache, topk, slots, cfg.softmax_scale,
-                             *attn_parts, v("olat"), c, rope, merge=not mla.absorb_v_merges(*vc, m))
+                             *attn_parts, v("olat"), c, rope, merge=not mla.absorb_v_merges(*vc, m),
+                             slot_rows=rows)
         mla.absorb_v(v("olat"), a.kv_b, v("oq"), v("os"), cfg.qk_nope_head_dim, cfg.v_head_dim,
                      *vc, attn_parts)
         o_tails = (self.buf["o_arrivals"], v("attn_rows"), None, None, None)

@@ -35,7 +35,7 @@ def step(layer, hidden: torch.Tensor, residual, batch: RowBatch, topk_prev, m: i
     nh = layer.heads
     indexer = layer.runs_indexer and not reuse_topk
     moe_layer = bool(layer.experts)
-    pos, slots = batch.positions, batch.token_slots
+    pos, slots = batch.positions, batch.slot_table
     if hidden.dim() != 2 or not hidden.is_contiguous():
         raise ValueError("the persistent layer takes a contiguous [rows, hidden] bf16 input")
     res = v("residual")
@@ -68,6 +68,7 @@ def step(layer, hidden: torch.Tensor, residual, batch: RowBatch, topk_prev, m: i
     k = topk.shape[1]
     if topk.stride(1) != 1 or slots.stride(1) != 1:
         raise ValueError("top-k and token slots must be row-major")
+    (_, _, slot_rows_ptr), slot_rows = mla.slot_args(slots, batch.slot_rows, pos)
     part_o, part_ml = layer._attention_parts(m)
     nsp = part_o.shape[1]
     block_t, blocks = mla.attention_step(k, nsp)
@@ -115,7 +116,8 @@ def step(layer, hidden: torch.Tensor, residual, batch: RowBatch, topk_prev, m: i
     wk_proj = layer.wk_proj if indexer else a.kv_b  # a bf16 stand-in: no kw tasks run
     args = dict(
         counters_ptr=b["counters"], M=m, pos_ptr=pos, slots_ptr=slots,
-        stride_slots=slots.stride(0), inv_freq_ptr=layer.inv_freq, eps=float(cfg.rms_norm_eps),
+        stride_slots=slots.stride(0), slot_rows_ptr=slot_rows_ptr, inv_freq_ptr=layer.inv_freq,
+        eps=float(cfg.rms_norm_eps),
         **n,
         hidden_ptr=hidden, res_in_ptr=_ptr_or(residual, res), in_norm_ptr=lw.input_norm,
         res_ptr=res, x_ptr=x, xq_ptr=v("xq"), xs_ptr=v("xs"), H=h,
@@ -183,7 +185,7 @@ def step(layer, hidden: torch.Tensor, residual, batch: RowBatch, topk_prev, m: i
         SUM_BLOCK=moe.SUM_BLOCK, SWAP=fp8_linear.swap(bn),
         DOWN_SWAP=moe.down_swap(down_bn, False),
         GU_SWAP=fp8_linear.swap(gu_bn, False, moe.GATE_UP_SWAP),
-        GU_STACK=moe.gate_up_stack(gu_bn, False),
+        GU_STACK=moe.gate_up_stack(gu_bn, False), ROWS=slot_rows,
     )
     persistent.launch(args, const, hidden.device)
     return v("y"), res, topk

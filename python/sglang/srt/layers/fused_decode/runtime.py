@@ -1,9 +1,11 @@
 """The step executor of a covered step: upstream's tensors in, the post-norm hidden state out.
 
 ``step_rows`` builds the fused layers' ``RowBatch`` from upstream's addressing without a host
-sync: row m's position, and its request's slot row of ``req_to_token`` (the KV pool's slot of
-each context position; a target-verify step has ``rows_per_req`` rows per request, each with
-its own position). Rows past the real row count (CUDA-graph padding) get position -1: they
+sync: row m's position, and which row of ``req_to_token`` (the KV pool's slot of each context
+position) is its request's; the kernels read that table in place, so nothing a step copies
+grows with the table's width (a server's longest context). A target-verify step has
+``rows_per_req`` rows per request, each with its own position. Rows past the real row count
+(CUDA-graph padding) get position -1: they
 read and write nothing (upstream writes their KV at the dummy slot 0, which nothing reads).
 
 ``pool_caches`` views upstream's DSA pool as the layers' caches: the latent KV buffer
@@ -51,24 +53,39 @@ LayerHook = Callable[..., tuple]
 
 
 class StepRows(RowBatch):
-    """A RowBatch built on the device without the reference's host-side checks."""
+    """A RowBatch built on the device without the reference's host-side checks, whose slots
+    stay in upstream's pool table: row m's are ``slot_table[slot_rows[m]]`` (req_to_token read
+    in place by the kernels, so a step copies nothing that grows with the context)."""
 
-    def __post_init__(self):  # the reference's checks read values back to the host
-        pass
+    def __init__(self, positions: torch.Tensor, table: torch.Tensor, rows: torch.Tensor):
+        self.positions, self._table, self._rows = positions, table, rows
+
+    @property
+    def slot_table(self) -> torch.Tensor:
+        return self._table
+
+    @property
+    def slot_rows(self) -> torch.Tensor:
+        return self._rows
+
+    @property
+    def token_slots(self) -> torch.Tensor:
+        """The reference's [M, W] int64 table: a copy (check mode and the draft's carry)."""
+        return self._table.index_select(0, self._rows).to(torch.int64)
 
 
 def step_rows(positions: torch.Tensor, req_to_token: torch.Tensor,
               req_pool_indices: torch.Tensor, rows_per_req: int, max_context: int,
               num_real_rows: Optional[torch.Tensor] = None) -> StepRows:
     """The rows of a decode (rows_per_req 1) or target-verify step; no host sync."""
-    table = req_to_token[:, :max_context].index_select(0, req_pool_indices.to(torch.int64))
+    rows = req_pool_indices.to(torch.int64)
     if rows_per_req > 1:
-        table = table.repeat_interleave(rows_per_req, dim=0)
+        rows = rows.repeat_interleave(rows_per_req)
     pos = positions.to(torch.int64)
     if num_real_rows is not None:
-        row = torch.arange(pos.shape[0], device=pos.device)
-        pos = torch.where(row < num_real_rows, pos, torch.full_like(pos, -1))
-    return StepRows(pos, table.to(torch.int64))
+        pad = torch.arange(pos.shape[0], device=pos.device) >= num_real_rows
+        pos = pos.masked_fill(pad, -1)
+    return StepRows(pos, req_to_token[:, :max_context], rows)
 
 
 def pool_caches(kv_buffers: Dict[int, torch.Tensor],

@@ -233,6 +233,48 @@ def shard_rows_checks(case: LayerCase, rows: int, **layer_kw) -> Dict[str, bool]
     return out
 
 
+def in_a_pool(batch: RowBatch, seed: int = 0, extra_width: int = 37):
+    """batch's slot tables as rows of a server's pool table (``runtime.StepRows``): int32,
+    wider than the step's width (a view, as req_to_token[:, :max_context]), each row's table
+    at a shuffled row among rows of other requests' slots (valid slots of the same caches, so
+    reading a wrong row reads or writes a wrong slot instead of failing)."""
+    from .runtime import StepRows
+
+    g = torch.Generator().manual_seed(seed)
+    m, width = batch.token_slots.shape
+    table = batch.token_slots.cpu()
+    pool = torch.randint(0, int(table.max()) + 1, (2 * m + 1, width + extra_width),
+                         generator=g).to(torch.int32)
+    rows = torch.randperm(pool.shape[0], generator=g)[:m]
+    pool[rows, :width] = table.to(torch.int32)
+    dev = batch.positions.device
+    return StepRows(batch.positions, pool.to(dev)[:, :width], rows.to(dev))
+
+
+def pool_table_checks(case: LayerCase, rows: int, seed: int = 0, extra_width: int = 37,
+                      **layer_kw) -> Dict[str, bool]:
+    """The layer on its step's slots read from a pool table (``in_a_pool``: the kernels'
+    ``slot_rows`` form, a server's) against the same step on a table a row: every output,
+    KV-cache and index-cache byte equal. Every value should be True."""
+    from .layer import FusedLayer
+
+    lid, width = case.lw.layer_id, case.batch.token_slots.shape[1]
+    pooled = in_a_pool(case.batch, seed, extra_width)
+    out, runs = {}, []
+    for batch in (case.batch, pooled):
+        caches = clone_caches(case.caches)
+        layer = FusedLayer(case.cfg, case.lw, caches, rows, width, **layer_kw)
+        outs = [t.clone() for t in layer(case.hidden, case.residual, batch, case.topk_prev)]
+        runs.append((outs, caches))
+    (a_out, a_c), (b_out, b_c) = runs
+    out["outputs_equal"] = all(bool(torch.equal(x, y)) for x, y in zip(a_out, b_out))
+    out["kv_equal"] = bool(torch.equal(a_c.kv[lid].view(torch.int16),
+                                       b_c.kv[lid].view(torch.int16)))
+    if lid in a_c.index:
+        out["index_equal"] = bool(torch.equal(a_c.index[lid], b_c.index[lid]))
+    return out
+
+
 def stack_with_and_without_workspace(cases: List[LayerCase], steps: int = 2):
     """Run the cases' layers as one stack (layer i's y is layer i+1's input; the cases share
     one batch: built with the same contexts and seed), `steps` times, once with each layer's

@@ -29,6 +29,16 @@ class RowBatch:
         assert int(self.positions.max()) < self.token_slots.shape[1] if len(self.positions) else True
 
     @property
+    def slot_table(self) -> torch.Tensor:
+        """The table the kernels read slots from: token_slots here (row m is row m's)."""
+        return self.token_slots
+
+    @property
+    def slot_rows(self):
+        """Which slot_table row is row m's (int64 [M]); None: row m."""
+        return None
+
+    @property
     def num_rows(self) -> int:
         return self.positions.shape[0]
 
