@@ -152,15 +152,16 @@ def make_batch(m: int, ctx: int, device, width: int = 0):
     return RowBatch(pos, slots)
 
 
-def pool_batch(batch, width: int):
-    """batch's rows with their slots in a server's pool table (``runtime.StepRows``): int32,
-    `width` positions wide, row m's request at pool row m + 1 (row 0 another request's)."""
+def pool_batch(batch, width: int, dtype=torch.int32):
+    """batch's rows with their slots in a server's pool table (``runtime.StepRows``): `width`
+    positions wide (at least the batch's), row m's request at pool row m + 1 (row 0 another
+    request's)."""
     from sglang.srt.layers.fused_decode.runtime import StepRows
 
     m, ctx = batch.token_slots.shape
     dev = batch.positions.device
-    table = torch.zeros(m + 1, max(width, ctx), dtype=torch.int32, device=dev)
-    table[1:, :ctx] = batch.token_slots.to(torch.int32)
+    table = torch.zeros(m + 1, max(width, ctx), dtype=dtype, device=dev)
+    table[1:, :ctx] = batch.token_slots.to(dtype)
     return StepRows(batch.positions, table[:, :ctx],
                     torch.arange(1, m + 1, dtype=torch.int64, device=dev))
 

@@ -61,14 +61,19 @@ def _linear_split(original, n, k, split):
 
 LINEAR_SPLITS = {"o_proj": ((6144, 2048), (1, 4)), "q_b": ((2048, 2048), (2, 4))}
 
-# whether the layers read their slots in place from a server's int32 pool table 1M positions
-# wide (runtime.step_rows' form, the kernels' slot_rows) rather than a table a row of ctx
-# int64 columns (variant pool_slots)
-POOL_SLOTS = False
+# the width of a server's pool table (int32, POOL_DTYPE) the layers read their slots from in
+# place (runtime.step_rows' form, the kernels' slot_rows; upstream's req_to_token is the
+# model's context + 4 wide); 0: a table a row of ctx int64 columns
+POOL_SLOTS = 0
+POOL_DTYPE = torch.int32
 
 VARIANTS = {
     "baseline": {},
-    "pool_slots": {("probe", "POOL_SLOTS"): True},
+    "pool_slots": {("probe", "POOL_SLOTS"): (1 << 20) + 4},
+    "pool_slots_1m": {("probe", "POOL_SLOTS"): 1 << 20},
+    "pool_slots_narrow": {("probe", "POOL_SLOTS"): 1},  # as wide as the context
+    "pool_slots_i64": {("probe", "POOL_SLOTS"): (1 << 20) + 4,
+                       ("probe", "POOL_DTYPE"): torch.int64},
     # gate/up's shared-expert programs waiting for router+route as the others do, or
     # multiplying before the wait from one row (default: from moe.SHARED_BEFORE_WAIT_FROM_ROWS)
     "shared_after_wait": {("moe", "SHARED_BEFORE_WAIT_FROM_ROWS"): 1 << 30},
@@ -497,7 +502,6 @@ def main():
         fused = build()
         for m in ms:
             batch = H.make_batch(m, args.ctx, dev, args.width)
-            pool = H.pool_batch(batch, 1 << 20)
             g = torch.Generator(device=dev).manual_seed(m)
             hid = torch.randn(m, cfg.hidden_size, generator=g, device=dev).to(torch.bfloat16)
             res = torch.randn(m, cfg.hidden_size, generator=g, device=dev).to(torch.bfloat16)
@@ -506,7 +510,7 @@ def main():
             def run():
                 h, r, t = hid, res, tprev
                 for layer in current:
-                    h, r, t = layer(h, r, pool if POOL_SLOTS else batch, t)
+                    h, r, t = layer(h, r, pool, t)
                 return h
 
             for name in args.variants.split(","):
@@ -518,6 +522,7 @@ def main():
                 # a knob read when a layer is built (its buffers, its GEMMs' split K) gets
                 # layers of its own
                 current = build() if name in BUILD_VARIANTS else fused
+                pool = H.pool_batch(batch, POOL_SLOTS, POOL_DTYPE) if POOL_SLOTS else batch
                 try:
                     run()
                     us, _ = H.time_graph(run, args.replays)
