@@ -65,7 +65,7 @@ def chain_table(spans, per_layer: int, copies: int):
     return rows
 
 
-def run(kinds, rows_list, context, copies, replays, out_dir):
+def run(kinds, rows_list, context, copies, replays, out_dir, pool_width=0, pool_dtype="int32"):
     cfg = glm53_config()
     bw = measure_bandwidth("cuda")
     results = []
@@ -77,10 +77,12 @@ def run(kinds, rows_list, context, copies, replays, out_dir):
             cases = [make_case(cfg, lid, [context] * rows, seed=i, device="cuda", lw=w)
                      for i, w in enumerate(weights)]
             layers = [FusedLayer(cfg, c.lw, c.caches, rows, context) for c in cases]
+            batches = [pool_batch(c.batch, pool_width, getattr(torch, pool_dtype)) if pool_width
+                       else c.batch for c in cases]
 
             def step():
-                for layer, c in zip(layers, cases):
-                    layer(c.hidden, c.residual, c.batch, c.topk_prev)
+                for layer, c, b in zip(layers, cases, batches):
+                    layer(c.hidden, c.residual, b, c.topk_prev)
 
             step()
             torch.cuda.synchronize()
@@ -99,6 +101,7 @@ def run(kinds, rows_list, context, copies, replays, out_dir):
             layer_us = sum(r["adds_us"] for r in table)
             floor = roofline.floor_us(roofline.layer_bytes(kind, 8, rows, context), bw)
             results.append({"kind": kind, "rows": rows, "context": context,
+                            "pool_width": pool_width, "pool_dtype": pool_dtype,
                             "kernels_per_layer": per_layer, "layer_us": layer_us,
                             "floor_us": floor, "chain": table})
             print(f"{kind} M={rows}: {layer_us:.1f} us a layer (sum of adds), floor "
@@ -130,8 +133,11 @@ def main():
     p.add_argument("--context", type=int, default=2048)
     p.add_argument("--copies", type=int, default=4)
     p.add_argument("--replays", type=int, default=20)
+    p.add_argument("--pool-width", type=int, default=0,
+                   help="read the slots from a server's pool table this wide (runtime.StepRows)")
+    p.add_argument("--pool-dtype", default="int32", choices=["int32", "int64"])
     a = p.parse_args()
-    run(a.kinds, a.rows, a.context, a.copies, a.replays, a.out)
+    run(a.kinds, a.rows, a.context, a.copies, a.replays, a.out, a.pool_width, a.pool_dtype)
 
 
 if __name__ == "__main__":
