@@ -23,7 +23,7 @@ import time
 import torch
 
 from benchmark import roofline
-from benchmark.harness import git_commit, measure_bandwidth
+from benchmark.harness import git_commit, measure_bandwidth, pool_batch
 from sglang.srt.layers.fused_decode.layer import FusedLayer
 from sglang.srt.layers.fused_decode.reference.config import glm53_config
 from sglang.srt.layers.fused_decode.reference.weights import gen_layer
