@@ -126,7 +126,6 @@ def _prepare_row(m, kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: t
         ko8 = to_e4m3(tl.clamp(ko * (1.0 / sk), -448.0, 448.0), INTERPRET)
         if pos >= 0:
             slot = tl.load(slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS) + pos)
-            slot = slot.to(tl.int64)
             page = cache_ptr + (slot // 64) * (64 * 132)
             key = page + (slot % 64) * 128
             tl.store(key + 2 * i, ke8.to(tl.uint8, bitcast=True))
@@ -205,7 +204,7 @@ def _scores_block(m, lt, seq, q8_ptr, head_w_ptr, cache_ptr, row_slots,
     oh = tl.arange(0, BLOCK_H)  # heads padded to the 16-row MMA minimum
     h_ok = oh < NH
     in_ctx = ol < seq
-    slot = tl.load(row_slots + ol, mask=in_ctx, other=0).to(tl.int64)
+    slot = tl.load(row_slots + ol, mask=in_ctx, other=0)
     page = cache_ptr + (slot // 64) * (64 * 132)
     keys = tl.load(page[:, None] + (slot % 64)[:, None] * 128 + od[None, :],
                    mask=in_ctx[:, None], other=0).to(tl.float8e4nv, bitcast=True)
@@ -262,7 +261,7 @@ def prepare(kw_parts, q_parts, ln_w, ln_b, ln_eps, positions, token_slots, inv_f
     assert nkw == d + nh and q_parts.is_contiguous() and q8.is_contiguous()
     hb = min(PREPARE_HEADS, nh)
     assert nh % hb == 0 and hb & (hb - 1) == 0
-    slots, rows = slot_args(token_slots, slot_rows, positions)
+    slots, rows = slot_args(token_slots, slot_rows, positions, index_cache)
     _prepare_kernel[(m, nh // hb)](kw_parts, split, m, nkw, q_parts, q_parts.shape[0], ln_w,
                                    ln_b, float(ln_eps), positions, *slots, inv_freq,
                                    index_cache, q8, head_w, float(nh ** -0.5 * d ** -0.5),
@@ -293,7 +292,7 @@ def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 
         assert SPLIT_CHUNK % block_l == 0, "a program's positions must lie in one chunk"
     blocks = triton.cdiv(width, block_l)
     programs = score_programs(m, width, block_l)
-    slots, rows = slot_args(token_slots, slot_rows, positions)
+    slots, rows = slot_args(token_slots, slot_rows, positions, index_cache)
     _scores_kernel[(m, programs)](
         q8, head_w, index_cache, positions, *slots, out, out.stride(0), width,
         out if first_hist is None else first_hist, p, skip_within, NH=nh, D=d,

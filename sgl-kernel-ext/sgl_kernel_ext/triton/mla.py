@@ -202,12 +202,23 @@ def slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS: tl.constexpr):
         return slots_ptr + m * stride_slots
 
 
-def slot_args(token_slots, slot_rows, by_row):
+def slot_args(token_slots, slot_rows, by_row, *caches):
     """((table, row stride, rows), ROWS) for kernels taking ``slot_row``'s arguments:
     token_slots [M, W] (a table a row: slot_rows None) or a pool's table [R, W] whose row
     slot_rows[m] is row m's (int64 [M]). by_row: a tensor [M, ...] of the launch, which stands
-    in for the rows when there are none (the kernel does not read it)."""
+    in for the rows when there are none (the kernel does not read it). The kernels compute
+    offsets in the table's integer type (an int32 slot widened to int64 in the attention's
+    loop costs its software pipelining: +2.7 us a 16-row layer on an H200,
+    results/graph_timeline_20261202T065355Z), so with an int32 table (upstream's
+    req_to_token) every cache the slots address must hold fewer than 2**31 elements."""
     assert token_slots.stride(1) == 1, "slot tables must be row-major"
+    if token_slots.dtype == torch.int32:
+        for cache in caches:
+            if cache.numel() >= 2**31:
+                raise ValueError(f"a cache of {cache.numel()} elements addressed through int32 "
+                                 "slots: its offsets overflow int32; pass an int64 slot table")
+    elif token_slots.dtype != torch.int64:
+        raise ValueError(f"slot tables are int32 or int64, not {token_slots.dtype}")
     if slot_rows is None:
         return (token_slots, token_slots.stride(0), by_row), False
     assert slot_rows.dtype == torch.int64 and slot_rows.shape == by_row.shape[:1]
@@ -231,7 +242,7 @@ def _latent_row(m, part, qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_
                          INTERPRET)
     pos = tl.load(pos_ptr + m)
     if (part == 1) & (pos >= 0):
-        slot = tl.load(slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS) + pos).to(tl.int64)
+        slot = tl.load(slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS) + pos)
         kv_w = C + R
         oc = tl.arange(0, BLOCK_C)
         c = sum_parts(kva_ptr, SPLIT, M * kv_w, m * kv_w + oc, oc < C)
@@ -285,7 +296,7 @@ def _kv_row_task(m, rows_ptr, ss_ptr, ss_stride, C_TILES: tl.constexpr, kvn_w_pt
     of squares (``fp8_linear._row_tail``): row m's KV-cache row, nothing for a pad row."""
     pos = tl.load(pos_ptr + m)
     if pos >= 0:
-        slot = tl.load(slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS) + pos).to(tl.int64)
+        slot = tl.load(slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS) + pos)
         kv_w = C + R
         oc = tl.arange(0, BLOCK_C)
         c = tl.load(rows_ptr + m * kv_w + oc, mask=oc < C, other=0.0).to(tl.float32)
@@ -478,7 +489,7 @@ def _attn_step_slots(m, ot, hi, topk_ptr, stride_topk, row_slots):
     row_slots: the row's slot table (``slot_row``)."""
     p_ctx = tl.load(topk_ptr + m * stride_topk + ot, mask=ot < hi, other=-1)
     t_ok = p_ctx >= 0
-    slot = tl.load(row_slots + tl.maximum(p_ctx, 0), mask=t_ok, other=0).to(tl.int64)
+    slot = tl.load(row_slots + tl.maximum(p_ctx, 0), mask=t_ok, other=0)
     return slot, t_ok
 
 
@@ -828,7 +839,7 @@ def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots
         kw_args = (x, x.stride(0), k, w, parts, n, bf16_linear.chunk_cols(k, kw_split), tiles)
         kw_meta = dict(KW_BLOCK_M=bm, KW_BLOCK_N=bf16_linear.BLOCK_N, KW_BLOCK_K=bk,
                        KW_GEMV=gemv)
-    slots, rows = slot_args(token_slots, slot_rows, positions)
+    slots, rows = slot_args(token_slots, slot_rows, positions, kv_cache)
     _latent_kernel[grid](qa_parts, kva_parts, split, m, q_a_norm, kv_a_norm, cq_q, cq_s,
                          kv_cache, positions, *slots, inv_freq, float(eps), q, kv_lora, rope,
                          *kw_args,
@@ -867,7 +878,7 @@ def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions
         rows_q, ss_q, q_a_norm, m, q, k_chunk, float(eps),
         wq, ws, parts, wq.shape[0], tiles_a, wq_b, ws_b, parts_b, wq_b.shape[0], tiles,
         rows_kv, ss_kv, ss_kv.shape[1], kv_a_norm, kv_cache, positions,
-        *slot_args(token_slots, slot_rows, positions)[0], inv_freq, kv_lora, rope,
+        *slot_args(token_slots, slot_rows, positions, kv_cache)[0], inv_freq, kv_lora, rope,
         Q_TILES=tiles_q, C_TILES=kv_lora // block_n, BLOCK_M=fp8_linear.block_m(m),
         BLOCK_N=block_n, GROUPS=groups, BLOCK_C=triton.next_power_of_2(kv_lora),
         HALF_R=rope // 2, INTERPRET=interpreting(), PDL=overlap.enabled(),
@@ -952,7 +963,7 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
     steps = triton.cdiv(blocks, splits)  # the longest chunk's
     stages = 3 if steps >= ATTN_DOUBLE_BUFFER_FROM_STEPS else ATTN_STAGES
     assert topk.stride(1) == 1
-    slots, rows = slot_args(token_slots, slot_rows, topk)
+    slots, rows = slot_args(token_slots, slot_rows, topk, kv_cache)
     _sparse_attn_kernel[(m, splits)](
         qcat, kv_cache, topk, topk.stride(0), *slots, part_o, part_ml, nh, float(sm_scale),
         blocks, C=kv_lora, R=rope,

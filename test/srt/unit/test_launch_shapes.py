@@ -99,3 +99,23 @@ def test_index_grids_are_bounded_and_plain_to_32k(rows, context_length):
     assert rows * split <= topk.SPLIT_MAX_PROGRAMS + topk.SPLIT_MAX_PROGRAMS // 8, split
     if context_length <= 32768:
         assert scores == blocks and split == topk.split_chunks(width), (scores, split)
+
+
+def test_int32_slot_tables_refuse_caches_their_offsets_overflow():
+    """Slots read from an int32 table (upstream's req_to_token) address their caches in int32
+    (mla.slot_args): a cache of 2**31 elements or more is refused with the reason, an int64
+    table addresses it, and a table of another type is refused."""
+    import torch
+
+    table = torch.zeros(2, 8, dtype=torch.int32)
+    rows, pos = torch.tensor([1, 0]), torch.tensor([3, 4])
+    small = torch.empty(4, 576, dtype=torch.bfloat16)
+    huge = torch.empty(1, dtype=torch.bfloat16).expand(2**31)  # no storage behind it
+    (_, stride, got_rows), on = mla.slot_args(table, rows, pos, small)
+    assert on and stride == 8 and got_rows is rows
+    with pytest.raises(ValueError, match="overflow int32"):
+        mla.slot_args(table, rows, pos, small, huge)
+    (_, _, stand_in), on = mla.slot_args(table.to(torch.int64), None, pos, huge)
+    assert not on and stand_in is pos
+    with pytest.raises(ValueError, match="int32 or int64"):
+        mla.slot_args(table.to(torch.int16), rows, pos)

@@ -68,7 +68,8 @@ def step(layer, hidden: torch.Tensor, residual, batch: RowBatch, topk_prev, m: i
     k = topk.shape[1]
     if topk.stride(1) != 1 or slots.stride(1) != 1:
         raise ValueError("top-k and token slots must be row-major")
-    (_, _, slot_rows_ptr), slot_rows = mla.slot_args(slots, batch.slot_rows, pos)
+    (_, _, slot_rows_ptr), slot_rows = mla.slot_args(
+        slots, batch.slot_rows, pos, layer.kv_cache, *([layer.index_cache] if indexer else []))
     part_o, part_ml = layer._attention_parts(m)
     nsp = part_o.shape[1]
     block_t, blocks = mla.attention_step(k, nsp)
