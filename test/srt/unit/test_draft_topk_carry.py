@@ -51,6 +51,25 @@ def test_physical_slots_become_ascending_positions():
     assert torch.equal(got, _expected(chosen))  # the pad row (position -1) gets none
 
 
+def test_slots_read_from_a_pool_table_as_from_a_table_a_row():
+    """A server's step (runtime.StepRows: each row's request at a row of upstream's int32
+    req_to_token, read in place) converts the same seed to the same positions."""
+    from sglang.srt.layers.fused_decode.runtime import StepRows
+
+    batch, chosen, g = _case(3)
+    slots = [batch.token_slots[r, ch] for r, ch in enumerate(chosen)]
+    seed = _seed(slots, g)
+    pool = torch.randint(0, 40 * 64, (7, WIDTH + 21), generator=g).to(torch.int32)
+    rows = torch.tensor([5, 0, 3, 6])
+    pool[rows, :WIDTH] = batch.token_slots.to(torch.int32)
+    pooled = StepRows(batch.positions, pool[:, :WIDTH], rows)
+    want = carry.TopkCarry(torch.empty(4, K, dtype=torch.int64), WIDTH).take(seed, batch,
+                                                                             carry.SLOTS)
+    got = carry.TopkCarry(torch.empty(4, K, dtype=torch.int64), WIDTH).take(seed, pooled,
+                                                                            carry.SLOTS)
+    assert torch.equal(want, _expected(chosen)) and torch.equal(got, want)
+
+
 def test_positions_are_sorted_and_padded():
     batch, chosen, g = _case(1)
     c = carry.TopkCarry(torch.empty(4, K, dtype=torch.int64), WIDTH)

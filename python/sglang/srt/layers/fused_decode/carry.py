@@ -19,8 +19,9 @@ where j is the request's logical page whose physical page is s // 64 (upstream's
 lays requests out so; its DSA backend derives page tables the same way). Each row's physical
 pages (those of its context; the rest masked) are sorted and the seed's pages looked up in
 them; a slot whose page is not in the row's context, whose position's table entry is not that
-slot, or which lands past the row's own position, is dropped (-1). Every op writes into buffers allocated at build: no allocation, no host sync,
-capturable in a CUDA graph.
+slot, or which lands past the row's own position, is dropped (-1). Every op writes into
+buffers allocated at build (but for the few reads of a server's pool table,
+``runtime.StepRows``): no host sync, capturable in a CUDA graph.
 """
 
 from __future__ import annotations
@@ -102,16 +103,19 @@ class TopkCarry:
         return out
 
     def _slots_to_positions(self, s: torch.Tensor, batch: RowBatch, b: dict) -> None:
-        """b['pos'] = each slot's context position in its row, b['hit'] = found."""
-        table = batch.token_slots
-        m, width = table.shape
+        """b['pos'] = each slot's context position in its row, b['hit'] = found. Reads the
+        batch's slot table where it is (a server's pool: each row's request row of it, only
+        its pages' first slots and the looked-up ones)."""
+        table, rows = batch.slot_table, batch.slot_rows
+        m, width = batch.num_rows, table.shape[1]
         pages = -(-width // PAGE)
         if pages > self.max_pages:
             raise ValueError(f"a table of {width} positions; the carry was built for "
                              f"{self.max_pages * PAGE}")
         keys, srt, order, in_ctx = (_prefix(self.buf[n], m, pages)
                                     for n in ("keys", "sorted", "order", "in_ctx"))
-        torch.floor_divide(table[:, ::PAGE], PAGE, out=keys)  # each logical page's physical one
+        firsts = table[:, ::PAGE] if rows is None else table[:, ::PAGE].index_select(0, rows)
+        torch.floor_divide(firsts, PAGE, out=keys)  # each logical page's physical one
         torch.le(self.page_start[:pages].unsqueeze(0), batch.positions.unsqueeze(1), out=in_ctx)
         keys.masked_fill_(in_ctx.logical_not_(), _BIG)
         torch.sort(keys, dim=1, out=(srt, order))
@@ -128,6 +132,9 @@ class TopkCarry:
         # the position's own slot must be s (upstream's paged layout guarantees it; a table that
         # breaks it drops the slot rather than attend another token)
         torch.clamp(pos, 0, width - 1, out=idx)
-        torch.gather(table, 1, idx, out=found)
+        if rows is None:
+            torch.gather(table, 1, idx, out=found)
+        else:
+            found.copy_(table[rows.unsqueeze(1), idx])
         torch.eq(found, s, out=b["ok"])
         b["hit"].logical_and_(b["ok"])
