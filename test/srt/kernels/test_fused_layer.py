@@ -369,6 +369,16 @@ def test_slots_read_from_a_pool_table_are_bitwise_a_table_a_row(kind, rows):
     assert all(checks.values()), checks
 
 
+def test_persistent_layer_reads_a_pool_table_as_a_table_a_row():
+    """The one-launch layer's tasks on a server's pool table (slot_rows) against the same
+    launch on a table a row: MoE+indexer, a pad row, contexts on both sides of 2048."""
+    lid = KINDS["moe_indexer"]
+    case = make_case(CFG, lid, [3000, 0, 1500], seed=5, device="cuda", lw=_weights(lid))
+    checks = pool_table_checks(case, 3, seed=3, extra_width=(1 << 20) - 3000,
+                               persistent_launch=True)
+    assert all(checks.values()), checks
+
+
 @pytest.mark.parametrize("rows", [1, 12, 16])  # 1 (preloaded), 3 and 4 loop steps a chunk
 @pytest.mark.parametrize("parts, chains", [(1, 2), (8, 1), (8, 2), (4, 2)])
 def test_attention_in_column_tiles_matches_reference(parts, chains, rows, monkeypatch):
