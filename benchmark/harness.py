@@ -153,17 +153,11 @@ def make_batch(m: int, ctx: int, device, width: int = 0):
 
 
 def pool_batch(batch, width: int, dtype=torch.int32):
-    """batch's rows with their slots in a server's pool table (``runtime.StepRows``): `width`
-    positions wide (at least the batch's), row m's request at pool row m + 1 (row 0 another
-    request's)."""
-    from sglang.srt.layers.fused_decode.runtime import StepRows
+    """batch's rows with their slots in a server's pool table `width` positions wide (at
+    least the batch's; ``testing.in_a_pool``)."""
+    from sglang.srt.layers.fused_decode.testing import in_a_pool
 
-    m, ctx = batch.token_slots.shape
-    dev = batch.positions.device
-    table = torch.zeros(m + 1, max(width, ctx), dtype=dtype, device=dev)
-    table[1:, :ctx] = batch.token_slots.to(dtype)
-    return StepRows(batch.positions, table[:, :ctx],
-                    torch.arange(1, m + 1, dtype=torch.int64, device=dev))
+    return in_a_pool(batch, 0, max(width - batch.token_slots.shape[1], 0), dtype)
 
 
 def random_topk(cfg, m: int, ctx: int, device, seed: int = 7):

@@ -5,8 +5,8 @@ sync: row m's position, and which row of ``req_to_token`` (the KV pool's slot of
 position) is its request's; the kernels read that table in place, so nothing a step copies
 grows with the table's width (a server's longest context). A target-verify step has
 ``rows_per_req`` rows per request, each with its own position. Rows past the real row count
-(CUDA-graph padding) get position -1: they
-read and write nothing (upstream writes their KV at the dummy slot 0, which nothing reads).
+(CUDA-graph padding) get position -1: they read and write nothing (upstream writes their KV at
+the dummy slot 0, which nothing reads).
 
 ``pool_caches`` views upstream's DSA pool as the layers' caches: the latent KV buffer
 [slots + page, 1, 576] bf16 as [slots + page, 576], and the FP8 index-K cache of each indexer
@@ -70,7 +70,7 @@ class StepRows(RowBatch):
 
     @property
     def token_slots(self) -> torch.Tensor:
-        """The reference's [M, W] int64 table: a copy (check mode and the draft's carry)."""
+        """The reference's [M, W] int64 table: a copy, for check mode."""
         return self._table.index_select(0, self._rows).to(torch.int64)
 
 

@@ -233,20 +233,21 @@ def shard_rows_checks(case: LayerCase, rows: int, **layer_kw) -> Dict[str, bool]
     return out
 
 
-def in_a_pool(batch: RowBatch, seed: int = 0, extra_width: int = 37):
-    """batch's slot tables as rows of a server's pool table (``runtime.StepRows``): int32,
-    wider than the step's width (a view, as req_to_token[:, :max_context]), each row's table
-    at a shuffled row among rows of other requests' slots (valid slots of the same caches, so
-    reading a wrong row reads or writes a wrong slot instead of failing)."""
+def in_a_pool(batch: RowBatch, seed: int = 0, extra_width: int = 37, dtype=torch.int32):
+    """batch's slot tables as rows of a server's pool table (``runtime.StepRows``): int32 as
+    upstream's req_to_token (or `dtype`), wider than the step's width (a view, as
+    req_to_token[:, :max_context]), each row's table at a shuffled row among rows of other
+    requests' slots (valid slots of the same caches, so reading a wrong row reads or writes a
+    wrong slot instead of failing)."""
     from .runtime import StepRows
 
     g = torch.Generator().manual_seed(seed)
     m, width = batch.token_slots.shape
     table = batch.token_slots.cpu()
     pool = torch.randint(0, int(table.max()) + 1, (2 * m + 1, width + extra_width),
-                         generator=g).to(torch.int32)
+                         generator=g).to(dtype)
     rows = torch.randperm(pool.shape[0], generator=g)[:m]
-    pool[rows, :width] = table.to(torch.int32)
+    pool[rows, :width] = table.to(dtype)
     dev = batch.positions.device
     return StepRows(batch.positions, pool.to(dev)[:, :width], rows.to(dev))
 
