@@ -394,7 +394,10 @@ def tiling(n: int, k: int) -> tuple:
     and the absorb, which sum the split partials) then lose more than that in the layer
     (decode_layer_20261130T112756Z): two groups over ~264 programs (split 3) is kept. With the
     MMAs transposed (``swap``), tiles of 128 columns were 1.3-6.7 us slower a layer at 1-16
-    rows with 2 groups a step, and up to 7.9 with 1 (tiling_probe_20261201T174706Z)."""
+    rows with 2 groups a step, and up to 7.9 with 1 (tiling_probe_20261201T174706Z). With the
+    scales loaded ahead (SCALES_AHEAD), 1 group a step at this split is mixed: a MoE layer
+    2.8 us faster at 8 rows, 1.3 / 0.9 slower at 12 / 16, a dense one 1.5-2.8 slower at 2,
+    12 and 16 rows (tiling_probe_20261202T062521Z: linear_groups_1)."""
     return 64, 2, choose_split(n, k, 64, 2, TARGET_PROGRAMS, ONE_WAVE)
 
 

@@ -715,7 +715,8 @@ def gate_up_chunk(k: int, split_k: int, groups: int) -> int:
 # 1.0-1.3 us faster at one row on the tensor cores, with or without the indexer, in two runs;
 # a dense layer 9.6 us slower (tiling_probe_20261201T212315Z, T212922Z: moe_mma_at_1; the
 # deep form +0.4..+1.0): so the MoE layer's experts take the MMAs at every row count and the
-# dense MLP keeps this form at one row (DENSE_GEMV_MAX_ROWS).
+# dense MLP keeps this form at one row (DENSE_GEMV_MAX_ROWS). Re-timed with the scales loaded
+# ahead: +1.9 us a MoE layer at one row (tiling_probe_20261202T062521Z: moe_gemv_at_1).
 GEMV_MAX_ROWS = 0
 DENSE_GEMV_MAX_ROWS = 1
 GATE_UP_GEMV_TILING = (16, 4, 4)
@@ -746,9 +747,10 @@ DENSE_DOWN = (64, 8)
 # layer, -0.9..-3.8 with the indexer at 10 and 12, so no change (T185111Z).
 GATE_UP_64_COLUMN_ROWS = range(9, 13)
 # whether those 64-column tiles (gate and up apart) also load each group's scales an iteration
-# ahead, as the linears and the 32-column stacked tiles do (fp8_linear.SCALES_AHEAD). Opt-in:
-# bitwise the plain loop under the interpreter, not yet timed or tested on a GPU
-# (release_run.sh pending: gate_up_64_scales_ahead).
+# ahead, as the linears and the 32-column stacked tiles do (fp8_linear.SCALES_AHEAD). Bitwise
+# the plain loop (interpreter; GPU test test_scales_loaded_ahead_... at 12 rows, dea2028), but
+# on an H200 within noise: -0.4 us a MoE layer at 12 rows (noise 0.3), +0.2 dense
+# (tiling_probe_20261202T062521Z: gate_up_64_scales_ahead). Off.
 GATE_UP_64_SCALES_AHEAD = False
 
 # rows from which a MoE layer's gate/up runs in 2 pipeline stages rather than 3 (on the
@@ -786,7 +788,9 @@ GATE_UP_STACK_COLUMNS = (32,)
 # at 2 rows, 1.7 at 7, 9.8 at 8, but 0.7-4.0 slower at 3-6 and 10-16; a dense layer 2.9
 # faster at 2 rows, within 0.2 elsewhere. 2 groups in 2 stages (the same 40 KB) were 0.3-1.5
 # us behind at 2 and 8 rows (gate_up_stages_2). Like GATE_UP_64_COLUMN_ROWS, tuned to the
-# benchmark's routing (how many experts its rows touch).
+# benchmark's routing (how many experts its rows touch). Since the scales load ahead
+# (fp8_linear.SCALES_AHEAD) the deep form at one row too is +1.7 us a MoE layer
+# (tiling_probe_20261202T062521Z: moe_deep_at_1).
 GATE_UP_DEEP_ROWS = (2, 7, 8)
 DENSE_GATE_UP_DEEP_ROWS = (2,)
 
