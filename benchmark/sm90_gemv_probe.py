@@ -1,0 +1,68 @@
+"""Probe: the CuTe DSL TMA-ring FP8 GEMV (``nvidia.sm90.fp8_gemv``) against the Triton stage
+kernel (``fp8_linear`` in the fused layer's tiling, with and without programmatic dependent
+launch) on one decode layer's matrices at 1-4 rows, in the same run.
+
+Each arm is timed in a CUDA graph of back-to-back launches over enough weight copies that none
+stays in L2 (``gemv_probe.graph_time``); the floor is the matrix's bytes over the measured copy
+bandwidth. Optionally sweeps the ring's depth and the grid.
+
+    PYTHONPATH=python:sgl-kernel-ext:. python3 -m benchmark.sm90_gemv_probe --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from benchmark.gemv_probe import copy_bandwidth, graph_time, weight_copies
+from benchmark.harness import run_meta, write_json
+from sgl_kernel_ext.nvidia.sm90 import fp8_gemv as sm90
+from sgl_kernel_ext.triton import fp8_linear
+
+SHAPES = {"o_proj": (6144, 2048), "q_a|kv_a": (2624, 6144), "q_b|wq_b": (6144, 2048),
+          "9_experts_gate_up": (4608, 6144), "shared_down": (6144, 256)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--ms", default="1,2,4")
+    ap.add_argument("--stages", default="0", help="ring depths (0: the default)")
+    ap.add_argument("--grids", default="0", help="CTAs (0: one a multiprocessor)")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    bw = copy_bandwidth(dev)
+    rows = []
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s")
+    for name, (n, k) in SHAPES.items():
+        ws, ss, base = weight_copies(n, k, bw, dev)
+        copies = len(ws)
+        for m in map(int, args.ms.split(",")):
+            xq = torch.randn(m, k, device=dev).to(torch.float8_e4m3fn)
+            sx = torch.rand(m, k // 128, device=dev) + 0.5
+            arms = {}
+            bn, groups, split = fp8_linear.tiling(n, k)
+            parts = torch.empty(split, m, n, device=dev)
+            for pdl in (True, False):
+                arms[f"triton{'' if pdl else ' nopdl'}"] = graph_time(
+                    lambda i: fp8_linear.fp8_linear(xq, sx, ws[i], ss[i], parts, block_n=bn,
+                                                    groups=groups, pdl=pdl), copies)
+            y = torch.empty(m, n, device=dev)
+            for stages in map(int, args.stages.split(",")):
+                for grid in map(int, args.grids.split(",")):
+                    arms[f"sm90 s{stages} g{grid}"] = graph_time(
+                        lambda i: sm90.fp8_gemv(xq, sx, ws[i], ss[i], y, stages, grid), copies)
+            for arm, us in arms.items():
+                rows.append(dict(base, matrix=name, m=m, arm=arm, us=us,
+                                 frac_floor=base["floor_us"] / us))
+            print(f"{name:18s} m={m} floor {base['floor_us']:5.2f} copy {base['copy_us']:5.2f} "
+                  + "  ".join(f"{a} {t:6.2f}" for a, t in arms.items()), flush=True)
+        del ws, ss
+    meta = run_meta(dev)
+    meta.update(benchmark="sm90_gemv_probe", copy_bandwidth_bytes_per_s=bw)
+    write_json("sm90_gemv_probe", {"meta": meta, "results": rows}, [args.out])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The device call for the CuTe DSL kernels (nvidia/sm90), run from the repo root with $OUT set.
+# The lent GPU has no CuTe DSL and no network: stage its wheels with
+# ../shared/tools/cutedsl_device_wheels.sh (here), then make two calls back to back, the
+# machine still warm:
+#   call 1, carry [".stage1"]:  bash benchmark/sm90_run.sh stage
+#   call 2, carry [".stage2", ".cache/triton.tgz"]:  bash benchmark/sm90_run.sh [tests|bench|all]
+# (`all` is the default; extra arguments go to sm90_gemv_probe).
+set -u
+mode=${1:-all}
+shift || true
+if [ "$mode" = stage ]; then
+  mkdir -p /tmp/stage && cp .stage1/* /tmp/stage/ && ls -la /tmp/stage; exit
+fi
+if ! python3 -c "import cutlass" 2>/dev/null && [ ! -d /tmp/site/nvidia_cutlass_dsl ]; then
+  test -f /tmp/stage/cu13part.aa || { echo "stage part 1 missing: run 'stage' first, warm"; exit 3; }
+  whl=/tmp/nvidia_cutlass_dsl_libs_cu13-4.8.0-cp312-cp312-manylinux_2_28_x86_64.whl
+  cat /tmp/stage/cu13part.aa .stage2/cu13part.ab > "$whl" && cp .stage2/*.whl /tmp/ &&
+    python3 -m pip install -q --no-index --no-deps --no-compile --upgrade --target /tmp/site /tmp/*.whl ||
+    { echo "CuTe DSL install failed"; exit 4; }
+fi
+source benchmark/device_env.sh
+export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
+export PYTHONUNBUFFERED=1
+python3 -c "import cutlass; print('cutlass', cutlass.__version__ if hasattr(cutlass, '__version__') else '?')"
+if [ "$mode" = tests ] || [ "$mode" = all ]; then
+  timeout 300 python3 -m pytest test/srt/kernels/test_sm90_fp8_gemv.py -q -x 2>&1 | tee "$L/pytest_sm90.log" | tail -15
+fi
+if [ "$mode" = bench ] || [ "$mode" = all ]; then
+  timeout 300 python3 -m benchmark.sm90_gemv_probe --out "$OUT" "$@" 2>&1 | tee "$L/sm90_probe.log"
+fi
+tar czf "$OUT/logs.tgz" -C "$L" .

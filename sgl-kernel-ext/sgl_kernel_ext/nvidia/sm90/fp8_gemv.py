@@ -1,0 +1,197 @@
+"""FP8 block-128 GEMV for 1-4 rows on Hopper: a TMA weight stream into a shared-memory ring,
+read by CUDA-core warps (CuTe DSL).
+
+y fp32 [M, N] = xq [M, K] . W^T with W e4m3 [N, K] (scales ws [ceil(N/128), K/128]) and xq
+e4m3 (scales sx [M, K/128]): y[m, n] = sum over 128-column groups g of
+ws[n / 128, g] * sx[m, g] * (xq[m, g] . W[n, g]), the reference's blockwise dequantization.
+
+Why: the Triton stage kernels load their weights with ordinary loads, software-pipelined a few
+iterations deep, and reach 30-41% of the copy bandwidth on one decode layer's matrices. Here one
+producer warp keeps `stages` tiles of [BN rows x BK columns] in flight per multiprocessor
+through the bulk tensor copy engine (TMA), independent of the consumers' progress, which is the
+weight stream a persistent layer kernel needs (a producer that runs ahead of the activations).
+
+Work: the grid is one CTA per multiprocessor; CTA c takes the row tiles c, c + grid, ... each
+over the whole K, so every output element is one thread group's fixed-order sum (deterministic,
+no split-K partials). A consumer thread owns 16 columns of one tile row a ring slot: it
+converts them to fp32, dots them with each row of x, and accumulates the dot scaled by the
+group's two scales; the BK / 16 threads of a tile row sum their accumulators by shuffles.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Tuple
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.pipeline as pipeline
+import cutlass.utils
+from cutlass.cute.nvgpu import cpasync
+
+MAX_ROWS = 4  # CUDA-core dots: past a few rows the tensor cores' MMAs are the right tool
+BLOCK_N = 16  # tile rows: o_proj's 6144 rows are 384 tiles, 2.9 a multiprocessor
+SMEM_RING_BYTES = 192 * 1024  # of the 227 KB a CTA may hold on an H200
+SEG = 16  # bytes (e4m3 columns) a consumer thread owns a slot: one 128-bit shared load
+
+
+def block_k(k: int) -> int:
+    """Columns a ring slot holds: 256 where K allows (one TMA box), else 128."""
+    if k % 128:
+        raise ValueError(f"K must be a multiple of the 128-column scale group, got {k}")
+    return 256 if k % 256 == 0 else 128
+
+
+class Fp8Gemv:
+    """One compiled shape: rows m, matrix [n, k]. Call with CuTe tensors (see `fp8_gemv`)."""
+
+    def __init__(self, m: int, n: int, k: int, stages: int = 0):
+        if not 1 <= m <= MAX_ROWS:
+            raise ValueError(f"fp8_gemv takes 1..{MAX_ROWS} rows, got {m}")
+        self.m, self.n, self.k = m, n, k
+        self.bn, self.bk = BLOCK_N, block_k(k)
+        self.tile_bytes = self.bn * self.bk
+        self.stages = stages or SMEM_RING_BYTES // self.tile_bytes
+        self.segs = self.bk // SEG  # threads a tile row
+        self.consumers = self.bn * self.segs
+        assert self.consumers % 32 == 0 and self.segs <= 32
+        self.consumer_warps = self.consumers // 32
+        self.threads = 32 + self.consumers  # warp 0 produces
+
+    @cute.jit
+    def __call__(self, w: cute.Tensor, ws: cute.Tensor, xq: cute.Tensor, sx: cute.Tensor,
+                 y: cute.Tensor, grid: cutlass.Int32, stream):
+        smem_tile = cute.make_layout((self.bn, self.bk), stride=(self.bk, 1))
+        tma_atom, tma_w = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(), w, smem_tile, (self.bn, self.bk))
+
+        @cute.struct
+        class Storage:
+            bars: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
+            ring: cute.struct.Align[
+                cute.struct.MemRange[cutlass.Float8E4M3FN, self.tile_bytes * self.stages], 128]
+
+        self.storage = Storage
+        self.kernel(tma_atom, tma_w, ws, xq, sx, y).launch(
+            grid=[grid, 1, 1], block=[self.threads, 1, 1], smem=Storage.size_in_bytes(),
+            stream=stream)
+
+    @cute.kernel
+    def kernel(self, tma_atom: cute.CopyAtom, mW: cute.Tensor, mWs: cute.Tensor,
+               mX: cute.Tensor, mSx: cute.Tensor, mY: cute.Tensor):
+        bn, bk, segs, stages = self.bn, self.bk, self.segs, self.stages
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        grid, _, _ = cute.arch.grid_dim()
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        if warp == 0:
+            cpasync.prefetch_descriptor(tma_atom)
+
+        storage = cutlass.utils.SmemAllocator().allocate(self.storage)
+        ring = storage.ring.get_tensor(
+            cute.make_layout((bn, bk, stages), stride=(bk, 1, bn * bk)))
+        pipe = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.bars.data_ptr(), num_stages=stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
+                                                     self.consumer_warps),
+            tx_count=self.tile_bytes, cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
+
+        # (BN, BK, row tiles, column steps) of the weights, and the TMA's view of tile and ring
+        g_w = cute.local_tile(mW, (bn, bk), (None, None))
+        t_ring, t_w = cpasync.tma_partition(
+            tma_atom, 0, cute.make_layout(1), cute.group_modes(ring, 0, 2),
+            cute.group_modes(g_w, 0, 2))
+        row_tiles = (self.n + bn - 1) // bn
+        k_steps = self.k // bk
+        my_tiles = (row_tiles - bidx + grid - 1) // grid
+
+        if warp == 0:
+            put = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
+            for i in cutlass.range(my_tiles * k_steps, unroll=1):
+                tile = bidx + (i // k_steps) * grid
+                pipe.producer_acquire(put)
+                cute.copy(tma_atom, t_w[(None, tile, i % k_steps)], t_ring[(None, put.index)],
+                          tma_bar_ptr=pipe.producer_get_barrier(put))
+                pipe.producer_commit(put)
+                put.advance()
+        else:
+            c = tidx - 32
+            r = c // segs
+            seg = c % segs
+            get = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
+            acc = cute.make_rmem_tensor(cute.make_layout(self.m), cutlass.Float32)
+            for ti in cutlass.range(my_tiles, unroll=1):
+                n = (bidx + ti * grid) * bn + r
+                n_block = n // 128
+                acc.fill(0.0)
+                for s in cutlass.range(k_steps, unroll=1):
+                    col = s * bk + seg * SEG
+                    group = col // 128
+                    w_scale = mWs[n_block if n < self.n else 0, group]
+                    pipe.consumer_wait(get)
+                    w = cute.local_tile(ring[(None, None, get.index)], (1, SEG), (r, seg))
+                    wf = w.load().to(cutlass.Float32)
+                    cute.arch.sync_warp()
+                    pipe.consumer_release(get)
+                    get.advance()
+                    for m in cutlass.range_constexpr(self.m):
+                        xv = cute.local_tile(mX, (1, SEG), (m, col // SEG)).load()
+                        d = (wf * xv.to(cutlass.Float32)).reduce(
+                            cute.ReductionOp.ADD, cutlass.Float32(0.0), 0)
+                        acc[m] = acc[m] + d * (w_scale * mSx[m, group])
+                for m in cutlass.range_constexpr(self.m):
+                    total = cute.arch.warp_reduction_sum(acc[m], threads_in_group=segs)
+                    if seg == 0 and n < self.n:
+                        mY[m, n] = total
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(m: int, n: int, k: int, stages: int, grid: int):
+    """(kernel, compiled function) for one shape, compiled once (about a second)."""
+    import torch
+    from cutlass.cute.runtime import from_dlpack
+
+    gemv = Fp8Gemv(m, n, k, stages)
+    dummy = _dummies(m, n, k, torch.device("cpu"))
+    args = [from_dlpack(t, assumed_align=16) for t in dummy]
+    fn = cute.compile(gemv, *args, grid, _stream_type()(0))
+    return gemv, fn
+
+
+def _stream_type():
+    import cuda.bindings.driver as cuda
+    return cuda.CUstream
+
+
+def _dummies(m: int, n: int, k: int, device) -> Tuple:
+    import torch
+    e4m3 = torch.float8_e4m3fn
+    return (torch.empty(n, k, dtype=e4m3, device=device),
+            torch.empty((n + 127) // 128, k // 128, device=device),
+            torch.empty(m, k, dtype=e4m3, device=device),
+            torch.empty(m, k // 128, device=device),
+            torch.empty(m, n, device=device))
+
+
+def fp8_gemv(xq, sx, wq, ws, y, stages: int = 0, grid: int = 0) -> None:
+    """y fp32 [M, N] = the block-dequantized xq W^T (see the module docstring) on the current
+    torch stream; graph-capturable. xq e4m3 [M, K], sx fp32 [M, K/128], wq e4m3 [N, K],
+    ws fp32 [ceil(N/128), K/128], all contiguous; M in 1..4."""
+    import torch
+    from cutlass.cute.runtime import from_dlpack
+
+    m, k = xq.shape
+    n = wq.shape[0]
+    for name, t, shape, dtype in (("xq", xq, (m, k), torch.float8_e4m3fn),
+                                  ("sx", sx, (m, k // 128), torch.float32),
+                                  ("wq", wq, (n, k), torch.float8_e4m3fn),
+                                  ("ws", ws, ((n + 127) // 128, k // 128), torch.float32),
+                                  ("y", y, (m, n), torch.float32)):
+        if tuple(t.shape) != shape or t.dtype != dtype or not t.is_contiguous():
+            raise ValueError(f"fp8_gemv: {name} must be a contiguous {dtype} {shape}, got "
+                             f"{t.dtype} {tuple(t.shape)}")
+    grid = grid or torch.cuda.get_device_properties(y.device).multi_processor_count
+    _, fn = _compiled(m, n, k, stages, grid)
+    stream = _stream_type()(torch.cuda.current_stream(y.device).cuda_stream)
+    fn(*(from_dlpack(t, assumed_align=16) for t in (wq, ws, xq, sx, y)), grid, stream)

@@ -1,0 +1,90 @@
+"""The CuTe DSL FP8 GEMV (``sgl_kernel_ext.nvidia.sm90.fp8_gemv``) against a float64 torch
+reference on an H200: 1-4 rows, one decode layer's matrix shapes and ragged ones (rows not a
+multiple of the tile, fewer tiles than multiprocessors, a 128-column K); outputs poisoned
+with NaN before each launch and every element checked; repeated launches and a CUDA-graph
+replay bitwise equal to the first launch.
+
+Run on the GPU machine with CuTe DSL importable (benchmark/sm90_run.sh stages it).
+"""
+
+import pytest
+import torch
+
+if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+    pytest.skip("needs a Hopper GPU (run on the lent H200)", allow_module_level=True)
+pytest.importorskip("cutlass", reason="needs CuTe DSL (nvidia-cutlass-dsl): benchmark/sm90_run.sh")
+
+from sgl_kernel_ext.nvidia.sm90.fp8_gemv import fp8_gemv  # noqa: E402
+
+# |y - ref| <= TOL * sum_k |x_k w_k| (dequantized): fp32 sums of up to 6144 products in an
+# order other than the reference's
+TOL = 3e-6
+SHAPES = [(6144, 2048), (2624, 6144), (4608, 6144), (1000, 512), (40, 384), (6144, 256)]
+
+
+def _case(m, n, k, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    wq = (torch.randn(n, k, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
+    ws = torch.rand((n + 127) // 128, k // 128, device="cuda", generator=g) + 0.01
+    xq = (torch.randn(m, k, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
+    sx = torch.rand(m, k // 128, device="cuda", generator=g) + 0.01
+    return xq, sx, wq, ws
+
+
+def _reference(xq, sx, wq, ws):
+    """(y, bound's scale) in float64: the blockwise dequantized product and sum |x w|."""
+    m, k = xq.shape
+    n = wq.shape[0]
+    x = xq.double() * sx.double().repeat_interleave(128, dim=1)
+    w = wq.double() * ws.double().repeat_interleave(128, dim=0)[:n].repeat_interleave(128, dim=1)
+    return x @ w.T, x.abs() @ w.abs().T
+
+
+@pytest.mark.parametrize("n,k", SHAPES)
+@pytest.mark.parametrize("m", [1, 2, 3, 4])
+def test_matches_reference(m, n, k):
+    xq, sx, wq, ws = _case(m, n, k, seed=m * 1000 + n + k)
+    ref, scale = _reference(xq, sx, wq, ws)
+    y = torch.full((m, n), float("nan"), device="cuda")
+    fp8_gemv(xq, sx, wq, ws, y)
+    torch.cuda.synchronize()
+    assert not y.isnan().any(), f"{int(y.isnan().sum())} elements not written"
+    err = (y.double() - ref).abs()
+    worst = (err / (scale + 1e-30)).max().item()
+    assert (err <= TOL * scale + 1e-30).all(), f"worst relative-to-|x||w| error {worst:.2e}"
+
+    first = y.clone()
+    for _ in range(10):
+        y.fill_(float("nan"))
+        fp8_gemv(xq, sx, wq, ws, y)
+    torch.cuda.synchronize()
+    assert torch.equal(y, first), "a repeated launch differs"
+
+    graph = torch.cuda.CUDAGraph()
+    y.fill_(float("nan"))
+    torch.cuda.synchronize()
+    with torch.cuda.graph(graph):
+        fp8_gemv(xq, sx, wq, ws, y)
+    y.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(y, first), "graph replay differs from eager"
+
+
+def test_fewer_programs_than_tiles_and_a_small_ring():
+    """Two CTAs and a 3-slot ring: every CTA walks many tiles and the ring wraps often."""
+    xq, sx, wq, ws = _case(2, 1000, 1024, seed=5)
+    ref, scale = _reference(xq, sx, wq, ws)
+    y = torch.full((2, 1000), float("nan"), device="cuda")
+    fp8_gemv(xq, sx, wq, ws, y, stages=3, grid=2)
+    torch.cuda.synchronize()
+    assert ((y.double() - ref).abs() <= TOL * scale).all()
+
+
+def test_refuses_bad_input():
+    xq, sx, wq, ws = _case(1, 256, 256, seed=1)
+    with pytest.raises(ValueError, match="rows"):
+        fp8_gemv(torch.cat([xq] * 5), torch.cat([sx] * 5), wq, ws,
+                 torch.empty(5, 256, device="cuda"))
+    with pytest.raises(ValueError, match="y must be"):
+        fp8_gemv(xq, sx, wq, ws, torch.empty(1, 256, device="cuda", dtype=torch.bfloat16))
