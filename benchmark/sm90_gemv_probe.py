@@ -30,6 +30,7 @@ def main() -> None:
     ap.add_argument("--ms", default="1,2,4")
     ap.add_argument("--stages", default="0", help="ring depths (0: the default)")
     ap.add_argument("--grids", default="0", help="CTAs (0: one a multiprocessor)")
+    ap.add_argument("--groups", default="0", help="consumer groups (0: the default)")
     args = ap.parse_args()
     dev = torch.device("cuda")
     bw = copy_bandwidth(dev)
@@ -51,8 +52,10 @@ def main() -> None:
             y = torch.empty(m, n, device=dev)
             for stages in map(int, args.stages.split(",")):
                 for grid in map(int, args.grids.split(",")):
-                    arms[f"sm90 s{stages} g{grid}"] = graph_time(
-                        lambda i: sm90.fp8_gemv(xq, sx, ws[i], ss[i], y, stages, grid), copies)
+                    for groups in map(int, args.groups.split(",")):
+                        arms[f"sm90 s{stages} g{grid} c{groups}"] = graph_time(
+                            lambda i: sm90.fp8_gemv(xq, sx, ws[i], ss[i], y, stages, grid,
+                                                    groups), copies)
             for arm, us in arms.items():
                 rows.append(dict(base, matrix=name, m=m, arm=arm, us=us,
                                  frac_floor=base["floor_us"] / us))

@@ -79,6 +79,10 @@ def test_fewer_programs_than_tiles_and_a_small_ring():
     fp8_gemv(xq, sx, wq, ws, y, stages=3, grid=2)
     torch.cuda.synchronize()
     assert ((y.double() - ref).abs() <= TOL * scale).all()
+    y.fill_(float("nan"))
+    fp8_gemv(xq, sx, wq, ws, y, stages=5, grid=3, groups=3)
+    torch.cuda.synchronize()
+    assert ((y.double() - ref).abs() <= TOL * scale).all()
 
 
 def test_refuses_bad_input():

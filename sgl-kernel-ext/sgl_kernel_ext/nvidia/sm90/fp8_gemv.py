@@ -26,13 +26,14 @@ from typing import Tuple
 import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
-import cutlass.utils
+import cutlass.memory
 from cutlass.cute.nvgpu import cpasync
 
 MAX_ROWS = 4  # CUDA-core dots: past a few rows the tensor cores' MMAs are the right tool
 BLOCK_N = 16  # tile rows: o_proj's 6144 rows are 384 tiles, 2.9 a multiprocessor
-SMEM_RING_BYTES = 192 * 1024  # of the 227 KB a CTA may hold on an H200
+SMEM_BYTES = 200 * 1024  # of the 227 KB a CTA may hold on an H200: ring, x and the scales
 SEG = 16  # bytes (e4m3 columns) a consumer thread owns a slot: one 128-bit shared load
+GROUPS = 2  # consumer groups: each takes every GROUPS-th of the CTA's tiles, in parallel
 
 
 def block_k(k: int) -> int:
@@ -45,17 +46,25 @@ def block_k(k: int) -> int:
 class Fp8Gemv:
     """One compiled shape: rows m, matrix [n, k]. Call with CuTe tensors (see `fp8_gemv`)."""
 
-    def __init__(self, m: int, n: int, k: int, stages: int = 0):
+    def __init__(self, m: int, n: int, k: int, stages: int = 0, groups: int = 0):
         if not 1 <= m <= MAX_ROWS:
             raise ValueError(f"fp8_gemv takes 1..{MAX_ROWS} rows, got {m}")
         self.m, self.n, self.k = m, n, k
         self.bn, self.bk = BLOCK_N, block_k(k)
+        self.kg = k // 128
+        self.n_blocks = (n + 127) // 128
         self.tile_bytes = self.bn * self.bk
-        self.stages = stages or SMEM_RING_BYTES // self.tile_bytes
+        extras = m * k + 4 * (m + self.n_blocks) * self.kg + 1024
+        self.stages = stages or (SMEM_BYTES - extras) // self.tile_bytes
+        if self.stages < 2:
+            raise ValueError(f"fp8_gemv: x and the scales of a [{n}, {k}] matrix leave no "
+                             f"room for a weight ring in {SMEM_BYTES} bytes of shared memory")
+        self.groups = groups or GROUPS
         self.segs = self.bk // SEG  # threads a tile row
-        self.consumers = self.bn * self.segs
-        assert self.consumers % 32 == 0 and self.segs <= 32
-        self.consumer_warps = self.consumers // 32
+        self.per_group = self.bn * self.segs
+        assert self.per_group % 32 == 0 and self.segs <= 32
+        self.group_warps = self.per_group // 32
+        self.consumers = self.groups * self.per_group
         self.threads = 32 + self.consumers  # warp 0 produces
 
     @cute.jit
@@ -70,6 +79,9 @@ class Fp8Gemv:
             bars: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
             ring: cute.struct.Align[
                 cute.struct.MemRange[cutlass.Float8E4M3FN, self.tile_bytes * self.stages], 128]
+            x: cute.struct.Align[cute.struct.MemRange[cutlass.Float8E4M3FN, self.m * self.k], 16]
+            sx: cute.struct.MemRange[cutlass.Float32, self.m * self.kg]
+            ws: cute.struct.MemRange[cutlass.Float32, self.n_blocks * self.kg]
 
         self.storage = Storage
         self.kernel(tma_atom, tma_w, ws, xq, sx, y).launch(
@@ -79,7 +91,7 @@ class Fp8Gemv:
     @cute.kernel
     def kernel(self, tma_atom: cute.CopyAtom, mW: cute.Tensor, mWs: cute.Tensor,
                mX: cute.Tensor, mSx: cute.Tensor, mY: cute.Tensor):
-        bn, bk, segs, stages = self.bn, self.bk, self.segs, self.stages
+        bn, bk, segs, stages, groups = self.bn, self.bk, self.segs, self.stages, self.groups
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         grid, _, _ = cute.arch.grid_dim()
@@ -87,14 +99,14 @@ class Fp8Gemv:
         if warp == 0:
             cpasync.prefetch_descriptor(tma_atom)
 
-        storage = cutlass.utils.SmemAllocator().allocate(self.storage)
+        storage = cutlass.memory.SmemAllocator().allocate(self.storage)
         ring = storage.ring.get_tensor(
             cute.make_layout((bn, bk, stages), stride=(bk, 1, bn * bk)))
         pipe = pipeline.PipelineTmaAsync.create(
             barrier_storage=storage.bars.data_ptr(), num_stages=stages,
             producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
             consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread,
-                                                     self.consumer_warps),
+                                                     self.group_warps),
             tx_count=self.tile_bytes, cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
 
         # (BN, BK, row tiles, column steps) of the weights, and the TMA's view of tile and ring
@@ -105,57 +117,81 @@ class Fp8Gemv:
         row_tiles = (self.n + bn - 1) // bn
         k_steps = self.k // bk
         my_tiles = (row_tiles - bidx + grid - 1) // grid
+        # the CTA's tiles go in rounds of `groups`, one a consumer group; a round's slots are
+        # interleaved (k-step major) so the groups consume side by side
+        rounds = (my_tiles + groups - 1) // groups
 
         if warp == 0:
             put = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
-            for i in cutlass.range(my_tiles * k_steps, unroll=1):
-                tile = bidx + (i // k_steps) * grid
-                pipe.producer_acquire(put)
-                cute.copy(tma_atom, t_w[(None, tile, i % k_steps)], t_ring[(None, put.index)],
-                          tma_bar_ptr=pipe.producer_get_barrier(put))
-                pipe.producer_commit(put)
-                put.advance()
+            for rnd in cutlass.range(rounds, unroll=1):
+                in_round = cutlass.min(groups, my_tiles - rnd * groups)
+                for i in cutlass.range(k_steps * in_round, unroll=1):
+                    tile = bidx + (rnd * groups + i % in_round) * grid
+                    pipe.producer_acquire(put)
+                    cute.copy(tma_atom, t_w[(None, tile, i // in_round)],
+                              t_ring[(None, put.index)], tma_bar_ptr=pipe.producer_get_barrier(put))
+                    pipe.producer_commit(put)
+                    put.advance()
         else:
             c = tidx - 32
-            r = c // segs
+            # x, its scales and the weight scales into shared memory (the consumers only)
+            s_x = storage.x.get_tensor(cute.make_layout((self.m, self.k), stride=(self.k, 1)))
+            s_sx = storage.sx.get_tensor(cute.make_layout((self.m, self.kg), stride=(self.kg, 1)))
+            s_ws = storage.ws.get_tensor(
+                cute.make_layout((self.n_blocks, self.kg), stride=(self.kg, 1)))
+            for i in cutlass.range(c, self.m * self.k // SEG, self.consumers, unroll=1):
+                cute.local_tile(s_x, (1, SEG), (i // (self.k // SEG), i % (self.k // SEG))).store(
+                    cute.local_tile(mX, (1, SEG), (i // (self.k // SEG),
+                                                   i % (self.k // SEG))).load())
+            for i in cutlass.range(c, self.m * self.kg, self.consumers, unroll=1):
+                s_sx[i // self.kg, i % self.kg] = mSx[i // self.kg, i % self.kg]
+            for i in cutlass.range(c, self.n_blocks * self.kg, self.consumers, unroll=1):
+                s_ws[i // self.kg, i % self.kg] = mWs[i // self.kg, i % self.kg]
+            cute.arch.barrier(barrier_id=1, number_of_threads=self.consumers)
+
+            grp = c // self.per_group
+            r = (c % self.per_group) // segs
             seg = c % segs
-            get = pipeline.make_pipeline_state(pipeline.PipelineUserType.Consumer, stages)
             acc = cute.make_rmem_tensor(cute.make_layout(self.m), cutlass.Float32)
-            for ti in cutlass.range(my_tiles, unroll=1):
-                n = (bidx + ti * grid) * bn + r
-                n_block = n // 128
-                acc.fill(0.0)
-                for s in cutlass.range(k_steps, unroll=1):
-                    col = s * bk + seg * SEG
-                    group = col // 128
-                    w_scale = mWs[n_block if n < self.n else 0, group]
-                    pipe.consumer_wait(get)
-                    w = cute.local_tile(ring[(None, None, get.index)], (1, SEG), (r, seg))
-                    wf = w.load().to(cutlass.Float32)
-                    cute.arch.sync_warp()
-                    pipe.consumer_release(get)
-                    get.advance()
+            for rnd in cutlass.range(rounds, unroll=1):
+                in_round = cutlass.min(groups, my_tiles - rnd * groups)
+                if grp < in_round:
+                    n = (bidx + (rnd * groups + grp) * grid) * bn + r
+                    n_block = cutlass.min(n // 128, self.n_blocks - 1)
+                    acc.fill(0.0)
+                    for s in cutlass.range(k_steps, unroll=1):
+                        seq = rnd * groups * k_steps + s * in_round + grp
+                        get = pipeline.PipelineState(stages, seq, seq % stages,
+                                                     (seq // stages) % 2)
+                        col = s * bk + seg * SEG
+                        group = col // 128
+                        w_scale = s_ws[n_block, group]
+                        pipe.consumer_wait(get)
+                        w = cute.local_tile(ring[(None, None, get.index)], (1, SEG), (r, seg))
+                        wf = w.load().to(cutlass.Float32)
+                        cute.arch.sync_warp()
+                        pipe.consumer_release(get)
+                        for m in cutlass.range_constexpr(self.m):
+                            xv = cute.local_tile(s_x, (1, SEG), (m, col // SEG)).load()
+                            d = (wf * xv.to(cutlass.Float32)).reduce(
+                                cute.ReductionOp.ADD, cutlass.Float32(0.0), 0)
+                            acc[m] = acc[m] + d * (w_scale * s_sx[m, group])
                     for m in cutlass.range_constexpr(self.m):
-                        xv = cute.local_tile(mX, (1, SEG), (m, col // SEG)).load()
-                        d = (wf * xv.to(cutlass.Float32)).reduce(
-                            cute.ReductionOp.ADD, cutlass.Float32(0.0), 0)
-                        acc[m] = acc[m] + d * (w_scale * mSx[m, group])
-                for m in cutlass.range_constexpr(self.m):
-                    total = cute.arch.warp_reduction_sum(acc[m], threads_in_group=segs)
-                    if seg == 0 and n < self.n:
-                        mY[m, n] = total
+                        total = cute.arch.warp_reduction_sum(acc[m], threads_in_group=segs)
+                        if seg == 0 and n < self.n:
+                            mY[m, n] = total
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(m: int, n: int, k: int, stages: int, grid: int):
+def _compiled(m: int, n: int, k: int, stages: int, groups: int):
     """(kernel, compiled function) for one shape, compiled once (about a second)."""
     import torch
     from cutlass.cute.runtime import from_dlpack
 
-    gemv = Fp8Gemv(m, n, k, stages)
+    gemv = Fp8Gemv(m, n, k, stages, groups)
     dummy = _dummies(m, n, k, torch.device("cpu"))
     args = [from_dlpack(t, assumed_align=16) for t in dummy]
-    fn = cute.compile(gemv, *args, grid, _stream_type()(0))
+    fn = cute.compile(gemv, *args, 1, _stream_type()(0))
     return gemv, fn
 
 
@@ -174,7 +210,7 @@ def _dummies(m: int, n: int, k: int, device) -> Tuple:
             torch.empty(m, n, device=device))
 
 
-def fp8_gemv(xq, sx, wq, ws, y, stages: int = 0, grid: int = 0) -> None:
+def fp8_gemv(xq, sx, wq, ws, y, stages: int = 0, grid: int = 0, groups: int = 0) -> None:
     """y fp32 [M, N] = the block-dequantized xq W^T (see the module docstring) on the current
     torch stream; graph-capturable. xq e4m3 [M, K], sx fp32 [M, K/128], wq e4m3 [N, K],
     ws fp32 [ceil(N/128), K/128], all contiguous; M in 1..4."""
@@ -192,6 +228,6 @@ def fp8_gemv(xq, sx, wq, ws, y, stages: int = 0, grid: int = 0) -> None:
             raise ValueError(f"fp8_gemv: {name} must be a contiguous {dtype} {shape}, got "
                              f"{t.dtype} {tuple(t.shape)}")
     grid = grid or torch.cuda.get_device_properties(y.device).multi_processor_count
-    _, fn = _compiled(m, n, k, stages, grid)
+    _, fn = _compiled(m, n, k, stages, groups)
     stream = _stream_type()(torch.cuda.current_stream(y.device).cuda_stream)
     fn(*(from_dlpack(t, assumed_align=16) for t in (wq, ws, xq, sx, y)), grid, stream)
