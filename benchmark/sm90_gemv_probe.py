@@ -31,6 +31,9 @@ def main() -> None:
     ap.add_argument("--stages", default="0", help="ring depths (0: the default)")
     ap.add_argument("--grids", default="0", help="CTAs (0: one a multiprocessor)")
     ap.add_argument("--groups", default="0", help="consumer groups (0: the default)")
+    ap.add_argument("--block-ns", default="0", help="tile rows (0: the default)")
+    ap.add_argument("--dry", action="store_true",
+                    help="also time the consumers waiting and releasing without multiplying")
     args = ap.parse_args()
     dev = torch.device("cuda")
     bw = copy_bandwidth(dev)
@@ -53,9 +56,12 @@ def main() -> None:
             for stages in map(int, args.stages.split(",")):
                 for grid in map(int, args.grids.split(",")):
                     for groups in map(int, args.groups.split(",")):
-                        arms[f"sm90 s{stages} g{grid} c{groups}"] = graph_time(
-                            lambda i: sm90.fp8_gemv(xq, sx, ws[i], ss[i], y, stages, grid,
-                                                    groups), copies)
+                        for bn in map(int, args.block_ns.split(",")):
+                            for dry in (False, True) if args.dry else (False,):
+                                arms[f"sm90 s{stages} g{grid} c{groups} n{bn}"
+                                     + (" dry" if dry else "")] = graph_time(
+                                    lambda i: sm90.fp8_gemv(xq, sx, ws[i], ss[i], y, stages,
+                                                            grid, groups, bn, dry), copies)
             for arm, us in arms.items():
                 rows.append(dict(base, matrix=name, m=m, arm=arm, us=us,
                                  frac_floor=base["floor_us"] / us))

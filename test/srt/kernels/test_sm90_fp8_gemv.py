@@ -92,3 +92,16 @@ def test_refuses_bad_input():
                  torch.empty(5, 256, device="cuda"))
     with pytest.raises(ValueError, match="y must be"):
         fp8_gemv(xq, sx, wq, ws, torch.empty(1, 256, device="cuda", dtype=torch.bfloat16))
+
+
+@pytest.mark.parametrize("block_n", [32, 64])
+@pytest.mark.parametrize("n,k", [(1000, 512), (2624, 6144)])
+def test_tile_rows(block_n, n, k):
+    """Tiles of 32 and 64 rows: a thread owns 2 or 4 rows, 16 apart."""
+    xq, sx, wq, ws = _case(3, n, k, seed=block_n + n)
+    ref, scale = _reference(xq, sx, wq, ws)
+    y = torch.full((3, n), float("nan"), device="cuda")
+    fp8_gemv(xq, sx, wq, ws, y, block_n=block_n)
+    torch.cuda.synchronize()
+    assert not y.isnan().any()
+    assert ((y.double() - ref).abs() <= TOL * scale).all()

@@ -33,6 +33,7 @@ MAX_ROWS = 4  # CUDA-core dots: past a few rows the tensor cores' MMAs are the r
 BLOCK_N = 16  # tile rows: o_proj's 6144 rows are 384 tiles, 2.9 a multiprocessor
 SMEM_BYTES = 200 * 1024  # of the 227 KB a CTA may hold on an H200: ring, x and the scales
 SEG = 16  # bytes (e4m3 columns) a consumer thread owns a slot: one 128-bit shared load
+ROW_THREADS = 16  # tile rows a consumer group's threads cover at once (each BK / SEG threads)
 GROUPS = 2  # consumer groups: each takes every GROUPS-th of the CTA's tiles, in parallel
 
 
@@ -46,11 +47,13 @@ def block_k(k: int) -> int:
 class Fp8Gemv:
     """One compiled shape: rows m, matrix [n, k]. Call with CuTe tensors (see `fp8_gemv`)."""
 
-    def __init__(self, m: int, n: int, k: int, stages: int = 0, groups: int = 0):
+    def __init__(self, m: int, n: int, k: int, stages: int = 0, groups: int = 0,
+                 block_n: int = 0, dry: bool = False):
         if not 1 <= m <= MAX_ROWS:
             raise ValueError(f"fp8_gemv takes 1..{MAX_ROWS} rows, got {m}")
         self.m, self.n, self.k = m, n, k
-        self.bn, self.bk = BLOCK_N, block_k(k)
+        self.bn, self.bk = block_n or BLOCK_N, block_k(k)
+        self.dry = dry  # probe only: the consumers wait and release without multiplying
         self.kg = k // 128
         self.n_blocks = (n + 127) // 128
         self.tile_bytes = self.bn * self.bk
@@ -61,7 +64,9 @@ class Fp8Gemv:
                              f"room for a weight ring in {SMEM_BYTES} bytes of shared memory")
         self.groups = groups or GROUPS
         self.segs = self.bk // SEG  # threads a tile row
-        self.per_group = self.bn * self.segs
+        self.rows_per_thread = self.bn // ROW_THREADS
+        assert self.bn % ROW_THREADS == 0
+        self.per_group = ROW_THREADS * self.segs
         assert self.per_group % 32 == 0 and self.segs <= 32
         self.group_warps = self.per_group // 32
         self.consumers = self.groups * self.per_group
@@ -150,14 +155,14 @@ class Fp8Gemv:
             cute.arch.barrier(barrier_id=1, number_of_threads=self.consumers)
 
             grp = c // self.per_group
-            r = (c % self.per_group) // segs
+            r = (c % self.per_group) // segs  # and r + 16, r + 32, ... below BLOCK_N
             seg = c % segs
-            acc = cute.make_rmem_tensor(cute.make_layout(self.m), cutlass.Float32)
+            acc = cute.make_rmem_tensor(cute.make_layout((self.rows_per_thread, self.m)),
+                                        cutlass.Float32)
             for rnd in cutlass.range(rounds, unroll=1):
                 in_round = cutlass.min(groups, my_tiles - rnd * groups)
                 if grp < in_round:
-                    n = (bidx + (rnd * groups + grp) * grid) * bn + r
-                    n_block = cutlass.min(n // 128, self.n_blocks - 1)
+                    n0 = (bidx + (rnd * groups + grp) * grid) * bn + r
                     acc.fill(0.0)
                     for s in cutlass.range(k_steps, unroll=1):
                         seq = rnd * groups * k_steps + s * in_round + grp
@@ -165,30 +170,39 @@ class Fp8Gemv:
                                                      (seq // stages) % 2)
                         col = s * bk + seg * SEG
                         group = col // 128
-                        w_scale = s_ws[n_block, group]
                         pipe.consumer_wait(get)
-                        w = cute.local_tile(ring[(None, None, get.index)], (1, SEG), (r, seg))
-                        wf = w.load().to(cutlass.Float32)
+                        slot = ring[(None, None, get.index)]
+                        wf = [cute.local_tile(slot, (1, SEG), (r + j * ROW_THREADS, seg)).load()
+                              for j in range(self.rows_per_thread)]
                         cute.arch.sync_warp()
                         pipe.consumer_release(get)
+                        if cutlass.const_expr(not self.dry):
+                            for j in cutlass.range_constexpr(self.rows_per_thread):
+                                n_block = cutlass.min((n0 + j * ROW_THREADS) // 128,
+                                                      self.n_blocks - 1)
+                                w_scale = s_ws[n_block, group]
+                                wj = wf[j].to(cutlass.Float32)
+                                for m in cutlass.range_constexpr(self.m):
+                                    xv = cute.local_tile(s_x, (1, SEG), (m, col // SEG)).load()
+                                    d = (wj * xv.to(cutlass.Float32)).reduce(
+                                        cute.ReductionOp.ADD, cutlass.Float32(0.0), 0)
+                                    acc[j, m] = acc[j, m] + d * (w_scale * s_sx[m, group])
+                    for j in cutlass.range_constexpr(self.rows_per_thread):
+                        n = n0 + j * ROW_THREADS
                         for m in cutlass.range_constexpr(self.m):
-                            xv = cute.local_tile(s_x, (1, SEG), (m, col // SEG)).load()
-                            d = (wf * xv.to(cutlass.Float32)).reduce(
-                                cute.ReductionOp.ADD, cutlass.Float32(0.0), 0)
-                            acc[m] = acc[m] + d * (w_scale * s_sx[m, group])
-                    for m in cutlass.range_constexpr(self.m):
-                        total = cute.arch.warp_reduction_sum(acc[m], threads_in_group=segs)
-                        if seg == 0 and n < self.n:
-                            mY[m, n] = total
+                            total = cute.arch.warp_reduction_sum(acc[j, m], threads_in_group=segs)
+                            if seg == 0 and n < self.n:
+                                mY[m, n] = total
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(m: int, n: int, k: int, stages: int, groups: int):
+def _compiled(m: int, n: int, k: int, stages: int, groups: int, block_n: int = 0,
+              dry: bool = False):
     """(kernel, compiled function) for one shape, compiled once (about a second)."""
     import torch
     from cutlass.cute.runtime import from_dlpack
 
-    gemv = Fp8Gemv(m, n, k, stages, groups)
+    gemv = Fp8Gemv(m, n, k, stages, groups, block_n, dry)
     dummy = _dummies(m, n, k, torch.device("cpu"))
     args = [from_dlpack(t, assumed_align=16) for t in dummy]
     fn = cute.compile(gemv, *args, 1, _stream_type()(0))
@@ -210,7 +224,8 @@ def _dummies(m: int, n: int, k: int, device) -> Tuple:
             torch.empty(m, n, device=device))
 
 
-def fp8_gemv(xq, sx, wq, ws, y, stages: int = 0, grid: int = 0, groups: int = 0) -> None:
+def fp8_gemv(xq, sx, wq, ws, y, stages: int = 0, grid: int = 0, groups: int = 0,
+             block_n: int = 0, dry: bool = False) -> None:
     """y fp32 [M, N] = the block-dequantized xq W^T (see the module docstring) on the current
     torch stream; graph-capturable. xq e4m3 [M, K], sx fp32 [M, K/128], wq e4m3 [N, K],
     ws fp32 [ceil(N/128), K/128], all contiguous; M in 1..4."""
@@ -228,6 +243,6 @@ def fp8_gemv(xq, sx, wq, ws, y, stages: int = 0, grid: int = 0, groups: int = 0)
             raise ValueError(f"fp8_gemv: {name} must be a contiguous {dtype} {shape}, got "
                              f"{t.dtype} {tuple(t.shape)}")
     grid = grid or torch.cuda.get_device_properties(y.device).multi_processor_count
-    _, fn = _compiled(m, n, k, stages, groups)
+    _, fn = _compiled(m, n, k, stages, groups, block_n, dry)
     stream = _stream_type()(torch.cuda.current_stream(y.device).cuda_stream)
     fn(*(from_dlpack(t, assumed_align=16) for t in (wq, ws, xq, sx, y)), grid, stream)
