@@ -71,6 +71,10 @@ class Fp8Gemv:
         self.group_warps = self.per_group // 32
         self.consumers = self.groups * self.per_group
         self.threads = 32 + self.consumers  # warp 0 produces
+        # each consumer's share of x, its scales and the weight scales (shared-memory copies)
+        self.x_iters = -(-m * (k // SEG) // self.consumers)
+        self.sx_iters = -(-m * self.kg // self.consumers)
+        self.ws_iters = -(-self.n_blocks * self.kg // self.consumers)
 
     @cute.jit
     def __call__(self, w: cute.Tensor, ws: cute.Tensor, xq: cute.Tensor, sx: cute.Tensor,
@@ -144,14 +148,31 @@ class Fp8Gemv:
             s_sx = storage.sx.get_tensor(cute.make_layout((self.m, self.kg), stride=(self.kg, 1)))
             s_ws = storage.ws.get_tensor(
                 cute.make_layout((self.n_blocks, self.kg), stride=(self.kg, 1)))
-            for i in cutlass.range(c, self.m * self.k // SEG, self.consumers, unroll=1):
-                cute.local_tile(s_x, (1, SEG), (i // (self.k // SEG), i % (self.k // SEG))).store(
-                    cute.local_tile(mX, (1, SEG), (i // (self.k // SEG),
-                                                   i % (self.k // SEG))).load())
-            for i in cutlass.range(c, self.m * self.kg, self.consumers, unroll=1):
-                s_sx[i // self.kg, i % self.kg] = mSx[i // self.kg, i % self.kg]
-            for i in cutlass.range(c, self.n_blocks * self.kg, self.consumers, unroll=1):
-                s_ws[i // self.kg, i % self.kg] = mWs[i // self.kg, i % self.kg]
+            # every load issued before any store: one memory round trip, not one an element
+            kseg = self.k // SEG
+            n_x, n_sx, n_ws = self.m * kseg, self.m * self.kg, self.n_blocks * self.kg
+            xs, sxs, wss = [], [], []
+            for j in cutlass.range_constexpr(self.x_iters):
+                i = cutlass.min(c + j * self.consumers, n_x - 1)
+                xs.append(cute.local_tile(mX, (1, SEG), (i // kseg, i % kseg)).load())
+            for j in cutlass.range_constexpr(self.sx_iters):
+                i = cutlass.min(c + j * self.consumers, n_sx - 1)
+                sxs.append(mSx[i // self.kg, i % self.kg])
+            for j in cutlass.range_constexpr(self.ws_iters):
+                i = cutlass.min(c + j * self.consumers, n_ws - 1)
+                wss.append(mWs[i // self.kg, i % self.kg])
+            for j in cutlass.range_constexpr(self.x_iters):
+                i = c + j * self.consumers
+                if i < n_x:
+                    cute.local_tile(s_x, (1, SEG), (i // kseg, i % kseg)).store(xs[j])
+            for j in cutlass.range_constexpr(self.sx_iters):
+                i = c + j * self.consumers
+                if i < n_sx:
+                    s_sx[i // self.kg, i % self.kg] = sxs[j]
+            for j in cutlass.range_constexpr(self.ws_iters):
+                i = c + j * self.consumers
+                if i < n_ws:
+                    s_ws[i // self.kg, i % self.kg] = wss[j]
             cute.arch.barrier(barrier_id=1, number_of_threads=self.consumers)
 
             grp = c // self.per_group
@@ -177,16 +198,18 @@ class Fp8Gemv:
                         cute.arch.sync_warp()
                         pipe.consumer_release(get)
                         if cutlass.const_expr(not self.dry):
+                            xf = [cute.local_tile(s_x, (1, SEG), (m, col // SEG)).load().to(
+                                cutlass.Float32) for m in range(self.m)]
+                            x_scale = [s_sx[m, group] for m in range(self.m)]
                             for j in cutlass.range_constexpr(self.rows_per_thread):
                                 n_block = cutlass.min((n0 + j * ROW_THREADS) // 128,
                                                       self.n_blocks - 1)
                                 w_scale = s_ws[n_block, group]
                                 wj = wf[j].to(cutlass.Float32)
                                 for m in cutlass.range_constexpr(self.m):
-                                    xv = cute.local_tile(s_x, (1, SEG), (m, col // SEG)).load()
-                                    d = (wj * xv.to(cutlass.Float32)).reduce(
+                                    d = (wj * xf[m]).reduce(
                                         cute.ReductionOp.ADD, cutlass.Float32(0.0), 0)
-                                    acc[j, m] = acc[j, m] + d * (w_scale * s_sx[m, group])
+                                    acc[j, m] = acc[j, m] + d * (w_scale * x_scale[m])
                     for j in cutlass.range_constexpr(self.rows_per_thread):
                         n = n0 + j * ROW_THREADS
                         for m in cutlass.range_constexpr(self.m):
