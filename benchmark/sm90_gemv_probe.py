@@ -1,4 +1,5 @@
-"""Probe: the CuTe DSL TMA-ring FP8 GEMV (``nvidia.sm90.fp8_gemv``) against the Triton stage
+"""Probe: the CuTe DSL TMA-ring FP8 linears (``nvidia.sm90``: ``fp8_gemv`` on CUDA cores,
+``fp8_mma`` on wgmma, each arm writing its own K chunks) against the Triton stage
 kernel (``fp8_linear`` in the fused layer's tiling, with and without programmatic dependent
 launch) on one decode layer's matrices at 1-4 rows, in the same run.
 
@@ -18,6 +19,7 @@ import torch
 from benchmark.gemv_probe import copy_bandwidth, graph_time, weight_copies
 from benchmark.harness import run_meta, write_json
 from sgl_kernel_ext.nvidia.sm90 import fp8_gemv as sm90
+from sgl_kernel_ext.nvidia.sm90 import fp8_mma
 from sgl_kernel_ext.triton import fp8_linear
 
 SHAPES = {"o_proj": (6144, 2048), "q_a|kv_a": (2624, 6144), "q_b|wq_b": (6144, 2048),
@@ -31,6 +33,7 @@ def main() -> None:
     ap.add_argument("--stages", default="0", help="ring depths (0: the default)")
     ap.add_argument("--grids", default="0", help="CTAs (0: one a multiprocessor)")
     ap.add_argument("--groups", default="0", help="consumer groups (0: the default)")
+    ap.add_argument("--mma-groups", default="0", help="fp8_mma's consumer warpgroups")
     ap.add_argument("--block-ns", default="0", help="tile rows (0: the default)")
     ap.add_argument("--dry", action="store_true",
                     help="also time the consumers waiting and releasing without multiplying")
@@ -52,8 +55,14 @@ def main() -> None:
                 arms[f"triton{'' if pdl else ' nopdl'}"] = graph_time(
                     lambda i: fp8_linear.fp8_linear(xq, sx, ws[i], ss[i], parts, block_n=bn,
                                                     groups=groups, pdl=pdl), copies)
+            split = fp8_mma.split_for(n, k)
+            mma_parts = torch.empty(split, m, n, device=dev)
+            for groups in map(int, args.mma_groups.split(",")):
+                arms[f"mma c{groups} split{split}"] = graph_time(
+                    lambda i: fp8_mma.fp8_mma(xq, sx, ws[i], ss[i], mma_parts, groups=groups),
+                    copies)
             y = torch.empty(m, n, device=dev)
-            for stages in map(int, args.stages.split(",")):
+            for stages in map(int, args.stages.split(",")) if m <= sm90.MAX_ROWS else ():
                 for grid in map(int, args.grids.split(",")):
                     for groups in map(int, args.groups.split(",")):
                         for bn in map(int, args.block_ns.split(",")):

@@ -1,8 +1,9 @@
-"""The CuTe DSL FP8 GEMV (``sgl_kernel_ext.nvidia.sm90.fp8_gemv``) against a float64 torch
-reference on an H200: 1-4 rows, one decode layer's matrix shapes and ragged ones (rows not a
-multiple of the tile, fewer tiles than multiprocessors, a 128-column K); outputs poisoned
-with NaN before each launch and every element checked; repeated launches and a CUDA-graph
-replay bitwise equal to the first launch.
+"""The CuTe DSL FP8 linears (``sgl_kernel_ext.nvidia.sm90``: ``fp8_gemv`` on CUDA cores for
+1-4 rows, ``fp8_mma`` on wgmma for 1-16 rows in K chunks) against a float64 torch reference
+on an H200: one decode layer's matrix shapes and ragged ones (rows not a multiple of the tile,
+fewer tiles than multiprocessors, a 128-column K); outputs poisoned with NaN before each launch
+and every element checked; repeated launches and a CUDA-graph replay bitwise equal to the
+first launch.
 
 Run on the GPU machine with CuTe DSL importable (benchmark/sm90_run.sh stages it).
 """
@@ -15,6 +16,7 @@ if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0)
 pytest.importorskip("cutlass", reason="needs CuTe DSL (nvidia-cutlass-dsl): benchmark/sm90_run.sh")
 
 from sgl_kernel_ext.nvidia.sm90.fp8_gemv import fp8_gemv  # noqa: E402
+from sgl_kernel_ext.nvidia.sm90.fp8_mma import fp8_mma, split_for  # noqa: E402
 
 # |y - ref| <= TOL * sum_k |x_k w_k| (dequantized): fp32 sums of up to 6144 products in an
 # order other than the reference's
@@ -31,13 +33,18 @@ def _case(m, n, k, seed):
     return xq, sx, wq, ws
 
 
-def _reference(xq, sx, wq, ws):
-    """(y, bound's scale) in float64: the blockwise dequantized product and sum |x w|."""
+def _reference(xq, sx, wq, ws, split=1):
+    """(y, bound's scale) in float64: the blockwise dequantized product and sum |x w|; with
+    split, [split, M, N] of the K chunks."""
     m, k = xq.shape
     n = wq.shape[0]
     x = xq.double() * sx.double().repeat_interleave(128, dim=1)
     w = wq.double() * ws.double().repeat_interleave(128, dim=0)[:n].repeat_interleave(128, dim=1)
-    return x @ w.T, x.abs() @ w.abs().T
+    if split == 1:
+        return x @ w.T, x.abs() @ w.abs().T
+    xc, wc = x.view(m, split, k // split), w.view(n, split, k // split)
+    return (torch.einsum("msk,nsk->smn", xc, wc),
+            torch.einsum("msk,nsk->smn", xc.abs(), wc.abs()))
 
 
 @pytest.mark.parametrize("n,k", SHAPES)
@@ -105,3 +112,58 @@ def test_tile_rows(block_n, n, k):
     torch.cuda.synchronize()
     assert not y.isnan().any()
     assert ((y.double() - ref).abs() <= TOL * scale).all()
+
+
+MMA_SHAPES = [(6144, 2048), (2624, 6144), (4608, 6144), (1000, 512), (40, 384), (6144, 256)]
+
+
+@pytest.mark.parametrize("n,k", MMA_SHAPES)
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 8, 9, 16])
+def test_mma_matches_reference(m, n, k):
+    """Every K chunk of the tile grid's default split (K chunks so tiles fill the GPU once)."""
+    split = split_for(n, k)
+    xq, sx, wq, ws = _case(m, n, k, seed=m * 1000 + n + k + 1)
+    ref, scale = _reference(xq, sx, wq, ws, split)
+    parts = torch.full((split, m, n), float("nan"), device="cuda")
+    fp8_mma(xq, sx, wq, ws, parts)
+    torch.cuda.synchronize()
+    assert not parts.isnan().any(), f"{int(parts.isnan().sum())} elements not written"
+    err = (parts.double() - ref.view_as(parts)).abs()
+    assert (err <= TOL * scale.view_as(parts) + 1e-30).all(), \
+        f"worst {(err / (scale.view_as(parts) + 1e-30)).max().item():.2e}"
+
+    first = parts.clone()
+    for _ in range(10):
+        parts.fill_(float("nan"))
+        fp8_mma(xq, sx, wq, ws, parts)
+    torch.cuda.synchronize()
+    assert torch.equal(parts, first), "a repeated launch differs"
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fp8_mma(xq, sx, wq, ws, parts)
+    parts.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(parts, first), "graph replay differs from eager"
+
+
+@pytest.mark.parametrize("split,stages,grid,groups", [(1, 3, 2, 1), (4, 5, 3, 3), (12, 0, 0, 2)])
+def test_mma_splits_small_rings_and_few_programs(split, stages, grid, groups):
+    """Rings that wrap often, CTAs that walk many units, each split of K / 128 = 12."""
+    m, n, k = 5, 1000, 1536
+    xq, sx, wq, ws = _case(m, n, k, seed=split * 10 + groups)
+    ref, scale = _reference(xq, sx, wq, ws, split)
+    parts = torch.full((split, m, n), float("nan"), device="cuda")
+    fp8_mma(xq, sx, wq, ws, parts, stages=stages, grid=grid, groups=groups)
+    torch.cuda.synchronize()
+    err = (parts.double() - ref.view_as(parts)).abs()
+    assert (err <= TOL * scale.view_as(parts) + 1e-30).all()
+
+
+def test_mma_refuses_bad_input():
+    xq, sx, wq, ws = _case(2, 256, 384, seed=3)
+    with pytest.raises(ValueError, match="split must divide"):
+        fp8_mma(xq, sx, wq, ws, torch.empty(2, 2, 256, device="cuda"))
+    with pytest.raises(ValueError, match="rows"):
+        fp8_mma(torch.cat([xq] * 9), torch.cat([sx] * 9), wq, ws,
+                torch.empty(1, 18, 256, device="cuda"))

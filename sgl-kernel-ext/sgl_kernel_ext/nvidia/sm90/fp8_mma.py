@@ -1,0 +1,224 @@
+"""FP8 block-128 linear for 1-16 rows on Hopper's tensor cores: a TMA stream of weight tiles
+into a shared-memory ring, multiplied by consumer warpgroups with wgmma (CuTe DSL).
+
+parts fp32 [SPLIT, M, N]: parts[c] = the K chunk c of the block-dequantized xq W^T, the
+contract of the Triton stage kernel ``fp8_linear`` (its consumers sum the chunks in order).
+W e4m3 [N, K] with scales ws [ceil(N/128), K/128]; xq e4m3 [M, K] with scales sx [M, K/128].
+
+The MMA runs transposed, W tile x xq^T: a 64-row weight tile is wgmma's A operand (m64), the
+step's rows are its N (8 or 16, rows past M zero-filled by the TMA), K = 128 a ring slot, so
+one slot is one scale group. Each slot's product lands in a scratch accumulator that is
+scaled by ws[row block, group] * sx[row, group] and added to the tile's accumulator, the
+reference's blockwise dequantization in fp32.
+
+Work: units are (64-row tile, K chunk); CTA c takes units c, c + grid, ...; its consumer
+warpgroups take the units of a round side by side, the producer warp interleaving their slots.
+Each output element is one thread's fixed-order sum: deterministic.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.memory
+import cutlass.pipeline as pipeline
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
+from cutlass.utils import LayoutEnum
+
+MAX_ROWS = 16
+BLOCK_M = 64  # weight rows a tile: wgmma's M
+BLOCK_K = 128  # a ring slot: one scale group
+SMEM_BYTES = 200 * 1024
+GROUPS = 2  # consumer warpgroups
+
+
+def split_for(n: int, k: int, sms: int = 132) -> int:
+    """K chunks (dividing K / 128) so that tiles x chunks fill the multiprocessors once."""
+    tiles, kg = -(-n // BLOCK_M), k // BLOCK_K
+    best = 1
+    for s in range(1, kg + 1):
+        if kg % s == 0 and tiles * s <= sms:
+            best = s
+    return best
+
+
+class Fp8SkinnyMma:
+    """One compiled shape: m rows, an [n, k] matrix in `split` K chunks."""
+
+    def __init__(self, m: int, n: int, k: int, split: int, stages: int = 0, groups: int = 0):
+        if not 1 <= m <= MAX_ROWS:
+            raise ValueError(f"fp8_mma takes 1..{MAX_ROWS} rows, got {m}")
+        if k % BLOCK_K:
+            raise ValueError(f"K must be a multiple of {BLOCK_K}, got {k}")
+        kg = k // BLOCK_K
+        if not 1 <= split <= kg or kg % split:
+            raise ValueError(f"split must divide K / 128 = {kg}, got {split}")
+        self.m, self.n, self.k, self.split = m, n, k, split
+        self.nx = 8 if m <= 8 else 16
+        self.kg, self.chunk = kg, kg // split
+        self.n_blocks = -(-n // 128)
+        self.tiles = -(-n // BLOCK_M)
+        self.units = self.tiles * split
+        self.slot_bytes = (BLOCK_M + self.nx) * BLOCK_K
+        self.stages = stages or (SMEM_BYTES - 2048) // self.slot_bytes
+        self.groups = groups or GROUPS
+        self.threads = 128 * (1 + self.groups)  # warpgroup 0: the producer warp
+
+    @cute.jit
+    def __call__(self, w: cute.Tensor, ws: cute.Tensor, xq: cute.Tensor, sx: cute.Tensor,
+                 parts: cute.Tensor, grid: cutlass.Int32, stream):
+        e4m3 = cutlass.Float8E4M3FN
+        tile = (BLOCK_M, self.nx, BLOCK_K)
+        tiled_mma = sm90_utils.make_trivial_tiled_mma(
+            e4m3, e4m3, OperandMajorMode.K, OperandMajorMode.K, cutlass.Float32, (1, 1, 1),
+            tiler_mn=(BLOCK_M, self.nx))
+        a_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, tile, e4m3, self.stages)
+        b_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, tile, e4m3, self.stages)
+        tma_a, tma_w = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(), w, cute.slice_(a_layout, (None, None, 0)),
+            (BLOCK_M, BLOCK_K))
+        tma_b, tma_x = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(), xq, cute.slice_(b_layout, (None, None, 0)),
+            (self.nx, BLOCK_K))
+
+        @cute.struct
+        class Storage:
+            bars: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
+            sa: cute.struct.Align[cute.struct.MemRange[e4m3, cute.cosize(a_layout)], 1024]
+            sb: cute.struct.Align[cute.struct.MemRange[e4m3, cute.cosize(b_layout)], 1024]
+
+        self.storage = Storage
+        self.kernel(tma_a, tma_w, tma_b, tma_x, tiled_mma, a_layout, b_layout, ws, sx,
+                    parts).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
+                                  smem=Storage.size_in_bytes(), stream=stream)
+
+    @cute.kernel
+    def kernel(self, tma_a: cute.CopyAtom, mW: cute.Tensor, tma_b: cute.CopyAtom,
+               mX: cute.Tensor, tiled_mma: cute.TiledMma, a_layout: cute.ComposedLayout,
+               b_layout: cute.ComposedLayout, mWs: cute.Tensor, mSx: cute.Tensor,
+               mParts: cute.Tensor):
+        stages, groups, chunk = self.stages, self.groups, self.chunk
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        grid, _, _ = cute.arch.grid_dim()
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        wg = cute.arch.make_warp_uniform(tidx // 128)
+        if warp == 0:
+            cpasync.prefetch_descriptor(tma_a)
+            cpasync.prefetch_descriptor(tma_b)
+
+        storage = cutlass.memory.SmemAllocator().allocate(self.storage)
+        s_a = storage.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
+        s_b = storage.sb.get_tensor(b_layout.outer, swizzle=b_layout.inner)
+        pipe = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.bars.data_ptr(), num_stages=stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 4),
+            tx_count=self.slot_bytes, cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
+
+        g_a = cute.local_tile(mW, (BLOCK_M, BLOCK_K), (None, None))
+        g_b = cute.local_tile(mX, (self.nx, BLOCK_K), (None, None))
+        t_sa, t_ga = cpasync.tma_partition(tma_a, 0, cute.make_layout(1),
+                                           cute.group_modes(s_a, 0, 2), cute.group_modes(g_a, 0, 2))
+        t_sb, t_gb = cpasync.tma_partition(tma_b, 0, cute.make_layout(1),
+                                           cute.group_modes(s_b, 0, 2), cute.group_modes(g_b, 0, 2))
+        my_units = (self.units - bidx + grid - 1) // grid
+        rounds = (my_units + groups - 1) // groups
+
+        if warp == 0:
+            put = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
+            for rnd in cutlass.range(rounds, unroll=1):
+                in_round = cutlass.min(groups, my_units - rnd * groups)
+                for i in cutlass.range(chunk * in_round, unroll=1):
+                    unit = bidx + (rnd * groups + i % in_round) * grid
+                    group = (unit % self.split) * chunk + i // in_round
+                    pipe.producer_acquire(put)
+                    bar = pipe.producer_get_barrier(put)
+                    cute.copy(tma_a, t_ga[(None, unit // self.split, group)],
+                              t_sa[(None, put.index)], tma_bar_ptr=bar)
+                    cute.copy(tma_b, t_gb[(None, 0, group)], t_sb[(None, put.index)],
+                              tma_bar_ptr=bar)
+                    pipe.producer_commit(put)
+                    put.advance()
+        elif wg >= 1:
+            grp = wg - 1
+            thr_mma = tiled_mma.get_slice(tidx % 128)
+            t_ra = tiled_mma.make_fragment_A(thr_mma.partition_A(s_a))
+            t_rb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_b))
+            coords = thr_mma.partition_C(cute.make_identity_tensor((BLOCK_M, self.nx)))
+            acc = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
+            part = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
+            k_blocks = cute.size(t_ra, mode=[2])
+            for rnd in cutlass.range(rounds, unroll=1):
+                in_round = cutlass.min(groups, my_units - rnd * groups)
+                if grp < in_round:
+                    unit = bidx + (rnd * groups + grp) * grid
+                    row_tile = unit // self.split
+                    c = unit % self.split
+                    acc.fill(0.0)
+                    for s in cutlass.range(chunk, unroll=1):
+                        seq = rnd * groups * chunk + s * in_round + grp
+                        get = pipeline.PipelineState(stages, seq, seq % stages,
+                                                     (seq // stages) % 2)
+                        group = c * chunk + s
+                        w_scale = mWs[row_tile * BLOCK_M // 128, group]
+                        pipe.consumer_wait(get)
+                        warpgroup.fence()
+                        tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
+                        for kb in cutlass.range_constexpr(k_blocks):
+                            cute.gemm(tiled_mma, part, t_ra[(None, None, kb, get.index)],
+                                      t_rb[(None, None, kb, get.index)], part)
+                            tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+                        warpgroup.commit_group()
+                        warpgroup.wait_group(0)
+                        pipe.consumer_release(get)
+                        for e in cutlass.range_constexpr(cute.size(acc)):
+                            row_m = cutlass.min(coords[e][1], self.m - 1)
+                            acc[e] = acc[e] + part[e] * (w_scale * mSx[row_m, group])
+                    for e in cutlass.range_constexpr(cute.size(acc)):
+                        n = row_tile * BLOCK_M + coords[e][0]
+                        if coords[e][1] < self.m and n < self.n:
+                            mParts[c, coords[e][1], n] = acc[e]
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(m: int, n: int, k: int, split: int, stages: int, groups: int):
+    import cuda.bindings.driver as cuda
+    import torch
+    from cutlass.cute.runtime import from_dlpack
+
+    mma = Fp8SkinnyMma(m, n, k, split, stages, groups)
+    e4m3 = torch.float8_e4m3fn
+    dummy = (torch.empty(n, k, dtype=e4m3), torch.empty(-(-n // 128), k // 128),
+             torch.empty(m, k, dtype=e4m3), torch.empty(m, k // 128), torch.empty(split, m, n))
+    fn = cute.compile(mma, *(from_dlpack(t, assumed_align=16) for t in dummy), 1,
+                      cuda.CUstream(0))
+    return mma, fn
+
+
+def fp8_mma(xq, sx, wq, ws, parts, stages: int = 0, grid: int = 0, groups: int = 0) -> None:
+    """parts fp32 [SPLIT, M, N] = the K chunks of xq W^T (the module docstring) on the current
+    torch stream; graph-capturable. xq e4m3 [M, K], sx fp32 [M, K/128], wq e4m3 [N, K],
+    ws fp32 [ceil(N/128), K/128], all contiguous; M in 1..16; SPLIT divides K / 128."""
+    import cuda.bindings.driver as cuda
+    import torch
+    from cutlass.cute.runtime import from_dlpack
+
+    m, k = xq.shape
+    n = wq.shape[0]
+    split = parts.shape[0]
+    for name, t, shape, dtype in (("xq", xq, (m, k), torch.float8_e4m3fn),
+                                  ("sx", sx, (m, k // 128), torch.float32),
+                                  ("wq", wq, (n, k), torch.float8_e4m3fn),
+                                  ("ws", ws, (-(-n // 128), k // 128), torch.float32),
+                                  ("parts", parts, (split, m, n), torch.float32)):
+        if tuple(t.shape) != shape or t.dtype != dtype or not t.is_contiguous():
+            raise ValueError(f"fp8_mma: {name} must be a contiguous {dtype} {shape}, got "
+                             f"{t.dtype} {tuple(t.shape)}")
+    grid = grid or torch.cuda.get_device_properties(parts.device).multi_processor_count
+    _, fn = _compiled(m, n, k, split, stages, groups)
+    stream = cuda.CUstream(torch.cuda.current_stream(parts.device).cuda_stream)
+    fn(*(from_dlpack(t, assumed_align=16) for t in (wq, ws, xq, sx, parts)), grid, stream)
