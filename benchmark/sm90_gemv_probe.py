@@ -34,6 +34,8 @@ def main() -> None:
     ap.add_argument("--grids", default="0", help="CTAs (0: one a multiprocessor)")
     ap.add_argument("--groups", default="0", help="consumer groups (0: the default)")
     ap.add_argument("--mma-groups", default="0", help="fp8_mma's consumer warpgroups")
+    ap.add_argument("--mma-pdl-stages", default="",
+                    help="fp8_mma launched programmatically dependent, these ring depths")
     ap.add_argument("--block-ns", default="0", help="tile rows (0: the default)")
     ap.add_argument("--dry", action="store_true",
                     help="also time the consumers waiting and releasing without multiplying")
@@ -61,6 +63,10 @@ def main() -> None:
                 arms[f"mma c{groups} split{split}"] = graph_time(
                     lambda i: fp8_mma.fp8_mma(xq, sx, ws[i], ss[i], mma_parts, groups=groups),
                     copies)
+            for stages in map(int, args.mma_pdl_stages.split(",")) if args.mma_pdl_stages else ():
+                arms[f"mma pdl s{stages} split{split}"] = graph_time(
+                    lambda i: fp8_mma.fp8_mma(xq, sx, ws[i], ss[i], mma_parts, stages=stages,
+                                              pdl=True), copies)
             y = torch.empty(m, n, device=dev)
             for stages in map(int, args.stages.split(",")) if m <= sm90.MAX_ROWS else ():
                 for grid in map(int, args.grids.split(",")):

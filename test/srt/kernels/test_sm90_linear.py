@@ -160,6 +160,36 @@ def test_mma_splits_small_rings_and_few_programs(split, stages, grid, groups):
     assert (err <= TOL * scale.view_as(parts) + 1e-30).all()
 
 
+@pytest.mark.parametrize("stages", [0, 4])
+def test_mma_programmatic_launch_waits_for_its_input(stages):
+    """With pdl the weights stream before the wait; x, written by the kernel just before,
+    is read after it: bitwise the plain launch's output, eager and in a graph, with a ring
+    deeper and shallower than a CTA's slots."""
+    m, n, k = 3, 2624, 6144
+    xq, sx, wq, ws = _case(m, n, k, seed=77)
+    split = split_for(n, k)
+    plain = torch.full((split, m, n), float("nan"), device="cuda")
+    fp8_mma(xq, sx, wq, ws, plain, stages=stages)
+    x_in = torch.zeros_like(xq)
+    parts = torch.full_like(plain, float("nan"))
+    for _ in range(3):
+        x_in.zero_()
+        parts.fill_(float("nan"))
+        x_in.copy_(xq)
+        fp8_mma(x_in, sx, wq, ws, parts, stages=stages, pdl=True)
+        torch.cuda.synchronize()
+        assert torch.equal(parts, plain)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        x_in.zero_()
+        x_in.copy_(xq)
+        fp8_mma(x_in, sx, wq, ws, parts, stages=stages, pdl=True)
+    parts.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(parts, plain)
+
+
 def test_mma_refuses_bad_input():
     xq, sx, wq, ws = _case(2, 256, 384, seed=3)
     with pytest.raises(ValueError, match="split must divide"):

@@ -48,7 +48,8 @@ def split_for(n: int, k: int, sms: int = 132) -> int:
 class Fp8SkinnyMma:
     """One compiled shape: m rows, an [n, k] matrix in `split` K chunks."""
 
-    def __init__(self, m: int, n: int, k: int, split: int, stages: int = 0, groups: int = 0):
+    def __init__(self, m: int, n: int, k: int, split: int, stages: int = 0, groups: int = 0,
+                 pdl: bool = False):
         if not 1 <= m <= MAX_ROWS:
             raise ValueError(f"fp8_mma takes 1..{MAX_ROWS} rows, got {m}")
         if k % BLOCK_K:
@@ -66,6 +67,9 @@ class Fp8SkinnyMma:
         self.stages = stages or (SMEM_BYTES - 2048) // self.slot_bytes
         self.groups = groups or GROUPS
         self.threads = 128 * (1 + self.groups)  # warpgroup 0: the producer warp
+        # launched programmatically dependent on the previous kernel: the producer fills the
+        # ring with weight tiles before waiting for it (they do not depend on it), x after
+        self.pdl = pdl
 
     @cute.jit
     def __call__(self, w: cute.Tensor, ws: cute.Tensor, xq: cute.Tensor, sx: cute.Tensor,
@@ -93,7 +97,18 @@ class Fp8SkinnyMma:
         self.storage = Storage
         self.kernel(tma_a, tma_w, tma_b, tma_x, tiled_mma, a_layout, b_layout, ws, sx,
                     parts).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
-                                  smem=Storage.size_in_bytes(), stream=stream)
+                                  smem=Storage.size_in_bytes(), stream=stream,
+                                  use_pdl=self.pdl)
+
+    def _slot(self, f, bidx, grid, my_units):
+        """(row tile, scale group) of a CTA's f-th ring slot: its units go in rounds of
+        `groups` (one a consumer warpgroup), a round's slots interleaved group by group."""
+        groups, chunk = self.groups, self.chunk
+        rnd = f // (groups * chunk)
+        in_round = cutlass.min(groups, my_units - rnd * groups)
+        f_in = f - rnd * groups * chunk
+        unit = bidx + (rnd * groups + f_in % in_round) * grid
+        return unit // self.split, (unit % self.split) * chunk + f_in // in_round
 
     @cute.kernel
     def kernel(self, tma_a: cute.CopyAtom, mW: cute.Tensor, tma_b: cute.CopyAtom,
@@ -127,24 +142,40 @@ class Fp8SkinnyMma:
                                            cute.group_modes(s_b, 0, 2), cute.group_modes(g_b, 0, 2))
         my_units = (self.units - bidx + grid - 1) // grid
         rounds = (my_units + groups - 1) // groups
+        total = my_units * chunk
 
+        if cutlass.const_expr(self.pdl):
+            cute.arch.griddepcontrol_launch_dependents()
         if warp == 0:
             put = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
-            for rnd in cutlass.range(rounds, unroll=1):
-                in_round = cutlass.min(groups, my_units - rnd * groups)
-                for i in cutlass.range(chunk * in_round, unroll=1):
-                    unit = bidx + (rnd * groups + i % in_round) * grid
-                    group = (unit % self.split) * chunk + i // in_round
+            start = 0
+            if cutlass.const_expr(self.pdl):
+                start = cutlass.min(stages, total)
+                for f in cutlass.range(start, unroll=1):
+                    row_tile, group = self._slot(f, bidx, grid, my_units)
                     pipe.producer_acquire(put)
-                    bar = pipe.producer_get_barrier(put)
-                    cute.copy(tma_a, t_ga[(None, unit // self.split, group)],
-                              t_sa[(None, put.index)], tma_bar_ptr=bar)
-                    cute.copy(tma_b, t_gb[(None, 0, group)], t_sb[(None, put.index)],
-                              tma_bar_ptr=bar)
-                    pipe.producer_commit(put)
+                    cute.copy(tma_a, t_ga[(None, row_tile, group)], t_sa[(None, put.index)],
+                              tma_bar_ptr=pipe.producer_get_barrier(put))
                     put.advance()
+                cute.arch.griddepcontrol_wait()  # x is the previous kernel's output
+                for f in cutlass.range(start, unroll=1):
+                    row_tile, group = self._slot(f, bidx, grid, my_units)
+                    first = pipeline.PipelineState(stages, f, f, 0)
+                    cute.copy(tma_b, t_gb[(None, 0, group)], t_sb[(None, f)],
+                              tma_bar_ptr=pipe.producer_get_barrier(first))
+            for f in cutlass.range(start, total, unroll=1):
+                row_tile, group = self._slot(f, bidx, grid, my_units)
+                pipe.producer_acquire(put)
+                bar = pipe.producer_get_barrier(put)
+                cute.copy(tma_a, t_ga[(None, row_tile, group)], t_sa[(None, put.index)],
+                          tma_bar_ptr=bar)
+                cute.copy(tma_b, t_gb[(None, 0, group)], t_sb[(None, put.index)],
+                          tma_bar_ptr=bar)
+                put.advance()
         elif wg >= 1:
             grp = wg - 1
+            if cutlass.const_expr(self.pdl):
+                cute.arch.griddepcontrol_wait()  # sx, and parts the previous kernel may read
             thr_mma = tiled_mma.get_slice(tidx % 128)
             t_ra = tiled_mma.make_fragment_A(thr_mma.partition_A(s_a))
             t_rb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_b))
@@ -185,12 +216,12 @@ class Fp8SkinnyMma:
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(m: int, n: int, k: int, split: int, stages: int, groups: int):
+def _compiled(m: int, n: int, k: int, split: int, stages: int, groups: int, pdl: bool = False):
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
 
-    mma = Fp8SkinnyMma(m, n, k, split, stages, groups)
+    mma = Fp8SkinnyMma(m, n, k, split, stages, groups, pdl)
     e4m3 = torch.float8_e4m3fn
     dummy = (torch.empty(n, k, dtype=e4m3), torch.empty(-(-n // 128), k // 128),
              torch.empty(m, k, dtype=e4m3), torch.empty(m, k // 128), torch.empty(split, m, n))
@@ -199,10 +230,13 @@ def _compiled(m: int, n: int, k: int, split: int, stages: int, groups: int):
     return mma, fn
 
 
-def fp8_mma(xq, sx, wq, ws, parts, stages: int = 0, grid: int = 0, groups: int = 0) -> None:
+def fp8_mma(xq, sx, wq, ws, parts, stages: int = 0, grid: int = 0, groups: int = 0,
+            pdl: bool = False) -> None:
     """parts fp32 [SPLIT, M, N] = the K chunks of xq W^T (the module docstring) on the current
     torch stream; graph-capturable. xq e4m3 [M, K], sx fp32 [M, K/128], wq e4m3 [N, K],
-    ws fp32 [ceil(N/128), K/128], all contiguous; M in 1..16; SPLIT divides K / 128."""
+    ws fp32 [ceil(N/128), K/128], all contiguous; M in 1..16; SPLIT divides K / 128.
+    pdl: launch programmatically dependent on the previous kernel in the stream, streaming
+    weights into shared memory before waiting for it (``stages`` then sets how much)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
@@ -219,6 +253,6 @@ def fp8_mma(xq, sx, wq, ws, parts, stages: int = 0, grid: int = 0, groups: int =
             raise ValueError(f"fp8_mma: {name} must be a contiguous {dtype} {shape}, got "
                              f"{t.dtype} {tuple(t.shape)}")
     grid = grid or torch.cuda.get_device_properties(parts.device).multi_processor_count
-    _, fn = _compiled(m, n, k, split, stages, groups)
+    _, fn = _compiled(m, n, k, split, stages, groups, pdl)
     stream = cuda.CUstream(torch.cuda.current_stream(parts.device).cuda_stream)
     fn(*(from_dlpack(t, assumed_align=16) for t in (wq, ws, xq, sx, parts)), grid, stream)
