@@ -34,6 +34,8 @@ def main() -> None:
     ap.add_argument("--grids", default="0", help="CTAs (0: one a multiprocessor)")
     ap.add_argument("--groups", default="0", help="consumer groups (0: the default)")
     ap.add_argument("--mma-groups", default="0", help="fp8_mma's consumer warpgroups")
+    ap.add_argument("--hot", action="store_true",
+                    help="also time the Triton and wgmma arms on one weight copy (in L2)")
     ap.add_argument("--mma-pdl-stages", default="",
                     help="fp8_mma launched programmatically dependent, these ring depths")
     ap.add_argument("--block-ns", default="0", help="tile rows (0: the default)")
@@ -67,6 +69,12 @@ def main() -> None:
                 arms[f"mma pdl s{stages} split{split}"] = graph_time(
                     lambda i: fp8_mma.fp8_mma(xq, sx, ws[i], ss[i], mma_parts, stages=stages,
                                               pdl=True), copies)
+            if args.hot:  # one weight copy, which stays in L2: each kernel's own latency
+                arms["triton hot"] = graph_time(
+                    lambda i: fp8_linear.fp8_linear(xq, sx, ws[0], ss[0], parts, block_n=bn,
+                                                    groups=groups), copies)
+                arms["mma hot"] = graph_time(
+                    lambda i: fp8_mma.fp8_mma(xq, sx, ws[0], ss[0], mma_parts), copies)
             y = torch.empty(m, n, device=dev)
             for stages in map(int, args.stages.split(",")) if m <= sm90.MAX_ROWS else ():
                 for grid in map(int, args.grids.split(",")):
