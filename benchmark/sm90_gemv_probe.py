@@ -60,21 +60,23 @@ def main() -> None:
                     lambda i: fp8_linear.fp8_linear(xq, sx, ws[i], ss[i], parts, block_n=bn,
                                                     groups=groups, pdl=pdl), copies)
             split = fp8_mma.split_for(n, k)
+            xq_mma = torch.zeros(max(m, fp8_mma.x_rows(m)), k, device=dev).to(torch.float8_e4m3fn)
+            xq_mma[:m] = xq
             mma_parts = torch.empty(split, m, n, device=dev)
             for groups in map(int, args.mma_groups.split(",")):
                 arms[f"mma c{groups} split{split}"] = graph_time(
-                    lambda i: fp8_mma.fp8_mma(xq, sx, ws[i], ss[i], mma_parts, groups=groups),
+                    lambda i: fp8_mma.fp8_mma(xq_mma, sx, ws[i], ss[i], mma_parts, groups=groups),
                     copies)
             for stages in map(int, args.mma_pdl_stages.split(",")) if args.mma_pdl_stages else ():
                 arms[f"mma pdl s{stages} split{split}"] = graph_time(
-                    lambda i: fp8_mma.fp8_mma(xq, sx, ws[i], ss[i], mma_parts, stages=stages,
+                    lambda i: fp8_mma.fp8_mma(xq_mma, sx, ws[i], ss[i], mma_parts, stages=stages,
                                               pdl=True), copies)
             if args.hot:  # one weight copy, which stays in L2: each kernel's own latency
                 arms["triton hot"] = graph_time(
                     lambda i: fp8_linear.fp8_linear(xq, sx, ws[0], ss[0], parts, block_n=bn,
                                                     groups=groups), copies)
                 arms["mma hot"] = graph_time(
-                    lambda i: fp8_mma.fp8_mma(xq, sx, ws[0], ss[0], mma_parts), copies)
+                    lambda i: fp8_mma.fp8_mma(xq_mma, sx, ws[0], ss[0], mma_parts), copies)
             y = torch.empty(m, n, device=dev)
             for stages in map(int, args.stages.split(",")) if m <= sm90.MAX_ROWS else ():
                 for grid in map(int, args.grids.split(",")):

@@ -24,6 +24,9 @@ export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPAT
 export PYTHONUNBUFFERED=1
 python3 -c "import cutlass; print('cutlass', cutlass.__version__ if hasattr(cutlass, '__version__') else '?')"
 if [ "$mode" = tests ] || [ "$mode" = all ]; then
+  for c in "16 6144 2048" "1 6144 2048" "9 1000 512" "3 2624 6144 pdl"; do
+    timeout 60 python3 test/srt/kernels/sm90_smoke.py $c 2>&1 | tail -1
+  done
   timeout 300 python3 -m pytest test/srt/kernels/test_sm90_linear.py -q --maxfail=5 2>&1 | tee "$L/pytest_sm90.log" | tail -15
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then

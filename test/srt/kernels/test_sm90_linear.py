@@ -16,12 +16,22 @@ if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0)
 pytest.importorskip("cutlass", reason="needs CuTe DSL (nvidia-cutlass-dsl): benchmark/sm90_run.sh")
 
 from sgl_kernel_ext.nvidia.sm90.fp8_gemv import fp8_gemv  # noqa: E402
-from sgl_kernel_ext.nvidia.sm90.fp8_mma import fp8_mma, split_for  # noqa: E402
+from sgl_kernel_ext.nvidia.sm90.fp8_mma import fp8_mma, split_for, x_rows  # noqa: E402
 
 # |y - ref| <= TOL * sum_k |x_k w_k| (dequantized): fp32 sums of up to 6144 products in an
 # order other than the reference's
 TOL = 3e-6
 SHAPES = [(6144, 2048), (2624, 6144), (4608, 6144), (1000, 512), (40, 384), (6144, 256)]
+
+
+def _padded(xq):
+    """xq in a buffer of the MMA's x rows, the rows past M NaN (e4m3 0x7f): they must not
+    reach any output the kernel stores."""
+    m, k = xq.shape
+    buf = torch.full((x_rows(m), k), 0x7F, dtype=torch.uint8, device=xq.device)
+    buf = buf.view(torch.float8_e4m3fn)
+    buf[:m] = xq
+    return buf
 
 
 def _case(m, n, k, seed):
@@ -124,6 +134,7 @@ def test_mma_matches_reference(m, n, k):
     split = split_for(n, k)
     xq, sx, wq, ws = _case(m, n, k, seed=m * 1000 + n + k + 1)
     ref, scale = _reference(xq, sx, wq, ws, split)
+    xq = _padded(xq)
     parts = torch.full((split, m, n), float("nan"), device="cuda")
     fp8_mma(xq, sx, wq, ws, parts)
     torch.cuda.synchronize()
@@ -154,7 +165,7 @@ def test_mma_splits_small_rings_and_few_programs(split, stages, grid, groups):
     xq, sx, wq, ws = _case(m, n, k, seed=split * 10 + groups)
     ref, scale = _reference(xq, sx, wq, ws, split)
     parts = torch.full((split, m, n), float("nan"), device="cuda")
-    fp8_mma(xq, sx, wq, ws, parts, stages=stages, grid=grid, groups=groups)
+    fp8_mma(_padded(xq), sx, wq, ws, parts, stages=stages, grid=grid, groups=groups)
     torch.cuda.synchronize()
     err = (parts.double() - ref.view_as(parts)).abs()
     assert (err <= TOL * scale.view_as(parts) + 1e-30).all()
@@ -167,6 +178,7 @@ def test_mma_programmatic_launch_waits_for_its_input(stages):
     deeper and shallower than a CTA's slots."""
     m, n, k = 3, 2624, 6144
     xq, sx, wq, ws = _case(m, n, k, seed=77)
+    xq = _padded(xq)
     split = split_for(n, k)
     plain = torch.full((split, m, n), float("nan"), device="cuda")
     fp8_mma(xq, sx, wq, ws, plain, stages=stages)
@@ -193,7 +205,9 @@ def test_mma_programmatic_launch_waits_for_its_input(stages):
 def test_mma_refuses_bad_input():
     xq, sx, wq, ws = _case(2, 256, 384, seed=3)
     with pytest.raises(ValueError, match="split must divide"):
-        fp8_mma(xq, sx, wq, ws, torch.empty(2, 2, 256, device="cuda"))
+        fp8_mma(_padded(xq), sx, wq, ws, torch.empty(2, 2, 256, device="cuda"))
+    with pytest.raises(ValueError, match="at least 8 rows"):
+        fp8_mma(xq, sx, wq, ws, torch.empty(1, 2, 256, device="cuda"))
     with pytest.raises(ValueError, match="rows"):
         fp8_mma(torch.cat([xq] * 9), torch.cat([sx] * 9), wq, ws,
                 torch.empty(1, 18, 256, device="cuda"))

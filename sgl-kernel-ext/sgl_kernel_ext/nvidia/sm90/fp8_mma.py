@@ -3,7 +3,9 @@ into a shared-memory ring, multiplied by consumer warpgroups with wgmma (CuTe DS
 
 parts fp32 [SPLIT, M, N]: parts[c] = the K chunk c of the block-dequantized xq W^T, the
 contract of the Triton stage kernel ``fp8_linear`` (its consumers sum the chunks in order).
-W e4m3 [N, K] with scales ws [ceil(N/128), K/128]; xq e4m3 [M, K] with scales sx [M, K/128].
+W e4m3 [N, K] with scales ws [ceil(N/128), K/128]; xq e4m3 [R, K] with scales sx [M, K/128],
+R >= 8 (>= 16 from 9 rows): the TMA reads whole 8- or 16-row x tiles, rows past M feed MMA
+columns that are never stored (a step's buffers are allocated for its most rows anyway).
 
 The MMA runs transposed, W tile x xq^T: a 64-row weight tile is wgmma's A operand (m64), the
 step's rows are its N (8 or 16, rows past M zero-filled by the TMA), K = 128 a ring slot, so
@@ -26,13 +28,20 @@ import cutlass.memory
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90_utils
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
-from cutlass.utils import LayoutEnum
+from cutlass.tensor_utils import LayoutEnum
 
 MAX_ROWS = 16
 BLOCK_M = 64  # weight rows a tile: wgmma's M
 BLOCK_K = 128  # a ring slot: one scale group
 SMEM_BYTES = 200 * 1024
 GROUPS = 2  # consumer warpgroups
+
+
+def x_rows(m: int) -> int:
+    """Rows of x the MMA reads for m rows (its N: 8 or 16)."""
+    if not 1 <= m <= MAX_ROWS:
+        raise ValueError(f"fp8_mma takes 1..{MAX_ROWS} rows, got {m}")
+    return 8 if m <= 8 else 16
 
 
 def split_for(n: int, k: int, sms: int = 132) -> int:
@@ -58,7 +67,7 @@ class Fp8SkinnyMma:
         if not 1 <= split <= kg or kg % split:
             raise ValueError(f"split must divide K / 128 = {kg}, got {split}")
         self.m, self.n, self.k, self.split = m, n, k, split
-        self.nx = 8 if m <= 8 else 16
+        self.nx = x_rows(m)
         self.kg, self.chunk = kg, kg // split
         self.n_blocks = -(-n // 128)
         self.tiles = -(-n // BLOCK_M)
@@ -224,7 +233,8 @@ def _compiled(m: int, n: int, k: int, split: int, stages: int, groups: int, pdl:
     mma = Fp8SkinnyMma(m, n, k, split, stages, groups, pdl)
     e4m3 = torch.float8_e4m3fn
     dummy = (torch.empty(n, k, dtype=e4m3), torch.empty(-(-n // 128), k // 128),
-             torch.empty(m, k, dtype=e4m3), torch.empty(m, k // 128), torch.empty(split, m, n))
+             torch.empty(mma.nx, k, dtype=e4m3), torch.empty(m, k // 128),
+             torch.empty(split, m, n))
     fn = cute.compile(mma, *(from_dlpack(t, assumed_align=16) for t in dummy), 1,
                       cuda.CUstream(0))
     return mma, fn
@@ -233,7 +243,8 @@ def _compiled(m: int, n: int, k: int, split: int, stages: int, groups: int, pdl:
 def fp8_mma(xq, sx, wq, ws, parts, stages: int = 0, grid: int = 0, groups: int = 0,
             pdl: bool = False) -> None:
     """parts fp32 [SPLIT, M, N] = the K chunks of xq W^T (the module docstring) on the current
-    torch stream; graph-capturable. xq e4m3 [M, K], sx fp32 [M, K/128], wq e4m3 [N, K],
+    torch stream; graph-capturable. xq e4m3 [R >= x_rows(M), K] (rows past M are read and
+    ignored), sx fp32 [M, K/128], wq e4m3 [N, K],
     ws fp32 [ceil(N/128), K/128], all contiguous; M in 1..16; SPLIT divides K / 128.
     pdl: launch programmatically dependent on the previous kernel in the stream, streaming
     weights into shared memory before waiting for it (``stages`` then sets how much)."""
@@ -241,10 +252,14 @@ def fp8_mma(xq, sx, wq, ws, parts, stages: int = 0, grid: int = 0, groups: int =
     import torch
     from cutlass.cute.runtime import from_dlpack
 
-    m, k = xq.shape
-    n = wq.shape[0]
-    split = parts.shape[0]
-    for name, t, shape, dtype in (("xq", xq, (m, k), torch.float8_e4m3fn),
+    split, m, n = parts.shape
+    k = wq.shape[1]
+    nx = x_rows(m)
+    if xq.shape[0] < nx:
+        raise ValueError(f"fp8_mma: xq needs at least {nx} rows for {m} (the MMA's x tile), "
+                         f"got {xq.shape[0]}")
+    xq = xq[:nx]
+    for name, t, shape, dtype in (("xq", xq, (nx, k), torch.float8_e4m3fn),
                                   ("sx", sx, (m, k // 128), torch.float32),
                                   ("wq", wq, (n, k), torch.float8_e4m3fn),
                                   ("ws", ws, (-(-n // 128), k // 128), torch.float32),
