@@ -30,7 +30,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
     ap.add_argument("--ms", default="1,2,4")
-    ap.add_argument("--stages", default="0", help="ring depths (0: the default)")
+    ap.add_argument("--stages", default="0",
+                    help="fp8_gemv's ring depths (0: the default; none: no fp8_gemv arm)")
     ap.add_argument("--grids", default="0", help="CTAs (0: one a multiprocessor)")
     ap.add_argument("--groups", default="0", help="consumer groups (0: the default)")
     ap.add_argument("--mma-groups", default="0", help="fp8_mma's consumer warpgroups")
@@ -78,7 +79,8 @@ def main() -> None:
                 arms["mma hot"] = graph_time(
                     lambda i: fp8_mma.fp8_mma(xq_mma, sx, ws[0], ss[0], mma_parts), copies)
             y = torch.empty(m, n, device=dev)
-            for stages in map(int, args.stages.split(",")) if m <= sm90.MAX_ROWS else ():
+            gemv_stages = [] if args.stages == "none" else list(map(int, args.stages.split(",")))
+            for stages in gemv_stages if m <= sm90.MAX_ROWS else ():
                 for grid in map(int, args.grids.split(",")):
                     for groups in map(int, args.groups.split(",")):
                         for bn in map(int, args.block_ns.split(",")):

@@ -23,6 +23,8 @@ torch.cuda.synchronize()
 x = xq[:m].double() * sx.double().repeat_interleave(128, 1)
 w = wq.double() * ws.double().repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)
 ref = x @ w.T
-err = (parts.double().sum(0) - ref).abs().max().item() / ref.abs().max().item()
-print(f"smoke m={m} n={n} k={k} split={split} pdl={pdl}: max rel err {err:.2e}, "
-      f"unwritten {int(parts.isnan().sum())}")
+scale = x.abs() @ w.abs().T
+diff = (parts.double().sum(0) - ref).abs()
+print(f"smoke m={m} n={n} k={k} split={split} pdl={pdl}: max err / max |y| "
+      f"{diff.max().item() / ref.abs().max().item():.2e}, max err / sum |x w| "
+      f"{(diff / scale).max().item():.2e}, unwritten {int(parts.isnan().sum())}")

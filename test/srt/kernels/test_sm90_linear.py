@@ -21,6 +21,11 @@ from sgl_kernel_ext.nvidia.sm90.fp8_mma import fp8_mma, split_for, x_rows  # noq
 # |y - ref| <= TOL * sum_k |x_k w_k| (dequantized): fp32 sums of up to 6144 products in an
 # order other than the reference's
 TOL = 3e-6
+# wgmma's FP8 products are summed in its accumulator at less than fp32 precision within a
+# 128-column group (then promoted to fp32 with the scales): 2^-11 of sum |x w|, where the
+# first H200 run (c227058) measured up to 2e-4 of max |y| (sm90_smoke.py prints both); the
+# layer rounds these outputs to bf16 (2^-8) right after
+TOL_MMA = 2.0 ** -11
 SHAPES = [(6144, 2048), (2624, 6144), (4608, 6144), (1000, 512), (40, 384), (6144, 256)]
 
 
@@ -140,7 +145,7 @@ def test_mma_matches_reference(m, n, k):
     torch.cuda.synchronize()
     assert not parts.isnan().any(), f"{int(parts.isnan().sum())} elements not written"
     err = (parts.double() - ref.view_as(parts)).abs()
-    assert (err <= TOL * scale.view_as(parts) + 1e-30).all(), \
+    assert (err <= TOL_MMA * scale.view_as(parts) + 1e-30).all(), \
         f"worst {(err / (scale.view_as(parts) + 1e-30)).max().item():.2e}"
 
     first = parts.clone()
@@ -168,7 +173,7 @@ def test_mma_splits_small_rings_and_few_programs(split, stages, grid, groups):
     fp8_mma(_padded(xq), sx, wq, ws, parts, stages=stages, grid=grid, groups=groups)
     torch.cuda.synchronize()
     err = (parts.double() - ref.view_as(parts)).abs()
-    assert (err <= TOL * scale.view_as(parts) + 1e-30).all()
+    assert (err <= TOL_MMA * scale.view_as(parts) + 1e-30).all()
 
 
 @pytest.mark.parametrize("stages", [0, 4])

@@ -44,12 +44,13 @@ def x_rows(m: int) -> int:
     return 8 if m <= 8 else 16
 
 
-def split_for(n: int, k: int, sms: int = 132) -> int:
-    """K chunks (dividing K / 128) so that tiles x chunks fill the multiprocessors once."""
+def split_for(n: int, k: int, units: int = GROUPS * 132) -> int:
+    """K chunks (dividing K / 128) so that tiles x chunks give each consumer warpgroup of the
+    GPU about one unit (at most `units`)."""
     tiles, kg = -(-n // BLOCK_M), k // BLOCK_K
     best = 1
     for s in range(1, kg + 1):
-        if kg % s == 0 and tiles * s <= sms:
+        if kg % s == 0 and tiles * s <= units:
             best = s
     return best
 
@@ -204,7 +205,12 @@ class Fp8SkinnyMma:
                         get = pipeline.PipelineState(stages, seq, seq % stages,
                                                      (seq // stages) % 2)
                         group = c * chunk + s
+                        # the slot's scales, loaded before its data is waited for
                         w_scale = mWs[row_tile * BLOCK_M // 128, group]
+                        scale = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
+                        for e in cutlass.range_constexpr(cute.size(acc)):
+                            scale[e] = w_scale * mSx[cutlass.min(coords[e][1], self.m - 1),
+                                                     group]
                         pipe.consumer_wait(get)
                         warpgroup.fence()
                         tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
@@ -216,8 +222,7 @@ class Fp8SkinnyMma:
                         warpgroup.wait_group(0)
                         pipe.consumer_release(get)
                         for e in cutlass.range_constexpr(cute.size(acc)):
-                            row_m = cutlass.min(coords[e][1], self.m - 1)
-                            acc[e] = acc[e] + part[e] * (w_scale * mSx[row_m, group])
+                            acc[e] = acc[e] + part[e] * scale[e]
                     for e in cutlass.range_constexpr(cute.size(acc)):
                         n = row_tile * BLOCK_M + coords[e][0]
                         if coords[e][1] < self.m and n < self.n:
