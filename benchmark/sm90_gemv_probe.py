@@ -5,7 +5,8 @@ launch) on one decode layer's matrices at 1-4 rows, in the same run.
 
 Each arm is timed in a CUDA graph of back-to-back launches over enough weight copies that none
 stays in L2 (``gemv_probe.graph_time``); the floor is the matrix's bytes over the measured copy
-bandwidth. Optionally sweeps the ring's depth and the grid.
+bandwidth. Optionally sweeps the ring's depth and the grid; ``--chain`` times the matrices as
+one chain of dependent launches, a layer's linears in order.
 
     PYTHONPATH=python:sgl-kernel-ext:. python3 -m benchmark.sm90_gemv_probe --out $OUT
 """
@@ -26,6 +27,44 @@ SHAPES = {"o_proj": (6144, 2048), "q_a|kv_a": (2624, 6144), "q_b|wq_b": (6144, 2
           "9_experts_gate_up": (4608, 6144), "shared_down": (6144, 256)}
 
 
+def chain(ms, stages: int, bw: float, dev) -> list:
+    """The SHAPES matrices as one chain of dependent launches (a layer's linears in order),
+    over weight copies that leave none in L2: Triton's fp8_linear (with its programmatic
+    dependent launch and L2 prefetch, as in the layer) against fp8_mma (pdl, `stages`)."""
+    mats = {name: weight_copies(n, k, bw, dev) for name, (n, k) in SHAPES.items()}
+    copies = min(len(w) for w, _, _ in mats.values())
+    floor = sum(row["floor_us"] for _, _, row in mats.values())
+    copy_us = sum(row["copy_us"] for _, _, row in mats.values())
+    out = []
+    for m in ms:
+        bufs = {}
+        for name, (n, k) in SHAPES.items():
+            xq = torch.randn(16, k, device=dev).to(torch.float8_e4m3fn)
+            sx = torch.rand(m, k // 128, device=dev) + 0.5
+            bn, groups, split = fp8_linear.tiling(n, k)
+            bufs[name] = (xq, sx, (bn, groups), torch.empty(split, m, n, device=dev),
+                          torch.empty(fp8_mma.split_for(n, k), m, n, device=dev))
+
+        def triton_chain(i):
+            for name, (xq, sx, (bn, groups), parts, _) in bufs.items():
+                w, s, _ = mats[name]
+                fp8_linear.fp8_linear(xq[:m], sx, w[i], s[i], parts, block_n=bn, groups=groups)
+
+        def mma_chain(i):
+            for name, (xq, sx, _, _, parts) in bufs.items():
+                w, s, _ = mats[name]
+                fp8_mma.fp8_mma(xq, sx, w[i], s[i], parts, stages=stages, pdl=True)
+
+        arms = {"triton": graph_time(triton_chain, copies),
+                f"mma pdl s{stages}": graph_time(mma_chain, copies)}
+        for arm, us in arms.items():
+            out.append({"matrix": "chain: " + " > ".join(SHAPES), "m": m, "arm": arm, "us": us,
+                        "floor_us": floor, "copy_us": copy_us, "frac_floor": floor / us})
+        print(f"chain m={m:2d} floor {floor:6.2f} copy {copy_us:6.2f} "
+              + "  ".join(f"{a} {t:6.2f}" for a, t in arms.items()), flush=True)
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
@@ -40,6 +79,9 @@ def main() -> None:
     ap.add_argument("--mma-pdl-stages", default="",
                     help="fp8_mma launched programmatically dependent, these ring depths")
     ap.add_argument("--block-ns", default="0", help="tile rows (0: the default)")
+    ap.add_argument("--chain", type=int, default=0,
+                    help="also time the matrices as one dependent chain, fp8_mma's ring this deep")
+    ap.add_argument("--chain-only", action="store_true", help="only the chain")
     ap.add_argument("--dry", action="store_true",
                     help="also time the consumers waiting and releasing without multiplying")
     args = ap.parse_args()
@@ -47,7 +89,9 @@ def main() -> None:
     bw = copy_bandwidth(dev)
     rows = []
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s")
-    for name, (n, k) in SHAPES.items():
+    if args.chain:
+        rows += chain(list(map(int, args.ms.split(","))), args.chain, bw, dev)
+    for name, (n, k) in SHAPES.items() if not args.chain_only else ():
         ws, ss, base = weight_copies(n, k, bw, dev)
         copies = len(ws)
         for m in map(int, args.ms.split(",")):
