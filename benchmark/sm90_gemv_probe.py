@@ -1,11 +1,13 @@
-"""Probe: the CuTe DSL TMA-ring FP8 linears (``nvidia.sm90``: ``fp8_gemv`` on CUDA cores,
-``fp8_mma`` on wgmma, each arm writing its own K chunks) against the Triton stage
-kernel (``fp8_linear`` in the fused layer's tiling, with and without programmatic dependent
-launch) on one decode layer's matrices at 1-4 rows, in the same run.
+"""Probe: the CuTe DSL FP8 linear (``nvidia.sm90.fp8_mma``: a TMA ring of weight tiles,
+wgmma, K chunks; plain, and launched programmatically dependent with the weights streaming into
+the ring before the wait) against the Triton stage kernel (``fp8_linear`` in the fused layer's
+tiling, with and without programmatic dependent launch) on one decode layer's matrices at 1-16
+rows, in the same run. Each arm writes its own K chunks (their consumer's sum is not timed).
 
 Each arm is timed in a CUDA graph of back-to-back launches over enough weight copies that none
 stays in L2 (``gemv_probe.graph_time``); the floor is the matrix's bytes over the measured copy
-bandwidth. Optionally sweeps the ring's depth and the grid; ``--chain`` times the matrices as
+bandwidth. Sweeps fp8_mma's consumer warpgroups and, launched dependent, its ring depth;
+``--hot`` adds both kernels on one weight copy (L2); ``--chain`` times the matrices as
 one chain of dependent launches, a layer's linears in order.
 
     PYTHONPATH=python:sgl-kernel-ext:. python3 -m benchmark.sm90_gemv_probe --out $OUT
@@ -19,7 +21,6 @@ import torch
 
 from benchmark.gemv_probe import copy_bandwidth, graph_time, weight_copies
 from benchmark.harness import run_meta, write_json
-from sgl_kernel_ext.nvidia.sm90 import fp8_gemv as sm90
 from sgl_kernel_ext.nvidia.sm90 import fp8_mma
 from sgl_kernel_ext.triton import fp8_linear
 
@@ -68,22 +69,15 @@ def chain(ms, stages: int, bw: float, dev) -> list:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
-    ap.add_argument("--ms", default="1,2,4")
-    ap.add_argument("--stages", default="0",
-                    help="fp8_gemv's ring depths (0: the default; none: no fp8_gemv arm)")
-    ap.add_argument("--grids", default="0", help="CTAs (0: one a multiprocessor)")
-    ap.add_argument("--groups", default="0", help="consumer groups (0: the default)")
+    ap.add_argument("--ms", default="1,4,16")
     ap.add_argument("--mma-groups", default="0", help="fp8_mma's consumer warpgroups")
     ap.add_argument("--hot", action="store_true",
                     help="also time the Triton and wgmma arms on one weight copy (in L2)")
     ap.add_argument("--mma-pdl-stages", default="",
                     help="fp8_mma launched programmatically dependent, these ring depths")
-    ap.add_argument("--block-ns", default="0", help="tile rows (0: the default)")
     ap.add_argument("--chain", type=int, default=0,
                     help="also time the matrices as one dependent chain, fp8_mma's ring this deep")
     ap.add_argument("--chain-only", action="store_true", help="only the chain")
-    ap.add_argument("--dry", action="store_true",
-                    help="also time the consumers waiting and releasing without multiplying")
     args = ap.parse_args()
     dev = torch.device("cuda")
     bw = copy_bandwidth(dev)
@@ -122,17 +116,6 @@ def main() -> None:
                                                     groups=groups), copies)
                 arms["mma hot"] = graph_time(
                     lambda i: fp8_mma.fp8_mma(xq_mma, sx, ws[0], ss[0], mma_parts), copies)
-            y = torch.empty(m, n, device=dev)
-            gemv_stages = [] if args.stages == "none" else list(map(int, args.stages.split(",")))
-            for stages in gemv_stages if m <= sm90.MAX_ROWS else ():
-                for grid in map(int, args.grids.split(",")):
-                    for groups in map(int, args.groups.split(",")):
-                        for bn in map(int, args.block_ns.split(",")):
-                            for dry in (False, True) if args.dry else (False,):
-                                arms[f"sm90 s{stages} g{grid} c{groups} n{bn}"
-                                     + (" dry" if dry else "")] = graph_time(
-                                    lambda i: sm90.fp8_gemv(xq, sx, ws[i], ss[i], y, stages,
-                                                            grid, groups, bn, dry), copies)
             for arm, us in arms.items():
                 rows.append(dict(base, matrix=name, m=m, arm=arm, us=us,
                                  frac_floor=base["floor_us"] / us))

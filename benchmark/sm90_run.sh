@@ -4,8 +4,8 @@
 # ../shared/tools/cutedsl_device_wheels.sh (here), then make two calls back to back, the
 # machine still warm:
 #   call 1, carry [".stage1"]:  bash benchmark/sm90_run.sh stage
-#   call 2, carry [".stage2", ".cache/triton.tgz"]:  bash benchmark/sm90_run.sh [tests|bench|all]
-# (`all` is the default; extra arguments go to sm90_gemv_probe).
+#   call 2, carry [".stage2"]:  bash benchmark/sm90_run.sh [tests|bench|all]
+# (`all` is the default; extra arguments go to benchmark/sm90_gemv_probe.py).
 set -u
 mode=${1:-all}
 shift || true
