@@ -3,7 +3,7 @@ chunks) against a float64 torch reference on an H200: one decode layer's matrix 
 ragged ones (rows not a multiple of the tile, fewer tiles than multiprocessors, a 128-column
 K); outputs poisoned with NaN before each launch and every element checked, x's rows past M
 NaN; repeated launches and a CUDA-graph replay bitwise equal to the first launch; the
-programmatic dependent launch bitwise equal to the plain one.
+programmatic dependent launch bitwise equal to the plain one; the last-arrival row tails.
 
 Run on the GPU machine with CuTe DSL importable (benchmark/sm90_run.sh stages it).
 """
@@ -134,10 +134,41 @@ def test_mma_programmatic_launch_waits_for_its_input(stages):
     assert torch.equal(parts, plain)
 
 
+@pytest.mark.parametrize("pdl", [False, True])
+@pytest.mark.parametrize("m,n,k", [(1, 6144, 2048), (3, 2624, 6144), (16, 1000, 1536)])
+def test_mma_row_tails_sum_the_chunks_in_order(m, n, k, pdl):
+    """tails: the rows are bf16 of the chunks' in-order fp32 sum, bitwise; the counters are
+    left at zero, so a second launch (a graph replay) does the same."""
+    xq, sx, wq, ws = _case(m, n, k, seed=m + n)
+    xq = _padded(xq)
+    split = split_for(n, k)
+    parts = torch.full((split, m, n), float("nan"), device="cuda")
+    arrivals = torch.zeros(-(-n // 64), dtype=torch.int32, device="cuda")
+    rows = torch.full((m, n), float("nan"), dtype=torch.bfloat16, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fp8_mma(xq, sx, wq, ws, parts, pdl=pdl, tails=(arrivals, rows))
+    for _ in range(2):
+        parts.fill_(float("nan"))
+        rows.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        total = parts[0].clone()
+        for c in range(1, split):
+            total += parts[c]
+        assert not parts.isnan().any()
+        assert torch.equal(rows, total.to(torch.bfloat16))
+        assert int(arrivals.abs().sum()) == 0, "counters not left at zero"
+
+
 def test_mma_refuses_bad_input():
     xq, sx, wq, ws = _case(2, 256, 384, seed=3)
     with pytest.raises(ValueError, match="split must divide"):
         fp8_mma(_padded(xq), sx, wq, ws, torch.empty(2, 2, 256, device="cuda"))
+    with pytest.raises(ValueError, match="tails' rows"):
+        fp8_mma(_padded(xq), sx, wq, ws, torch.empty(1, 2, 256, device="cuda"),
+                tails=(torch.zeros(4, dtype=torch.int32, device="cuda"),
+                       torch.empty(2, 256, device="cuda")))
     with pytest.raises(ValueError, match="at least 8 rows"):
         fp8_mma(xq, sx, wq, ws, torch.empty(1, 2, 256, device="cuda"))
     with pytest.raises(ValueError, match="rows"):

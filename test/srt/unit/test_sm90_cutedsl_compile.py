@@ -20,14 +20,14 @@ SCRIPT = """
 import sys
 sys.path.insert(0, {ext!r})
 from sgl_kernel_ext.nvidia.sm90 import fp8_mma as Q
-for m, n, k, split, stages, groups, pdl in {shapes!r}:
-    mma, _ = Q._compiled(m, n, k, split, stages, groups, pdl)
+for m, n, k, split, stages, groups, pdl, tails in {shapes!r}:
+    mma, _ = Q._compiled(m, n, k, split, stages, groups, pdl, tails)
     print("compiled", m, n, k, split, groups, pdl, mma.stages, mma.threads)
 """
-# (rows, N, K, K chunks, ring slots, consumer warpgroups, pdl): 8- and 16-column MMAs, the
-# full ring and the programmatically dependent form with a 10-slot ring
-SHAPES = [(1, 6144, 2048, 2, 0, 2, False), (16, 2624, 6144, 6, 10, 2, True),
-          (9, 40, 384, 3, 0, 3, False)]
+# (rows, N, K, K chunks, ring slots, consumer warpgroups, pdl, row tails): 8- and 16-column
+# MMAs, the full ring and the programmatically dependent form with a 10-slot ring
+SHAPES = [(1, 6144, 2048, 2, 0, 2, False, True), (16, 2624, 6144, 6, 10, 2, True, False),
+          (9, 40, 384, 3, 0, 3, False, True)]
 
 
 def test_fp8_mma_compiles_for_sm90a(tmp_path):

@@ -59,7 +59,7 @@ class Fp8SkinnyMma:
     """One compiled shape: m rows, an [n, k] matrix in `split` K chunks."""
 
     def __init__(self, m: int, n: int, k: int, split: int, stages: int = 0, groups: int = 0,
-                 pdl: bool = False):
+                 pdl: bool = False, tails: bool = False):
         if not 1 <= m <= MAX_ROWS:
             raise ValueError(f"fp8_mma takes 1..{MAX_ROWS} rows, got {m}")
         if k % BLOCK_K:
@@ -80,10 +80,13 @@ class Fp8SkinnyMma:
         # launched programmatically dependent on the previous kernel: the producer fills the
         # ring with weight tiles before waiting for it (they do not depend on it), x after
         self.pdl = pdl
+        # the last K chunk of each row tile to finish sums the tile's chunks into bf16 rows
+        self.tails = tails
 
     @cute.jit
     def __call__(self, w: cute.Tensor, ws: cute.Tensor, xq: cute.Tensor, sx: cute.Tensor,
-                 parts: cute.Tensor, grid: cutlass.Int32, stream):
+                 parts: cute.Tensor, arrivals: cute.Tensor, rows: cute.Tensor,
+                 grid: cutlass.Int32, stream):
         e4m3 = cutlass.Float8E4M3FN
         tile = (BLOCK_M, self.nx, BLOCK_K)
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
@@ -103,10 +106,11 @@ class Fp8SkinnyMma:
             bars: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
             sa: cute.struct.Align[cute.struct.MemRange[e4m3, cute.cosize(a_layout)], 1024]
             sb: cute.struct.Align[cute.struct.MemRange[e4m3, cute.cosize(b_layout)], 1024]
+            last: cute.struct.MemRange[cutlass.Int32, self.groups]
 
         self.storage = Storage
         self.kernel(tma_a, tma_w, tma_b, tma_x, tiled_mma, a_layout, b_layout, ws, sx,
-                    parts).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
+                    parts, arrivals, rows).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
                                   smem=Storage.size_in_bytes(), stream=stream,
                                   use_pdl=self.pdl)
 
@@ -120,11 +124,39 @@ class Fp8SkinnyMma:
         unit = bidx + (rnd * groups + f_in % in_round) * grid
         return unit // self.split, (unit % self.split) * chunk + f_in // in_round
 
+    @cute.jit
+    def _row_tail(self, last: cute.Tensor, grp, t, row_tile, mParts: cute.Tensor,
+                  mArrivals: cute.Tensor, mRows: cute.Tensor):
+        """After a warpgroup stored its unit's chunk: one arrival for the row tile (release);
+        the warpgroup that brings the tile's last chunk sums the chunks in order into bf16
+        rows [M, N] (acquire) and leaves the tile's counter at zero for the next launch."""
+        cute.arch.fence_acq_rel_gpu()
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+        if t == 0:
+            old = cute.arch.atomic_add(mArrivals.iterator + row_tile, cutlass.Int32(1),
+                                       sem="acq_rel", scope="gpu")
+            last[grp] = cutlass.Int32(0)
+            if old == self.split - 1:
+                last[grp] = cutlass.Int32(1)
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+        if last[grp] == 1:
+            cute.arch.fence_acq_rel_gpu()
+            for i in cutlass.range(t, BLOCK_M * self.m, 128, unroll=1):
+                n = row_tile * BLOCK_M + i // self.m
+                row = i % self.m
+                if n < self.n:
+                    total = mParts[0, row, n]
+                    for c in cutlass.range_constexpr(1, self.split):
+                        total = total + mParts[c, row, n]
+                    mRows[row, n] = total.to(cutlass.BFloat16)
+            if t == 0:
+                mArrivals[row_tile] = cutlass.Int32(0)
+
     @cute.kernel
     def kernel(self, tma_a: cute.CopyAtom, mW: cute.Tensor, tma_b: cute.CopyAtom,
                mX: cute.Tensor, tiled_mma: cute.TiledMma, a_layout: cute.ComposedLayout,
                b_layout: cute.ComposedLayout, mWs: cute.Tensor, mSx: cute.Tensor,
-               mParts: cute.Tensor):
+               mParts: cute.Tensor, mArrivals: cute.Tensor, mRows: cute.Tensor):
         stages, groups, chunk = self.stages, self.groups, self.chunk
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
@@ -227,32 +259,49 @@ class Fp8SkinnyMma:
                         n = row_tile * BLOCK_M + coords[e][0]
                         if coords[e][1] < self.m and n < self.n:
                             mParts[c, coords[e][1], n] = acc[e]
+                    if cutlass.const_expr(self.tails):
+                        self._row_tail(storage.last.get_tensor(cute.make_layout(groups)), grp,
+                                       tidx % 128, row_tile, mParts, mArrivals, mRows)
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(m: int, n: int, k: int, split: int, stages: int, groups: int, pdl: bool = False):
+def _compiled(m: int, n: int, k: int, split: int, stages: int, groups: int, pdl: bool = False,
+              tails: bool = False):
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
 
-    mma = Fp8SkinnyMma(m, n, k, split, stages, groups, pdl)
+    mma = Fp8SkinnyMma(m, n, k, split, stages, groups, pdl, tails)
     e4m3 = torch.float8_e4m3fn
     dummy = (torch.empty(n, k, dtype=e4m3), torch.empty(-(-n // 128), k // 128),
              torch.empty(mma.nx, k, dtype=e4m3), torch.empty(m, k // 128),
-             torch.empty(split, m, n))
+             torch.empty(split, m, n), torch.empty(mma.tiles, dtype=torch.int32),
+             torch.empty(m, n, dtype=torch.bfloat16))
     fn = cute.compile(mma, *(from_dlpack(t, assumed_align=16) for t in dummy), 1,
                       cuda.CUstream(0))
     return mma, fn
 
 
+@functools.lru_cache(maxsize=None)
+def _untouched(device, tiles: int, m: int, n: int):
+    """Arguments of the shapes a launch without tails is compiled for, which it never reads
+    (made once, outside any graph capture)."""
+    import torch
+    return (torch.zeros(tiles, dtype=torch.int32, device=device),
+            torch.zeros(m, n, dtype=torch.bfloat16, device=device))
+
+
 def fp8_mma(xq, sx, wq, ws, parts, stages: int = 0, grid: int = 0, groups: int = 0,
-            pdl: bool = False) -> None:
+            pdl: bool = False, tails=None) -> None:
     """parts fp32 [SPLIT, M, N] = the K chunks of xq W^T (the module docstring) on the current
     torch stream; graph-capturable. xq e4m3 [R >= x_rows(M), K] (rows past M are read and
     ignored), sx fp32 [M, K/128], wq e4m3 [N, K],
     ws fp32 [ceil(N/128), K/128], all contiguous; M in 1..16; SPLIT divides K / 128.
     pdl: launch programmatically dependent on the previous kernel in the stream, streaming
-    weights into shared memory before waiting for it (``stages`` then sets how much)."""
+    weights into shared memory before waiting for it (``stages`` then sets how much).
+    tails = (arrivals int32 [ceil(N/64)] at zero, rows bf16 [M, N]): the last K chunk of each
+    64-row tile to finish also sums the tile's chunks (in order, fp32) into rows, as
+    ``fp8_linear``'s row tails do, and leaves arrivals at zero."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
@@ -272,7 +321,17 @@ def fp8_mma(xq, sx, wq, ws, parts, stages: int = 0, grid: int = 0, groups: int =
         if tuple(t.shape) != shape or t.dtype != dtype or not t.is_contiguous():
             raise ValueError(f"fp8_mma: {name} must be a contiguous {dtype} {shape}, got "
                              f"{t.dtype} {tuple(t.shape)}")
+    if tails is not None:
+        arrivals, rows = tails
+        for name, t, shape, dtype in (("arrivals", arrivals, (-(-n // 64),), torch.int32),
+                                      ("rows", rows, (m, n), torch.bfloat16)):
+            if tuple(t.shape) != shape or t.dtype != dtype or not t.is_contiguous():
+                raise ValueError(f"fp8_mma: tails' {name} must be a contiguous {dtype} "
+                                 f"{shape}, got {t.dtype} {tuple(t.shape)}")
+    else:
+        arrivals, rows = _untouched(parts.device, -(-n // 64), m, n)
     grid = grid or torch.cuda.get_device_properties(parts.device).multi_processor_count
-    _, fn = _compiled(m, n, k, split, stages, groups, pdl)
+    _, fn = _compiled(m, n, k, split, stages, groups, pdl, tails is not None)
     stream = cuda.CUstream(torch.cuda.current_stream(parts.device).cuda_stream)
-    fn(*(from_dlpack(t, assumed_align=16) for t in (wq, ws, xq, sx, parts)), grid, stream)
+    fn(*(from_dlpack(t, assumed_align=16) for t in (wq, ws, xq, sx, parts, arrivals, rows)),
+       grid, stream)
