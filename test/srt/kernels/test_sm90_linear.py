@@ -57,7 +57,8 @@ def _reference(xq, sx, wq, ws, split=1):
             torch.einsum("msk,nsk->smn", xc.abs(), wc.abs()))
 
 
-MMA_
+MMA_SHAPES = [(6144, 2048), (2624, 6144), (4608, 6144), (1000, 512), (40, 384), (6144, 256)]
+
 
 @pytest.mark.parametrize("n,k", MMA_SHAPES)
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 8, 9, 16])
