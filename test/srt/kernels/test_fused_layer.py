@@ -84,6 +84,16 @@ def test_matches_reference(kind, rows, context):
     assert_within_numerics(check(kind, rows, context), context)
 
 
+@pytest.mark.parametrize("rows", [1, 3, 9, 16])
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_sm90_o_proj_matches_reference(kind, rows, monkeypatch):
+    """SGL_KERNEL_EXT_SM90_O_PROJ=1: o_proj on the CuTe DSL linear (programmatically dependent
+    launch, the TP shard's row tails), the layer against the reference within NUMERICS."""
+    pytest.importorskip("cutlass.cute", reason="needs CuTe DSL: benchmark/sm90_run.sh stages it")
+    monkeypatch.setenv("SGL_KERNEL_EXT_SM90_O_PROJ", "1")
+    assert_within_numerics(check(kind, rows, 3000), 3000)
+
+
 @pytest.mark.parametrize("rows", [1, 16])
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_rank_sums_its_attention_across_the_ranks(kind, rows):

@@ -31,6 +31,7 @@ import torch
 
 from sgl_kernel_ext.triton import arrival, bf16_linear, fp8_linear, indexer, mla, moe, norm, overlap
 from sgl_kernel_ext.triton import persistent
+from sgl_kernel_ext.nvidia import sm90
 from sgl_kernel_ext.triton import topk as topk_kernel
 
 from . import persistent_step
@@ -92,6 +93,13 @@ class FusedLayer:
         self.tile_o = fp8_linear.tiling(h, self.heads * cfg.v_head_dim)
         self.split_qkv_a, self.split_q_b, self.split_o = (
             self.tile_qkv_a[2], self.tile_q_b[2], self.tile_o[2])
+        # o_proj on Hopper's CuTe DSL linear (SGL_KERNEL_EXT_SM90_O_PROJ=1): its K chunks, and
+        # x read as whole 8- or 16-row tiles
+        self.sm90_o = self._sm90_o_proj(dev)
+        o_rows = max_rows
+        if self.sm90_o is not None:
+            self.split_o = self.sm90_o.split_for(h, self.heads * cfg.v_head_dim)
+            o_rows = max(max_rows, self.sm90_o.x_rows(max_rows))
         mlp = lw.mlp
         # the weights of the layer's later dense stages, for the first kernel to prefetch into
         # L2 while the latency-bound stages run (with overlap.LAYER_PREFETCH)
@@ -127,7 +135,7 @@ class FusedLayer:
             qcat=e(m, self.heads, c + rope),
             part_o=e(attn_cap, self.heads, c, dt=f32),
             part_ml=e(attn_cap, self.heads, 2, dt=f32), olat=e(m, self.heads, c),
-            oq=e(m, self.heads * cfg.v_head_dim, dt=fp8),
+            oq=e(o_rows, self.heads * cfg.v_head_dim, dt=fp8),
             os=e(m, groups(self.heads * cfg.v_head_dim), dt=f32),
             y_attn=e(self.split_o, m, h, dt=f32),
             # a shard's o_proj summed by its tails, the all-reduce's input
@@ -223,6 +231,18 @@ class FusedLayer:
         s = mla.attention_splits(m, self.cfg.index_topk)
         o, ml = self.buf["part_o"], self.buf["part_ml"]
         return _prefix(o, m, s, *o.shape[1:]), _prefix(ml, m, s, *ml.shape[1:])
+
+    def _sm90_o_proj(self, dev):
+        """fp8_mma's module when o_proj runs on it (opt-in), refusing by name where it cannot."""
+        if not sm90.o_proj_enabled():
+            return None
+        reason = sm90.refusal(dev)
+        if reason is None and self.persistent:
+            reason = f"{sm90.O_PROJ_ENV}=1 runs the stage kernels, not the persistent layer"
+        if reason is not None:
+            raise ValueError(f"layer {self.lw.layer_id}: {reason}")
+        from sgl_kernel_ext.nvidia.sm90 import fp8_mma
+        return fp8_mma
 
     def _tails(self, n: int) -> int:
         """Column tiles of q_a|kv_a's matrices of n rows."""
@@ -354,9 +374,14 @@ class FusedLayer:
         mla.absorb_v(v("olat"), a.kv_b, v("oq"), v("os"), cfg.qk_nope_head_dim, cfg.v_head_dim,
                      *vc, attn_parts)
         o_tails = (self.buf["o_arrivals"], v("attn_rows"), None, None, None)
-        fp8_linear.fp8_linear(v("oq"), v("os"), a.o_proj.q, a.o_proj.s, v("y_attn"),
-                              *(None,) * 3, *self.tile_o[:2],
-                              tails=o_tails if self.sharded else None)
+        if self.sm90_o is not None:
+            self.sm90_o.fp8_mma(self.buf["oq"][:self.sm90_o.x_rows(m)], v("os"), a.o_proj.q,
+                                a.o_proj.s, v("y_attn"), stages=sm90.RING_SLOTS,
+                                pdl=overlap.enabled(), tails=o_tails[:2] if self.sharded else None)
+        else:
+            fp8_linear.fp8_linear(v("oq"), v("os"), a.o_proj.q, a.o_proj.s, v("y_attn"),
+                                  *(None,) * 3, *self.tile_o[:2],
+                                  tails=o_tails if self.sharded else None)
         attn = v("y_attn")  # one rank holds every head: the split-K partials, summed by the norm
         if self.sharded:
             attn = v("attn_rows") if reduce is None else reduce(v("attn_rows"))
