@@ -387,11 +387,13 @@ VARIANTS = {
        for n, g, k in WIDE_GATE_UP},
     "wide_gu_32_2_1_3_stages": {("moe", "gate_up_tiling"): "wide_gu_32_2_1",
                                 ("moe", "GATE_UP_2_STAGES_FROM_ROWS"): 1 << 30},
+    # o_proj on the CuTe DSL linear (nvidia/sm90/fp8_mma; needs CuTe DSL: sm90_run.sh layer)
+    "sm90_o_proj": {("sm90", "O_PROJ"): True},
 }
 
 
 BUILD_VARIANTS = {name for name, sets in VARIANTS.items()
-                  if any(attr in ("ONE_WAVE", "TARGET_PROGRAMS", "ATTN_PROGRAMS",
+                  if any(attr in ("ONE_WAVE", "TARGET_PROGRAMS", "ATTN_PROGRAMS", "O_PROJ",
                                   "GATE_UP_GEMV_TILING", "DENSE_GATE_UP_TILING", "tiling",
                                   "gate_up_tiling")
                          for _, attr in sets)}
@@ -459,13 +461,14 @@ def main():
 
     for setting in args.set:
         numerics_probe.apply(setting)
+    from sgl_kernel_ext.nvidia import sm90
     from sgl_kernel_ext.triton import (bf16_linear, fp8_linear, indexer, mla, moe, norm, overlap,
                                        topk)
     from sglang.srt.layers.fused_decode.layer import FusedLayer, chain_prefetch
     from sglang.srt.layers.fused_decode.reference.config import glm53_config
 
     modules = {"bf16_linear": bf16_linear, "fp8_linear": fp8_linear, "indexer": indexer, "mla": mla, "moe": moe, "norm": norm, "overlap": overlap,
-               "topk": topk, "probe": sys.modules[__name__]}
+               "topk": topk, "probe": sys.modules[__name__], "sm90": sm90}
     derived = {"no_split_k": _no_split_k(moe.gate_up_tiling), "down_64": lambda m: 64,
                "down_128": lambda m: 128, "down_256": lambda m: 256,
                **{f"gu_{n}_{g}_{s}": _few_rows_tiling(moe.gate_up_tiling, (n, g, s))
