@@ -6,8 +6,9 @@
 #   call 1, carry [".stage1"]:  bash benchmark/sm90_run.sh stage
 #   call 2, carry [".stage2"]:  bash benchmark/sm90_run.sh [tests|bench|all|layer]
 # (`all` is the default; extra arguments go to benchmark/sm90_gemv_probe.py). `layer`: the
-# fused layer with o_proj on fp8_mma (SGL_KERNEL_EXT_SM90_O_PROJ) against the reference, then
-# tiling_probe's sm90_o_proj variant against the baseline on every kind at 1-16 rows.
+# fused layer with o_proj and/or q_a|kv_a on fp8_mma (SGL_KERNEL_EXT_SM90_O_PROJ, _QKV_A)
+# against the reference, then tiling_probe's sm90 variants against the baseline on every kind
+# at 1-16 rows.
 set -u
 mode=${1:-all}
 shift || true
@@ -35,10 +36,11 @@ if [ "$mode" = bench ] || [ "$mode" = all ]; then
   timeout 300 python3 -m benchmark.sm90_gemv_probe --out "$OUT" "$@" 2>&1 | tee "$L/sm90_probe.log"
 fi
 if [ "$mode" = layer ]; then
-  timeout 330 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k sm90_o_proj 2>&1 |
+  timeout 330 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k sm90_linears 2>&1 |
     tee "$L/pytest_sm90_layer.log" | tail -5
   timeout 240 python3 -m benchmark.tiling_probe --kinds moe,moe_idx,dense \
-    --ms 1,2,4,8,16 --variants baseline,sm90_o_proj,baseline --out "$OUT" 2>&1 |
+    --ms 1,2,4,8,16 --variants baseline,sm90_o_proj,sm90_qkv_a,sm90_linears,baseline \
+    --out "$OUT" 2>&1 |
     tee "$L/sm90_layer_probe.log" | tail -20
 fi
 tar czf "$OUT/logs.tgz" -C "$L" .

@@ -387,13 +387,16 @@ VARIANTS = {
        for n, g, k in WIDE_GATE_UP},
     "wide_gu_32_2_1_3_stages": {("moe", "gate_up_tiling"): "wide_gu_32_2_1",
                                 ("moe", "GATE_UP_2_STAGES_FROM_ROWS"): 1 << 30},
-    # o_proj on the CuTe DSL linear (nvidia/sm90/fp8_mma; needs CuTe DSL: sm90_run.sh layer)
+    # o_proj, q_a|kv_a or both on the CuTe DSL linear (nvidia/sm90/fp8_mma; needs CuTe DSL:
+    # sm90_run.sh layer)
     "sm90_o_proj": {("sm90", "O_PROJ"): True},
+    "sm90_qkv_a": {("sm90", "QKV_A"): True},
+    "sm90_linears": {("sm90", "O_PROJ"): True, ("sm90", "QKV_A"): True},
 }
 
 
 BUILD_VARIANTS = {name for name, sets in VARIANTS.items()
-                  if any(attr in ("ONE_WAVE", "TARGET_PROGRAMS", "ATTN_PROGRAMS", "O_PROJ",
+                  if any(attr in ("ONE_WAVE", "TARGET_PROGRAMS", "ATTN_PROGRAMS", "O_PROJ", "QKV_A",
                                   "GATE_UP_GEMV_TILING", "DENSE_GATE_UP_TILING", "tiling",
                                   "gate_up_tiling")
                          for _, attr in sets)}

@@ -3,7 +3,8 @@ chunks) against a float64 torch reference on an H200: one decode layer's matrix 
 ragged ones (rows not a multiple of the tile, fewer tiles than multiprocessors, a 128-column
 K); outputs poisoned with NaN before each launch and every element checked, x's rows past M
 NaN; repeated launches and a CUDA-graph replay bitwise equal to the first launch; the
-programmatic dependent launch bitwise equal to the plain one; the last-arrival row tails.
+programmatic dependent launch bitwise equal to the plain one; the last-arrival row tails; two
+matrices in one launch.
 
 Run on the GPU machine with CuTe DSL importable (benchmark/sm90_run.sh stages it).
 """
@@ -160,6 +161,25 @@ def test_mma_row_tails_sum_the_chunks_in_order(m, n, k, pdl):
         assert not parts.isnan().any()
         assert torch.equal(rows, total.to(torch.bfloat16))
         assert int(arrivals.abs().sum()) == 0, "counters not left at zero"
+
+
+@pytest.mark.parametrize("m,n,n2,k", [(1, 2048, 576, 6144), (3, 2048, 576, 6144),
+                                      (16, 2048, 576, 6144), (5, 1000, 100, 512)])
+def test_mma_two_matrices_in_one_launch(m, n, n2, k):
+    """wq2/ws2/parts2 (q_a|kv_a): each matrix's chunks against its reference, pdl on."""
+    xq, sx, wq, ws = _case(m, n, k, seed=m + n2)
+    _, _, wq2, ws2 = _case(m, n2, k, seed=m + n2 + 1)
+    split = split_for(n + n2, k)
+    parts = torch.full((split, m, n), float("nan"), device="cuda")
+    parts2 = torch.full((split, m, n2), float("nan"), device="cuda")
+    fp8_mma(_padded(xq), sx, wq, ws, parts, stages=10, pdl=True, wq2=wq2, ws2=ws2,
+            parts2=parts2)
+    torch.cuda.synchronize()
+    for out, w, s in ((parts, wq, ws), (parts2, wq2, ws2)):
+        assert not out.isnan().any()
+        ref, scale = _reference(xq, sx, w, s, split)
+        assert ((out.double() - ref.view_as(out)).abs()
+                <= TOL_MMA * scale.view_as(out) + 1e-30).all()
 
 
 def test_mma_refuses_bad_input():

@@ -889,15 +889,16 @@ def test_persistent_layer_refuses_a_tp_all_reduce():
         layer(case.hidden, case.residual, case.batch, case.topk_prev, reduce=lambda t: t)
 
 
-def test_sm90_o_proj_refuses_to_build_where_it_cannot_run(monkeypatch):
-    """SGL_KERNEL_EXT_SM90_O_PROJ=1 names why a layer cannot take it (here: no CUDA device;
-    with the persistent layer: that one runs no stage kernels), rather than falling back."""
+@pytest.mark.parametrize("env", ["SGL_KERNEL_EXT_SM90_O_PROJ", "SGL_KERNEL_EXT_SM90_QKV_A"])
+def test_sm90_linears_refuse_to_build_where_they_cannot_run(monkeypatch, env):
+    """An sm90 opt-in names why a layer cannot take it (here: no CUDA device; with the
+    persistent layer: that one runs no stage kernels), rather than falling back."""
     case = make_case(CFG, 2, [30, 12], seed=2, tp_size=1)
-    monkeypatch.setenv("SGL_KERNEL_EXT_SM90_O_PROJ", "1")
-    with pytest.raises(ValueError, match="layer 2: SGL_KERNEL_EXT_SM90_O_PROJ=1 needs a CUDA"):
+    monkeypatch.setenv(env, "1")
+    with pytest.raises(ValueError, match=f"layer 2: {env}=1 needs a CUDA device"):
         FusedLayer(CFG, case.lw, case.caches, 2, case.batch.token_slots.shape[1],
                    persistent_launch=False)
-    monkeypatch.delenv("SGL_KERNEL_EXT_SM90_O_PROJ")
+    monkeypatch.delenv(env)
     FusedLayer(CFG, case.lw, case.caches, 2, case.batch.token_slots.shape[1],
                persistent_launch=False)
 

@@ -20,14 +20,15 @@ SCRIPT = """
 import sys
 sys.path.insert(0, {ext!r})
 from sgl_kernel_ext.nvidia.sm90 import fp8_mma as Q
-for m, n, k, split, stages, groups, pdl, tails in {shapes!r}:
-    mma, _ = Q._compiled(m, n, k, split, stages, groups, pdl, tails)
+for m, n, k, split, stages, groups, pdl, tails, n2 in {shapes!r}:
+    mma, _ = Q._compiled(m, n, k, split, stages, groups, pdl, tails, n2)
     print("compiled", m, n, k, split, groups, pdl, mma.stages, mma.threads)
 """
-# (rows, N, K, K chunks, ring slots, consumer warpgroups, pdl, row tails): 8- and 16-column
-# MMAs, the full ring and the programmatically dependent form with a 10-slot ring
-SHAPES = [(1, 6144, 2048, 2, 0, 2, False, True), (16, 2624, 6144, 6, 10, 2, True, False),
-          (9, 40, 384, 3, 0, 3, False, True)]
+# (rows, N, K, K chunks, ring slots, consumer warpgroups, pdl, row tails, second matrix's N):
+# 8- and 16-column MMAs, the full ring and the programmatically dependent form with a 10-slot
+# ring, q_a|kv_a as two matrices in one launch
+SHAPES = [(1, 6144, 2048, 2, 0, 2, False, True, 0), (16, 2624, 6144, 6, 10, 2, True, False, 0),
+          (9, 40, 384, 3, 0, 3, False, True, 0), (3, 2048, 6144, 6, 10, 2, True, False, 576)]
 
 
 def test_fp8_mma_compiles_for_sm90a(tmp_path):

@@ -8,31 +8,40 @@ from __future__ import annotations
 import os
 from typing import Optional
 
-# "1": the fused layer's o_proj runs on fp8_mma (launched programmatically dependent, a
-# RING_SLOTS ring) instead of the Triton fp8_linear. Opt-in until it is timed in the layer.
+# "1": the fused layer's o_proj / q_a|kv_a run on fp8_mma (launched programmatically
+# dependent, a RING_SLOTS ring) instead of the Triton fp8_linear (q_a|kv_a: in the steps
+# where no row tails follow it, from 3 rows or in a layer with the indexer). Opt-in until
+# they are timed in the layer. Read when a layer is built; benchmark/tiling_probe sets the
+# module attributes (None: the environment decides).
 O_PROJ_ENV = "SGL_KERNEL_EXT_SM90_O_PROJ"
-O_PROJ: Optional[bool] = None  # None: the environment decides; set by benchmark/tiling_probe
+QKV_A_ENV = "SGL_KERNEL_EXT_SM90_QKV_A"
+O_PROJ: Optional[bool] = None
+QKV_A: Optional[bool] = None
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
 # (H200, sm90_gemv_probe_20261202T081912Z: 10-12 slots fastest, the whole 200 KB slower)
 RING_SLOTS = 10
 
 
 def o_proj_enabled() -> bool:
-    """Read when a layer is built."""
     return O_PROJ if O_PROJ is not None else os.environ.get(O_PROJ_ENV, "0") == "1"
 
 
-def refusal(device) -> Optional[str]:
-    """Why the CuTe DSL kernels cannot run on `device` (None: they can)."""
+def qkv_a_enabled() -> bool:
+    return QKV_A if QKV_A is not None else os.environ.get(QKV_A_ENV, "0") == "1"
+
+
+def refusal(device, what: str) -> Optional[str]:
+    """Why the CuTe DSL kernels cannot run `what` (an opt-in's name) on `device` (None: they
+    can)."""
     import torch
 
     if device.type != "cuda" or not torch.cuda.is_available():
-        return f"{O_PROJ_ENV}=1 needs a CUDA device, the layer's weights are on {device}"
+        return f"{what} needs a CUDA device, the layer's weights are on {device}"
     if torch.cuda.get_device_capability(device) != (9, 0):
-        return (f"{O_PROJ_ENV}=1 needs a Hopper GPU (sm_90), this one is sm_"
+        return (f"{what} needs a Hopper GPU (sm_90), this one is sm_"
                 f"{''.join(map(str, torch.cuda.get_device_capability(device)))}")
     try:
         import cutlass.cute  # noqa: F401
     except ImportError as exc:
-        return f"{O_PROJ_ENV}=1 needs CuTe DSL (nvidia-cutlass-dsl): {exc}"
+        return f"{what} needs CuTe DSL (nvidia-cutlass-dsl): {exc}"
     return None

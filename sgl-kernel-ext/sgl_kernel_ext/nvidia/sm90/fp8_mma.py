@@ -63,7 +63,7 @@ class Fp8SkinnyMma:
     """One compiled shape: m rows, an [n, k] matrix in `split` K chunks."""
 
     def __init__(self, m: int, n: int, k: int, split: int, stages: int = 0, groups: int = 0,
-                 pdl: bool = False, tails: bool = False):
+                 pdl: bool = False, tails: bool = False, n2: int = 0):
         if not 1 <= m <= MAX_ROWS:
             raise ValueError(f"fp8_mma takes 1..{MAX_ROWS} rows, got {m}")
         if k % BLOCK_K:
@@ -74,8 +74,10 @@ class Fp8SkinnyMma:
         self.m, self.n, self.k, self.split = m, n, k, split
         self.nx = x_rows(m)
         self.kg, self.chunk = kg, kg // split
-        self.n_blocks = -(-n // 128)
-        self.tiles = -(-n // BLOCK_M)
+        # a second matrix [n2, k] in the same launch (q_a|kv_a): its tiles follow the first's
+        self.n2 = n2
+        self.tiles1 = -(-n // BLOCK_M)
+        self.tiles = self.tiles1 + -(-n2 // BLOCK_M)
         self.units = self.tiles * split
         self.slot_bytes = (BLOCK_M + self.nx) * BLOCK_K
         self.stages = stages or (SMEM_BYTES - 2048) // self.slot_bytes
@@ -86,11 +88,13 @@ class Fp8SkinnyMma:
         self.pdl = pdl
         # the last K chunk of each row tile to finish sums the tile's chunks into bf16 rows
         self.tails = tails
+        if tails and n2:
+            raise ValueError("fp8_mma: row tails take one matrix a launch")
 
     @cute.jit
     def __call__(self, w: cute.Tensor, ws: cute.Tensor, xq: cute.Tensor, sx: cute.Tensor,
-                 parts: cute.Tensor, arrivals: cute.Tensor, rows: cute.Tensor,
-                 grid: cutlass.Int32, stream):
+                 parts: cute.Tensor, arrivals: cute.Tensor, rows: cute.Tensor, w2: cute.Tensor,
+                 ws2: cute.Tensor, parts2: cute.Tensor, grid: cutlass.Int32, stream):
         e4m3 = cutlass.Float8E4M3FN
         tile = (BLOCK_M, self.nx, BLOCK_K)
         tiled_mma = sm90_utils.make_trivial_tiled_mma(
@@ -104,6 +108,9 @@ class Fp8SkinnyMma:
         tma_b, tma_x = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileG2SOp(), xq, cute.slice_(b_layout, (None, None, 0)),
             (self.nx, BLOCK_K))
+        tma_a2, tma_w2 = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(), w2, cute.slice_(a_layout, (None, None, 0)),
+            (BLOCK_M, BLOCK_K))
 
         @cute.struct
         class Storage:
@@ -114,7 +121,7 @@ class Fp8SkinnyMma:
 
         self.storage = Storage
         self.kernel(tma_a, tma_w, tma_b, tma_x, tiled_mma, a_layout, b_layout, ws, sx,
-                    parts, arrivals, rows).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
+                    parts, arrivals, rows, tma_a2, tma_w2, ws2, parts2).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
                                   smem=Storage.size_in_bytes(), stream=stream,
                                   use_pdl=self.pdl)
 
@@ -127,6 +134,31 @@ class Fp8SkinnyMma:
         f_in = f - rnd * groups * chunk
         unit = bidx + (rnd * groups + f_in % in_round) * grid
         return unit // self.split, (unit % self.split) * chunk + f_in // in_round
+
+    @cute.jit
+    def _store(self, acc: cute.Tensor, coords: cute.Tensor, c, row_tile, n_rows,
+               mParts: cute.Tensor):
+        """A unit's accumulator into its K chunk of parts (rows past M or N not stored)."""
+        for e in cutlass.range_constexpr(cute.size(acc)):
+            n = row_tile * BLOCK_M + coords[e][0]
+            if coords[e][1] < self.m and n < n_rows:
+                mParts[c, coords[e][1], n] = acc[e]
+
+    @cute.jit
+    def _load_w(self, tma_a: cute.CopyAtom, t_ga: cute.Tensor, t_sa: cute.Tensor,
+                tma_a2: cute.CopyAtom, t_ga2: cute.Tensor, t_sa2: cute.Tensor, row_tile,
+                group, index, bar):
+        """TMA of a weight tile into ring slot `index`: the first matrix's, or past its tiles
+        the second's."""
+        if cutlass.const_expr(self.n2 == 0):
+            cute.copy(tma_a, t_ga[(None, row_tile, group)], t_sa[(None, index)], tma_bar_ptr=bar)
+        else:
+            if row_tile < self.tiles1:
+                cute.copy(tma_a, t_ga[(None, row_tile, group)], t_sa[(None, index)],
+                          tma_bar_ptr=bar)
+            else:
+                cute.copy(tma_a2, t_ga2[(None, row_tile - self.tiles1, group)],
+                          t_sa2[(None, index)], tma_bar_ptr=bar)
 
     @cute.jit
     def _row_tail(self, last: cute.Tensor, grp, t, row_tile, mParts: cute.Tensor,
@@ -160,7 +192,9 @@ class Fp8SkinnyMma:
     def kernel(self, tma_a: cute.CopyAtom, mW: cute.Tensor, tma_b: cute.CopyAtom,
                mX: cute.Tensor, tiled_mma: cute.TiledMma, a_layout: cute.ComposedLayout,
                b_layout: cute.ComposedLayout, mWs: cute.Tensor, mSx: cute.Tensor,
-               mParts: cute.Tensor, mArrivals: cute.Tensor, mRows: cute.Tensor):
+               mParts: cute.Tensor, mArrivals: cute.Tensor, mRows: cute.Tensor,
+               tma_a2: cute.CopyAtom, mW2: cute.Tensor, mWs2: cute.Tensor,
+               mParts2: cute.Tensor):
         stages, groups, chunk = self.stages, self.groups, self.chunk
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
@@ -170,6 +204,8 @@ class Fp8SkinnyMma:
         if warp == 0:
             cpasync.prefetch_descriptor(tma_a)
             cpasync.prefetch_descriptor(tma_b)
+            if cutlass.const_expr(self.n2 > 0):
+                cpasync.prefetch_descriptor(tma_a2)
 
         storage = cutlass.memory.SmemAllocator().allocate(self.storage)
         s_a = storage.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
@@ -186,6 +222,9 @@ class Fp8SkinnyMma:
                                            cute.group_modes(s_a, 0, 2), cute.group_modes(g_a, 0, 2))
         t_sb, t_gb = cpasync.tma_partition(tma_b, 0, cute.make_layout(1),
                                            cute.group_modes(s_b, 0, 2), cute.group_modes(g_b, 0, 2))
+        t_sa2, t_ga2 = cpasync.tma_partition(
+            tma_a2, 0, cute.make_layout(1), cute.group_modes(s_a, 0, 2),
+            cute.group_modes(cute.local_tile(mW2, (BLOCK_M, BLOCK_K), (None, None)), 0, 2))
         my_units = (self.units - bidx + grid - 1) // grid
         rounds = (my_units + groups - 1) // groups
         total = my_units * chunk
@@ -200,8 +239,8 @@ class Fp8SkinnyMma:
                 for f in cutlass.range(start, unroll=1):
                     row_tile, group = self._slot(f, bidx, grid, my_units)
                     pipe.producer_acquire(put)
-                    cute.copy(tma_a, t_ga[(None, row_tile, group)], t_sa[(None, put.index)],
-                              tma_bar_ptr=pipe.producer_get_barrier(put))
+                    self._load_w(tma_a, t_ga, t_sa, tma_a2, t_ga2, t_sa2, row_tile, group,
+                                 put.index, pipe.producer_get_barrier(put))
                     put.advance()
                 cute.arch.griddepcontrol_wait()  # x is the previous kernel's output
                 for f in cutlass.range(start, unroll=1):
@@ -213,8 +252,8 @@ class Fp8SkinnyMma:
                 row_tile, group = self._slot(f, bidx, grid, my_units)
                 pipe.producer_acquire(put)
                 bar = pipe.producer_get_barrier(put)
-                cute.copy(tma_a, t_ga[(None, row_tile, group)], t_sa[(None, put.index)],
-                          tma_bar_ptr=bar)
+                self._load_w(tma_a, t_ga, t_sa, tma_a2, t_ga2, t_sa2, row_tile, group,
+                             put.index, bar)
                 cute.copy(tma_b, t_gb[(None, 0, group)], t_sb[(None, put.index)],
                           tma_bar_ptr=bar)
                 put.advance()
@@ -243,6 +282,9 @@ class Fp8SkinnyMma:
                         group = c * chunk + s
                         # the slot's scales, loaded before its data is waited for
                         w_scale = mWs[row_tile * BLOCK_M // 128, group]
+                        if cutlass.const_expr(self.n2 > 0):
+                            if row_tile >= self.tiles1:
+                                w_scale = mWs2[(row_tile - self.tiles1) * BLOCK_M // 128, group]
                         scale = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
                         for e in cutlass.range_constexpr(cute.size(acc)):
                             scale[e] = w_scale * mSx[cutlass.min(coords[e][1], self.m - 1),
@@ -259,10 +301,14 @@ class Fp8SkinnyMma:
                         pipe.consumer_release(get)
                         for e in cutlass.range_constexpr(cute.size(acc)):
                             acc[e] = acc[e] + part[e] * scale[e]
-                    for e in cutlass.range_constexpr(cute.size(acc)):
-                        n = row_tile * BLOCK_M + coords[e][0]
-                        if coords[e][1] < self.m and n < self.n:
-                            mParts[c, coords[e][1], n] = acc[e]
+                    if cutlass.const_expr(self.n2 == 0):
+                        self._store(acc, coords, c, row_tile, self.n, mParts)
+                    else:
+                        if row_tile < self.tiles1:
+                            self._store(acc, coords, c, row_tile, self.n, mParts)
+                        else:
+                            self._store(acc, coords, c, row_tile - self.tiles1, self.n2,
+                                        mParts2)
                     if cutlass.const_expr(self.tails):
                         self._row_tail(storage.last.get_tensor(cute.make_layout(groups)), grp,
                                        tidx % 128, row_tile, mParts, mArrivals, mRows)
@@ -270,17 +316,19 @@ class Fp8SkinnyMma:
 
 @functools.lru_cache(maxsize=None)
 def _compiled(m: int, n: int, k: int, split: int, stages: int, groups: int, pdl: bool = False,
-              tails: bool = False):
+              tails: bool = False, n2: int = 0):
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
 
-    mma = Fp8SkinnyMma(m, n, k, split, stages, groups, pdl, tails)
+    mma = Fp8SkinnyMma(m, n, k, split, stages, groups, pdl, tails, n2)
     e4m3 = torch.float8_e4m3fn
+    second = n2 or n  # without a second matrix the first stands in (never read as one)
     dummy = (torch.empty(n, k, dtype=e4m3), torch.empty(-(-n // 128), k // 128),
              torch.empty(mma.nx, k, dtype=e4m3), torch.empty(m, k // 128),
-             torch.empty(split, m, n), torch.empty(mma.tiles, dtype=torch.int32),
-             torch.empty(m, n, dtype=torch.bfloat16))
+             torch.empty(split, m, n), torch.empty(mma.tiles1, dtype=torch.int32),
+             torch.empty(m, n, dtype=torch.bfloat16), torch.empty(second, k, dtype=e4m3),
+             torch.empty(-(-second // 128), k // 128), torch.empty(split, m, second))
     fn = cute.compile(mma, *(from_dlpack(t, assumed_align=16) for t in dummy), 1,
                       cuda.CUstream(0))
     return mma, fn
@@ -295,17 +343,25 @@ def _untouched(device, tiles: int, m: int, n: int):
             torch.zeros(m, n, dtype=torch.bfloat16, device=device))
 
 
+def _check(name: str, t, shape: tuple, dtype) -> None:
+    if tuple(t.shape) != shape or t.dtype != dtype or not t.is_contiguous():
+        raise ValueError(f"fp8_mma: {name} must be a contiguous {dtype} {shape}, got "
+                         f"{t.dtype} {tuple(t.shape)}")
+
+
 def fp8_mma(xq, sx, wq, ws, parts, stages: int = 0, grid: int = 0, groups: int = 0,
-            pdl: bool = False, tails=None) -> None:
+            pdl: bool = False, tails=None, wq2=None, ws2=None, parts2=None) -> None:
     """parts fp32 [SPLIT, M, N] = the K chunks of xq W^T (the module docstring) on the current
     torch stream; graph-capturable. xq e4m3 [R >= x_rows(M), K] (rows past M are read and
-    ignored), sx fp32 [M, K/128], wq e4m3 [N, K],
-    ws fp32 [ceil(N/128), K/128], all contiguous; M in 1..16; SPLIT divides K / 128.
+    ignored), sx fp32 [M, K/128], wq e4m3 [N, K], ws fp32 [ceil(N/128), K/128], all
+    contiguous; M in 1..16; SPLIT divides K / 128.
     pdl: launch programmatically dependent on the previous kernel in the stream, streaming
     weights into shared memory before waiting for it (``stages`` then sets how much).
     tails = (arrivals int32 [ceil(N/64)] at zero, rows bf16 [M, N]): the last K chunk of each
     64-row tile to finish also sums the tile's chunks (in order, fp32) into rows, as
-    ``fp8_linear``'s row tails do, and leaves arrivals at zero."""
+    ``fp8_linear``'s row tails do, and leaves arrivals at zero.
+    wq2, ws2, parts2: a second matrix [N2, K] of the same x in the same launch (q_a|kv_a),
+    parts2 [SPLIT, M, N2]; not with tails."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
@@ -317,25 +373,27 @@ def fp8_mma(xq, sx, wq, ws, parts, stages: int = 0, grid: int = 0, groups: int =
         raise ValueError(f"fp8_mma: xq needs at least {nx} rows for {m} (the MMA's x tile), "
                          f"got {xq.shape[0]}")
     xq = xq[:nx]
-    for name, t, shape, dtype in (("xq", xq, (nx, k), torch.float8_e4m3fn),
-                                  ("sx", sx, (m, k // 128), torch.float32),
-                                  ("wq", wq, (n, k), torch.float8_e4m3fn),
-                                  ("ws", ws, (-(-n // 128), k // 128), torch.float32),
-                                  ("parts", parts, (split, m, n), torch.float32)):
-        if tuple(t.shape) != shape or t.dtype != dtype or not t.is_contiguous():
-            raise ValueError(f"fp8_mma: {name} must be a contiguous {dtype} {shape}, got "
-                             f"{t.dtype} {tuple(t.shape)}")
+    _check("xq", xq, (nx, k), torch.float8_e4m3fn)
+    _check("sx", sx, (m, k // 128), torch.float32)
+    _check("wq", wq, (n, k), torch.float8_e4m3fn)
+    _check("ws", ws, (-(-n // 128), k // 128), torch.float32)
+    _check("parts", parts, (split, m, n), torch.float32)
     if tails is not None:
         arrivals, rows = tails
-        for name, t, shape, dtype in (("arrivals", arrivals, (-(-n // 64),), torch.int32),
-                                      ("rows", rows, (m, n), torch.bfloat16)):
-            if tuple(t.shape) != shape or t.dtype != dtype or not t.is_contiguous():
-                raise ValueError(f"fp8_mma: tails' {name} must be a contiguous {dtype} "
-                                 f"{shape}, got {t.dtype} {tuple(t.shape)}")
+        _check("tails' arrivals", arrivals, (-(-n // 64),), torch.int32)
+        _check("tails' rows", rows, (m, n), torch.bfloat16)
     else:
         arrivals, rows = _untouched(parts.device, -(-n // 64), m, n)
+    n2 = 0
+    if wq2 is not None:
+        n2 = wq2.shape[0]
+        _check("wq2", wq2, (n2, k), torch.float8_e4m3fn)
+        _check("ws2", ws2, (-(-n2 // 128), k // 128), torch.float32)
+        _check("parts2", parts2, (split, m, n2), torch.float32)
+    else:
+        wq2, ws2, parts2 = wq, ws, parts
     grid = grid or torch.cuda.get_device_properties(parts.device).multi_processor_count
-    _, fn = _compiled(m, n, k, split, stages, groups, pdl, tails is not None)
+    _, fn = _compiled(m, n, k, split, stages, groups, pdl, tails is not None, n2)
     stream = cuda.CUstream(torch.cuda.current_stream(parts.device).cuda_stream)
-    fn(*(from_dlpack(t, assumed_align=16) for t in (wq, ws, xq, sx, parts, arrivals, rows)),
-       grid, stream)
+    fn(*(from_dlpack(t, assumed_align=16)
+         for t in (wq, ws, xq, sx, parts, arrivals, rows, wq2, ws2, parts2)), grid, stream)

@@ -93,13 +93,17 @@ class FusedLayer:
         self.tile_o = fp8_linear.tiling(h, self.heads * cfg.v_head_dim)
         self.split_qkv_a, self.split_q_b, self.split_o = (
             self.tile_qkv_a[2], self.tile_q_b[2], self.tile_o[2])
-        # o_proj on Hopper's CuTe DSL linear (SGL_KERNEL_EXT_SM90_O_PROJ=1): its K chunks, and
-        # x read as whole 8- or 16-row tiles
-        self.sm90_o = self._sm90_o_proj(dev)
-        o_rows = max_rows
-        if self.sm90_o is not None:
-            self.split_o = self.sm90_o.split_for(h, self.heads * cfg.v_head_dim)
-            o_rows = max(max_rows, self.sm90_o.x_rows(max_rows))
+        # o_proj and q_a|kv_a on Hopper's CuTe DSL linear (opt-in, sgl_kernel_ext.nvidia.sm90):
+        # its K chunks, and x read as whole 8- or 16-row tiles
+        self.sm90_o, self.sm90_qkv = sm90.o_proj_enabled(), sm90.qkv_a_enabled()
+        self.sm90 = self._sm90_linear(dev)
+        o_rows = x_rows = max_rows
+        if self.sm90_o:
+            self.split_o = self.sm90.split_for(h, self.heads * cfg.v_head_dim)
+            o_rows = max(max_rows, self.sm90.x_rows(max_rows))
+        if self.sm90_qkv:
+            self.split_qkv_a = self.sm90.split_for(cfg.q_lora_rank + c + rope, h)
+            x_rows = max(max_rows, self.sm90.x_rows(max_rows))
         mlp = lw.mlp
         # the weights of the layer's later dense stages, for the first kernel to prefetch into
         # L2 while the latency-bound stages run (with overlap.LAYER_PREFETCH)
@@ -121,7 +125,7 @@ class FusedLayer:
         e = lambda *s, dt=bf16: workspace_mod.Spec(s, dt)  # noqa: E731
         groups = lambda n: -(-n // 128)  # noqa: E731
         specs = dict(
-            xq=e(m, h, dt=fp8), xs=e(m, groups(h), dt=f32), residual=e(m, h),
+            xq=e(x_rows, h, dt=fp8), xs=e(m, groups(h), dt=f32), residual=e(m, h),
             qa=e(self.split_qkv_a, m, cfg.q_lora_rank, dt=f32),
             kva=e(self.split_qkv_a, m, c + rope, dt=f32),
             cq_q=e(m, cfg.q_lora_rank, dt=fp8), cq_s=e(m, groups(cfg.q_lora_rank), dt=f32),
@@ -232,13 +236,17 @@ class FusedLayer:
         o, ml = self.buf["part_o"], self.buf["part_ml"]
         return _prefix(o, m, s, *o.shape[1:]), _prefix(ml, m, s, *ml.shape[1:])
 
-    def _sm90_o_proj(self, dev):
-        """fp8_mma's module when o_proj runs on it (opt-in), refusing by name where it cannot."""
-        if not sm90.o_proj_enabled():
+    def _sm90_linear(self, dev):
+        """fp8_mma's module when a linear runs on it (opt-in), refusing by name where it
+        cannot."""
+        opted = [env for env, on in ((sm90.O_PROJ_ENV, self.sm90_o),
+                                     (sm90.QKV_A_ENV, self.sm90_qkv)) if on]
+        if not opted:
             return None
-        reason = sm90.refusal(dev)
+        what = " and ".join(f"{env}=1" for env in opted)
+        reason = sm90.refusal(dev, what)
         if reason is None and self.persistent:
-            reason = f"{sm90.O_PROJ_ENV}=1 runs the stage kernels, not the persistent layer"
+            reason = f"{what} runs the stage kernels, not the persistent layer"
         if reason is not None:
             raise ValueError(f"layer {self.lw.layer_id}: {reason}")
         from sgl_kernel_ext.nvidia.sm90 import fp8_mma
@@ -303,8 +311,14 @@ class FusedLayer:
                           self.prefetch_regions if overlap.LAYER_PREFETCH else None)
         fused_latent = self._latent_in_q_b(m)
         tails = (self.buf["qkv_arrivals"], v("rows_q"), v("ss_q"), v("rows_kv"), v("ss_kv"))
-        fp8_linear.fp8_linear(v("xq"), v("xs"), a.q_a.q, a.q_a.s, v("qa"), a.kv_a.q, a.kv_a.s,
-                              v("kva"), *self.tile_qkv_a[:2], tails=tails if fused_latent else None)
+        if self.sm90_qkv and not fused_latent:
+            self.sm90.fp8_mma(self.buf["xq"][:self.sm90.x_rows(m)], v("xs"), a.q_a.q, a.q_a.s,
+                              v("qa"), stages=sm90.RING_SLOTS, pdl=overlap.enabled(),
+                              wq2=a.kv_a.q, ws2=a.kv_a.s, parts2=v("kva"))
+        else:
+            fp8_linear.fp8_linear(v("xq"), v("xs"), a.q_a.q, a.q_a.s, v("qa"), a.kv_a.q,
+                                  a.kv_a.s, v("kva"), *self.tile_qkv_a[:2],
+                                  tails=tails if fused_latent else None)
         indexing = self.runs_indexer and not reuse_topk
         # the indexer's bf16 [wk; weights_proj] GEMM: programs of the latent launch (in steps of
         # the overlap's rows, where they run before its wait), or a launch of its own
@@ -374,10 +388,10 @@ class FusedLayer:
         mla.absorb_v(v("olat"), a.kv_b, v("oq"), v("os"), cfg.qk_nope_head_dim, cfg.v_head_dim,
                      *vc, attn_parts)
         o_tails = (self.buf["o_arrivals"], v("attn_rows"), None, None, None)
-        if self.sm90_o is not None:
-            self.sm90_o.fp8_mma(self.buf["oq"][:self.sm90_o.x_rows(m)], v("os"), a.o_proj.q,
-                                a.o_proj.s, v("y_attn"), stages=sm90.RING_SLOTS,
-                                pdl=overlap.enabled(), tails=o_tails[:2] if self.sharded else None)
+        if self.sm90_o:
+            self.sm90.fp8_mma(self.buf["oq"][:self.sm90.x_rows(m)], v("os"), a.o_proj.q,
+                              a.o_proj.s, v("y_attn"), stages=sm90.RING_SLOTS,
+                              pdl=overlap.enabled(), tails=o_tails[:2] if self.sharded else None)
         else:
             fp8_linear.fp8_linear(v("oq"), v("os"), a.o_proj.q, a.o_proj.s, v("y_attn"),
                                   *(None,) * 3, *self.tile_o[:2],
