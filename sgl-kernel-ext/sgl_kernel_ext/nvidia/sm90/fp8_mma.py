@@ -136,6 +136,18 @@ class Fp8SkinnyMma:
         return unit // self.split, (unit % self.split) * chunk + f_in // in_round
 
     @cute.jit
+    def _w_scale(self, mWs: cute.Tensor, mWs2: cute.Tensor, row_tile, group):
+        """The weight scale of a row tile's 128-column group, in its own matrix."""
+        if cutlass.const_expr(self.n2 == 0):
+            return mWs[row_tile * BLOCK_M // 128, group]
+        scale = cutlass.Float32(0.0)
+        if row_tile < self.tiles1:
+            scale = mWs[row_tile * BLOCK_M // 128, group]
+        else:
+            scale = mWs2[(row_tile - self.tiles1) * BLOCK_M // 128, group]
+        return scale
+
+    @cute.jit
     def _store(self, acc: cute.Tensor, coords: cute.Tensor, c, row_tile, n_rows,
                mParts: cute.Tensor):
         """A unit's accumulator into its K chunk of parts (rows past M or N not stored)."""
@@ -281,10 +293,7 @@ class Fp8SkinnyMma:
                                                      (seq // stages) % 2)
                         group = c * chunk + s
                         # the slot's scales, loaded before its data is waited for
-                        w_scale = mWs[row_tile * BLOCK_M // 128, group]
-                        if cutlass.const_expr(self.n2 > 0):
-                            if row_tile >= self.tiles1:
-                                w_scale = mWs2[(row_tile - self.tiles1) * BLOCK_M // 128, group]
+                        w_scale = self._w_scale(mWs, mWs2, row_tile, group)
                         scale = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
                         for e in cutlass.range_constexpr(cute.size(acc)):
                             scale[e] = w_scale * mSx[cutlass.min(coords[e][1], self.m - 1),
