@@ -4,8 +4,9 @@
 # ../shared/tools/cutedsl_device_wheels.sh (here), then make two calls back to back, the
 # machine still warm:
 #   call 1, carry [".stage1"]:  bash benchmark/sm90_run.sh stage
-#   call 2, carry [".stage2"]:  bash benchmark/sm90_run.sh [tests|bench|all|layer]
-# (`all` is the default; extra arguments go to benchmark/sm90_gemv_probe.py). `layer`: the
+#   call 2, carry [".stage2"]:  bash benchmark/sm90_run.sh [tests|bench|all|moe|layer]
+# (`all` is the default; extra arguments go to benchmark/sm90_gemv_probe.py). `moe`: fp8_moe's
+# tests, then benchmark/sm90_moe_probe.py (extra arguments go to it). `layer`: the
 # fused layer with o_proj and/or q_a|kv_a on fp8_mma (SGL_KERNEL_EXT_SM90_O_PROJ, _QKV_A)
 # against the reference, then tiling_probe's sm90 variants against the baseline on every kind
 # at 1-16 rows.
@@ -34,6 +35,11 @@ if [ "$mode" = tests ] || [ "$mode" = all ]; then
 fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
   timeout 300 python3 -m benchmark.sm90_gemv_probe --out "$OUT" "$@" 2>&1 | tee "$L/sm90_probe.log"
+fi
+if [ "$mode" = moe ]; then
+  timeout 420 python3 -m pytest test/srt/kernels/test_sm90_moe.py -q -x 2>&1 |
+    tee "$L/pytest_sm90_moe.log" | tail -15
+  timeout 240 python3 -m benchmark.sm90_moe_probe --out "$OUT" "$@" 2>&1 | tee "$L/sm90_moe_probe.log"
 fi
 if [ "$mode" = layer ]; then
   timeout 330 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k sm90_linears 2>&1 |

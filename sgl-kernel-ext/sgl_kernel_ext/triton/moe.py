@@ -998,6 +998,14 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         num_stages=DOWN_STAGES if moe_mma else 3, **overlap.launch_kw(),
         **({"maxnreg": cap} if moe_mma and (cap := down_maxnreg(m)) else {}),
     )
+    sum_terms(terms, positions, out)
+
+
+def sum_terms(terms, positions, out) -> None:
+    """out bf16 [M, H] = each row's terms bf16 [M, k+1, H] summed in fp32 in order, one
+    rounding (a pad row, position < 0: its shared term only)."""
+    m, n_terms, h = terms.shape
+    assert out.shape == (m, h) and out.is_contiguous() and terms.is_contiguous()
     _sum_terms_kernel[(m, triton.cdiv(h, SUM_BLOCK))](
         terms, positions, out, h, TERMS=n_terms, BLOCK=SUM_BLOCK, PDL=overlap.enabled(),
         num_warps=4, **overlap.launch_kw())

@@ -1,0 +1,529 @@
+"""A small-M MoE's experts on Hopper's tensor cores (CuTe DSL): gate/up with SwiGLU, then down
+with the routing weights, over the slot table that ``triton.moe.route`` writes (slot 0 the
+shared expert, id E; then the experts any row chose; ``num_slots`` on the device).
+
+Both kernels are ``fp8_mma``'s machinery (a producer warp streams 64 x 128 e4m3 weight tiles
+and x's 8- or 16-row tile through the TMA into a shared-memory ring; consumer warpgroups
+multiply them transposed on wgmma and promote each 128-column group to fp32 with its block
+scales), over units the device derives from the step's slot count:
+
+- ``gate_up``: units (slot, 64 intermediate columns, K chunk); a ring slot holds the expert's
+  gate and up tiles of the unit and x's tile. The K split is chosen on the device so that the
+  step's units give each consumer warpgroup about one. Each unit stores its chunk's fp32
+  partials (gate and up) at [slot * split + chunk, row, column]; the last unit of each
+  (slot, 128 columns) to finish sums the chunks in order, applies SwiGLU (g and u rounded to
+  bf16 first, bf16 out, as ``triton.moe``) and quantizes each row's 128 columns as SGLang's
+  per-token-group quant (max |a| / 448 one fp32 scale, e4m3 rounded to nearest even): the
+  down projection's input, written once.
+- ``down``: units (slot, 64 hidden rows), K = the intermediate size in one chunk; stores
+  bf16(weight[slot, row] * y) at terms[row, the expert's place in the row's ascending choice]
+  for the rows that chose the slot's expert, as ``triton.moe.down`` (whose row sum follows).
+
+Routed weights are [E, rows, K] stacks (any expert stride: views of SGLang's w13 work), the
+shared expert's its own [rows, K]. Each touched expert's weights are read once a step; every
+output element is one thread's fixed-order sum (deterministic). Launched programmatically
+dependent (pdl), both wait for the previous kernel before reading the slot table.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.memory
+import cutlass.pipeline as pipeline
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
+from cutlass.tensor_utils import LayoutEnum
+
+from .fp8_mma import BLOCK_K, BLOCK_M, MAX_ROWS, x_rows
+
+RING_BYTES = 92 * 1024  # about fp8_mma's RING_SLOTS: the next launch's CTA fits beside it
+GROUPS = 2  # consumer warpgroups
+GATE_UP, DOWN = "gate_up", "down"
+
+
+def gate_up_split(slots: int, inter: int, hidden: int, units: int) -> int:
+    """K chunks of gate/up for `slots` slots: the most (dividing hidden / 128) that keep
+    slots x tiles x chunks within `units` (the kernel computes the same on the device)."""
+    pairs, kg = slots * (inter // BLOCK_M), hidden // BLOCK_K
+    best = 1
+    for s in range(1, kg + 1):
+        if kg % s == 0 and pairs * s <= units:
+            best = s
+    return best
+
+
+def gate_up_parts_rows(max_slots: int, inter: int, hidden: int, units: int) -> int:
+    """Rows (slot, chunk) of gate/up's partials for any slot count up to max_slots."""
+    return max(s * gate_up_split(s, inter, hidden, units) for s in range(1, max_slots + 1))
+
+
+class Fp8ExpertsMma:
+    """One compiled form: `kind` (GATE_UP or DOWN) at m rows, experts of [inter, hidden]."""
+
+    def __init__(self, kind: str, m: int, inter: int, hidden: int, experts: int,
+                 terms: int = 1, stages: int = 0, groups: int = 0, pdl: bool = False):
+        if kind not in (GATE_UP, DOWN):
+            raise ValueError(f"fp8_moe: kind must be {GATE_UP!r} or {DOWN!r}, got {kind!r}")
+        if not 1 <= m <= MAX_ROWS:
+            raise ValueError(f"fp8_moe takes 1..{MAX_ROWS} rows, got {m}")
+        if inter % 128 or hidden % 128:
+            raise ValueError(f"fp8_moe: intermediate ({inter}) and hidden ({hidden}) sizes "
+                             "must be multiples of 128")
+        self.gate_up = kind == GATE_UP
+        self.m, self.inter, self.hidden, self.experts, self.terms = m, inter, hidden, experts, terms
+        self.nx = x_rows(m)
+        self.n = inter if self.gate_up else hidden  # one matrix's rows an expert
+        self.k = hidden if self.gate_up else inter
+        self.tiles = self.n // BLOCK_M  # units of a slot (a chunk each)
+        self.kg = self.k // BLOCK_K
+        self.a_tiles = 2 if self.gate_up else 1  # gate and up, or down
+        self.slot_bytes = (self.a_tiles * BLOCK_M + self.nx) * BLOCK_K
+        self.stages = stages or max(2, RING_BYTES // self.slot_bytes)
+        self.groups = groups or GROUPS
+        self.threads = 128 * (1 + self.groups)
+        self.pdl = pdl
+
+    @cute.jit
+    def __call__(self, wa: cute.Tensor, sa: cute.Tensor, wb: cute.Tensor, sb: cute.Tensor,
+                 sh_wa: cute.Tensor, sh_sa: cute.Tensor, sh_wb: cute.Tensor,
+                 sh_sb: cute.Tensor, xq: cute.Tensor, sx: cute.Tensor, slot_expert: cute.Tensor,
+                 num_slots: cute.Tensor, parts: cute.Tensor, arrivals: cute.Tensor,
+                 out_q: cute.Tensor, out_s: cute.Tensor, slot_weight: cute.Tensor,
+                 slot_rank: cute.Tensor, terms: cute.Tensor, grid: cutlass.Int32, stream):
+        e4m3 = cutlass.Float8E4M3FN
+        tile = (BLOCK_M, self.nx, BLOCK_K)
+        tiled_mma = sm90_utils.make_trivial_tiled_mma(
+            e4m3, e4m3, OperandMajorMode.K, OperandMajorMode.K, cutlass.Float32, (1, 1, 1),
+            tiler_mn=(BLOCK_M, self.nx))
+        a_stages = self.a_tiles * self.stages
+        a_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, tile, e4m3, a_stages)
+        b_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, tile, e4m3, self.stages)
+        a_slot = cute.slice_(a_layout, (None, None, 0))
+        op = cpasync.CopyBulkTensorTileG2SOp()
+        tma = [cpasync.make_tiled_tma_atom(op, w, a_slot, (BLOCK_M, BLOCK_K))
+               for w in (wa, wb, sh_wa, sh_wb)]
+        tma_x = cpasync.make_tiled_tma_atom(op, xq, cute.slice_(b_layout, (None, None, 0)),
+                                            (self.nx, BLOCK_K))
+
+        @cute.struct
+        class Storage:
+            bars: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
+            sa: cute.struct.Align[cute.struct.MemRange[e4m3, cute.cosize(a_layout)], 1024]
+            sb: cute.struct.Align[cute.struct.MemRange[e4m3, cute.cosize(b_layout)], 1024]
+            last: cute.struct.MemRange[cutlass.Int32, self.groups]
+            amax: cute.struct.MemRange[cutlass.Float32, self.groups * 4 * MAX_ROWS]
+
+        self.storage = Storage
+        self.kernel(tma[0][0], tma[0][1], tma[1][0], tma[1][1], tma[2][0], tma[2][1],
+                    tma[3][0], tma[3][1], tma_x[0], tma_x[1], tiled_mma, a_layout, b_layout,
+                    sa, sb, sh_sa, sh_sb, sx, slot_expert, num_slots, parts, arrivals, out_q,
+                    out_s, slot_weight, slot_rank, terms).launch(
+            grid=[grid, 1, 1], block=[self.threads, 1, 1], smem=Storage.size_in_bytes(),
+            stream=stream, use_pdl=self.pdl)
+
+    @cute.jit
+    def _split(self, pairs, grid):
+        """gate/up's K chunks for `pairs` (slot, tile) pairs (gate_up_split on the device)."""
+        split = cutlass.Int32(1)
+        if cutlass.const_expr(self.gate_up):
+            for s in cutlass.range_constexpr(2, self.kg + 1):
+                if cutlass.const_expr(self.kg % s == 0):
+                    if pairs * s <= grid * self.groups:
+                        split = cutlass.Int32(s)
+        return split
+
+    def _unit_of(self, f, bidx, grid, my_units, chunk):
+        """(unit, scale group) of a CTA's f-th ring slot: its units go in rounds of `groups`
+        (one a consumer warpgroup), a round's slots interleaved unit by unit (fp8_mma's)."""
+        groups = self.groups
+        rnd = f // (groups * chunk)
+        in_round = cutlass.min(groups, my_units - rnd * groups)
+        f_in = f - rnd * groups * chunk
+        return bidx + (rnd * groups + f_in % in_round) * grid, f_in // in_round
+
+    @cute.jit
+    def _load(self, tmas, t_g, t_s, t_gx, t_sx, slot, tile, group, expert, index, bar):
+        """One ring slot's TMAs: the unit's weight tile(s) of its expert (shared: its own
+        matrices) and x's tile (gate/up: the step's x; down: the slot's activations)."""
+        for j in cutlass.range_constexpr(self.a_tiles):
+            if expert == self.experts:
+                cute.copy(tmas[2 + j], t_g[2 + j][(None, tile, group)],
+                          t_s[2 + j][(None, self.a_tiles * index + j)], tma_bar_ptr=bar)
+            else:
+                cute.copy(tmas[j], t_g[j][(None, tile, group, expert)],
+                          t_s[j][(None, self.a_tiles * index + j)], tma_bar_ptr=bar)
+        x_tile = 0 if cutlass.const_expr(self.gate_up) else slot
+        cute.copy(tmas[4], t_gx[(None, x_tile, group)], t_sx[(None, index)], tma_bar_ptr=bar)
+
+    @cute.jit
+    def _w_scale(self, ms: cute.Tensor, msh: cute.Tensor, expert, tile, group):
+        """The weight scale of a unit's 64 rows in a 128-column group."""
+        scale = cutlass.Float32(0.0)
+        if expert == self.experts:
+            scale = msh[tile * BLOCK_M // 128, group]
+        else:
+            scale = ms[expert, tile * BLOCK_M // 128, group]
+        return scale
+
+    @cute.kernel
+    def kernel(self, tma_a: cute.CopyAtom, mWa: cute.Tensor, tma_b: cute.CopyAtom,
+               mWb: cute.Tensor, tma_sha: cute.CopyAtom, mShWa: cute.Tensor,
+               tma_shb: cute.CopyAtom, mShWb: cute.Tensor, tma_x: cute.CopyAtom, mX: cute.Tensor,
+               tiled_mma: cute.TiledMma, a_layout: cute.ComposedLayout,
+               b_layout: cute.ComposedLayout, mSa: cute.Tensor, mSb: cute.Tensor,
+               mShSa: cute.Tensor, mShSb: cute.Tensor, mSx: cute.Tensor,
+               mSlotExpert: cute.Tensor, mNumSlots: cute.Tensor, mParts: cute.Tensor,
+               mArrivals: cute.Tensor, mOutQ: cute.Tensor, mOutS: cute.Tensor,
+               mSlotWeight: cute.Tensor, mSlotRank: cute.Tensor, mTerms: cute.Tensor):
+        stages, groups = self.stages, self.groups
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        grid, _, _ = cute.arch.grid_dim()
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        wg = cute.arch.make_warp_uniform(tidx // 128)
+        tmas = (tma_a, tma_b, tma_sha, tma_shb, tma_x)
+        if warp == 0:
+            for t in cutlass.range_constexpr(5):
+                cpasync.prefetch_descriptor(tmas[t])
+
+        storage = cutlass.memory.SmemAllocator().allocate(self.storage)
+        s_a = storage.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
+        s_b = storage.sb.get_tensor(b_layout.outer, swizzle=b_layout.inner)
+        pipe = pipeline.PipelineTmaAsync.create(
+            barrier_storage=storage.bars.data_ptr(), num_stages=stages,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 4),
+            tx_count=self.slot_bytes, cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
+
+        s_a2 = cute.group_modes(s_a, 0, 2)
+        t_s, t_g = [], []
+        for t, w in ((tma_a, mWa), (tma_b, mWb), (tma_sha, mShWa), (tma_shb, mShWb)):
+            ts, tg = cpasync.tma_partition(
+                t, 0, cute.make_layout(1), s_a2,
+                cute.group_modes(cute.local_tile(w, (BLOCK_M, BLOCK_K), (None,) * cute.rank(w)),
+                                 0, 2))
+            t_s.append(ts)
+            t_g.append(tg)
+        t_sx, t_gx = cpasync.tma_partition(
+            tma_x, 0, cute.make_layout(1), cute.group_modes(s_b, 0, 2),
+            cute.group_modes(cute.local_tile(mX, (self.nx, BLOCK_K), (None, None)), 0, 2))
+
+        if cutlass.const_expr(self.pdl):
+            cute.arch.griddepcontrol_launch_dependents()
+            cute.arch.griddepcontrol_wait()  # the slot table, x: the previous kernels' outputs
+        pairs = mNumSlots[0] * self.tiles
+        split = self._split(pairs, grid)
+        chunk = self.kg // split
+        units = pairs * split
+        my_units = cutlass.Int32(0)
+        if bidx < units:
+            my_units = (units - bidx + grid - 1) // grid
+        rounds = (my_units + groups - 1) // groups
+
+        if warp == 0:
+            put = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
+            for f in cutlass.range(my_units * chunk, unroll=1):
+                unit, g_in = self._unit_of(f, bidx, grid, my_units, chunk)
+                pair = unit // split
+                slot = pair // self.tiles
+                expert = mSlotExpert[slot]
+                pipe.producer_acquire(put)
+                self._load(tmas, t_g, t_s, t_gx, t_sx, slot, pair % self.tiles,
+                           (unit % split) * chunk + g_in, expert, put.index,
+                           pipe.producer_get_barrier(put))
+                put.advance()
+        elif wg >= 1:
+            grp = wg - 1
+            t = tidx % 128
+            thr_mma = tiled_mma.get_slice(t)
+            t_ra = tiled_mma.make_fragment_A(thr_mma.partition_A(s_a))
+            t_rb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_b))
+            coords = thr_mma.partition_C(cute.make_identity_tensor((BLOCK_M, self.nx)))
+            acc = [cute.make_rmem_tensor(coords.shape, cutlass.Float32)
+                   for _ in range(self.a_tiles)]
+            part = [cute.make_rmem_tensor(coords.shape, cutlass.Float32)
+                    for _ in range(self.a_tiles)]
+            k_blocks = cute.size(t_ra, mode=[2])
+            for rnd in cutlass.range(rounds, unroll=1):
+                in_round = cutlass.min(groups, my_units - rnd * groups)
+                if grp < in_round:
+                    unit = bidx + (rnd * groups + grp) * grid
+                    pair = unit // split
+                    c = unit % split
+                    slot = pair // self.tiles
+                    tile = pair % self.tiles
+                    expert = mSlotExpert[slot]
+                    for j in cutlass.range_constexpr(self.a_tiles):
+                        acc[j].fill(0.0)
+                    for s in cutlass.range(chunk, unroll=1):
+                        seq = rnd * groups * chunk + s * in_round + grp
+                        get = pipeline.PipelineState(stages, seq, seq % stages,
+                                                     (seq // stages) % 2)
+                        group = c * chunk + s
+                        # the slot's scales, loaded before its data is waited for
+                        scale = [cute.make_rmem_tensor(coords.shape, cutlass.Float32)
+                                 for _ in range(self.a_tiles)]
+                        w_scale = [self._w_scale(mSa, mShSa, expert, tile, group)]
+                        if cutlass.const_expr(self.gate_up):
+                            w_scale.append(self._w_scale(mSb, mShSb, expert, tile, group))
+                        for e in cutlass.range_constexpr(cute.size(acc[0])):
+                            row = cutlass.min(coords[e][1], self.m - 1)
+                            if cutlass.const_expr(not self.gate_up):
+                                row = slot * self.m + row
+                            sxv = mSx[row, group]
+                            for j in cutlass.range_constexpr(self.a_tiles):
+                                scale[j][e] = w_scale[j] * sxv
+                        pipe.consumer_wait(get)
+                        warpgroup.fence()
+                        for j in cutlass.range_constexpr(self.a_tiles):
+                            tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
+                            for kb in cutlass.range_constexpr(k_blocks):
+                                cute.gemm(tiled_mma, part[j],
+                                          t_ra[(None, None, kb, self.a_tiles * get.index + j)],
+                                          t_rb[(None, None, kb, get.index)], part[j])
+                                tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+                        warpgroup.commit_group()
+                        warpgroup.wait_group(0)
+                        pipe.consumer_release(get)
+                        for j in cutlass.range_constexpr(self.a_tiles):
+                            for e in cutlass.range_constexpr(cute.size(acc[0])):
+                                acc[j][e] = acc[j][e] + part[j][e] * scale[j][e]
+                    if cutlass.const_expr(self.gate_up):
+                        self._gate_up_out(acc, coords, slot, tile, c, split, grp, t, storage,
+                                          mParts, mArrivals, mOutQ, mOutS)
+                    else:
+                        self._down_out(acc[0], coords, slot, tile, mSlotWeight, mSlotRank,
+                                       mTerms)
+
+    @cute.jit
+    def _down_out(self, acc: cute.Tensor, coords: cute.Tensor, slot, tile,
+                  mSlotWeight: cute.Tensor, mSlotRank: cute.Tensor, mTerms: cute.Tensor):
+        """term = bf16(weight * y) at terms[row, rank] for the rows that chose the slot."""
+        for e in cutlass.range_constexpr(cute.size(acc)):
+            row = coords[e][1]
+            if row < self.m:
+                rank = mSlotRank[slot, row]
+                if rank >= 0:
+                    y = mSlotWeight[slot, row] * acc[e]
+                    mTerms[row * self.terms + rank, tile * BLOCK_M + coords[e][0]] = \
+                        y.to(cutlass.BFloat16)
+
+    @cute.jit
+    def _gate_up_out(self, acc, coords: cute.Tensor, slot, tile, c, split, grp, t, storage,
+                     mParts: cute.Tensor, mArrivals: cute.Tensor, mOutQ: cute.Tensor,
+                     mOutS: cute.Tensor):
+        """Store the chunk's gate and up partials; the last of the (slot, 128 columns) group's
+        units to arrive finishes the group: chunks summed in order, SwiGLU, per-row quant."""
+        p = slot * split + c
+        for e in cutlass.range_constexpr(cute.size(acc[0])):
+            row = coords[e][1]
+            col = tile * BLOCK_M + coords[e][0]
+            if row < self.m:
+                mParts[p, row, col] = acc[0][e]
+                mParts[p, row, self.inter + col] = acc[1][e]
+        last = storage.last.get_tensor(cute.make_layout(self.groups))
+        cute.arch.fence_acq_rel_gpu()
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+        q = tile // 2
+        counter = slot * (self.inter // 128) + q
+        if t == 0:
+            old = cute.arch.atomic_add(mArrivals.iterator + counter, cutlass.Int32(1),
+                                       sem="acq_rel", scope="gpu")
+            last[grp] = cutlass.Int32(0)
+            if old == 2 * split - 1:
+                last[grp] = cutlass.Int32(1)
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+        if last[grp] == 1:
+            cute.arch.fence_acq_rel_gpu()
+            amax = storage.amax.get_tensor(cute.make_layout((MAX_ROWS, 4, self.groups)))
+            act = cute.make_rmem_tensor((MAX_ROWS,), cutlass.Float32)
+            col = q * 128 + t
+            lane, w = t % 32, t // 32
+            for row in cutlass.range_constexpr(self.m):
+                g = mParts[slot * split, row, col]
+                u = mParts[slot * split, row, self.inter + col]
+                for cc in cutlass.range(1, split, unroll=1):
+                    g = g + mParts[slot * split + cc, row, col]
+                    u = u + mParts[slot * split + cc, row, self.inter + col]
+                g = g.to(cutlass.BFloat16).to(cutlass.Float32)
+                u = u.to(cutlass.BFloat16).to(cutlass.Float32)
+                a = (g / (1.0 + cute.arch.exp(-g)) * u).to(cutlass.BFloat16).to(cutlass.Float32)
+                act[row] = a
+                v = cute.arch.fmax(a, -a)
+                for off in cutlass.range_constexpr(5):
+                    v = cute.arch.fmax(v, cute.arch.shuffle_sync_bfly(v, offset=16 >> off))
+                if lane == 0:
+                    amax[row, w, grp] = v
+            cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+            for row in cutlass.range_constexpr(self.m):
+                v = cute.arch.fmax(cute.arch.fmax(amax[row, 0, grp], amax[row, 1, grp]),
+                                   cute.arch.fmax(amax[row, 2, grp], amax[row, 3, grp]))
+                s = cute.arch.fmax(v, 1e-10) / 448.0
+                qv = act[row] * (1.0 / s)
+                qv = cute.arch.fmax(cute.arch.fmin(qv, 448.0), -448.0)
+                mOutQ[slot * self.nx + row, col] = qv.to(cutlass.Float8E4M3FN)
+                if t == 0:
+                    mOutS[slot * self.m + row, q] = s
+            if t == 0:
+                mArrivals[counter] = cutlass.Int32(0)
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(kind: str, m: int, inter: int, hidden: int, experts: int, terms: int,
+              stages: int, groups: int, pdl: bool):
+    """The compiled form; every tensor's shape and stride stays dynamic (slot counts, expert
+    strides and buffer sizes vary), only ranks, dtypes and unit strides are fixed."""
+    import cuda.bindings.driver as cuda
+
+    mma = Fp8ExpertsMma(kind, m, inter, hidden, experts, terms, stages, groups, pdl)
+    fn = cute.compile(mma, *(_tensor(t) for t in _shapes(mma)), 1, cuda.CUstream(0))
+    return mma, fn
+
+
+def _shapes(mma: Fp8ExpertsMma):
+    """Small CPU tensors of each argument's rank and dtype (for compiling)."""
+    import torch
+
+    e4m3, f32, i32 = torch.float8_e4m3fn, torch.float32, torch.int32
+    w = torch.empty(2, 128, 256, dtype=e4m3).permute(1, 2, 0)
+    s = torch.empty(2, 2, 2, dtype=f32)
+    sh_w, sh_s = torch.empty(128, 256, dtype=e4m3), torch.empty(2, 2, dtype=f32)
+    x, sx = torch.empty(32, 256, dtype=e4m3), torch.empty(4, 2, dtype=f32)
+    return (w, s, w, s, sh_w, sh_s, sh_w, sh_s, x, sx, torch.empty(4, dtype=i32),
+            torch.empty(2, dtype=i32), torch.empty(2, 4, 256, dtype=f32),
+            torch.empty(4, dtype=i32), torch.empty(32, 256, dtype=e4m3),
+            torch.empty(4, 2, dtype=f32), torch.empty(4, 2, dtype=f32),
+            torch.empty(4, 2, dtype=i32), torch.empty(8, 256, dtype=torch.bfloat16))
+
+
+def _tensor(t):
+    """t as a CuTe tensor with dynamic shape and strides (its unit-stride mode kept); e4m3
+    tensors (the TMA's) 16-byte aligned, the others (scale and table views at any offset)
+    only to their element."""
+    import torch
+    from cutlass.cute.runtime import from_dlpack
+
+    ct = from_dlpack(t, assumed_align=16 if t.dtype == torch.float8_e4m3fn else t.element_size())
+    unit = [d for d in range(t.dim()) if t.stride(d) == 1]
+    return ct.mark_layout_dynamic(leading_dim=unit[-1])
+
+
+@functools.lru_cache(maxsize=None)
+def _unused(device, kind: str):
+    """Device tensors for the arguments a kind never reads (made once, outside any capture)."""
+    return tuple(t.to(device) for t in _shapes(Fp8ExpertsMma(kind, 1, 128, 128, 1)))
+
+
+def _check(name: str, t, shape: tuple, dtype, contiguous: bool = True) -> None:
+    if tuple(t.shape) != tuple(shape) or t.dtype != dtype or (contiguous and
+                                                            not t.is_contiguous()):
+        raise ValueError(f"fp8_moe: {name} must be a{' contiguous' if contiguous else ''} "
+                         f"{dtype} {tuple(shape)}, got {t.dtype} {tuple(t.shape)}")
+
+
+def _check_stack(name: str, q, s, rows: int, k: int, experts=None) -> None:
+    """A routed stack [E, rows, K] (each expert's rows contiguous) or the shared [rows, K],
+    with its scales [(E,) rows / 128, K / 128]."""
+    import torch
+
+    lead = () if experts is None else (experts,)
+    _check(name, q, lead + (rows, k), torch.float8_e4m3fn, False)
+    if q.stride(-1) != 1 or q.stride(-2) != k:
+        raise ValueError(f"fp8_moe: {name} must be e4m3 with each expert's rows contiguous")
+    _check(name + " scales", s, lead + (rows // 128, k // 128), torch.float32, False)
+
+
+def _launch(kind, m, inter, hidden, experts, terms, args, stages, grid, groups, pdl, device):
+    import cuda.bindings.driver as cuda
+    import torch
+
+    grid = grid or torch.cuda.get_device_properties(device).multi_processor_count
+    _, fn = _compiled(kind, m, inter, hidden, experts, terms, stages, groups, pdl)
+    stream = cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)
+    fn(*(_tensor(t) for t in args), grid, stream)
+
+
+def gate_up(xq, sx, gate_q, gate_s, up_q, up_s, sh_gate_q, sh_gate_s, sh_up_q, sh_up_s,
+            slot_expert, num_slots, parts, arrivals, act_q, act_s, stages: int = 0,
+            grid: int = 0, groups: int = 0, pdl: bool = False) -> None:
+    """act = quant(SwiGLU(x G_e^T, x U_e^T)) of every slot's expert (module docstring).
+    xq e4m3 [R >= x_rows(M), H], sx fp32 [M, H/128]; gate_q / up_q e4m3 [E, I, H] (any expert
+    stride), scales fp32 [E, I/128, H/128]; the shared expert's [I, H], [I/128, H/128];
+    slot_expert int32 [S] (slot 0 the shared expert, id E), num_slots int32 [1] (<= S);
+    parts fp32 [P >= gate_up_parts_rows(S, I, H, units), M, 2I] (scratch); arrivals int32
+    [S * I/128] at zero (left at zero); act_q e4m3 [S * x_rows(M), I] (rows past M of each
+    slot untouched), act_s fp32 [S * M, I/128]."""
+    import torch
+
+    m, kg = sx.shape
+    hidden = kg * 128
+    e, inter = gate_q.shape[0], gate_q.shape[1]
+    nx = x_rows(m)
+    slots = slot_expert.shape[0]
+    if xq.shape[0] < nx:
+        raise ValueError(f"fp8_moe: xq needs at least {nx} rows for {m}, got {xq.shape[0]}")
+    xq = xq[:nx]
+    _check("xq", xq, (nx, hidden), torch.float8_e4m3fn)
+    _check("sx", sx, (m, kg), torch.float32)
+    for name, q, s, ex in (("gate", gate_q, gate_s, e), ("up", up_q, up_s, e),
+                           ("shared gate", sh_gate_q, sh_gate_s, None),
+                           ("shared up", sh_up_q, sh_up_s, None)):
+        _check_stack(name, q, s, inter, hidden, ex)
+    if gate_q.stride() != up_q.stride():
+        raise ValueError("fp8_moe: gate and up stacks must have the same strides")
+    _check("slot_expert", slot_expert, (slots,), torch.int32)
+    _check("num_slots", num_slots, (1,), torch.int32)
+    if parts.dim() != 3 or parts.shape[1:] != (m, 2 * inter):
+        raise ValueError(f"fp8_moe: parts must be fp32 [P, {m}, {2 * inter}], got "
+                         f"{tuple(parts.shape)}")
+    _check("parts", parts, tuple(parts.shape), torch.float32)
+    _check("arrivals", arrivals, (slots * (inter // 128),), torch.int32)
+    _check("act_q", act_q, (slots * nx, inter), torch.float8_e4m3fn)
+    _check("act_s", act_s, (slots * m, inter // 128), torch.float32)
+    sms = grid or torch.cuda.get_device_properties(parts.device).multi_processor_count
+    need = gate_up_parts_rows(slots, inter, hidden, sms * (groups or GROUPS))
+    if parts.shape[0] < need:
+        raise ValueError(f"fp8_moe: parts needs {need} (slot, chunk) rows for {slots} slots, "
+                         f"got {parts.shape[0]}")
+    unused = _unused(parts.device, GATE_UP)
+    args = (gate_q.permute(1, 2, 0), gate_s, up_q.permute(1, 2, 0), up_s, sh_gate_q, sh_gate_s,
+            sh_up_q, sh_up_s, xq, sx, slot_expert, num_slots, parts, arrivals, act_q, act_s,
+            unused[16], unused[17], unused[18])
+    _launch(GATE_UP, m, inter, hidden, e, 1, args, stages, grid, groups, pdl, parts.device)
+
+
+def down(act_q, act_s, down_q, down_s, sh_down_q, sh_down_s, slot_expert, num_slots,
+         slot_weight, slot_rank, terms, stages: int = 0, grid: int = 0, groups: int = 0,
+         pdl: bool = False) -> None:
+    """terms[row, rank] = bf16(weight[slot, row] * act_slot D_e^T[row]) for each slot's rows
+    that chose its expert (module docstring). act_q e4m3 [S * x_rows(M), I], act_s fp32
+    [S * M, I/128] (gate_up's); down_q e4m3 [E, H, I] (any expert stride), down_s fp32
+    [E, H/128, I/128]; the shared expert's [H, I], [H/128, I/128]; slot_weight fp32 and
+    slot_rank int32 [S, M] (route's); terms bf16 [M, TERMS, H]."""
+    import torch
+
+    slots, m = slot_weight.shape
+    e, hidden, inter = down_q.shape
+    nx = x_rows(m)
+    _check("act_q", act_q, (slots * nx, inter), torch.float8_e4m3fn)
+    _check("act_s", act_s, (slots * m, inter // 128), torch.float32)
+    _check_stack("down", down_q, down_s, hidden, inter, e)
+    _check_stack("shared down", sh_down_q, sh_down_s, hidden, inter)
+    _check("slot_expert", slot_expert, (slots,), torch.int32)
+    _check("num_slots", num_slots, (1,), torch.int32)
+    _check("slot_weight", slot_weight, (slots, m), torch.float32)
+    _check("slot_rank", slot_rank, (slots, m), torch.int32)
+    if terms.dim() != 3 or terms.shape[0] != m or terms.shape[2] != hidden:
+        raise ValueError(f"fp8_moe: terms must be bf16 [{m}, TERMS, {hidden}], got "
+                         f"{tuple(terms.shape)}")
+    _check("terms", terms, tuple(terms.shape), torch.bfloat16)
+    unused = _unused(terms.device, DOWN)
+    args = (down_q.permute(1, 2, 0), down_s, down_q.permute(1, 2, 0), down_s, sh_down_q,
+            sh_down_s, sh_down_q, sh_down_s, act_q, act_s, slot_expert, num_slots, unused[12],
+            unused[13], unused[14], unused[15], slot_weight, slot_rank,
+            terms.view(m * terms.shape[1], hidden))
+    _launch(DOWN, m, inter, hidden, e, terms.shape[1], args, stages, grid, groups, pdl,
+            terms.device)
