@@ -64,7 +64,8 @@ class Fp8ExpertsMma:
     """One compiled form: `kind` (GATE_UP or DOWN) at m rows, experts of [inter, hidden]."""
 
     def __init__(self, kind: str, m: int, inter: int, hidden: int, experts: int,
-                 terms: int = 1, stages: int = 0, groups: int = 0, pdl: bool = False):
+                 max_slots: int = 2, terms: int = 1, stages: int = 0, groups: int = 0,
+                 pdl: bool = False):
         if kind not in (GATE_UP, DOWN):
             raise ValueError(f"fp8_moe: kind must be {GATE_UP!r} or {DOWN!r}, got {kind!r}")
         if not 1 <= m <= MAX_ROWS:
@@ -74,6 +75,8 @@ class Fp8ExpertsMma:
                              "must be multiples of 128")
         self.gate_up = kind == GATE_UP
         self.m, self.inter, self.hidden, self.experts, self.terms = m, inter, hidden, experts, terms
+        self.max_slots = max_slots  # the slot table's length (a copy in shared memory)
+        self.table = max_slots * m if kind == DOWN else 1  # down's [slot, row] weights, ranks
         self.nx = x_rows(m)
         self.n = inter if self.gate_up else hidden  # one matrix's rows an expert
         self.k = hidden if self.gate_up else inter
@@ -115,6 +118,9 @@ class Fp8ExpertsMma:
             sb: cute.struct.Align[cute.struct.MemRange[e4m3, cute.cosize(b_layout)], 1024]
             last: cute.struct.MemRange[cutlass.Int32, self.groups]
             amax: cute.struct.MemRange[cutlass.Float32, self.groups * 4 * MAX_ROWS]
+            expert: cute.struct.MemRange[cutlass.Int32, self.max_slots]
+            weight: cute.struct.MemRange[cutlass.Float32, self.table]
+            rank: cute.struct.MemRange[cutlass.Int32, self.table]
 
         self.storage = Storage
         self.kernel(tma[0][0], tma[0][1], tma[1][0], tma[1][1], tma[2][0], tma[2][1],
@@ -135,14 +141,15 @@ class Fp8ExpertsMma:
                         split = cutlass.Int32(s)
         return split
 
-    def _unit_of(self, f, bidx, grid, my_units, chunk):
-        """(unit, scale group) of a CTA's f-th ring slot: its units go in rounds of `groups`
-        (one a consumer warpgroup), a round's slots interleaved unit by unit (fp8_mma's)."""
+    def _unit_of(self, f, first, my_units, chunk):
+        """(unit, scale group) of a CTA's f-th ring slot: its units (a block from `first`, so
+        that consecutive ones share an expert and its scales' cache lines) go in rounds of
+        `groups` (one a consumer warpgroup), a round's slots interleaved unit by unit."""
         groups = self.groups
         rnd = f // (groups * chunk)
         in_round = cutlass.min(groups, my_units - rnd * groups)
         f_in = f - rnd * groups * chunk
-        return bidx + (rnd * groups + f_in % in_round) * grid, f_in // in_round
+        return first + rnd * groups + f_in % in_round, f_in // in_round
 
     @cute.jit
     def _load(self, tmas, t_g, t_s, t_gx, t_sx, slot, tile, group, expert, index, bar):
@@ -214,22 +221,33 @@ class Fp8ExpertsMma:
         if cutlass.const_expr(self.pdl):
             cute.arch.griddepcontrol_launch_dependents()
             cute.arch.griddepcontrol_wait()  # the slot table, x: the previous kernels' outputs
-        pairs = mNumSlots[0] * self.tiles
+        n_slots = mNumSlots[0]
+        # the step's slot table in shared memory (read by every unit)
+        s_expert = storage.expert.get_tensor(cute.make_layout(self.max_slots))
+        for i in cutlass.range(tidx, n_slots, self.threads, unroll=1):
+            s_expert[i] = mSlotExpert[i]
+        s_weight = storage.weight.get_tensor(cute.make_layout((self.m, self.max_slots)))
+        s_rank = storage.rank.get_tensor(cute.make_layout((self.m, self.max_slots)))
+        if cutlass.const_expr(not self.gate_up):
+            for i in cutlass.range(tidx, n_slots * self.m, self.threads, unroll=1):
+                s_weight[i % self.m, i // self.m] = mSlotWeight[i // self.m, i % self.m]
+                s_rank[i % self.m, i // self.m] = mSlotRank[i // self.m, i % self.m]
+        cute.arch.barrier()
+        pairs = n_slots * self.tiles
         split = self._split(pairs, grid)
         chunk = self.kg // split
         units = pairs * split
-        my_units = cutlass.Int32(0)
-        if bidx < units:
-            my_units = (units - bidx + grid - 1) // grid
+        first = bidx * units // grid
+        my_units = (bidx + 1) * units // grid - first
         rounds = (my_units + groups - 1) // groups
 
         if warp == 0:
             put = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
             for f in cutlass.range(my_units * chunk, unroll=1):
-                unit, g_in = self._unit_of(f, bidx, grid, my_units, chunk)
+                unit, g_in = self._unit_of(f, first, my_units, chunk)
                 pair = unit // split
                 slot = pair // self.tiles
-                expert = mSlotExpert[slot]
+                expert = s_expert[slot]
                 pipe.producer_acquire(put)
                 self._load(tmas, t_g, t_s, t_gx, t_sx, slot, pair % self.tiles,
                            (unit % split) * chunk + g_in, expert, put.index,
@@ -250,12 +268,12 @@ class Fp8ExpertsMma:
             for rnd in cutlass.range(rounds, unroll=1):
                 in_round = cutlass.min(groups, my_units - rnd * groups)
                 if grp < in_round:
-                    unit = bidx + (rnd * groups + grp) * grid
+                    unit = first + rnd * groups + grp
                     pair = unit // split
                     c = unit % split
                     slot = pair // self.tiles
                     tile = pair % self.tiles
-                    expert = mSlotExpert[slot]
+                    expert = s_expert[slot]
                     for j in cutlass.range_constexpr(self.a_tiles):
                         acc[j].fill(0.0)
                     for s in cutlass.range(chunk, unroll=1):
@@ -295,19 +313,18 @@ class Fp8ExpertsMma:
                         self._gate_up_out(acc, coords, slot, tile, c, split, grp, t, storage,
                                           mParts, mArrivals, mOutQ, mOutS)
                     else:
-                        self._down_out(acc[0], coords, slot, tile, mSlotWeight, mSlotRank,
-                                       mTerms)
+                        self._down_out(acc[0], coords, slot, tile, s_weight, s_rank, mTerms)
 
     @cute.jit
-    def _down_out(self, acc: cute.Tensor, coords: cute.Tensor, slot, tile,
-                  mSlotWeight: cute.Tensor, mSlotRank: cute.Tensor, mTerms: cute.Tensor):
+    def _down_out(self, acc: cute.Tensor, coords: cute.Tensor, slot, tile, s_weight: cute.Tensor,
+                  s_rank: cute.Tensor, mTerms: cute.Tensor):
         """term = bf16(weight * y) at terms[row, rank] for the rows that chose the slot."""
         for e in cutlass.range_constexpr(cute.size(acc)):
             row = coords[e][1]
             if row < self.m:
-                rank = mSlotRank[slot, row]
+                rank = s_rank[row, slot]
                 if rank >= 0:
-                    y = mSlotWeight[slot, row] * acc[e]
+                    y = s_weight[row, slot] * acc[e]
                     mTerms[row * self.terms + rank, tile * BLOCK_M + coords[e][0]] = \
                         y.to(cutlass.BFloat16)
 
@@ -340,17 +357,22 @@ class Fp8ExpertsMma:
             cute.arch.fence_acq_rel_gpu()
             amax = storage.amax.get_tensor(cute.make_layout((MAX_ROWS, 4, self.groups)))
             act = cute.make_rmem_tensor((MAX_ROWS,), cutlass.Float32)
+            gs = cute.make_rmem_tensor((MAX_ROWS,), cutlass.Float32)
+            us = cute.make_rmem_tensor((MAX_ROWS,), cutlass.Float32)
             col = q * 128 + t
             lane, w = t % 32, t // 32
             for row in cutlass.range_constexpr(self.m):
-                g = mParts[slot * split, row, col]
-                u = mParts[slot * split, row, self.inter + col]
-                for cc in cutlass.range(1, split, unroll=1):
-                    g = g + mParts[slot * split + cc, row, col]
-                    u = u + mParts[slot * split + cc, row, self.inter + col]
-                g = g.to(cutlass.BFloat16).to(cutlass.Float32)
-                u = u.to(cutlass.BFloat16).to(cutlass.Float32)
-                a = (g / (1.0 + cute.arch.exp(-g)) * u).to(cutlass.BFloat16).to(cutlass.Float32)
+                gs[row] = mParts[slot * split, row, col]
+                us[row] = mParts[slot * split, row, self.inter + col]
+            # chunks in order, each row's loads of a chunk in flight together
+            for cc in cutlass.range(1, split, unroll=4):
+                for row in cutlass.range_constexpr(self.m):
+                    gs[row] = gs[row] + mParts[slot * split + cc, row, col]
+                    us[row] = us[row] + mParts[slot * split + cc, row, self.inter + col]
+            for row in cutlass.range_constexpr(self.m):
+                g = gs[row].to(cutlass.BFloat16).to(cutlass.Float32)
+                u = us[row].to(cutlass.BFloat16).to(cutlass.Float32)
+                a = (g / (1.0 + cute.math.exp(-g, fastmath=True)) * u).to(cutlass.BFloat16).to(cutlass.Float32)
                 act[row] = a
                 v = cute.arch.fmax(a, -a)
                 for off in cutlass.range_constexpr(5):
@@ -372,13 +394,13 @@ class Fp8ExpertsMma:
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(kind: str, m: int, inter: int, hidden: int, experts: int, terms: int,
-              stages: int, groups: int, pdl: bool):
+def _compiled(kind: str, m: int, inter: int, hidden: int, experts: int, max_slots: int,
+              terms: int, stages: int, groups: int, pdl: bool):
     """The compiled form; every tensor's shape and stride stays dynamic (slot counts, expert
     strides and buffer sizes vary), only ranks, dtypes and unit strides are fixed."""
     import cuda.bindings.driver as cuda
 
-    mma = Fp8ExpertsMma(kind, m, inter, hidden, experts, terms, stages, groups, pdl)
+    mma = Fp8ExpertsMma(kind, m, inter, hidden, experts, max_slots, terms, stages, groups, pdl)
     fn = cute.compile(mma, *(_tensor(t) for t in _shapes(mma)), 1, cuda.CUstream(0))
     return mma, fn
 
@@ -436,12 +458,13 @@ def _check_stack(name: str, q, s, rows: int, k: int, experts=None) -> None:
     _check(name + " scales", s, lead + (rows // 128, k // 128), torch.float32, False)
 
 
-def _launch(kind, m, inter, hidden, experts, terms, args, stages, grid, groups, pdl, device):
+def _launch(kind, m, inter, hidden, experts, max_slots, terms, args, stages, grid, groups, pdl,
+            device):
     import cuda.bindings.driver as cuda
     import torch
 
     grid = grid or torch.cuda.get_device_properties(device).multi_processor_count
-    _, fn = _compiled(kind, m, inter, hidden, experts, terms, stages, groups, pdl)
+    _, fn = _compiled(kind, m, inter, hidden, experts, max_slots, terms, stages, groups, pdl)
     stream = cuda.CUstream(torch.cuda.current_stream(device).cuda_stream)
     fn(*(_tensor(t) for t in args), grid, stream)
 
@@ -492,7 +515,8 @@ def gate_up(xq, sx, gate_q, gate_s, up_q, up_s, sh_gate_q, sh_gate_s, sh_up_q, s
     args = (gate_q.permute(1, 2, 0), gate_s, up_q.permute(1, 2, 0), up_s, sh_gate_q, sh_gate_s,
             sh_up_q, sh_up_s, xq, sx, slot_expert, num_slots, parts, arrivals, act_q, act_s,
             unused[16], unused[17], unused[18])
-    _launch(GATE_UP, m, inter, hidden, e, 1, args, stages, grid, groups, pdl, parts.device)
+    _launch(GATE_UP, m, inter, hidden, e, slots, 1, args, stages, grid, groups, pdl,
+            parts.device)
 
 
 def down(act_q, act_s, down_q, down_s, sh_down_q, sh_down_s, slot_expert, num_slots,
@@ -525,5 +549,5 @@ def down(act_q, act_s, down_q, down_s, sh_down_q, sh_down_s, slot_expert, num_sl
             sh_down_s, sh_down_q, sh_down_s, act_q, act_s, slot_expert, num_slots, unused[12],
             unused[13], unused[14], unused[15], slot_weight, slot_rank,
             terms.view(m * terms.shape[1], hidden))
-    _launch(DOWN, m, inter, hidden, e, terms.shape[1], args, stages, grid, groups, pdl,
+    _launch(DOWN, m, inter, hidden, e, slots, terms.shape[1], args, stages, grid, groups, pdl,
             terms.device)

@@ -1,0 +1,25 @@
+"""fp8_moe's gate/up then down, one process (a fault ends the CUDA context, and with it every
+later test's): `python3 test/srt/kernels/sm90_moe_smoke.py M` on one TP8 rank's MoE shapes;
+prints each kernel's completion and gate/up's check (test_sm90_moe's), or the error. Small
+enough for compute-sanitizer."""
+
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_sm90_moe import Moe, _check_act  # noqa: E402
+
+m = int(sys.argv[1])
+moe = Moe(m, 256, 256, 6144, 8, seed=m)
+parts, arrivals, act_q, act_s = moe.buffers()
+moe.gate_up(parts, arrivals, act_q, act_s, pdl=True)
+torch.cuda.synchronize()
+print(f"m={m} slots={moe.n}: gate_up ran", flush=True)
+terms = torch.full((m, 9, 6144), float("nan"), dtype=torch.bfloat16, device="cuda")
+moe.down_into(act_q, act_s, terms, pdl=True)
+torch.cuda.synchronize()
+print(f"m={m}: down ran, unwritten terms {int(terms.isnan().sum())}", flush=True)
+_check_act(moe, act_q, act_s)
+print(f"m={m}: gate_up's activations within bounds", flush=True)
