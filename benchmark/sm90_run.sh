@@ -36,18 +36,24 @@ fi
 if [ "$mode" = bench ] || [ "$mode" = all ]; then
   timeout 300 python3 -m benchmark.sm90_gemv_probe --out "$OUT" "$@" 2>&1 | tee "$L/sm90_probe.log"
 fi
-if [ "$mode" = moe ]; then
+if [ "$mode" = moe ] || [ "$mode" = moe_debug ]; then
+  if [ "$mode" = moe_debug ]; then
+    for c in "16" "16 264" "16 0 12 4" "9 40" "4 40" "2 30"; do
+      timeout 90 python3 test/srt/kernels/sm90_moe_smoke.py $c 2>&1 | grep -v Warn | tail -3
+    done
+    timeout 150 compute-sanitizer --tool memcheck python3 test/srt/kernels/sm90_moe_smoke.py 16 \
+      > "$L/sanitizer_moe.log" 2>&1
+    echo "compute-sanitizer memcheck rc=$?"
+    grep -v cuGetProcAddress "$L/sanitizer_moe.log" | grep -m3 -B2 -A12 "Invalid\|Illegal\|Misaligned\|exception\|Error\|rror:"
+    timeout 120 python3 -m benchmark.sm90_moe_probe --out "$OUT" --ms 4,8 2>&1 | tail -4
+  else
   for m in 1 2 3 4 8 9 16; do
     timeout 90 python3 test/srt/kernels/sm90_moe_smoke.py $m 2>&1 | grep -v Warn | tail -3
   done
-  if command -v compute-sanitizer >/dev/null; then
-    timeout 150 compute-sanitizer --tool memcheck python3 test/srt/kernels/sm90_moe_smoke.py 4 \
-      > "$L/sanitizer_moe.log" 2>&1
-    echo "compute-sanitizer memcheck rc=$?"; grep -m5 -A6 "Invalid\|ERROR SUMMARY" "$L/sanitizer_moe.log"
-  fi
   timeout 420 python3 -m pytest test/srt/kernels/test_sm90_moe.py -q -x 2>&1 |
     tee "$L/pytest_sm90_moe.log" | tail -15
   timeout 240 python3 -m benchmark.sm90_moe_probe --out "$OUT" "$@" 2>&1 | tee "$L/sm90_moe_probe.log"
+  fi
 fi
 if [ "$mode" = layer ]; then
   timeout 330 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k sm90_linears 2>&1 |

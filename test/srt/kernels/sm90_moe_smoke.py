@@ -1,7 +1,8 @@
 """fp8_moe's gate/up then down, one process (a fault ends the CUDA context, and with it every
-later test's): `python3 test/srt/kernels/sm90_moe_smoke.py M` on one TP8 rank's MoE shapes;
-prints each kernel's completion and gate/up's check (test_sm90_moe's), or the error. Small
-enough for compute-sanitizer."""
+later test's): `python3 test/srt/kernels/sm90_moe_smoke.py M [GRID [EXPERTS TOPK]]` on one TP8
+rank's MoE shapes (GRID CTAs: fewer than the multiprocessors give each more units); prints
+each kernel's completion and gate/up's check (test_sm90_moe's), or the error. Small enough
+for compute-sanitizer."""
 
 import sys
 from pathlib import Path
@@ -12,13 +13,17 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_sm90_moe import Moe, _check_act  # noqa: E402
 
 m = int(sys.argv[1])
-moe = Moe(m, 256, 256, 6144, 8, seed=m)
+grid = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+experts, topk = (int(sys.argv[3]), int(sys.argv[4])) if len(sys.argv) > 4 else (256, 8)
+moe = Moe(m, experts, 256, 6144, topk, seed=m)
 parts, arrivals, act_q, act_s = moe.buffers()
-moe.gate_up(parts, arrivals, act_q, act_s, pdl=True)
+if grid:  # the partials' rows for this grid's split
+    parts = torch.full((moe.slots_max * 48, m, 512), float("nan"), device="cuda")
+moe.gate_up(parts, arrivals, act_q, act_s, pdl=True, grid=grid)
 torch.cuda.synchronize()
-print(f"m={m} slots={moe.n}: gate_up ran", flush=True)
-terms = torch.full((m, 9, 6144), float("nan"), dtype=torch.bfloat16, device="cuda")
-moe.down_into(act_q, act_s, terms, pdl=True)
+print(f"m={m} grid={grid} experts={experts} slots={moe.n}: gate_up ran", flush=True)
+terms = torch.full((m, topk + 1, 6144), float("nan"), dtype=torch.bfloat16, device="cuda")
+moe.down_into(act_q, act_s, terms, pdl=True, grid=grid)
 torch.cuda.synchronize()
 print(f"m={m}: down ran, unwritten terms {int(terms.isnan().sum())}", flush=True)
 _check_act(moe, act_q, act_s)
