@@ -92,7 +92,7 @@ def test_mma_matches_reference(m, n, k):
     assert torch.equal(parts, first), "graph replay differs from eager"
 
 
-@pytest.mark.parametrize("split,stages,grid,groups", [(1, 3, 2, 1), (4, 5, 3, 3), (12, 0, 0, 2)])
+@pytest.mark.parametrize("split,stages,grid,groups", [(1, 3, 2, 1), (4, 6, 3, 3), (12, 0, 0, 2), (2, 4, 5, 2)])
 def test_mma_splits_small_rings_and_few_programs(split, stages, grid, groups):
     """Rings that wrap often, CTAs that walk many units, each split of K / 128 = 12."""
     m, n, k = 5, 1000, 1536

@@ -31,16 +31,34 @@ SHAPES = [(1, 6144, 2048, 2, 0, 2, False, True, 0), (16, 2624, 6144, 6, 10, 2, T
           (9, 40, 384, 3, 0, 3, False, True, 0), (3, 2048, 6144, 6, 10, 2, True, False, 576)]
 
 
-def test_fp8_mma_compiles_for_sm90a(tmp_path):
+MOE_SCRIPT = """
+import sys
+sys.path.insert(0, {ext!r})
+from sgl_kernel_ext.nvidia.sm90 import fp8_moe as Q
+for kind, m, inter, hidden, experts, slots, terms, stages, groups, pdl in {forms!r}:
+    mma, _ = Q._compiled(kind, m, inter, hidden, experts, slots, terms, stages, groups, pdl)
+    print("compiled", kind, m, mma.stages, mma.threads)
+"""
+# fp8_moe (kind, rows, I, H, experts, slot table, terms, ring slots, consumer warpgroups,
+# pdl): one TP8 rank's GLM-5.3 experts at 1 and 16 rows
+MOE_FORMS = [("gate_up", 1, 256, 6144, 256, 9, 1, 0, 2, True),
+             ("down", 16, 256, 6144, 256, 129, 9, 0, 2, True)]
+
+
+def _compile(tmp_path, script: str, forms: list) -> list:
+    """Run the compile script in a fresh process (CuTe DSL reads its environment once);
+    the cubins it kept, one per form (the kernels' names differ by their argument types)."""
     env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="cubin",
                CUTE_DSL_DUMP_DIR=str(tmp_path))
-    code = SCRIPT.format(ext=str(ROOT / "sgl-kernel-ext"), shapes=SHAPES)
+    code = script.format(ext=str(ROOT / "sgl-kernel-ext"), shapes=forms, forms=forms)
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          timeout=600, env=env, cwd=tmp_path)
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
-    assert run.stdout.count("compiled") == len(SHAPES)
-    cubins = sorted(tmp_path.glob("*.cubin"))
-    assert len(cubins) == len(SHAPES), [p.name for p in tmp_path.iterdir()]
+    assert run.stdout.count("compiled") == len(forms)
+    return sorted(tmp_path.glob("*.cubin"))
+
+
+def _check_sass(cubins) -> None:
     if not CUOBJDUMP.exists():
         pytest.skip(f"no cuobjdump at {CUOBJDUMP.relative_to(ROOT)} to read the SASS")
     for cubin in cubins:
@@ -48,3 +66,15 @@ def test_fp8_mma_compiles_for_sm90a(tmp_path):
                               text=True, timeout=120).stdout
         assert "UTMALDG" in sass, f"{cubin.name}: no TMA load in its SASS"
         assert "QGMMA.64x" in sass, f"{cubin.name}: no FP8 wgmma in its SASS"
+
+
+def test_fp8_moe_compiles_for_sm90a(tmp_path):
+    cubins = _compile(tmp_path, MOE_SCRIPT, MOE_FORMS)
+    assert cubins, [p.name for p in tmp_path.iterdir()]
+    _check_sass(cubins)
+
+
+def test_fp8_mma_compiles_for_sm90a(tmp_path):
+    cubins = _compile(tmp_path, SCRIPT, SHAPES)
+    assert len(cubins) == len(SHAPES), [p.name for p in tmp_path.iterdir()]
+    _check_sass(cubins)

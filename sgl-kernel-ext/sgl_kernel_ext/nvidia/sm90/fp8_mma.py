@@ -80,8 +80,16 @@ class Fp8SkinnyMma:
         self.tiles = self.tiles1 + -(-n2 // BLOCK_M)
         self.units = self.tiles * split
         self.slot_bytes = (BLOCK_M + self.nx) * BLOCK_K
-        self.stages = stages or (SMEM_BYTES - 2048) // self.slot_bytes
         self.groups = groups or GROUPS
+        # each consumer warpgroup has its own `per` ring slots: an mbarrier's parity wait
+        # only tells its phase from the one before, so a slot shared by turns would let a
+        # waiter that skipped the other's phase pass on a phase two back
+        if stages and stages % self.groups:
+            raise ValueError(f"fp8_mma: stages ({stages}) must be a multiple of the consumer "
+                             f"warpgroups ({self.groups})")
+        self.per = (stages // self.groups if stages
+                    else (SMEM_BYTES - 2048) // self.slot_bytes // self.groups)
+        self.stages = self.per * self.groups
         self.threads = 128 * (1 + self.groups)  # warpgroup 0: the producer warp
         # launched programmatically dependent on the previous kernel: the producer fills the
         # ring with weight tiles before waiting for it (they do not depend on it), x after
@@ -126,14 +134,25 @@ class Fp8SkinnyMma:
                                   use_pdl=self.pdl)
 
     def _slot(self, f, bidx, grid, my_units):
-        """(row tile, scale group) of a CTA's f-th ring slot: its units go in rounds of
-        `groups` (one a consumer warpgroup), a round's slots interleaved group by group."""
+        """(row tile, scale group, ring state) of a CTA's f-th slot: its units go in rounds
+        of `groups` (one a consumer warpgroup), a round's slots interleaved group by group,
+        each into its warpgroup's part of the ring."""
         groups, chunk = self.groups, self.chunk
         rnd = f // (groups * chunk)
         in_round = cutlass.min(groups, my_units - rnd * groups)
         f_in = f - rnd * groups * chunk
-        unit = bidx + (rnd * groups + f_in % in_round) * grid
-        return unit // self.split, (unit % self.split) * chunk + f_in // in_round
+        c = f_in % in_round
+        unit = bidx + (rnd * groups + c) * grid
+        own = rnd * chunk + f_in // in_round
+        return (unit // self.split, (unit % self.split) * chunk + f_in // in_round,
+                self._ring_state(c, own, True))
+
+    def _ring_state(self, c, own, producer: bool):
+        """Consumer warpgroup c's `own`-th slot in its part of the ring."""
+        phase = (own // self.per) % 2
+        if producer:
+            phase = 1 - phase  # the empty barriers start free
+        return pipeline.PipelineState(self.stages, own, c * self.per + own % self.per, phase)
 
     @cute.jit
     def _w_scale(self, mWs: cute.Tensor, mWs2: cute.Tensor, row_tile, group):
@@ -244,31 +263,33 @@ class Fp8SkinnyMma:
         if cutlass.const_expr(self.pdl):
             cute.arch.griddepcontrol_launch_dependents()
         if warp == 0:
-            put = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
-            start = 0
             if cutlass.const_expr(self.pdl):
-                start = cutlass.min(stages, total)
-                for f in cutlass.range(start, unroll=1):
-                    row_tile, group = self._slot(f, bidx, grid, my_units)
+                # the first lap of every warpgroup's ring: weight tiles before the wait, x's
+                # after (the previous kernel's output)
+                for f in cutlass.range(total, unroll=1):
+                    row_tile, group, put = self._slot(f, bidx, grid, my_units)
+                    if put.count < self.per:
+                        pipe.producer_acquire(put)
+                        self._load_w(tma_a, t_ga, t_sa, tma_a2, t_ga2, t_sa2, row_tile, group,
+                                     put.index, pipe.producer_get_barrier(put))
+                cute.arch.griddepcontrol_wait()
+                for f in cutlass.range(total, unroll=1):
+                    row_tile, group, put = self._slot(f, bidx, grid, my_units)
+                    if put.count < self.per:
+                        cute.copy(tma_b, t_gb[(None, 0, group)], t_sb[(None, put.index)],
+                                  tma_bar_ptr=pipe.producer_get_barrier(put))
+            for f in cutlass.range(total, unroll=1):
+                row_tile, group, put = self._slot(f, bidx, grid, my_units)
+                load = cutlass.Boolean(True)
+                if cutlass.const_expr(self.pdl):
+                    load = put.count >= self.per  # not loaded before the wait
+                if load:
                     pipe.producer_acquire(put)
+                    bar = pipe.producer_get_barrier(put)
                     self._load_w(tma_a, t_ga, t_sa, tma_a2, t_ga2, t_sa2, row_tile, group,
-                                 put.index, pipe.producer_get_barrier(put))
-                    put.advance()
-                cute.arch.griddepcontrol_wait()  # x is the previous kernel's output
-                for f in cutlass.range(start, unroll=1):
-                    row_tile, group = self._slot(f, bidx, grid, my_units)
-                    first = pipeline.PipelineState(stages, f, f, 0)
-                    cute.copy(tma_b, t_gb[(None, 0, group)], t_sb[(None, f)],
-                              tma_bar_ptr=pipe.producer_get_barrier(first))
-            for f in cutlass.range(start, total, unroll=1):
-                row_tile, group = self._slot(f, bidx, grid, my_units)
-                pipe.producer_acquire(put)
-                bar = pipe.producer_get_barrier(put)
-                self._load_w(tma_a, t_ga, t_sa, tma_a2, t_ga2, t_sa2, row_tile, group,
-                             put.index, bar)
-                cute.copy(tma_b, t_gb[(None, 0, group)], t_sb[(None, put.index)],
-                          tma_bar_ptr=bar)
-                put.advance()
+                                 put.index, bar)
+                    cute.copy(tma_b, t_gb[(None, 0, group)], t_sb[(None, put.index)],
+                              tma_bar_ptr=bar)
         elif wg >= 1:
             grp = wg - 1
             if cutlass.const_expr(self.pdl):
@@ -288,9 +309,7 @@ class Fp8SkinnyMma:
                     c = unit % self.split
                     acc.fill(0.0)
                     for s in cutlass.range(chunk, unroll=1):
-                        seq = rnd * groups * chunk + s * in_round + grp
-                        get = pipeline.PipelineState(stages, seq, seq % stages,
-                                                     (seq // stages) % 2)
+                        get = self._ring_state(grp, rnd * chunk + s, False)
                         group = c * chunk + s
                         # the slot's scales, loaded before its data is waited for
                         w_scale = self._w_scale(mWs, mWs2, row_tile, group)

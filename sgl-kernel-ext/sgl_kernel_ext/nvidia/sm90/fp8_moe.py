@@ -84,8 +84,16 @@ class Fp8ExpertsMma:
         self.kg = self.k // BLOCK_K
         self.a_tiles = 2 if self.gate_up else 1  # gate and up, or down
         self.slot_bytes = (self.a_tiles * BLOCK_M + self.nx) * BLOCK_K
-        self.stages = stages or max(2, RING_BYTES // self.slot_bytes)
         self.groups = groups or GROUPS
+        # each consumer warpgroup has its own `per` ring slots (their mbarriers see every
+        # phase of one waiter: slots shared by turns would let a waiter that skipped the
+        # other's phase pass on the parity of a phase two back)
+        if stages and stages % self.groups:
+            raise ValueError(f"fp8_moe: stages ({stages}) must be a multiple of the consumer "
+                             f"warpgroups ({self.groups})")
+        self.per = (stages // self.groups if stages
+                    else max(2, RING_BYTES // (self.slot_bytes * self.groups)))
+        self.stages = self.per * self.groups
         self.threads = 128 * (1 + self.groups)
         self.pdl = pdl
 
@@ -142,14 +150,23 @@ class Fp8ExpertsMma:
         return split
 
     def _unit_of(self, f, first, my_units, chunk):
-        """(unit, scale group) of a CTA's f-th ring slot: its units (a block from `first`, so
-        that consecutive ones share an expert and its scales' cache lines) go in rounds of
-        `groups` (one a consumer warpgroup), a round's slots interleaved unit by unit."""
+        """(unit, scale group, consumer warpgroup, its own slot count) of a CTA's f-th
+        loaded slot: its units (a block from `first`, so that consecutive ones share an
+        expert and its scales' cache lines) go in rounds of `groups` (one a consumer
+        warpgroup), a round's slots interleaved unit by unit."""
         groups = self.groups
         rnd = f // (groups * chunk)
         in_round = cutlass.min(groups, my_units - rnd * groups)
         f_in = f - rnd * groups * chunk
-        return first + rnd * groups + f_in % in_round, f_in // in_round
+        c = f_in % in_round
+        return first + rnd * groups + c, f_in // in_round, c, rnd * chunk + f_in // in_round
+
+    def _ring_state(self, c, own, producer: bool):
+        """Consumer warpgroup c's `own`-th slot in its part of the ring."""
+        phase = (own // self.per) % 2
+        if producer:
+            phase = 1 - phase  # the empty barriers start free
+        return pipeline.PipelineState(self.stages, own, c * self.per + own % self.per, phase)
 
     @cute.jit
     def _load(self, tmas, t_g, t_s, t_gx, t_sx, slot, tile, group, expert, index, bar):
@@ -242,9 +259,9 @@ class Fp8ExpertsMma:
         rounds = (my_units + groups - 1) // groups
 
         if warp == 0:
-            put = pipeline.make_pipeline_state(pipeline.PipelineUserType.Producer, stages)
             for f in cutlass.range(my_units * chunk, unroll=1):
-                unit, g_in = self._unit_of(f, first, my_units, chunk)
+                unit, g_in, c, own = self._unit_of(f, first, my_units, chunk)
+                put = self._ring_state(c, own, True)
                 pair = unit // split
                 slot = pair // self.tiles
                 expert = s_expert[slot]
@@ -252,7 +269,6 @@ class Fp8ExpertsMma:
                 self._load(tmas, t_g, t_s, t_gx, t_sx, slot, pair % self.tiles,
                            (unit % split) * chunk + g_in, expert, put.index,
                            pipe.producer_get_barrier(put))
-                put.advance()
         elif wg >= 1:
             grp = wg - 1
             t = tidx % 128
@@ -277,9 +293,7 @@ class Fp8ExpertsMma:
                     for j in cutlass.range_constexpr(self.a_tiles):
                         acc[j].fill(0.0)
                     for s in cutlass.range(chunk, unroll=1):
-                        seq = rnd * groups * chunk + s * in_round + grp
-                        get = pipeline.PipelineState(stages, seq, seq % stages,
-                                                     (seq // stages) % 2)
+                        get = self._ring_state(grp, rnd * chunk + s, False)
                         group = c * chunk + s
                         # the slot's scales, loaded before its data is waited for
                         scale = [cute.make_rmem_tensor(coords.shape, cutlass.Float32)
