@@ -39,7 +39,10 @@ from cutlass.tensor_utils import LayoutEnum
 
 from .fp8_mma import BLOCK_K, BLOCK_M, MAX_ROWS, x_rows
 
-RING_BYTES = 92 * 1024  # about fp8_mma's RING_SLOTS: the next launch's CTA fits beside it
+# about fp8_mma's RING_SLOTS, so the next launch's CTA fits beside it; at least 3 slots a
+# consumer warpgroup (gate/up: 108 KB; with 2, 5-14% slower at 4-16 rows on an H200,
+# results/sm90_moe_probe_20261202T105427Z.json: "sm90 s0" there is 2 a warpgroup, "s6" 3)
+RING_BYTES = 92 * 1024
 GROUPS = 2  # consumer warpgroups
 GATE_UP, DOWN = "gate_up", "down"
 
@@ -92,7 +95,7 @@ class Fp8ExpertsMma:
             raise ValueError(f"fp8_moe: stages ({stages}) must be a multiple of the consumer "
                              f"warpgroups ({self.groups})")
         self.per = (stages // self.groups if stages
-                    else max(2, RING_BYTES // (self.slot_bytes * self.groups)))
+                    else max(3, RING_BYTES // (self.slot_bytes * self.groups)))
         self.stages = self.per * self.groups
         self.threads = 128 * (1 + self.groups)
         self.pdl = pdl
@@ -129,6 +132,8 @@ class Fp8ExpertsMma:
             expert: cute.struct.MemRange[cutlass.Int32, self.max_slots]
             weight: cute.struct.MemRange[cutlass.Float32, self.table]
             rank: cute.struct.MemRange[cutlass.Int32, self.table]
+            scales: cute.struct.MemRange[cutlass.Float32,
+                                         (self.a_tiles + MAX_ROWS) * self.kg * self.groups]
 
         self.storage = Storage
         self.kernel(tma[0][0], tma[0][1], tma[1][0], tma[1][1], tma[2][0], tma[2][1],
@@ -281,6 +286,9 @@ class Fp8ExpertsMma:
             part = [cute.make_rmem_tensor(coords.shape, cutlass.Float32)
                     for _ in range(self.a_tiles)]
             k_blocks = cute.size(t_ra, mode=[2])
+            # a unit's scales [weight matrices, then x's rows; group in the chunk; warpgroup]
+            sc = storage.scales.get_tensor(
+                cute.make_layout((self.a_tiles + MAX_ROWS, self.kg, groups)))
             for rnd in cutlass.range(rounds, unroll=1):
                 in_round = cutlass.min(groups, my_units - rnd * groups)
                 if grp < in_round:
@@ -292,22 +300,17 @@ class Fp8ExpertsMma:
                     expert = s_expert[slot]
                     for j in cutlass.range_constexpr(self.a_tiles):
                         acc[j].fill(0.0)
+                    self._stage_scales(sc, grp, t, expert, slot, tile, c * chunk, chunk, mSa,
+                                       mShSa, mSb, mShSb, mSx)
                     for s in cutlass.range(chunk, unroll=1):
                         get = self._ring_state(grp, rnd * chunk + s, False)
-                        group = c * chunk + s
-                        # the slot's scales, loaded before its data is waited for
                         scale = [cute.make_rmem_tensor(coords.shape, cutlass.Float32)
                                  for _ in range(self.a_tiles)]
-                        w_scale = [self._w_scale(mSa, mShSa, expert, tile, group)]
-                        if cutlass.const_expr(self.gate_up):
-                            w_scale.append(self._w_scale(mSb, mShSb, expert, tile, group))
                         for e in cutlass.range_constexpr(cute.size(acc[0])):
-                            row = cutlass.min(coords[e][1], self.m - 1)
-                            if cutlass.const_expr(not self.gate_up):
-                                row = slot * self.m + row
-                            sxv = mSx[row, group]
+                            sxv = sc[self.a_tiles + cutlass.min(coords[e][1], self.m - 1), s,
+                                     grp]
                             for j in cutlass.range_constexpr(self.a_tiles):
-                                scale[j][e] = w_scale[j] * sxv
+                                scale[j][e] = sc[j, s, grp] * sxv
                         pipe.consumer_wait(get)
                         warpgroup.fence()
                         for j in cutlass.range_constexpr(self.a_tiles):
@@ -328,6 +331,31 @@ class Fp8ExpertsMma:
                                           mParts, mArrivals, mOutQ, mOutS)
                     else:
                         self._down_out(acc[0], coords, slot, tile, s_weight, s_rank, mTerms)
+
+    @cute.jit
+    def _stage_scales(self, sc: cute.Tensor, grp, t, expert, slot, tile, group0, chunk,
+                      mSa: cute.Tensor, mShSa: cute.Tensor, mSb: cute.Tensor,
+                      mShSb: cute.Tensor, mSx: cute.Tensor):
+        """A unit's scales into shared memory, every load of the chunk in flight together
+        (one latency a unit, not one a slot): its weight matrices' for the unit's rows, and
+        x's (gate/up: the step's rows; down: the slot's activations') for each group."""
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)  # the last unit's read
+        for i in cutlass.range(t, (self.a_tiles + self.m) * chunk, 128, unroll=1):
+            what = i // chunk
+            s = i % chunk
+            v = cutlass.Float32(0.0)
+            if what == 0:
+                v = self._w_scale(mSa, mShSa, expert, tile, group0 + s)
+            else:
+                if cutlass.const_expr(self.gate_up):
+                    if what == 1:
+                        v = self._w_scale(mSb, mShSb, expert, tile, group0 + s)
+                    else:
+                        v = mSx[what - 2, group0 + s]
+                else:
+                    v = mSx[slot * self.m + what - 1, group0 + s]
+            sc[what, s, grp] = v
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
 
     @cute.jit
     def _down_out(self, acc: cute.Tensor, coords: cute.Tensor, slot, tile, s_weight: cute.Tensor,
