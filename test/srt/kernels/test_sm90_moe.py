@@ -243,7 +243,10 @@ def test_chain_repeats_and_replays_bitwise(m):
 @pytest.mark.parametrize("m", [1, 2, 8, 16])
 def test_chain_matches_triton_moe(m):
     """The same slot table through triton.moe's gate_up and down: terms within the two
-    kernels' rounding of each other."""
+    kernels' rounding of each other (a cross-check; each kernel's bound against float64 is in
+    the tests above). Where g or u round to another bf16, an activation can land an e4m3
+    step apart (2^-3 of it): at 16 rows one term moved 0.035 of its row's largest
+    (c29b9b7, H200), hence 2^-4."""
     from sgl_kernel_ext.triton import moe as tmoe
 
     moe = Moe(m, 256, 256, 6144, 8, seed=3 + m)
@@ -269,7 +272,7 @@ def test_chain_matches_triton_moe(m):
     torch.cuda.synchronize()
     got, want = terms.float(), ref.float()
     scale = want.abs().amax(dim=2, keepdim=True)
-    assert ((got - want).abs() <= 2.0 ** -5 * scale).all(), \
+    assert ((got - want).abs() <= 2.0 ** -4 * scale).all(), \
         f"terms differ from Triton's by {((got - want).abs() / scale).max():.3g} of a row's max"
 
 
