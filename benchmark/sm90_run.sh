@@ -55,6 +55,12 @@ if [ "$mode" = moe ] || [ "$mode" = moe_debug ]; then
   timeout 240 python3 -m benchmark.sm90_moe_probe --out "$OUT" "$@" 2>&1 | tee "$L/sm90_moe_probe.log"
   fi
 fi
+if [ "$mode" = verify ]; then  # the layer's opt-in tests and fp8_moe's cross-checks, quickly
+  timeout 120 python3 -m pytest test/srt/kernels/test_sm90_moe.py -q -k "triton_moe or refuses" \
+    2>&1 | tee "$L/pytest_sm90_moe_verify.log" | tail -3
+  timeout 150 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k sm90_linears 2>&1 |
+    tee "$L/pytest_sm90_layer.log" | tail -3
+fi
 if [ "$mode" = layer ]; then
   timeout 330 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k sm90_linears 2>&1 |
     tee "$L/pytest_sm90_layer.log" | tail -5
