@@ -65,7 +65,7 @@ if [ "$mode" = layer ]; then
   timeout 330 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k sm90_linears 2>&1 |
     tee "$L/pytest_sm90_layer.log" | tail -5
   timeout 240 python3 -m benchmark.tiling_probe --kinds moe,moe_idx,dense \
-    --ms 1,2,4,8,16 --variants baseline,sm90_o_proj,sm90_qkv_a,sm90_linears,baseline \
+    --ms 1,2,4,8,16 --variants baseline,sm90_o_proj,sm90_qkv_a,sm90_linears,sm90_moe,baseline \
     --out "$OUT" 2>&1 |
     tee "$L/sm90_layer_probe.log" | tail -20
 fi

@@ -392,6 +392,8 @@ VARIANTS = {
     "sm90_o_proj": {("sm90", "O_PROJ"): True},
     "sm90_qkv_a": {("sm90", "QKV_A"): True},
     "sm90_linears": {("sm90", "O_PROJ"): True, ("sm90", "QKV_A"): True},
+    # a MoE layer's experts on fp8_moe (nvidia/sm90/fp8_moe; sm90_run.sh layer)
+    "sm90_moe": {("sm90", "MOE"): True},
 }
 
 

@@ -17,6 +17,12 @@ O_PROJ_ENV = "SGL_KERNEL_EXT_SM90_O_PROJ"
 QKV_A_ENV = "SGL_KERNEL_EXT_SM90_QKV_A"
 O_PROJ: Optional[bool] = None
 QKV_A: Optional[bool] = None
+# "1": a MoE layer's experts run on fp8_moe (gate/up + SwiGLU + the down input's quant, then
+# down) instead of triton.moe's gate_up and down; a dense MLP keeps Triton's. Opt-in: alone
+# on an H200 it was within -3..+8% of Triton's at 1-16 rows
+# (results/sm90_moe_probe_20261202T110031Z.json), not yet timed in the layer.
+MOE_ENV = "SGL_KERNEL_EXT_SM90_MOE"
+MOE: Optional[bool] = None
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
 # (H200, sm90_gemv_probe_20261202T081912Z: 10-12 slots fastest, the whole 200 KB slower)
 RING_SLOTS = 10
@@ -28,6 +34,10 @@ def o_proj_enabled() -> bool:
 
 def qkv_a_enabled() -> bool:
     return QKV_A if QKV_A is not None else os.environ.get(QKV_A_ENV, "0") == "1"
+
+
+def moe_enabled() -> bool:
+    return MOE if MOE is not None else os.environ.get(MOE_ENV, "0") == "1"
 
 
 def refusal(device, what: str) -> Optional[str]:

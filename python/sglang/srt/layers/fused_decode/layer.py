@@ -96,6 +96,7 @@ class FusedLayer:
         # o_proj and q_a|kv_a on Hopper's CuTe DSL linear (opt-in, sgl_kernel_ext.nvidia.sm90):
         # its K chunks, and x read as whole 8- or 16-row tiles
         self.sm90_o, self.sm90_qkv = sm90.o_proj_enabled(), sm90.qkv_a_enabled()
+        self.sm90_moe = sm90.moe_enabled()
         self.sm90 = self._sm90_linear(dev)
         o_rows = x_rows = max_rows
         if self.sm90_o:
@@ -120,6 +121,13 @@ class FusedLayer:
             slots = max_rows * cfg.num_experts_per_tok + 1
         else:
             self.experts, inter, slots = 0, mlp.gate.q.shape[0], 1
+        # a MoE layer's experts on Hopper's CuTe DSL kernels (opt-in; a dense MLP keeps Triton's)
+        self.fp8_moe = None
+        x2_rows = max_rows
+        if self.sm90_moe and self.experts:
+            from sgl_kernel_ext.nvidia.sm90 import fp8_moe
+            self.fp8_moe = fp8_moe
+            x2_rows = max(max_rows, self.sm90.x_rows(max_rows))
         m = max_rows
         f32, bf16, fp8 = torch.float32, torch.bfloat16, torch.float8_e4m3fn
         e = lambda *s, dt=bf16: workspace_mod.Spec(s, dt)  # noqa: E731
@@ -143,7 +151,7 @@ class FusedLayer:
             os=e(m, groups(self.heads * cfg.v_head_dim), dt=f32),
             y_attn=e(self.split_o, m, h, dt=f32),
             # a shard's o_proj summed by its tails, the all-reduce's input
-            attn_rows=e(m, h), x2=e(m, h), x2q=e(m, h, dt=fp8),
+            attn_rows=e(m, h), x2=e(m, h), x2q=e(x2_rows, h, dt=fp8),
             x2s=e(m, groups(h), dt=f32), y=e(m, h),
             terms=e(m, cfg.num_experts_per_tok + 1 if self.experts else 1, h),
             topk=e(m, cfg.index_topk, dt=torch.int64), act=e(slots, m, inter),
@@ -175,6 +183,15 @@ class FusedLayer:
         self.buf["vc_arrivals"] = arrival.counters(self.heads * (cfg.v_head_dim // 128), dev)
         specs["gu_parts"] = e(split_k, few * cfg.num_experts_per_tok + 1 if self.experts else 1,
                               few, 2, inter, dt=f32)
+        if self.fp8_moe is not None:  # flat: viewed at each step's shapes (_moe_sm90_views)
+            units = torch.cuda.get_device_properties(dev).multi_processor_count * \
+                self.fp8_moe.GROUPS
+            specs["moe_act_q"] = e(slots * x2_rows * inter, dt=fp8)
+            specs["moe_act_s"] = e(slots * m * groups(inter), dt=f32)
+            specs["moe_parts"] = e(max(self.fp8_moe.gate_up_parts_rows(self._slots(r), inter, h,
+                                                                      units) * r
+                                       for r in range(1, m + 1)) * 2 * inter, dt=f32)
+            self.buf["moe_arrivals"] = arrival.counters(slots * groups(inter), dev)
         if self.experts:
             specs["router_parts"] = e(ROUTER_SPLIT, m, self.experts, dt=f32)
             # each row's choice, for route's one-program-per-row form
@@ -240,7 +257,8 @@ class FusedLayer:
         """fp8_mma's module when a linear runs on it (opt-in), refusing by name where it
         cannot."""
         opted = [env for env, on in ((sm90.O_PROJ_ENV, self.sm90_o),
-                                     (sm90.QKV_A_ENV, self.sm90_qkv)) if on]
+                                     (sm90.QKV_A_ENV, self.sm90_qkv),
+                                     (sm90.MOE_ENV, self.sm90_moe)) if on]
         if not opted:
             return None
         what = " and ".join(f"{env}=1" for env in opted)
@@ -433,6 +451,9 @@ class FusedLayer:
             routed, shared = mlp, mlp.shared
         else:
             routed = shared = mlp  # the dense MLP is the single shared slot
+        if self.fp8_moe is not None:
+            self._experts_sm90(pos, m)
+            return
         act = v("act")
         dense = not self.experts
         tiling = moe.gate_up_tiling(m, dense)
@@ -450,6 +471,27 @@ class FusedLayer:
                      v("slot_rank"), b["num_slots"], routed.down.q, routed.down.s,
                      shared.down.q, shared.down.s, pos, v("terms"), v("y"), block_n=block_n,
                      num_warps=warps)
+
+
+    def _experts_sm90(self, pos: torch.Tensor, m: int) -> None:
+        """The experts on fp8_moe (gate/up with SwiGLU and the down input's quant, then down,
+        launched programmatically dependent), then Triton's sum of each row's terms."""
+        mlp, b = self.lw.mlp, self.buf
+        v = lambda name: self._view(name, m)  # noqa: E731
+        q = self.fp8_moe
+        s, nx, inter = self._slots(m), self.sm90.x_rows(m), mlp.shared.gate.q.shape[0]
+        act_q = _prefix(b["moe_act_q"], s * nx, inter)
+        act_s = _prefix(b["moe_act_s"], s * m, -(-inter // 128))
+        rows = b["moe_parts"].numel() // (m * 2 * inter)
+        parts = _prefix(b["moe_parts"], rows, m, 2 * inter)
+        table, pdl = b["slot_expert"][:s], overlap.enabled()
+        q.gate_up(b["x2q"], v("x2s"), mlp.gate.q, mlp.gate.s, mlp.up.q, mlp.up.s,
+                  mlp.shared.gate.q, mlp.shared.gate.s, mlp.shared.up.q, mlp.shared.up.s, table,
+                  b["num_slots"], parts, b["moe_arrivals"][:s * (inter // 128)], act_q, act_s,
+                  pdl=pdl)
+        q.down(act_q, act_s, mlp.down.q, mlp.down.s, mlp.shared.down.q, mlp.shared.down.s,
+               table, b["num_slots"], v("slot_weight"), v("slot_rank"), v("terms"), pdl=pdl)
+        moe.sum_terms(v("terms"), pos, v("y"))
 
 
 def chain_prefetch(layers) -> None:
