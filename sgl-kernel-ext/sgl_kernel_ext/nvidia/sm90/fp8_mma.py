@@ -29,14 +29,12 @@ import functools
 import cutlass
 import cutlass.cute as cute
 import cutlass.memory
-import cutlass.pipeline as pipeline
-import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
-from cutlass.tensor_utils import LayoutEnum
+from cutlass.cute.nvgpu import cpasync, warpgroup
+
+from . import ring
 
 MAX_ROWS = 16
-BLOCK_M = 64  # weight rows a tile: wgmma's M
-BLOCK_K = 128  # a ring slot: one scale group
+BLOCK_M, BLOCK_K = ring.BLOCK_M, ring.BLOCK_K  # a ring slot: 64 weight rows, one scale group
 SMEM_BYTES = 200 * 1024
 GROUPS = 2  # consumer warpgroups
 
@@ -104,12 +102,7 @@ class Fp8SkinnyMma:
                  parts: cute.Tensor, arrivals: cute.Tensor, rows: cute.Tensor, w2: cute.Tensor,
                  ws2: cute.Tensor, parts2: cute.Tensor, grid: cutlass.Int32, stream):
         e4m3 = cutlass.Float8E4M3FN
-        tile = (BLOCK_M, self.nx, BLOCK_K)
-        tiled_mma = sm90_utils.make_trivial_tiled_mma(
-            e4m3, e4m3, OperandMajorMode.K, OperandMajorMode.K, cutlass.Float32, (1, 1, 1),
-            tiler_mn=(BLOCK_M, self.nx))
-        a_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, tile, e4m3, self.stages)
-        b_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, tile, e4m3, self.stages)
+        tiled_mma, a_layout, b_layout = ring.mma_and_layouts(self.nx, self.stages, self.stages)
         tma_a, tma_w = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileG2SOp(), w, cute.slice_(a_layout, (None, None, 0)),
             (BLOCK_M, BLOCK_K))
@@ -137,22 +130,10 @@ class Fp8SkinnyMma:
         """(row tile, scale group, ring state) of a CTA's f-th slot: its units go in rounds
         of `groups` (one a consumer warpgroup), a round's slots interleaved group by group,
         each into its warpgroup's part of the ring."""
-        groups, chunk = self.groups, self.chunk
-        rnd = f // (groups * chunk)
-        in_round = cutlass.min(groups, my_units - rnd * groups)
-        f_in = f - rnd * groups * chunk
-        c = f_in % in_round
-        unit = bidx + (rnd * groups + c) * grid
-        own = rnd * chunk + f_in // in_round
-        return (unit // self.split, (unit % self.split) * chunk + f_in // in_round,
-                self._ring_state(c, own, True))
-
-    def _ring_state(self, c, own, producer: bool):
-        """Consumer warpgroup c's `own`-th slot in its part of the ring."""
-        phase = (own // self.per) % 2
-        if producer:
-            phase = 1 - phase  # the empty barriers start free
-        return pipeline.PipelineState(self.stages, own, c * self.per + own % self.per, phase)
+        k, g_in, c, own = ring.round_slot(f, self.groups, self.chunk, my_units)
+        unit = bidx + k * grid
+        return (unit // self.split, (unit % self.split) * self.chunk + g_in,
+                ring.ring_state(self.stages, self.per, c, own, True))
 
     @cute.jit
     def _w_scale(self, mWs: cute.Tensor, mWs2: cute.Tensor, row_tile, group):
@@ -197,15 +178,7 @@ class Fp8SkinnyMma:
         """After a warpgroup stored its unit's chunk: one arrival for the row tile (release);
         the warpgroup that brings the tile's last chunk sums the chunks in order into bf16
         rows [M, N] (acquire) and leaves the tile's counter at zero for the next launch."""
-        cute.arch.fence_acq_rel_gpu()
-        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
-        if t == 0:
-            old = cute.arch.atomic_add(mArrivals.iterator + row_tile, cutlass.Int32(1),
-                                       sem="acq_rel", scope="gpu")
-            last[grp] = cutlass.Int32(0)
-            if old == self.split - 1:
-                last[grp] = cutlass.Int32(1)
-        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+        ring.arrive(last, grp, t, mArrivals.iterator + row_tile, self.split)
         if last[grp] == 1:
             cute.arch.fence_acq_rel_gpu()
             for i in cutlass.range(t, BLOCK_M * self.m, 128, unroll=1):
@@ -241,11 +214,7 @@ class Fp8SkinnyMma:
         storage = cutlass.memory.SmemAllocator().allocate(self.storage)
         s_a = storage.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
         s_b = storage.sb.get_tensor(b_layout.outer, swizzle=b_layout.inner)
-        pipe = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.bars.data_ptr(), num_stages=stages,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 4),
-            tx_count=self.slot_bytes, cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
+        pipe = ring.make_pipe(storage.bars.data_ptr(), stages, self.slot_bytes)
 
         g_a = cute.local_tile(mW, (BLOCK_M, BLOCK_K), (None, None))
         g_b = cute.local_tile(mX, (self.nx, BLOCK_K), (None, None))
@@ -298,9 +267,9 @@ class Fp8SkinnyMma:
             t_ra = tiled_mma.make_fragment_A(thr_mma.partition_A(s_a))
             t_rb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_b))
             coords = thr_mma.partition_C(cute.make_identity_tensor((BLOCK_M, self.nx)))
+            k_blocks = cute.size(t_ra, mode=[2])
             acc = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
             part = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
-            k_blocks = cute.size(t_ra, mode=[2])
             for rnd in cutlass.range(rounds, unroll=1):
                 in_round = cutlass.min(groups, my_units - rnd * groups)
                 if grp < in_round:
@@ -309,7 +278,7 @@ class Fp8SkinnyMma:
                     c = unit % self.split
                     acc.fill(0.0)
                     for s in cutlass.range(chunk, unroll=1):
-                        get = self._ring_state(grp, rnd * chunk + s, False)
+                        get = ring.ring_state(stages, self.per, grp, rnd * chunk + s, False)
                         group = c * chunk + s
                         # the slot's scales, loaded before its data is waited for
                         w_scale = self._w_scale(mWs, mWs2, row_tile, group)

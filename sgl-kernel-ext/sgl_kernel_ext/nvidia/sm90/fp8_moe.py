@@ -32,11 +32,9 @@ import functools
 import cutlass
 import cutlass.cute as cute
 import cutlass.memory
-import cutlass.pipeline as pipeline
-import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
-from cutlass.tensor_utils import LayoutEnum
+from cutlass.cute.nvgpu import cpasync, warpgroup
 
+from . import ring
 from .fp8_mma import BLOCK_K, BLOCK_M, MAX_ROWS, x_rows
 
 # about fp8_mma's RING_SLOTS, so the next launch's CTA fits beside it; at least 3 slots a
@@ -108,13 +106,8 @@ class Fp8ExpertsMma:
                  out_q: cute.Tensor, out_s: cute.Tensor, slot_weight: cute.Tensor,
                  slot_rank: cute.Tensor, terms: cute.Tensor, grid: cutlass.Int32, stream):
         e4m3 = cutlass.Float8E4M3FN
-        tile = (BLOCK_M, self.nx, BLOCK_K)
-        tiled_mma = sm90_utils.make_trivial_tiled_mma(
-            e4m3, e4m3, OperandMajorMode.K, OperandMajorMode.K, cutlass.Float32, (1, 1, 1),
-            tiler_mn=(BLOCK_M, self.nx))
-        a_stages = self.a_tiles * self.stages
-        a_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR, tile, e4m3, a_stages)
-        b_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR, tile, e4m3, self.stages)
+        tiled_mma, a_layout, b_layout = ring.mma_and_layouts(
+            self.nx, self.a_tiles * self.stages, self.stages)
         a_slot = cute.slice_(a_layout, (None, None, 0))
         op = cpasync.CopyBulkTensorTileG2SOp()
         tma = [cpasync.make_tiled_tma_atom(op, w, a_slot, (BLOCK_M, BLOCK_K))
@@ -154,24 +147,6 @@ class Fp8ExpertsMma:
                         split = cutlass.Int32(s)
         return split
 
-    def _unit_of(self, f, first, my_units, chunk):
-        """(unit, scale group, consumer warpgroup, its own slot count) of a CTA's f-th
-        loaded slot: its units (a block from `first`, so that consecutive ones share an
-        expert and its scales' cache lines) go in rounds of `groups` (one a consumer
-        warpgroup), a round's slots interleaved unit by unit."""
-        groups = self.groups
-        rnd = f // (groups * chunk)
-        in_round = cutlass.min(groups, my_units - rnd * groups)
-        f_in = f - rnd * groups * chunk
-        c = f_in % in_round
-        return first + rnd * groups + c, f_in // in_round, c, rnd * chunk + f_in // in_round
-
-    def _ring_state(self, c, own, producer: bool):
-        """Consumer warpgroup c's `own`-th slot in its part of the ring."""
-        phase = (own // self.per) % 2
-        if producer:
-            phase = 1 - phase  # the empty barriers start free
-        return pipeline.PipelineState(self.stages, own, c * self.per + own % self.per, phase)
 
     @cute.jit
     def _load(self, tmas, t_g, t_s, t_gx, t_sx, slot, tile, group, expert, index, bar):
@@ -221,11 +196,7 @@ class Fp8ExpertsMma:
         storage = cutlass.memory.SmemAllocator().allocate(self.storage)
         s_a = storage.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
         s_b = storage.sb.get_tensor(b_layout.outer, swizzle=b_layout.inner)
-        pipe = pipeline.PipelineTmaAsync.create(
-            barrier_storage=storage.bars.data_ptr(), num_stages=stages,
-            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
-            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 4),
-            tx_count=self.slot_bytes, cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
+        pipe = ring.make_pipe(storage.bars.data_ptr(), stages, self.slot_bytes)
 
         s_a2 = cute.group_modes(s_a, 0, 2)
         t_s, t_g = [], []
@@ -265,8 +236,9 @@ class Fp8ExpertsMma:
 
         if warp == 0:
             for f in cutlass.range(my_units * chunk, unroll=1):
-                unit, g_in, c, own = self._unit_of(f, first, my_units, chunk)
-                put = self._ring_state(c, own, True)
+                k, g_in, c, own = ring.round_slot(f, groups, chunk, my_units)
+                unit = first + k  # a block of units a CTA: consecutive ones share an expert
+                put = ring.ring_state(stages, self.per, c, own, True)
                 pair = unit // split
                 slot = pair // self.tiles
                 expert = s_expert[slot]
@@ -281,11 +253,11 @@ class Fp8ExpertsMma:
             t_ra = tiled_mma.make_fragment_A(thr_mma.partition_A(s_a))
             t_rb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_b))
             coords = thr_mma.partition_C(cute.make_identity_tensor((BLOCK_M, self.nx)))
+            k_blocks = cute.size(t_ra, mode=[2])
             acc = [cute.make_rmem_tensor(coords.shape, cutlass.Float32)
                    for _ in range(self.a_tiles)]
             part = [cute.make_rmem_tensor(coords.shape, cutlass.Float32)
                     for _ in range(self.a_tiles)]
-            k_blocks = cute.size(t_ra, mode=[2])
             # a unit's scales [weight matrices, then x's rows; group in the chunk; warpgroup]
             sc = storage.scales.get_tensor(
                 cute.make_layout((self.a_tiles + MAX_ROWS, self.kg, groups)))
@@ -303,7 +275,7 @@ class Fp8ExpertsMma:
                     self._stage_scales(sc, grp, t, expert, slot, tile, c * chunk, chunk, mSa,
                                        mShSa, mSb, mShSb, mSx)
                     for s in cutlass.range(chunk, unroll=1):
-                        get = self._ring_state(grp, rnd * chunk + s, False)
+                        get = ring.ring_state(stages, self.per, grp, rnd * chunk + s, False)
                         scale = [cute.make_rmem_tensor(coords.shape, cutlass.Float32)
                                  for _ in range(self.a_tiles)]
                         for e in cutlass.range_constexpr(cute.size(acc[0])):
@@ -384,17 +356,9 @@ class Fp8ExpertsMma:
                 mParts[p, row, col] = acc[0][e]
                 mParts[p, row, self.inter + col] = acc[1][e]
         last = storage.last.get_tensor(cute.make_layout(self.groups))
-        cute.arch.fence_acq_rel_gpu()
-        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
         q = tile // 2
         counter = slot * (self.inter // 128) + q
-        if t == 0:
-            old = cute.arch.atomic_add(mArrivals.iterator + counter, cutlass.Int32(1),
-                                       sem="acq_rel", scope="gpu")
-            last[grp] = cutlass.Int32(0)
-            if old == 2 * split - 1:
-                last[grp] = cutlass.Int32(1)
-        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+        ring.arrive(last, grp, t, mArrivals.iterator + counter, 2 * split)
         if last[grp] == 1:
             cute.arch.fence_acq_rel_gpu()
             amax = storage.amax.get_tensor(cute.make_layout((MAX_ROWS, 4, self.groups)))
