@@ -1,0 +1,90 @@
+"""The CuTe DSL ring's schedule (``sgl_kernel_ext.nvidia.sm90.ring``), on CPU with Python ints:
+the order the producer warp loads a CTA's slots in, the consumer warpgroup each goes to, and
+the ring slot and mbarrier phase both sides use. The property that matters on the GPU: each
+ring slot is used by one consumer warpgroup only, lap after lap (an mbarrier's parity wait only
+tells a phase from the one before; slots shared by turns faulted fp8_moe on an H200 before
+b8d704c). Also fp8_moe's K split, chosen on the device, and its partials' size."""
+
+import itertools
+
+import pytest
+
+pytest.importorskip("cutlass.cute", reason="CuTe DSL (nvidia-cutlass-dsl) is not installed")
+
+from sgl_kernel_ext.nvidia.sm90 import fp8_moe, ring  # noqa: E402
+
+
+def _producer_order(groups, chunk, my_units, per):
+    """[(unit, slot in unit, consumer, own count, ring index, phase)] in load order."""
+    out = []
+    for f in range(my_units * chunk):
+        k, g_in, c, own = ring.round_slot(f, groups, chunk, my_units)
+        st = ring.ring_state(groups * per, per, c, own, True)
+        out.append((k, g_in, c, own, st.index, st.phase))
+    return out
+
+
+def _consumer_order(groups, chunk, my_units, per, c):
+    """What consumer warpgroup c waits for, in its order (the kernels' consumer loop)."""
+    out = []
+    for rnd in range(-(-my_units // groups)):
+        in_round = min(groups, my_units - rnd * groups)
+        if c < in_round:
+            for s in range(chunk):
+                st = ring.ring_state(groups * per, per, c, rnd * chunk + s, False)
+                out.append((rnd * groups + c, s, st.index, st.phase))
+    return out
+
+
+# (consumer warpgroups, slots a unit, units of the CTA, ring slots a warpgroup)
+CASES = list(itertools.product([1, 2, 3], [1, 3], [0, 1, 2, 3, 5, 7], [1, 2, 5]))
+
+
+def test_each_ring_slot_serves_one_consumer_lap_after_lap():
+    for case in CASES:
+        _check_schedule(*case)
+
+
+def _check_schedule(groups, chunk, my_units, per):
+    loads = _producer_order(groups, chunk, my_units, per)
+    assert sorted((k, g) for k, g, *_ in loads) == [
+        (k, g) for k in range(my_units) for g in range(chunk)], "every slot of every unit once"
+    users = {}
+    for c in range(groups):
+        mine = [x for x in loads if x[2] == c]
+        assert all(k % groups == c for k, *_ in mine), "units go to warpgroups round-robin"
+        assert [own for _, _, _, own, _, _ in mine] == list(range(len(mine))), \
+            "a warpgroup's slots are loaded in its own order"
+        waits = _consumer_order(groups, chunk, my_units, per, c)
+        assert [(k, g, i) for k, g, _, _, i, _ in mine] == [(k, g, i) for k, g, i, _ in waits]
+        for (_, _, _, own, index, put_phase), (_, _, _, get_phase) in zip(mine, waits):
+            assert c * per <= index < (c + 1) * per, "its own part of the ring"
+            assert get_phase == (own // per) % 2 and put_phase == 1 - get_phase
+            users.setdefault(index, set()).add(c)
+            # consecutive uses of a slot by its warpgroup are consecutive laps: the producer
+            # waits for the empty phase of the use `per` before, which this warpgroup released
+    assert all(len(u) == 1 for u in users.values()), "a ring slot shared by warpgroups"
+
+
+def test_pdl_prefill_is_each_warpgroups_first_lap():
+    """fp8_mma loads the slots with own count < per before the wait: no more than a
+    warpgroup's part holds, so the producer never waits on a slot before the wait."""
+    for groups, chunk, my_units, per in CASES:
+        loads = _producer_order(groups, chunk, my_units, per)
+        for c in range(groups):
+            first = [x for x in loads if x[2] == c and x[3] < per]
+            assert len({index for *_, index, _ in first}) == len(first) <= per
+
+
+@pytest.mark.parametrize("inter,hidden,units", [(256, 6144, 264), (128, 1024, 40),
+                                                (384, 768, 528)])
+def test_gate_up_split_and_its_partials(inter, hidden, units):
+    kg, tiles = hidden // 128, inter // 64
+    for slots in range(1, 130):
+        split = fp8_moe.gate_up_split(slots, inter, hidden, units)
+        assert kg % split == 0
+        assert split == 1 or slots * tiles * split <= units
+        better = [s for s in range(split + 1, kg + 1) if kg % s == 0 and slots * tiles * s <= units]
+        assert not better, "the most chunks that fit"
+    rows = fp8_moe.gate_up_parts_rows(129, inter, hidden, units)
+    assert all(s * fp8_moe.gate_up_split(s, inter, hidden, units) <= rows for s in range(1, 130))
