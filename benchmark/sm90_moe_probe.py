@@ -131,7 +131,8 @@ def main() -> None:
               + "  ".join(f"{a} {t:6.2f} ({floor / t:.0%})" for a, t in arms.items()),
               flush=True)
     meta = run_meta(dev)
-    meta.update(benchmark="sm90_moe_probe", args=vars(args), copy_bandwidth_Bps=bw)
+    meta.update(benchmark="sm90_moe_probe", args=dict(vars(args), out="$OUT"),
+                copy_bandwidth_Bps=bw)
     write_json("sm90_moe_probe", {"meta": meta, "results": rows}, [args.out])
 
 

@@ -79,9 +79,7 @@ class Fp8SkinnyMma:
         self.units = self.tiles * split
         self.slot_bytes = (BLOCK_M + self.nx) * BLOCK_K
         self.groups = groups or GROUPS
-        # each consumer warpgroup has its own `per` ring slots: an mbarrier's parity wait
-        # only tells its phase from the one before, so a slot shared by turns would let a
-        # waiter that skipped the other's phase pass on a phase two back
+        # each consumer warpgroup has its own `per` slots of the ring (ring.py says why)
         if stages and stages % self.groups:
             raise ValueError(f"fp8_mma: stages ({stages}) must be a multiple of the consumer "
                              f"warpgroups ({self.groups})")

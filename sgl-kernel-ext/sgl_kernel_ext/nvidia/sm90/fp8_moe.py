@@ -86,9 +86,7 @@ class Fp8ExpertsMma:
         self.a_tiles = 2 if self.gate_up else 1  # gate and up, or down
         self.slot_bytes = (self.a_tiles * BLOCK_M + self.nx) * BLOCK_K
         self.groups = groups or GROUPS
-        # each consumer warpgroup has its own `per` ring slots (their mbarriers see every
-        # phase of one waiter: slots shared by turns would let a waiter that skipped the
-        # other's phase pass on the parity of a phase two back)
+        # each consumer warpgroup has its own `per` slots of the ring (ring.py says why)
         if stages and stages % self.groups:
             raise ValueError(f"fp8_moe: stages ({stages}) must be a multiple of the consumer "
                              f"warpgroups ({self.groups})")
