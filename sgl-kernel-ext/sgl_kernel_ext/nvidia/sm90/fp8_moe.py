@@ -38,7 +38,7 @@ from . import ring
 from .fp8_mma import BLOCK_K, BLOCK_M, MAX_ROWS, x_rows
 
 # about fp8_mma's RING_SLOTS, so the next launch's CTA fits beside it; at least 3 slots a
-# consumer warpgroup (gate/up: 108 KB; with 2, 5-14% slower at 4-16 rows on an H200,
+# consumer warpgroup (gate/up: 108 KB; with 2, 3-14% slower at 4-16 rows on an H200,
 # results/sm90_moe_probe_20261202T105427Z.json: "sm90 s0" there is 2 a warpgroup, "s6" 3)
 RING_BYTES = 92 * 1024
 GROUPS = 2  # consumer warpgroups
