@@ -398,9 +398,9 @@ VARIANTS = {
 
 
 BUILD_VARIANTS = {name for name, sets in VARIANTS.items()
-                  if any(attr in ("ONE_WAVE", "TARGET_PROGRAMS", "ATTN_PROGRAMS", "O_PROJ", "QKV_A",
-                                  "GATE_UP_GEMV_TILING", "DENSE_GATE_UP_TILING", "tiling",
-                                  "gate_up_tiling")
+                  if any(attr in ("ONE_WAVE", "TARGET_PROGRAMS", "ATTN_PROGRAMS", "O_PROJ",
+                                  "QKV_A", "MOE", "GATE_UP_GEMV_TILING",
+                                  "DENSE_GATE_UP_TILING", "tiling", "gate_up_tiling")
                          for _, attr in sets)}
 
 
