@@ -1,6 +1,6 @@
 """Probe: a MoE's experts on the CuTe DSL kernels (``nvidia.sm90.fp8_moe``: gate/up with
-SwiGLU and the down input's quant, then down, both launched programmatically dependent)
-against the Triton kernels (``triton.moe.gate_up`` and ``down`` in the layer's tiling), each
+SwiGLU and the down input's quant, then down, both launched programmatically dependent; and
+``experts``, both in one launch: arm "sm90 fused") against the Triton kernels (``triton.moe.gate_up`` and ``down`` in the layer's tiling), each
 followed by the same Triton sum of the terms, at 1-16 rows, in the same run.
 
 One TP8 rank of GLM-5.3: 256 routed experts of [256, 6144] gate/up and [6144, 256] down, and a
@@ -97,6 +97,7 @@ def main() -> None:
         arr = torch.zeros(slots * (INTER // 128), dtype=torch.int32, device=dev)
         act_q = torch.empty(slots * nx, INTER, dtype=e4m3, device=dev)
         act_s = torch.empty(slots * m, INTER // 128, device=dev)
+        flags = torch.zeros(fp8_moe.flags_size(slots, INTER), dtype=torch.int32, device=dev)
 
         def triton_arm(i):
             s = steps[i]
@@ -119,11 +120,21 @@ def main() -> None:
                 tmoe.sum_terms(terms, pos, out)
             return run
 
+        def fused_arm(i):
+            s = steps[i]
+            fp8_moe.experts(xq, sx, gate, gate_s, up, up_s, down, down_s, sh[0], sh_s[0], sh[1],
+                            sh_s[1], sh_down, sh_down_s, s["slot_expert"], s["num_slots"],
+                            s["slot_weight"], s["slot_rank"], parts, arr, flags, act_q, act_s,
+                            terms, pdl=True)
+            tmoe.sum_terms(terms, pos, out)
+
         touched = sum(s["touched"] for s in steps) / len(steps)
         floor = touched * expert_bytes / bw * 1e6
         arms = {"triton": graph_time(triton_arm, args.copies)}
         for st in [int(v) for v in args.stages.split(",")]:
             arms[f"sm90 s{st}"] = graph_time(mma_arm(st), args.copies)
+        arms["sm90 fused"] = graph_time(fused_arm, args.copies)
+        fp8_moe.check_flags(flags)
         for arm, us in arms.items():
             rows.append({"m": m, "arm": arm, "us": us, "experts_touched": touched,
                          "floor_us": floor, "frac_floor": floor / us})

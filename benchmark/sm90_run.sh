@@ -4,7 +4,7 @@
 # ../shared/tools/cutedsl_device_wheels.sh (here), then make two calls back to back, the
 # machine still warm:
 #   call 1, carry [".stage1"]:  bash benchmark/sm90_run.sh stage
-#   call 2, carry [".stage2"]:  bash benchmark/sm90_run.sh [tests|bench|all|moe|layer]
+#   call 2, carry [".stage2"]:  bash benchmark/sm90_run.sh [tests|bench|all|moe|fused|layer]
 # (`all` is the default; extra arguments go to benchmark/sm90_gemv_probe.py). `moe`: fp8_moe's
 # tests, then benchmark/sm90_moe_probe.py (extra arguments go to it). `layer`: the
 # fused layer with o_proj and/or q_a|kv_a on fp8_mma (SGL_KERNEL_EXT_SM90_O_PROJ, _QKV_A)
@@ -54,6 +54,19 @@ if [ "$mode" = moe ] || [ "$mode" = moe_debug ]; then
     tee "$L/pytest_sm90_moe.log" | tail -15
   timeout 240 python3 -m benchmark.sm90_moe_probe --out "$OUT" "$@" 2>&1 | tee "$L/sm90_moe_probe.log"
   fi
+fi
+if [ "$mode" = fused ]; then  # fp8_moe.experts (one launch): smokes, tests, probe, layer A/B
+  for c in "1" "16" "16 30" "3 7"; do
+    timeout 90 python3 test/srt/kernels/sm90_moe_smoke.py $c 2>&1 | grep -v Warn | tail -2
+  done
+  timeout 300 python3 -m pytest test/srt/kernels/test_sm90_moe.py -q -x -k experts 2>&1 |
+    tee "$L/pytest_sm90_moe_experts.log" | tail -5
+  timeout 100 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "sm90_linears and MOE" \
+    2>&1 | tee "$L/pytest_sm90_layer_moe.log" | tail -3
+  timeout 150 python3 -m benchmark.sm90_moe_probe --out "$OUT" 2>&1 | tee "$L/sm90_moe_probe.log"
+  timeout 200 python3 -m benchmark.tiling_probe --kinds moe --ms 1,2,4,8,16 \
+    --variants baseline,sm90_moe,sm90_moe_two_launches,baseline --out "$OUT" 2>&1 |
+    tee "$L/sm90_layer_probe.log" | tail -20
 fi
 if [ "$mode" = verify ]; then  # the layer's opt-in tests and fp8_moe's cross-checks, quickly
   timeout 120 python3 -m pytest test/srt/kernels/test_sm90_moe.py -q -k "triton_moe or refuses" \

@@ -394,6 +394,7 @@ VARIANTS = {
     "sm90_linears": {("sm90", "O_PROJ"): True, ("sm90", "QKV_A"): True},
     # a MoE layer's experts on fp8_moe (nvidia/sm90/fp8_moe; sm90_run.sh layer)
     "sm90_moe": {("sm90", "MOE"): True},
+    "sm90_moe_two_launches": {("sm90", "MOE"): True, ("sm90", "MOE_ONE_LAUNCH"): False},
 }
 
 

@@ -1,4 +1,4 @@
-"""fp8_moe's gate/up then down, one process (a fault ends the CUDA context, and with it every
+"""fp8_moe's gate/up then down, then both as one launch (``experts``), one process (a fault ends the CUDA context, and with it every
 later test's): `python3 test/srt/kernels/sm90_moe_smoke.py M [GRID [EXPERTS TOPK]]` on one TP8
 rank's MoE shapes (GRID CTAs: fewer than the multiprocessors give each more units); prints
 each kernel's completion and gate/up's check (test_sm90_moe's), or the error. Small enough
@@ -10,7 +10,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from test_sm90_moe import Moe, _check_act  # noqa: E402
+from test_sm90_moe import Moe, _check_act, fp8_moe  # noqa: E402
 
 m = int(sys.argv[1])
 grid = int(sys.argv[2]) if len(sys.argv) > 2 else 0
@@ -28,3 +28,14 @@ torch.cuda.synchronize()
 print(f"m={m}: down ran, unwritten terms {int(terms.isnan().sum())}", flush=True)
 _check_act(moe, act_q, act_s)
 print(f"m={m}: gate_up's activations within bounds", flush=True)
+fused = torch.full_like(terms, float("nan"))
+flags = torch.zeros(fp8_moe.flags_size(moe.slots_max, 256), dtype=torch.int32, device="cuda")
+act_q2, act_s2 = torch.empty_like(act_q), torch.empty_like(act_s)
+fp8_moe.experts(moe.padded_x(), moe.sx, moe.gate, moe.gate_s, moe.up, moe.up_s, moe.down,
+                moe.down_s, moe.sh_gate, moe.sh_gate_s, moe.sh_up, moe.sh_up_s, moe.sh_down,
+                moe.sh_down_s, moe.slot_expert, moe.num_slots, moe.slot_weight, moe.slot_rank,
+                parts, arrivals, flags, act_q2, act_s2, fused, pdl=True, grid=grid)
+torch.cuda.synchronize()
+print(f"m={m}: experts (one launch) ran, terms equal to the two launches': "
+      f"{torch.equal(fused.view(torch.int16), terms.view(torch.int16))}, flags "
+      f"{flags.tolist()[-2:]} (all zero: {int(flags.abs().sum()) == 0})", flush=True)

@@ -6,7 +6,8 @@ Routing is drawn at random (distinct experts a row, random weights); gate and up
 one [E, 2I, H] stack, as SGLang's w13; the slot table's entries past num_slots hold expert ids
 out of range and NaN weights (never read); x's rows past M and every output are NaN-poisoned
 before a launch. Also: repeated launches and a CUDA-graph replay bitwise equal to the first,
-pdl bitwise equal to the plain launch, the arrival counters left at zero, refusals.
+pdl bitwise equal to the plain launch, the arrival counters left at zero, refusals; and
+``experts`` (both in one launch) bitwise equal to the two launches.
 
 Run on the GPU machine with CuTe DSL importable (benchmark/sm90_run.sh stages it).
 """
@@ -274,6 +275,105 @@ def test_chain_matches_triton_moe(m):
     scale = want.abs().amax(dim=2, keepdim=True)
     assert ((got - want).abs() <= 2.0 ** -4 * scale).all(), \
         f"terms differ from Triton's by {((got - want).abs() / scale).max():.3g} of a row's max"
+
+
+def _run_experts(moe, bufs, flags, terms, **kw):
+    parts, arrivals, act_q, act_s = bufs
+    fp8_moe.experts(moe.padded_x(), moe.sx, moe.gate, moe.gate_s, moe.up, moe.up_s, moe.down,
+                    moe.down_s, moe.sh_gate, moe.sh_gate_s, moe.sh_up, moe.sh_up_s, moe.sh_down,
+                    moe.sh_down_s, moe.slot_expert, moe.num_slots, moe.slot_weight,
+                    moe.slot_rank, parts, arrivals, flags, act_q, act_s, terms, **kw)
+
+
+def _flags(moe):
+    return torch.zeros(fp8_moe.flags_size(moe.slots_max, moe.inter), dtype=torch.int32,
+                       device="cuda")
+
+
+def _nan_terms(moe):
+    return torch.full((moe.m, moe.topk + 1, moe.hidden), float("nan"), dtype=torch.bfloat16,
+                      device="cuda")
+
+
+def _grid_buffers(moe, grid):
+    """moe.buffers(), the partials with a row for every (slot, K group): enough for any
+    grid's split."""
+    parts, arrivals, act_q, act_s = moe.buffers()
+    if grid:
+        parts = torch.full((moe.slots_max * (moe.hidden // 128), moe.m, 2 * moe.inter),
+                           float("nan"), device="cuda")
+    return parts, arrivals, act_q, act_s
+
+
+# the shapes above, one whose down has more 128-column groups (8) than a warpgroup's ring
+# slots (3: its activations are loaded as the slots free), and fewer CTAs than multiprocessors
+# (more units each, both phases)
+EXPERTS_CASES = [(*shape, 0) for shape in SHAPES] + [
+    (4, 8, 1024, 512, 2, 0), (16, 256, 256, 6144, 8, 30), (3, 256, 256, 6144, 8, 7)]
+
+
+@pytest.mark.parametrize("m,e,inter,hidden,topk,grid", EXPERTS_CASES)
+def test_experts_equals_two_launches(m, e, inter, hidden, topk, grid):
+    """``experts`` (gate/up and down in one launch): activations, their scales and the terms
+    bitwise those of gate_up then down, and within the float64 bounds; the flags, the error
+    word and the arrival counters left at zero."""
+    moe = Moe(m, e, inter, hidden, topk, seed=200 + m + e)
+    bufs = _grid_buffers(moe, grid)
+    want = _nan_terms(moe)
+    _run_chain(moe, bufs, want, pdl=True, grid=grid)
+    bufs2, flags, got = _grid_buffers(moe, grid), _flags(moe), _nan_terms(moe)
+    _run_experts(moe, bufs2, flags, got, pdl=True, grid=grid)
+    torch.cuda.synchronize()
+    assert int(flags.abs().sum()) == 0, f"flags not left at zero: {flags.nonzero().tolist()}"
+    assert int(bufs2[1].abs().sum()) == 0, "arrival counters not left at zero"
+    _check_act(moe, bufs2[2], bufs2[3])
+    ref, bound = _terms_reference(moe, bufs2[2], bufs2[3])
+    assert torch.isfinite(got).all(), "terms not all written"
+    err = (got.double() - ref).abs() - bound
+    assert (err <= 0).all(), f"terms off by {err.max():.3g} past the bound"
+    assert torch.equal(bufs2[2].view(torch.uint8), bufs[2].view(torch.uint8)), "activations"
+    assert torch.equal(bufs2[3].view(torch.int32), bufs[3].view(torch.int32)), "scales"
+    assert torch.equal(got.view(torch.int16), want.view(torch.int16)), "terms"
+
+
+@pytest.mark.parametrize("m", [1, 16])
+def test_experts_repeats_and_replays_bitwise(m):
+    """10 launches of ``experts``, pdl and plain, and graph replays: bitwise the first."""
+    moe = Moe(m, 256, 256, 6144, 8, seed=11 * m)
+    bufs, flags, terms = moe.buffers(), _flags(moe), _nan_terms(moe)
+    _run_experts(moe, bufs, flags, terms)
+    first = (terms.clone(), bufs[3].clone())
+    for pdl in (False, True) * 5:
+        terms.fill_(float("nan"))
+        bufs[3].fill_(float("nan"))
+        _run_experts(moe, bufs, flags, terms, pdl=pdl)
+        assert torch.equal(terms.view(torch.int16), first[0].view(torch.int16)), f"pdl={pdl}"
+        assert torch.equal(bufs[3].view(torch.int32), first[1].view(torch.int32)), "scales"
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        _run_experts(moe, bufs, flags, terms, pdl=True)
+    for _ in range(3):
+        terms.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert torch.equal(terms.view(torch.int16), first[0].view(torch.int16)), "replay"
+    assert int(flags.abs().sum()) == 0 and int(bufs[1].abs().sum()) == 0
+    fp8_moe.check_flags(flags)
+
+
+def test_experts_refuses_bad_input():
+    moe = Moe(2, 8, 128, 256, 2, seed=1)
+    bufs, flags, terms = moe.buffers(), _flags(moe), _nan_terms(moe)
+    with pytest.raises(ValueError, match="all must be resident"):
+        _run_experts(moe, bufs, flags, terms, grid=SMS + 1)
+    with pytest.raises(ValueError, match="flags must be"):
+        _run_experts(moe, bufs, flags[:-1], terms)
+    with pytest.raises(ValueError, match="shared down must be"):
+        fp8_moe.experts(moe.padded_x(), moe.sx, moe.gate, moe.gate_s, moe.up, moe.up_s,
+                        moe.down, moe.down_s, moe.sh_gate, moe.sh_gate_s, moe.sh_up,
+                        moe.sh_up_s, moe.sh_gate, moe.sh_down_s, moe.slot_expert,
+                        moe.num_slots, moe.slot_weight, moe.slot_rank, *bufs[:2], flags,
+                        *bufs[2:], terms)
 
 
 def test_refuses_bad_input():

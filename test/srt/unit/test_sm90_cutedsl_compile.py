@@ -40,9 +40,12 @@ for kind, m, inter, hidden, experts, slots, terms, stages, groups, pdl in {forms
     print("compiled", kind, m, mma.stages, mma.threads)
 """
 # fp8_moe (kind, rows, I, H, experts, slot table, terms, ring slots, consumer warpgroups,
-# pdl): one TP8 rank's GLM-5.3 experts at 1 and 16 rows
+# pdl): one TP8 rank's GLM-5.3 experts at 1 and 16 rows, both in one launch (experts), and
+# one launch whose down has more activation groups than a warpgroup's ring slots
 MOE_FORMS = [("gate_up", 1, 256, 6144, 256, 9, 1, 0, 2, True),
-             ("down", 16, 256, 6144, 256, 129, 9, 0, 2, True)]
+             ("down", 16, 256, 6144, 256, 129, 9, 0, 2, True),
+             ("experts", 1, 256, 6144, 256, 9, 9, 0, 2, True),
+             ("experts", 4, 1024, 512, 8, 9, 3, 0, 2, False)]
 
 
 def _compile(tmp_path, script: str, forms: list) -> list:

@@ -66,6 +66,29 @@ def _check_schedule(groups, chunk, my_units, per):
     assert all(len(u) == 1 for u in users.values()), "a ring slot shared by warpgroups"
 
 
+def test_two_phases_continue_each_warpgroups_count():
+    """fp8_moe.experts: a CTA's gate/up units (chunk_g slots each), then its down units
+    (chunk_d each), one ring. A warpgroup's second-phase counts start at ring.owned(...) x
+    chunk_g, so its slots stay its own, in order, lap after lap across the phases; and its
+    act barriers (the second phase's x tiles, one per ring slot) see phases 0, 1, 0, ..."""
+    for groups, chunk_g, chunk_d, units_g, units_d, per in itertools.product(
+            [1, 2, 3], [1, 3], [1, 2, 5], [0, 1, 2, 5], [0, 1, 3, 4], [1, 3]):
+        loads = [(c, own) for *_, c, own, _, _ in _producer_order(groups, chunk_g, units_g, per)]
+        for f in range(units_d * chunk_d):
+            _, _, c, own = ring.round_slot(f, groups, chunk_d, units_d)
+            loads.append((c, own + ring.owned(c, groups, units_g) * chunk_g))
+        for c in range(groups):
+            mine = [own for cc, own in loads if cc == c]
+            assert mine == list(range(len(mine))), (groups, chunk_g, chunk_d, units_g, c)
+            start = ring.owned(c, groups, units_g) * chunk_g
+            assert start == sum(1 for cc, own in loads[:units_g * chunk_g] if cc == c)
+            act_uses = {}
+            for j, own in enumerate(x for x in mine if x >= start):
+                index = ring.ring_state(groups * per, per, c, own, False).index
+                assert (j // per) % 2 == act_uses.get(index, 0) % 2  # the phase awaited
+                act_uses[index] = act_uses.get(index, 0) + 1
+
+
 def test_pdl_prefill_is_each_warpgroups_first_lap():
     """fp8_mma loads the slots with own count < per before the wait: no more than a
     warpgroup's part holds, so the producer never waits on a slot before the wait."""

@@ -23,6 +23,9 @@ QKV_A: Optional[bool] = None
 # (results/sm90_moe_probe_20261202T110031Z.json), not yet timed in the layer.
 MOE_ENV = "SGL_KERNEL_EXT_SM90_MOE"
 MOE: Optional[bool] = None
+# with MOE: gate/up and down in one launch (fp8_moe.experts: down's weights stream while the
+# activations are made) rather than two
+MOE_ONE_LAUNCH = True
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
 # (H200, sm90_gemv_probe_20261202T081912Z: 10-12 slots fastest, the whole 200 KB slower)
 RING_SLOTS = 10

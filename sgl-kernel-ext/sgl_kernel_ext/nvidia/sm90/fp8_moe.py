@@ -19,6 +19,17 @@ scales), over units the device derives from the step's slot count:
   bf16(weight[slot, row] * y) at terms[row, the expert's place in the row's ascending choice]
   for the rows that chose the slot's expert, as ``triton.moe.down`` (whose row sum follows).
 
+- ``experts``: both in one launch. Each CTA takes its gate/up units, then its down units of
+  (slot, 128 hidden rows), a ring slot holding the two 64-row down tiles of a 128-column group.
+  The producer streams the down tiles as soon as the gate/up units' tiles are in, so they
+  load while the activations are being made; a consumer warpgroup waits for its slot's
+  activations (a ready flag a (slot, 128 columns) group, set by the gate/up tail after its
+  stores), then loads them into its ring slot itself (TMA on the same full barrier). Every CTA
+  is resident (grid <= SMs, one CTA a multiprocessor) and takes its gate/up units first, so
+  the flags it waits for are always set; the last CTA to finish clears them for the next
+  launch. A wait that outlasts WAIT_SPINS polls gives up and raises the error word instead of
+  hanging (the outputs are then garbage: ``check_flags`` says so).
+
 Routed weights are [E, rows, K] stacks (any expert stride: views of SGLang's w13 work), the
 shared expert's its own [rows, K]. Each touched expert's weights are read once a step; every
 output element is one thread's fixed-order sum (deterministic). Launched programmatically
@@ -42,7 +53,15 @@ from .fp8_mma import BLOCK_K, BLOCK_M, MAX_ROWS, x_rows
 # results/sm90_moe_probe_20261202T105427Z.json: "sm90 s0" there is 2 a warpgroup, "s6" 3)
 RING_BYTES = 92 * 1024
 GROUPS = 2  # consumer warpgroups
-GATE_UP, DOWN = "gate_up", "down"
+GATE_UP, DOWN, EXPERTS = "gate_up", "down", "experts"
+# polls of a ready flag (each an L2 round trip, about 1 us) before the wait gives up
+WAIT_SPINS = 1 << 22
+
+
+def flags_size(slots: int, inter: int) -> int:
+    """int32 words of ``experts``' flags: a ready flag a (slot, 128 intermediate columns),
+    the finished-CTA count, the error word."""
+    return slots * (inter // 128) + 2
 
 
 def gate_up_split(slots: int, inter: int, hidden: int, units: int) -> int:
@@ -67,17 +86,21 @@ class Fp8ExpertsMma:
     def __init__(self, kind: str, m: int, inter: int, hidden: int, experts: int,
                  max_slots: int = 2, terms: int = 1, stages: int = 0, groups: int = 0,
                  pdl: bool = False):
-        if kind not in (GATE_UP, DOWN):
-            raise ValueError(f"fp8_moe: kind must be {GATE_UP!r} or {DOWN!r}, got {kind!r}")
+        if kind not in (GATE_UP, DOWN, EXPERTS):
+            raise ValueError(f"fp8_moe: kind must be {GATE_UP!r}, {DOWN!r} or {EXPERTS!r}, "
+                             f"got {kind!r}")
         if not 1 <= m <= MAX_ROWS:
             raise ValueError(f"fp8_moe takes 1..{MAX_ROWS} rows, got {m}")
         if inter % 128 or hidden % 128:
             raise ValueError(f"fp8_moe: intermediate ({inter}) and hidden ({hidden}) sizes "
                              "must be multiples of 128")
-        self.gate_up = kind == GATE_UP
+        self.fused = kind == EXPERTS
+        self.gate_up = kind in (GATE_UP, EXPERTS)  # the fused kind's first phase is gate/up
         self.m, self.inter, self.hidden, self.experts, self.terms = m, inter, hidden, experts, terms
         self.max_slots = max_slots  # the slot table's length (a copy in shared memory)
-        self.table = max_slots * m if kind == DOWN else 1  # down's [slot, row] weights, ranks
+        self.table = max_slots * m if kind != GATE_UP else 1  # down's [slot, row] weights, ranks
+        # the fused kind's down units: (slot, 128 hidden rows), over inter / 128 groups
+        self.d_units, self.d_kg = hidden // 128, inter // BLOCK_K
         self.nx = x_rows(m)
         self.n = inter if self.gate_up else hidden  # one matrix's rows an expert
         self.k = hidden if self.gate_up else inter
@@ -95,6 +118,7 @@ class Fp8ExpertsMma:
         self.stages = self.per * self.groups
         self.threads = 128 * (1 + self.groups)
         self.pdl = pdl
+        self.scale_groups = max(self.kg, self.d_kg if self.fused else 0)
 
     @cute.jit
     def __call__(self, wa: cute.Tensor, sa: cute.Tensor, wb: cute.Tensor, sb: cute.Tensor,
@@ -102,20 +126,26 @@ class Fp8ExpertsMma:
                  sh_sb: cute.Tensor, xq: cute.Tensor, sx: cute.Tensor, slot_expert: cute.Tensor,
                  num_slots: cute.Tensor, parts: cute.Tensor, arrivals: cute.Tensor,
                  out_q: cute.Tensor, out_s: cute.Tensor, slot_weight: cute.Tensor,
-                 slot_rank: cute.Tensor, terms: cute.Tensor, grid: cutlass.Int32, stream):
+                 slot_rank: cute.Tensor, terms: cute.Tensor, wd: cute.Tensor, sd: cute.Tensor,
+                 sh_wd: cute.Tensor, sh_sd: cute.Tensor, flags: cute.Tensor,
+                 grid: cutlass.Int32, stream):
         e4m3 = cutlass.Float8E4M3FN
         tiled_mma, a_layout, b_layout = ring.mma_and_layouts(
             self.nx, self.a_tiles * self.stages, self.stages)
         a_slot = cute.slice_(a_layout, (None, None, 0))
+        b_slot = cute.slice_(b_layout, (None, None, 0))
         op = cpasync.CopyBulkTensorTileG2SOp()
-        tma = [cpasync.make_tiled_tma_atom(op, w, a_slot, (BLOCK_M, BLOCK_K))
-               for w in (wa, wb, sh_wa, sh_wb)]
-        tma_x = cpasync.make_tiled_tma_atom(op, xq, cute.slice_(b_layout, (None, None, 0)),
-                                            (self.nx, BLOCK_K))
+        # the fused kind's down tiles and activations; the others pass placeholders
+        mats = (wa, wb, sh_wa, sh_wb) + ((wd, sh_wd) if self.fused else (wa, wa))
+        tma = [cpasync.make_tiled_tma_atom(op, w, a_slot, (BLOCK_M, BLOCK_K)) for w in mats]
+        tma_x = cpasync.make_tiled_tma_atom(op, xq, b_slot, (self.nx, BLOCK_K))
+        tma_act = (cpasync.make_tiled_tma_atom(op, out_q, b_slot, (self.nx, BLOCK_K))
+                   if self.fused else tma_x)
 
         @cute.struct
         class Storage:
             bars: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
+            act_bars: cute.struct.MemRange[cutlass.Int64, self.stages]  # the fused kind's
             sa: cute.struct.Align[cute.struct.MemRange[e4m3, cute.cosize(a_layout)], 1024]
             sb: cute.struct.Align[cute.struct.MemRange[e4m3, cute.cosize(b_layout)], 1024]
             last: cute.struct.MemRange[cutlass.Int32, self.groups]
@@ -123,14 +153,15 @@ class Fp8ExpertsMma:
             expert: cute.struct.MemRange[cutlass.Int32, self.max_slots]
             weight: cute.struct.MemRange[cutlass.Float32, self.table]
             rank: cute.struct.MemRange[cutlass.Int32, self.table]
-            scales: cute.struct.MemRange[cutlass.Float32,
-                                         (self.a_tiles + MAX_ROWS) * self.kg * self.groups]
+            scales: cute.struct.MemRange[
+                cutlass.Float32, (self.a_tiles + MAX_ROWS) * self.scale_groups * self.groups]
 
         self.storage = Storage
         self.kernel(tma[0][0], tma[0][1], tma[1][0], tma[1][1], tma[2][0], tma[2][1],
                     tma[3][0], tma[3][1], tma_x[0], tma_x[1], tiled_mma, a_layout, b_layout,
                     sa, sb, sh_sa, sh_sb, sx, slot_expert, num_slots, parts, arrivals, out_q,
-                    out_s, slot_weight, slot_rank, terms).launch(
+                    out_s, slot_weight, slot_rank, terms, tma[4][0], tma[4][1], tma[5][0],
+                    tma[5][1], tma_act[0], tma_act[1], sd, sh_sd, flags).launch(
             grid=[grid, 1, 1], block=[self.threads, 1, 1], smem=Storage.size_in_bytes(),
             stream=stream, use_pdl=self.pdl)
 
@@ -179,16 +210,19 @@ class Fp8ExpertsMma:
                mShSa: cute.Tensor, mShSb: cute.Tensor, mSx: cute.Tensor,
                mSlotExpert: cute.Tensor, mNumSlots: cute.Tensor, mParts: cute.Tensor,
                mArrivals: cute.Tensor, mOutQ: cute.Tensor, mOutS: cute.Tensor,
-               mSlotWeight: cute.Tensor, mSlotRank: cute.Tensor, mTerms: cute.Tensor):
+               mSlotWeight: cute.Tensor, mSlotRank: cute.Tensor, mTerms: cute.Tensor,
+               tma_d: cute.CopyAtom, mWd: cute.Tensor, tma_shd: cute.CopyAtom,
+               mShWd: cute.Tensor, tma_act: cute.CopyAtom, mAct: cute.Tensor,
+               mSd: cute.Tensor, mShSd: cute.Tensor, mFlags: cute.Tensor):
         stages, groups = self.stages, self.groups
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         grid, _, _ = cute.arch.grid_dim()
         warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
         wg = cute.arch.make_warp_uniform(tidx // 128)
-        tmas = (tma_a, tma_b, tma_sha, tma_shb, tma_x)
+        tmas = (tma_a, tma_b, tma_sha, tma_shb, tma_x, tma_d, tma_shd, tma_act)
         if warp == 0:
-            for t in cutlass.range_constexpr(5):
+            for t in cutlass.range_constexpr(8 if self.fused else 5):
                 cpasync.prefetch_descriptor(tmas[t])
 
         storage = cutlass.memory.SmemAllocator().allocate(self.storage)
@@ -197,8 +231,10 @@ class Fp8ExpertsMma:
         pipe = ring.make_pipe(storage.bars.data_ptr(), stages, self.slot_bytes)
 
         s_a2 = cute.group_modes(s_a, 0, 2)
+        s_b2 = cute.group_modes(s_b, 0, 2)
         t_s, t_g = [], []
-        for t, w in ((tma_a, mWa), (tma_b, mWb), (tma_sha, mShWa), (tma_shb, mShWb)):
+        for t, w in ((tma_a, mWa), (tma_b, mWb), (tma_sha, mShWa), (tma_shb, mShWb),
+                     (tma_d, mWd), (tma_shd, mShWd)):
             ts, tg = cpasync.tma_partition(
                 t, 0, cute.make_layout(1), s_a2,
                 cute.group_modes(cute.local_tile(w, (BLOCK_M, BLOCK_K), (None,) * cute.rank(w)),
@@ -206,8 +242,11 @@ class Fp8ExpertsMma:
             t_s.append(ts)
             t_g.append(tg)
         t_sx, t_gx = cpasync.tma_partition(
-            tma_x, 0, cute.make_layout(1), cute.group_modes(s_b, 0, 2),
+            tma_x, 0, cute.make_layout(1), s_b2,
             cute.group_modes(cute.local_tile(mX, (self.nx, BLOCK_K), (None, None)), 0, 2))
+        t_sact, t_gact = cpasync.tma_partition(
+            tma_act, 0, cute.make_layout(1), s_b2,
+            cute.group_modes(cute.local_tile(mAct, (self.nx, BLOCK_K), (None, None)), 0, 2))
 
         if cutlass.const_expr(self.pdl):
             cute.arch.griddepcontrol_launch_dependents()
@@ -219,10 +258,17 @@ class Fp8ExpertsMma:
             s_expert[i] = mSlotExpert[i]
         s_weight = storage.weight.get_tensor(cute.make_layout((self.m, self.max_slots)))
         s_rank = storage.rank.get_tensor(cute.make_layout((self.m, self.max_slots)))
-        if cutlass.const_expr(not self.gate_up):
+        if cutlass.const_expr(not self.gate_up or self.fused):
             for i in cutlass.range(tidx, n_slots * self.m, self.threads, unroll=1):
                 s_weight[i % self.m, i // self.m] = mSlotWeight[i // self.m, i % self.m]
                 s_rank[i % self.m, i // self.m] = mSlotRank[i // self.m, i % self.m]
+        act_bars = storage.act_bars.data_ptr()
+        if cutlass.const_expr(self.fused):
+            if warp == 0:
+                with cute.arch.elect_one():
+                    for i in cutlass.range_constexpr(stages):
+                        cute.arch.mbarrier_init(act_bars + i, 1)
+                cute.arch.mbarrier_init_fence()
         cute.arch.barrier()
         pairs = n_slots * self.tiles
         split = self._split(pairs, grid)
@@ -231,6 +277,10 @@ class Fp8ExpertsMma:
         first = bidx * units // grid
         my_units = (bidx + 1) * units // grid - first
         rounds = (my_units + groups - 1) // groups
+        # the fused kind's down units, after the CTA's gate/up units
+        d_total = n_slots * self.d_units
+        first_d = bidx * d_total // grid
+        my_d = (bidx + 1) * d_total // grid - first_d
 
         if warp == 0:
             for f in cutlass.range(my_units * chunk, unroll=1):
@@ -244,6 +294,19 @@ class Fp8ExpertsMma:
                 self._load(tmas, t_g, t_s, t_gx, t_sx, slot, pair % self.tiles,
                            (unit % split) * chunk + g_in, expert, put.index,
                            pipe.producer_get_barrier(put))
+            if cutlass.const_expr(self.fused):
+                # down's weight tiles; their activations come by the consumer's own TMA, on a
+                # barrier of its own, once gate/up has made them
+                for f in cutlass.range(my_d * self.d_kg, unroll=1):
+                    k, g_in, c, own = ring.round_slot(f, groups, self.d_kg, my_d)
+                    own = own + ring.owned(c, groups, my_units) * chunk
+                    unit = first_d + k
+                    put = ring.ring_state(stages, self.per, c, own, True)
+                    slot = unit // self.d_units
+                    pipe.sync_object_empty.wait(put.index, put.phase)
+                    pipe.sync_object_full.arrive_and_expect_tx(put.index, 2 * BLOCK_M * BLOCK_K)
+                    self._load_down(tmas, t_g, t_s, unit % self.d_units, g_in, s_expert[slot],
+                                    put.index, pipe.producer_get_barrier(put))
         elif wg >= 1:
             grp = wg - 1
             t = tidx % 128
@@ -251,14 +314,13 @@ class Fp8ExpertsMma:
             t_ra = tiled_mma.make_fragment_A(thr_mma.partition_A(s_a))
             t_rb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_b))
             coords = thr_mma.partition_C(cute.make_identity_tensor((BLOCK_M, self.nx)))
-            k_blocks = cute.size(t_ra, mode=[2])
             acc = [cute.make_rmem_tensor(coords.shape, cutlass.Float32)
                    for _ in range(self.a_tiles)]
             part = [cute.make_rmem_tensor(coords.shape, cutlass.Float32)
                     for _ in range(self.a_tiles)]
             # a unit's scales [weight matrices, then x's rows; group in the chunk; warpgroup]
             sc = storage.scales.get_tensor(
-                cute.make_layout((self.a_tiles + MAX_ROWS, self.kg, groups)))
+                cute.make_layout((self.a_tiles + MAX_ROWS, self.scale_groups, groups)))
             for rnd in cutlass.range(rounds, unroll=1):
                 in_round = cutlass.min(groups, my_units - rnd * groups)
                 if grp < in_round:
@@ -268,39 +330,159 @@ class Fp8ExpertsMma:
                     slot = pair // self.tiles
                     tile = pair % self.tiles
                     expert = s_expert[slot]
-                    for j in cutlass.range_constexpr(self.a_tiles):
-                        acc[j].fill(0.0)
                     self._stage_scales(sc, grp, t, expert, slot, tile, c * chunk, chunk, mSa,
                                        mShSa, mSb, mShSb, mSx)
-                    for s in cutlass.range(chunk, unroll=1):
-                        get = ring.ring_state(stages, self.per, grp, rnd * chunk + s, False)
-                        scale = [cute.make_rmem_tensor(coords.shape, cutlass.Float32)
-                                 for _ in range(self.a_tiles)]
-                        for e in cutlass.range_constexpr(cute.size(acc[0])):
-                            sxv = sc[self.a_tiles + cutlass.min(coords[e][1], self.m - 1), s,
-                                     grp]
-                            for j in cutlass.range_constexpr(self.a_tiles):
-                                scale[j][e] = sc[j, s, grp] * sxv
-                        pipe.consumer_wait(get)
-                        warpgroup.fence()
-                        for j in cutlass.range_constexpr(self.a_tiles):
-                            tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
-                            for kb in cutlass.range_constexpr(k_blocks):
-                                cute.gemm(tiled_mma, part[j],
-                                          t_ra[(None, None, kb, self.a_tiles * get.index + j)],
-                                          t_rb[(None, None, kb, get.index)], part[j])
-                                tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
-                        warpgroup.commit_group()
-                        warpgroup.wait_group(0)
-                        pipe.consumer_release(get)
-                        for j in cutlass.range_constexpr(self.a_tiles):
-                            for e in cutlass.range_constexpr(cute.size(acc[0])):
-                                acc[j][e] = acc[j][e] + part[j][e] * scale[j][e]
+                    self._mma_unit(tiled_mma, pipe, t_ra, t_rb, acc, part, coords, sc, grp, t,
+                                   rnd * chunk, chunk)
                     if cutlass.const_expr(self.gate_up):
                         self._gate_up_out(acc, coords, slot, tile, c, split, grp, t, storage,
-                                          mParts, mArrivals, mOutQ, mOutS)
+                                          mParts, mArrivals, mOutQ, mOutS, mFlags)
                     else:
                         self._down_out(acc[0], coords, slot, tile, s_weight, s_rank, mTerms)
+            if cutlass.const_expr(self.fused):
+                own0 = ring.owned(grp, groups, my_units) * chunk
+                for rnd in cutlass.range((my_d + groups - 1) // groups, unroll=1):
+                    if grp < cutlass.min(groups, my_d - rnd * groups):
+                        unit = first_d + rnd * groups + grp
+                        slot = unit // self.d_units
+                        u = unit % self.d_units
+                        self._wait_ready(mFlags, slot, grp, t)
+                        if t < 32:
+                            cute.arch.fence_proxy("async.global")  # the TMA reads them next
+                            for s in cutlass.range_constexpr(min(self.per, self.d_kg)):
+                                self._load_act(tma_act, t_gact, t_sact, act_bars, slot, s,
+                                               grp, own0 + rnd * self.d_kg + s)
+                        self._stage_down_scales(sc, grp, t, s_expert[slot], slot, u, mSd,
+                                                mShSd, mOutS)
+                        self._mma_unit(tiled_mma, pipe, t_ra, t_rb, acc, part, coords, sc,
+                                       grp, t, own0 + rnd * self.d_kg, self.d_kg,
+                                       (tma_act, t_gact, t_sact, act_bars, slot,
+                                        rnd * self.d_kg))
+                        for j in cutlass.range_constexpr(2):
+                            self._down_out(acc[j], coords, slot, 2 * u + j, s_weight, s_rank,
+                                           mTerms)
+        if cutlass.const_expr(self.fused):
+            self._finish(mFlags, n_slots, tidx, grid)
+
+    @cute.jit
+    def _mma_unit(self, tiled_mma: cute.TiledMma, pipe, t_ra: cute.Tensor, t_rb: cute.Tensor,
+                  acc, part, coords: cute.Tensor, sc: cute.Tensor, grp, t, own0, chunk,
+                  act=None):
+        """A unit's `chunk` ring slots (this warpgroup's own count from own0) into acc: each
+        128-column group's wgmma product promoted with its weight and x scales. act (the
+        fused kind's down units: its TMA, partitions, barriers, the slot, the unit's first
+        count in the phase): the x tiles come on the act barriers, the first `per` already
+        requested; this loads the rest as their ring slots free."""
+        stages = self.stages
+        k_blocks = cute.size(t_ra, mode=[2])
+        for j in cutlass.range_constexpr(self.a_tiles):
+            acc[j].fill(0.0)
+        for s in cutlass.range(chunk, unroll=1):
+            get = ring.ring_state(stages, self.per, grp, own0 + s, False)
+            scale = [cute.make_rmem_tensor(coords.shape, cutlass.Float32)
+                     for _ in range(self.a_tiles)]
+            for e in cutlass.range_constexpr(cute.size(acc[0])):
+                sxv = sc[self.a_tiles + cutlass.min(coords[e][1], self.m - 1), s, grp]
+                for j in cutlass.range_constexpr(self.a_tiles):
+                    scale[j][e] = sc[j, s, grp] * sxv
+            pipe.consumer_wait(get)
+            if cutlass.const_expr(act is not None):
+                cute.arch.mbarrier_wait(act[3] + get.index, ((act[5] + s) // self.per) % 2)
+            warpgroup.fence()
+            for j in cutlass.range_constexpr(self.a_tiles):
+                tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
+                for kb in cutlass.range_constexpr(k_blocks):
+                    cute.gemm(tiled_mma, part[j],
+                              t_ra[(None, None, kb, self.a_tiles * get.index + j)],
+                              t_rb[(None, None, kb, get.index)], part[j])
+                    tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+            warpgroup.commit_group()
+            warpgroup.wait_group(0)
+            pipe.consumer_release(get)
+            if cutlass.const_expr(act is not None and self.d_kg > self.per):
+                if s + self.per < chunk:
+                    if t < 32:
+                        self._load_act(act[0], act[1], act[2], act[3], act[4], s + self.per,
+                                       grp, own0 + s + self.per)
+            for j in cutlass.range_constexpr(self.a_tiles):
+                for e in cutlass.range_constexpr(cute.size(acc[0])):
+                    acc[j][e] = acc[j][e] + part[j][e] * scale[j][e]
+
+    @cute.jit
+    def _load_act(self, tma_act: cute.CopyAtom, t_gact: cute.Tensor, t_sact: cute.Tensor,
+                  act_bars, slot, group, grp, own):
+        """(One warp.) The slot's activations of a 128-column group into the x tile of
+        consumer warpgroup grp's `own`-th ring slot, on that slot's act barrier."""
+        index = ring.ring_state(self.stages, self.per, grp, own, False).index
+        bar = act_bars + index
+        with cute.arch.elect_one():
+            cute.arch.mbarrier_arrive_and_expect_tx(bar, self.nx * BLOCK_K)
+        cute.copy(tma_act, t_gact[(None, slot, group)], t_sact[(None, index)], tma_bar_ptr=bar)
+
+    @cute.jit
+    def _load_down(self, tmas, t_g, t_s, u, group, expert, index, bar):
+        """A fused down unit's ring slot: its two 64-row tiles of the expert's down matrix
+        (hidden rows 128 u ...) in a 128-column group."""
+        for j in cutlass.range_constexpr(2):
+            if expert == self.experts:
+                cute.copy(tmas[6], t_g[5][(None, 2 * u + j, group)],
+                          t_s[5][(None, 2 * index + j)], tma_bar_ptr=bar)
+            else:
+                cute.copy(tmas[5], t_g[4][(None, 2 * u + j, group, expert)],
+                          t_s[4][(None, 2 * index + j)], tma_bar_ptr=bar)
+
+    @cute.jit
+    def _wait_ready(self, mFlags: cute.Tensor, slot, grp, t):
+        """Wait (one thread polls, acquire; then the warpgroup's barrier) until gate/up has
+        written every activation group of the slot. Past WAIT_SPINS polls it raises the
+        error word and goes on: garbage out rather than a hang."""
+        if t == 0:
+            for g in cutlass.range(self.d_kg, unroll=1):
+                ptr = mFlags.iterator + slot * self.d_kg + g
+                seen = cute.arch.atomic_add(ptr, cutlass.Int32(0), sem="acquire", scope="gpu")
+                spins = cutlass.Int32(0)
+                while seen == 0:
+                    seen = cute.arch.atomic_add(ptr, cutlass.Int32(0), sem="acquire",
+                                                scope="gpu")
+                    spins = spins + 1
+                    if spins >= WAIT_SPINS:
+                        seen = cutlass.Int32(-1)
+                if seen < 0:
+                    mFlags[cute.size(mFlags) - 1] = cutlass.Int32(1)
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+
+    @cute.jit
+    def _stage_down_scales(self, sc: cute.Tensor, grp, t, expert, slot, u, mSd: cute.Tensor,
+                           mShSd: cute.Tensor, mOutS: cute.Tensor):
+        """A fused down unit's scales into shared memory (``_stage_scales``' layout): its
+        128 rows' down scale for each group (both tiles), the slot's activation scales."""
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)  # the last unit's read
+        for i in cutlass.range(t, (2 + self.m) * self.d_kg, 128, unroll=1):
+            what = i // self.d_kg
+            s = i % self.d_kg
+            v = cutlass.Float32(0.0)
+            if what < 2:
+                if expert == self.experts:
+                    v = mShSd[u, s]
+                else:
+                    v = mSd[expert, u, s]
+            else:
+                v = mOutS[slot * self.m + what - 2, s]
+            sc[what, s, grp] = v
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+
+    @cute.jit
+    def _finish(self, mFlags: cute.Tensor, n_slots, tidx, grid):
+        """The fused kind's end: the last CTA to finish clears the ready flags and the count
+        (every wait of this launch has passed), so the next launch finds them at zero."""
+        cute.arch.barrier()
+        if tidx == 0:
+            done = mFlags.iterator + cute.size(mFlags) - 2
+            old = cute.arch.atomic_add(done, cutlass.Int32(1), sem="acq_rel", scope="gpu")
+            if old == grid - 1:
+                for i in cutlass.range(n_slots * self.d_kg, unroll=1):
+                    mFlags[i] = cutlass.Int32(0)
+                mFlags[cute.size(mFlags) - 2] = cutlass.Int32(0)
 
     @cute.jit
     def _stage_scales(self, sc: cute.Tensor, grp, t, expert, slot, tile, group0, chunk,
@@ -343,7 +525,7 @@ class Fp8ExpertsMma:
     @cute.jit
     def _gate_up_out(self, acc, coords: cute.Tensor, slot, tile, c, split, grp, t, storage,
                      mParts: cute.Tensor, mArrivals: cute.Tensor, mOutQ: cute.Tensor,
-                     mOutS: cute.Tensor):
+                     mOutS: cute.Tensor, mFlags: cute.Tensor):
         """Store the chunk's gate and up partials; the last of the (slot, 128 columns) group's
         units to arrive finishes the group: chunks summed in order, SwiGLU, per-row quant."""
         p = slot * split + c
@@ -395,6 +577,12 @@ class Fp8ExpertsMma:
                     mOutS[slot * self.m + row, q] = s
             if t == 0:
                 mArrivals[counter] = cutlass.Int32(0)
+            if cutlass.const_expr(self.fused):  # the slot's group is ready for down (release)
+                cute.arch.fence_acq_rel_gpu()
+                cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+                if t == 0:
+                    cute.arch.atomic_add(mFlags.iterator + counter, cutlass.Int32(1),
+                                         sem="release", scope="gpu")
 
 
 @functools.lru_cache(maxsize=None)
@@ -422,7 +610,8 @@ def _shapes(mma: Fp8ExpertsMma):
             torch.empty(2, dtype=i32), torch.empty(2, 4, 256, dtype=f32),
             torch.empty(4, dtype=i32), torch.empty(32, 256, dtype=e4m3),
             torch.empty(4, 2, dtype=f32), torch.empty(4, 2, dtype=f32),
-            torch.empty(4, 2, dtype=i32), torch.empty(8, 256, dtype=torch.bfloat16))
+            torch.empty(4, 2, dtype=i32), torch.empty(8, 256, dtype=torch.bfloat16),
+            w, s, sh_w, sh_s, torch.empty(4, dtype=i32))
 
 
 def _tensor(t):
@@ -518,7 +707,7 @@ def gate_up(xq, sx, gate_q, gate_s, up_q, up_s, sh_gate_q, sh_gate_s, sh_up_q, s
     unused = _unused(parts.device, GATE_UP)
     args = (gate_q.permute(1, 2, 0), gate_s, up_q.permute(1, 2, 0), up_s, sh_gate_q, sh_gate_s,
             sh_up_q, sh_up_s, xq, sx, slot_expert, num_slots, parts, arrivals, act_q, act_s,
-            unused[16], unused[17], unused[18])
+            *unused[16:])
     _launch(GATE_UP, m, inter, hidden, e, slots, 1, args, stages, grid, groups, pdl,
             parts.device)
 
@@ -552,6 +741,74 @@ def down(act_q, act_s, down_q, down_s, sh_down_q, sh_down_s, slot_expert, num_sl
     args = (down_q.permute(1, 2, 0), down_s, down_q.permute(1, 2, 0), down_s, sh_down_q,
             sh_down_s, sh_down_q, sh_down_s, act_q, act_s, slot_expert, num_slots, unused[12],
             unused[13], unused[14], unused[15], slot_weight, slot_rank,
-            terms.view(m * terms.shape[1], hidden))
+            terms.view(m * terms.shape[1], hidden), *unused[19:])
     _launch(DOWN, m, inter, hidden, e, slots, terms.shape[1], args, stages, grid, groups, pdl,
             terms.device)
+
+
+def experts(xq, sx, gate_q, gate_s, up_q, up_s, down_q, down_s, sh_gate_q, sh_gate_s, sh_up_q,
+            sh_up_s, sh_down_q, sh_down_s, slot_expert, num_slots, slot_weight, slot_rank,
+            parts, arrivals, flags, act_q, act_s, terms, stages: int = 0, grid: int = 0,
+            groups: int = 0, pdl: bool = False) -> None:
+    """``gate_up`` then ``down`` in one launch (the module docstring's ``experts``): the same
+    arguments and outputs (act_q / act_s are written on the way, as gate_up's), and flags
+    int32 [flags_size(S, I)] at zero (left at zero; its last word is the error word: 1 if a
+    wait gave up, see ``check_flags``). The grid may not exceed the multiprocessors: the CTAs
+    wait on each other, so every one must be resident."""
+    import torch
+
+    m, kg = sx.shape
+    hidden = kg * 128
+    e, inter = gate_q.shape[0], gate_q.shape[1]
+    slots, nx = slot_expert.shape[0], x_rows(m)
+    sms = torch.cuda.get_device_properties(parts.device).multi_processor_count
+    if grid > sms:
+        raise ValueError(f"fp8_moe.experts: grid {grid} exceeds the {sms} multiprocessors "
+                         "(its CTAs wait on each other: all must be resident)")
+    if xq.shape[0] < nx:
+        raise ValueError(f"fp8_moe: xq needs at least {nx} rows for {m}, got {xq.shape[0]}")
+    xq = xq[:nx]
+    _check("xq", xq, (nx, hidden), torch.float8_e4m3fn)
+    _check("sx", sx, (m, kg), torch.float32)
+    for name, q, s, rows, k, ex in (
+            ("gate", gate_q, gate_s, inter, hidden, e), ("up", up_q, up_s, inter, hidden, e),
+            ("down", down_q, down_s, hidden, inter, e),
+            ("shared gate", sh_gate_q, sh_gate_s, inter, hidden, None),
+            ("shared up", sh_up_q, sh_up_s, inter, hidden, None),
+            ("shared down", sh_down_q, sh_down_s, hidden, inter, None)):
+        _check_stack(name, q, s, rows, k, ex)
+    if gate_q.stride() != up_q.stride():
+        raise ValueError("fp8_moe: gate and up stacks must have the same strides")
+    _check("slot_expert", slot_expert, (slots,), torch.int32)
+    _check("num_slots", num_slots, (1,), torch.int32)
+    _check("slot_weight", slot_weight, (slots, m), torch.float32)
+    _check("slot_rank", slot_rank, (slots, m), torch.int32)
+    if parts.dim() != 3 or parts.shape[1:] != (m, 2 * inter):
+        raise ValueError(f"fp8_moe: parts must be fp32 [P, {m}, {2 * inter}], got "
+                         f"{tuple(parts.shape)}")
+    _check("parts", parts, tuple(parts.shape), torch.float32)
+    _check("arrivals", arrivals, (slots * (inter // 128),), torch.int32)
+    _check("flags", flags, (flags_size(slots, inter),), torch.int32)
+    _check("act_q", act_q, (slots * nx, inter), torch.float8_e4m3fn)
+    _check("act_s", act_s, (slots * m, inter // 128), torch.float32)
+    if terms.dim() != 3 or terms.shape[0] != m or terms.shape[2] != hidden:
+        raise ValueError(f"fp8_moe: terms must be bf16 [{m}, TERMS, {hidden}], got "
+                         f"{tuple(terms.shape)}")
+    _check("terms", terms, tuple(terms.shape), torch.bfloat16)
+    need = gate_up_parts_rows(slots, inter, hidden, (grid or sms) * (groups or GROUPS))
+    if parts.shape[0] < need:
+        raise ValueError(f"fp8_moe: parts needs {need} (slot, chunk) rows for {slots} slots, "
+                         f"got {parts.shape[0]}")
+    args = (gate_q.permute(1, 2, 0), gate_s, up_q.permute(1, 2, 0), up_s, sh_gate_q, sh_gate_s,
+            sh_up_q, sh_up_s, xq, sx, slot_expert, num_slots, parts, arrivals, act_q, act_s,
+            slot_weight, slot_rank, terms.view(m * terms.shape[1], hidden),
+            down_q.permute(1, 2, 0), down_s, sh_down_q, sh_down_s, flags)
+    _launch(EXPERTS, m, inter, hidden, e, slots, terms.shape[1], args, stages, grid, groups,
+            pdl, parts.device)
+
+
+def check_flags(flags) -> None:
+    """Raise if an ``experts`` launch gave up waiting (its error word; syncs with the host)."""
+    if int(flags[-1]):
+        raise RuntimeError("fp8_moe.experts: a wait for gate/up's activations gave up; that "
+                           "launch's outputs are garbage")

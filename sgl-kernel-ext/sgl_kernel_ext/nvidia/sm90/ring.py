@@ -54,6 +54,11 @@ def round_slot(f, groups: int, chunk, my_units):
     return rnd * groups + c, f_in // in_round, c, rnd * chunk + f_in // in_round
 
 
+def owned(c, groups: int, units):
+    """How many of a CTA's `units` consumer warpgroup c takes (round_slot's round-robin)."""
+    return (units - c + groups - 1) // groups
+
+
 def make_pipe(bars, stages: int, slot_bytes: int):
     """The ring's full/empty mbarriers: one TMA producer thread, the 4 warps of a consumer
     warpgroup release a slot."""

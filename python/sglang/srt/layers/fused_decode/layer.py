@@ -192,6 +192,7 @@ class FusedLayer:
                                                                       units) * r
                                        for r in range(1, m + 1)) * 2 * inter, dt=f32)
             self.buf["moe_arrivals"] = arrival.counters(slots * groups(inter), dev)
+            self.buf["moe_flags"] = arrival.counters(self.fp8_moe.flags_size(slots, inter), dev)
         if self.experts:
             specs["router_parts"] = e(ROUTER_SPLIT, m, self.experts, dt=f32)
             # each row's choice, for route's one-program-per-row form
@@ -474,8 +475,9 @@ class FusedLayer:
 
 
     def _experts_sm90(self, pos: torch.Tensor, m: int) -> None:
-        """The experts on fp8_moe (gate/up with SwiGLU and the down input's quant, then down,
-        launched programmatically dependent), then Triton's sum of each row's terms."""
+        """The experts on fp8_moe, launched programmatically dependent: gate/up with SwiGLU
+        and the down input's quant, and down, in one launch (``experts``; sm90.MOE_ONE_LAUNCH)
+        or two; then Triton's sum of each row's terms."""
         mlp, b = self.lw.mlp, self.buf
         v = lambda name: self._view(name, m)  # noqa: E731
         q = self.fp8_moe
@@ -485,12 +487,21 @@ class FusedLayer:
         rows = b["moe_parts"].numel() // (m * 2 * inter)
         parts = _prefix(b["moe_parts"], rows, m, 2 * inter)
         table, pdl = b["slot_expert"][:s], overlap.enabled()
-        q.gate_up(b["x2q"], v("x2s"), mlp.gate.q, mlp.gate.s, mlp.up.q, mlp.up.s,
-                  mlp.shared.gate.q, mlp.shared.gate.s, mlp.shared.up.q, mlp.shared.up.s, table,
-                  b["num_slots"], parts, b["moe_arrivals"][:s * (inter // 128)], act_q, act_s,
-                  pdl=pdl)
-        q.down(act_q, act_s, mlp.down.q, mlp.down.s, mlp.shared.down.q, mlp.shared.down.s,
-               table, b["num_slots"], v("slot_weight"), v("slot_rank"), v("terms"), pdl=pdl)
+        arrivals = b["moe_arrivals"][:s * (inter // 128)]
+        if sm90.MOE_ONE_LAUNCH:
+            q.experts(b["x2q"], v("x2s"), mlp.gate.q, mlp.gate.s, mlp.up.q, mlp.up.s,
+                      mlp.down.q, mlp.down.s, mlp.shared.gate.q, mlp.shared.gate.s,
+                      mlp.shared.up.q, mlp.shared.up.s, mlp.shared.down.q, mlp.shared.down.s,
+                      table, b["num_slots"], v("slot_weight"), v("slot_rank"), parts,
+                      arrivals, b["moe_flags"][:q.flags_size(s, inter)], act_q, act_s,
+                      v("terms"), pdl=pdl)
+        else:
+            q.gate_up(b["x2q"], v("x2s"), mlp.gate.q, mlp.gate.s, mlp.up.q, mlp.up.s,
+                      mlp.shared.gate.q, mlp.shared.gate.s, mlp.shared.up.q, mlp.shared.up.s,
+                      table, b["num_slots"], parts, arrivals, act_q, act_s, pdl=pdl)
+            q.down(act_q, act_s, mlp.down.q, mlp.down.s, mlp.shared.down.q, mlp.shared.down.s,
+                   table, b["num_slots"], v("slot_weight"), v("slot_rank"), v("terms"),
+                   pdl=pdl)
         moe.sum_terms(v("terms"), pos, v("y"))
 
 
