@@ -53,19 +53,25 @@ def main() -> None:
     ap.add_argument("--ms", default="1,2,4,8,16")
     ap.add_argument("--copies", type=int, default=8)
     ap.add_argument("--stages", default="0", help="fp8_moe ring depths (0: its default)")
+    ap.add_argument("--pdl", type=int, default=1, help="0: fp8_moe launched plain")
+    ap.add_argument("--stacks", type=int, default=1,
+                    help="expert stacks, step i using stack i %% stacks (a layer benchmark's "
+                    "footprint: one a layer)")
     args = ap.parse_args()
     dev = torch.device("cuda")
     bw = copy_bandwidth(dev)
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s", flush=True)
     e4m3 = torch.float8_e4m3fn
-    w13 = torch.empty(E, 2 * INTER, HIDDEN, dtype=e4m3, device=dev)
-    for e in range(0, E, 32):  # in pieces: randn's fp32 of the whole stack is 3 GB
-        w13[e:e + 32] = torch.randn(32, 2 * INTER, HIDDEN, device=dev).to(e4m3)
-    w13_s = torch.rand(E, 2 * INTER // 128, HIDDEN // 128, device=dev) * 0.02 + 0.002
-    down = torch.randn(E, HIDDEN, INTER, device=dev).to(e4m3)
-    down_s = torch.rand(E, HIDDEN // 128, INTER // 128, device=dev) * 0.02 + 0.002
-    gate, up = w13[:, :INTER], w13[:, INTER:]
-    gate_s, up_s = w13_s[:, :INTER // 128], w13_s[:, INTER // 128:]
+    stacks = []
+    for _ in range(args.stacks):
+        w13 = torch.empty(E, 2 * INTER, HIDDEN, dtype=e4m3, device=dev)
+        for e in range(0, E, 32):  # in pieces: randn's fp32 of the whole stack is 3 GB
+            w13[e:e + 32] = torch.randn(32, 2 * INTER, HIDDEN, device=dev).to(e4m3)
+        w13_s = torch.rand(E, 2 * INTER // 128, HIDDEN // 128, device=dev) * 0.02 + 0.002
+        down = torch.randn(E, HIDDEN, INTER, device=dev).to(e4m3)
+        down_s = torch.rand(E, HIDDEN // 128, INTER // 128, device=dev) * 0.02 + 0.002
+        stacks.append((w13[:, :INTER], w13_s[:, :INTER // 128], w13[:, INTER:],
+                       w13_s[:, INTER // 128:], down, down_s))
     sh = [torch.randn(INTER, HIDDEN, device=dev).to(e4m3) for _ in range(2)]
     sh_s = [torch.rand(INTER // 128, HIDDEN // 128, device=dev) * 0.02 + 0.002 for _ in range(2)]
     sh_down = torch.randn(HIDDEN, INTER, device=dev).to(e4m3)
@@ -101,6 +107,7 @@ def main() -> None:
 
         def triton_arm(i):
             s = steps[i]
+            gate, gate_s, up, up_s, down, down_s = stacks[i % len(stacks)]
             tmoe.gate_up(xq[:m], sx, E, s["slot_expert"], s["num_slots"], gate, gate_s, up,
                          up_s, sh[0], sh_s[0], sh[1], sh_s[1], act, gu_parts, tiling=tiling,
                          arrivals=gu_arr)
@@ -111,21 +118,23 @@ def main() -> None:
         def mma_arm(stages):
             def run(i):
                 s = steps[i]
+                gate, gate_s, up, up_s, down, down_s = stacks[i % len(stacks)]
                 fp8_moe.gate_up(xq, sx, gate, gate_s, up, up_s, sh[0], sh_s[0], sh[1],
                                 sh_s[1], s["slot_expert"], s["num_slots"], parts, arr, act_q,
-                                act_s, stages=stages, pdl=True)
+                                act_s, stages=stages, pdl=bool(args.pdl))
                 fp8_moe.down(act_q, act_s, down, down_s, sh_down, sh_down_s, s["slot_expert"],
                              s["num_slots"], s["slot_weight"], s["slot_rank"], terms,
-                             stages=stages, pdl=True)
+                             stages=stages, pdl=bool(args.pdl))
                 tmoe.sum_terms(terms, pos, out)
             return run
 
         def fused_arm(i):
             s = steps[i]
+            gate, gate_s, up, up_s, down, down_s = stacks[i % len(stacks)]
             fp8_moe.experts(xq, sx, gate, gate_s, up, up_s, down, down_s, sh[0], sh_s[0], sh[1],
                             sh_s[1], sh_down, sh_down_s, s["slot_expert"], s["num_slots"],
                             s["slot_weight"], s["slot_rank"], parts, arr, flags, act_q, act_s,
-                            terms, pdl=True)
+                            terms, pdl=bool(args.pdl))
             tmoe.sum_terms(terms, pos, out)
 
         touched = sum(s["touched"] for s in steps) / len(steps)

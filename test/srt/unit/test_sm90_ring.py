@@ -69,8 +69,8 @@ def _check_schedule(groups, chunk, my_units, per):
 def test_two_phases_continue_each_warpgroups_count():
     """fp8_moe.experts: a CTA's gate/up units (chunk_g slots each), then its down units
     (chunk_d each), one ring. A warpgroup's second-phase counts start at ring.owned(...) x
-    chunk_g, so its slots stay its own, in order, lap after lap across the phases; and its
-    act barriers (the second phase's x tiles, one per ring slot) see phases 0, 1, 0, ..."""
+    chunk_g (its i-th down unit's slots at that + i x chunk_d), so its slots stay its own, in
+    order, lap after lap across the phases."""
     for groups, chunk_g, chunk_d, units_g, units_d, per in itertools.product(
             [1, 2, 3], [1, 3], [1, 2, 5], [0, 1, 2, 5], [0, 1, 3, 4], [1, 3]):
         loads = [(c, own) for *_, c, own, _, _ in _producer_order(groups, chunk_g, units_g, per)]
@@ -82,11 +82,9 @@ def test_two_phases_continue_each_warpgroups_count():
             assert mine == list(range(len(mine))), (groups, chunk_g, chunk_d, units_g, c)
             start = ring.owned(c, groups, units_g) * chunk_g
             assert start == sum(1 for cc, own in loads[:units_g * chunk_g] if cc == c)
-            act_uses = {}
-            for j, own in enumerate(x for x in mine if x >= start):
-                index = ring.ring_state(groups * per, per, c, own, False).index
-                assert (j // per) % 2 == act_uses.get(index, 0) % 2  # the phase awaited
-                act_uses[index] = act_uses.get(index, 0) + 1
+            consumer = [start + i * chunk_d + s for i in range(ring.owned(c, groups, units_d))
+                        for s in range(chunk_d)]  # _down_phase's counts
+            assert [own for own in mine if own >= start] == consumer
 
 
 def test_pdl_prefill_is_each_warpgroups_first_lap():

@@ -56,6 +56,8 @@ GROUPS = 2  # consumer warpgroups
 GATE_UP, DOWN, EXPERTS = "gate_up", "down", "experts"
 # polls of a ready flag (each an L2 round trip, about 1 us) before the wait gives up
 WAIT_SPINS = 1 << 22
+# the fused kind's down units whose weight scales a consumer warpgroup stages at once
+DOWN_SCALE_BATCH = 16
 
 
 def flags_size(slots: int, inter: int) -> int:
@@ -141,11 +143,19 @@ class Fp8ExpertsMma:
         tma_x = cpasync.make_tiled_tma_atom(op, xq, b_slot, (self.nx, BLOCK_K))
         tma_act = (cpasync.make_tiled_tma_atom(op, out_q, b_slot, (self.nx, BLOCK_K))
                    if self.fused else tma_x)
+        # the fused kind's activations: a buffer of a slot's inter / 128 x tiles a consumer
+        # warpgroup, kept while its down units stay on one slot
+        act_layout = ring.mma_and_layouts(
+            self.nx, 1, self.groups * self.d_kg if self.fused else 1)[2]
 
         @cute.struct
         class Storage:
             bars: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
-            act_bars: cute.struct.MemRange[cutlass.Int64, self.stages]  # the fused kind's
+            act_bars: cute.struct.MemRange[cutlass.Int64, self.groups]  # the fused kind's
+            act: cute.struct.Align[cute.struct.MemRange[e4m3, cute.cosize(act_layout)], 1024]
+            wsc: cute.struct.MemRange[cutlass.Float32,
+                                      DOWN_SCALE_BATCH * self.d_kg * self.groups]
+            xs: cute.struct.MemRange[cutlass.Float32, MAX_ROWS * self.d_kg * self.groups]
             sa: cute.struct.Align[cute.struct.MemRange[e4m3, cute.cosize(a_layout)], 1024]
             sb: cute.struct.Align[cute.struct.MemRange[e4m3, cute.cosize(b_layout)], 1024]
             last: cute.struct.MemRange[cutlass.Int32, self.groups]
@@ -159,7 +169,7 @@ class Fp8ExpertsMma:
         self.storage = Storage
         self.kernel(tma[0][0], tma[0][1], tma[1][0], tma[1][1], tma[2][0], tma[2][1],
                     tma[3][0], tma[3][1], tma_x[0], tma_x[1], tiled_mma, a_layout, b_layout,
-                    sa, sb, sh_sa, sh_sb, sx, slot_expert, num_slots, parts, arrivals, out_q,
+                    act_layout, sa, sb, sh_sa, sh_sb, sx, slot_expert, num_slots, parts, arrivals, out_q,
                     out_s, slot_weight, slot_rank, terms, tma[4][0], tma[4][1], tma[5][0],
                     tma[5][1], tma_act[0], tma_act[1], sd, sh_sd, flags).launch(
             grid=[grid, 1, 1], block=[self.threads, 1, 1], smem=Storage.size_in_bytes(),
@@ -206,7 +216,8 @@ class Fp8ExpertsMma:
                mWb: cute.Tensor, tma_sha: cute.CopyAtom, mShWa: cute.Tensor,
                tma_shb: cute.CopyAtom, mShWb: cute.Tensor, tma_x: cute.CopyAtom, mX: cute.Tensor,
                tiled_mma: cute.TiledMma, a_layout: cute.ComposedLayout,
-               b_layout: cute.ComposedLayout, mSa: cute.Tensor, mSb: cute.Tensor,
+               b_layout: cute.ComposedLayout, act_layout: cute.ComposedLayout,
+               mSa: cute.Tensor, mSb: cute.Tensor,
                mShSa: cute.Tensor, mShSb: cute.Tensor, mSx: cute.Tensor,
                mSlotExpert: cute.Tensor, mNumSlots: cute.Tensor, mParts: cute.Tensor,
                mArrivals: cute.Tensor, mOutQ: cute.Tensor, mOutS: cute.Tensor,
@@ -244,8 +255,9 @@ class Fp8ExpertsMma:
         t_sx, t_gx = cpasync.tma_partition(
             tma_x, 0, cute.make_layout(1), s_b2,
             cute.group_modes(cute.local_tile(mX, (self.nx, BLOCK_K), (None, None)), 0, 2))
+        s_act = storage.act.get_tensor(act_layout.outer, swizzle=act_layout.inner)
         t_sact, t_gact = cpasync.tma_partition(
-            tma_act, 0, cute.make_layout(1), s_b2,
+            tma_act, 0, cute.make_layout(1), cute.group_modes(s_act, 0, 2),
             cute.group_modes(cute.local_tile(mAct, (self.nx, BLOCK_K), (None, None)), 0, 2))
 
         if cutlass.const_expr(self.pdl):
@@ -266,7 +278,7 @@ class Fp8ExpertsMma:
         if cutlass.const_expr(self.fused):
             if warp == 0:
                 with cute.arch.elect_one():
-                    for i in cutlass.range_constexpr(stages):
+                    for i in cutlass.range_constexpr(groups):
                         cute.arch.mbarrier_init(act_bars + i, 1)
                 cute.arch.mbarrier_init_fence()
         cute.arch.barrier()
@@ -332,7 +344,7 @@ class Fp8ExpertsMma:
                     expert = s_expert[slot]
                     self._stage_scales(sc, grp, t, expert, slot, tile, c * chunk, chunk, mSa,
                                        mShSa, mSb, mShSb, mSx)
-                    self._mma_unit(tiled_mma, pipe, t_ra, t_rb, acc, part, coords, sc, grp, t,
+                    self._mma_unit(tiled_mma, pipe, t_ra, t_rb, acc, part, coords, sc, grp,
                                    rnd * chunk, chunk)
                     if cutlass.const_expr(self.gate_up):
                         self._gate_up_out(acc, coords, slot, tile, c, split, grp, t, storage,
@@ -340,45 +352,23 @@ class Fp8ExpertsMma:
                     else:
                         self._down_out(acc[0], coords, slot, tile, s_weight, s_rank, mTerms)
             if cutlass.const_expr(self.fused):
-                own0 = ring.owned(grp, groups, my_units) * chunk
-                for rnd in cutlass.range((my_d + groups - 1) // groups, unroll=1):
-                    if grp < cutlass.min(groups, my_d - rnd * groups):
-                        unit = first_d + rnd * groups + grp
-                        slot = unit // self.d_units
-                        u = unit % self.d_units
-                        self._wait_ready(mFlags, slot, grp, t)
-                        if t < 32:
-                            cute.arch.fence_proxy("async.global")  # the TMA reads them next
-                            for s in cutlass.range_constexpr(min(self.per, self.d_kg)):
-                                self._load_act(tma_act, t_gact, t_sact, act_bars, slot, s,
-                                               grp, own0 + rnd * self.d_kg + s)
-                        self._stage_down_scales(sc, grp, t, s_expert[slot], slot, u, mSd,
-                                                mShSd, mOutS)
-                        self._mma_unit(tiled_mma, pipe, t_ra, t_rb, acc, part, coords, sc,
-                                       grp, t, own0 + rnd * self.d_kg, self.d_kg,
-                                       (tma_act, t_gact, t_sact, act_bars, slot,
-                                        rnd * self.d_kg))
-                        for j in cutlass.range_constexpr(2):
-                            self._down_out(acc[j], coords, slot, 2 * u + j, s_weight, s_rank,
-                                           mTerms)
+                self._down_phase(tiled_mma, pipe, thr_mma, t_ra, s_act, acc, part, coords,
+                                 storage, grp, t, ring.owned(grp, groups, my_units) * chunk,
+                                 first_d, my_d, s_expert, s_weight, s_rank, tma_act, t_gact,
+                                 t_sact, act_bars, mFlags, mSd, mShSd, mOutS, mTerms)
         if cutlass.const_expr(self.fused):
             self._finish(mFlags, n_slots, tidx, grid)
 
     @cute.jit
     def _mma_unit(self, tiled_mma: cute.TiledMma, pipe, t_ra: cute.Tensor, t_rb: cute.Tensor,
-                  acc, part, coords: cute.Tensor, sc: cute.Tensor, grp, t, own0, chunk,
-                  act=None):
+                  acc, part, coords: cute.Tensor, sc: cute.Tensor, grp, own0, chunk):
         """A unit's `chunk` ring slots (this warpgroup's own count from own0) into acc: each
-        128-column group's wgmma product promoted with its weight and x scales. act (the
-        fused kind's down units: its TMA, partitions, barriers, the slot, the unit's first
-        count in the phase): the x tiles come on the act barriers, the first `per` already
-        requested; this loads the rest as their ring slots free."""
-        stages = self.stages
+        128-column group's wgmma product promoted with its weight and x scales."""
         k_blocks = cute.size(t_ra, mode=[2])
         for j in cutlass.range_constexpr(self.a_tiles):
             acc[j].fill(0.0)
         for s in cutlass.range(chunk, unroll=1):
-            get = ring.ring_state(stages, self.per, grp, own0 + s, False)
+            get = ring.ring_state(self.stages, self.per, grp, own0 + s, False)
             scale = [cute.make_rmem_tensor(coords.shape, cutlass.Float32)
                      for _ in range(self.a_tiles)]
             for e in cutlass.range_constexpr(cute.size(acc[0])):
@@ -386,8 +376,6 @@ class Fp8ExpertsMma:
                 for j in cutlass.range_constexpr(self.a_tiles):
                     scale[j][e] = sc[j, s, grp] * sxv
             pipe.consumer_wait(get)
-            if cutlass.const_expr(act is not None):
-                cute.arch.mbarrier_wait(act[3] + get.index, ((act[5] + s) // self.per) % 2)
             warpgroup.fence()
             for j in cutlass.range_constexpr(self.a_tiles):
                 tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
@@ -399,25 +387,76 @@ class Fp8ExpertsMma:
             warpgroup.commit_group()
             warpgroup.wait_group(0)
             pipe.consumer_release(get)
-            if cutlass.const_expr(act is not None and self.d_kg > self.per):
-                if s + self.per < chunk:
-                    if t < 32:
-                        self._load_act(act[0], act[1], act[2], act[3], act[4], s + self.per,
-                                       grp, own0 + s + self.per)
             for j in cutlass.range_constexpr(self.a_tiles):
                 for e in cutlass.range_constexpr(cute.size(acc[0])):
                     acc[j][e] = acc[j][e] + part[j][e] * scale[j][e]
 
     @cute.jit
-    def _load_act(self, tma_act: cute.CopyAtom, t_gact: cute.Tensor, t_sact: cute.Tensor,
-                  act_bars, slot, group, grp, own):
-        """(One warp.) The slot's activations of a 128-column group into the x tile of
-        consumer warpgroup grp's `own`-th ring slot, on that slot's act barrier."""
-        index = ring.ring_state(self.stages, self.per, grp, own, False).index
-        bar = act_bars + index
-        with cute.arch.elect_one():
-            cute.arch.mbarrier_arrive_and_expect_tx(bar, self.nx * BLOCK_K)
-        cute.copy(tma_act, t_gact[(None, slot, group)], t_sact[(None, index)], tma_bar_ptr=bar)
+    def _down_phase(self, tiled_mma: cute.TiledMma, pipe, thr_mma, t_ra: cute.Tensor,
+                    s_act: cute.Tensor, acc, part, coords: cute.Tensor, storage, grp, t,
+                    own0, first_d, my_d, s_expert: cute.Tensor, s_weight: cute.Tensor,
+                    s_rank: cute.Tensor, tma_act: cute.CopyAtom, t_gact: cute.Tensor,
+                    t_sact: cute.Tensor, act_bars, mFlags: cute.Tensor, mSd: cute.Tensor,
+                    mShSd: cute.Tensor, mOutS: cute.Tensor, mTerms: cute.Tensor):
+        """The fused kind's down units of consumer warpgroup grp (its own ring count from
+        own0): the ring brings the weight tiles; the slot's activations and their scales stay
+        in the warpgroup's buffer while its units stay on one slot (a wait for the ready flags
+        and one load per slot), and the units' weight scales are staged DOWN_SCALE_BATCH at
+        a time, so a unit costs no load latency of its own."""
+        groups, kg = self.groups, self.d_kg
+        t_rb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_act))
+        k_blocks = cute.size(t_ra, mode=[2])
+        wsc = storage.wsc.get_tensor(cute.make_layout((DOWN_SCALE_BATCH, kg, groups)))
+        xs = storage.xs.get_tensor(cute.make_layout((MAX_ROWS, kg, groups)))
+        n_mine = ring.owned(grp, groups, my_d)
+        cached = cutlass.Int32(-1)  # the slot whose activations the buffer holds
+        loads = cutlass.Int32(0)  # of the buffer: its act barrier's phase
+        for i in cutlass.range(n_mine, unroll=1):
+            unit = first_d + i * groups + grp
+            slot = unit // self.d_units
+            u = unit % self.d_units
+            if i % DOWN_SCALE_BATCH == 0:
+                self._stage_down_scales(wsc, grp, t, i, n_mine, first_d, s_expert, mSd, mShSd)
+            if slot != cached:
+                self._wait_ready(mFlags, slot, grp, t)
+                if t < 32:
+                    cute.arch.fence_proxy("async.global")  # the TMA reads them next
+                    bar = act_bars + grp
+                    with cute.arch.elect_one():
+                        cute.arch.mbarrier_arrive_and_expect_tx(bar, kg * self.nx * BLOCK_K)
+                    for g in cutlass.range_constexpr(kg):
+                        cute.copy(tma_act, t_gact[(None, slot, g)],
+                                  t_sact[(None, grp * kg + g)], tma_bar_ptr=bar)
+                for r in cutlass.range(t, self.m * kg, 128, unroll=1):
+                    xs[r // kg, r % kg, grp] = mOutS[slot * self.m + r // kg, r % kg]
+                cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+                cute.arch.mbarrier_wait(act_bars + grp, loads % 2)
+                loads = loads + 1
+                cached = slot
+            for j in cutlass.range_constexpr(2):
+                acc[j].fill(0.0)
+            for s in cutlass.range(kg, unroll=1):
+                get = ring.ring_state(self.stages, self.per, grp, own0 + i * kg + s, False)
+                scale = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
+                for e in cutlass.range_constexpr(cute.size(acc[0])):
+                    scale[e] = wsc[i % DOWN_SCALE_BATCH, s, grp] * \
+                        xs[cutlass.min(coords[e][1], self.m - 1), s, grp]
+                pipe.consumer_wait(get)
+                warpgroup.fence()
+                for j in cutlass.range_constexpr(2):
+                    tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
+                    for kb in cutlass.range_constexpr(k_blocks):
+                        cute.gemm(tiled_mma, part[j], t_ra[(None, None, kb, 2 * get.index + j)],
+                                  t_rb[(None, None, kb, grp * kg + s)], part[j])
+                        tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+                warpgroup.commit_group()
+                warpgroup.wait_group(0)
+                pipe.consumer_release(get)
+                for j in cutlass.range_constexpr(2):
+                    for e in cutlass.range_constexpr(cute.size(acc[0])):
+                        acc[j][e] = acc[j][e] + part[j][e] * scale[e]
+            for j in cutlass.range_constexpr(2):
+                self._down_out(acc[j], coords, slot, 2 * u + j, s_weight, s_rank, mTerms)
 
     @cute.jit
     def _load_down(self, tmas, t_g, t_s, u, group, expert, index, bar):
@@ -452,23 +491,24 @@ class Fp8ExpertsMma:
         cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
 
     @cute.jit
-    def _stage_down_scales(self, sc: cute.Tensor, grp, t, expert, slot, u, mSd: cute.Tensor,
-                           mShSd: cute.Tensor, mOutS: cute.Tensor):
-        """A fused down unit's scales into shared memory (``_stage_scales``' layout): its
-        128 rows' down scale for each group (both tiles), the slot's activation scales."""
-        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)  # the last unit's read
-        for i in cutlass.range(t, (2 + self.m) * self.d_kg, 128, unroll=1):
-            what = i // self.d_kg
-            s = i % self.d_kg
-            v = cutlass.Float32(0.0)
-            if what < 2:
+    def _stage_down_scales(self, wsc: cute.Tensor, grp, t, i0, n_mine, first_d,
+                           s_expert: cute.Tensor, mSd: cute.Tensor, mShSd: cute.Tensor):
+        """The down scales of the warpgroup's units i0 .. i0 + DOWN_SCALE_BATCH - 1 (each
+        unit's 128 rows, every group) into shared memory, their loads in flight together."""
+        kg = self.d_kg
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)  # the last batch's reads
+        for r in cutlass.range(t, DOWN_SCALE_BATCH * kg, 128, unroll=1):
+            i = i0 + r // kg
+            if i < n_mine:
+                unit = first_d + i * self.groups + grp
+                expert = s_expert[unit // self.d_units]
+                u = unit % self.d_units
+                v = cutlass.Float32(0.0)
                 if expert == self.experts:
-                    v = mShSd[u, s]
+                    v = mShSd[u, r % kg]
                 else:
-                    v = mSd[expert, u, s]
-            else:
-                v = mOutS[slot * self.m + what - 2, s]
-            sc[what, s, grp] = v
+                    v = mSd[expert, u, r % kg]
+                wsc[r // kg, r % kg, grp] = v
         cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
 
     @cute.jit
