@@ -59,7 +59,7 @@ if [ "$mode" = fused ]; then  # fp8_moe.experts (one launch): smokes, tests, pro
   for c in "1" "16" "16 30" "3 7"; do
     timeout 90 python3 test/srt/kernels/sm90_moe_smoke.py $c 2>&1 | grep -v Warn | tail -2
   done
-  timeout 300 python3 -m pytest test/srt/kernels/test_sm90_moe.py -q -x -k experts 2>&1 |
+  timeout 300 python3 -m pytest test/srt/kernels/test_sm90_moe.py -q -x 2>&1 |
     tee "$L/pytest_sm90_moe_experts.log" | tail -5
   timeout 100 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "sm90_linears and MOE" \
     2>&1 | tee "$L/pytest_sm90_layer_moe.log" | tail -3
