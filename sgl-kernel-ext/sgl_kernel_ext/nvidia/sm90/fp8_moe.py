@@ -8,8 +8,8 @@ multiply them transposed on wgmma and promote each 128-column group to fp32 with
 scales), over units the device derives from the step's slot count:
 
 - ``gate_up``: units (slot, 64 intermediate columns, K chunk); a ring slot holds the expert's
-  gate and up tiles of the unit and x's tile. The K split is chosen on the device to even the
-  busiest consumer warpgroup's load (``gate_up_split``). Each unit stores its chunk's fp32
+  gate and up tiles of the unit and x's tile. The K split is chosen on the device so that the
+  step's units give each consumer warpgroup about one. Each unit stores its chunk's fp32
   partials (gate and up) at [slot * split + chunk, row, column]; the last unit of each
   (slot, 128 columns) to finish sums the chunks in order, applies SwiGLU (g and u rounded to
   bf16 first, bf16 out, as ``triton.moe``) and quantizes each row's 128 columns as SGLang's
@@ -66,26 +66,13 @@ def flags_size(slots: int, inter: int) -> int:
     return slots * (inter // 128) + 2
 
 
-# a unit's fixed cost in ring slots' streaming time (its scale staging's load latency, about
-# one 18 KB slot's at a consumer's share of the bandwidth), in gate_up_split's cost
-UNIT_OVERHEAD_SLOTS = 1
-
-
-def split_cost(pairs: int, kg: int, s: int, units: int) -> int:
-    """The busiest consumer's time, in ring slots, with K in s chunks: its units (pairs x s
-    spread over `units` consumers) times each unit's kg / s slots and fixed cost."""
-    return -(-pairs * s // units) * (kg // s + UNIT_OVERHEAD_SLOTS)
-
-
 def gate_up_split(slots: int, inter: int, hidden: int, units: int) -> int:
-    """K chunks of gate/up for `slots` slots over `units` consumer warpgroups: the fewest
-    (dividing hidden / 128) of least ``split_cost``. With more (slot, tile) pairs than
-    consumers a split evens the load (320 pairs on 264: 2 whole-K units for some, against 5
-    quarter-K ones at 4 chunks). The kernel computes the same on the device."""
+    """K chunks of gate/up for `slots` slots: the most (dividing hidden / 128) that keep
+    slots x tiles x chunks within `units` (the kernel computes the same on the device)."""
     pairs, kg = slots * (inter // BLOCK_M), hidden // BLOCK_K
     best = 1
-    for s in range(2, kg + 1):
-        if kg % s == 0 and split_cost(pairs, kg, s, units) < split_cost(pairs, kg, best, units):
+    for s in range(1, kg + 1):
+        if kg % s == 0 and pairs * s <= units:
             best = s
     return best
 
@@ -193,15 +180,12 @@ class Fp8ExpertsMma:
         """gate/up's K chunks for `pairs` (slot, tile) pairs (gate_up_split on the device)."""
         split = cutlass.Int32(1)
         if cutlass.const_expr(self.gate_up):
-            units = grid * self.groups
-            best = (pairs + units - 1) // units * (self.kg + UNIT_OVERHEAD_SLOTS)
             for s in cutlass.range_constexpr(2, self.kg + 1):
                 if cutlass.const_expr(self.kg % s == 0):
-                    cost = (pairs * s + units - 1) // units * (self.kg // s + UNIT_OVERHEAD_SLOTS)
-                    if cost < best:
+                    if pairs * s <= grid * self.groups:
                         split = cutlass.Int32(s)
-                        best = cost
         return split
+
 
     @cute.jit
     def _load(self, tmas, t_g, t_s, t_gx, t_sx, slot, tile, group, expert, index, bar):
