@@ -3,6 +3,14 @@ SwiGLU and the down input's quant, then down, both launched programmatically dep
 ``experts``, both in one launch: arm "sm90 fused") against the Triton kernels (``triton.moe.gate_up`` and ``down`` in the layer's tiling), each
 followed by the same Triton sum of the terms, at 1-16 rows, in the same run.
 
+Each arm launches as the fused layer does: inside ``overlap.step_rows(m)``, Triton's expert
+kernels also inside ``overlap.wide()`` (so with programmatic dependent launch only up to
+overlap.WIDE_MAX_ROWS rows), fp8_moe's with it up to overlap.MAX_ROWS (``--pdl 0``: never,
+1: always). Results before 6155ffb ran the Triton arm with it at every row count, which the
+layer does not do from 3 rows (overlap.WIDE_MAX_ROWS says what it costs there): they may
+understate Triton from 3 rows. In the layer, fp8_moe was slower than Triton from 4 rows
+(tiling_probe_20261202T125957Z) while those runs had it even or faster; not re-measured yet.
+
 One TP8 rank of GLM-5.3: 256 routed experts of [256, 6144] gate/up and [6144, 256] down, and a
 shared one. Each arm is a CUDA graph of `copies` steps, each with its own random routing
 (top-8 distinct experts a row), so the experts a step touches are mostly not in L2 (the stack
@@ -23,6 +31,7 @@ from benchmark.harness import run_meta, write_json
 from sgl_kernel_ext.nvidia.sm90 import fp8_moe
 from sgl_kernel_ext.nvidia.sm90.fp8_mma import x_rows
 from sgl_kernel_ext.triton import moe as tmoe
+from sgl_kernel_ext.triton import overlap
 
 E, INTER, HIDDEN, TOPK = 256, 256, 6144, 8
 
@@ -53,7 +62,9 @@ def main() -> None:
     ap.add_argument("--ms", default="1,2,4,8,16")
     ap.add_argument("--copies", type=int, default=8)
     ap.add_argument("--stages", default="0", help="fp8_moe ring depths (0: its default)")
-    ap.add_argument("--pdl", type=int, default=1, help="0: fp8_moe launched plain")
+    ap.add_argument("--pdl", type=int, default=-1,
+                    help="fp8_moe's programmatic dependent launch: -1 as the layer "
+                    "(overlap.enabled() in the step), 0 never, 1 always")
     ap.add_argument("--stacks", type=int, default=1,
                     help="expert stacks, step i using stack i %% stacks (a layer benchmark's "
                     "footprint: one a layer)")
@@ -105,7 +116,14 @@ def main() -> None:
         act_s = torch.empty(slots * m, INTER // 128, device=dev)
         flags = torch.zeros(fp8_moe.flags_size(slots, INTER), dtype=torch.int32, device=dev)
 
+        with overlap.step_rows(m):
+            mma_pdl = overlap.enabled() if args.pdl < 0 else bool(args.pdl)
+
         def triton_arm(i):
+            with overlap.step_rows(m), overlap.wide():
+                triton_step(i)
+
+        def triton_step(i):
             s = steps[i]
             gate, gate_s, up, up_s, down, down_s = stacks[i % len(stacks)]
             tmoe.gate_up(xq[:m], sx, E, s["slot_expert"], s["num_slots"], gate, gate_s, up,
@@ -117,24 +135,32 @@ def main() -> None:
 
         def mma_arm(stages):
             def run(i):
+                with overlap.step_rows(m):
+                    step(i)
+
+            def step(i):
                 s = steps[i]
                 gate, gate_s, up, up_s, down, down_s = stacks[i % len(stacks)]
                 fp8_moe.gate_up(xq, sx, gate, gate_s, up, up_s, sh[0], sh_s[0], sh[1],
                                 sh_s[1], s["slot_expert"], s["num_slots"], parts, arr, act_q,
-                                act_s, stages=stages, pdl=bool(args.pdl))
+                                act_s, stages=stages, pdl=mma_pdl)
                 fp8_moe.down(act_q, act_s, down, down_s, sh_down, sh_down_s, s["slot_expert"],
                              s["num_slots"], s["slot_weight"], s["slot_rank"], terms,
-                             stages=stages, pdl=bool(args.pdl))
+                             stages=stages, pdl=mma_pdl)
                 tmoe.sum_terms(terms, pos, out)
             return run
 
         def fused_arm(i):
+            with overlap.step_rows(m):
+                fused_step(i)
+
+        def fused_step(i):
             s = steps[i]
             gate, gate_s, up, up_s, down, down_s = stacks[i % len(stacks)]
             fp8_moe.experts(xq, sx, gate, gate_s, up, up_s, down, down_s, sh[0], sh_s[0], sh[1],
                             sh_s[1], sh_down, sh_down_s, s["slot_expert"], s["num_slots"],
                             s["slot_weight"], s["slot_rank"], parts, arr, flags, act_q, act_s,
-                            terms, pdl=bool(args.pdl))
+                            terms, pdl=mma_pdl)
             tmoe.sum_terms(terms, pos, out)
 
         touched = sum(s["touched"] for s in steps) / len(steps)
