@@ -61,7 +61,8 @@ def main() -> None:
     ap.add_argument("--out", default=".")
     ap.add_argument("--ms", default="1,2,4,8,16")
     ap.add_argument("--copies", type=int, default=8)
-    ap.add_argument("--stages", default="0", help="fp8_moe ring depths (0: its default)")
+    ap.add_argument("--stages", default="0", help="fp8_moe ring depths, both forms (0: its "
+                    "default; a multiple of its 2 consumer warpgroups)")
     ap.add_argument("--pdl", type=int, default=-1,
                     help="fp8_moe's programmatic dependent launch: -1 as the layer "
                     "(overlap.enabled() in the step), 0 never, 1 always")
@@ -150,17 +151,19 @@ def main() -> None:
                 tmoe.sum_terms(terms, pos, out)
             return run
 
-        def fused_arm(i):
-            with overlap.step_rows(m):
-                fused_step(i)
+        def fused_arm(stages):
+            def run(i):
+                with overlap.step_rows(m):
+                    fused_step(i, stages)
+            return run
 
-        def fused_step(i):
+        def fused_step(i, stages):
             s = steps[i]
             gate, gate_s, up, up_s, down, down_s = stacks[i % len(stacks)]
             fp8_moe.experts(xq, sx, gate, gate_s, up, up_s, down, down_s, sh[0], sh_s[0], sh[1],
                             sh_s[1], sh_down, sh_down_s, s["slot_expert"], s["num_slots"],
                             s["slot_weight"], s["slot_rank"], parts, arr, flags, act_q, act_s,
-                            terms, pdl=mma_pdl)
+                            terms, stages=stages, pdl=mma_pdl)
             tmoe.sum_terms(terms, pos, out)
 
         touched = sum(s["touched"] for s in steps) / len(steps)
@@ -168,7 +171,9 @@ def main() -> None:
         arms = {"triton": graph_time(triton_arm, args.copies)}
         for st in [int(v) for v in args.stages.split(",")]:
             arms[f"sm90 s{st}"] = graph_time(mma_arm(st), args.copies)
-        arms["sm90 fused"] = graph_time(fused_arm, args.copies)
+        for st in [int(v) for v in args.stages.split(",")]:
+            arms["sm90 fused" + (f" s{st}" if st else "")] = graph_time(fused_arm(st),
+                                                                       args.copies)
         fp8_moe.check_flags(flags)
         for arm, us in arms.items():
             rows.append({"m": m, "arm": arm, "us": us, "experts_touched": touched,
