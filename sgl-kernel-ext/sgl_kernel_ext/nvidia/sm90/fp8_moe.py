@@ -9,7 +9,9 @@ scales), over units the device derives from the step's slot count:
 
 - ``gate_up``: units (slot, 64 intermediate columns, K chunk); a ring slot holds the expert's
   gate and up tiles of the unit and x's tile. The K split is chosen on the device so that the
-  step's units give each consumer warpgroup about one. Each unit stores its chunk's fp32
+  step's units give each consumer warpgroup about one (``gate_up_split``; evening the
+  busiest consumer's load with more chunks instead was slower in the layer at 8-16 rows on an
+  H200, results/tiling_probe_20261202T125720Z at 7d16bd9). Each unit stores its chunk's fp32
   partials (gate and up) at [slot * split + chunk, row, column]; the last unit of each
   (slot, 128 columns) to finish sums the chunks in order, applies SwiGLU (g and u rounded to
   bf16 first, bf16 out, as ``triton.moe``) and quantizes each row's 128 columns as SGLang's
@@ -18,17 +20,18 @@ scales), over units the device derives from the step's slot count:
 - ``down``: units (slot, 64 hidden rows), K = the intermediate size in one chunk; stores
   bf16(weight[slot, row] * y) at terms[row, the expert's place in the row's ascending choice]
   for the rows that chose the slot's expert, as ``triton.moe.down`` (whose row sum follows).
-
 - ``experts``: both in one launch. Each CTA takes its gate/up units, then its down units of
-  (slot, 128 hidden rows), a ring slot holding the two 64-row down tiles of a 128-column group.
-  The producer streams the down tiles as soon as the gate/up units' tiles are in, so they
-  load while the activations are being made; a consumer warpgroup waits for its slot's
-  activations (a ready flag a (slot, 128 columns) group, set by the gate/up tail after its
-  stores), then loads them into its ring slot itself (TMA on the same full barrier). Every CTA
-  is resident (grid <= SMs, one CTA a multiprocessor) and takes its gate/up units first, so
-  the flags it waits for are always set; the last CTA to finish clears them for the next
-  launch. A wait that outlasts WAIT_SPINS polls gives up and raises the error word instead of
-  hanging (the outputs are then garbage: ``check_flags`` says so).
+  (slot, 128 hidden rows), a ring slot holding the two 64-row down tiles of a 128-column
+  group. The producer streams the down tiles as soon as the gate/up tiles are in, so they
+  load while the activations are being made. A consumer warpgroup keeps a slot's activations
+  and their scales in a buffer of its own while its units stay on that slot: it waits for the
+  slot's ready flags (one a (slot, 128 columns) group, set by the gate/up tail after its
+  stores), loads them by TMA on its own barrier, and stages its units' weight scales
+  DOWN_SCALE_BATCH at a time. Every CTA is resident (grid <= SMs, one CTA a multiprocessor)
+  and takes its gate/up units first, so the flags it waits for are always set; the last CTA
+  to finish clears them for the next launch. A wait that outlasts WAIT_SPINS polls gives up
+  and raises the error word instead of hanging (the outputs are then garbage:
+  ``check_flags`` says so). Its terms, activations and scales are bitwise the two launches'.
 
 Routed weights are [E, rows, K] stacks (any expert stride: views of SGLang's w13 work), the
 shared expert's its own [rows, K]. Each touched expert's weights are read once a step; every
