@@ -21,12 +21,12 @@ QKV_A: Optional[bool] = None
 # down) instead of triton.moe's gate_up and down; a dense MLP keeps Triton's. Opt-in: on an
 # H200 the MoE layer is slower with it at every row count but 2: 64.0 / 74.7 / 98.4 / 135.1 /
 # 197.9 us against Triton's 61.5 / 75.4 / 95.4 / 130.2 / 168.3 at 1 / 2 / 4 / 8 / 16 rows
-# (results/tiling_probe_20261202T125957Z); alone, launched as the layer does, 4-10% slower
+# (results/tiling_probe_20261202T125957Z); alone, launched as the layer does, 1-10% slower
 # at 1-16 rows (sm90_moe_probe_20261202T130222Z).
 MOE_ENV = "SGL_KERNEL_EXT_SM90_MOE"
 MOE: Optional[bool] = None
 # with MOE: gate/up and down in one launch (fp8_moe.experts: down's weights stream while the
-# activations are made) rather than two: on an H200 0.7-8 us faster a MoE layer at 2-16 rows,
+# activations are made) rather than two: on an H200 3.3-8.0 us faster a MoE layer at 2-16 rows,
 # the same at one (tiling_probe_20261202T125957Z: sm90_moe_two_launches)
 MOE_ONE_LAUNCH = True
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
