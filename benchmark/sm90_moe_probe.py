@@ -1,7 +1,8 @@
 """Probe: a MoE's experts on the CuTe DSL kernels (``nvidia.sm90.fp8_moe``: gate/up with
-SwiGLU and the down input's quant, then down, both launched programmatically dependent; and
-``experts``, both in one launch: arm "sm90 fused") against the Triton kernels (``triton.moe.gate_up`` and ``down`` in the layer's tiling), each
-followed by the same Triton sum of the terms, at 1-16 rows, in the same run.
+SwiGLU and the down input's quant, then down, as two launches; and ``experts``, both in one
+launch: arm "sm90 fused") against the Triton kernels (``triton.moe.gate_up`` and ``down`` in
+the layer's tiling), each followed by the same Triton sum of the terms, at 1-16 rows, in the
+same run.
 
 Each arm launches as the fused layer does: inside ``overlap.step_rows(m)``, Triton's expert
 kernels also inside ``overlap.wide()`` (so with programmatic dependent launch only up to

@@ -1,8 +1,9 @@
-"""fp8_moe's gate/up then down, then both as one launch (``experts``), one process (a fault ends the CUDA context, and with it every
-later test's): `python3 test/srt/kernels/sm90_moe_smoke.py M [GRID [EXPERTS TOPK]]` on one TP8
-rank's MoE shapes (GRID CTAs: fewer than the multiprocessors give each more units); prints
-each kernel's completion and gate/up's check (test_sm90_moe's), or the error. Small enough
-for compute-sanitizer."""
+"""fp8_moe's gate/up then down, then both as one launch (``experts``), in one process (a
+fault ends the CUDA context, and with it every later test's):
+`python3 test/srt/kernels/sm90_moe_smoke.py M [GRID [EXPERTS TOPK]]` on one TP8 rank's MoE
+shapes (GRID CTAs: fewer than the multiprocessors give each more units); prints each kernel's
+completion, gate/up's check (test_sm90_moe's) and whether the one launch's terms are the two
+launches', or the error. Small enough for compute-sanitizer."""
 
 import sys
 from pathlib import Path

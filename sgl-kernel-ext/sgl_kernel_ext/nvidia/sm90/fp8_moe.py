@@ -172,9 +172,10 @@ class Fp8ExpertsMma:
         self.storage = Storage
         self.kernel(tma[0][0], tma[0][1], tma[1][0], tma[1][1], tma[2][0], tma[2][1],
                     tma[3][0], tma[3][1], tma_x[0], tma_x[1], tiled_mma, a_layout, b_layout,
-                    act_layout, sa, sb, sh_sa, sh_sb, sx, slot_expert, num_slots, parts, arrivals, out_q,
-                    out_s, slot_weight, slot_rank, terms, tma[4][0], tma[4][1], tma[5][0],
-                    tma[5][1], tma_act[0], tma_act[1], sd, sh_sd, flags).launch(
+                    act_layout, sa, sb, sh_sa, sh_sb, sx, slot_expert, num_slots, parts,
+                    arrivals, out_q, out_s, slot_weight, slot_rank, terms, tma[4][0],
+                    tma[4][1], tma[5][0], tma[5][1], tma_act[0], tma_act[1], sd, sh_sd,
+                    flags).launch(
             grid=[grid, 1, 1], block=[self.threads, 1, 1], smem=Storage.size_in_bytes(),
             stream=stream, use_pdl=self.pdl)
 
