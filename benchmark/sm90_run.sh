@@ -9,7 +9,9 @@
 # tests, then benchmark/sm90_moe_probe.py (extra arguments go to it). `layer`: the
 # fused layer with o_proj and/or q_a|kv_a on fp8_mma (SGL_KERNEL_EXT_SM90_O_PROJ, _QKV_A)
 # against the reference, then tiling_probe's sm90 variants against the baseline on every kind
-# at 1-16 rows.
+# at 1-16 rows. `fused`: fp8_moe.experts (one launch): smokes, every fp8_moe GPU test, the
+# layer's MoE opt-in test, sm90_moe_probe (extra arguments go to it, e.g. --stages 0,8,10)
+# and the MoE layer A/B of one launch against two and against Triton.
 set -u
 mode=${1:-all}
 shift || true
@@ -60,10 +62,10 @@ if [ "$mode" = fused ]; then  # fp8_moe.experts (one launch): smokes, tests, pro
     timeout 90 python3 test/srt/kernels/sm90_moe_smoke.py $c 2>&1 | grep -v Warn | tail -2
   done
   timeout 300 python3 -m pytest test/srt/kernels/test_sm90_moe.py -q -x 2>&1 |
-    tee "$L/pytest_sm90_moe_experts.log" | tail -5
+    tee "$L/pytest_sm90_moe_all.log" | tail -5
   timeout 100 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "sm90_linears and MOE" \
     2>&1 | tee "$L/pytest_sm90_layer_moe.log" | tail -3
-  timeout 150 python3 -m benchmark.sm90_moe_probe --out "$OUT" 2>&1 | tee "$L/sm90_moe_probe.log"
+  timeout 150 python3 -m benchmark.sm90_moe_probe --out "$OUT" "$@" 2>&1 | tee "$L/sm90_moe_probe.log"
   timeout 200 python3 -m benchmark.tiling_probe --kinds moe --ms 1,2,4,8,16 \
     --variants baseline,sm90_moe,sm90_moe_two_launches,baseline --out "$OUT" 2>&1 |
     tee "$L/sm90_layer_probe.log" | tail -20
