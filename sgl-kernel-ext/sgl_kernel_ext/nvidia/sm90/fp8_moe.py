@@ -86,7 +86,8 @@ def gate_up_parts_rows(max_slots: int, inter: int, hidden: int, units: int) -> i
 
 
 class Fp8ExpertsMma:
-    """One compiled form: `kind` (GATE_UP or DOWN) at m rows, experts of [inter, hidden]."""
+    """One compiled form: `kind` (GATE_UP, DOWN or EXPERTS: both in one launch) at m rows,
+    experts of [inter, hidden]."""
 
     def __init__(self, kind: str, m: int, inter: int, hidden: int, experts: int,
                  max_slots: int = 2, terms: int = 1, stages: int = 0, groups: int = 0,
