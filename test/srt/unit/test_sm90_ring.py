@@ -109,3 +109,24 @@ def test_gate_up_split_and_its_partials(inter, hidden, units):
         assert not better, "the most chunks that fit"
     rows = fp8_moe.gate_up_parts_rows(129, inter, hidden, units)
     assert all(s * fp8_moe.gate_up_split(s, inter, hidden, units) <= rows for s in range(1, 130))
+
+
+def test_experts_flags_say_what_a_launch_left():
+    """fp8_moe.experts' flags between launches: all zero is healthy; its error word (a wait
+    that gave up) or an uncleared flag is reported, in a view of the layer's shared buffer
+    too (each view's last word its error word)."""
+    import torch
+
+    shared = torch.zeros(fp8_moe.flags_size(129, 256), dtype=torch.int32)
+    assert fp8_moe.flags_problems(shared) == []
+    fp8_moe.check_flags(shared)
+    view = shared[:fp8_moe.flags_size(9, 256)]
+    view[-1] = 1  # the error word of a 9-slot step
+    problems = fp8_moe.flags_problems(shared)
+    assert len(problems) == 1 and "gave up" in problems[0]
+    assert f"[{view.numel() - 1}]" in problems[0], "names the word"
+    with pytest.raises(RuntimeError, match="outputs are garbage"):
+        fp8_moe.check_flags(view)
+    shared.zero_()
+    shared[3] = 2  # a ready flag not cleared
+    assert "not cleared" in fp8_moe.flags_problems(shared)[0]

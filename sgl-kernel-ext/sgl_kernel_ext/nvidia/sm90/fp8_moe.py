@@ -852,8 +852,22 @@ def experts(xq, sx, gate_q, gate_s, up_q, up_s, down_q, down_s, sh_gate_q, sh_ga
             pdl, parts.device)
 
 
+def flags_problems(flags) -> list:
+    """What ``experts``' flags say between launches (syncs with the host): a completed launch
+    leaves every word at zero, so a nonzero word is its error word (a wait gave up: that
+    launch's outputs are garbage) or a flag it did not clear. Works on the one buffer a
+    caller's views of several slot counts share: each view's last word is its error word."""
+    bad = flags.nonzero().flatten().tolist()
+    if not bad:
+        return []
+    return [f"fp8_moe.experts: flags not at zero after a launch (words {bad[:8]}"
+            f"{' ...' if len(bad) > 8 else ''} of {flags.numel()}): a wait for gate/up's "
+            "activations gave up, so that launch's outputs are garbage, or a flag was not "
+            "cleared"]
+
+
 def check_flags(flags) -> None:
-    """Raise if an ``experts`` launch gave up waiting (its error word; syncs with the host)."""
-    if int(flags[-1]):
-        raise RuntimeError("fp8_moe.experts: a wait for gate/up's activations gave up; that "
-                           "launch's outputs are garbage")
+    """Raise ``flags_problems``' finding, if any."""
+    problems = flags_problems(flags)
+    if problems:
+        raise RuntimeError(problems[0])

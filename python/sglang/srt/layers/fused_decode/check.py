@@ -191,7 +191,8 @@ class Checker:
             self.topks.append(out[2].clone())
         if lw.is_moe:
             self.experts.append(layer.routed_experts(batch.num_rows))
-        for problem in outside(errors, self.tol):
+        health = getattr(layer, "health", None)  # the kernels' own error words, if any
+        for problem in outside(errors, self.tol) + (health() if health else []):
             line = f"fused decode check: layer {lw.layer_id} ({self.step or 'step'}): {problem}"
             self.problems.append(line)
             logger.warning(line)

@@ -25,7 +25,7 @@ layers (``workspace``).
 
 from __future__ import annotations
 
-from typing import Callable, Optional, Tuple
+from typing import Callable, List, Optional, Tuple
 
 import torch
 
@@ -473,6 +473,13 @@ class FusedLayer:
                      shared.down.q, shared.down.s, pos, v("terms"), v("y"), block_n=block_n,
                      num_warps=warps)
 
+
+    def health(self) -> List[str]:
+        """What the kernels' own error words say after a step (check mode; syncs with the
+        host): fp8_moe.experts' flags, which a completed launch leaves at zero."""
+        if self.fp8_moe is None or not sm90.MOE_ONE_LAUNCH:
+            return []
+        return self.fp8_moe.flags_problems(self.buf["moe_flags"])
 
     def _experts_sm90(self, pos: torch.Tensor, m: int) -> None:
         """The experts on fp8_moe, launched programmatically dependent: gate/up with SwiGLU
