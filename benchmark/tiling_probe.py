@@ -398,11 +398,14 @@ VARIANTS = {
 }
 
 
+# variants whose knobs a layer reads when it is built get layers of their own: these
+# attributes, and every sm90 opt-in (the layer reads them all at build; one missed made
+# sm90_moe time the baseline, 2026-12-02)
 BUILD_VARIANTS = {name for name, sets in VARIANTS.items()
-                  if any(attr in ("ONE_WAVE", "TARGET_PROGRAMS", "ATTN_PROGRAMS", "O_PROJ",
-                                  "QKV_A", "MOE", "GATE_UP_GEMV_TILING",
-                                  "DENSE_GATE_UP_TILING", "tiling", "gate_up_tiling")
-                         for _, attr in sets)}
+                  if any(mod == "sm90" or attr in (
+                      "ONE_WAVE", "TARGET_PROGRAMS", "ATTN_PROGRAMS", "GATE_UP_GEMV_TILING",
+                      "DENSE_GATE_UP_TILING", "tiling", "gate_up_tiling")
+                         for mod, attr in sets)}
 
 
 def deltas(rows: list) -> dict:

@@ -33,3 +33,14 @@ def test_every_pending_variant_of_release_run_exists():
         names = [n for line in re.findall(rf'^{var}="(.*)"$', script, re.M)
                  for n in line.replace(f"${var}", "").split(",") if n]
         assert len(names) >= 2 and all(n in tp.VARIANTS for n in names), (var, names)
+
+
+def test_variants_of_build_time_knobs_build_their_own_layers():
+    """A variant that sets a knob the layer reads at build (every sm90 opt-in, the launch
+    shapes) must get layers of its own, or it times the baseline again (sm90_moe did so on
+    2026-12-02); one that sets only launch-time knobs reuses the baseline's."""
+    for name, sets in tp.VARIANTS.items():
+        if any(mod == "sm90" for mod, _ in sets):
+            assert name in tp.BUILD_VARIANTS, name
+    assert {"sm90_moe", "sm90_moe_two_launches", "sm90_o_proj"} <= tp.BUILD_VARIANTS
+    assert "baseline" not in tp.BUILD_VARIANTS
