@@ -79,6 +79,11 @@ GEMV_GROUPS = 2
 # and scales an iteration ahead: 0.4-1.6 us slower a MoE layer at 1-2 rows, within 0.3 at
 # 4-16 (T052409Z, code at 3040a43), so it keeps the plain loop.
 SCALES_AHEAD = True
+# whether a launch without the overlap (more rows than overlap.MAX_ROWS) still has each
+# program ask L2 for its whole weight tile at its start (the bulk prefetch it issues before
+# the wait with the overlap on), so the tile's bytes stream together instead of a pipeline
+# stage at a time. Off: not yet timed.
+L2_AHEAD_UNOVERLAPPED = False
 
 
 @triton.jit
@@ -330,10 +335,12 @@ def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                        INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
                        TAILS: tl.constexpr, SPLIT: tl.constexpr, SUMSQ: tl.constexpr,
-                       SWAP: tl.constexpr, SCALES: tl.constexpr):
+                       SWAP: tl.constexpr, SCALES: tl.constexpr, PREFETCH: tl.constexpr):
     pid = tl.program_id(0)
     split = tl.program_id(1)
-    _fp8_linear_prefetch(pid, split, K, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB, BLOCK_N, PDL)
+    # PREFETCH: PDL, or L2_AHEAD_UNOVERLAPPED
+    _fp8_linear_prefetch(pid, split, K, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB, BLOCK_N,
+                         PREFETCH)
     stage_begin(PDL)
     _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk, wa_ptr, sa_ptr, pa_ptr, NA,
                      tiles_a, wb_ptr, sb_ptr, pb_ptr, NB, BLOCK_M, BLOCK_N, GROUPS, INTERPRET,
@@ -463,6 +470,7 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
         BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
         PDL=use_pdl, GEMV=gemv, TAILS=tails is not None, SPLIT=split if tails is not None else 1,
         SUMSQ=sumsq, SWAP=swap(block_n, gemv), SCALES=SCALES_AHEAD,
+        PREFETCH=use_pdl or (L2_AHEAD_UNOVERLAPPED and not interpreting()),
         num_warps=NUM_WARPS, num_stages=3, **launch,
     )
 
