@@ -395,13 +395,6 @@ VARIANTS = {
     # a MoE layer's experts on fp8_moe (nvidia/sm90/fp8_moe; sm90_run.sh layer)
     "sm90_moe": {("sm90", "MOE"): True},
     "sm90_moe_two_launches": {("sm90", "MOE"): True, ("sm90", "MOE_ONE_LAUNCH"): False},
-    # L2 bulk prefetch ahead of the loads: a chunk's KV rows (programs of 3+ loop steps: 9-16
-    # rows; from 2: 5-8 rows' second step too), the linears' weight tiles without the overlap
-    "attn_l2_ahead": {("mla", "ATTN_L2_AHEAD_FROM_STEPS"): 3},
-    "attn_l2_ahead_from_2": {("mla", "ATTN_L2_AHEAD_FROM_STEPS"): 2},
-    "linear_l2_ahead": {("fp8_linear", "L2_AHEAD_UNOVERLAPPED"): True},
-    "l2_ahead_both": {("mla", "ATTN_L2_AHEAD_FROM_STEPS"): 3,
-                      ("fp8_linear", "L2_AHEAD_UNOVERLAPPED"): True},
 }
 
 

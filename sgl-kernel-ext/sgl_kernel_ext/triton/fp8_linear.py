@@ -79,11 +79,10 @@ GEMV_GROUPS = 2
 # and scales an iteration ahead: 0.4-1.6 us slower a MoE layer at 1-2 rows, within 0.3 at
 # 4-16 (T052409Z, code at 3040a43), so it keeps the plain loop.
 SCALES_AHEAD = True
-# whether a launch without the overlap (more rows than overlap.MAX_ROWS) still has each
-# program ask L2 for its whole weight tile at its start (the bulk prefetch it issues before
-# the wait with the overlap on), so the tile's bytes stream together instead of a pipeline
-# stage at a time. Off: not yet timed.
-L2_AHEAD_UNOVERLAPPED = False
+# Tried: launches without the overlap (9-16 rows) still prefetching each program's weight tile
+# into L2 at its start, as they do before the wait with it: on an H200 3.6-4.4 us slower a
+# layer at 12-16 rows, every kind (results/tiling_probe_20261202T135947Z: linear_l2_ahead;
+# code at 8543865).
 
 
 @triton.jit
@@ -335,12 +334,10 @@ def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                        INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
                        TAILS: tl.constexpr, SPLIT: tl.constexpr, SUMSQ: tl.constexpr,
-                       SWAP: tl.constexpr, SCALES: tl.constexpr, PREFETCH: tl.constexpr):
+                       SWAP: tl.constexpr, SCALES: tl.constexpr):
     pid = tl.program_id(0)
     split = tl.program_id(1)
-    # PREFETCH: PDL, or L2_AHEAD_UNOVERLAPPED
-    _fp8_linear_prefetch(pid, split, K, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB, BLOCK_N,
-                         PREFETCH)
+    _fp8_linear_prefetch(pid, split, K, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB, BLOCK_N, PDL)
     stage_begin(PDL)
     _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk, wa_ptr, sa_ptr, pa_ptr, NA,
                      tiles_a, wb_ptr, sb_ptr, pb_ptr, NB, BLOCK_M, BLOCK_N, GROUPS, INTERPRET,
@@ -470,7 +467,6 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
         BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
         PDL=use_pdl, GEMV=gemv, TAILS=tails is not None, SPLIT=split if tails is not None else 1,
         SUMSQ=sumsq, SWAP=swap(block_n, gemv), SCALES=SCALES_AHEAD,
-        PREFETCH=use_pdl or (L2_AHEAD_UNOVERLAPPED and not interpreting()),
         num_warps=NUM_WARPS, num_stages=3, **launch,
     )
 

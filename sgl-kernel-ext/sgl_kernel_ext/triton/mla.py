@@ -175,13 +175,13 @@ ATTN_MAXNREG = None
 # elsewhere (tiling_probe_20261201T184405Z: attn_pow2_splits); 12 rows need the 132 programs
 # (attn_programs_128: +0.9..+1.9 there)
 ATTN_POW2_SPLITS = False
-# programs of at least this many loop steps first ask L2 for their whole chunk's KV rows: the
-# chunk's top-k entries and slots loaded at once, then one bulk prefetch a row, so the rows
-# stream from HBM together while the loop's own loads (a step or two in flight) find them in
-# L2 or on their way. Without the overlap (9-16 rows) nothing else prefetches them: ncu at 16
-# rows (results/ncu_attn_16_a787b2c.txt) had the kernel at 42% of DRAM bandwidth, its warps
-# stalled on those loads. 1 << 30: off.
-ATTN_L2_AHEAD_FROM_STEPS = 1 << 30
+# Tried: a program's whole chunk of KV rows asked of L2 first (its top-k entries and slots
+# as one load each, then a bulk prefetch a row), for programs of 3+ loop steps (9-16 rows,
+# where nothing else prefetches them) or 2+. Bitwise the same, but on an H200 1.3-2.2 us
+# slower a layer at 12-16 rows, every kind, and no faster at 4-8 (results/
+# tiling_probe_20261202T135947Z: attn_l2_ahead*; code at 8543865): the loop is bound by its
+# instructions' latency (about 550 a warp a step at 14 cycles each in the ncu above), not
+# by HBM.
 # Tried: two programs a multiprocessor from 5 or 9 rows (twice the programs, registers capped
 # at 128: 84-104 B spilled, no first-step preload, whose rows take 128 KB of shared memory):
 # on an H200 a MoE layer 5 us slower at 16 rows and 8 at 8 (tiling_probe_20261201T152205Z:
@@ -491,19 +491,6 @@ def _sparse_attn_prefetch(m, sp, nsp, nblk, kv_cache_ptr, topk_ptr, stride_topk,
 
 
 @triton.jit
-def _chunk_l2_ahead(m, lo, hi, kv_cache_ptr, topk_ptr, stride_topk, row_slots, stride_slots,
-                    C: tl.constexpr, R: tl.constexpr, SPAN: tl.constexpr):
-    """Bulk L2 prefetch of the KV rows of row m's top-k entries [lo, hi) (hi - lo <= SPAN):
-    their entries and slots as one load each, so the requests go out together
-    (``ATTN_L2_AHEAD_FROM_STEPS``). A hint: nothing is written."""
-    ot = lo + tl.arange(0, SPAN)
-    pt = tl.load(topk_ptr + m * stride_topk + ot, mask=ot < hi, other=-1)
-    pt = tl.minimum(pt, stride_slots - 1)
-    pslot = tl.load(row_slots + tl.maximum(pt, 0), mask=pt >= 0, other=0)
-    prefetch_l2(kv_cache_ptr + pslot.to(tl.int64) * (C + R), (C + R) * 2, pt >= 0, True)
-
-
-@triton.jit
 def _attn_step_slots(m, ot, hi, topk_ptr, stride_topk, row_slots):
     """Cache slots of row m's top-k entries ot (those at or past hi, or -1, do not exist);
     row_slots: the row's slot table (``slot_row``)."""
@@ -670,7 +657,7 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
                         C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
                         BLOCK_T: tl.constexpr, PARTS: tl.constexpr, INTERPRET: tl.constexpr,
                         PDL: tl.constexpr, AHEAD: tl.constexpr, PRELOAD: tl.constexpr,
-                        CHAINS: tl.constexpr, ROWS: tl.constexpr, L2_SPAN: tl.constexpr = 0):
+                        CHAINS: tl.constexpr, ROWS: tl.constexpr):
     m = tl.program_id(0)
     sp = tl.program_id(1)
     if PRELOAD:
@@ -682,9 +669,6 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
         slot, t_ok = _attn_step_slots(m, lo + tl.arange(0, BLOCK_T), hi, topk_ptr,
                                       stride_topk, row_slots)
         kv, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, C, R, PARTS)
-        if L2_SPAN:  # the later steps' rows asked of L2 (ATTN_L2_AHEAD_FROM_STEPS)
-            _chunk_l2_ahead(m, lo + BLOCK_T, hi, kv_cache_ptr, topk_ptr, stride_topk,
-                            row_slots, stride_slots, C, R, L2_SPAN)
         stage_begin(PDL)
         q, q_pe = _attn_query(m, qcat_ptr, NH, C, R, BLOCK_H, PARTS)
         m_i, l_i, acc = _attn_state(BLOCK_H, C, PARTS)
@@ -698,15 +682,9 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
                     BLOCK_H, PARTS)
     else:
         # the top-k and the cache rows come from >= 2 kernels back
-        if L2_SPAN:  # the whole chunk's rows asked of L2 first (ATTN_L2_AHEAD_FROM_STEPS)
-            lo, hi = _chunk_range(sp, tl.num_programs(1), nblk, BLOCK_T)
-            _chunk_l2_ahead(m, lo, hi, kv_cache_ptr, topk_ptr, stride_topk,
-                            slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS),
-                            stride_slots, C, R, L2_SPAN)
-        else:
-            _sparse_attn_prefetch(m, sp, tl.num_programs(1), nblk, kv_cache_ptr, topk_ptr,
-                                  stride_topk, slots_ptr, stride_slots, slot_rows_ptr, C, R,
-                                  BLOCK_T, PDL, ROWS)
+        _sparse_attn_prefetch(m, sp, tl.num_programs(1), nblk, kv_cache_ptr, topk_ptr,
+                              stride_topk, slots_ptr, stride_slots, slot_rows_ptr, C, R, BLOCK_T,
+                              PDL, ROWS)
         stage_begin(PDL)
         _sparse_attn_task(m, sp, tl.num_programs(1), qcat_ptr, kv_cache_ptr, topk_ptr,
                           stride_topk, slots_ptr, stride_slots, slot_rows_ptr, part_o_ptr,
@@ -979,15 +957,6 @@ def attention_step(topk: int, splits: int) -> tuple:
     return block_t, topk // block_t
 
 
-def l2_span(block_t: int, steps: int) -> int:
-    """Top-k entries a program of `steps` loop steps asks L2 for at once (a power of two
-    covering its chunk; 0: none, ``ATTN_L2_AHEAD_FROM_STEPS``). Not under the interpreter,
-    which has no bulk prefetch."""
-    if steps < ATTN_L2_AHEAD_FROM_STEPS or interpreting():
-        return 0
-    return triton.next_power_of_2(block_t * steps)
-
-
 def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_ml, olat,
                      kv_lora: int, rope: int, merge: bool = True, slot_rows=None) -> None:
     """olat bf16 [M, heads, kv_lora] = softmax(scale * qcat . K) . c_kv over each row's top-k
@@ -1008,7 +977,6 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
         BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, INTERPRET=interpreting(),
         PDL=overlap.enabled(), AHEAD=ATTN_AHEAD, PRELOAD=steps <= ATTN_PRELOAD_MAX_STEPS,
         PARTS=attention_parts(kv_lora, steps), CHAINS=ATTN_QK_CHAINS, ROWS=rows,
-        L2_SPAN=l2_span(block_t, steps),
         num_warps=ATTN_WARPS, num_stages=stages,
         **({"maxnreg": ATTN_MAXNREG} if ATTN_MAXNREG else {}),
         **overlap.launch_kw())

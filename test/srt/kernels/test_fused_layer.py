@@ -417,31 +417,6 @@ def test_attention_in_column_tiles_matches_reference(parts, chains, rows, monkey
         assert torch.equal(outs[0], outs[1])
 
 
-@pytest.mark.parametrize("rows", [2, 8, 12, 16])  # 1, 2, 3 and 4 loop steps a chunk
-def test_l2_prefetch_ahead_leaves_the_layer_bitwise(rows, monkeypatch):
-    """mla.ATTN_L2_AHEAD_FROM_STEPS (a chunk's KV rows asked of L2 first) and
-    fp8_linear.L2_AHEAD_UNOVERLAPPED (weight tiles asked of L2 without the overlap) are hints:
-    outputs, top-k and caches bitwise those without them, contexts on both sides of 2048."""
-    from sgl_kernel_ext.triton import fp8_linear, mla
-
-    lid = KINDS["moe_indexer"]
-    case = make_case(CFG, lid, _contexts(rows, 3000, pad=True), seed=23, device="cuda",
-                     lw=_weights(lid))
-    runs = []
-    for on in (False, True):
-        monkeypatch.setattr(mla, "ATTN_L2_AHEAD_FROM_STEPS", 1 if on else 1 << 30)
-        monkeypatch.setattr(fp8_linear, "L2_AHEAD_UNOVERLAPPED", on)
-        caches = clone_caches(case.caches)
-        layer = FusedLayer(CFG, case.lw, caches, rows, 3000)
-        runs.append(([t.clone() for t in layer(case.hidden, case.residual, case.batch,
-                                                case.topk_prev)], caches))
-    (a, c_a), (b, c_b) = runs
-    assert not torch.isnan(b[0].float()).any()
-    assert all(torch.equal(x, y) for x, y in zip(a, b))
-    assert torch.equal(c_a.kv[lid].view(torch.int16), c_b.kv[lid].view(torch.int16))
-    assert torch.equal(c_a.index[lid], c_b.index[lid])
-
-
 @pytest.mark.parametrize("rows", [3, 16])
 @pytest.mark.parametrize("kind", ["moe_indexer", "moe_shared_topk"])
 def test_absorb_on_q_b_tail_rows_is_bitwise_the_partials(kind, rows, monkeypatch):
