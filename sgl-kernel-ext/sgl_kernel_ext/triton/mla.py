@@ -156,7 +156,9 @@ ATTN_QK_CHAINS = 1
 # (``_attn_step_math_swapped``: the KV rows the M side of sm_90's asynchronous MMA), with
 # ATTN_SWAP_WARPS warps (None: ATTN_WARPS) and ATTN_SWAP_STAGES stages (at 3 Triton asks 236
 # KB of shared memory at 16 rows, past the 227 a block may have). 1 << 30: off. Not yet timed
-# in the layer.
+# in the layer. Programs that preload their first step never swap: on an H200 that form (one
+# tile, 1 row) gave wrong output, and in the layer an illegal address (attn_smoke.py, not
+# found why; the interpreter agrees with the softmax).
 ATTN_SWAP_FROM_STEPS = 1 << 30
 ATTN_SWAP_WARPS = None
 ATTN_SWAP_STAGES = 2
@@ -1021,7 +1023,8 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
     block_t, blocks = attention_step(k, splits)
     steps = triton.cdiv(blocks, splits)  # the longest chunk's
     stages = 3 if steps >= ATTN_DOUBLE_BUFFER_FROM_STEPS else ATTN_STAGES
-    swapped = steps >= ATTN_SWAP_FROM_STEPS
+    preload = steps <= ATTN_PRELOAD_MAX_STEPS
+    swapped = steps >= ATTN_SWAP_FROM_STEPS and not preload
     if swapped:
         stages = ATTN_SWAP_STAGES
     assert topk.stride(1) == 1
@@ -1030,7 +1033,7 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
         qcat, kv_cache, topk, topk.stride(0), *slots, part_o, part_ml, nh, float(sm_scale),
         blocks, C=kv_lora, R=rope,
         BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), AHEAD=ATTN_AHEAD, PRELOAD=steps <= ATTN_PRELOAD_MAX_STEPS,
+        PDL=overlap.enabled(), AHEAD=ATTN_AHEAD, PRELOAD=preload,
         PARTS=attention_parts(kv_lora, steps), CHAINS=ATTN_QK_CHAINS, ROWS=rows, SWAP=swapped,
         num_warps=(ATTN_SWAP_WARPS or ATTN_WARPS) if swapped else ATTN_WARPS, num_stages=stages,
         **({"maxnreg": ATTN_MAXNREG} if ATTN_MAXNREG else {}),

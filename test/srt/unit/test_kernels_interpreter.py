@@ -525,7 +525,7 @@ def test_attention_loading_ahead_is_bitwise_the_plain_loop(splits, monkeypatch):
     runs = []
     forms = [(0, False, 1, 1), (1, False, 1, 1), (2, False, 1, 1), (1, True, 1, 1)]
     tiled = [(1, True, 4, 2), (2, False, 4, 1), (0, False, 1, 2)]
-    swapped = [(1, True, 1, 1), (1, False, 4, 1)]
+    swapped = [(1, False, 1, 1), (1, False, 4, 1)]  # swapped programs never preload
     monkeypatch.setattr(mla, "ATTN_PARTS_FROM_STEPS", 1)  # tiles at every step count here
     for i, (ahead, preload, parts, chains) in enumerate(forms + tiled + swapped):
         monkeypatch.setattr(mla, "ATTN_SWAP_FROM_STEPS", 1 if i >= len(forms + tiled) else 1 << 30)
@@ -554,7 +554,7 @@ def test_attention_loading_ahead_is_bitwise_the_plain_loop(splits, monkeypatch):
 
 @pytest.mark.parametrize("parts, chains, preload, swap", [
     (1, 1, True, False), (8, 2, True, False), (8, 1, False, False), (4, 2, False, False),
-    (8, 1, False, True), (1, 1, True, True)])
+    (8, 1, False, True), (1, 1, False, True)])
 def test_attention_column_tiles_at_glm53_widths_match_the_softmax(parts, chains, preload, swap,
                                                                     monkeypatch):
     """The attention at GLM-5.3's widths (latent 512, rope 64, a TP8 rank's 8 heads padded to
