@@ -130,3 +130,56 @@ def test_experts_flags_say_what_a_launch_left():
     shared.zero_()
     shared[3] = 2  # a ready flag not cleared
     assert "not cleared" in fp8_moe.flags_problems(shared)[0]
+
+
+def _moe_args(m=3, slots=5, experts=4, inter=256, hidden=384, terms=9):
+    """fp8_moe's host arguments at small shapes, on CPU, as ``gate_up`` / ``down`` take them."""
+    import torch
+
+    e4m3, f32 = torch.float8_e4m3fn, torch.float32
+    z = torch.zeros
+    nx = fp8_moe.x_rows(m)
+    units = 2 * 132
+    gu = dict(xq=z(nx + 3, hidden, dtype=e4m3), sx=z(m, hidden // 128),
+              gate_q=z(experts, inter, hidden, dtype=e4m3),
+              gate_s=z(experts, inter // 128, hidden // 128),
+              up_q=z(experts, inter, hidden, dtype=e4m3),
+              up_s=z(experts, inter // 128, hidden // 128),
+              sh_gate_q=z(inter, hidden, dtype=e4m3), sh_gate_s=z(inter // 128, hidden // 128),
+              sh_up_q=z(inter, hidden, dtype=e4m3), sh_up_s=z(inter // 128, hidden // 128),
+              slot_expert=z(slots, dtype=torch.int32), num_slots=z(1, dtype=torch.int32),
+              parts=z(fp8_moe.gate_up_parts_rows(slots, inter, hidden, units), m, 2 * inter),
+              arrivals=z(slots * inter // 128, dtype=torch.int32),
+              act_q=z(slots * nx, inter, dtype=e4m3), act_s=z(slots * m, inter // 128))
+    dn = dict(act_q=gu["act_q"], act_s=gu["act_s"],
+              down_q=z(experts, hidden, inter, dtype=e4m3),
+              down_s=z(experts, hidden // 128, inter // 128),
+              sh_down_q=z(hidden, inter, dtype=e4m3), sh_down_s=z(hidden // 128, inter // 128),
+              slot_expert=gu["slot_expert"], num_slots=gu["num_slots"],
+              slot_weight=z(slots, m, dtype=f32), slot_rank=z(slots, m, dtype=torch.int32),
+              terms=z(m, terms, hidden, dtype=torch.bfloat16))
+    return gu, dn, units
+
+
+def test_fp8_moe_host_checks_pass_the_documented_shapes_and_name_each_refusal():
+    """The checks gate_up, down and experts share: the documented arguments pass (xq trimmed
+    to the MMA's rows), and each wrong one is refused by name."""
+    import torch
+
+    gu, dn, units = _moe_args()
+    assert fp8_moe._gate_up_checked(**gu, units=units).shape[0] == fp8_moe.x_rows(3)
+    fp8_moe._down_checked(**dn)
+    wrong = {"sx": gu["sx"].double(), "up_q": gu["up_q"][:, :128],
+             "arrivals": gu["arrivals"][1:], "act_s": gu["act_s"][:-1],
+             "parts": gu["parts"][:1]}
+    for name, bad in wrong.items():
+        with pytest.raises(ValueError, match=name.split("_")[0]):
+            fp8_moe._gate_up_checked(**{**gu, name: bad}, units=units)
+    wrong = {"slot_weight": dn["slot_weight"].half(), "down_s": dn["down_s"][:, :1],
+             "terms": dn["terms"].float(), "slot_rank": dn["slot_rank"][:, :2]}
+    for name, bad in wrong.items():
+        with pytest.raises(ValueError, match=name.split("_")[0]):
+            fp8_moe._down_checked(**{**dn, name: bad})
+    with pytest.raises(ValueError, match="same strides"):
+        fp8_moe._gate_up_checked(**{**gu, "up_q": torch.zeros(
+            4, 512, 384, dtype=torch.float8_e4m3fn)[:, :256]}, units=units)

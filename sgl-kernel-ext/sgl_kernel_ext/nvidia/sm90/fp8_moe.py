@@ -707,16 +707,11 @@ def _launch(kind, m, inter, hidden, experts, max_slots, terms, args, stages, gri
     fn(*(_tensor(t) for t in args), grid, stream)
 
 
-def gate_up(xq, sx, gate_q, gate_s, up_q, up_s, sh_gate_q, sh_gate_s, sh_up_q, sh_up_s,
-            slot_expert, num_slots, parts, arrivals, act_q, act_s, stages: int = 0,
-            grid: int = 0, groups: int = 0, pdl: bool = False) -> None:
-    """act = quant(SwiGLU(x G_e^T, x U_e^T)) of every slot's expert (module docstring).
-    xq e4m3 [R >= x_rows(M), H], sx fp32 [M, H/128]; gate_q / up_q e4m3 [E, I, H] (any expert
-    stride), scales fp32 [E, I/128, H/128]; the shared expert's [I, H], [I/128, H/128];
-    slot_expert int32 [S] (slot 0 the shared expert, id E), num_slots int32 [1] (<= S);
-    parts fp32 [P >= gate_up_parts_rows(S, I, H, units), M, 2I] (scratch); arrivals int32
-    [S * I/128] at zero (left at zero); act_q e4m3 [S * x_rows(M), I] (rows past M of each
-    slot untouched), act_s fp32 [S * M, I/128]."""
+def _gate_up_checked(xq, sx, gate_q, gate_s, up_q, up_s, sh_gate_q, sh_gate_s, sh_up_q,
+                     sh_up_s, slot_expert, num_slots, parts, arrivals, act_q, act_s,
+                     units: int):
+    """Refuse gate/up's arguments unless as ``gate_up`` documents them (`units`: the launch's
+    consumer warpgroups, which size parts); xq's first x_rows(M) rows, which the MMA reads."""
     import torch
 
     m, kg = sx.shape
@@ -744,33 +739,21 @@ def gate_up(xq, sx, gate_q, gate_s, up_q, up_s, sh_gate_q, sh_gate_s, sh_up_q, s
     _check("arrivals", arrivals, (slots * (inter // 128),), torch.int32)
     _check("act_q", act_q, (slots * nx, inter), torch.float8_e4m3fn)
     _check("act_s", act_s, (slots * m, inter // 128), torch.float32)
-    sms = grid or torch.cuda.get_device_properties(parts.device).multi_processor_count
-    need = gate_up_parts_rows(slots, inter, hidden, sms * (groups or GROUPS))
+    need = gate_up_parts_rows(slots, inter, hidden, units)
     if parts.shape[0] < need:
         raise ValueError(f"fp8_moe: parts needs {need} (slot, chunk) rows for {slots} slots, "
                          f"got {parts.shape[0]}")
-    unused = _unused(parts.device, GATE_UP)
-    args = (gate_q.permute(1, 2, 0), gate_s, up_q.permute(1, 2, 0), up_s, sh_gate_q, sh_gate_s,
-            sh_up_q, sh_up_s, xq, sx, slot_expert, num_slots, parts, arrivals, act_q, act_s,
-            *unused[16:])
-    _launch(GATE_UP, m, inter, hidden, e, slots, 1, args, stages, grid, groups, pdl,
-            parts.device)
+    return xq
 
 
-def down(act_q, act_s, down_q, down_s, sh_down_q, sh_down_s, slot_expert, num_slots,
-         slot_weight, slot_rank, terms, stages: int = 0, grid: int = 0, groups: int = 0,
-         pdl: bool = False) -> None:
-    """terms[row, rank] = bf16(weight[slot, row] * act_slot D_e^T[row]) for each slot's rows
-    that chose its expert (module docstring). act_q e4m3 [S * x_rows(M), I], act_s fp32
-    [S * M, I/128] (gate_up's); down_q e4m3 [E, H, I] (any expert stride), down_s fp32
-    [E, H/128, I/128]; the shared expert's [H, I], [H/128, I/128]; slot_weight fp32 and
-    slot_rank int32 [S, M] (route's); terms bf16 [M, TERMS, H]."""
+def _down_checked(act_q, act_s, down_q, down_s, sh_down_q, sh_down_s, slot_expert, num_slots,
+                  slot_weight, slot_rank, terms) -> None:
+    """Refuse down's arguments unless as ``down`` documents them."""
     import torch
 
     slots, m = slot_weight.shape
     e, hidden, inter = down_q.shape
-    nx = x_rows(m)
-    _check("act_q", act_q, (slots * nx, inter), torch.float8_e4m3fn)
+    _check("act_q", act_q, (slots * x_rows(m), inter), torch.float8_e4m3fn)
     _check("act_s", act_s, (slots * m, inter // 128), torch.float32)
     _check_stack("down", down_q, down_s, hidden, inter, e)
     _check_stack("shared down", sh_down_q, sh_down_s, hidden, inter)
@@ -782,6 +765,51 @@ def down(act_q, act_s, down_q, down_s, sh_down_q, sh_down_s, slot_expert, num_sl
         raise ValueError(f"fp8_moe: terms must be bf16 [{m}, TERMS, {hidden}], got "
                          f"{tuple(terms.shape)}")
     _check("terms", terms, tuple(terms.shape), torch.bfloat16)
+
+
+def _units(device, grid: int, groups: int) -> int:
+    """Consumer warpgroups of a launch of `grid` CTAs (0: one a multiprocessor)."""
+    import torch
+
+    sms = torch.cuda.get_device_properties(device).multi_processor_count
+    return (grid or sms) * (groups or GROUPS)
+
+
+def gate_up(xq, sx, gate_q, gate_s, up_q, up_s, sh_gate_q, sh_gate_s, sh_up_q, sh_up_s,
+            slot_expert, num_slots, parts, arrivals, act_q, act_s, stages: int = 0,
+            grid: int = 0, groups: int = 0, pdl: bool = False) -> None:
+    """act = quant(SwiGLU(x G_e^T, x U_e^T)) of every slot's expert (module docstring).
+    xq e4m3 [R >= x_rows(M), H], sx fp32 [M, H/128]; gate_q / up_q e4m3 [E, I, H] (any expert
+    stride), scales fp32 [E, I/128, H/128]; the shared expert's [I, H], [I/128, H/128];
+    slot_expert int32 [S] (slot 0 the shared expert, id E), num_slots int32 [1] (<= S);
+    parts fp32 [P >= gate_up_parts_rows(S, I, H, units), M, 2I] (scratch); arrivals int32
+    [S * I/128] at zero (left at zero); act_q e4m3 [S * x_rows(M), I] (rows past M of each
+    slot untouched), act_s fp32 [S * M, I/128]."""
+    xq = _gate_up_checked(xq, sx, gate_q, gate_s, up_q, up_s, sh_gate_q, sh_gate_s, sh_up_q,
+                          sh_up_s, slot_expert, num_slots, parts, arrivals, act_q, act_s,
+                          _units(parts.device, grid, groups))
+    m, hidden = sx.shape[0], sx.shape[1] * 128
+    e, inter = gate_q.shape[0], gate_q.shape[1]
+    unused = _unused(parts.device, GATE_UP)
+    args = (gate_q.permute(1, 2, 0), gate_s, up_q.permute(1, 2, 0), up_s, sh_gate_q, sh_gate_s,
+            sh_up_q, sh_up_s, xq, sx, slot_expert, num_slots, parts, arrivals, act_q, act_s,
+            *unused[16:])
+    _launch(GATE_UP, m, inter, hidden, e, slot_expert.shape[0], 1, args, stages, grid, groups,
+            pdl, parts.device)
+
+
+def down(act_q, act_s, down_q, down_s, sh_down_q, sh_down_s, slot_expert, num_slots,
+         slot_weight, slot_rank, terms, stages: int = 0, grid: int = 0, groups: int = 0,
+         pdl: bool = False) -> None:
+    """terms[row, rank] = bf16(weight[slot, row] * act_slot D_e^T[row]) for each slot's rows
+    that chose its expert (module docstring). act_q e4m3 [S * x_rows(M), I], act_s fp32
+    [S * M, I/128] (gate_up's); down_q e4m3 [E, H, I] (any expert stride), down_s fp32
+    [E, H/128, I/128]; the shared expert's [H, I], [H/128, I/128]; slot_weight fp32 and
+    slot_rank int32 [S, M] (route's); terms bf16 [M, TERMS, H]."""
+    _down_checked(act_q, act_s, down_q, down_s, sh_down_q, sh_down_s, slot_expert, num_slots,
+                  slot_weight, slot_rank, terms)
+    slots, m = slot_weight.shape
+    e, hidden, inter = down_q.shape
     unused = _unused(terms.device, DOWN)
     args = (down_q.permute(1, 2, 0), down_s, down_q.permute(1, 2, 0), down_s, sh_down_q,
             sh_down_s, sh_down_q, sh_down_s, act_q, act_s, slot_expert, num_slots, unused[12],
@@ -802,48 +830,19 @@ def experts(xq, sx, gate_q, gate_s, up_q, up_s, down_q, down_s, sh_gate_q, sh_ga
     wait on each other, so every one must be resident."""
     import torch
 
-    m, kg = sx.shape
-    hidden = kg * 128
-    e, inter = gate_q.shape[0], gate_q.shape[1]
-    slots, nx = slot_expert.shape[0], x_rows(m)
     sms = torch.cuda.get_device_properties(parts.device).multi_processor_count
     if grid > sms:
         raise ValueError(f"fp8_moe.experts: grid {grid} exceeds the {sms} multiprocessors "
                          "(its CTAs wait on each other: all must be resident)")
-    if xq.shape[0] < nx:
-        raise ValueError(f"fp8_moe: xq needs at least {nx} rows for {m}, got {xq.shape[0]}")
-    xq = xq[:nx]
-    _check("xq", xq, (nx, hidden), torch.float8_e4m3fn)
-    _check("sx", sx, (m, kg), torch.float32)
-    for name, q, s, rows, k, ex in (
-            ("gate", gate_q, gate_s, inter, hidden, e), ("up", up_q, up_s, inter, hidden, e),
-            ("down", down_q, down_s, hidden, inter, e),
-            ("shared gate", sh_gate_q, sh_gate_s, inter, hidden, None),
-            ("shared up", sh_up_q, sh_up_s, inter, hidden, None),
-            ("shared down", sh_down_q, sh_down_s, hidden, inter, None)):
-        _check_stack(name, q, s, rows, k, ex)
-    if gate_q.stride() != up_q.stride():
-        raise ValueError("fp8_moe: gate and up stacks must have the same strides")
-    _check("slot_expert", slot_expert, (slots,), torch.int32)
-    _check("num_slots", num_slots, (1,), torch.int32)
-    _check("slot_weight", slot_weight, (slots, m), torch.float32)
-    _check("slot_rank", slot_rank, (slots, m), torch.int32)
-    if parts.dim() != 3 or parts.shape[1:] != (m, 2 * inter):
-        raise ValueError(f"fp8_moe: parts must be fp32 [P, {m}, {2 * inter}], got "
-                         f"{tuple(parts.shape)}")
-    _check("parts", parts, tuple(parts.shape), torch.float32)
-    _check("arrivals", arrivals, (slots * (inter // 128),), torch.int32)
+    xq = _gate_up_checked(xq, sx, gate_q, gate_s, up_q, up_s, sh_gate_q, sh_gate_s, sh_up_q,
+                          sh_up_s, slot_expert, num_slots, parts, arrivals, act_q, act_s,
+                          _units(parts.device, grid, groups))
+    _down_checked(act_q, act_s, down_q, down_s, sh_down_q, sh_down_s, slot_expert, num_slots,
+                  slot_weight, slot_rank, terms)
+    m, hidden = sx.shape[0], sx.shape[1] * 128
+    e, inter = gate_q.shape[0], gate_q.shape[1]
+    slots = slot_expert.shape[0]
     _check("flags", flags, (flags_size(slots, inter),), torch.int32)
-    _check("act_q", act_q, (slots * nx, inter), torch.float8_e4m3fn)
-    _check("act_s", act_s, (slots * m, inter // 128), torch.float32)
-    if terms.dim() != 3 or terms.shape[0] != m or terms.shape[2] != hidden:
-        raise ValueError(f"fp8_moe: terms must be bf16 [{m}, TERMS, {hidden}], got "
-                         f"{tuple(terms.shape)}")
-    _check("terms", terms, tuple(terms.shape), torch.bfloat16)
-    need = gate_up_parts_rows(slots, inter, hidden, (grid or sms) * (groups or GROUPS))
-    if parts.shape[0] < need:
-        raise ValueError(f"fp8_moe: parts needs {need} (slot, chunk) rows for {slots} slots, "
-                         f"got {parts.shape[0]}")
     args = (gate_q.permute(1, 2, 0), gate_s, up_q.permute(1, 2, 0), up_s, sh_gate_q, sh_gate_s,
             sh_up_q, sh_up_s, xq, sx, slot_expert, num_slots, parts, arrivals, act_q, act_s,
             slot_weight, slot_rank, terms.view(m * terms.shape[1], hidden),
