@@ -395,13 +395,6 @@ VARIANTS = {
     # a MoE layer's experts on fp8_moe (nvidia/sm90/fp8_moe; sm90_run.sh layer)
     "sm90_moe": {("sm90", "MOE"): True},
     "sm90_moe_two_launches": {("sm90", "MOE"): True, ("sm90", "MOE_ONE_LAUNCH"): False},
-    # the attention's products transposed (mla.ATTN_SWAP_FROM_STEPS: from 3 loop steps, 9-16
-    # rows, or every step count), 4 or 8 warps
-    "attn_swap": {("mla", "ATTN_SWAP_FROM_STEPS"): 3, ("mla", "ATTN_SWAP_WARPS"): 4},
-    "attn_swap_8_warps": {("mla", "ATTN_SWAP_FROM_STEPS"): 3, ("mla", "ATTN_SWAP_WARPS"): 8},
-    "attn_swap_every": {("mla", "ATTN_SWAP_FROM_STEPS"): 1, ("mla", "ATTN_SWAP_WARPS"): 4},
-    "attn_swap_every_8_warps": {("mla", "ATTN_SWAP_FROM_STEPS"): 1,
-                                ("mla", "ATTN_SWAP_WARPS"): 8},
 }
 
 

@@ -152,21 +152,14 @@ ATTN_PARTS_FROM_STEPS = 3
 # one tile, and 8 tiles in one chain 0-0.4 us faster than in two at 12-16 rows (T212315Z:
 # attn_chains_2, attn_parts_8_one_chain)
 ATTN_QK_CHAINS = 1
-# programs of at least this many loop steps run every product transposed
-# (``_attn_step_math_swapped``: the KV rows the M side of sm_90's asynchronous MMA), with
-# ATTN_SWAP_WARPS warps (None: ATTN_WARPS) and ATTN_SWAP_STAGES stages (at 3 Triton asks 236
-# KB of shared memory at 16 rows, past the 227 a block may have). 1 << 30: off. Not yet timed
-# in the layer. Programs that preload their first step never swap: on an H200 that form (one
-# tile, 1 row) gave wrong output, and in the layer an illegal address (attn_smoke.py, not
-# found why; the interpreter agrees with the softmax).
-ATTN_SWAP_FROM_STEPS = 1 << 30
-ATTN_SWAP_WARPS = None
-ATTN_SWAP_STAGES = 2
 # Tried: the MMAs transposed, as the index scores' (indexer.SCORE_SWAP): scores [entries,
 # heads] = K . q^T and acc [latent columns, heads] += V^T . P^T, the KV rows the A operand so
-# sm_90 takes wgmma. Correct under the interpreter, but the loop step at 16 rows (8 tiles)
-# compiled to 945 sm_90a instructions a warp instead of 435 (53 barriers instead of 19), 895
-# at 4 warps (CPU compile, Triton 3.6: sm90_compile.py loops); not timed on a GPU.
+# sm_90 takes wgmma (945 sm_90a instructions a loop step a warp at 8 warps, 895 at 4, against
+# 435). Within NUMERICS in the layer at 12-16 rows (GPU test), but on an H200 2.8-4.0 us
+# slower a layer at 12-16 rows with 4 warps (2 stages: 3 ask 236 KB of shared memory), 5-7
+# with 8, every kind (results/tiling_probe_20261202T143246Z: attn_swap*; code at 9f6bcc0).
+# Programs that preload their first step gave wrong output in that form (one tile, 1 row)
+# and the layer an illegal address; not found why.
 
 # the most attention programs a step (attention_splits): one wave of one program a
 # multiprocessor (201 registers x 256 threads). At 16 rows 16 chunks a row were 256 programs,
@@ -535,68 +528,36 @@ def _attn_dot(q, k, INTERPRET: tl.constexpr):
 
 @triton.jit
 def _attn_step_math(q, q_pe, kv, kpe, t_ok, m_i, l_i, acc, sm_scale, PARTS: tl.constexpr,
-                    INTERPRET: tl.constexpr, CHAINS: tl.constexpr, SWAP: tl.constexpr = False):
+                    INTERPRET: tl.constexpr, CHAINS: tl.constexpr):
     """One step of the online softmax over BLOCK_T entries (t_ok: those that exist):
     (m_i, l_i, acc) updated, q, kv and acc tuples of the latent's PARTS tiles. CHAINS > 1: the
     score's products (each latent tile's, k_pe's) as independent MMA chains, each scaled
     before the sum (which the compiler would otherwise fold into one accumulator chain);
-    1: one chain. SWAP: the transposed products (``_attn_step_math_swapped``)."""
-    if SWAP:
-        m_new, l_i, out = _attn_step_math_swapped(q, q_pe, kv, kpe, t_ok, m_i, l_i, acc,
-                                                  sm_scale, PARTS, INTERPRET)
-    else:
-        if CHAINS > 1:
-            z = _attn_dot(q_pe, kpe, INTERPRET) * sm_scale
-            for i in tl.static_range(PARTS):
-                z += _attn_dot(q[i], kv[i], INTERPRET) * sm_scale
-        else:
-            z = _attn_dot(q[0], kv[0], INTERPRET)
-            for i in tl.static_range(1, PARTS):
-                z += _attn_dot(q[i], kv[i], INTERPRET)
-            z += _attn_dot(q_pe, kpe, INTERPRET)
-            z = z * sm_scale
-        z = tl.where(t_ok[None, :], z, float("-inf"))
-        m_new = tl.maximum(m_i, tl.max(z, axis=1))
-        m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
-        alpha = tl.exp(m_i - m_safe)
-        p = tl.exp(z - m_safe[:, None])
-        l_i = l_i * alpha + tl.sum(p, axis=1)
-        if not INTERPRET:
-            p = p.to(tl.bfloat16)
-        out = ()
+    1: one chain."""
+    if CHAINS > 1:
+        z = _attn_dot(q_pe, kpe, INTERPRET) * sm_scale
         for i in tl.static_range(PARTS):
-            if INTERPRET:
-                out = out + (acc[i] * alpha[:, None] + tl.dot(p, kv[i].to(tl.float32)),)
-            else:
-                out = out + (acc[i] * alpha[:, None] + tl.dot(p, kv[i]),)
-    return m_new, l_i, out
-
-
-@triton.jit
-def _attn_step_math_swapped(q, q_pe, kv, kpe, t_ok, m_i, l_i, acc, sm_scale,
-                            PARTS: tl.constexpr, INTERPRET: tl.constexpr):
-    """``_attn_step_math`` with every product transposed (``ATTN_SWAP_FROM_STEPS``): the
-    scores [entries, heads] = K . q^T and acc [latent columns, heads] += V^T . P^T, so the
-    KV rows (64 or more) are the MMA's M side, which sm_90's asynchronous MMA reads from
-    shared memory, and the 16 heads its N side. acc: a tuple of PARTS [C / PARTS, heads]."""
-    z = _attn_dot(kv[0], q[0], INTERPRET)
-    for i in tl.static_range(1, PARTS):
-        z += _attn_dot(kv[i], q[i], INTERPRET)
-    z += _attn_dot(kpe, q_pe, INTERPRET)
-    z = tl.where(t_ok[:, None], z * sm_scale, float("-inf"))
-    m_new = tl.maximum(m_i, tl.max(z, axis=0))
+            z += _attn_dot(q[i], kv[i], INTERPRET) * sm_scale
+    else:
+        z = _attn_dot(q[0], kv[0], INTERPRET)
+        for i in tl.static_range(1, PARTS):
+            z += _attn_dot(q[i], kv[i], INTERPRET)
+        z += _attn_dot(q_pe, kpe, INTERPRET)
+        z = z * sm_scale
+    z = tl.where(t_ok[None, :], z, float("-inf"))
+    m_new = tl.maximum(m_i, tl.max(z, axis=1))
     m_safe = tl.where(m_new == float("-inf"), 0.0, m_new)
     alpha = tl.exp(m_i - m_safe)
-    p = tl.exp(z - m_safe[None, :])
-    l_i = l_i * alpha + tl.sum(p, axis=0)
+    p = tl.exp(z - m_safe[:, None])
+    l_i = l_i * alpha + tl.sum(p, axis=1)
     if not INTERPRET:
         p = p.to(tl.bfloat16)
     out = ()
     for i in tl.static_range(PARTS):
         if INTERPRET:
-            out = out + (acc[i] * alpha[None, :] + tl.dot(tl.trans(kv[i].to(tl.float32)), p),)
+            out = out + (acc[i] * alpha[:, None] + tl.dot(p, kv[i].to(tl.float32)),)
         else:
-            out = out + (acc[i] * alpha[None, :] + tl.dot(tl.trans(kv[i]), p),)
+            out = out + (acc[i] * alpha[:, None] + tl.dot(p, kv[i]),)
     return m_new, l_i, out
 
 
@@ -617,34 +578,24 @@ def _attn_query(m, qcat_ptr, NH, C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.c
 
 
 @triton.jit
-def _attn_state(BLOCK_H: tl.constexpr, C: tl.constexpr, PARTS: tl.constexpr,
-                SWAP: tl.constexpr = False):
-    """The online softmax's empty state: (m_i, l_i, acc), acc a tuple of PARTS tiles
-    (transposed with SWAP)."""
+def _attn_state(BLOCK_H: tl.constexpr, C: tl.constexpr, PARTS: tl.constexpr):
+    """The online softmax's empty state: (m_i, l_i, acc), acc a tuple of PARTS tiles."""
     acc = ()
     for i in tl.static_range(PARTS):
-        if SWAP:
-            acc = acc + (tl.zeros((C // PARTS, BLOCK_H), tl.float32),)
-        else:
-            acc = acc + (tl.zeros((BLOCK_H, C // PARTS), tl.float32),)
+        acc = acc + (tl.zeros((BLOCK_H, C // PARTS), tl.float32),)
     return tl.full((BLOCK_H,), float("-inf"), tl.float32), tl.zeros((BLOCK_H,), tl.float32), acc
 
 
 @triton.jit
 def _attn_store(m, sp, nsp, m_i, l_i, acc, part_o_ptr, part_ml_ptr, NH, C: tl.constexpr,
-                BLOCK_H: tl.constexpr, PARTS: tl.constexpr, SWAP: tl.constexpr = False):
+                BLOCK_H: tl.constexpr, PARTS: tl.constexpr):
     """Row m's chunk sp: its unnormalized output and (max, sum) per head."""
     oh = tl.arange(0, BLOCK_H)
     h_ok = oh < NH
     base = (m * nsp + sp) * NH + oh
-    if SWAP:
-        out = part_o_ptr + base[None, :] * C + tl.arange(0, C // PARTS)[:, None]
-        for i in tl.static_range(PARTS):
-            tl.store(out + i * (C // PARTS), acc[i], mask=h_ok[None, :])
-    else:
-        out = part_o_ptr + base[:, None] * C + tl.arange(0, C // PARTS)[None, :]
-        for i in tl.static_range(PARTS):
-            tl.store(out + i * (C // PARTS), acc[i], mask=h_ok[:, None])
+    out = part_o_ptr + base[:, None] * C + tl.arange(0, C // PARTS)[None, :]
+    for i in tl.static_range(PARTS):
+        tl.store(out + i * (C // PARTS), acc[i], mask=h_ok[:, None])
     tl.store(part_ml_ptr + base * 2, m_i, mask=h_ok)
     tl.store(part_ml_ptr + base * 2 + 1, l_i, mask=h_ok)
 
@@ -653,7 +604,7 @@ def _attn_store(m, sp, nsp, m_i, l_i, acc, part_o_ptr, part_ml_ptr, NH, C: tl.co
 def _attn_loop(m, q, q_pe, lo, hi, m_i, l_i, acc, kv_cache_ptr, topk_ptr, stride_topk,
                row_slots, sm_scale, C: tl.constexpr, R: tl.constexpr,
                BLOCK_T: tl.constexpr, PARTS: tl.constexpr, INTERPRET: tl.constexpr,
-               AHEAD: tl.constexpr, CHAINS: tl.constexpr, SWAP: tl.constexpr = False):
+               AHEAD: tl.constexpr, CHAINS: tl.constexpr):
     """Row m's top-k entries [lo, hi) in BLOCK_T steps, from the softmax state (m_i, l_i,
     acc). AHEAD (``ATTN_AHEAD``): 1 issues the next step's top-k and slot loads before this
     step's math, 2 its KV rows too (carried in registers), so a step does not start with a
@@ -675,7 +626,7 @@ def _attn_loop(m, q, q_pe, lo, hi, m_i, l_i, acc, kv_cache_ptr, topk_ptr, stride
         if AHEAD >= 2:
             kv_next, kpe_next = _attn_step_rows(kv_cache_ptr, slot_next, ok_next, C, R, PARTS)
         m_i, l_i, acc = _attn_step_math(q, q_pe, kv, kpe, t_ok, m_i, l_i, acc, sm_scale, PARTS,
-                                        INTERPRET, CHAINS, SWAP)
+                                        INTERPRET, CHAINS)
         if AHEAD >= 1:
             slot = slot_next
             t_ok = ok_next
@@ -690,19 +641,17 @@ def _sparse_attn_task(m, sp, nsp, qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk,
                       stride_slots, slot_rows_ptr, part_o_ptr, part_ml_ptr, NH, sm_scale, nblk,
                       C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
                       BLOCK_T: tl.constexpr, PARTS: tl.constexpr, INTERPRET: tl.constexpr,
-                      AHEAD: tl.constexpr, CHAINS: tl.constexpr, ROWS: tl.constexpr,
-                      SWAP: tl.constexpr = False):
+                      AHEAD: tl.constexpr, CHAINS: tl.constexpr, ROWS: tl.constexpr):
     """Row m's chunk sp of nsp (``_chunk_range``, ``_attn_loop``)."""
     q, q_pe = _attn_query(m, qcat_ptr, NH, C, R, BLOCK_H, PARTS)
     lo, hi = _chunk_range(sp, nsp, nblk, BLOCK_T)
-    m_i, l_i, acc = _attn_state(BLOCK_H, C, PARTS, SWAP)
+    m_i, l_i, acc = _attn_state(BLOCK_H, C, PARTS)
     m_i, l_i, acc = _attn_loop(m, q, q_pe, lo, hi, m_i, l_i, acc, kv_cache_ptr, topk_ptr,
                                stride_topk,
                                slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS),
                                sm_scale, C, R, BLOCK_T,
-                               PARTS, INTERPRET, AHEAD, CHAINS, SWAP)
-    _attn_store(m, sp, nsp, m_i, l_i, acc, part_o_ptr, part_ml_ptr, NH, C, BLOCK_H, PARTS,
-                SWAP)
+                               PARTS, INTERPRET, AHEAD, CHAINS)
+    _attn_store(m, sp, nsp, m_i, l_i, acc, part_o_ptr, part_ml_ptr, NH, C, BLOCK_H, PARTS)
 
 
 @triton.jit
@@ -711,7 +660,7 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
                         C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.constexpr,
                         BLOCK_T: tl.constexpr, PARTS: tl.constexpr, INTERPRET: tl.constexpr,
                         PDL: tl.constexpr, AHEAD: tl.constexpr, PRELOAD: tl.constexpr,
-                        CHAINS: tl.constexpr, ROWS: tl.constexpr, SWAP: tl.constexpr = False):
+                        CHAINS: tl.constexpr, ROWS: tl.constexpr):
     m = tl.program_id(0)
     sp = tl.program_id(1)
     if PRELOAD:
@@ -725,15 +674,15 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
         kv, kpe = _attn_step_rows(kv_cache_ptr, slot, t_ok, C, R, PARTS)
         stage_begin(PDL)
         q, q_pe = _attn_query(m, qcat_ptr, NH, C, R, BLOCK_H, PARTS)
-        m_i, l_i, acc = _attn_state(BLOCK_H, C, PARTS, SWAP)
+        m_i, l_i, acc = _attn_state(BLOCK_H, C, PARTS)
         m_i, l_i, acc = _attn_step_math(q, q_pe, kv, kpe, t_ok, m_i, l_i, acc, sm_scale, PARTS,
-                                        INTERPRET, CHAINS, SWAP)
+                                        INTERPRET, CHAINS)
         if hi - lo > BLOCK_T:
             m_i, l_i, acc = _attn_loop(m, q, q_pe, lo + BLOCK_T, hi, m_i, l_i, acc, kv_cache_ptr,
                                        topk_ptr, stride_topk, row_slots, sm_scale, C, R,
-                                       BLOCK_T, PARTS, INTERPRET, AHEAD, CHAINS, SWAP)
+                                       BLOCK_T, PARTS, INTERPRET, AHEAD, CHAINS)
         _attn_store(m, sp, tl.num_programs(1), m_i, l_i, acc, part_o_ptr, part_ml_ptr, NH, C,
-                    BLOCK_H, PARTS, SWAP)
+                    BLOCK_H, PARTS)
     else:
         # the top-k and the cache rows come from >= 2 kernels back
         _sparse_attn_prefetch(m, sp, tl.num_programs(1), nblk, kv_cache_ptr, topk_ptr,
@@ -743,7 +692,7 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
         _sparse_attn_task(m, sp, tl.num_programs(1), qcat_ptr, kv_cache_ptr, topk_ptr,
                           stride_topk, slots_ptr, stride_slots, slot_rows_ptr, part_o_ptr,
                           part_ml_ptr, NH, sm_scale, nblk, C, R, BLOCK_H, BLOCK_T, PARTS,
-                          INTERPRET, AHEAD, CHAINS, ROWS, SWAP)
+                          INTERPRET, AHEAD, CHAINS, ROWS)
 
 
 @triton.jit
@@ -1023,19 +972,15 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
     block_t, blocks = attention_step(k, splits)
     steps = triton.cdiv(blocks, splits)  # the longest chunk's
     stages = 3 if steps >= ATTN_DOUBLE_BUFFER_FROM_STEPS else ATTN_STAGES
-    preload = steps <= ATTN_PRELOAD_MAX_STEPS
-    swapped = steps >= ATTN_SWAP_FROM_STEPS and not preload
-    if swapped:
-        stages = ATTN_SWAP_STAGES
     assert topk.stride(1) == 1
     slots, rows = slot_args(token_slots, slot_rows, topk, kv_cache)
     _sparse_attn_kernel[(m, splits)](
         qcat, kv_cache, topk, topk.stride(0), *slots, part_o, part_ml, nh, float(sm_scale),
         blocks, C=kv_lora, R=rope,
         BLOCK_H=max(16, triton.next_power_of_2(nh)), BLOCK_T=block_t, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), AHEAD=ATTN_AHEAD, PRELOAD=preload,
-        PARTS=attention_parts(kv_lora, steps), CHAINS=ATTN_QK_CHAINS, ROWS=rows, SWAP=swapped,
-        num_warps=(ATTN_SWAP_WARPS or ATTN_WARPS) if swapped else ATTN_WARPS, num_stages=stages,
+        PDL=overlap.enabled(), AHEAD=ATTN_AHEAD, PRELOAD=steps <= ATTN_PRELOAD_MAX_STEPS,
+        PARTS=attention_parts(kv_lora, steps), CHAINS=ATTN_QK_CHAINS, ROWS=rows,
+        num_warps=ATTN_WARPS, num_stages=stages,
         **({"maxnreg": ATTN_MAXNREG} if ATTN_MAXNREG else {}),
         **overlap.launch_kw())
     if merge:

@@ -417,19 +417,6 @@ def test_attention_in_column_tiles_matches_reference(parts, chains, rows, monkey
         assert torch.equal(outs[0], outs[1])
 
 
-@pytest.mark.parametrize("rows", [12, 16])  # 3 and 4 loop steps a chunk (not preloaded)
-@pytest.mark.parametrize("warps", [4, 8])
-def test_attention_swapped_matches_reference(warps, rows, monkeypatch):
-    """The attention's products transposed (mla.ATTN_SWAP_FROM_STEPS, in every program that
-    does not preload): the layer within NUMERICS of the reference on both sides of 2048
-    tokens."""
-    from sgl_kernel_ext.triton import mla
-
-    monkeypatch.setattr(mla, "ATTN_SWAP_FROM_STEPS", 1)
-    monkeypatch.setattr(mla, "ATTN_SWAP_WARPS", warps)
-    assert_within_numerics(check("moe_shared_topk", rows, 3000), 3000)
-
-
 @pytest.mark.parametrize("rows", [3, 16])
 @pytest.mark.parametrize("kind", ["moe_indexer", "moe_shared_topk"])
 def test_absorb_on_q_b_tail_rows_is_bitwise_the_partials(kind, rows, monkeypatch):

@@ -510,8 +510,7 @@ def test_attention_loading_ahead_is_bitwise_the_plain_loop(splits, monkeypatch):
     wait (ATTN_PRELOAD_MAX_STEPS, here at any number of steps): the same bits as the plain
     loop, which matches the direct softmax over each row's selected cache rows (entries of -1
     skipped, a row with none zero), as do the latent in column tiles (ATTN_PARTS) and the
-    score as independent chains (ATTN_QK_CHAINS) and every product transposed
-    (ATTN_SWAP_FROM_STEPS); every element of the output written."""
+    score as independent chains (ATTN_QK_CHAINS); every element of the output written."""
     from sgl_kernel_ext.triton import mla
 
     c, r, nh, k, m, ctx = 64, 16, 4, 128, 3, 150
@@ -525,10 +524,8 @@ def test_attention_loading_ahead_is_bitwise_the_plain_loop(splits, monkeypatch):
     runs = []
     forms = [(0, False, 1, 1), (1, False, 1, 1), (2, False, 1, 1), (1, True, 1, 1)]
     tiled = [(1, True, 4, 2), (2, False, 4, 1), (0, False, 1, 2)]
-    swapped = [(1, False, 1, 1), (1, False, 4, 1)]  # swapped programs never preload
     monkeypatch.setattr(mla, "ATTN_PARTS_FROM_STEPS", 1)  # tiles at every step count here
-    for i, (ahead, preload, parts, chains) in enumerate(forms + tiled + swapped):
-        monkeypatch.setattr(mla, "ATTN_SWAP_FROM_STEPS", 1 if i >= len(forms + tiled) else 1 << 30)
+    for ahead, preload, parts, chains in forms + tiled:
         monkeypatch.setattr(mla, "ATTN_AHEAD", ahead)
         monkeypatch.setattr(mla, "ATTN_PRELOAD_MAX_STEPS", 1 << 30 if preload else 0)
         monkeypatch.setattr(mla, "ATTN_PARTS", parts)
@@ -552,15 +549,13 @@ def test_attention_loading_ahead_is_bitwise_the_plain_loop(splits, monkeypatch):
             torch.testing.assert_close(run[row].float(), want, rtol=2e-2, atol=2e-2)
 
 
-@pytest.mark.parametrize("parts, chains, preload, swap", [
-    (1, 1, True, False), (8, 2, True, False), (8, 1, False, False), (4, 2, False, False),
-    (8, 1, False, True), (1, 1, False, True)])
-def test_attention_column_tiles_at_glm53_widths_match_the_softmax(parts, chains, preload, swap,
+@pytest.mark.parametrize("parts, chains, preload", [(1, 1, True), (8, 2, True), (8, 1, False),
+                                                    (4, 2, False)])
+def test_attention_column_tiles_at_glm53_widths_match_the_softmax(parts, chains, preload,
                                                                     monkeypatch):
     """The attention at GLM-5.3's widths (latent 512, rope 64, a TP8 rank's 8 heads padded to
     16) in ATTN_PARTS column tiles of 64-512 columns, one or independent score chains, first
-    step preloaded or not, products transposed (ATTN_SWAP_FROM_STEPS) or not: each row the
-    direct softmax over its selected cache rows."""
+    step preloaded or not: each row the direct softmax over its selected cache rows."""
     from sgl_kernel_ext.triton import mla
 
     c, r, nh, k, m, ctx = 512, 64, 8, 256, 2, 600
@@ -574,7 +569,6 @@ def test_attention_column_tiles_at_glm53_widths_match_the_softmax(parts, chains,
     monkeypatch.setattr(mla, "ATTN_PARTS_FROM_STEPS", 1)
     monkeypatch.setattr(mla, "ATTN_QK_CHAINS", chains)
     monkeypatch.setattr(mla, "ATTN_PRELOAD_MAX_STEPS", 1 << 30 if preload else 0)
-    monkeypatch.setattr(mla, "ATTN_SWAP_FROM_STEPS", 1 if swap else 1 << 30)
     part_o = torch.full((m, 2, nh, c), float("nan"))
     part_ml = torch.full((m, 2, nh, 2), float("nan"))
     olat = torch.full((m, nh, c), float("nan"), dtype=torch.bfloat16)

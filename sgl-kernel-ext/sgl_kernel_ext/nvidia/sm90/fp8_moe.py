@@ -53,7 +53,9 @@ from .fp8_mma import BLOCK_K, BLOCK_M, MAX_ROWS, x_rows
 
 # about fp8_mma's RING_SLOTS, so the next launch's CTA fits beside it; at least 3 slots a
 # consumer warpgroup (gate/up: 108 KB; with 2, 3-14% slower at 4-16 rows on an H200,
-# results/sm90_moe_probe_20261202T105427Z.json: "sm90 s0" there is 2 a warpgroup, "s6" 3)
+# results/sm90_moe_probe_20261202T105427Z.json: "sm90 s0" there is 2 a warpgroup, "s6" 3).
+# Deeper rings (8 or 10 slots: 4-5 a warpgroup) are no faster, two launches or one, at 1, 4
+# and 16 rows (sm90_moe_probe_20261202T143547Z: within -1.0..+0.8 us, s0 the default)
 RING_BYTES = 92 * 1024
 GROUPS = 2  # consumer warpgroups
 GATE_UP, DOWN, EXPERTS = "gate_up", "down", "experts"
