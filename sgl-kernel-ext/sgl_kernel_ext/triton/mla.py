@@ -183,8 +183,9 @@ ATTN_POW2_SPLITS = False
 # where nothing else prefetches them) or 2+. Bitwise the same, but on an H200 1.3-2.2 us
 # slower a layer at 12-16 rows, every kind, and no faster at 4-8 (results/
 # tiling_probe_20261202T135947Z: attn_l2_ahead*; code at 8543865): the loop is bound by its
-# instructions' latency (about 550 a warp a step at 14 cycles each in the ncu above), not
-# by HBM.
+# instructions' latency (435 sm_90a instructions a warp a step at 16 rows, see ATTN_PARTS;
+# about 14 cycles between a warp's instructions in results/ncu_attn_16_a787b2c.txt), not by
+# HBM.
 # Tried: two programs a multiprocessor from 5 or 9 rows (twice the programs, registers capped
 # at 128: 84-104 B spilled, no first-step preload, whose rows take 128 KB of shared memory):
 # on an H200 a MoE layer 5 us slower at 16 rows and 8 at 8 (tiling_probe_20261201T152205Z:
