@@ -169,16 +169,19 @@ def test_fp8_moe_host_checks_pass_the_documented_shapes_and_name_each_refusal():
     gu, dn, units = _moe_args()
     assert fp8_moe._gate_up_checked(**gu, units=units).shape[0] == fp8_moe.x_rows(3)
     fp8_moe._down_checked(**dn)
-    wrong = {"sx": gu["sx"].double(), "up_q": gu["up_q"][:, :128],
-             "arrivals": gu["arrivals"][1:], "act_s": gu["act_s"][:-1],
-             "parts": gu["parts"][:1]}
-    for name, bad in wrong.items():
-        with pytest.raises(ValueError, match=name.split("_")[0]):
+    # argument: (wrong value, what the refusal must say)
+    wrong = {"sx": (gu["sx"].double(), "sx must"), "up_q": (gu["up_q"][:, :128], "up must"),
+             "arrivals": (gu["arrivals"][1:], "arrivals must"),
+             "act_s": (gu["act_s"][:-1], "act_s must"), "parts": (gu["parts"][:1], "parts needs")}
+    for name, (bad, says) in wrong.items():
+        with pytest.raises(ValueError, match=says):
             fp8_moe._gate_up_checked(**{**gu, name: bad}, units=units)
-    wrong = {"slot_weight": dn["slot_weight"].half(), "down_s": dn["down_s"][:, :1],
-             "terms": dn["terms"].float(), "slot_rank": dn["slot_rank"][:, :2]}
-    for name, bad in wrong.items():
-        with pytest.raises(ValueError, match=name.split("_")[0]):
+    wrong = {"slot_weight": (dn["slot_weight"].half(), "slot_weight must"),
+             "down_s": (dn["down_s"][:, :1], "down scales must"),
+             "terms": (dn["terms"].float(), "terms must"),
+             "slot_rank": (dn["slot_rank"][:, :2], "slot_rank must")}
+    for name, (bad, says) in wrong.items():
+        with pytest.raises(ValueError, match=says):
             fp8_moe._down_checked(**{**dn, name: bad})
     with pytest.raises(ValueError, match="same strides"):
         fp8_moe._gate_up_checked(**{**gu, "up_q": torch.zeros(
