@@ -11,7 +11,8 @@
 # against the reference, then tiling_probe's sm90 variants against the baseline on every kind
 # at 1-16 rows. `fused`: fp8_moe.experts (one launch): smokes, every fp8_moe GPU test, the
 # layer's MoE opt-in test, sm90_moe_probe (extra arguments go to it, e.g. --stages 0,8,10)
-# and the MoE layer A/B of one launch against two and against Triton.
+# and the MoE layer A/B of one launch against two and against Triton. `attn`: sparse_mla's
+# tests, the layer's attention opt-in test and the layer A/B (tiling_probe sm90_attn).
 set -u
 mode=${1:-all}
 shift || true
@@ -69,6 +70,14 @@ if [ "$mode" = fused ]; then  # fp8_moe.experts (one launch): smokes, tests, pro
   timeout 200 python3 -m benchmark.tiling_probe --kinds moe --ms 1,2,4,8,16 \
     --variants baseline,sm90_moe,sm90_moe_two_launches,baseline --out "$OUT" 2>&1 |
     tee "$L/sm90_layer_probe.log" | tail -20
+fi
+if [ "$mode" = attn ]; then  # sparse_mla: its tests, the layer's opt-in test, the layer A/B
+  timeout 240 python3 -m pytest test/srt/kernels/test_sm90_sparse_mla.py -q -x --tb=short 2>&1 |
+    tee "$L/pytest_sm90_attn.log" | tail -25
+  timeout 150 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "sm90_linears and ATTN" \
+    2>&1 | tee "$L/pytest_sm90_layer_attn.log" | tail -3
+  timeout 200 python3 -m benchmark.tiling_probe --kinds moe,dense --ms 1,2,4,8,12,16 \
+    --variants baseline,sm90_attn,baseline --out "$OUT" 2>&1 | tee "$L/sm90_attn_probe.log" | tail -30
 fi
 if [ "$mode" = verify ]; then  # the layer's opt-in tests and fp8_moe's cross-checks, quickly
   timeout 120 python3 -m pytest test/srt/kernels/test_sm90_moe.py -q -k "triton_moe or refuses" \

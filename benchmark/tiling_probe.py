@@ -395,6 +395,10 @@ VARIANTS = {
     # a MoE layer's experts on fp8_moe (nvidia/sm90/fp8_moe; sm90_run.sh layer)
     "sm90_moe": {("sm90", "MOE"): True},
     "sm90_moe_two_launches": {("sm90", "MOE"): True, ("sm90", "MOE_ONE_LAUNCH"): False},
+    # the sparse attention on sparse_mla (nvidia/sm90/sparse_mla; sm90_run.sh layer), at every
+    # row count or from 9
+    "sm90_attn": {("sm90", "ATTN"): True},
+    "sm90_attn_from_9": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 9},
 }
 
 

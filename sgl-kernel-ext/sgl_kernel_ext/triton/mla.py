@@ -985,9 +985,16 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
         **({"maxnreg": ATTN_MAXNREG} if ATTN_MAXNREG else {}),
         **overlap.launch_kw())
     if merge:
-        _combine_kernel[(m, nh)](part_o, part_ml, olat, nh, splits, C=kv_lora,
-                                 BLOCK_S=triton.next_power_of_2(splits),
-                                 PDL=overlap.enabled(), num_warps=4, **overlap.launch_kw())
+        combine(part_o, part_ml, olat)
+
+
+def combine(part_o, part_ml, olat) -> None:
+    """olat bf16 [M, heads, kv_lora]: each row's chunks (part_o fp32 [M, S, heads, kv_lora],
+    part_ml [M, S, heads, 2]: unnormalized output, max and sum) merged."""
+    m, splits, nh, kv_lora = part_o.shape
+    _combine_kernel[(m, nh)](part_o, part_ml, olat, nh, splits, C=kv_lora,
+                             BLOCK_S=triton.next_power_of_2(splits),
+                             PDL=overlap.enabled(), num_warps=4, **overlap.launch_kw())
 
 
 def absorb_v_chunks(parts, arrivals) -> int:

@@ -84,14 +84,16 @@ def test_matches_reference(kind, rows, context):
     assert_within_numerics(check(kind, rows, context), context)
 
 
-@pytest.mark.parametrize("envs", [("O_PROJ",), ("QKV_A",), ("O_PROJ", "QKV_A"), ("MOE",)])
+@pytest.mark.parametrize("envs", [("O_PROJ",), ("QKV_A",), ("O_PROJ", "QKV_A"), ("MOE",),
+                                  ("ATTN",)])
 @pytest.mark.parametrize("rows", [1, 3, 9, 16])
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_sm90_linears_match_reference(kind, rows, envs, monkeypatch):
     """SGL_KERNEL_EXT_SM90_O_PROJ / _QKV_A / _MOE=1: o_proj (the TP shard's row tails) and
     q_a|kv_a (two matrices a launch; the Triton kernel where its tails feed q_b) on the CuTe
-    DSL linear, a MoE layer's experts on fp8_moe, launched programmatically dependent: the
-    layer against the reference within NUMERICS."""
+    DSL linear, a MoE layer's experts on fp8_moe, the sparse attention on sparse_mla
+    (_ATTN), launched programmatically dependent: the layer against the reference within
+    NUMERICS."""
     pytest.importorskip("cutlass.cute", reason="needs CuTe DSL: benchmark/sm90_run.sh stages it")
     for env in envs:
         monkeypatch.setenv(f"SGL_KERNEL_EXT_SM90_{env}", "1")

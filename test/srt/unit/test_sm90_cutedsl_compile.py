@@ -48,6 +48,18 @@ MOE_FORMS = [("gate_up", 1, 256, 6144, 256, 9, 1, 0, 2, True),
              ("experts", 4, 1024, 512, 8, 9, 3, 0, 2, False)]
 
 
+ATTN_SCRIPT = """
+import sys
+sys.path.insert(0, {ext!r})
+from sgl_kernel_ext.nvidia.sm90 import sparse_mla as Q
+for pdl, rows, bits in {forms!r}:
+    Q._compiled(pdl, rows, bits)
+    print("compiled", pdl, rows, bits)
+"""
+# sparse_mla (pdl, a pool's table through slot_rows, slot bits)
+ATTN_FORMS = [(True, False, 32), (False, True, 64)]
+
+
 def _compile(tmp_path, script: str, forms: list) -> list:
     """Run the compile script in a fresh process (CuTe DSL reads its environment once);
     the cubins it kept, one per form (the kernels' names differ by their argument types)."""
@@ -61,14 +73,14 @@ def _compile(tmp_path, script: str, forms: list) -> list:
     return sorted(tmp_path.glob("*.cubin"))
 
 
-def _check_sass(cubins) -> None:
+def _check_sass(cubins, wgmma="QGMMA.64x", load="UTMALDG") -> None:
     if not CUOBJDUMP.exists():
         pytest.skip(f"no cuobjdump at {CUOBJDUMP.relative_to(ROOT)} to read the SASS")
     for cubin in cubins:
         sass = subprocess.run([str(CUOBJDUMP), "-sass", str(cubin)], capture_output=True,
                               text=True, timeout=120).stdout
-        assert "UTMALDG" in sass, f"{cubin.name}: no TMA load in its SASS"
-        assert "QGMMA.64x" in sass, f"{cubin.name}: no FP8 wgmma in its SASS"
+        assert load in sass, f"{cubin.name}: no {load} in its SASS"
+        assert wgmma in sass, f"{cubin.name}: no {wgmma} in its SASS"
 
 
 def test_fp8_moe_compiles_for_sm90a(tmp_path):
@@ -81,3 +93,13 @@ def test_fp8_mma_compiles_for_sm90a(tmp_path):
     cubins = _compile(tmp_path, SCRIPT, SHAPES)
     assert len(cubins) == len(SHAPES), [p.name for p in tmp_path.iterdir()]
     _check_sass(cubins)
+
+
+def test_sparse_mla_compiles_for_sm90a(tmp_path):
+    """The attention: bf16 wgmma with the heads as N (64x8), the KV rows gathered by cp.async
+    (LDGSTS)."""
+    for i, form in enumerate(ATTN_FORMS):  # one folder each: the cubins' names are alike
+        (tmp_path / str(i)).mkdir()
+        cubins = _compile(tmp_path / str(i), ATTN_SCRIPT, [form])
+        assert len(cubins) == 1, [p.name for p in (tmp_path / str(i)).iterdir()]
+        _check_sass(cubins, wgmma="HGMMA.64x8x16.F32.BF16", load="LDGSTS")

@@ -29,6 +29,12 @@ MOE: Optional[bool] = None
 # activations are made) rather than two: on an H200 3.3-8.0 us faster a MoE layer at 2-16 rows,
 # the same at one (tiling_probe_20261202T125957Z: sm90_moe_two_launches)
 MOE_ONE_LAUNCH = True
+# "1": the sparse attention runs on sparse_mla (the heads as wgmma's N, a warpgroup gathering
+# KV rows) instead of triton.mla's kernel, from ATTN_FROM_ROWS rows; the Triton combine or
+# absorb_v's merge follows either. Opt-in until timed in the layer.
+ATTN_ENV = "SGL_KERNEL_EXT_SM90_ATTN"
+ATTN: Optional[bool] = None
+ATTN_FROM_ROWS = 1
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
 # (H200, sm90_gemv_probe_20261202T081912Z: 10-12 slots fastest, the whole 200 KB slower)
 RING_SLOTS = 10
@@ -44,6 +50,10 @@ def qkv_a_enabled() -> bool:
 
 def moe_enabled() -> bool:
     return MOE if MOE is not None else os.environ.get(MOE_ENV, "0") == "1"
+
+
+def attn_enabled() -> bool:
+    return ATTN if ATTN is not None else os.environ.get(ATTN_ENV, "0") == "1"
 
 
 def refusal(device, what: str) -> Optional[str]:

@@ -98,6 +98,7 @@ class FusedLayer:
         self.sm90_o, self.sm90_qkv = sm90.o_proj_enabled(), sm90.qkv_a_enabled()
         self.sm90_moe = sm90.moe_enabled()
         self.sm90 = self._sm90_linear(dev)
+        self.sm90_attn = self._sm90_attention(dev) if sm90.attn_enabled() else None
         o_rows = x_rows = max_rows
         if self.sm90_o:
             self.split_o = self.sm90.split_for(h, self.heads * cfg.v_head_dim)
@@ -271,6 +272,22 @@ class FusedLayer:
         from sgl_kernel_ext.nvidia.sm90 import fp8_mma
         return fp8_mma
 
+    def _sm90_attention(self, dev):
+        """sparse_mla's module (SGL_KERNEL_EXT_SM90_ATTN=1), refusing by name where it cannot
+        run this layer's attention."""
+        what = f"{sm90.ATTN_ENV}=1"
+        reason = sm90.refusal(dev, what)
+        if reason is None and self.persistent:
+            reason = f"{what} runs the stage kernels, not the persistent layer"
+        if reason is None and (self.heads, self.cfg.kv_lora_rank, self.cfg.qk_rope_head_dim) != (
+                8, 512, 64):
+            reason = (f"{what} takes 8 heads a rank and 512 + 64 latent columns, this layer "
+                      f"{self.heads} and {self.cfg.kv_lora_rank} + {self.cfg.qk_rope_head_dim}")
+        if reason is not None:
+            raise ValueError(f"layer {self.lw.layer_id}: {reason}")
+        from sgl_kernel_ext.nvidia.sm90 import sparse_mla
+        return sparse_mla
+
     def _tails(self, n: int) -> int:
         """Column tiles of q_a|kv_a's matrices of n rows."""
         return -(-n // self.tile_qkv_a[0])
@@ -401,9 +418,16 @@ class FusedLayer:
                    v("qcat"), cfg.qk_nope_head_dim, rope, cfg.v_head_dim)
         attn_parts = self._attention_parts(m)
         vc = (self.buf["vc_parts"], self.buf["vc_arrivals"])
-        mla.sparse_attention(v("qcat"), self.kv_cache, topk, slots, cfg.softmax_scale,
-                             *attn_parts, v("olat"), c, rope, merge=not mla.absorb_v_merges(*vc, m),
-                             slot_rows=rows)
+        merge = not mla.absorb_v_merges(*vc, m)
+        if self.sm90_attn is not None and m >= sm90.ATTN_FROM_ROWS:
+            self.sm90_attn.sparse_attention(v("qcat"), self.kv_cache, topk, slots,
+                                            cfg.softmax_scale, *attn_parts, slot_rows=rows,
+                                            pdl=overlap.enabled())
+            if merge:
+                mla.combine(*attn_parts, v("olat"))
+        else:
+            mla.sparse_attention(v("qcat"), self.kv_cache, topk, slots, cfg.softmax_scale,
+                                 *attn_parts, v("olat"), c, rope, merge=merge, slot_rows=rows)
         mla.absorb_v(v("olat"), a.kv_b, v("oq"), v("os"), cfg.qk_nope_head_dim, cfg.v_head_dim,
                      *vc, attn_parts)
         o_tails = (self.buf["o_arrivals"], v("attn_rows"), None, None, None)

@@ -1,0 +1,382 @@
+"""Sparse MLA decode over each row's top-k cache rows on Hopper's tensor cores (CuTe DSL).
+
+The contract of the Triton stage kernel ``triton.mla.sparse_attention`` (with merge=False):
+row m's top-k entries (context positions, -1 = none) are dealt into `splits` chunks of whole
+64-entry blocks (``_chunk_range``), and CTA (m, chunk) writes the chunk's unnormalized output
+part_o fp32 [M, S, heads, 512] and its (max, sum) part_ml fp32 [M, S, heads, 2], the max in
+the scaled score's natural-log units, so the Triton combine (or absorb_v's merge) follows
+unchanged.
+
+Why a second kernel: Triton pads a rank's 8 heads to an MMA's 16 rows and runs each 64-entry
+step as dependent mma.sync chains across 8 warps; at 9-16 rows its loop is bound by that
+instruction latency, not by HBM (``triton.mla``'s notes). Here the heads are wgmma's N:
+
+- scores S^T [64 entries, 8 heads] = K . q^T: the gathered KV rows are the A operand (m64,
+  K-major), q the B operand (n8), 36 async k16 MMAs on one accumulator;
+- out O^T [512 latent columns, 8 heads] += V^T . P^T: the *same* shared-memory KV tile read
+  MN-major as A (a 128-byte-swizzled K-major atom of 8 rows x 64 columns is bitwise the
+  MN-major atom of 64 x 8, and both layouts stack their atoms alike), P^T the B operand.
+
+Work in a CTA: warpgroup 0 gathers (a thread per half KV row: its top-k entry, the row's
+slot, 36 cp.async of 16 bytes into the swizzled tile; zeros where the entry does not exist)
+into a 2-slot ring of 72 KB tiles with mbarriers; warpgroup 1 runs the MMAs and the online
+softmax (exp2; a column max crosses the 4 warps through shared memory). Entries and cache
+rows come from two or more kernels back, so the gather starts before the programmatic wait
+(``triton.overlap``'s rule); only q, written by the previous kernel, is read after it.
+Heads: exactly 8 (one TP8 rank of GLM-5.3); the refusal says so for others.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.utils.hopper_helpers as sm90_utils
+from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
+from cutlass.tensor_utils import LayoutEnum
+
+HEADS = 8  # wgmma's N
+LATENT = 512  # kv_lora: the V columns
+ROPE = 64
+WIDTH = LATENT + ROPE  # a cache row: 1152 bytes, 72 chunks of 16
+BLOCK_T = 64  # top-k entries a step: wgmma's M for the scores
+STAGES = 2  # 72 KB a tile: two fit beside q and P
+PRODUCERS = 128
+CHUNKS = WIDTH * 2 // 16
+CHUNKS_PER_THREAD = CHUNKS * BLOCK_T // PRODUCERS
+LOG2E = 1.4426950408889634
+
+
+class SparseMla:
+    """One compiled form: pdl (launched programmatically dependent), rows (the slot table is
+    a pool's, row slot_rows[m] for row m), the slot table's integer type."""
+
+    def __init__(self, pdl: bool, rows: bool, slot_dtype):
+        self.pdl, self.rows, self.slot_dtype = pdl, rows, slot_dtype
+        self.threads = 2 * 128
+
+    @cute.jit
+    def __call__(self, q: cute.Pointer, kv: cute.Pointer, topk: cute.Pointer,
+                 slots: cute.Pointer, slot_rows: cute.Pointer, part_o: cute.Pointer,
+                 part_ml: cute.Pointer, m_rows: cutlass.Int32, splits: cutlass.Int32,
+                 blocks: cutlass.Int32, stride_topk: cutlass.Int32,
+                 stride_slots: cutlass.Int32, scale_log2: cutlass.Float32, stream):
+        bf16 = cutlass.BFloat16
+        mma_qk = sm90_utils.make_trivial_tiled_mma(
+            bf16, bf16, OperandMajorMode.K, OperandMajorMode.K, cutlass.Float32, (1, 1, 1),
+            tiler_mn=(BLOCK_T, HEADS))
+        mma_pv = sm90_utils.make_trivial_tiled_mma(
+            bf16, bf16, OperandMajorMode.MN, OperandMajorMode.K, cutlass.Float32, (1, 1, 1),
+            tiler_mn=(BLOCK_T, HEADS))
+        kv_layout = sm90_utils.make_smem_layout_a(LayoutEnum.ROW_MAJOR,
+                                                  (BLOCK_T, HEADS, WIDTH), bf16, 1)
+        vt_layout = sm90_utils.make_smem_layout_a(LayoutEnum.COL_MAJOR,
+                                                  (LATENT, HEADS, BLOCK_T), bf16, 1)
+        q_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR,
+                                                 (BLOCK_T, HEADS, WIDTH), bf16, 1)
+        p_layout = sm90_utils.make_smem_layout_b(LayoutEnum.ROW_MAJOR,
+                                                 (LATENT, HEADS, BLOCK_T), bf16, 1)
+
+        @cute.struct
+        class Storage:
+            bars: cute.struct.MemRange[cutlass.Int64, STAGES * 2]
+            red: cute.struct.MemRange[cutlass.Float32, 4 * HEADS]
+            skv: cute.struct.Align[cute.struct.MemRange[bf16, STAGES * BLOCK_T * WIDTH], 1024]
+            sq: cute.struct.Align[cute.struct.MemRange[bf16, cute.cosize(q_layout)], 1024]
+            sp: cute.struct.Align[cute.struct.MemRange[bf16, cute.cosize(p_layout)], 1024]
+
+        self.storage = Storage
+        self.kernel(q, kv, topk, slots, slot_rows, part_o, part_ml, splits, blocks, stride_topk,
+                    stride_slots, scale_log2, mma_qk, mma_pv, kv_layout, vt_layout, q_layout,
+                    p_layout).launch(grid=[m_rows, splits, 1], block=[self.threads, 1, 1],
+                                     smem=Storage.size_in_bytes(), stream=stream,
+                                     use_pdl=self.pdl)
+
+    @cute.jit
+    def _slot_of(self, topk: cute.Pointer, slots: cute.Pointer, slot_rows: cute.Pointer, m,
+                 entry, hi, stride_topk, stride_slots):
+        """The cache slot of row m's top-k entry `entry` (-1 where it is past hi or none)."""
+        slot = cutlass.Int64(-1)
+        if entry < hi:
+            tk = cute.make_tensor(topk + m * stride_topk, cute.make_layout(hi))
+            pos = tk[entry]
+            if pos >= 0:
+                row = cutlass.Int64(m)
+                if cutlass.const_expr(self.rows):
+                    row = cute.make_tensor(slot_rows, cute.make_layout(m + 1))[m]
+                table = cute.make_tensor(slots + row * stride_slots,
+                                         cute.make_layout(pos + 1))
+                slot = cutlass.Int64(table[pos])
+        return slot
+
+    @cute.jit
+    def _gather(self, kv: cute.Pointer, raw: cute.Pointer, stage, slot, token, half, atom):
+        """Half of one KV row (36 chunks of 16 bytes) into the stage's swizzled tile, or
+        zeros where the entry does not exist."""
+        if slot >= 0:
+            for i in cutlass.range_constexpr(CHUNKS_PER_THREAD):
+                c = half * CHUNKS_PER_THREAD + i
+                src = cute.make_tensor(kv + cute.assume(slot * WIDTH + c * 8, divby=8),
+                                       cute.make_layout(8))
+                cute.copy(atom, src, self._chunk(raw, stage, token, c))
+        else:
+            for i in cutlass.range_constexpr(CHUNKS_PER_THREAD):
+                self._chunk(raw, stage, token, half * CHUNKS_PER_THREAD + i).fill(
+                    cutlass.BFloat16(0.0))
+
+    @cute.jit
+    def _chunk(self, raw: cute.Pointer, stage, token, c):
+        """Chunk c (16 bytes) of an entry's row in a stage's K-major 128B-swizzled tile:
+        8 KB a 64 columns, 128 B a row, the chunk's place in the row XOR the row's in 8."""
+        off = (stage * (BLOCK_T * WIDTH) + (c // 8) * (BLOCK_T * 64) + token * 64
+               + ((c % 8) ^ (token % 8)) * 8)
+        return cute.make_tensor(raw + cute.assume(off, divby=8), cute.make_layout(8))
+
+    @cute.kernel
+    def kernel(self, q: cute.Pointer, kv: cute.Pointer, topk: cute.Pointer,
+               slots: cute.Pointer, slot_rows: cute.Pointer, part_o: cute.Pointer,
+               part_ml: cute.Pointer, splits: cutlass.Int32, blocks: cutlass.Int32,
+               stride_topk: cutlass.Int32, stride_slots: cutlass.Int32,
+               scale_log2: cutlass.Float32, mma_qk: cute.TiledMma, mma_pv: cute.TiledMma,
+               kv_layout: cute.ComposedLayout, vt_layout: cute.ComposedLayout,
+               q_layout: cute.ComposedLayout, p_layout: cute.ComposedLayout):
+        bf16 = cutlass.BFloat16
+        tidx, _, _ = cute.arch.thread_idx()
+        m, sp, _ = cute.arch.block_idx()
+        wg = cute.arch.make_warp_uniform(tidx // 128)
+        t = tidx % 128
+        lo = (sp * blocks // splits) * BLOCK_T
+        hi = ((sp + 1) * blocks // splits) * BLOCK_T
+        steps = (hi - lo) // BLOCK_T
+
+        storage = cutlass.memory.SmemAllocator().allocate(self.storage)
+        full = storage.bars.data_ptr()
+        empty = full + STAGES
+        if tidx == 0:
+            for s in cutlass.range_constexpr(STAGES):
+                cute.arch.mbarrier_init(full + s, PRODUCERS)
+                cute.arch.mbarrier_init(empty + s, 128)
+        cute.arch.mbarrier_init_fence()
+        cute.arch.sync_threads()
+        if cutlass.const_expr(self.pdl):
+            cute.arch.griddepcontrol_launch_dependents()
+        tile_elems = BLOCK_T * WIDTH
+
+        if wg == 0:
+            # the gather: thread t takes half `t % 2` of entry t // 2's row, a step at a time
+            atom = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL),
+                                       bf16, num_bits_per_copy=128)
+            token = t // 2
+            half = t % 2
+            raw = storage.skv.data_ptr()
+            slot_next = self._slot_of(topk, slots, slot_rows, m, lo + token, hi, stride_topk,
+                                      stride_slots)
+            for step in cutlass.range(steps, unroll=1):
+                s = step % STAGES
+                slot = slot_next
+                if step >= STAGES:
+                    cute.arch.mbarrier_wait(empty + s, ((step // STAGES) + 1) % 2)
+                self._gather(kv, raw, s, slot, token, half, atom)
+                cute.arch.cp_async_commit_group()
+                if step + 1 < steps:
+                    slot_next = self._slot_of(topk, slots, slot_rows, m,
+                                              lo + (step + 1) * BLOCK_T + token, hi,
+                                              stride_topk, stride_slots)
+                cute.arch.cp_async_wait_group(0)
+                cute.arch.fence_view_async_shared()
+                cute.arch.mbarrier_arrive(full + s)
+        else:
+            warp = t // 32
+            lane = t % 32
+            if cutlass.const_expr(self.pdl):
+                cute.arch.griddepcontrol_wait()  # q is the previous kernel's
+            s_q = storage.sq.get_tensor(q_layout.outer, swizzle=q_layout.inner)
+            s_p = storage.sp.get_tensor(p_layout.outer, swizzle=p_layout.inner)
+            red = storage.red.get_tensor(cute.make_layout((4, HEADS), stride=(HEADS, 1)))
+            g_q = cute.make_tensor(q + m * (HEADS * WIDTH), cute.make_layout((HEADS, WIDTH),
+                                                                             stride=(WIDTH, 1)))
+            for i in cutlass.range(t, HEADS * WIDTH, 128, unroll=4):
+                s_q[i // WIDTH, i % WIDTH, 0] = g_q[i // WIDTH, i % WIDTH]
+            cute.arch.fence_view_async_shared()
+            cute.arch.barrier(barrier_id=1, number_of_threads=128)
+
+            thr_qk = mma_qk.get_slice(t)
+            thr_pv = mma_pv.get_slice(t)
+            t_b_q = mma_qk.make_fragment_B(thr_qk.partition_B(s_q))
+            t_b_p = mma_pv.make_fragment_B(thr_pv.partition_B(s_p))
+            c_s = thr_qk.partition_C(cute.make_identity_tensor((BLOCK_T, HEADS)))
+            c_o = thr_pv.partition_C(cute.make_identity_tensor((LATENT, HEADS)))
+            acc_s = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
+            acc_o = cute.make_rmem_tensor(c_o.shape, cutlass.Float32)
+            acc_o.fill(0.0)
+            col0 = (lane % 4) * 2  # this thread's two heads (wgmma's C layout)
+            m_run = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
+            l_run = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
+            alpha = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
+            m_use = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
+            m_run.fill(-math.inf)
+            l_run.fill(0.0)
+            tk = cute.make_tensor(topk + m * stride_topk, cute.make_layout(hi))
+            mma_pv.set(warpgroup.Field.ACCUMULATE, True)  # acc_o: zeroed, then rescaled
+            for step in cutlass.range(steps, unroll=1):
+                s = step % STAGES
+                tile = storage.skv.data_ptr() + s * tile_elems
+                s_kv = cute.make_tensor(cute.recast_ptr(tile, kv_layout.inner, dtype=bf16),
+                                        kv_layout.outer)
+                s_vt = cute.make_tensor(cute.recast_ptr(tile, vt_layout.inner, dtype=bf16),
+                                        vt_layout.outer)
+                t_a_kv = mma_qk.make_fragment_A(thr_qk.partition_A(s_kv))
+                t_a_vt = mma_pv.make_fragment_A(thr_pv.partition_A(s_vt))
+                # which of this thread's score rows (entries) exist
+                ok = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Boolean)
+                for r in cutlass.range_constexpr(2):
+                    ok[r] = tk[lo + step * BLOCK_T + c_s[2 * r][0]] >= 0
+                cute.arch.mbarrier_wait(full + s, (step // STAGES) % 2)
+                warpgroup.fence()
+                mma_qk.set(warpgroup.Field.ACCUMULATE, False)
+                for kb in cutlass.range_constexpr(cute.size(t_a_kv, mode=[2])):
+                    cute.gemm(mma_qk, acc_s, t_a_kv[(None, None, kb, 0)],
+                              t_b_q[(None, None, kb, 0)], acc_s)
+                    mma_qk.set(warpgroup.Field.ACCUMULATE, True)
+                warpgroup.commit_group()
+                warpgroup.wait_group(0)
+                # scores in log2 units, the tile's max a head across the warpgroup
+                for v in cutlass.range_constexpr(4):
+                    acc_s[v] = acc_s[v] * scale_log2 if ok[v // 2] else -math.inf
+                for j in cutlass.range_constexpr(2):
+                    mx = cute.arch.fmax(acc_s[j], acc_s[j + 2])
+                    for x in cutlass.range_constexpr(3):
+                        mx = cute.arch.fmax(mx, cute.arch.shuffle_sync_bfly(mx, 4 << x))
+                    if lane < 4:
+                        red[warp, col0 + j] = mx
+                cute.arch.barrier(barrier_id=1, number_of_threads=128)
+                for j in cutlass.range_constexpr(2):
+                    mx = cute.arch.fmax(cute.arch.fmax(red[0, col0 + j], red[1, col0 + j]),
+                                        cute.arch.fmax(red[2, col0 + j], red[3, col0 + j]))
+                    m_new = cute.arch.fmax(m_run[j], mx)
+                    m_use[j] = m_new if m_new != -math.inf else 0.0
+                    alpha[j] = cute.arch.exp2(m_run[j] - m_use[j])
+                    m_run[j] = m_new
+                for v in cutlass.range_constexpr(4):
+                    acc_s[v] = cute.arch.exp2(acc_s[v] - m_use[v % 2])
+                for j in cutlass.range_constexpr(2):
+                    l_run[j] = l_run[j] * alpha[j] + acc_s[j] + acc_s[j + 2]
+                for e in cutlass.range_constexpr(cute.size(acc_o)):
+                    acc_o[e] = acc_o[e] * alpha[c_o[e][1] % 2]
+                for v in cutlass.range_constexpr(4):
+                    s_p[c_s[v][1], c_s[v][0], 0] = acc_s[v].to(bf16)
+                cute.arch.fence_view_async_shared()
+                cute.arch.barrier(barrier_id=1, number_of_threads=128)
+                warpgroup.fence()
+                for kb in cutlass.range_constexpr(cute.size(t_a_vt, mode=[2])):
+                    cute.gemm(mma_pv, acc_o, t_a_vt[(None, None, kb, 0)],
+                              t_b_p[(None, None, kb, 0)], acc_o)
+                warpgroup.commit_group()
+                warpgroup.wait_group(0)
+                cute.arch.mbarrier_arrive(empty + s)
+            # the sum a head over the warpgroup, then the chunk's parts
+            for j in cutlass.range_constexpr(2):
+                sm = l_run[j]
+                for x in cutlass.range_constexpr(3):
+                    sm = sm + cute.arch.shuffle_sync_bfly(sm, 4 << x)
+                l_run[j] = sm
+            cute.arch.barrier(barrier_id=1, number_of_threads=128)
+            if lane < 4:
+                for j in cutlass.range_constexpr(2):
+                    red[warp, col0 + j] = l_run[j]
+            cute.arch.barrier(barrier_id=1, number_of_threads=128)
+            base = (m * splits + sp) * HEADS
+            g_o = cute.make_tensor(part_o + base * LATENT,
+                                   cute.make_layout((LATENT, HEADS), stride=(1, LATENT)))
+            for e in cutlass.range_constexpr(cute.size(acc_o)):
+                g_o[c_o[e][0], c_o[e][1]] = acc_o[e]
+            if t < 4:
+                g_ml = cute.make_tensor(part_ml + base * 2, cute.make_layout((HEADS, 2),
+                                                                           stride=(2, 1)))
+                for j in cutlass.range_constexpr(2):
+                    total = red[0, col0 + j] + red[1, col0 + j] + red[2, col0 + j] + red[3, col0 + j]
+                    mx = m_run[j]
+                    if mx != -math.inf:
+                        mx = mx * math.log(2.0)
+                    g_ml[col0 + j, 0] = mx
+                    g_ml[col0 + j, 1] = total
+
+
+@functools.lru_cache(maxsize=None)
+def _compiled(pdl: bool, rows: bool, slot_bits: int):
+    import cuda.bindings.driver as cuda
+    from cutlass.cute.runtime import make_ptr
+
+    slot_dtype = cutlass.Int32 if slot_bits == 32 else cutlass.Int64
+    kernel = SparseMla(pdl, rows, slot_dtype)
+    gmem = cute.AddressSpace.gmem
+    ptrs = (make_ptr(cutlass.BFloat16, 16, gmem, 16), make_ptr(cutlass.BFloat16, 16, gmem, 16),
+            make_ptr(cutlass.Int32, 16, gmem, 4), make_ptr(slot_dtype, 16, gmem, 4),
+            make_ptr(cutlass.Int64, 16, gmem, 8), make_ptr(cutlass.Float32, 16, gmem, 16),
+            make_ptr(cutlass.Float32, 16, gmem, 8))
+    fn = cute.compile(kernel, *ptrs, 1, 1, 1, 1, 1, 1.0, cuda.CUstream(0))
+    return kernel, fn
+
+
+def refusal(qcat, kv_cache, topk) -> str | None:
+    """Why this kernel cannot take these shapes (None: it can)."""
+    m, nh, width = qcat.shape
+    if nh != HEADS:
+        return f"sm90 sparse_mla takes {HEADS} heads a rank (wgmma's N), got {nh}"
+    if width != WIDTH or kv_cache.shape[-1] != WIDTH:
+        return (f"sm90 sparse_mla takes {LATENT}+{ROPE}-wide rows, got q {width} and cache "
+                f"{kv_cache.shape[-1]}")
+    if topk.shape[1] % BLOCK_T:
+        return f"sm90 sparse_mla takes top-k widths a multiple of {BLOCK_T}, got {topk.shape[1]}"
+    return None
+
+
+def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o, part_ml,
+                     slot_rows=None, pdl: bool = False) -> None:
+    """part_o fp32 [M, S, 8, 512] and part_ml fp32 [M, S, 8, 2] of each row's S top-k chunks
+    (the module docstring), on the current torch stream; graph-capturable. qcat bf16
+    [M, 8, 576], kv_cache bf16 [slots, 576], topk int32 [M, K] (positions, -1 = none; K a
+    multiple of 64, each chunk at least one block), token_slots int32/int64 [M or pool rows,
+    W] with slot_rows int64 [M] for a pool's table (``triton.mla.slot_args``)."""
+    import cuda.bindings.driver as cuda
+    import torch
+    from cutlass.cute.runtime import make_ptr
+
+    reason = refusal(qcat, kv_cache, topk)
+    if reason:
+        raise ValueError(reason)
+    m = qcat.shape[0]
+    splits = part_o.shape[1]
+    blocks = topk.shape[1] // BLOCK_T
+    if not 1 <= splits <= blocks:
+        raise ValueError(f"sm90 sparse_mla: {splits} chunks of {blocks} blocks of top-k entries")
+    for name, t, dtype in (("qcat", qcat, torch.bfloat16), ("kv_cache", kv_cache, torch.bfloat16),
+                           ("part_o", part_o, torch.float32), ("part_ml", part_ml, torch.float32)):
+        if t.dtype != dtype or not t.is_contiguous():
+            raise ValueError(f"sm90 sparse_mla: {name} must be a contiguous {dtype}, got "
+                             f"{t.dtype}{'' if t.is_contiguous() else ' (strided)'}")
+    if part_o.shape != (m, splits, HEADS, LATENT) or part_ml.shape != (m, splits, HEADS, 2):
+        raise ValueError(f"sm90 sparse_mla: part_o {tuple(part_o.shape)} / part_ml "
+                         f"{tuple(part_ml.shape)} do not match {m} rows x {splits} chunks")
+    if topk.dtype != torch.int32 or topk.stride(1) != 1 or topk.shape[0] < m:
+        raise ValueError("sm90 sparse_mla: topk must be int32 [M, K] with unit column stride")
+    if token_slots.dtype not in (torch.int32, torch.int64) or token_slots.stride(1) != 1:
+        raise ValueError("sm90 sparse_mla: token_slots must be a row-major int32/int64 table")
+    if slot_rows is not None and (slot_rows.dtype != torch.int64 or slot_rows.shape[0] < m):
+        raise ValueError("sm90 sparse_mla: slot_rows must be int64 [M]")
+    _, fn = _compiled(bool(pdl), slot_rows is not None, token_slots.element_size() * 8)
+    gmem = cute.AddressSpace.gmem
+    slot_dtype = cutlass.Int32 if token_slots.dtype == torch.int32 else cutlass.Int64
+    rows = slot_rows if slot_rows is not None else topk
+    stream = cuda.CUstream(torch.cuda.current_stream(qcat.device).cuda_stream)
+    fn(make_ptr(cutlass.BFloat16, qcat.data_ptr(), gmem, 16),
+       make_ptr(cutlass.BFloat16, kv_cache.data_ptr(), gmem, 16),
+       make_ptr(cutlass.Int32, topk.data_ptr(), gmem, 4),
+       make_ptr(slot_dtype, token_slots.data_ptr(), gmem, 4),
+       make_ptr(cutlass.Int64, rows.data_ptr(), gmem, 8),
+       make_ptr(cutlass.Float32, part_o.data_ptr(), gmem, 16),
+       make_ptr(cutlass.Float32, part_ml.data_ptr(), gmem, 8),
+       m, splits, blocks, topk.stride(0), token_slots.stride(0), float(sm_scale) * LOG2E,
+       stream)
