@@ -74,6 +74,8 @@ fi
 if [ "$mode" = attn ]; then  # sparse_mla: its tests, the layer's opt-in test, the layer A/B
   timeout 240 python3 -m pytest test/srt/kernels/test_sm90_sparse_mla.py -q -x --tb=short 2>&1 |
     tee "$L/pytest_sm90_attn.log" | tail -25
+  grep -q " passed" "$L/pytest_sm90_attn.log" && ! grep -q "failed\|error" "$L/pytest_sm90_attn.log" ||
+    { echo "sparse_mla tests did not pass: no layer runs"; exit 5; }
   timeout 150 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "sm90_linears and ATTN" \
     2>&1 | tee "$L/pytest_sm90_layer_attn.log" | tail -3
   timeout 200 python3 -m benchmark.tiling_probe --kinds moe,dense --ms 1,2,4,8,12,16 \
