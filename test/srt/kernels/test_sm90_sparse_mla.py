@@ -124,10 +124,12 @@ CASES = {  # rows: contexts (some shorter than the top-k: -1 entries, chunks wit
 
 
 @pytest.mark.parametrize("rows", sorted(CASES))
-@pytest.mark.parametrize("form", ["int32", "int64", "pool"])
+@pytest.mark.parametrize("form", ["int32", "int64", "pool", "topk_int64"])
 def test_chunks_match_reference(rows, form):
     case = _case(rows, CASES[rows], seed=rows, pool=form == "pool",
                  slot_dtype=torch.int64 if form == "int64" else torch.int32)
+    if form == "topk_int64":  # the layer's top-k buffer
+        case = case[:2] + (case[2].to(torch.int64),) + case[3:]
     splits = mla.attention_splits(rows, TOPK)
     part_o, part_ml = _launch(*case, splits)
     _check(part_o, part_ml, _reference(*case, splits))

@@ -52,12 +52,12 @@ ATTN_SCRIPT = """
 import sys
 sys.path.insert(0, {ext!r})
 from sgl_kernel_ext.nvidia.sm90 import sparse_mla as Q
-for pdl, rows, bits in {forms!r}:
-    Q._compiled(pdl, rows, bits)
+for pdl, rows, bits, topk_bits in {forms!r}:
+    Q._compiled(pdl, rows, bits, topk_bits)
     print("compiled", pdl, rows, bits)
 """
-# sparse_mla (pdl, a pool's table through slot_rows, slot bits)
-ATTN_FORMS = [(True, False, 32), (False, True, 64)]
+# sparse_mla (pdl, a pool's table through slot_rows, slot bits, top-k bits)
+ATTN_FORMS = [(True, False, 32, 64), (False, True, 64, 32)]
 
 
 def _compile(tmp_path, script: str, forms: list) -> list:

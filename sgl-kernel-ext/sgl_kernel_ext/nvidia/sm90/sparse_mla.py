@@ -51,10 +51,11 @@ LOG2E = 1.4426950408889634
 
 class SparseMla:
     """One compiled form: pdl (launched programmatically dependent), rows (the slot table is
-    a pool's, row slot_rows[m] for row m), the slot table's integer type."""
+    a pool's, row slot_rows[m] for row m); the slot table's and the top-k's integer types are
+    the pointers'."""
 
-    def __init__(self, pdl: bool, rows: bool, slot_dtype):
-        self.pdl, self.rows, self.slot_dtype = pdl, rows, slot_dtype
+    def __init__(self, pdl: bool, rows: bool):
+        self.pdl, self.rows = pdl, rows
         self.threads = 2 * 128
 
     @cute.jit
@@ -304,16 +305,19 @@ class SparseMla:
                     g_ml[col0 + j, 1] = total
 
 
+def _int(bits: int):
+    return cutlass.Int32 if bits == 32 else cutlass.Int64
+
+
 @functools.lru_cache(maxsize=None)
-def _compiled(pdl: bool, rows: bool, slot_bits: int):
+def _compiled(pdl: bool, rows: bool, slot_bits: int, topk_bits: int = 32):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
-    slot_dtype = cutlass.Int32 if slot_bits == 32 else cutlass.Int64
-    kernel = SparseMla(pdl, rows, slot_dtype)
+    kernel = SparseMla(pdl, rows)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.BFloat16, 16, gmem, 16), make_ptr(cutlass.BFloat16, 16, gmem, 16),
-            make_ptr(cutlass.Int32, 16, gmem, 4), make_ptr(slot_dtype, 16, gmem, 4),
+            make_ptr(_int(topk_bits), 16, gmem, 4), make_ptr(_int(slot_bits), 16, gmem, 4),
             make_ptr(cutlass.Int64, 16, gmem, 8), make_ptr(cutlass.Float32, 16, gmem, 16),
             make_ptr(cutlass.Float32, 16, gmem, 8))
     fn = cute.compile(kernel, *ptrs, 1, 1, 1, 1, 1, 1.0, cuda.CUstream(0))
@@ -338,7 +342,7 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o,
     """part_o fp32 [M, S, 8, 512] and part_ml fp32 [M, S, 8, 2] of each row's S top-k chunks
     (the module docstring), on the current torch stream; graph-capturable. qcat bf16
     [M, 8, 576], kv_cache bf16 [slots, 576], topk int32 [M, K] (positions, -1 = none; K a
-    multiple of 64, each chunk at least one block), token_slots int32/int64 [M or pool rows,
+    multiple of 64, each chunk at least one block; int64 too), token_slots int32/int64 [M or pool rows,
     W] with slot_rows int64 [M] for a pool's table (``triton.mla.slot_args``)."""
     import cuda.bindings.driver as cuda
     import torch
@@ -360,21 +364,22 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o,
     if part_o.shape != (m, splits, HEADS, LATENT) or part_ml.shape != (m, splits, HEADS, 2):
         raise ValueError(f"sm90 sparse_mla: part_o {tuple(part_o.shape)} / part_ml "
                          f"{tuple(part_ml.shape)} do not match {m} rows x {splits} chunks")
-    if topk.dtype != torch.int32 or topk.stride(1) != 1 or topk.shape[0] < m:
-        raise ValueError("sm90 sparse_mla: topk must be int32 [M, K] with unit column stride")
+    if topk.dtype not in (torch.int32, torch.int64) or topk.stride(1) != 1 or topk.shape[0] < m:
+        raise ValueError("sm90 sparse_mla: topk must be int32/int64 [M, K] with unit column "
+                         f"stride, got {topk.dtype} {tuple(topk.shape)} strides {topk.stride()}")
     if token_slots.dtype not in (torch.int32, torch.int64) or token_slots.stride(1) != 1:
         raise ValueError("sm90 sparse_mla: token_slots must be a row-major int32/int64 table")
     if slot_rows is not None and (slot_rows.dtype != torch.int64 or slot_rows.shape[0] < m):
         raise ValueError("sm90 sparse_mla: slot_rows must be int64 [M]")
-    _, fn = _compiled(bool(pdl), slot_rows is not None, token_slots.element_size() * 8)
+    slot_bits, topk_bits = token_slots.element_size() * 8, topk.element_size() * 8
+    _, fn = _compiled(bool(pdl), slot_rows is not None, slot_bits, topk_bits)
     gmem = cute.AddressSpace.gmem
-    slot_dtype = cutlass.Int32 if token_slots.dtype == torch.int32 else cutlass.Int64
     rows = slot_rows if slot_rows is not None else topk
     stream = cuda.CUstream(torch.cuda.current_stream(qcat.device).cuda_stream)
     fn(make_ptr(cutlass.BFloat16, qcat.data_ptr(), gmem, 16),
        make_ptr(cutlass.BFloat16, kv_cache.data_ptr(), gmem, 16),
-       make_ptr(cutlass.Int32, topk.data_ptr(), gmem, 4),
-       make_ptr(slot_dtype, token_slots.data_ptr(), gmem, 4),
+       make_ptr(_int(topk_bits), topk.data_ptr(), gmem, 4),
+       make_ptr(_int(slot_bits), token_slots.data_ptr(), gmem, 4),
        make_ptr(cutlass.Int64, rows.data_ptr(), gmem, 8),
        make_ptr(cutlass.Float32, part_o.data_ptr(), gmem, 16),
        make_ptr(cutlass.Float32, part_ml.data_ptr(), gmem, 8),
