@@ -399,6 +399,7 @@ VARIANTS = {
     # row count or from 9
     "sm90_attn": {("sm90", "ATTN"): True},
     "sm90_attn_from_9": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 9},
+    "sm90_attn_2_stages": {("sm90", "ATTN"): True, ("sm90", "ATTN_STAGES"): 2},
 }
 
 

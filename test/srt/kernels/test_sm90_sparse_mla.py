@@ -135,6 +135,18 @@ def test_chunks_match_reference(rows, form):
     _check(part_o, part_ml, _reference(*case, splits))
 
 
+@pytest.mark.parametrize("rows", [3, 16])
+def test_two_stages_are_bitwise_three(rows):
+    case = _case(rows, CASES[rows], seed=20 + rows)
+    splits = mla.attention_splits(rows, TOPK)
+    three = _launch(*case, splits)
+    rows_ = case[0].shape[0]
+    part_o = torch.full((rows_, splits, HEADS, LATENT), float("nan"), device="cuda")
+    part_ml = torch.full((rows_, splits, HEADS, 2), float("nan"), device="cuda")
+    sparse_mla.sparse_attention(*case[:4], SCALE, part_o, part_ml, slot_rows=case[4], stages=2)
+    assert torch.equal(part_o, three[0]) and torch.equal(part_ml, three[1])
+
+
 @pytest.mark.parametrize("rows", [1, 16])
 def test_repeat_graph_and_pdl_are_bitwise(rows):
     case = _case(rows, CASES[rows], seed=40 + rows)

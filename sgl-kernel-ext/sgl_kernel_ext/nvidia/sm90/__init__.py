@@ -35,6 +35,7 @@ MOE_ONE_LAUNCH = True
 ATTN_ENV = "SGL_KERNEL_EXT_SM90_ATTN"
 ATTN: Optional[bool] = None
 ATTN_FROM_ROWS = 1
+ATTN_STAGES = 3  # sparse_mla's KV tiles in flight (72 KB each)
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
 # (H200, sm90_gemv_probe_20261202T081912Z: 10-12 slots fastest, the whole 200 KB slower)
 RING_SLOTS = 10

@@ -42,7 +42,7 @@ LATENT = 512  # kv_lora: the V columns
 ROPE = 64
 WIDTH = LATENT + ROPE  # a cache row: 1152 bytes, 72 chunks of 16
 BLOCK_T = 64  # top-k entries a step: wgmma's M for the scores
-STAGES = 2  # 72 KB a tile: two fit beside q and P
+STAGES = 3  # 72 KB a tile: three fit beside q and P in 227 KB, exactly
 PRODUCERS = 128
 CHUNKS = WIDTH * 2 // 16
 CHUNKS_PER_THREAD = CHUNKS * BLOCK_T // PRODUCERS
@@ -54,8 +54,9 @@ class SparseMla:
     a pool's, row slot_rows[m] for row m); the slot table's and the top-k's integer types are
     the pointers'."""
 
-    def __init__(self, pdl: bool, rows: bool):
+    def __init__(self, pdl: bool, rows: bool, stages: int = 0):
         self.pdl, self.rows = pdl, rows
+        self.stages = stages or STAGES
         self.threads = 2 * 128
 
     @cute.jit
@@ -82,11 +83,10 @@ class SparseMla:
 
         @cute.struct
         class Storage:
-            bars: cute.struct.MemRange[cutlass.Int64, STAGES * 2]
+            bars: cute.struct.MemRange[cutlass.Int64, 2 * self.stages]
             red: cute.struct.MemRange[cutlass.Float32, 4 * HEADS]
-            skv: cute.struct.Align[cute.struct.MemRange[bf16, STAGES * BLOCK_T * WIDTH], 1024]
+            skv: cute.struct.Align[cute.struct.MemRange[bf16, self.stages * BLOCK_T * WIDTH], 1024]
             sq: cute.struct.Align[cute.struct.MemRange[bf16, cute.cosize(q_layout)], 1024]
-            sp: cute.struct.Align[cute.struct.MemRange[bf16, cute.cosize(p_layout)], 1024]
 
         self.storage = Storage
         self.kernel(q, kv, topk, slots, slot_rows, part_o, part_ml, splits, blocks, stride_topk,
@@ -154,9 +154,9 @@ class SparseMla:
 
         storage = cutlass.memory.SmemAllocator().allocate(self.storage)
         full = storage.bars.data_ptr()
-        empty = full + STAGES
+        empty = full + self.stages
         if tidx == 0:
-            for s in cutlass.range_constexpr(STAGES):
+            for s in cutlass.range_constexpr(self.stages):
                 cute.arch.mbarrier_init(full + s, PRODUCERS)
                 cute.arch.mbarrier_init(empty + s, 128)
         cute.arch.mbarrier_init_fence()
@@ -175,38 +175,52 @@ class SparseMla:
             slot_next = self._slot_of(topk, slots, slot_rows, m, lo + token, hi, stride_topk,
                                       stride_slots)
             for step in cutlass.range(steps, unroll=1):
-                s = step % STAGES
+                s = step % self.stages
                 slot = slot_next
-                if step >= STAGES:
-                    cute.arch.mbarrier_wait(empty + s, ((step // STAGES) + 1) % 2)
+                if step >= self.stages:
+                    cute.arch.mbarrier_wait(empty + s, ((step // self.stages) + 1) % 2)
                 self._gather(kv, raw, s, slot, token, half, atom)
                 cute.arch.cp_async_commit_group()
                 if step + 1 < steps:
                     slot_next = self._slot_of(topk, slots, slot_rows, m,
                                               lo + (step + 1) * BLOCK_T + token, hi,
                                               stride_topk, stride_slots)
-                cute.arch.cp_async_wait_group(0)
-                cute.arch.fence_view_async_shared()
-                cute.arch.mbarrier_arrive(full + s)
+                # the oldest step in flight is complete once at most stages - 1 are pending,
+                # so every slot fills before the first wait
+                if step >= self.stages - 1:
+                    cute.arch.cp_async_wait_group(self.stages - 1)
+                    cute.arch.fence_view_async_shared()
+                    cute.arch.mbarrier_arrive(full + (step - self.stages + 1) % self.stages)
+            for k in cutlass.range_constexpr(self.stages - 2, -1, -1):
+                if steps - 1 - k >= 0:
+                    cute.arch.cp_async_wait_group(k)
+                    cute.arch.fence_view_async_shared()
+                    cute.arch.mbarrier_arrive(full + (steps - 1 - k) % self.stages)
         else:
             warp = t // 32
             lane = t % 32
             if cutlass.const_expr(self.pdl):
                 cute.arch.griddepcontrol_wait()  # q is the previous kernel's
             s_q = storage.sq.get_tensor(q_layout.outer, swizzle=q_layout.inner)
-            s_p = storage.sp.get_tensor(p_layout.outer, swizzle=p_layout.inner)
+            atom_q = cute.make_copy_atom(cpasync.CopyG2SOp(), bf16, num_bits_per_copy=128)
             red = storage.red.get_tensor(cute.make_layout((4, HEADS), stride=(HEADS, 1)))
-            g_q = cute.make_tensor(q + m * (HEADS * WIDTH), cute.make_layout((HEADS, WIDTH),
-                                                                             stride=(WIDTH, 1)))
-            for i in cutlass.range(t, HEADS * WIDTH, 128, unroll=4):
-                s_q[i // WIDTH, i % WIDTH, 0] = g_q[i // WIDTH, i % WIDTH]
+            raw_q = storage.sq.data_ptr()
+            for i in cutlass.range(t, HEADS * CHUNKS, 128, unroll=1):
+                h, c = i // CHUNKS, i % CHUNKS
+                src = cute.make_tensor(q + cute.assume(m * (HEADS * WIDTH) + i * 8, divby=8),
+                                       cute.make_layout(8))
+                # B's K-major 128B-swizzled atoms: 8 heads x 64 columns, 1 KB each
+                off = (c // 8) * (HEADS * 64) + h * 64 + ((c % 8) ^ h) * 8
+                cute.copy(atom_q, src, cute.make_tensor(raw_q + cute.assume(off, divby=8),
+                                                        cute.make_layout(8)))
+            cute.arch.cp_async_commit_group()
+            cute.arch.cp_async_wait_group(0)
             cute.arch.fence_view_async_shared()
             cute.arch.barrier(barrier_id=1, number_of_threads=128)
 
             thr_qk = mma_qk.get_slice(t)
             thr_pv = mma_pv.get_slice(t)
             t_b_q = mma_qk.make_fragment_B(thr_qk.partition_B(s_q))
-            t_b_p = mma_pv.make_fragment_B(thr_pv.partition_B(s_p))
             c_s = thr_qk.partition_C(cute.make_identity_tensor((BLOCK_T, HEADS)))
             c_o = thr_pv.partition_C(cute.make_identity_tensor((LATENT, HEADS)))
             acc_s = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
@@ -222,7 +236,7 @@ class SparseMla:
             tk = cute.make_tensor(topk + m * stride_topk, cute.make_layout(hi))
             mma_pv.set(warpgroup.Field.ACCUMULATE, True)  # acc_o: zeroed, then rescaled
             for step in cutlass.range(steps, unroll=1):
-                s = step % STAGES
+                s = step % self.stages
                 tile = storage.skv.data_ptr() + s * tile_elems
                 s_kv = cute.make_tensor(cute.recast_ptr(tile, kv_layout.inner, dtype=bf16),
                                         kv_layout.outer)
@@ -230,11 +244,16 @@ class SparseMla:
                                         vt_layout.outer)
                 t_a_kv = mma_qk.make_fragment_A(thr_qk.partition_A(s_kv))
                 t_a_vt = mma_pv.make_fragment_A(thr_pv.partition_A(s_vt))
+                # P^T in the tile's rope columns (8 KB from 64 KB in), which only the scores
+                # read: the slot is refilled only after PV released it
+                s_p = cute.make_tensor(cute.recast_ptr(tile + LATENT * BLOCK_T, p_layout.inner,
+                                                       dtype=bf16), p_layout.outer)
+                t_b_p = mma_pv.make_fragment_B(thr_pv.partition_B(s_p))
                 # which of this thread's score rows (entries) exist
                 ok = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Boolean)
                 for r in cutlass.range_constexpr(2):
                     ok[r] = tk[lo + step * BLOCK_T + c_s[2 * r][0]] >= 0
-                cute.arch.mbarrier_wait(full + s, (step // STAGES) % 2)
+                cute.arch.mbarrier_wait(full + s, (step // self.stages) % 2)
                 warpgroup.fence()
                 mma_qk.set(warpgroup.Field.ACCUMULATE, False)
                 for kb in cutlass.range_constexpr(cute.size(t_a_kv, mode=[2])):
@@ -310,11 +329,11 @@ def _int(bits: int):
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(pdl: bool, rows: bool, slot_bits: int, topk_bits: int = 32):
+def _compiled(pdl: bool, rows: bool, slot_bits: int, topk_bits: int = 32, stages: int = 0):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
-    kernel = SparseMla(pdl, rows)
+    kernel = SparseMla(pdl, rows, stages or STAGES)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.BFloat16, 16, gmem, 16), make_ptr(cutlass.BFloat16, 16, gmem, 16),
             make_ptr(_int(topk_bits), 16, gmem, 4), make_ptr(_int(slot_bits), 16, gmem, 4),
@@ -338,12 +357,13 @@ def refusal(qcat, kv_cache, topk) -> str | None:
 
 
 def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o, part_ml,
-                     slot_rows=None, pdl: bool = False) -> None:
+                     slot_rows=None, pdl: bool = False, stages: int = 0) -> None:
     """part_o fp32 [M, S, 8, 512] and part_ml fp32 [M, S, 8, 2] of each row's S top-k chunks
     (the module docstring), on the current torch stream; graph-capturable. qcat bf16
     [M, 8, 576], kv_cache bf16 [slots, 576], topk int32 [M, K] (positions, -1 = none; K a
     multiple of 64, each chunk at least one block; int64 too), token_slots int32/int64 [M or pool rows,
-    W] with slot_rows int64 [M] for a pool's table (``triton.mla.slot_args``)."""
+    W] with slot_rows int64 [M] for a pool's table (``triton.mla.slot_args``). stages: KV
+    tiles in flight (2 or 3; 0: STAGES)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import make_ptr
@@ -372,7 +392,9 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o,
     if slot_rows is not None and (slot_rows.dtype != torch.int64 or slot_rows.shape[0] < m):
         raise ValueError("sm90 sparse_mla: slot_rows must be int64 [M]")
     slot_bits, topk_bits = token_slots.element_size() * 8, topk.element_size() * 8
-    _, fn = _compiled(bool(pdl), slot_rows is not None, slot_bits, topk_bits)
+    if stages not in (0, 2, 3):
+        raise ValueError(f"sm90 sparse_mla: 2 or 3 stages of 72 KB fit, not {stages}")
+    _, fn = _compiled(bool(pdl), slot_rows is not None, slot_bits, topk_bits, stages or STAGES)
     gmem = cute.AddressSpace.gmem
     rows = slot_rows if slot_rows is not None else topk
     stream = cuda.CUstream(torch.cuda.current_stream(qcat.device).cuda_stream)

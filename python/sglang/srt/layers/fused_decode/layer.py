@@ -422,7 +422,7 @@ class FusedLayer:
         if self.sm90_attn is not None and m >= sm90.ATTN_FROM_ROWS:
             self.sm90_attn.sparse_attention(v("qcat"), self.kv_cache, topk, slots,
                                             cfg.softmax_scale, *attn_parts, slot_rows=rows,
-                                            pdl=overlap.enabled())
+                                            pdl=overlap.enabled(), stages=sm90.ATTN_STAGES)
             if merge:
                 mla.combine(*attn_parts, v("olat"))
         else:
