@@ -69,6 +69,9 @@ class SparseMla:
         mma_qk = sm90_utils.make_trivial_tiled_mma(
             bf16, bf16, OperandMajorMode.K, OperandMajorMode.K, cutlass.Float32, (1, 1, 1),
             tiler_mn=(BLOCK_T, HEADS))
+        mma_qk0 = sm90_utils.make_trivial_tiled_mma(
+            bf16, bf16, OperandMajorMode.K, OperandMajorMode.K, cutlass.Float32, (1, 1, 1),
+            tiler_mn=(BLOCK_T, HEADS))
         mma_pv = sm90_utils.make_trivial_tiled_mma(
             bf16, bf16, OperandMajorMode.MN, OperandMajorMode.K, cutlass.Float32, (1, 1, 1),
             tiler_mn=(BLOCK_T, HEADS))
@@ -90,7 +93,7 @@ class SparseMla:
 
         self.storage = Storage
         self.kernel(q, kv, topk, slots, slot_rows, part_o, part_ml, splits, blocks, stride_topk,
-                    stride_slots, scale_log2, mma_qk, mma_pv, kv_layout, vt_layout, q_layout,
+                    stride_slots, scale_log2, mma_qk0, mma_qk, mma_pv, kv_layout, vt_layout, q_layout,
                     p_layout).launch(grid=[m_rows, splits, 1], block=[self.threads, 1, 1],
                                      smem=Storage.size_in_bytes(), stream=stream,
                                      use_pdl=self.pdl)
@@ -135,12 +138,90 @@ class SparseMla:
                + ((c % 8) ^ (token % 8)) * 8)
         return cute.make_tensor(raw + cute.assume(off, divby=8), cute.make_layout(8))
 
+    @cute.jit
+    def _issue_scores(self, mma_qk0: cute.TiledMma, mma_qk: cute.TiledMma, thr_qk, t_b_q: cute.Tensor,
+                      kv_layout: cute.ComposedLayout, skv: cute.Pointer, full: cute.Pointer,
+                      step, a0: cute.Tensor, a1: cute.Tensor, a2: cute.Tensor, a3: cute.Tensor):
+        """Wait for step's KV tile, then issue its scores K . q^T as four MMA chains (a0..a3,
+        every fourth 16-column block each) and commit them."""
+        s = step % self.stages
+        tile = skv + s * (BLOCK_T * WIDTH)
+        s_kv = cute.make_tensor(cute.recast_ptr(tile, kv_layout.inner, dtype=cutlass.BFloat16),
+                                kv_layout.outer)
+        t_a_kv = mma_qk.make_fragment_A(thr_qk.partition_A(s_kv))
+        cute.arch.mbarrier_wait(full + s, (step // self.stages) % 2)
+        warpgroup.fence()
+        accs = (a0, a1, a2, a3)
+        for kb in cutlass.range_constexpr(cute.size(t_a_kv, mode=[2])):
+            cute.gemm(mma_qk if kb >= 4 else mma_qk0, accs[kb % 4], t_a_kv[(None, None, kb, 0)],
+                      t_b_q[(None, None, kb, 0)], accs[kb % 4])
+        warpgroup.commit_group()
+
+    @cute.jit
+    def _softmax_pv(self, step, lo, tk: cute.Tensor, scale_log2, c_s: cute.Tensor,
+                    c_o: cute.Tensor, a0: cute.Tensor, a1: cute.Tensor, a2: cute.Tensor,
+                    a3: cute.Tensor, acc_s: cute.Tensor, acc_o: cute.Tensor, m_run: cute.Tensor,
+                    l_run: cute.Tensor, alpha: cute.Tensor, m_use: cute.Tensor, ok: cute.Tensor,
+                    red: cute.Tensor, warp, lane, col0, mma_pv: cute.TiledMma, thr_pv,
+                    vt_layout: cute.ComposedLayout, p_layout: cute.ComposedLayout,
+                    skv: cute.Pointer):
+        """A step's online softmax over its completed scores (a0..a3), P^T into the tile,
+        acc_o rescaled, then its PV issued and committed (not waited for)."""
+        bf16 = cutlass.BFloat16
+        s = step % self.stages
+        tile = skv + s * (BLOCK_T * WIDTH)
+        s_vt = cute.make_tensor(cute.recast_ptr(tile, vt_layout.inner, dtype=bf16),
+                                vt_layout.outer)
+        t_a_vt = mma_pv.make_fragment_A(thr_pv.partition_A(s_vt))
+        # P^T in the tile's rope columns (8 KB from 64 KB in), which only the scores
+        # read: the slot is refilled only after PV released it
+        s_p = cute.make_tensor(cute.recast_ptr(tile + LATENT * BLOCK_T, p_layout.inner,
+                                               dtype=bf16), p_layout.outer)
+        t_b_p = mma_pv.make_fragment_B(thr_pv.partition_B(s_p))
+        # which of this thread's score rows (entries) exist
+        for r in cutlass.range_constexpr(2):
+            ok[r] = tk[lo + step * BLOCK_T + c_s[2 * r][0]] >= 0
+        # scores in log2 units, the tile's max a head across the warpgroup
+        for v in cutlass.range_constexpr(4):
+            z = (a0[v] + a1[v]) + (a2[v] + a3[v])
+            acc_s[v] = z * scale_log2 if ok[v // 2] else -math.inf
+        for j in cutlass.range_constexpr(2):
+            mx = cute.arch.fmax(acc_s[j], acc_s[j + 2])
+            for x in cutlass.range_constexpr(3):
+                mx = cute.arch.fmax(mx, cute.arch.shuffle_sync_bfly(mx, 4 << x))
+            if lane < 4:
+                red[warp, col0 + j] = mx
+        cute.arch.barrier(barrier_id=1, number_of_threads=128)
+        for j in cutlass.range_constexpr(2):
+            mx = cute.arch.fmax(cute.arch.fmax(red[0, col0 + j], red[1, col0 + j]),
+                                cute.arch.fmax(red[2, col0 + j], red[3, col0 + j]))
+            m_new = cute.arch.fmax(m_run[j], mx)
+            m_use[j] = m_new if m_new != -math.inf else 0.0
+            alpha[j] = cute.arch.exp2(m_run[j] - m_use[j])
+            m_run[j] = m_new
+        for v in cutlass.range_constexpr(4):
+            acc_s[v] = cute.arch.exp2(acc_s[v] - m_use[v % 2])
+        for j in cutlass.range_constexpr(2):
+            l_run[j] = l_run[j] * alpha[j] + acc_s[j] + acc_s[j + 2]
+        for e in cutlass.range_constexpr(cute.size(acc_o)):
+            acc_o[e] = acc_o[e] * alpha[c_o[e][1] % 2]
+        for v in cutlass.range_constexpr(4):
+            s_p[c_s[v][1], c_s[v][0], 0] = acc_s[v].to(bf16)
+        cute.arch.fence_view_async_shared()
+        cute.arch.barrier(barrier_id=1, number_of_threads=128)
+        warpgroup.fence()
+        for kb in cutlass.range_constexpr(cute.size(t_a_vt, mode=[2])):
+            cute.gemm(mma_pv, acc_o, t_a_vt[(None, None, kb, 0)],
+                      t_b_p[(None, None, kb, 0)], acc_o)
+        warpgroup.commit_group()
+
     @cute.kernel
     def kernel(self, q: cute.Pointer, kv: cute.Pointer, topk: cute.Pointer,
                slots: cute.Pointer, slot_rows: cute.Pointer, part_o: cute.Pointer,
                part_ml: cute.Pointer, splits: cutlass.Int32, blocks: cutlass.Int32,
                stride_topk: cutlass.Int32, stride_slots: cutlass.Int32,
-               scale_log2: cutlass.Float32, mma_qk: cute.TiledMma, mma_pv: cute.TiledMma,
+               scale_log2: cutlass.Float32, mma_qk0: cute.TiledMma, mma_qk: cute.TiledMma,
+               mma_pv: cute.TiledMma,
                kv_layout: cute.ComposedLayout, vt_layout: cute.ComposedLayout,
                q_layout: cute.ComposedLayout, p_layout: cute.ComposedLayout):
         bf16 = cutlass.BFloat16
@@ -235,67 +316,32 @@ class SparseMla:
             l_run.fill(0.0)
             tk = cute.make_tensor(topk + m * stride_topk, cute.make_layout(hi))
             mma_pv.set(warpgroup.Field.ACCUMULATE, True)  # acc_o: zeroed, then rescaled
-            for step in cutlass.range(steps, unroll=1):
-                s = step % self.stages
-                tile = storage.skv.data_ptr() + s * tile_elems
-                s_kv = cute.make_tensor(cute.recast_ptr(tile, kv_layout.inner, dtype=bf16),
-                                        kv_layout.outer)
-                s_vt = cute.make_tensor(cute.recast_ptr(tile, vt_layout.inner, dtype=bf16),
-                                        vt_layout.outer)
-                t_a_kv = mma_qk.make_fragment_A(thr_qk.partition_A(s_kv))
-                t_a_vt = mma_pv.make_fragment_A(thr_pv.partition_A(s_vt))
-                # P^T in the tile's rope columns (8 KB from 64 KB in), which only the scores
-                # read: the slot is refilled only after PV released it
-                s_p = cute.make_tensor(cute.recast_ptr(tile + LATENT * BLOCK_T, p_layout.inner,
-                                                       dtype=bf16), p_layout.outer)
-                t_b_p = mma_pv.make_fragment_B(thr_pv.partition_B(s_p))
-                # which of this thread's score rows (entries) exist
-                ok = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Boolean)
-                for r in cutlass.range_constexpr(2):
-                    ok[r] = tk[lo + step * BLOCK_T + c_s[2 * r][0]] >= 0
-                cute.arch.mbarrier_wait(full + s, (step // self.stages) % 2)
-                warpgroup.fence()
-                mma_qk.set(warpgroup.Field.ACCUMULATE, False)
-                for kb in cutlass.range_constexpr(cute.size(t_a_kv, mode=[2])):
-                    cute.gemm(mma_qk, acc_s, t_a_kv[(None, None, kb, 0)],
-                              t_b_q[(None, None, kb, 0)], acc_s)
-                    mma_qk.set(warpgroup.Field.ACCUMULATE, True)
-                warpgroup.commit_group()
+            mma_qk0.set(warpgroup.Field.ACCUMULATE, False)  # each score chain's first block
+            mma_qk.set(warpgroup.Field.ACCUMULATE, True)
+            # the scores' K (576 columns) as QK_CHAINS independent MMA chains, summed after
+            a0 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
+            a1 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
+            a2 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
+            a3 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
+            ok = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Boolean)
+            self._issue_scores(mma_qk0, mma_qk, thr_qk, t_b_q, kv_layout, storage.skv.data_ptr(), full,
+                               0, a0, a1, a2, a3)
+            warpgroup.wait_group(0)
+            skv = storage.skv.data_ptr()
+            for step in cutlass.range(steps - 1, unroll=1):
+                self._softmax_pv(step, lo, tk, scale_log2, c_s, c_o, a0, a1, a2, a3, acc_s, acc_o,
+                                 m_run, l_run, alpha, m_use, ok, red, warp, lane, col0, mma_pv,
+                                 thr_pv, vt_layout, p_layout, skv)
+                # the next step's scores run while this step's PV does
+                self._issue_scores(mma_qk0, mma_qk, thr_qk, t_b_q, kv_layout, skv, full, step + 1, a0, a1,
+                                   a2, a3)
                 warpgroup.wait_group(0)
-                # scores in log2 units, the tile's max a head across the warpgroup
-                for v in cutlass.range_constexpr(4):
-                    acc_s[v] = acc_s[v] * scale_log2 if ok[v // 2] else -math.inf
-                for j in cutlass.range_constexpr(2):
-                    mx = cute.arch.fmax(acc_s[j], acc_s[j + 2])
-                    for x in cutlass.range_constexpr(3):
-                        mx = cute.arch.fmax(mx, cute.arch.shuffle_sync_bfly(mx, 4 << x))
-                    if lane < 4:
-                        red[warp, col0 + j] = mx
-                cute.arch.barrier(barrier_id=1, number_of_threads=128)
-                for j in cutlass.range_constexpr(2):
-                    mx = cute.arch.fmax(cute.arch.fmax(red[0, col0 + j], red[1, col0 + j]),
-                                        cute.arch.fmax(red[2, col0 + j], red[3, col0 + j]))
-                    m_new = cute.arch.fmax(m_run[j], mx)
-                    m_use[j] = m_new if m_new != -math.inf else 0.0
-                    alpha[j] = cute.arch.exp2(m_run[j] - m_use[j])
-                    m_run[j] = m_new
-                for v in cutlass.range_constexpr(4):
-                    acc_s[v] = cute.arch.exp2(acc_s[v] - m_use[v % 2])
-                for j in cutlass.range_constexpr(2):
-                    l_run[j] = l_run[j] * alpha[j] + acc_s[j] + acc_s[j + 2]
-                for e in cutlass.range_constexpr(cute.size(acc_o)):
-                    acc_o[e] = acc_o[e] * alpha[c_o[e][1] % 2]
-                for v in cutlass.range_constexpr(4):
-                    s_p[c_s[v][1], c_s[v][0], 0] = acc_s[v].to(bf16)
-                cute.arch.fence_view_async_shared()
-                cute.arch.barrier(barrier_id=1, number_of_threads=128)
-                warpgroup.fence()
-                for kb in cutlass.range_constexpr(cute.size(t_a_vt, mode=[2])):
-                    cute.gemm(mma_pv, acc_o, t_a_vt[(None, None, kb, 0)],
-                              t_b_p[(None, None, kb, 0)], acc_o)
-                warpgroup.commit_group()
-                warpgroup.wait_group(0)
-                cute.arch.mbarrier_arrive(empty + s)
+                cute.arch.mbarrier_arrive(empty + step % self.stages)
+            self._softmax_pv(steps - 1, lo, tk, scale_log2, c_s, c_o, a0, a1, a2, a3, acc_s,
+                             acc_o, m_run, l_run, alpha, m_use, ok, red, warp, lane, col0, mma_pv,
+                             thr_pv, vt_layout, p_layout, skv)
+            warpgroup.wait_group(0)
+            cute.arch.mbarrier_arrive(empty + (steps - 1) % self.stages)
             # the sum a head over the warpgroup, then the chunk's parts
             for j in cutlass.range_constexpr(2):
                 sm = l_run[j]
