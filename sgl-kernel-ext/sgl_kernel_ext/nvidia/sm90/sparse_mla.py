@@ -139,6 +139,16 @@ class SparseMla:
         return cute.make_tensor(raw + cute.assume(off, divby=8), cute.make_layout(8))
 
     @cute.jit
+    def _arrive_complete(self, full: cute.Pointer, upto, arrived):
+        """Signal steps [arrived, upto) (at most `stages`, the newest cp.async groups) in
+        order, each as soon as its group is complete."""
+        for k in cutlass.range_constexpr(self.stages - 1, -1, -1):
+            if upto - 1 - k >= arrived:
+                cute.arch.cp_async_wait_group(k)
+                cute.arch.fence_view_async_shared()
+                cute.arch.mbarrier_arrive(full + (upto - 1 - k) % self.stages)
+
+    @cute.jit
     def _issue_scores(self, mma_qk0: cute.TiledMma, mma_qk: cute.TiledMma, thr_qk, t_b_q: cute.Tensor,
                       kv_layout: cute.ComposedLayout, skv: cute.Pointer, full: cute.Pointer,
                       step, a0: cute.Tensor, a1: cute.Tensor, a2: cute.Tensor, a3: cute.Tensor):
@@ -255,10 +265,16 @@ class SparseMla:
             raw = storage.skv.data_ptr()
             slot_next = self._slot_of(topk, slots, slot_rows, m, lo + token, hi, stride_topk,
                                       stride_slots)
+            arrived = cutlass.Int32(0)
             for step in cutlass.range(steps, unroll=1):
                 s = step % self.stages
                 slot = slot_next
                 if step >= self.stages:
+                    # every step issued is signalled before waiting for a slot: the consumer
+                    # releases a slot only once it has the next step's tile (its scores
+                    # overlap the slot's PV)
+                    self._arrive_complete(full, step, arrived)
+                    arrived = step
                     cute.arch.mbarrier_wait(empty + s, ((step // self.stages) + 1) % 2)
                 self._gather(kv, raw, s, slot, token, half, atom)
                 cute.arch.cp_async_commit_group()
@@ -266,17 +282,7 @@ class SparseMla:
                     slot_next = self._slot_of(topk, slots, slot_rows, m,
                                               lo + (step + 1) * BLOCK_T + token, hi,
                                               stride_topk, stride_slots)
-                # the oldest step in flight is complete once at most stages - 1 are pending,
-                # so every slot fills before the first wait
-                if step >= self.stages - 1:
-                    cute.arch.cp_async_wait_group(self.stages - 1)
-                    cute.arch.fence_view_async_shared()
-                    cute.arch.mbarrier_arrive(full + (step - self.stages + 1) % self.stages)
-            for k in cutlass.range_constexpr(self.stages - 2, -1, -1):
-                if steps - 1 - k >= 0:
-                    cute.arch.cp_async_wait_group(k)
-                    cute.arch.fence_view_async_shared()
-                    cute.arch.mbarrier_arrive(full + (steps - 1 - k) % self.stages)
+            self._arrive_complete(full, steps, arrived)
         else:
             warp = t // 32
             lane = t % 32
