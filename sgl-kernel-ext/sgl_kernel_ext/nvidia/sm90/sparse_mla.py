@@ -17,8 +17,9 @@ instruction latency, not by HBM (``triton.mla``'s notes). Here the heads are wgm
   MN-major as A (a 128-byte-swizzled K-major atom of 8 rows x 64 columns is bitwise the
   MN-major atom of 64 x 8, and both layouts stack their atoms alike), P^T the B operand.
 
-Work in a CTA: warpgroup 0 gathers (a thread per half KV row: its top-k entry, the row's
-slot, 36 cp.async of 16 bytes into the swizzled tile; zeros where the entry does not exist)
+Work in a CTA: warpgroup 0 gathers (8 threads a KV row, each 16 bytes of every 128, so a
+warp's cp.async covers 4 whole lines; its entries' slots are looked up a step ahead; zeros
+where an entry does not exist)
 into a 2-slot ring of 72 KB tiles with mbarriers; warpgroup 1 runs the MMAs and the online
 softmax (exp2; a column max crosses the 4 warps through shared memory). Entries and cache
 rows come from two or more kernels back, so the gather starts before the programmatic wait
@@ -45,7 +46,7 @@ BLOCK_T = 64  # top-k entries a step: wgmma's M for the scores
 STAGES = 3  # 72 KB a tile: three fit beside q and P in 227 KB, exactly
 PRODUCERS = 128
 CHUNKS = WIDTH * 2 // 16
-CHUNKS_PER_THREAD = CHUNKS * BLOCK_T // PRODUCERS
+ROWS_PER_THREAD = BLOCK_T * 8 // PRODUCERS  # entries a gathering thread takes a step
 LOG2E = 1.4426950408889634
 
 
@@ -116,19 +117,19 @@ class SparseMla:
         return slot
 
     @cute.jit
-    def _gather(self, kv: cute.Pointer, raw: cute.Pointer, stage, slot, token, half, atom):
-        """Half of one KV row (36 chunks of 16 bytes) into the stage's swizzled tile, or
-        zeros where the entry does not exist."""
+    def _gather(self, kv: cute.Pointer, raw: cute.Pointer, stage, slot, token, c8, atom):
+        """This thread's 16 bytes of each 128-byte column block of one KV row (9 cp.async;
+        the 8 lanes beside it take the rest of each block, so a warp's request is 4 whole
+        lines) into the stage's swizzled tile, or zeros where the entry does not exist."""
         if slot >= 0:
-            for i in cutlass.range_constexpr(CHUNKS_PER_THREAD):
-                c = half * CHUNKS_PER_THREAD + i
+            for kb in cutlass.range_constexpr(CHUNKS // 8):
+                c = kb * 8 + c8
                 src = cute.make_tensor(kv + cute.assume(slot * WIDTH + c * 8, divby=8),
                                        cute.make_layout(8))
                 cute.copy(atom, src, self._chunk(raw, stage, token, c))
         else:
-            for i in cutlass.range_constexpr(CHUNKS_PER_THREAD):
-                self._chunk(raw, stage, token, half * CHUNKS_PER_THREAD + i).fill(
-                    cutlass.BFloat16(0.0))
+            for kb in cutlass.range_constexpr(CHUNKS // 8):
+                self._chunk(raw, stage, token, kb * 8 + c8).fill(cutlass.BFloat16(0.0))
 
     @cute.jit
     def _chunk(self, raw: cute.Pointer, stage, token, c):
@@ -147,6 +148,12 @@ class SparseMla:
                 cute.arch.cp_async_wait_group(k)
                 cute.arch.fence_view_async_shared()
                 cute.arch.mbarrier_arrive(full + (upto - 1 - k) % self.stages)
+
+    @cute.jit
+    def _rows_exist(self, ok: cute.Tensor, tk: cute.Tensor, lo, step, c_s: cute.Tensor):
+        """Whether this thread's two score rows (entries) of a step exist."""
+        for r in cutlass.range_constexpr(2):
+            ok[r] = tk[lo + step * BLOCK_T + c_s[2 * r][0]] >= 0
 
     @cute.jit
     def _issue_scores(self, mma_qk0: cute.TiledMma, mma_qk: cute.TiledMma, thr_qk, t_b_q: cute.Tensor,
@@ -175,8 +182,9 @@ class SparseMla:
                     red: cute.Tensor, warp, lane, col0, mma_pv: cute.TiledMma, thr_pv,
                     vt_layout: cute.ComposedLayout, p_layout: cute.ComposedLayout,
                     skv: cute.Pointer):
-        """A step's online softmax over its completed scores (a0..a3), P^T into the tile,
-        acc_o rescaled, then its PV issued and committed (not waited for)."""
+        """A step's online softmax over its completed scores (a0..a3; ok: which of this
+        thread's two score rows exist), P^T into the tile, acc_o rescaled, then its PV issued
+        and committed (not waited for)."""
         bf16 = cutlass.BFloat16
         s = step % self.stages
         tile = skv + s * (BLOCK_T * WIDTH)
@@ -188,9 +196,6 @@ class SparseMla:
         s_p = cute.make_tensor(cute.recast_ptr(tile + LATENT * BLOCK_T, p_layout.inner,
                                                dtype=bf16), p_layout.outer)
         t_b_p = mma_pv.make_fragment_B(thr_pv.partition_B(s_p))
-        # which of this thread's score rows (entries) exist
-        for r in cutlass.range_constexpr(2):
-            ok[r] = tk[lo + step * BLOCK_T + c_s[2 * r][0]] >= 0
         # scores in log2 units, the tile's max a head across the warpgroup
         for v in cutlass.range_constexpr(4):
             z = (a0[v] + a1[v]) + (a2[v] + a3[v])
@@ -257,18 +262,22 @@ class SparseMla:
         tile_elems = BLOCK_T * WIDTH
 
         if wg == 0:
-            # the gather: thread t takes half `t % 2` of entry t // 2's row, a step at a time
+            # the gather: thread t takes 16 bytes (t % 8) of every 128 of entries t // 8 + 16 i
             atom = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL),
                                        bf16, num_bits_per_copy=128)
-            token = t // 2
-            half = t % 2
+            tok0 = t // 8
+            c8 = t % 8
             raw = storage.skv.data_ptr()
-            slot_next = self._slot_of(topk, slots, slot_rows, m, lo + token, hi, stride_topk,
-                                      stride_slots)
+            cur = cute.make_rmem_tensor(cute.make_layout(ROWS_PER_THREAD), cutlass.Int64)
+            nxt = cute.make_rmem_tensor(cute.make_layout(ROWS_PER_THREAD), cutlass.Int64)
+            for i in cutlass.range_constexpr(ROWS_PER_THREAD):
+                nxt[i] = self._slot_of(topk, slots, slot_rows, m, lo + tok0 + 16 * i, hi,
+                                       stride_topk, stride_slots)
             arrived = cutlass.Int32(0)
             for step in cutlass.range(steps, unroll=1):
                 s = step % self.stages
-                slot = slot_next
+                for i in cutlass.range_constexpr(ROWS_PER_THREAD):
+                    cur[i] = nxt[i]
                 if step >= self.stages:
                     # every step issued is signalled before waiting for a slot: the consumer
                     # releases a slot only once it has the next step's tile (its scores
@@ -276,12 +285,14 @@ class SparseMla:
                     self._arrive_complete(full, step, arrived)
                     arrived = step
                     cute.arch.mbarrier_wait(empty + s, ((step // self.stages) + 1) % 2)
-                self._gather(kv, raw, s, slot, token, half, atom)
+                for i in cutlass.range_constexpr(ROWS_PER_THREAD):
+                    self._gather(kv, raw, s, cur[i], tok0 + 16 * i, c8, atom)
                 cute.arch.cp_async_commit_group()
                 if step + 1 < steps:
-                    slot_next = self._slot_of(topk, slots, slot_rows, m,
-                                              lo + (step + 1) * BLOCK_T + token, hi,
-                                              stride_topk, stride_slots)
+                    for i in cutlass.range_constexpr(ROWS_PER_THREAD):
+                        nxt[i] = self._slot_of(topk, slots, slot_rows, m,
+                                               lo + (step + 1) * BLOCK_T + tok0 + 16 * i, hi,
+                                               stride_topk, stride_slots)
             self._arrive_complete(full, steps, arrived)
         else:
             warp = t // 32
@@ -330,6 +341,7 @@ class SparseMla:
             a2 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
             a3 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
             ok = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Boolean)
+            self._rows_exist(ok, tk, lo, 0, c_s)
             self._issue_scores(mma_qk0, mma_qk, thr_qk, t_b_q, kv_layout, storage.skv.data_ptr(), full,
                                0, a0, a1, a2, a3)
             warpgroup.wait_group(0)
@@ -341,6 +353,7 @@ class SparseMla:
                 # the next step's scores run while this step's PV does
                 self._issue_scores(mma_qk0, mma_qk, thr_qk, t_b_q, kv_layout, skv, full, step + 1, a0, a1,
                                    a2, a3)
+                self._rows_exist(ok, tk, lo, step + 1, c_s)  # loaded while the MMAs run
                 warpgroup.wait_group(0)
                 cute.arch.mbarrier_arrive(empty + step % self.stages)
             self._softmax_pv(steps - 1, lo, tk, scale_log2, c_s, c_o, a0, a1, a2, a3, acc_s,
