@@ -1,0 +1,96 @@
+"""The sparse attention alone: sm90 sparse_mla (CuTe DSL) against triton.mla's kernel, the same
+inputs, one TP8 rank's GLM-5.3 shapes (8 heads, 576-wide bf16 KV rows, 2048 top-k entries of
+a 3000-token context a row), at 1-16 rows. Each arm is a CUDA graph of 8 launches over 4 KV
+caches in turn (150 MB at 16 rows, past the 60 MB L2), timed by CUDA events (median of 20
+replays); the floor is the KV rows' bytes over a device copy's bandwidth measured in the run.
+
+    PYTHONPATH=python:sgl-kernel-ext python3 -m benchmark.sm90_attn_probe --out $OUT
+"""
+
+import argparse
+import json
+import math
+import os
+import time
+
+import torch
+
+from benchmark.harness import measure_bandwidth
+from sgl_kernel_ext.nvidia.sm90 import sparse_mla
+from sgl_kernel_ext.triton import mla
+
+TOPK, WIDTH, HEADS, CONTEXT = 2048, 576, 8, 3000
+
+
+def _inputs(rows, copies, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    qcat = (torch.randn(rows, HEADS, WIDTH, device="cuda", generator=g) * 0.5).to(torch.bfloat16)
+    topk = torch.stack([torch.randperm(CONTEXT, device="cuda", generator=g)[:TOPK]
+                        for _ in range(rows)]).to(torch.int64)
+    caches, tables = [], []
+    for _ in range(copies):
+        caches.append(torch.randn(rows * CONTEXT, WIDTH, device="cuda", generator=g
+                                  ).to(torch.bfloat16))
+        tables.append(torch.randperm(rows * CONTEXT, device="cuda", generator=g
+                                     ).view(rows, CONTEXT).to(torch.int32))
+    return qcat, topk, caches, tables
+
+
+def _time(fn, copies):
+    fn(0)
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for i in range(8):
+            fn(i % copies)
+    graph.replay()
+    times = []
+    for _ in range(20):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        graph.replay()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1000 / 8)
+    return sorted(times)[len(times) // 2]
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("--ms", default="1,2,4,8,12,16")
+    p.add_argument("--out", default="benchmark/results")
+    args = p.parse_args()
+    bw = measure_bandwidth(torch.device("cuda"), 1 << 30)
+    results = []
+    for rows in [int(x) for x in args.ms.split(",")]:
+        copies = 4
+        qcat, topk, caches, tables = _inputs(rows, copies, rows)
+        splits = mla.attention_splits(rows, TOPK)
+        part_o = torch.empty(rows, splits, HEADS, 512, device="cuda")
+        part_ml = torch.empty(rows, splits, HEADS, 2, device="cuda")
+        olat = torch.empty(rows, HEADS, 512, dtype=torch.bfloat16, device="cuda")
+        scale = 1 / math.sqrt(192)
+        arms = {
+            "triton": lambda i: mla.sparse_attention(qcat, caches[i], topk, tables[i], scale,
+                                                     part_o, part_ml, olat, 512, 64, merge=False),
+        }
+        for stages in (3, 2):
+            arms[f"sm90_{stages}_stages"] = (
+                lambda i, st=stages: sparse_mla.sparse_attention(
+                    qcat, caches[i], topk, tables[i], scale, part_o, part_ml, stages=st))
+        floor = rows * TOPK * WIDTH * 2 / bw * 1e6
+        row = {"rows": rows, "splits": splits, "floor_us": round(floor, 2)}
+        for name, fn in arms.items():
+            row[name + "_us"] = round(_time(fn, copies), 2)
+        print(json.dumps(row), flush=True)
+        results.append(row)
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    path = os.path.join(args.out, f"sm90_attn_probe_{stamp}.json")
+    with open(path, "w") as f:
+        json.dump({"commit": os.environ.get("BENCH_COMMIT", ""), "bandwidth_Bps": bw,
+                   "results": results}, f, indent=1)
+    print("wrote", path)
+
+
+if __name__ == "__main__":
+    main()
