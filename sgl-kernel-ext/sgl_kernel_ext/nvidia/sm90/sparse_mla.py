@@ -47,6 +47,7 @@ STAGES = 3  # 72 KB a tile: three fit beside q and P in 227 KB, exactly
 PRODUCERS = 128
 CHUNKS = WIDTH * 2 // 16
 ROWS_PER_THREAD = BLOCK_T * 8 // PRODUCERS  # entries a gathering thread takes a step
+LOOKUP = 4  # steps whose slots a gathering thread has looked up (a 16-row chunk's all)
 LOG2E = 1.4426950408889634
 
 
@@ -268,16 +269,18 @@ class SparseMla:
             tok0 = t // 8
             c8 = t % 8
             raw = storage.skv.data_ptr()
-            cur = cute.make_rmem_tensor(cute.make_layout(ROWS_PER_THREAD), cutlass.Int64)
-            nxt = cute.make_rmem_tensor(cute.make_layout(ROWS_PER_THREAD), cutlass.Int64)
-            for i in cutlass.range_constexpr(ROWS_PER_THREAD):
-                nxt[i] = self._slot_of(topk, slots, slot_rows, m, lo + tok0 + 16 * i, hi,
-                                       stride_topk, stride_slots)
+            # the slots of this thread's entries LOOKUP steps ahead (column j: step + j), so a
+            # step's gather never waits for its lookup's two dependent loads
+            ahead = cute.make_rmem_tensor(cute.make_layout((ROWS_PER_THREAD, LOOKUP)),
+                                          cutlass.Int64)
+            for j in cutlass.range_constexpr(LOOKUP):
+                for i in cutlass.range_constexpr(ROWS_PER_THREAD):
+                    ahead[i, j] = self._slot_of(topk, slots, slot_rows, m,
+                                                lo + j * BLOCK_T + tok0 + 16 * i, hi,
+                                                stride_topk, stride_slots)
             arrived = cutlass.Int32(0)
             for step in cutlass.range(steps, unroll=1):
                 s = step % self.stages
-                for i in cutlass.range_constexpr(ROWS_PER_THREAD):
-                    cur[i] = nxt[i]
                 if step >= self.stages:
                     # every step issued is signalled before waiting for a slot: the consumer
                     # releases a slot only once it has the next step's tile (its scores
@@ -286,13 +289,15 @@ class SparseMla:
                     arrived = step
                     cute.arch.mbarrier_wait(empty + s, ((step // self.stages) + 1) % 2)
                 for i in cutlass.range_constexpr(ROWS_PER_THREAD):
-                    self._gather(kv, raw, s, cur[i], tok0 + 16 * i, c8, atom)
+                    self._gather(kv, raw, s, ahead[i, 0], tok0 + 16 * i, c8, atom)
                 cute.arch.cp_async_commit_group()
-                if step + 1 < steps:
-                    for i in cutlass.range_constexpr(ROWS_PER_THREAD):
-                        nxt[i] = self._slot_of(topk, slots, slot_rows, m,
-                                               lo + (step + 1) * BLOCK_T + tok0 + 16 * i, hi,
-                                               stride_topk, stride_slots)
+                for i in cutlass.range_constexpr(ROWS_PER_THREAD):
+                    for j in cutlass.range_constexpr(LOOKUP - 1):
+                        ahead[i, j] = ahead[i, j + 1]
+                    # -1 past the chunk's end, without a load
+                    ahead[i, LOOKUP - 1] = self._slot_of(
+                        topk, slots, slot_rows, m, lo + (step + LOOKUP) * BLOCK_T + tok0 + 16 * i,
+                        hi, stride_topk, stride_slots)
             self._arrive_complete(full, steps, arrived)
         else:
             warp = t // 32
