@@ -79,7 +79,7 @@ if [ "$mode" = attn ]; then  # sparse_mla: its tests, the layer's opt-in test, t
   timeout 150 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "sm90_linears and ATTN${ATTN_LAYER_K:-}" \
     2>&1 | tee "$L/pytest_sm90_layer_attn.log" | tail -3
   timeout 200 python3 -m benchmark.tiling_probe --kinds moe,dense --ms 1,2,4,8,12,16 \
-    --variants baseline,sm90_attn,sm90_attn_2_stages,baseline --out "$OUT" 2>&1 | tee "$L/sm90_attn_probe.log" | tail -30
+    --variants baseline,sm90_attn,sm90_attn_every_row,sm90_attn_2_stages,baseline --out "$OUT" 2>&1 | tee "$L/sm90_attn_probe.log" | tail -30
 fi
 if [ "$mode" = verify ]; then  # the layer's opt-in tests and fp8_moe's cross-checks, quickly
   timeout 120 python3 -m pytest test/srt/kernels/test_sm90_moe.py -q -k "triton_moe or refuses" \

@@ -395,11 +395,14 @@ VARIANTS = {
     # a MoE layer's experts on fp8_moe (nvidia/sm90/fp8_moe; sm90_run.sh layer)
     "sm90_moe": {("sm90", "MOE"): True},
     "sm90_moe_two_launches": {("sm90", "MOE"): True, ("sm90", "MOE_ONE_LAUNCH"): False},
-    # the sparse attention on sparse_mla (nvidia/sm90/sparse_mla; sm90_run.sh layer), at every
-    # row count or from 9
+    # the sparse attention on sparse_mla (nvidia/sm90/sparse_mla; sm90_run.sh attn) at every
+    # row count, with 3 stages or 2 (results up to 9d37e48 were taken when the opt-in ran at
+    # every row count with 3 stages: sm90_attn there is sm90_attn_every_row here)
     "sm90_attn": {("sm90", "ATTN"): True},
-    "sm90_attn_from_9": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 9},
-    "sm90_attn_2_stages": {("sm90", "ATTN"): True, ("sm90", "ATTN_STAGES"): 2},
+    "sm90_attn_every_row": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
+                            ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_STAGES"): 3},
+    "sm90_attn_2_stages": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
+                           ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_STAGES"): 2},
 }
 
 

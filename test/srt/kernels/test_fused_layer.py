@@ -97,6 +97,10 @@ def test_sm90_linears_match_reference(kind, rows, envs, monkeypatch):
     pytest.importorskip("cutlass.cute", reason="needs CuTe DSL: benchmark/sm90_run.sh stages it")
     for env in envs:
         monkeypatch.setenv(f"SGL_KERNEL_EXT_SM90_{env}", "1")
+    if "ATTN" in envs:  # every row count, not only the opt-in's window
+        from sgl_kernel_ext.nvidia import sm90
+        monkeypatch.setattr(sm90, "ATTN_FROM_ROWS", 1)
+        monkeypatch.setattr(sm90, "ATTN_MAX_ROWS", 16)
     assert_within_numerics(check(kind, rows, 3000), 3000)
 
 

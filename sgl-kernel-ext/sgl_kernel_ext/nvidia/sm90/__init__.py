@@ -30,12 +30,23 @@ MOE: Optional[bool] = None
 # the same at one (tiling_probe_20261202T125957Z: sm90_moe_two_launches)
 MOE_ONE_LAUNCH = True
 # "1": the sparse attention runs on sparse_mla (the heads as wgmma's N, a warpgroup gathering
-# KV rows) instead of triton.mla's kernel, from ATTN_FROM_ROWS rows; the Triton combine or
-# absorb_v's merge follows either. Opt-in until timed in the layer.
+# KV rows) instead of triton.mla's kernel at ATTN_FROM_ROWS..ATTN_MAX_ROWS rows; the Triton
+# combine or absorb_v's merge follows either. Opt-in. On an H200 (results/
+# tiling_probe_20261202T171639Z, code at 9d37e48, 2 stages) a layer is 1.8-2.3 us faster at 4
+# and 8 rows (MoE), 0.4-4.5 (dense), within noise at 1 and 12, 0.7-1.2 slower at 16; alone
+# (sm90_attn_probe_20261202T171634Z) the kernel is 15.7 / 21.1 us against Triton's 21.0 /
+# 26.3 at 12 / 16 rows, 1.3-1.6 us slower at 1-2 (one 64-entry step a CTA: its three
+# dependent loads and one step's MMAs are the whole kernel). Likely why the layer gains less
+# (not measured): its CTA (155 KB of shared memory with 2 stages, 227 KB with 3) cannot start
+# beside the previous kernel's, so the dependent launch's early gather buys little, where
+# Triton's kernel asks L2 for its chunk's rows before its wait.
 ATTN_ENV = "SGL_KERNEL_EXT_SM90_ATTN"
 ATTN: Optional[bool] = None
-ATTN_FROM_ROWS = 1
-ATTN_STAGES = 3  # sparse_mla's KV tiles in flight (72 KB each)
+ATTN_FROM_ROWS = 3
+ATTN_MAX_ROWS = 8
+# sparse_mla's KV tiles in flight (72 KB each): 2 against 3 within -1.0..+0.6 us a layer at
+# 1-16 rows except dense 4 and 8 rows, 3.8 and 4.3 faster (same results)
+ATTN_STAGES = 2
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
 # (H200, sm90_gemv_probe_20261202T081912Z: 10-12 slots fastest, the whole 200 KB slower)
 RING_SLOTS = 10

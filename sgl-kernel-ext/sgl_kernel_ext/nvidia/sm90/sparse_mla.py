@@ -25,6 +25,17 @@ softmax (exp2; a column max crosses the 4 warps through shared memory). Entries 
 rows come from two or more kernels back, so the gather starts before the programmatic wait
 (``triton.overlap``'s rule); only q, written by the previous kernel, is read after it.
 Heads: exactly 8 (one TP8 rank of GLM-5.3); the refusal says so for others.
+
+Measured on an H200 (GPU tests: test/srt/kernels/test_sm90_sparse_mla.py, the layer's
+SGL_KERNEL_EXT_SM90_ATTN case): alone, 15.7 / 21.1 us against Triton's 21.0 / 26.3 at 12 / 16
+rows, about the same at 4-8, 1.3-1.6 us slower at 1-2 (results/sm90_attn_probe_20261202T171634Z,
+2 stages; the KV rows' floor is 6.8 / 9.1 us). In the layer see ``sm90.ATTN_FROM_ROWS``.
+Tried: the producer waiting for each step's rows before gathering the next (one step in
+flight), a thread a half row (each warp's cp.async 32 lines): 22 us alone at 16 rows (the
+layer +3.7 us, tiling_probe_20261202T165318Z); the slots looked up one step ahead rather than
+four: the same within noise. The consumer releases a slot only after issuing the next step's
+scores, so the producer must signal every step it issued before it waits for a slot (d50fe63
+did not, and deadlocked from 3 steps a CTA).
 """
 
 from __future__ import annotations
@@ -95,8 +106,8 @@ class SparseMla:
 
         self.storage = Storage
         self.kernel(q, kv, topk, slots, slot_rows, part_o, part_ml, splits, blocks, stride_topk,
-                    stride_slots, scale_log2, mma_qk0, mma_qk, mma_pv, kv_layout, vt_layout, q_layout,
-                    p_layout).launch(grid=[m_rows, splits, 1], block=[self.threads, 1, 1],
+                    stride_slots, scale_log2, mma_qk0, mma_qk, mma_pv, kv_layout, vt_layout,
+                    q_layout, p_layout).launch(grid=[m_rows, splits, 1], block=[self.threads, 1, 1],
                                      smem=Storage.size_in_bytes(), stream=stream,
                                      use_pdl=self.pdl)
 
@@ -157,7 +168,8 @@ class SparseMla:
             ok[r] = tk[lo + step * BLOCK_T + c_s[2 * r][0]] >= 0
 
     @cute.jit
-    def _issue_scores(self, mma_qk0: cute.TiledMma, mma_qk: cute.TiledMma, thr_qk, t_b_q: cute.Tensor,
+    def _issue_scores(self, mma_qk0: cute.TiledMma, mma_qk: cute.TiledMma, thr_qk,
+                      t_b_q: cute.Tensor,
                       kv_layout: cute.ComposedLayout, skv: cute.Pointer, full: cute.Pointer,
                       step, a0: cute.Tensor, a1: cute.Tensor, a2: cute.Tensor, a3: cute.Tensor):
         """Wait for step's KV tile, then issue its scores K . q^T as four MMA chains (a0..a3,
@@ -347,17 +359,17 @@ class SparseMla:
             a3 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
             ok = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Boolean)
             self._rows_exist(ok, tk, lo, 0, c_s)
-            self._issue_scores(mma_qk0, mma_qk, thr_qk, t_b_q, kv_layout, storage.skv.data_ptr(), full,
-                               0, a0, a1, a2, a3)
-            warpgroup.wait_group(0)
             skv = storage.skv.data_ptr()
+            self._issue_scores(mma_qk0, mma_qk, thr_qk, t_b_q, kv_layout, skv, full, 0, a0, a1,
+                               a2, a3)
+            warpgroup.wait_group(0)
             for step in cutlass.range(steps - 1, unroll=1):
                 self._softmax_pv(step, lo, tk, scale_log2, c_s, c_o, a0, a1, a2, a3, acc_s, acc_o,
                                  m_run, l_run, alpha, m_use, ok, red, warp, lane, col0, mma_pv,
                                  thr_pv, vt_layout, p_layout, skv)
                 # the next step's scores run while this step's PV does
-                self._issue_scores(mma_qk0, mma_qk, thr_qk, t_b_q, kv_layout, skv, full, step + 1, a0, a1,
-                                   a2, a3)
+                self._issue_scores(mma_qk0, mma_qk, thr_qk, t_b_q, kv_layout, skv, full,
+                                   step + 1, a0, a1, a2, a3)
                 self._rows_exist(ok, tk, lo, step + 1, c_s)  # loaded while the MMAs run
                 warpgroup.wait_group(0)
                 cute.arch.mbarrier_arrive(empty + step % self.stages)
@@ -386,7 +398,8 @@ class SparseMla:
                 g_ml = cute.make_tensor(part_ml + base * 2, cute.make_layout((HEADS, 2),
                                                                            stride=(2, 1)))
                 for j in cutlass.range_constexpr(2):
-                    total = red[0, col0 + j] + red[1, col0 + j] + red[2, col0 + j] + red[3, col0 + j]
+                    total = (red[0, col0 + j] + red[1, col0 + j] + red[2, col0 + j]
+                             + red[3, col0 + j])
                     mx = m_run[j]
                     if mx != -math.inf:
                         mx = mx * math.log(2.0)
@@ -431,9 +444,9 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o,
     """part_o fp32 [M, S, 8, 512] and part_ml fp32 [M, S, 8, 2] of each row's S top-k chunks
     (the module docstring), on the current torch stream; graph-capturable. qcat bf16
     [M, 8, 576], kv_cache bf16 [slots, 576], topk int32 [M, K] (positions, -1 = none; K a
-    multiple of 64, each chunk at least one block; int64 too), token_slots int32/int64 [M or pool rows,
-    W] with slot_rows int64 [M] for a pool's table (``triton.mla.slot_args``). stages: KV
-    tiles in flight (2 or 3; 0: STAGES)."""
+    multiple of 64, each chunk at least one block; int64 too), token_slots int32/int64
+    [M or pool rows, W] with slot_rows int64 [M] for a pool's table (``triton.mla.slot_args``).
+    stages: KV tiles in flight (2 or 3; 0: STAGES)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import make_ptr

@@ -419,7 +419,7 @@ class FusedLayer:
         attn_parts = self._attention_parts(m)
         vc = (self.buf["vc_parts"], self.buf["vc_arrivals"])
         merge = not mla.absorb_v_merges(*vc, m)
-        if self.sm90_attn is not None and m >= sm90.ATTN_FROM_ROWS:
+        if self.sm90_attn is not None and sm90.ATTN_FROM_ROWS <= m <= sm90.ATTN_MAX_ROWS:
             self.sm90_attn.sparse_attention(v("qcat"), self.kv_cache, topk, slots,
                                             cfg.softmax_scale, *attn_parts, slot_rows=rows,
                                             pdl=overlap.enabled(), stages=sm90.ATTN_STAGES)
