@@ -5,6 +5,12 @@ caches in turn (150 MB at 16 rows, past the 60 MB L2), timed by CUDA events (med
 replays); the floor is the KV rows' bytes over a device copy's bandwidth measured in the run.
 
     PYTHONPATH=python:sgl-kernel-ext python3 -m benchmark.sm90_attn_probe --out $OUT
+
+--eager runs each arm three times without a graph or timing, for Nsight Compute (each kernel
+alone and cold, as ncu serializes them and flushes the caches), e.g.
+
+    ncu --clock-control none -k regex:'SparseMla|_sparse_attn' --section SpeedOfLight \
+        --section WarpStateStats python3 -m benchmark.sm90_attn_probe --ms 1,16 --eager
 """
 
 import argparse
@@ -59,8 +65,9 @@ def main():
     p = argparse.ArgumentParser()
     p.add_argument("--ms", default="1,2,4,8,12,16")
     p.add_argument("--out", default="benchmark/results")
+    p.add_argument("--eager", action="store_true", help="each arm 3 times, untimed (ncu)")
     args = p.parse_args()
-    bw = measure_bandwidth(torch.device("cuda"), 1 << 30)
+    bw = 1.0 if args.eager else measure_bandwidth(torch.device("cuda"), 1 << 30)
     results = []
     for rows in [int(x) for x in args.ms.split(",")]:
         copies = 4
@@ -78,12 +85,21 @@ def main():
             arms[f"sm90_{stages}_stages"] = (
                 lambda i, st=stages: sparse_mla.sparse_attention(
                     qcat, caches[i], topk, tables[i], scale, part_o, part_ml, stages=st))
+        if args.eager:
+            for name, fn in arms.items():
+                for i in range(3):
+                    fn(i % copies)
+                torch.cuda.synchronize()
+                print("ran", name, rows, flush=True)
+            continue
         floor = rows * TOPK * WIDTH * 2 / bw * 1e6
         row = {"rows": rows, "splits": splits, "floor_us": round(floor, 2)}
         for name, fn in arms.items():
             row[name + "_us"] = round(_time(fn, copies), 2)
         print(json.dumps(row), flush=True)
         results.append(row)
+    if args.eager:
+        return
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     path = os.path.join(args.out, f"sm90_attn_probe_{stamp}.json")
     with open(path, "w") as f:

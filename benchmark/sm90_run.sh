@@ -12,7 +12,8 @@
 # at 1-16 rows. `fused`: fp8_moe.experts (one launch): smokes, every fp8_moe GPU test, the
 # layer's MoE opt-in test, sm90_moe_probe (extra arguments go to it, e.g. --stages 0,8,10)
 # and the MoE layer A/B of one launch against two and against Triton. `attn`: sparse_mla's
-# tests, the layer's attention opt-in test and the layer A/B (tiling_probe sm90_attn).
+# tests, the layer's attention opt-in test and the layer A/B (tiling_probe sm90_attn);
+# `attn_ncu`: sparse_mla and Triton's attention alone under Nsight Compute.
 set -u
 mode=${1:-all}
 shift || true
@@ -80,6 +81,14 @@ if [ "$mode" = attn ]; then  # sparse_mla: its tests, the layer's opt-in test, t
     2>&1 | tee "$L/pytest_sm90_layer_attn.log" | tail -3
   timeout 200 python3 -m benchmark.tiling_probe --kinds moe,dense --ms 1,2,4,8,12,16 \
     --variants baseline,sm90_attn,sm90_attn_every_row,sm90_attn_2_stages,baseline --out "$OUT" 2>&1 | tee "$L/sm90_attn_probe.log" | tail -30
+fi
+if [ "$mode" = attn_ncu ]; then  # sparse_mla and Triton's attention under Nsight Compute
+  timeout 300 ncu --clock-control none -k regex:'SparseMla|_sparse_attn' --section SpeedOfLight \
+    --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats \
+    python3 -m benchmark.sm90_attn_probe --ms "${ATTN_NCU_ROWS:-1,16}" --eager \
+    > "$OUT/ncu_attn_${BENCH_COMMIT:-x}.txt" 2>&1
+  echo "ncu rc=$?"; grep -E "SparseMla|_sparse_attn|Duration|DRAM Throughput|Memory Throughput|Issued Warp|No Eligible|Stall" \
+    "$OUT/ncu_attn_${BENCH_COMMIT:-x}.txt" | head -60
 fi
 if [ "$mode" = verify ]; then  # the layer's opt-in tests and fp8_moe's cross-checks, quickly
   timeout 120 python3 -m pytest test/srt/kernels/test_sm90_moe.py -q -k "triton_moe or refuses" \
