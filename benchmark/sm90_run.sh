@@ -80,7 +80,7 @@ if [ "$mode" = attn ]; then  # sparse_mla: its tests, the layer's opt-in test, t
   timeout 150 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "sm90_linears and ATTN${ATTN_LAYER_K:-}" \
     2>&1 | tee "$L/pytest_sm90_layer_attn.log" | tail -3
   timeout 200 python3 -m benchmark.tiling_probe --kinds moe,dense --ms 1,2,4,8,12,16 \
-    --variants baseline,sm90_attn,sm90_attn_every_row,sm90_attn_2_stages,baseline --out "$OUT" 2>&1 | tee "$L/sm90_attn_probe.log" | tail -30
+    --variants baseline,sm90_attn,sm90_attn_every_row,sm90_attn_2_stages,sm90_attn_noinc,sm90_attn_noinc_3,baseline --out "$OUT" 2>&1 | tee "$L/sm90_attn_probe.log" | tail -30
 fi
 if [ "$mode" = attn_ncu ]; then  # sparse_mla and Triton's attention under Nsight Compute
   timeout 300 ncu --clock-control none -k regex:'SparseMla|_sparse_attn' --section SpeedOfLight \

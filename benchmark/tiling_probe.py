@@ -403,6 +403,11 @@ VARIANTS = {
                             ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_STAGES"): 3},
     "sm90_attn_2_stages": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
                            ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_STAGES"): 2},
+    "sm90_attn_noinc": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
+                        ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_NOINC"): True},
+    "sm90_attn_noinc_3": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
+                          ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_NOINC"): True,
+                          ("sm90", "ATTN_STAGES"): 3},
 }
 
 

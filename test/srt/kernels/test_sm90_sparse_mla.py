@@ -135,15 +135,18 @@ def test_chunks_match_reference(rows, form):
     _check(part_o, part_ml, _reference(*case, splits))
 
 
-@pytest.mark.parametrize("rows", [3, 16])
-def test_two_stages_are_bitwise_three(rows):
+@pytest.mark.parametrize("form", [dict(stages=2), dict(stages=2, noinc=True),
+                                  dict(stages=3, noinc=True)], ids=["2", "2_noinc", "3_noinc"])
+@pytest.mark.parametrize("rows", [3, 9, 16])
+def test_other_forms_are_bitwise_three_stages(rows, form):
+    """2 stages, and the steps signalled by the copies' own completion (noinc): the same
+    math in the same order, so the same bits as the default form."""
     case = _case(rows, CASES[rows], seed=20 + rows)
     splits = mla.attention_splits(rows, TOPK)
     three = _launch(*case, splits)
-    rows_ = case[0].shape[0]
-    part_o = torch.full((rows_, splits, HEADS, LATENT), float("nan"), device="cuda")
-    part_ml = torch.full((rows_, splits, HEADS, 2), float("nan"), device="cuda")
-    sparse_mla.sparse_attention(*case[:4], SCALE, part_o, part_ml, slot_rows=case[4], stages=2)
+    part_o = torch.full((rows, splits, HEADS, LATENT), float("nan"), device="cuda")
+    part_ml = torch.full((rows, splits, HEADS, 2), float("nan"), device="cuda")
+    sparse_mla.sparse_attention(*case[:4], SCALE, part_o, part_ml, slot_rows=case[4], **form)
     assert torch.equal(part_o, three[0]) and torch.equal(part_ml, three[1])
 
 

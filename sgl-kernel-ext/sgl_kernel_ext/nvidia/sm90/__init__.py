@@ -47,6 +47,9 @@ ATTN_MAX_ROWS = 8
 # sparse_mla's KV tiles in flight (72 KB each): 2 against 3 within -1.0..+0.6 us a layer at
 # 1-16 rows except dense 4 and 8 rows, 3.8 and 4.3 faster (same results)
 ATTN_STAGES = 2
+# sparse_mla's steps signalled by the gathering threads' cp.async completion (noinc) rather
+# than by the producer's in-order waits: built, not yet run on a GPU
+ATTN_NOINC = False
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
 # (H200, sm90_gemv_probe_20261202T081912Z: 10-12 slots fastest, the whole 200 KB slower)
 RING_SLOTS = 10

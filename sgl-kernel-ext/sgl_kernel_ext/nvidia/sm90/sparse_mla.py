@@ -67,9 +67,15 @@ class SparseMla:
     a pool's, row slot_rows[m] for row m); the slot table's and the top-k's integer types are
     the pointers'."""
 
-    def __init__(self, pdl: bool, rows: bool, stages: int = 0):
+    def __init__(self, pdl: bool, rows: bool, stages: int = 0, noinc: bool = False):
         self.pdl, self.rows = pdl, rows
         self.stages = stages or STAGES
+        # noinc: each step's arrival rides on the gathering threads' cp.async completion
+        # (cp.async.mbarrier.arrive.noinc) and a plain arrive for their zero rows, so the
+        # producer never waits for its own loads; else it waits for them in order
+        # (cp.async.wait_group) before signalling, and signals every step it issued before
+        # it waits for a slot
+        self.noinc = noinc
         self.threads = 2 * 128
 
     @cute.jit
@@ -180,6 +186,8 @@ class SparseMla:
                                 kv_layout.outer)
         t_a_kv = mma_qk.make_fragment_A(thr_qk.partition_A(s_kv))
         cute.arch.mbarrier_wait(full + s, (step // self.stages) % 2)
+        if cutlass.const_expr(self.noinc):
+            cute.arch.fence_view_async_shared()  # the copies were the generic proxy's
         warpgroup.fence()
         accs = (a0, a1, a2, a3)
         for kb in cutlass.range_constexpr(cute.size(t_a_kv, mode=[2])):
@@ -266,7 +274,7 @@ class SparseMla:
         empty = full + self.stages
         if tidx == 0:
             for s in cutlass.range_constexpr(self.stages):
-                cute.arch.mbarrier_init(full + s, PRODUCERS)
+                cute.arch.mbarrier_init(full + s, PRODUCERS * (2 if self.noinc else 1))
                 cute.arch.mbarrier_init(empty + s, 128)
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
@@ -293,7 +301,10 @@ class SparseMla:
             arrived = cutlass.Int32(0)
             for step in cutlass.range(steps, unroll=1):
                 s = step % self.stages
-                if step >= self.stages:
+                if cutlass.const_expr(self.noinc):
+                    if step >= self.stages:
+                        cute.arch.mbarrier_wait(empty + s, ((step // self.stages) + 1) % 2)
+                elif step >= self.stages:
                     # every step issued is signalled before waiting for a slot: the consumer
                     # releases a slot only once it has the next step's tile (its scores
                     # overlap the slot's PV)
@@ -302,7 +313,13 @@ class SparseMla:
                     cute.arch.mbarrier_wait(empty + s, ((step // self.stages) + 1) % 2)
                 for i in cutlass.range_constexpr(ROWS_PER_THREAD):
                     self._gather(kv, raw, s, ahead[i, 0], tok0 + 16 * i, c8, atom)
-                cute.arch.cp_async_commit_group()
+                if cutlass.const_expr(self.noinc):
+                    # the zero rows' stores released by a plain arrive, the copies' by theirs
+                    cute.arch.fence_view_async_shared()
+                    cute.arch.mbarrier_arrive(full + s)
+                    cute.arch.cp_async_mbarrier_arrive_noinc(full + s)
+                else:
+                    cute.arch.cp_async_commit_group()
                 for i in cutlass.range_constexpr(ROWS_PER_THREAD):
                     for j in cutlass.range_constexpr(LOOKUP - 1):
                         ahead[i, j] = ahead[i, j + 1]
@@ -310,7 +327,8 @@ class SparseMla:
                     ahead[i, LOOKUP - 1] = self._slot_of(
                         topk, slots, slot_rows, m, lo + (step + LOOKUP) * BLOCK_T + tok0 + 16 * i,
                         hi, stride_topk, stride_slots)
-            self._arrive_complete(full, steps, arrived)
+            if cutlass.const_expr(not self.noinc):
+                self._arrive_complete(full, steps, arrived)
         else:
             warp = t // 32
             lane = t % 32
@@ -412,11 +430,12 @@ def _int(bits: int):
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(pdl: bool, rows: bool, slot_bits: int, topk_bits: int = 32, stages: int = 0):
+def _compiled(pdl: bool, rows: bool, slot_bits: int, topk_bits: int = 32, stages: int = 0,
+              noinc: bool = False):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
-    kernel = SparseMla(pdl, rows, stages or STAGES)
+    kernel = SparseMla(pdl, rows, stages or STAGES, noinc)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.BFloat16, 16, gmem, 16), make_ptr(cutlass.BFloat16, 16, gmem, 16),
             make_ptr(_int(topk_bits), 16, gmem, 4), make_ptr(_int(slot_bits), 16, gmem, 4),
@@ -440,13 +459,14 @@ def refusal(qcat, kv_cache, topk) -> str | None:
 
 
 def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o, part_ml,
-                     slot_rows=None, pdl: bool = False, stages: int = 0) -> None:
+                     slot_rows=None, pdl: bool = False, stages: int = 0,
+                     noinc: bool = False) -> None:
     """part_o fp32 [M, S, 8, 512] and part_ml fp32 [M, S, 8, 2] of each row's S top-k chunks
     (the module docstring), on the current torch stream; graph-capturable. qcat bf16
     [M, 8, 576], kv_cache bf16 [slots, 576], topk int32 [M, K] (positions, -1 = none; K a
     multiple of 64, each chunk at least one block; int64 too), token_slots int32/int64
     [M or pool rows, W] with slot_rows int64 [M] for a pool's table (``triton.mla.slot_args``).
-    stages: KV tiles in flight (2 or 3; 0: STAGES)."""
+    stages: KV tiles in flight (2 or 3; 0: STAGES). noinc: SparseMla's."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import make_ptr
@@ -477,7 +497,8 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o,
     slot_bits, topk_bits = token_slots.element_size() * 8, topk.element_size() * 8
     if stages not in (0, 2, 3):
         raise ValueError(f"sm90 sparse_mla: 2 or 3 stages of 72 KB fit, not {stages}")
-    _, fn = _compiled(bool(pdl), slot_rows is not None, slot_bits, topk_bits, stages or STAGES)
+    _, fn = _compiled(bool(pdl), slot_rows is not None, slot_bits, topk_bits, stages or STAGES,
+                      bool(noinc))
     gmem = cute.AddressSpace.gmem
     rows = slot_rows if slot_rows is not None else topk
     stream = cuda.CUstream(torch.cuda.current_stream(qcat.device).cuda_stream)
