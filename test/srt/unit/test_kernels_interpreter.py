@@ -890,7 +890,7 @@ def test_persistent_layer_refuses_a_tp_all_reduce():
 
 
 @pytest.mark.parametrize("env", ["SGL_KERNEL_EXT_SM90_O_PROJ", "SGL_KERNEL_EXT_SM90_QKV_A",
-                                 "SGL_KERNEL_EXT_SM90_MOE"])
+                                 "SGL_KERNEL_EXT_SM90_MOE", "SGL_KERNEL_EXT_SM90_ATTN"])
 def test_sm90_linears_refuse_to_build_where_they_cannot_run(monkeypatch, env):
     """An sm90 opt-in names why a layer cannot take it (here: no CUDA device; with the
     persistent layer: that one runs no stage kernels), rather than falling back."""
