@@ -72,15 +72,17 @@ if [ "$mode" = fused ]; then  # fp8_moe.experts (one launch): smokes, tests, pro
     --variants baseline,sm90_moe,sm90_moe_two_launches,baseline --out "$OUT" 2>&1 |
     tee "$L/sm90_layer_probe.log" | tail -20
 fi
-if [ "$mode" = attn ]; then  # sparse_mla: its tests, the layer's opt-in test, the layer A/B
-  timeout 240 python3 -m pytest test/srt/kernels/test_sm90_sparse_mla.py -q -x --tb=short 2>&1 |
-    tee "$L/pytest_sm90_attn.log" | tail -25
+if [ "$mode" = attn ]; then  # sparse_mla: its tests, alone against Triton, the layer
+  timeout 150 python3 -m pytest test/srt/kernels/test_sm90_sparse_mla.py -q -x --tb=short \
+    -p no:warnings 2>&1 | tee "$L/pytest_sm90_attn.log" | tail -25
   grep -q " passed" "$L/pytest_sm90_attn.log" && ! grep -q "failed\|error" "$L/pytest_sm90_attn.log" ||
-    { echo "sparse_mla tests did not pass: no layer runs"; exit 5; }
-  timeout 150 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "sm90_linears and ATTN${ATTN_LAYER_K:-}" \
-    2>&1 | tee "$L/pytest_sm90_layer_attn.log" | tail -3
-  timeout 200 python3 -m benchmark.tiling_probe --kinds moe,dense --ms 1,2,4,8,12,16 \
-    --variants baseline,sm90_attn,sm90_attn_every_row,sm90_attn_2_stages,sm90_attn_noinc,sm90_attn_noinc_3,baseline --out "$OUT" 2>&1 | tee "$L/sm90_attn_probe.log" | tail -30
+    { echo "sparse_mla tests did not pass: nothing else runs"; exit 5; }
+  timeout 90 python3 -m benchmark.sm90_attn_probe --out "$OUT" 2>&1 | grep -v Warn | tail -8
+  timeout 150 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -p no:warnings \
+    -k "sm90_linears and ATTN${ATTN_LAYER_K:-}" 2>&1 | tee "$L/pytest_sm90_layer_attn.log" | tail -3
+  timeout 240 python3 -m benchmark.tiling_probe --kinds moe,dense --ms 1,2,4,8,12,16 \
+    --variants "${ATTN_VARIANTS:-baseline,sm90_attn_2_stages,sm90_attn_noinc,sm90_attn_noinc_3,baseline}" \
+    --out "$OUT" 2>&1 | grep -v Warn | tee "$L/sm90_attn_probe.log" | grep "us$" | tail -60
 fi
 if [ "$mode" = attn_ncu ]; then  # sparse_mla and Triton's attention under Nsight Compute
   timeout 300 ncu --clock-control none -k regex:'SparseMla|_sparse_attn' --section SpeedOfLight \
