@@ -136,11 +136,14 @@ def test_chunks_match_reference(rows, form):
 
 
 @pytest.mark.parametrize("form", [dict(stages=2), dict(stages=2, noinc=True),
-                                  dict(stages=3, noinc=True)], ids=["2", "2_noinc", "3_noinc"])
+                                  dict(stages=3, noinc=True), dict(stages=2, l2=True),
+                                  dict(stages=2, noinc=True, l2=True)],
+                         ids=["2", "2_noinc", "3_noinc", "2_l2", "2_noinc_l2"])
 @pytest.mark.parametrize("rows", [3, 9, 16])
 def test_other_forms_are_bitwise_three_stages(rows, form):
-    """2 stages, and the steps signalled by the copies' own completion (noinc): the same
-    math in the same order, so the same bits as the default form."""
+    """2 stages, the steps signalled by the copies' own completion (noinc), the later steps'
+    rows asked of L2 (l2): the same math in the same order, so the same bits as the default
+    form."""
     case = _case(rows, CASES[rows], seed=20 + rows)
     splits = mla.attention_splits(rows, TOPK)
     three = _launch(*case, splits)

@@ -52,13 +52,13 @@ ATTN_SCRIPT = """
 import sys
 sys.path.insert(0, {ext!r})
 from sgl_kernel_ext.nvidia.sm90 import sparse_mla as Q
-for pdl, rows, bits, topk_bits, stages, noinc in {forms!r}:
-    Q._compiled(pdl, rows, bits, topk_bits, stages, noinc)
+for pdl, rows, bits, topk_bits, stages, noinc, l2 in {forms!r}:
+    Q._compiled(pdl, rows, bits, topk_bits, stages, noinc, l2)
     print("compiled", pdl, rows, bits)
 """
-# sparse_mla (pdl, a pool's table through slot_rows, slot bits, top-k bits, stages, noinc)
-ATTN_FORMS = [(True, False, 32, 64, 2, False), (False, True, 64, 32, 3, False),
-              (True, True, 32, 64, 2, True)]
+# sparse_mla (pdl, a pool's table through slot_rows, slot bits, top-k bits, stages, noinc, l2)
+ATTN_FORMS = [(True, False, 32, 64, 2, False, False), (False, True, 64, 32, 3, False, False),
+              (True, True, 32, 64, 2, True, True)]
 
 
 def _compile(tmp_path, script: str, forms: list) -> list:

@@ -50,6 +50,8 @@ ATTN_STAGES = 2
 # sparse_mla's steps signalled by the gathering threads' cp.async completion (noinc) rather
 # than by the producer's in-order waits: built, not yet run on a GPU
 ATTN_NOINC = False
+# sparse_mla's rows of the steps past its ring asked of L2 once looked up: built, not yet run
+ATTN_L2 = False
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
 # (H200, sm90_gemv_probe_20261202T081912Z: 10-12 slots fastest, the whole 200 KB slower)
 RING_SLOTS = 10

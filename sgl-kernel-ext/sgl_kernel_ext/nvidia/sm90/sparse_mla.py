@@ -67,7 +67,8 @@ class SparseMla:
     a pool's, row slot_rows[m] for row m); the slot table's and the top-k's integer types are
     the pointers'."""
 
-    def __init__(self, pdl: bool, rows: bool, stages: int = 0, noinc: bool = False):
+    def __init__(self, pdl: bool, rows: bool, stages: int = 0, noinc: bool = False,
+                 l2: bool = False):
         self.pdl, self.rows = pdl, rows
         self.stages = stages or STAGES
         # noinc: each step's arrival rides on the gathering threads' cp.async completion
@@ -76,6 +77,10 @@ class SparseMla:
         # (cp.async.wait_group) before signalling, and signals every step it issued before
         # it waits for a slot
         self.noinc = noinc
+        # l2: the rows of the steps looked up beyond the ring (LOOKUP > stages) are asked of
+        # L2 as soon as their slots are known, so their DRAM latency passes while the ring is
+        # full
+        self.l2 = l2 and LOOKUP > self.stages
         self.threads = 2 * 128
 
     @cute.jit
@@ -148,6 +153,16 @@ class SparseMla:
         else:
             for kb in cutlass.range_constexpr(CHUNKS // 8):
                 self._chunk(raw, stage, token, kb * 8 + c8).fill(cutlass.BFloat16(0.0))
+
+    @cute.jit
+    def _prefetch_row(self, kv: cute.Pointer, slot, c8):
+        """Ask L2 for a KV row's 128-byte lines c8 and c8 + 8 (the 8 lanes of the row take
+        its 9 lines), nothing where the entry does not exist."""
+        if slot >= 0:
+            for kb in cutlass.range_constexpr(2):
+                if kb * 8 + c8 < CHUNKS // 8:
+                    line = kv + cute.assume(slot * WIDTH + (kb * 8 + c8) * 64, divby=64)
+                    cute.arch.prefetch(line.to_llvm_ptr(), cache_level="L2")
 
     @cute.jit
     def _chunk(self, raw: cute.Pointer, stage, token, c):
@@ -298,6 +313,10 @@ class SparseMla:
                     ahead[i, j] = self._slot_of(topk, slots, slot_rows, m,
                                                 lo + j * BLOCK_T + tok0 + 16 * i, hi,
                                                 stride_topk, stride_slots)
+            if cutlass.const_expr(self.l2):
+                for j in cutlass.range_constexpr(self.stages, LOOKUP):
+                    for i in cutlass.range_constexpr(ROWS_PER_THREAD):
+                        self._prefetch_row(kv, ahead[i, j], c8)
             arrived = cutlass.Int32(0)
             for step in cutlass.range(steps, unroll=1):
                 s = step % self.stages
@@ -327,6 +346,8 @@ class SparseMla:
                     ahead[i, LOOKUP - 1] = self._slot_of(
                         topk, slots, slot_rows, m, lo + (step + LOOKUP) * BLOCK_T + tok0 + 16 * i,
                         hi, stride_topk, stride_slots)
+                    if cutlass.const_expr(self.l2):
+                        self._prefetch_row(kv, ahead[i, LOOKUP - 1], c8)
             if cutlass.const_expr(not self.noinc):
                 self._arrive_complete(full, steps, arrived)
         else:
@@ -431,11 +452,11 @@ def _int(bits: int):
 
 @functools.lru_cache(maxsize=None)
 def _compiled(pdl: bool, rows: bool, slot_bits: int, topk_bits: int = 32, stages: int = 0,
-              noinc: bool = False):
+              noinc: bool = False, l2: bool = False):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
-    kernel = SparseMla(pdl, rows, stages or STAGES, noinc)
+    kernel = SparseMla(pdl, rows, stages or STAGES, noinc, l2)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.BFloat16, 16, gmem, 16), make_ptr(cutlass.BFloat16, 16, gmem, 16),
             make_ptr(_int(topk_bits), 16, gmem, 4), make_ptr(_int(slot_bits), 16, gmem, 4),
@@ -460,13 +481,13 @@ def refusal(qcat, kv_cache, topk) -> str | None:
 
 def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o, part_ml,
                      slot_rows=None, pdl: bool = False, stages: int = 0,
-                     noinc: bool = False) -> None:
+                     noinc: bool = False, l2: bool = False) -> None:
     """part_o fp32 [M, S, 8, 512] and part_ml fp32 [M, S, 8, 2] of each row's S top-k chunks
     (the module docstring), on the current torch stream; graph-capturable. qcat bf16
     [M, 8, 576], kv_cache bf16 [slots, 576], topk int32 [M, K] (positions, -1 = none; K a
     multiple of 64, each chunk at least one block; int64 too), token_slots int32/int64
     [M or pool rows, W] with slot_rows int64 [M] for a pool's table (``triton.mla.slot_args``).
-    stages: KV tiles in flight (2 or 3; 0: STAGES). noinc: SparseMla's."""
+    stages: KV tiles in flight (2 or 3; 0: STAGES). noinc, l2: SparseMla's."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import make_ptr
@@ -498,7 +519,7 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o,
     if stages not in (0, 2, 3):
         raise ValueError(f"sm90 sparse_mla: 2 or 3 stages of 72 KB fit, not {stages}")
     _, fn = _compiled(bool(pdl), slot_rows is not None, slot_bits, topk_bits, stages or STAGES,
-                      bool(noinc))
+                      bool(noinc), bool(l2))
     gmem = cute.AddressSpace.gmem
     rows = slot_rows if slot_rows is not None else topk
     stream = cuda.CUstream(torch.cuda.current_stream(qcat.device).cuda_stream)

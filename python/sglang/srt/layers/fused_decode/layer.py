@@ -423,7 +423,7 @@ class FusedLayer:
             self.sm90_attn.sparse_attention(v("qcat"), self.kv_cache, topk, slots,
                                             cfg.softmax_scale, *attn_parts, slot_rows=rows,
                                             pdl=overlap.enabled(), stages=sm90.ATTN_STAGES,
-                                            noinc=sm90.ATTN_NOINC)
+                                            noinc=sm90.ATTN_NOINC, l2=sm90.ATTN_L2)
             if merge:
                 mla.combine(*attn_parts, v("olat"))
         else:
