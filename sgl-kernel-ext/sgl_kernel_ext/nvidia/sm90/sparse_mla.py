@@ -12,17 +12,18 @@ step as dependent mma.sync chains across 8 warps; at 9-16 rows its loop is bound
 instruction latency, not by HBM (``triton.mla``'s notes). Here the heads are wgmma's N:
 
 - scores S^T [64 entries, 8 heads] = K . q^T: the gathered KV rows are the A operand (m64,
-  K-major), q the B operand (n8), 36 async k16 MMAs on one accumulator;
+  K-major), q the B operand (n8), 36 async k16 MMAs in four independent chains;
 - out O^T [512 latent columns, 8 heads] += V^T . P^T: the *same* shared-memory KV tile read
   MN-major as A (a 128-byte-swizzled K-major atom of 8 rows x 64 columns is bitwise the
-  MN-major atom of 64 x 8, and both layouts stack their atoms alike), P^T the B operand.
+  MN-major atom of 64 x 8, and both layouts stack their atoms alike), P^T the B operand,
+  written into the tile's rope columns once the scores have read them.
 
 Work in a CTA: warpgroup 0 gathers (8 threads a KV row, each 16 bytes of every 128, so a
-warp's cp.async covers 4 whole lines; its entries' slots are looked up a step ahead; zeros
-where an entry does not exist)
-into a 2-slot ring of 72 KB tiles with mbarriers; warpgroup 1 runs the MMAs and the online
-softmax (exp2; a column max crosses the 4 warps through shared memory). Entries and cache
-rows come from two or more kernels back, so the gather starts before the programmatic wait
+warp's cp.async covers 4 whole lines; the entries' slots looked up LOOKUP steps ahead; zeros
+where an entry does not exist) into a ring of 2 or 3 72 KB tiles with mbarriers; warpgroup 1
+runs the MMAs and the online softmax (exp2; a column max crosses the 4 warps through shared
+memory), issuing the next step's scores while a step's PV runs. Entries and cache rows come
+from two or more kernels back, so the gather starts before the programmatic wait
 (``triton.overlap``'s rule); only q, written by the previous kernel, is read after it.
 Heads: exactly 8 (one TP8 rank of GLM-5.3); the refusal says so for others.
 
@@ -58,7 +59,7 @@ LATENT = 512  # kv_lora: the V columns
 ROPE = 64
 WIDTH = LATENT + ROPE  # a cache row: 1152 bytes, 72 chunks of 16
 BLOCK_T = 64  # top-k entries a step: wgmma's M for the scores
-STAGES = 3  # 72 KB a tile: three fit beside q and P in 227 KB, exactly
+STAGES = 3  # 72 KB a tile: three and q's 9 KB take 226 KB of the 227 a CTA may have
 PRODUCERS = 128
 CHUNKS = WIDTH * 2 // 16
 ROWS_PER_THREAD = BLOCK_T * 8 // PRODUCERS  # entries a gathering thread takes a step
@@ -116,15 +117,17 @@ class SparseMla:
         class Storage:
             bars: cute.struct.MemRange[cutlass.Int64, 2 * self.stages]
             red: cute.struct.MemRange[cutlass.Float32, 4 * HEADS]
-            skv: cute.struct.Align[cute.struct.MemRange[bf16, self.stages * BLOCK_T * WIDTH], 1024]
+            skv: cute.struct.Align[cute.struct.MemRange[bf16, self.stages * BLOCK_T * WIDTH],
+                                   1024]
             sq: cute.struct.Align[cute.struct.MemRange[bf16, cute.cosize(q_layout)], 1024]
 
         self.storage = Storage
         self.kernel(q, kv, topk, slots, slot_rows, part_o, part_ml, splits, blocks, stride_topk,
                     stride_slots, scale_log2, mma_qk0, mma_qk, mma_pv, kv_layout, vt_layout,
-                    q_layout, p_layout).launch(grid=[m_rows, splits, 1], block=[self.threads, 1, 1],
-                                     smem=Storage.size_in_bytes(), stream=stream,
-                                     use_pdl=self.pdl)
+                    q_layout, p_layout).launch(grid=[m_rows, splits, 1],
+                                               block=[self.threads, 1, 1],
+                                               smem=Storage.size_in_bytes(), stream=stream,
+                                               use_pdl=self.pdl)
 
     @cute.jit
     def _slot_of(self, topk: cute.Pointer, slots: cute.Pointer, slot_rows: cute.Pointer, m,
