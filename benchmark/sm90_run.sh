@@ -65,7 +65,7 @@ if [ "$mode" = fused ]; then  # fp8_moe.experts (one launch): smokes, tests, pro
   done
   timeout 300 python3 -m pytest test/srt/kernels/test_sm90_moe.py -q -x 2>&1 |
     tee "$L/pytest_sm90_moe_all.log" | tail -5
-  timeout 100 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "sm90_linears and MOE" \
+  timeout 100 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "sm90_linears and env_MOE" \
     2>&1 | tee "$L/pytest_sm90_layer_moe.log" | tail -3
   timeout 150 python3 -m benchmark.sm90_moe_probe --out "$OUT" "$@" 2>&1 | tee "$L/sm90_moe_probe.log"
   timeout 200 python3 -m benchmark.tiling_probe --kinds moe --ms 1,2,4,8,16 \
@@ -79,7 +79,7 @@ if [ "$mode" = attn ]; then  # sparse_mla: its tests, alone against Triton, the 
     { echo "sparse_mla tests did not pass: nothing else runs"; exit 5; }
   timeout 90 python3 -m benchmark.sm90_attn_probe --out "$OUT" 2>&1 | grep -v Warn | tail -8
   timeout 150 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -p no:warnings \
-    -k "sm90_linears and ATTN${ATTN_LAYER_K:-}" 2>&1 | tee "$L/pytest_sm90_layer_attn.log" | tail -3
+    -k "sm90_linears and env_ATTN${ATTN_LAYER_K:-}" 2>&1 | tee "$L/pytest_sm90_layer_attn.log" | tail -3
   timeout 240 python3 -m benchmark.tiling_probe --kinds moe,dense --ms 1,2,4,8,12,16 \
     --variants "${ATTN_VARIANTS:-baseline,sm90_attn_2_stages,sm90_attn_noinc,sm90_attn_noinc_3,sm90_attn_l2,sm90_attn_noinc_l2,baseline}" \
     --out "$OUT" 2>&1 | grep -v Warn | tee "$L/sm90_attn_probe.log" | grep "us$" | tail -60

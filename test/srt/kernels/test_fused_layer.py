@@ -85,7 +85,7 @@ def test_matches_reference(kind, rows, context):
 
 
 @pytest.mark.parametrize("envs", [("O_PROJ",), ("QKV_A",), ("O_PROJ", "QKV_A"), ("MOE",),
-                                  ("ATTN",)], ids="+".join)
+                                  ("ATTN",)], ids=lambda envs: "env_" + "+".join(envs))
 @pytest.mark.parametrize("rows", [1, 3, 9, 16])
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_sm90_linears_match_reference(kind, rows, envs, monkeypatch):
