@@ -357,6 +357,9 @@ class SparseMla:
                         self._prefetch_row(kv, ahead[i, LOOKUP - 1], c8)
             if cutlass.const_expr(not self.noinc):
                 self._arrive_complete(full, steps, arrived)
+            else:  # no thread exits with its copies in flight
+                cute.arch.cp_async_commit_group()
+                cute.arch.cp_async_wait_group(0)
         else:
             warp = t // 32
             lane = t % 32
