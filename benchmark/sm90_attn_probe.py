@@ -1,6 +1,6 @@
 """The sparse attention alone: sm90 sparse_mla (CuTe DSL; 3 or 2 stages, signalled by the
 producer's waits or by the copies' completion, noinc; l2: later steps' rows asked of L2
-early) against triton.mla's kernel, the same
+early; pingpong: two consumer warpgroups) against triton.mla's kernel, the same
 inputs, one TP8 rank's GLM-5.3 shapes (8 heads, 576-wide bf16 KV rows, 2048 top-k entries of
 a 3000-token context a row), at 1-16 rows. Each arm is a CUDA graph of 8 launches over 4 KV
 caches in turn (150 MB at 16 rows, past the 60 MB L2), timed by CUDA events (median of 20
@@ -83,12 +83,16 @@ def main():
             "triton": lambda i: mla.sparse_attention(qcat, caches[i], topk, tables[i], scale,
                                                      part_o, part_ml, olat, 512, 64, merge=False),
         }
-        for stages, noinc, l2 in ((3, False, False), (2, False, False), (3, True, False),
-                                  (2, True, False), (2, False, True), (2, True, True)):
-            name = f"sm90_{stages}_stages{'_noinc' if noinc else ''}{'_l2' if l2 else ''}"
-            arms[name] = (lambda i, st=stages, ni=noinc, l2_=l2: sparse_mla.sparse_attention(
-                qcat, caches[i], topk, tables[i], scale, part_o, part_ml, stages=st, noinc=ni,
-                l2=l2_))
+        for stages, noinc, l2, pp in ((3, False, False, False), (2, False, False, False),
+                                      (3, True, False, False), (2, True, False, False),
+                                      (2, False, True, False), (2, True, True, False),
+                                      (2, False, False, True), (3, True, False, True)):
+            name = (f"sm90_{stages}_stages{'_noinc' if noinc else ''}{'_l2' if l2 else ''}"
+                    f"{'_pingpong' if pp else ''}")
+            arms[name] = (lambda i, st=stages, ni=noinc, l2_=l2, pp_=pp:
+                          sparse_mla.sparse_attention(qcat, caches[i], topk, tables[i], scale,
+                                                      part_o, part_ml, stages=st, noinc=ni,
+                                                      l2=l2_, pingpong=pp_))
         if args.eager:
             for name, fn in arms.items():
                 for i in range(3):

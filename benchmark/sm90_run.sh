@@ -81,7 +81,7 @@ if [ "$mode" = attn ]; then  # sparse_mla: its tests, alone against Triton, the 
   timeout 150 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -p no:warnings \
     -k "sm90_linears and env_ATTN${ATTN_LAYER_K:-}" 2>&1 | tee "$L/pytest_sm90_layer_attn.log" | tail -3
   timeout 240 python3 -m benchmark.tiling_probe --kinds moe,dense --ms 1,2,4,8,12,16 \
-    --variants "${ATTN_VARIANTS:-baseline,sm90_attn_2_stages,sm90_attn_noinc,sm90_attn_noinc_3,sm90_attn_l2,sm90_attn_noinc_l2,baseline}" \
+    --variants "${ATTN_VARIANTS:-baseline,sm90_attn_2_stages,sm90_attn_noinc,sm90_attn_noinc_3,sm90_attn_l2,sm90_attn_noinc_l2,sm90_attn_pingpong,sm90_attn_pingpong_noinc_3,baseline}" \
     --out "$OUT" 2>&1 | grep -v Warn | tee "$L/sm90_attn_probe.log" | grep "us$" | tail -60
 fi
 if [ "$mode" = attn_ncu ]; then  # sparse_mla and Triton's attention under Nsight Compute

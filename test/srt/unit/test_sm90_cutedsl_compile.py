@@ -52,13 +52,16 @@ ATTN_SCRIPT = """
 import sys
 sys.path.insert(0, {ext!r})
 from sgl_kernel_ext.nvidia.sm90 import sparse_mla as Q
-for pdl, rows, bits, topk_bits, stages, noinc, l2 in {forms!r}:
-    Q._compiled(pdl, rows, bits, topk_bits, stages, noinc, l2)
+for pdl, rows, bits, topk_bits, stages, noinc, l2, pingpong in {forms!r}:
+    Q._compiled(pdl, rows, bits, topk_bits, stages, noinc, l2, pingpong)
     print("compiled", pdl, rows, bits)
 """
-# sparse_mla (pdl, a pool's table through slot_rows, slot bits, top-k bits, stages, noinc, l2)
-ATTN_FORMS = [(True, False, 32, 64, 2, False, False), (False, True, 64, 32, 3, False, False),
-              (True, True, 32, 64, 2, True, True)]
+# sparse_mla (pdl, a pool's table through slot_rows, slot bits, top-k bits, stages, noinc, l2,
+# pingpong)
+ATTN_FORMS = [(True, False, 32, 64, 2, False, False, False),
+              (False, True, 64, 32, 3, False, False, False),
+              (True, True, 32, 64, 2, True, True, False),
+              (True, False, 32, 64, 3, True, False, True)]
 
 
 def _compile(tmp_path, script: str, forms: list) -> list:

@@ -55,9 +55,10 @@ def test_layer_shapes_pass_the_checks(monkeypatch):
         raise RuntimeError("compile reached")
 
     monkeypatch.setattr(sparse_mla, "_compiled", stop)
-    for form in (dict(stages=2), dict(stages=3, noinc=True, l2=True),
+    for form in (dict(stages=2), dict(stages=3, noinc=True, l2=True, pingpong=True),
                  dict(slot_rows=torch.zeros(M, dtype=torch.int64))):
         with pytest.raises(RuntimeError, match="compile reached"):
             sparse_mla.sparse_attention(**_args(**form))
-    assert seen == [(False, False, 32, 64, 2, False, False),
-                    (False, False, 32, 64, 3, True, True), (False, True, 32, 64, 3, False, False)]
+    assert seen == [(False, False, 32, 64, 2, False, False, False),
+                    (False, False, 32, 64, 3, True, True, True),
+                    (False, True, 32, 64, 3, False, False, False)]

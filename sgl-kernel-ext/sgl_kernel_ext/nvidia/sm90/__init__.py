@@ -52,6 +52,8 @@ ATTN_STAGES = 2
 ATTN_NOINC = False
 # sparse_mla's rows of the steps past its ring asked of L2 once looked up: built, not yet run
 ATTN_L2 = False
+# sparse_mla's steps taken in turn by two consumer warpgroups: built, not yet run
+ATTN_PINGPONG = False
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
 # (H200, sm90_gemv_probe_20261202T081912Z: 10-12 slots fastest, the whole 200 KB slower)
 RING_SLOTS = 10

@@ -73,7 +73,7 @@ class SparseMla:
     the pointers'."""
 
     def __init__(self, pdl: bool, rows: bool, stages: int = 0, noinc: bool = False,
-                 l2: bool = False):
+                 l2: bool = False, pingpong: bool = False):
         self.pdl, self.rows = pdl, rows
         self.stages = stages or STAGES
         # noinc: each step's arrival rides on the gathering threads' cp.async completion
@@ -86,7 +86,12 @@ class SparseMla:
         # L2 as soon as their slots are known, so their DRAM latency passes while the ring is
         # full
         self.l2 = l2 and LOOKUP > self.stages
-        self.threads = 2 * 128
+        # pingpong: two consumer warpgroups take the steps in turn (even, odd), each with its
+        # own softmax state, merged at the end through shared memory, so one's MMAs run while
+        # the other's softmax does
+        self.pingpong = pingpong
+        self.consumers = 2 if pingpong else 1
+        self.threads = (1 + self.consumers) * 128
 
     @cute.jit
     def __call__(self, q: cute.Pointer, kv: cute.Pointer, topk: cute.Pointer,
@@ -116,7 +121,7 @@ class SparseMla:
         @cute.struct
         class Storage:
             bars: cute.struct.MemRange[cutlass.Int64, 2 * self.stages]
-            red: cute.struct.MemRange[cutlass.Float32, 4 * HEADS]
+            red: cute.struct.MemRange[cutlass.Float32, 4 * HEADS * self.consumers]
             skv: cute.struct.Align[cute.struct.MemRange[bf16, self.stages * BLOCK_T * WIDTH],
                                    1024]
             sq: cute.struct.Align[cute.struct.MemRange[bf16, cute.cosize(q_layout)], 1024]
@@ -224,7 +229,7 @@ class SparseMla:
                     l_run: cute.Tensor, alpha: cute.Tensor, m_use: cute.Tensor, ok: cute.Tensor,
                     red: cute.Tensor, warp, lane, col0, mma_pv: cute.TiledMma, thr_pv,
                     vt_layout: cute.ComposedLayout, p_layout: cute.ComposedLayout,
-                    skv: cute.Pointer):
+                    skv: cute.Pointer, bar_id=1):
         """A step's online softmax over its completed scores (a0..a3; ok: which of this
         thread's two score rows exist), P^T into the tile, acc_o rescaled, then its PV issued
         and committed (not waited for)."""
@@ -249,7 +254,7 @@ class SparseMla:
                 mx = cute.arch.fmax(mx, cute.arch.shuffle_sync_bfly(mx, 4 << x))
             if lane < 4:
                 red[warp, col0 + j] = mx
-        cute.arch.barrier(barrier_id=1, number_of_threads=128)
+        cute.arch.barrier(barrier_id=bar_id, number_of_threads=128)
         for j in cutlass.range_constexpr(2):
             mx = cute.arch.fmax(cute.arch.fmax(red[0, col0 + j], red[1, col0 + j]),
                                 cute.arch.fmax(red[2, col0 + j], red[3, col0 + j]))
@@ -266,12 +271,140 @@ class SparseMla:
         for v in cutlass.range_constexpr(4):
             s_p[c_s[v][1], c_s[v][0], 0] = acc_s[v].to(bf16)
         cute.arch.fence_view_async_shared()
-        cute.arch.barrier(barrier_id=1, number_of_threads=128)
+        cute.arch.barrier(barrier_id=bar_id, number_of_threads=128)
         warpgroup.fence()
         for kb in cutlass.range_constexpr(cute.size(t_a_vt, mode=[2])):
             cute.gemm(mma_pv, acc_o, t_a_vt[(None, None, kb, 0)],
                       t_b_p[(None, None, kb, 0)], acc_o)
         warpgroup.commit_group()
+
+    @cute.jit
+    def _load_q(self, q: cute.Pointer, m, t, sq: cute.Pointer):
+        """Row m's absorbed query into the B operand's K-major 128B-swizzled atoms (8 heads x
+        64 columns, 1 KB each), by cp.async, waited for and fenced for the MMAs."""
+        atom_q = cute.make_copy_atom(cpasync.CopyG2SOp(), cutlass.BFloat16,
+                                     num_bits_per_copy=128)
+        for i in cutlass.range(t, HEADS * CHUNKS, 128, unroll=1):
+            h, c = i // CHUNKS, i % CHUNKS
+            src = cute.make_tensor(q + cute.assume(m * (HEADS * WIDTH) + i * 8, divby=8),
+                                   cute.make_layout(8))
+            off = (c // 8) * (HEADS * 64) + h * 64 + ((c % 8) ^ h) * 8
+            cute.copy(atom_q, src, cute.make_tensor(sq + cute.assume(off, divby=8),
+                                                    cute.make_layout(8)))
+        cute.arch.cp_async_commit_group()
+        cute.arch.cp_async_wait_group(0)
+        cute.arch.fence_view_async_shared()
+
+    @cute.jit
+    def _pingpong(self, c, t, m, sp, lo, steps, splits, q: cute.Pointer, topk: cute.Pointer,
+                  stride_topk, part_o: cute.Pointer, part_ml: cute.Pointer, scale_log2,
+                  sq: cute.Pointer, red_all: cute.Pointer, skv: cute.Pointer,
+                  full: cute.Pointer, empty: cute.Pointer, mma_qk0: cute.TiledMma,
+                  mma_qk: cute.TiledMma, mma_pv: cute.TiledMma, kv_layout: cute.ComposedLayout,
+                  vt_layout: cute.ComposedLayout, q_layout: cute.ComposedLayout,
+                  p_layout: cute.ComposedLayout):
+        """Consumer warpgroup c of two: steps c, c + 2, ... (scores, softmax, PV, release),
+        then warpgroup 1 hands its (max, sum, acc) to warpgroup 0 through the freed ring,
+        which merges them and writes the chunk's parts."""
+        warp = t // 32
+        lane = t % 32
+        if cutlass.const_expr(self.pdl):
+            cute.arch.griddepcontrol_wait()  # q is the previous kernel's
+        if c == 0:
+            self._load_q(q, m, t, sq)
+        cute.arch.barrier(barrier_id=3, number_of_threads=256)  # q seen by both
+        s_q = cute.make_tensor(cute.recast_ptr(sq, q_layout.inner, dtype=cutlass.BFloat16),
+                               q_layout.outer)
+        red = cute.make_tensor(red_all + c * (4 * HEADS),
+                               cute.make_layout((4, HEADS), stride=(HEADS, 1)))
+        thr_qk = mma_qk.get_slice(t)
+        thr_pv = mma_pv.get_slice(t)
+        t_b_q = mma_qk.make_fragment_B(thr_qk.partition_B(s_q))
+        c_s = thr_qk.partition_C(cute.make_identity_tensor((BLOCK_T, HEADS)))
+        c_o = thr_pv.partition_C(cute.make_identity_tensor((LATENT, HEADS)))
+        acc_s = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
+        acc_o = cute.make_rmem_tensor(c_o.shape, cutlass.Float32)
+        acc_o.fill(0.0)
+        col0 = (lane % 4) * 2
+        m_run = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
+        l_run = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
+        alpha = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
+        m_use = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
+        m_run.fill(-math.inf)
+        l_run.fill(0.0)
+        tk = cute.make_tensor(topk + m * stride_topk, cute.make_layout(lo + steps * BLOCK_T))
+        mma_pv.set(warpgroup.Field.ACCUMULATE, True)
+        mma_qk0.set(warpgroup.Field.ACCUMULATE, False)
+        mma_qk.set(warpgroup.Field.ACCUMULATE, True)
+        a0 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
+        a1 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
+        a2 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
+        a3 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
+        ok = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Boolean)
+        for j in cutlass.range((steps - c + 1) // 2, unroll=1):
+            step = c + 2 * j
+            self._rows_exist(ok, tk, lo, step, c_s)
+            self._issue_scores(mma_qk0, mma_qk, thr_qk, t_b_q, kv_layout, skv, full, step, a0,
+                               a1, a2, a3)
+            warpgroup.wait_group(0)
+            self._softmax_pv(step, lo, tk, scale_log2, c_s, c_o, a0, a1, a2, a3, acc_s, acc_o,
+                             m_run, l_run, alpha, m_use, ok, red, warp, lane, col0, mma_pv,
+                             thr_pv, vt_layout, p_layout, skv, 1 + c)
+            warpgroup.wait_group(0)
+            cute.arch.mbarrier_arrive(empty + step % self.stages)
+        # each warpgroup's sum a head, then warpgroup 1's state to warpgroup 0
+        for j in cutlass.range_constexpr(2):
+            sm = l_run[j]
+            for x in cutlass.range_constexpr(3):
+                sm = sm + cute.arch.shuffle_sync_bfly(sm, 4 << x)
+            l_run[j] = sm
+        cute.arch.barrier(barrier_id=1 + c, number_of_threads=128)
+        if lane < 4:
+            for j in cutlass.range_constexpr(2):
+                red[warp, col0 + j] = l_run[j]
+        cute.arch.barrier(barrier_id=1 + c, number_of_threads=128)
+        for j in cutlass.range_constexpr(2):
+            l_run[j] = (red[0, col0 + j] + red[1, col0 + j] + red[2, col0 + j]
+                        + red[3, col0 + j])
+        cute.arch.barrier(barrier_id=3, number_of_threads=256)  # every step's MMAs done
+        n_acc = cute.size(acc_o)
+        xchg = cute.make_tensor(cute.recast_ptr(skv, dtype=cutlass.Float32),
+                                cute.make_layout((n_acc + 4, 128), stride=(1, n_acc + 4)))
+        if c == 1:
+            for e in cutlass.range_constexpr(n_acc):
+                xchg[e, t] = acc_o[e]
+            for j in cutlass.range_constexpr(2):
+                xchg[n_acc + j, t] = m_run[j]
+                xchg[n_acc + 2 + j, t] = l_run[j]
+        cute.arch.barrier(barrier_id=3, number_of_threads=256)
+        if c == 0:
+            f0 = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
+            f1 = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
+            for j in cutlass.range_constexpr(2):
+                m1 = xchg[n_acc + j, t]
+                mx = cute.arch.fmax(m_run[j], m1)
+                mu = mx if mx != -math.inf else 0.0
+                f0[j] = cute.arch.exp2(m_run[j] - mu)
+                f1[j] = cute.arch.exp2(m1 - mu)
+                l_run[j] = l_run[j] * f0[j] + xchg[n_acc + 2 + j, t] * f1[j]
+                m_run[j] = mx
+            for e in cutlass.range_constexpr(n_acc):
+                col = c_o[e][1] % 2
+                acc_o[e] = acc_o[e] * f0[col] + xchg[e, t] * f1[col]
+            base = (m * splits + sp) * HEADS
+            g_o = cute.make_tensor(part_o + base * LATENT,
+                                   cute.make_layout((LATENT, HEADS), stride=(1, LATENT)))
+            for e in cutlass.range_constexpr(n_acc):
+                g_o[c_o[e][0], c_o[e][1]] = acc_o[e]
+            if t < 4:
+                g_ml = cute.make_tensor(part_ml + base * 2,
+                                        cute.make_layout((HEADS, 2), stride=(2, 1)))
+                for j in cutlass.range_constexpr(2):
+                    mx = m_run[j]
+                    if mx != -math.inf:
+                        mx = mx * math.log(2.0)
+                    g_ml[col0 + j, 0] = mx
+                    g_ml[col0 + j, 1] = l_run[j]
 
     @cute.kernel
     def kernel(self, q: cute.Pointer, kv: cute.Pointer, topk: cute.Pointer,
@@ -297,7 +430,7 @@ class SparseMla:
         if tidx == 0:
             for s in cutlass.range_constexpr(self.stages):
                 cute.arch.mbarrier_init(full + s, PRODUCERS * (2 if self.noinc else 1))
-                cute.arch.mbarrier_init(empty + s, 128)
+                cute.arch.mbarrier_init(empty + s, 128)  # one consumer warpgroup a step
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
         if cutlass.const_expr(self.pdl):
@@ -361,99 +494,106 @@ class SparseMla:
                 cute.arch.cp_async_commit_group()
                 cute.arch.cp_async_wait_group(0)
         else:
-            warp = t // 32
-            lane = t % 32
-            if cutlass.const_expr(self.pdl):
-                cute.arch.griddepcontrol_wait()  # q is the previous kernel's
-            s_q = storage.sq.get_tensor(q_layout.outer, swizzle=q_layout.inner)
-            atom_q = cute.make_copy_atom(cpasync.CopyG2SOp(), bf16, num_bits_per_copy=128)
-            red = storage.red.get_tensor(cute.make_layout((4, HEADS), stride=(HEADS, 1)))
-            raw_q = storage.sq.data_ptr()
-            for i in cutlass.range(t, HEADS * CHUNKS, 128, unroll=1):
-                h, c = i // CHUNKS, i % CHUNKS
-                src = cute.make_tensor(q + cute.assume(m * (HEADS * WIDTH) + i * 8, divby=8),
-                                       cute.make_layout(8))
-                # B's K-major 128B-swizzled atoms: 8 heads x 64 columns, 1 KB each
-                off = (c // 8) * (HEADS * 64) + h * 64 + ((c % 8) ^ h) * 8
-                cute.copy(atom_q, src, cute.make_tensor(raw_q + cute.assume(off, divby=8),
-                                                        cute.make_layout(8)))
-            cute.arch.cp_async_commit_group()
-            cute.arch.cp_async_wait_group(0)
-            cute.arch.fence_view_async_shared()
-            cute.arch.barrier(barrier_id=1, number_of_threads=128)
+            if cutlass.const_expr(self.pingpong):
+                self._pingpong(wg - 1, t, m, sp, lo, steps, splits, q, topk, stride_topk,
+                               part_o, part_ml, scale_log2, storage.sq.data_ptr(),
+                               storage.red.data_ptr(), storage.skv.data_ptr(), full, empty,
+                               mma_qk0, mma_qk, mma_pv, kv_layout, vt_layout, q_layout,
+                               p_layout)
+            else:
+                warp = t // 32
+                lane = t % 32
+                if cutlass.const_expr(self.pdl):
+                    cute.arch.griddepcontrol_wait()  # q is the previous kernel's
+                s_q = storage.sq.get_tensor(q_layout.outer, swizzle=q_layout.inner)
+                atom_q = cute.make_copy_atom(cpasync.CopyG2SOp(), bf16, num_bits_per_copy=128)
+                red = storage.red.get_tensor(cute.make_layout((4, HEADS), stride=(HEADS, 1)))
+                raw_q = storage.sq.data_ptr()
+                for i in cutlass.range(t, HEADS * CHUNKS, 128, unroll=1):
+                    h, c = i // CHUNKS, i % CHUNKS
+                    src = cute.make_tensor(q + cute.assume(m * (HEADS * WIDTH) + i * 8, divby=8),
+                                           cute.make_layout(8))
+                    # B's K-major 128B-swizzled atoms: 8 heads x 64 columns, 1 KB each
+                    off = (c // 8) * (HEADS * 64) + h * 64 + ((c % 8) ^ h) * 8
+                    cute.copy(atom_q, src, cute.make_tensor(raw_q + cute.assume(off, divby=8),
+                                                            cute.make_layout(8)))
+                cute.arch.cp_async_commit_group()
+                cute.arch.cp_async_wait_group(0)
+                cute.arch.fence_view_async_shared()
+                cute.arch.barrier(barrier_id=1, number_of_threads=128)
 
-            thr_qk = mma_qk.get_slice(t)
-            thr_pv = mma_pv.get_slice(t)
-            t_b_q = mma_qk.make_fragment_B(thr_qk.partition_B(s_q))
-            c_s = thr_qk.partition_C(cute.make_identity_tensor((BLOCK_T, HEADS)))
-            c_o = thr_pv.partition_C(cute.make_identity_tensor((LATENT, HEADS)))
-            acc_s = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
-            acc_o = cute.make_rmem_tensor(c_o.shape, cutlass.Float32)
-            acc_o.fill(0.0)
-            col0 = (lane % 4) * 2  # this thread's two heads (wgmma's C layout)
-            m_run = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
-            l_run = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
-            alpha = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
-            m_use = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
-            m_run.fill(-math.inf)
-            l_run.fill(0.0)
-            tk = cute.make_tensor(topk + m * stride_topk, cute.make_layout(hi))
-            mma_pv.set(warpgroup.Field.ACCUMULATE, True)  # acc_o: zeroed, then rescaled
-            mma_qk0.set(warpgroup.Field.ACCUMULATE, False)  # each score chain's first block
-            mma_qk.set(warpgroup.Field.ACCUMULATE, True)
-            # the scores' K (576 columns) as QK_CHAINS independent MMA chains, summed after
-            a0 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
-            a1 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
-            a2 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
-            a3 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
-            ok = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Boolean)
-            self._rows_exist(ok, tk, lo, 0, c_s)
-            skv = storage.skv.data_ptr()
-            self._issue_scores(mma_qk0, mma_qk, thr_qk, t_b_q, kv_layout, skv, full, 0, a0, a1,
-                               a2, a3)
-            warpgroup.wait_group(0)
-            for step in cutlass.range(steps - 1, unroll=1):
-                self._softmax_pv(step, lo, tk, scale_log2, c_s, c_o, a0, a1, a2, a3, acc_s, acc_o,
-                                 m_run, l_run, alpha, m_use, ok, red, warp, lane, col0, mma_pv,
-                                 thr_pv, vt_layout, p_layout, skv)
-                # the next step's scores run while this step's PV does
-                self._issue_scores(mma_qk0, mma_qk, thr_qk, t_b_q, kv_layout, skv, full,
-                                   step + 1, a0, a1, a2, a3)
-                self._rows_exist(ok, tk, lo, step + 1, c_s)  # loaded while the MMAs run
+                thr_qk = mma_qk.get_slice(t)
+                thr_pv = mma_pv.get_slice(t)
+                t_b_q = mma_qk.make_fragment_B(thr_qk.partition_B(s_q))
+                c_s = thr_qk.partition_C(cute.make_identity_tensor((BLOCK_T, HEADS)))
+                c_o = thr_pv.partition_C(cute.make_identity_tensor((LATENT, HEADS)))
+                acc_s = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
+                acc_o = cute.make_rmem_tensor(c_o.shape, cutlass.Float32)
+                acc_o.fill(0.0)
+                col0 = (lane % 4) * 2  # this thread's two heads (wgmma's C layout)
+                m_run = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
+                l_run = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
+                alpha = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
+                m_use = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
+                m_run.fill(-math.inf)
+                l_run.fill(0.0)
+                tk = cute.make_tensor(topk + m * stride_topk, cute.make_layout(hi))
+                mma_pv.set(warpgroup.Field.ACCUMULATE, True)  # acc_o: zeroed, then rescaled
+                mma_qk0.set(warpgroup.Field.ACCUMULATE, False)  # each score chain's first block
+                mma_qk.set(warpgroup.Field.ACCUMULATE, True)
+                # the scores' K (576 columns) as QK_CHAINS independent MMA chains, summed after
+                a0 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
+                a1 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
+                a2 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
+                a3 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
+                ok = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Boolean)
+                self._rows_exist(ok, tk, lo, 0, c_s)
+                skv = storage.skv.data_ptr()
+                self._issue_scores(mma_qk0, mma_qk, thr_qk, t_b_q, kv_layout, skv, full, 0, a0, a1,
+                                   a2, a3)
                 warpgroup.wait_group(0)
-                cute.arch.mbarrier_arrive(empty + step % self.stages)
-            self._softmax_pv(steps - 1, lo, tk, scale_log2, c_s, c_o, a0, a1, a2, a3, acc_s,
-                             acc_o, m_run, l_run, alpha, m_use, ok, red, warp, lane, col0, mma_pv,
-                             thr_pv, vt_layout, p_layout, skv)
-            warpgroup.wait_group(0)
-            cute.arch.mbarrier_arrive(empty + (steps - 1) % self.stages)
-            # the sum a head over the warpgroup, then the chunk's parts
-            for j in cutlass.range_constexpr(2):
-                sm = l_run[j]
-                for x in cutlass.range_constexpr(3):
-                    sm = sm + cute.arch.shuffle_sync_bfly(sm, 4 << x)
-                l_run[j] = sm
-            cute.arch.barrier(barrier_id=1, number_of_threads=128)
-            if lane < 4:
+                for step in cutlass.range(steps - 1, unroll=1):
+                    self._softmax_pv(step, lo, tk, scale_log2, c_s, c_o, a0, a1, a2, a3, acc_s,
+                                     acc_o, m_run, l_run, alpha, m_use, ok, red, warp, lane,
+                                     col0, mma_pv, thr_pv, vt_layout, p_layout, skv)
+                    # the next step's scores run while this step's PV does
+                    self._issue_scores(mma_qk0, mma_qk, thr_qk, t_b_q, kv_layout, skv, full,
+                                       step + 1, a0, a1, a2, a3)
+                    self._rows_exist(ok, tk, lo, step + 1, c_s)  # loaded while the MMAs run
+                    warpgroup.wait_group(0)
+                    cute.arch.mbarrier_arrive(empty + step % self.stages)
+                self._softmax_pv(steps - 1, lo, tk, scale_log2, c_s, c_o, a0, a1, a2, a3,
+                                 acc_s, acc_o, m_run, l_run, alpha, m_use, ok, red, warp, lane,
+                                 col0, mma_pv, thr_pv, vt_layout, p_layout, skv)
+                warpgroup.wait_group(0)
+                cute.arch.mbarrier_arrive(empty + (steps - 1) % self.stages)
+                # the sum a head over the warpgroup, then the chunk's parts
                 for j in cutlass.range_constexpr(2):
-                    red[warp, col0 + j] = l_run[j]
-            cute.arch.barrier(barrier_id=1, number_of_threads=128)
-            base = (m * splits + sp) * HEADS
-            g_o = cute.make_tensor(part_o + base * LATENT,
-                                   cute.make_layout((LATENT, HEADS), stride=(1, LATENT)))
-            for e in cutlass.range_constexpr(cute.size(acc_o)):
-                g_o[c_o[e][0], c_o[e][1]] = acc_o[e]
-            if t < 4:
-                g_ml = cute.make_tensor(part_ml + base * 2, cute.make_layout((HEADS, 2),
-                                                                           stride=(2, 1)))
-                for j in cutlass.range_constexpr(2):
-                    total = (red[0, col0 + j] + red[1, col0 + j] + red[2, col0 + j]
-                             + red[3, col0 + j])
-                    mx = m_run[j]
-                    if mx != -math.inf:
-                        mx = mx * math.log(2.0)
-                    g_ml[col0 + j, 0] = mx
-                    g_ml[col0 + j, 1] = total
+                    sm = l_run[j]
+                    for x in cutlass.range_constexpr(3):
+                        sm = sm + cute.arch.shuffle_sync_bfly(sm, 4 << x)
+                    l_run[j] = sm
+                cute.arch.barrier(barrier_id=1, number_of_threads=128)
+                if lane < 4:
+                    for j in cutlass.range_constexpr(2):
+                        red[warp, col0 + j] = l_run[j]
+                cute.arch.barrier(barrier_id=1, number_of_threads=128)
+                base = (m * splits + sp) * HEADS
+                g_o = cute.make_tensor(part_o + base * LATENT,
+                                       cute.make_layout((LATENT, HEADS), stride=(1, LATENT)))
+                for e in cutlass.range_constexpr(cute.size(acc_o)):
+                    g_o[c_o[e][0], c_o[e][1]] = acc_o[e]
+                if t < 4:
+                    g_ml = cute.make_tensor(part_ml + base * 2, cute.make_layout((HEADS, 2),
+                                                                               stride=(2, 1)))
+                    for j in cutlass.range_constexpr(2):
+                        total = (red[0, col0 + j] + red[1, col0 + j] + red[2, col0 + j]
+                                 + red[3, col0 + j])
+                        mx = m_run[j]
+                        if mx != -math.inf:
+                            mx = mx * math.log(2.0)
+                        g_ml[col0 + j, 0] = mx
+                        g_ml[col0 + j, 1] = total
 
 
 def _int(bits: int):
@@ -462,11 +602,11 @@ def _int(bits: int):
 
 @functools.lru_cache(maxsize=None)
 def _compiled(pdl: bool, rows: bool, slot_bits: int, topk_bits: int = 32, stages: int = 0,
-              noinc: bool = False, l2: bool = False):
+              noinc: bool = False, l2: bool = False, pingpong: bool = False):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
-    kernel = SparseMla(pdl, rows, stages or STAGES, noinc, l2)
+    kernel = SparseMla(pdl, rows, stages or STAGES, noinc, l2, pingpong)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.BFloat16, 16, gmem, 16), make_ptr(cutlass.BFloat16, 16, gmem, 16),
             make_ptr(_int(topk_bits), 16, gmem, 4), make_ptr(_int(slot_bits), 16, gmem, 4),
@@ -491,13 +631,14 @@ def refusal(qcat, kv_cache, topk) -> str | None:
 
 def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o, part_ml,
                      slot_rows=None, pdl: bool = False, stages: int = 0,
-                     noinc: bool = False, l2: bool = False) -> None:
+                     noinc: bool = False, l2: bool = False,
+                     pingpong: bool = False) -> None:
     """part_o fp32 [M, S, 8, 512] and part_ml fp32 [M, S, 8, 2] of each row's S top-k chunks
     (the module docstring), on the current torch stream; graph-capturable. qcat bf16
     [M, 8, 576], kv_cache bf16 [slots, 576], topk int32 [M, K] (positions, -1 = none; K a
     multiple of 64, each chunk at least one block; int64 too), token_slots int32/int64
     [M or pool rows, W] with slot_rows int64 [M] for a pool's table (``triton.mla.slot_args``).
-    stages: KV tiles in flight (2 or 3; 0: STAGES). noinc, l2: SparseMla's."""
+    stages: KV tiles in flight (2 or 3; 0: STAGES). noinc, l2, pingpong: SparseMla's."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import make_ptr
@@ -529,7 +670,7 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o,
     if stages not in (0, 2, 3):
         raise ValueError(f"sm90 sparse_mla: 2 or 3 stages of 72 KB fit, not {stages}")
     _, fn = _compiled(bool(pdl), slot_rows is not None, slot_bits, topk_bits, stages or STAGES,
-                      bool(noinc), bool(l2))
+                      bool(noinc), bool(l2), bool(pingpong))
     gmem = cute.AddressSpace.gmem
     rows = slot_rows if slot_rows is not None else topk
     stream = cuda.CUstream(torch.cuda.current_stream(qcat.device).cuda_stream)
