@@ -77,11 +77,11 @@ if [ "$mode" = attn ]; then  # sparse_mla: its tests, alone against Triton, the 
     -p no:warnings 2>&1 | tee "$L/pytest_sm90_attn.log" | tail -25
   grep -q " passed" "$L/pytest_sm90_attn.log" && ! grep -q "failed\|error" "$L/pytest_sm90_attn.log" ||
     { echo "sparse_mla tests did not pass: nothing else runs"; exit 5; }
-  timeout 90 python3 -m benchmark.sm90_attn_probe --out "$OUT" 2>&1 | grep -v Warn | tail -8
+  timeout 150 python3 -m benchmark.sm90_attn_probe --out "$OUT" 2>&1 | grep -v Warn | tail -8
   timeout 150 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -p no:warnings \
     -k "sm90_linears and env_ATTN${ATTN_LAYER_K:-}" 2>&1 | tee "$L/pytest_sm90_layer_attn.log" | tail -3
-  timeout 240 python3 -m benchmark.tiling_probe --kinds moe,dense --ms 1,2,4,8,12,16 \
-    --variants "${ATTN_VARIANTS:-baseline,sm90_attn_2_stages,sm90_attn_noinc,sm90_attn_noinc_3,sm90_attn_l2,sm90_attn_noinc_l2,sm90_attn_pingpong,sm90_attn_pingpong_noinc_3,baseline}" \
+  timeout 300 python3 -m benchmark.tiling_probe --kinds moe,dense --ms 1,4,8,12,16 \
+    --variants "${ATTN_VARIANTS:-baseline,sm90_attn_2_stages,sm90_attn_noinc,sm90_attn_noinc_3,sm90_attn_l2,sm90_attn_noinc_l2,sm90_attn_pingpong,sm90_attn_pingpong_noinc_3,sm90_attn_no_pdl,baseline}" \
     --out "$OUT" 2>&1 | grep -v Warn | tee "$L/sm90_attn_probe.log" | grep "us$" | tail -60
 fi
 if [ "$mode" = attn_ncu ]; then  # sparse_mla and Triton's attention under Nsight Compute

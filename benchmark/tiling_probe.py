@@ -415,6 +415,8 @@ VARIANTS = {
     "sm90_attn_pingpong_noinc_3": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
                                    ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_PINGPONG"): True,
                                    ("sm90", "ATTN_NOINC"): True, ("sm90", "ATTN_STAGES"): 3},
+    "sm90_attn_no_pdl": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
+                         ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_PDL"): False},
     "sm90_attn_noinc_3": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
                           ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_NOINC"): True,
                           ("sm90", "ATTN_STAGES"): 3},

@@ -54,6 +54,9 @@ ATTN_NOINC = False
 ATTN_L2 = False
 # sparse_mla's steps taken in turn by two consumer warpgroups: built, not yet run
 ATTN_PINGPONG = False
+# sparse_mla launched programmatically dependent (with the layer's overlap): False only to
+# see what the dependent launch buys it in the layer (tiling_probe sm90_attn_no_pdl)
+ATTN_PDL = True
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
 # (H200, sm90_gemv_probe_20261202T081912Z: 10-12 slots fastest, the whole 200 KB slower)
 RING_SLOTS = 10

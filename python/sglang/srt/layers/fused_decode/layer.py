@@ -422,7 +422,8 @@ class FusedLayer:
         if self.sm90_attn is not None and sm90.ATTN_FROM_ROWS <= m <= sm90.ATTN_MAX_ROWS:
             self.sm90_attn.sparse_attention(v("qcat"), self.kv_cache, topk, slots,
                                             cfg.softmax_scale, *attn_parts, slot_rows=rows,
-                                            pdl=overlap.enabled(), stages=sm90.ATTN_STAGES,
+                                            pdl=overlap.enabled() and sm90.ATTN_PDL,
+                                            stages=sm90.ATTN_STAGES,
                                             noinc=sm90.ATTN_NOINC, l2=sm90.ATTN_L2,
                                             pingpong=sm90.ATTN_PINGPONG)
             if merge:
