@@ -506,20 +506,8 @@ class SparseMla:
                 if cutlass.const_expr(self.pdl):
                     cute.arch.griddepcontrol_wait()  # q is the previous kernel's
                 s_q = storage.sq.get_tensor(q_layout.outer, swizzle=q_layout.inner)
-                atom_q = cute.make_copy_atom(cpasync.CopyG2SOp(), bf16, num_bits_per_copy=128)
                 red = storage.red.get_tensor(cute.make_layout((4, HEADS), stride=(HEADS, 1)))
-                raw_q = storage.sq.data_ptr()
-                for i in cutlass.range(t, HEADS * CHUNKS, 128, unroll=1):
-                    h, c = i // CHUNKS, i % CHUNKS
-                    src = cute.make_tensor(q + cute.assume(m * (HEADS * WIDTH) + i * 8, divby=8),
-                                           cute.make_layout(8))
-                    # B's K-major 128B-swizzled atoms: 8 heads x 64 columns, 1 KB each
-                    off = (c // 8) * (HEADS * 64) + h * 64 + ((c % 8) ^ h) * 8
-                    cute.copy(atom_q, src, cute.make_tensor(raw_q + cute.assume(off, divby=8),
-                                                            cute.make_layout(8)))
-                cute.arch.cp_async_commit_group()
-                cute.arch.cp_async_wait_group(0)
-                cute.arch.fence_view_async_shared()
+                self._load_q(q, m, t, storage.sq.data_ptr())
                 cute.arch.barrier(barrier_id=1, number_of_threads=128)
 
                 thr_qk = mma_qk.get_slice(t)
