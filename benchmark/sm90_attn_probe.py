@@ -1,10 +1,15 @@
-"""The sparse attention alone: sm90 sparse_mla (CuTe DSL; 3 or 2 stages, signalled by the
-producer's waits or by the copies' completion, noinc; l2: later steps' rows asked of L2
-early; pingpong: two consumer warpgroups) against triton.mla's kernel, the same
-inputs, one TP8 rank's GLM-5.3 shapes (8 heads, 576-wide bf16 KV rows, 2048 top-k entries of
-a 3000-token context a row), at 1-16 rows. Each arm is a CUDA graph of 8 launches over 4 KV
-caches in turn (150 MB at 16 rows, past the 60 MB L2), timed by CUDA events (median of 20
-replays); the floor is the KV rows' bytes over a device copy's bandwidth measured in the run.
+"""The sparse attention alone: sm90 sparse_mla (CuTe DSL; 3 or 2 stages, and its
+measurement-only forms: no_mma, the gather alone; no_load, the consumer alone) against
+triton.mla's kernel, the same inputs, one TP8 rank's GLM-5.3 shapes (8 heads, 576-wide bf16 KV
+rows, 2048 top-k entries a row), at 1-16 rows. Each arm is a CUDA graph of 8 launches over 4
+KV caches in turn (past the 60 MB L2 from 12 rows with --layout random), timed by CUDA events
+(median of 20 replays); the floor is the KV rows' bytes over a device copy's bandwidth
+measured in the run.
+
+--layout: where a row's entries sit in the cache. random: 2048 of a 3000-token context, each
+position's slot anywhere in the cache (every row a scattered 1152 bytes); paged: the same
+picks (sorted), the slots in 64-slot pages placed anywhere (a paged server's table); layer:
+a 2048-token context, every position picked, slots in order (the layer benchmarks' table).
 
     PYTHONPATH=python:sgl-kernel-ext python3 -m benchmark.sm90_attn_probe --out $OUT
 
@@ -30,17 +35,27 @@ from sgl_kernel_ext.triton import mla
 TOPK, WIDTH, HEADS, CONTEXT = 2048, 576, 8, 3000
 
 
-def _inputs(rows, copies, seed):
+def _inputs(rows, copies, seed, layout):
     g = torch.Generator(device="cuda").manual_seed(seed)
+    context = CONTEXT if layout != "layer" else TOPK
     qcat = (torch.randn(rows, HEADS, WIDTH, device="cuda", generator=g) * 0.5).to(torch.bfloat16)
-    topk = torch.stack([torch.randperm(CONTEXT, device="cuda", generator=g)[:TOPK]
+    topk = torch.stack([torch.randperm(context, device="cuda", generator=g)[:TOPK]
                         for _ in range(rows)]).to(torch.int64)
+    if layout != "random":
+        topk = topk.sort(dim=1).values
     caches, tables = [], []
+    pages = -(-context // 64)
     for _ in range(copies):
-        caches.append(torch.randn(rows * CONTEXT, WIDTH, device="cuda", generator=g
+        caches.append(torch.randn(rows * pages * 64, WIDTH, device="cuda", generator=g
                                   ).to(torch.bfloat16))
-        tables.append(torch.randperm(rows * CONTEXT, device="cuda", generator=g
-                                     ).view(rows, CONTEXT).to(torch.int32))
+        if layout == "random":
+            table = torch.randperm(rows * pages * 64, device="cuda", generator=g)
+        elif layout == "paged":
+            page = torch.randperm(rows * pages, device="cuda", generator=g)
+            table = (page[:, None] * 64 + torch.arange(64, device="cuda")).flatten()
+        else:
+            table = torch.arange(rows * pages * 64, device="cuda")
+        tables.append(table.view(rows, pages * 64)[:, :context].contiguous().to(torch.int32))
     return qcat, topk, caches, tables
 
 
@@ -68,12 +83,13 @@ def main():
     p.add_argument("--ms", default="1,2,4,8,12,16")
     p.add_argument("--out", default="benchmark/results")
     p.add_argument("--eager", action="store_true", help="each arm 3 times, untimed (ncu)")
+    p.add_argument("--layout", default="random", choices=("random", "paged", "layer"))
     args = p.parse_args()
     bw = 1.0 if args.eager else measure_bandwidth(torch.device("cuda"), 1 << 30)
     results = []
     for rows in [int(x) for x in args.ms.split(",")]:
         copies = 4
-        qcat, topk, caches, tables = _inputs(rows, copies, rows)
+        qcat, topk, caches, tables = _inputs(rows, copies, rows, args.layout)
         splits = mla.attention_splits(rows, TOPK)
         part_o = torch.empty(rows, splits, HEADS, 512, device="cuda")
         part_ml = torch.empty(rows, splits, HEADS, 2, device="cuda")
@@ -83,16 +99,13 @@ def main():
             "triton": lambda i: mla.sparse_attention(qcat, caches[i], topk, tables[i], scale,
                                                      part_o, part_ml, olat, 512, 64, merge=False),
         }
-        for stages, noinc, l2, pp in ((3, False, False, False), (2, False, False, False),
-                                      (3, True, False, False), (2, True, False, False),
-                                      (2, False, True, False), (2, True, True, False),
-                                      (2, False, False, True), (3, True, False, True)):
-            name = (f"sm90_{stages}_stages{'_noinc' if noinc else ''}{'_l2' if l2 else ''}"
-                    f"{'_pingpong' if pp else ''}")
-            arms[name] = (lambda i, st=stages, ni=noinc, l2_=l2, pp_=pp:
+        for name, stages, ablate in (("sm90_3_stages", 3, ""), ("sm90_2_stages", 2, ""),
+                                     ("sm90_2_stages_no_mma", 2, "no_mma"),
+                                     ("sm90_2_stages_no_load", 2, "no_load"),
+                                     ("sm90_3_stages_no_mma", 3, "no_mma")):
+            arms[name] = (lambda i, st=stages, ab=ablate:
                           sparse_mla.sparse_attention(qcat, caches[i], topk, tables[i], scale,
-                                                      part_o, part_ml, stages=st, noinc=ni,
-                                                      l2=l2_, pingpong=pp_))
+                                                      part_o, part_ml, stages=st, ablate=ab))
         if args.eager:
             for name, fn in arms.items():
                 for i in range(3):
@@ -112,6 +125,7 @@ def main():
     path = os.path.join(args.out, f"sm90_attn_probe_{stamp}.json")
     with open(path, "w") as f:
         json.dump({"commit": os.environ.get("BENCH_COMMIT", ""), "bandwidth_Bps": bw,
+                   "layout": args.layout,
                    "results": results}, f, indent=1)
     print("wrote", path)
 

@@ -12,7 +12,8 @@
 # at 1-16 rows. `fused`: fp8_moe.experts (one launch): smokes, every fp8_moe GPU test, the
 # layer's MoE opt-in test, sm90_moe_probe (extra arguments go to it, e.g. --stages 0,8,10)
 # and the MoE layer A/B of one launch against two and against Triton. `attn`: sparse_mla's
-# tests, the layer's attention opt-in test and the layer A/B (tiling_probe sm90_attn);
+# tests, the kernel alone for each of $ATTN_LAYOUTS (sm90_attn_probe --layout), the layer's
+# attention opt-in test and the layer A/B (tiling_probe sm90_attn; ATTN_VARIANTS="": none);
 # `attn_ncu`: sparse_mla and Triton's attention alone under Nsight Compute.
 set -u
 mode=${1:-all}
@@ -77,12 +78,17 @@ if [ "$mode" = attn ]; then  # sparse_mla: its tests, alone against Triton, the 
     -p no:warnings 2>&1 | tee "$L/pytest_sm90_attn.log" | tail -25
   grep -q " passed" "$L/pytest_sm90_attn.log" && ! grep -q "failed\|error" "$L/pytest_sm90_attn.log" ||
     { echo "sparse_mla tests did not pass: nothing else runs"; exit 5; }
-  timeout 150 python3 -m benchmark.sm90_attn_probe --out "$OUT" 2>&1 | grep -v Warn | tail -8
-  timeout 150 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -p no:warnings \
-    -k "sm90_linears and env_ATTN${ATTN_LAYER_K:-}" 2>&1 | tee "$L/pytest_sm90_layer_attn.log" | tail -3
-  timeout 300 python3 -m benchmark.tiling_probe --kinds moe,dense --ms 1,4,8,12,16 \
-    --variants "${ATTN_VARIANTS:-baseline,sm90_attn_2_stages,sm90_attn_noinc,sm90_attn_noinc_3,sm90_attn_l2,sm90_attn_noinc_l2,sm90_attn_pingpong,sm90_attn_pingpong_noinc_3,sm90_attn_no_pdl,baseline}" \
-    --out "$OUT" 2>&1 | grep -v Warn | tee "$L/sm90_attn_probe.log" | grep "us$" | tail -60
+  for layout in ${ATTN_LAYOUTS:-random layer}; do
+    timeout 150 python3 -m benchmark.sm90_attn_probe --out "$OUT" --layout "$layout" 2>&1 |
+      grep -v Warn | tail -8
+  done
+  if [ "${ATTN_VARIANTS-x}" != "" ]; then  # ATTN_VARIANTS="": the kernel alone only
+    timeout 150 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -p no:warnings \
+      -k "sm90_linears and env_ATTN${ATTN_LAYER_K:-}" 2>&1 | tee "$L/pytest_sm90_layer_attn.log" | tail -3
+    timeout 300 python3 -m benchmark.tiling_probe --kinds moe,dense --ms 1,4,8,12,16 \
+      --variants "${ATTN_VARIANTS:-baseline,sm90_attn_2_stages,sm90_attn_every_row,sm90_attn_no_pdl,baseline}" \
+      --out "$OUT" 2>&1 | grep -v Warn | tee "$L/sm90_attn_probe.log" | grep "us$" | tail -60
+  fi
 fi
 if [ "$mode" = attn_ncu ]; then  # sparse_mla and Triton's attention under Nsight Compute
   timeout 300 ncu --clock-control none -k regex:'SparseMla|_sparse_attn' --section SpeedOfLight \

@@ -403,23 +403,9 @@ VARIANTS = {
                             ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_STAGES"): 3},
     "sm90_attn_2_stages": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
                            ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_STAGES"): 2},
-    "sm90_attn_noinc": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
-                        ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_NOINC"): True},
-    "sm90_attn_l2": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
-                     ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_L2"): True},
-    "sm90_attn_noinc_l2": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
-                           ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_NOINC"): True,
-                           ("sm90", "ATTN_L2"): True},
-    "sm90_attn_pingpong": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
-                           ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_PINGPONG"): True},
-    "sm90_attn_pingpong_noinc_3": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
-                                   ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_PINGPONG"): True,
-                                   ("sm90", "ATTN_NOINC"): True, ("sm90", "ATTN_STAGES"): 3},
+    # noinc, l2, pingpong: forms measured at 28b320a and removed (sparse_mla's docstring)
     "sm90_attn_no_pdl": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
                          ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_PDL"): False},
-    "sm90_attn_noinc_3": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
-                          ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_NOINC"): True,
-                          ("sm90", "ATTN_STAGES"): 3},
 }
 
 

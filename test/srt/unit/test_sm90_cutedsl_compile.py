@@ -52,16 +52,16 @@ ATTN_SCRIPT = """
 import sys
 sys.path.insert(0, {ext!r})
 from sgl_kernel_ext.nvidia.sm90 import sparse_mla as Q
-for pdl, rows, bits, topk_bits, stages, noinc, l2, pingpong in {forms!r}:
-    Q._compiled(pdl, rows, bits, topk_bits, stages, noinc, l2, pingpong)
+for pdl, rows, bits, topk_bits, stages, ablate in {forms!r}:
+    Q._compiled(pdl, rows, bits, topk_bits, stages, ablate)
     print("compiled", pdl, rows, bits)
 """
-# sparse_mla (pdl, a pool's table through slot_rows, slot bits, top-k bits, stages, noinc, l2,
-# pingpong)
-ATTN_FORMS = [(True, False, 32, 64, 2, False, False, False),
-              (False, True, 64, 32, 3, False, False, False),
-              (True, True, 32, 64, 2, True, True, False),
-              (True, False, 32, 64, 3, True, False, True)]
+# sparse_mla (pdl, a pool's table through slot_rows, slot bits, top-k bits, stages, ablate:
+# the probe's measurement-only forms)
+ATTN_FORMS = [(True, False, 32, 64, 2, ""),
+              (False, True, 64, 32, 3, ""),
+              (True, True, 32, 64, 2, "no_mma"),
+              (True, False, 32, 64, 2, "no_load")]
 
 
 def _compile(tmp_path, script: str, forms: list) -> list:
@@ -77,14 +77,15 @@ def _compile(tmp_path, script: str, forms: list) -> list:
     return sorted(tmp_path.glob("*.cubin"))
 
 
-def _check_sass(cubins, wgmma="QGMMA.64x", load="UTMALDG") -> None:
+def _check_sass(cubins, wgmma="QGMMA.64x", load="UTMALDG", mma=True) -> None:
+    """Each cubin's SASS has the load, and the wgmma (or, mma False, none)."""
     if not CUOBJDUMP.exists():
         pytest.skip(f"no cuobjdump at {CUOBJDUMP.relative_to(ROOT)} to read the SASS")
     for cubin in cubins:
         sass = subprocess.run([str(CUOBJDUMP), "-sass", str(cubin)], capture_output=True,
                               text=True, timeout=120).stdout
         assert load in sass, f"{cubin.name}: no {load} in its SASS"
-        assert wgmma in sass, f"{cubin.name}: no {wgmma} in its SASS"
+        assert (wgmma in sass) == mma, f"{cubin.name}: {wgmma} {'not ' * mma}in its SASS"
 
 
 def test_fp8_moe_compiles_for_sm90a(tmp_path):
@@ -101,9 +102,10 @@ def test_fp8_mma_compiles_for_sm90a(tmp_path):
 
 def test_sparse_mla_compiles_for_sm90a(tmp_path):
     """The attention: bf16 wgmma with the heads as N (64x8), the KV rows gathered by cp.async
-    (LDGSTS)."""
+    (LDGSTS); its no_mma form without the MMAs."""
     for i, form in enumerate(ATTN_FORMS):  # one folder each: the cubins' names are alike
         (tmp_path / str(i)).mkdir()
         cubins = _compile(tmp_path / str(i), ATTN_SCRIPT, [form])
         assert len(cubins) == 1, [p.name for p in (tmp_path / str(i)).iterdir()]
-        _check_sass(cubins, wgmma="HGMMA.64x8x16.F32.BF16", load="LDGSTS")
+        _check_sass(cubins, wgmma="HGMMA.64x8x16.F32.BF16", load="LDGSTS",
+                    mma=form[-1] != "no_mma")

@@ -36,6 +36,7 @@ WRONG = {
     "token_slots must be a row-major": dict(token_slots=torch.zeros(100, M, dtype=torch.int32).T),
     "slot_rows must be int64": dict(slot_rows=torch.zeros(M, dtype=torch.int32)),
     "2 or 3 stages": dict(stages=4),
+    "no ablation 'no_pv'": dict(ablate="no_pv"),
 }
 
 
@@ -55,10 +56,10 @@ def test_layer_shapes_pass_the_checks(monkeypatch):
         raise RuntimeError("compile reached")
 
     monkeypatch.setattr(sparse_mla, "_compiled", stop)
-    for form in (dict(stages=2), dict(stages=3, noinc=True, l2=True, pingpong=True),
+    for form in (dict(stages=2), dict(stages=3, ablate="no_mma"),
                  dict(slot_rows=torch.zeros(M, dtype=torch.int64))):
         with pytest.raises(RuntimeError, match="compile reached"):
             sparse_mla.sparse_attention(**_args(**form))
-    assert seen == [(False, False, 32, 64, 2, False, False, False),
-                    (False, False, 32, 64, 3, True, True, True),
-                    (False, True, 32, 64, 3, False, False, False)]
+    assert seen == [(False, False, 32, 64, 2, ""),
+                    (False, False, 32, 64, 3, "no_mma"),
+                    (False, True, 32, 64, 3, "")]

@@ -33,7 +33,8 @@ MOE_ONE_LAUNCH = True
 # KV rows) instead of triton.mla's kernel at ATTN_FROM_ROWS..ATTN_MAX_ROWS rows; the Triton
 # combine or absorb_v's merge follows either. Opt-in. On an H200 (results/
 # tiling_probe_20261202T171639Z, code at 9d37e48, 2 stages) a layer is 1.8-2.3 us faster at 4
-# and 8 rows (MoE), 0.4-4.5 (dense), within noise at 1 and 12, 0.7-1.2 slower at 16; alone
+# and 8 rows (MoE), 0.4-4.5 (dense), within noise at 1 and 12, 0.7-1.2 slower at 16 (again at
+# 28b320a, tiling_probe_20261202T201751Z: -1.4 / -2.5 MoE, 0 / -4.5 dense at 4 / 8); alone
 # (sm90_attn_probe_20261202T171634Z) the kernel is 15.7 / 21.1 us against Triton's 21.0 /
 # 26.3 at 12 / 16 rows, 1.3-1.6 us slower at 1-2 (one 64-entry step a CTA: its three
 # dependent loads and one step's MMAs are the whole kernel). Likely why the layer gains less
@@ -47,15 +48,8 @@ ATTN_MAX_ROWS = 8
 # sparse_mla's KV tiles in flight (72 KB each): 2 against 3 within -1.0..+0.6 us a layer at
 # 1-16 rows except dense 4 and 8 rows, 3.8 and 4.3 faster (same results)
 ATTN_STAGES = 2
-# sparse_mla's steps signalled by the gathering threads' cp.async completion (noinc) rather
-# than by the producer's in-order waits: built, not yet run on a GPU
-ATTN_NOINC = False
-# sparse_mla's rows of the steps past its ring asked of L2 once looked up: built, not yet run
-ATTN_L2 = False
-# sparse_mla's steps taken in turn by two consumer warpgroups: built, not yet run
-ATTN_PINGPONG = False
-# sparse_mla launched programmatically dependent (with the layer's overlap): False only to
-# see what the dependent launch buys it in the layer (tiling_probe sm90_attn_no_pdl)
+# sparse_mla launched programmatically dependent (with the layer's overlap); without it the
+# layer is 2.5-3.6 us slower at 1-4 rows, the same at 12-16 (tiling_probe_20261202T201751Z)
 ATTN_PDL = True
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
 # (H200, sm90_gemv_probe_20261202T081912Z: 10-12 slots fastest, the whole 200 KB slower)

@@ -40,7 +40,16 @@ did not, and deadlocked from 3 steps a CTA). On CPU (sm_90a SASS): the consumer'
 565 instructions a step a warp, 68 of them HGMMA and 111 R2UR (wgmma descriptors computed
 in regular registers, then moved to uniform ones); unrolling it by the stages so that each
 slot's descriptors are constants made it 561 a step with 175 R2UR and 178 registers (the
-shared-memory base is not a compile-time constant): not kept.
+shared-memory base is not a compile-time constant): not kept. Three more forms, each correct
+on the H200 and none kept (sm90_attn_probe_20261202T201659Z alone, tiling_probe_20261202T201751Z
+in the layer, at 28b320a): each step signalled by its copies' own completion
+(cp.async.mbarrier.arrive.noinc, the producer never waiting for its loads): within 0.2 us of
+this form alone and in the layer; the rows of the steps looked up past the ring asked of L2
+early: 0.2-2 us slower alone, up to 3.7 in the layer; two consumer warpgroups taking the steps
+in turn, merged through the freed ring: 0.3-0.7 us faster alone at 8-16 rows, 0.4-0.7 slower
+at 1-4, within 1 us of this form in the layer. Without the programmatic dependent launch the
+layer is 2.5-3.6 us slower at 1-4 rows. Under Nsight Compute (ncu_attn_28b320a.txt) at 16 rows
+a CTA's warps wait on memory 80% of their cycles and DRAM runs at 37% of its peak.
 """
 
 from __future__ import annotations
@@ -65,6 +74,7 @@ CHUNKS = WIDTH * 2 // 16
 ROWS_PER_THREAD = BLOCK_T * 8 // PRODUCERS  # entries a gathering thread takes a step
 LOOKUP = 4  # steps whose slots a gathering thread has looked up (a 16-row chunk's all)
 LOG2E = 1.4426950408889634
+ABLATIONS = ("", "no_mma", "no_load")  # SparseMla's measurement-only forms
 
 
 class SparseMla:
@@ -72,26 +82,15 @@ class SparseMla:
     a pool's, row slot_rows[m] for row m); the slot table's and the top-k's integer types are
     the pointers'."""
 
-    def __init__(self, pdl: bool, rows: bool, stages: int = 0, noinc: bool = False,
-                 l2: bool = False, pingpong: bool = False):
+    def __init__(self, pdl: bool, rows: bool, stages: int = 0, ablate: str = ""):
         self.pdl, self.rows = pdl, rows
         self.stages = stages or STAGES
-        # noinc: each step's arrival rides on the gathering threads' cp.async completion
-        # (cp.async.mbarrier.arrive.noinc) and a plain arrive for their zero rows, so the
-        # producer never waits for its own loads; else it waits for them in order
-        # (cp.async.wait_group) before signalling, and signals every step it issued before
-        # it waits for a slot
-        self.noinc = noinc
-        # l2: the rows of the steps looked up beyond the ring (LOOKUP > stages) are asked of
-        # L2 as soon as their slots are known, so their DRAM latency passes while the ring is
-        # full
-        self.l2 = l2 and LOOKUP > self.stages
-        # pingpong: two consumer warpgroups take the steps in turn (even, odd), each with its
-        # own softmax state, merged at the end through shared memory, so one's MMAs run while
-        # the other's softmax does
-        self.pingpong = pingpong
-        self.consumers = 2 if pingpong else 1
-        self.threads = (1 + self.consumers) * 128
+        # measurement only (benchmark/sm90_attn_probe.py), the parts it writes are not the
+        # attention's: "no_mma" (the consumer releases each step's tile without its MMAs or
+        # softmax: the gather alone) or "no_load" (the producer signals each step without
+        # copying its rows: the consumer alone)
+        self.ablate = ablate
+        self.threads = 2 * 128
 
     @cute.jit
     def __call__(self, q: cute.Pointer, kv: cute.Pointer, topk: cute.Pointer,
@@ -121,7 +120,7 @@ class SparseMla:
         @cute.struct
         class Storage:
             bars: cute.struct.MemRange[cutlass.Int64, 2 * self.stages]
-            red: cute.struct.MemRange[cutlass.Float32, 4 * HEADS * self.consumers]
+            red: cute.struct.MemRange[cutlass.Float32, 4 * HEADS]
             skv: cute.struct.Align[cute.struct.MemRange[bf16, self.stages * BLOCK_T * WIDTH],
                                    1024]
             sq: cute.struct.Align[cute.struct.MemRange[bf16, cute.cosize(q_layout)], 1024]
@@ -167,16 +166,6 @@ class SparseMla:
                 self._chunk(raw, stage, token, kb * 8 + c8).fill(cutlass.BFloat16(0.0))
 
     @cute.jit
-    def _prefetch_row(self, kv: cute.Pointer, slot, c8):
-        """Ask L2 for a KV row's 128-byte lines c8 and c8 + 8 (the 8 lanes of the row take
-        its 9 lines), nothing where the entry does not exist."""
-        if slot >= 0:
-            for kb in cutlass.range_constexpr(2):
-                if kb * 8 + c8 < CHUNKS // 8:
-                    line = kv + cute.assume(slot * WIDTH + (kb * 8 + c8) * 64, divby=64)
-                    cute.arch.prefetch(line.to_llvm_ptr(), cache_level="L2")
-
-    @cute.jit
     def _chunk(self, raw: cute.Pointer, stage, token, c):
         """Chunk c (16 bytes) of an entry's row in a stage's K-major 128B-swizzled tile:
         8 KB a 64 columns, 128 B a row, the chunk's place in the row XOR the row's in 8."""
@@ -213,8 +202,6 @@ class SparseMla:
                                 kv_layout.outer)
         t_a_kv = mma_qk.make_fragment_A(thr_qk.partition_A(s_kv))
         cute.arch.mbarrier_wait(full + s, (step // self.stages) % 2)
-        if cutlass.const_expr(self.noinc):
-            cute.arch.fence_view_async_shared()  # the copies were the generic proxy's
         warpgroup.fence()
         accs = (a0, a1, a2, a3)
         for kb in cutlass.range_constexpr(cute.size(t_a_kv, mode=[2])):
@@ -229,7 +216,7 @@ class SparseMla:
                     l_run: cute.Tensor, alpha: cute.Tensor, m_use: cute.Tensor, ok: cute.Tensor,
                     red: cute.Tensor, warp, lane, col0, mma_pv: cute.TiledMma, thr_pv,
                     vt_layout: cute.ComposedLayout, p_layout: cute.ComposedLayout,
-                    skv: cute.Pointer, bar_id=1):
+                    skv: cute.Pointer):
         """A step's online softmax over its completed scores (a0..a3; ok: which of this
         thread's two score rows exist), P^T into the tile, acc_o rescaled, then its PV issued
         and committed (not waited for)."""
@@ -254,7 +241,7 @@ class SparseMla:
                 mx = cute.arch.fmax(mx, cute.arch.shuffle_sync_bfly(mx, 4 << x))
             if lane < 4:
                 red[warp, col0 + j] = mx
-        cute.arch.barrier(barrier_id=bar_id, number_of_threads=128)
+        cute.arch.barrier(barrier_id=1, number_of_threads=128)
         for j in cutlass.range_constexpr(2):
             mx = cute.arch.fmax(cute.arch.fmax(red[0, col0 + j], red[1, col0 + j]),
                                 cute.arch.fmax(red[2, col0 + j], red[3, col0 + j]))
@@ -271,7 +258,7 @@ class SparseMla:
         for v in cutlass.range_constexpr(4):
             s_p[c_s[v][1], c_s[v][0], 0] = acc_s[v].to(bf16)
         cute.arch.fence_view_async_shared()
-        cute.arch.barrier(barrier_id=bar_id, number_of_threads=128)
+        cute.arch.barrier(barrier_id=1, number_of_threads=128)
         warpgroup.fence()
         for kb in cutlass.range_constexpr(cute.size(t_a_vt, mode=[2])):
             cute.gemm(mma_pv, acc_o, t_a_vt[(None, None, kb, 0)],
@@ -294,117 +281,6 @@ class SparseMla:
         cute.arch.cp_async_commit_group()
         cute.arch.cp_async_wait_group(0)
         cute.arch.fence_view_async_shared()
-
-    @cute.jit
-    def _pingpong(self, c, t, m, sp, lo, steps, splits, q: cute.Pointer, topk: cute.Pointer,
-                  stride_topk, part_o: cute.Pointer, part_ml: cute.Pointer, scale_log2,
-                  sq: cute.Pointer, red_all: cute.Pointer, skv: cute.Pointer,
-                  full: cute.Pointer, empty: cute.Pointer, mma_qk0: cute.TiledMma,
-                  mma_qk: cute.TiledMma, mma_pv: cute.TiledMma, kv_layout: cute.ComposedLayout,
-                  vt_layout: cute.ComposedLayout, q_layout: cute.ComposedLayout,
-                  p_layout: cute.ComposedLayout):
-        """Consumer warpgroup c of two: steps c, c + 2, ... (scores, softmax, PV, release),
-        then warpgroup 1 hands its (max, sum, acc) to warpgroup 0 through the freed ring,
-        which merges them and writes the chunk's parts."""
-        warp = t // 32
-        lane = t % 32
-        if cutlass.const_expr(self.pdl):
-            cute.arch.griddepcontrol_wait()  # q is the previous kernel's
-        if c == 0:
-            self._load_q(q, m, t, sq)
-        cute.arch.barrier(barrier_id=3, number_of_threads=256)  # q seen by both
-        s_q = cute.make_tensor(cute.recast_ptr(sq, q_layout.inner, dtype=cutlass.BFloat16),
-                               q_layout.outer)
-        red = cute.make_tensor(red_all + c * (4 * HEADS),
-                               cute.make_layout((4, HEADS), stride=(HEADS, 1)))
-        thr_qk = mma_qk.get_slice(t)
-        thr_pv = mma_pv.get_slice(t)
-        t_b_q = mma_qk.make_fragment_B(thr_qk.partition_B(s_q))
-        c_s = thr_qk.partition_C(cute.make_identity_tensor((BLOCK_T, HEADS)))
-        c_o = thr_pv.partition_C(cute.make_identity_tensor((LATENT, HEADS)))
-        acc_s = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
-        acc_o = cute.make_rmem_tensor(c_o.shape, cutlass.Float32)
-        acc_o.fill(0.0)
-        col0 = (lane % 4) * 2
-        m_run = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
-        l_run = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
-        alpha = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
-        m_use = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
-        m_run.fill(-math.inf)
-        l_run.fill(0.0)
-        tk = cute.make_tensor(topk + m * stride_topk, cute.make_layout(lo + steps * BLOCK_T))
-        mma_pv.set(warpgroup.Field.ACCUMULATE, True)
-        mma_qk0.set(warpgroup.Field.ACCUMULATE, False)
-        mma_qk.set(warpgroup.Field.ACCUMULATE, True)
-        a0 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
-        a1 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
-        a2 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
-        a3 = cute.make_rmem_tensor(c_s.shape, cutlass.Float32)
-        ok = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Boolean)
-        for j in cutlass.range((steps - c + 1) // 2, unroll=1):
-            step = c + 2 * j
-            self._rows_exist(ok, tk, lo, step, c_s)
-            self._issue_scores(mma_qk0, mma_qk, thr_qk, t_b_q, kv_layout, skv, full, step, a0,
-                               a1, a2, a3)
-            warpgroup.wait_group(0)
-            self._softmax_pv(step, lo, tk, scale_log2, c_s, c_o, a0, a1, a2, a3, acc_s, acc_o,
-                             m_run, l_run, alpha, m_use, ok, red, warp, lane, col0, mma_pv,
-                             thr_pv, vt_layout, p_layout, skv, 1 + c)
-            warpgroup.wait_group(0)
-            cute.arch.mbarrier_arrive(empty + step % self.stages)
-        # each warpgroup's sum a head, then warpgroup 1's state to warpgroup 0
-        for j in cutlass.range_constexpr(2):
-            sm = l_run[j]
-            for x in cutlass.range_constexpr(3):
-                sm = sm + cute.arch.shuffle_sync_bfly(sm, 4 << x)
-            l_run[j] = sm
-        cute.arch.barrier(barrier_id=1 + c, number_of_threads=128)
-        if lane < 4:
-            for j in cutlass.range_constexpr(2):
-                red[warp, col0 + j] = l_run[j]
-        cute.arch.barrier(barrier_id=1 + c, number_of_threads=128)
-        for j in cutlass.range_constexpr(2):
-            l_run[j] = (red[0, col0 + j] + red[1, col0 + j] + red[2, col0 + j]
-                        + red[3, col0 + j])
-        cute.arch.barrier(barrier_id=3, number_of_threads=256)  # every step's MMAs done
-        n_acc = cute.size(acc_o)
-        xchg = cute.make_tensor(cute.recast_ptr(skv, dtype=cutlass.Float32),
-                                cute.make_layout((n_acc + 4, 128), stride=(1, n_acc + 4)))
-        if c == 1:
-            for e in cutlass.range_constexpr(n_acc):
-                xchg[e, t] = acc_o[e]
-            for j in cutlass.range_constexpr(2):
-                xchg[n_acc + j, t] = m_run[j]
-                xchg[n_acc + 2 + j, t] = l_run[j]
-        cute.arch.barrier(barrier_id=3, number_of_threads=256)
-        if c == 0:
-            f0 = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
-            f1 = cute.make_rmem_tensor(cute.make_layout(2), cutlass.Float32)
-            for j in cutlass.range_constexpr(2):
-                m1 = xchg[n_acc + j, t]
-                mx = cute.arch.fmax(m_run[j], m1)
-                mu = mx if mx != -math.inf else 0.0
-                f0[j] = cute.arch.exp2(m_run[j] - mu)
-                f1[j] = cute.arch.exp2(m1 - mu)
-                l_run[j] = l_run[j] * f0[j] + xchg[n_acc + 2 + j, t] * f1[j]
-                m_run[j] = mx
-            for e in cutlass.range_constexpr(n_acc):
-                col = c_o[e][1] % 2
-                acc_o[e] = acc_o[e] * f0[col] + xchg[e, t] * f1[col]
-            base = (m * splits + sp) * HEADS
-            g_o = cute.make_tensor(part_o + base * LATENT,
-                                   cute.make_layout((LATENT, HEADS), stride=(1, LATENT)))
-            for e in cutlass.range_constexpr(n_acc):
-                g_o[c_o[e][0], c_o[e][1]] = acc_o[e]
-            if t < 4:
-                g_ml = cute.make_tensor(part_ml + base * 2,
-                                        cute.make_layout((HEADS, 2), stride=(2, 1)))
-                for j in cutlass.range_constexpr(2):
-                    mx = m_run[j]
-                    if mx != -math.inf:
-                        mx = mx * math.log(2.0)
-                    g_ml[col0 + j, 0] = mx
-                    g_ml[col0 + j, 1] = l_run[j]
 
     @cute.kernel
     def kernel(self, q: cute.Pointer, kv: cute.Pointer, topk: cute.Pointer,
@@ -429,13 +305,12 @@ class SparseMla:
         empty = full + self.stages
         if tidx == 0:
             for s in cutlass.range_constexpr(self.stages):
-                cute.arch.mbarrier_init(full + s, PRODUCERS * (2 if self.noinc else 1))
+                cute.arch.mbarrier_init(full + s, PRODUCERS)
                 cute.arch.mbarrier_init(empty + s, 128)  # one consumer warpgroup a step
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
         if cutlass.const_expr(self.pdl):
             cute.arch.griddepcontrol_launch_dependents()
-        tile_elems = BLOCK_T * WIDTH
 
         if wg == 0:
             # the gather: thread t takes 16 bytes (t % 8) of every 128 of entries t // 8 + 16 i
@@ -453,32 +328,20 @@ class SparseMla:
                     ahead[i, j] = self._slot_of(topk, slots, slot_rows, m,
                                                 lo + j * BLOCK_T + tok0 + 16 * i, hi,
                                                 stride_topk, stride_slots)
-            if cutlass.const_expr(self.l2):
-                for j in cutlass.range_constexpr(self.stages, LOOKUP):
-                    for i in cutlass.range_constexpr(ROWS_PER_THREAD):
-                        self._prefetch_row(kv, ahead[i, j], c8)
             arrived = cutlass.Int32(0)
             for step in cutlass.range(steps, unroll=1):
                 s = step % self.stages
-                if cutlass.const_expr(self.noinc):
-                    if step >= self.stages:
-                        cute.arch.mbarrier_wait(empty + s, ((step // self.stages) + 1) % 2)
-                elif step >= self.stages:
+                if step >= self.stages:
                     # every step issued is signalled before waiting for a slot: the consumer
                     # releases a slot only once it has the next step's tile (its scores
                     # overlap the slot's PV)
                     self._arrive_complete(full, step, arrived)
                     arrived = step
                     cute.arch.mbarrier_wait(empty + s, ((step // self.stages) + 1) % 2)
-                for i in cutlass.range_constexpr(ROWS_PER_THREAD):
-                    self._gather(kv, raw, s, ahead[i, 0], tok0 + 16 * i, c8, atom)
-                if cutlass.const_expr(self.noinc):
-                    # the zero rows' stores released by a plain arrive, the copies' by theirs
-                    cute.arch.fence_view_async_shared()
-                    cute.arch.mbarrier_arrive(full + s)
-                    cute.arch.cp_async_mbarrier_arrive_noinc(full + s)
-                else:
-                    cute.arch.cp_async_commit_group()
+                if cutlass.const_expr(self.ablate != "no_load"):
+                    for i in cutlass.range_constexpr(ROWS_PER_THREAD):
+                        self._gather(kv, raw, s, ahead[i, 0], tok0 + 16 * i, c8, atom)
+                cute.arch.cp_async_commit_group()
                 for i in cutlass.range_constexpr(ROWS_PER_THREAD):
                     for j in cutlass.range_constexpr(LOOKUP - 1):
                         ahead[i, j] = ahead[i, j + 1]
@@ -486,20 +349,12 @@ class SparseMla:
                     ahead[i, LOOKUP - 1] = self._slot_of(
                         topk, slots, slot_rows, m, lo + (step + LOOKUP) * BLOCK_T + tok0 + 16 * i,
                         hi, stride_topk, stride_slots)
-                    if cutlass.const_expr(self.l2):
-                        self._prefetch_row(kv, ahead[i, LOOKUP - 1], c8)
-            if cutlass.const_expr(not self.noinc):
-                self._arrive_complete(full, steps, arrived)
-            else:  # no thread exits with its copies in flight
-                cute.arch.cp_async_commit_group()
-                cute.arch.cp_async_wait_group(0)
+            self._arrive_complete(full, steps, arrived)
         else:
-            if cutlass.const_expr(self.pingpong):
-                self._pingpong(wg - 1, t, m, sp, lo, steps, splits, q, topk, stride_topk,
-                               part_o, part_ml, scale_log2, storage.sq.data_ptr(),
-                               storage.red.data_ptr(), storage.skv.data_ptr(), full, empty,
-                               mma_qk0, mma_qk, mma_pv, kv_layout, vt_layout, q_layout,
-                               p_layout)
+            if cutlass.const_expr(self.ablate == "no_mma"):
+                for step in cutlass.range(steps, unroll=1):
+                    cute.arch.mbarrier_wait(full + step % self.stages, (step // self.stages) % 2)
+                    cute.arch.mbarrier_arrive(empty + step % self.stages)
             else:
                 warp = t // 32
                 lane = t % 32
@@ -590,11 +445,11 @@ def _int(bits: int):
 
 @functools.lru_cache(maxsize=None)
 def _compiled(pdl: bool, rows: bool, slot_bits: int, topk_bits: int = 32, stages: int = 0,
-              noinc: bool = False, l2: bool = False, pingpong: bool = False):
+              ablate: str = ""):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
-    kernel = SparseMla(pdl, rows, stages or STAGES, noinc, l2, pingpong)
+    kernel = SparseMla(pdl, rows, stages or STAGES, ablate)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.BFloat16, 16, gmem, 16), make_ptr(cutlass.BFloat16, 16, gmem, 16),
             make_ptr(_int(topk_bits), 16, gmem, 4), make_ptr(_int(slot_bits), 16, gmem, 4),
@@ -619,14 +474,13 @@ def refusal(qcat, kv_cache, topk) -> str | None:
 
 def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o, part_ml,
                      slot_rows=None, pdl: bool = False, stages: int = 0,
-                     noinc: bool = False, l2: bool = False,
-                     pingpong: bool = False) -> None:
+                     ablate: str = "") -> None:
     """part_o fp32 [M, S, 8, 512] and part_ml fp32 [M, S, 8, 2] of each row's S top-k chunks
     (the module docstring), on the current torch stream; graph-capturable. qcat bf16
     [M, 8, 576], kv_cache bf16 [slots, 576], topk int32 [M, K] (positions, -1 = none; K a
     multiple of 64, each chunk at least one block; int64 too), token_slots int32/int64
     [M or pool rows, W] with slot_rows int64 [M] for a pool's table (``triton.mla.slot_args``).
-    stages: KV tiles in flight (2 or 3; 0: STAGES). noinc, l2, pingpong: SparseMla's."""
+    stages: KV tiles in flight (2 or 3; 0: STAGES). ablate: SparseMla's (measurement only)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import make_ptr
@@ -657,8 +511,10 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o,
     slot_bits, topk_bits = token_slots.element_size() * 8, topk.element_size() * 8
     if stages not in (0, 2, 3):
         raise ValueError(f"sm90 sparse_mla: 2 or 3 stages of 72 KB fit, not {stages}")
+    if ablate not in ABLATIONS:
+        raise ValueError(f"sm90 sparse_mla: no ablation {ablate!r} (there are {ABLATIONS})")
     _, fn = _compiled(bool(pdl), slot_rows is not None, slot_bits, topk_bits, stages or STAGES,
-                      bool(noinc), bool(l2), bool(pingpong))
+                      ablate)
     gmem = cute.AddressSpace.gmem
     rows = slot_rows if slot_rows is not None else topk
     stream = cuda.CUstream(torch.cuda.current_stream(qcat.device).cuda_stream)
