@@ -52,16 +52,17 @@ ATTN_SCRIPT = """
 import sys
 sys.path.insert(0, {ext!r})
 from sgl_kernel_ext.nvidia.sm90 import sparse_mla as Q
-for pdl, rows, bits, topk_bits, stages, ablate in {forms!r}:
-    Q._compiled(pdl, rows, bits, topk_bits, stages, ablate)
-    print("compiled", pdl, rows, bits)
+for form in {forms!r}:
+    Q._compiled(*form)
+    print("compiled", form)
 """
 # sparse_mla (pdl, a pool's table through slot_rows, slot bits, top-k bits, stages, ablate:
-# the probe's measurement-only forms)
-ATTN_FORMS = [(True, False, 32, 64, 2, ""),
-              (False, True, 64, 32, 3, ""),
-              (True, True, 32, 64, 2, "no_mma"),
-              (True, False, 32, 64, 2, "no_load")]
+# the probe's measurement-only forms, flat lookups)
+ATTN_FORMS = [(True, False, 32, 64, 2, "", False),
+              (False, True, 64, 32, 3, "", False),
+              (True, True, 32, 64, 2, "", True),
+              (True, True, 32, 64, 2, "no_mma", False),
+              (True, False, 32, 64, 2, "no_load", False)]
 
 
 def _compile(tmp_path, script: str, forms: list) -> list:
@@ -108,4 +109,4 @@ def test_sparse_mla_compiles_for_sm90a(tmp_path):
         cubins = _compile(tmp_path / str(i), ATTN_SCRIPT, [form])
         assert len(cubins) == 1, [p.name for p in (tmp_path / str(i)).iterdir()]
         _check_sass(cubins, wgmma="HGMMA.64x8x16.F32.BF16", load="LDGSTS",
-                    mma=form[-1] != "no_mma")
+                    mma=form[5] != "no_mma")

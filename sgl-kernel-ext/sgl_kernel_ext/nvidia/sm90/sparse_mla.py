@@ -82,9 +82,13 @@ class SparseMla:
     a pool's, row slot_rows[m] for row m); the slot table's and the top-k's integer types are
     the pointers'."""
 
-    def __init__(self, pdl: bool, rows: bool, stages: int = 0, ablate: str = ""):
+    def __init__(self, pdl: bool, rows: bool, stages: int = 0, ablate: str = "",
+                 flat: bool = False):
         self.pdl, self.rows = pdl, rows
         self.stages = stages or STAGES
+        # flat: the slot lookups as loads without branches, a step's positions one step
+        # before their slots, so no lookup waits in the gathering loop
+        self.flat = flat
         # measurement only (benchmark/sm90_attn_probe.py), the parts it writes are not the
         # attention's: "no_mma" (the consumer releases each step's tile without its MMAs or
         # softmax: the gather alone) or "no_load" (the producer signals each step without
@@ -149,6 +153,18 @@ class SparseMla:
                                          cute.make_layout(pos + 1))
                 slot = cutlass.Int64(table[pos])
         return slot
+
+    @cute.jit
+    def _position(self, tk: cute.Tensor, entry, lo, hi):
+        """Top-k position `entry` of the row (-1 at or past hi), loaded without a branch."""
+        pos = cutlass.Int64(tk[entry if entry < hi else lo])
+        return pos if entry < hi else cutlass.Int64(-1)
+
+    @cute.jit
+    def _slot(self, table: cute.Tensor, pos):
+        """The cache slot of a context position (-1 for -1), loaded without a branch."""
+        slot = cutlass.Int64(table[pos if pos >= 0 else cutlass.Int64(0)])
+        return slot if pos >= 0 else cutlass.Int64(-1)
 
     @cute.jit
     def _gather(self, kv: cute.Pointer, raw: cute.Pointer, stage, slot, token, c8, atom):
@@ -323,11 +339,31 @@ class SparseMla:
             # step's gather never waits for its lookup's two dependent loads
             ahead = cute.make_rmem_tensor(cute.make_layout((ROWS_PER_THREAD, LOOKUP)),
                                           cutlass.Int64)
-            for j in cutlass.range_constexpr(LOOKUP):
-                for i in cutlass.range_constexpr(ROWS_PER_THREAD):
-                    ahead[i, j] = self._slot_of(topk, slots, slot_rows, m,
-                                                lo + j * BLOCK_T + tok0 + 16 * i, hi,
-                                                stride_topk, stride_slots)
+            # flat: the positions of step + LOOKUP, whose slots the next step looks up
+            nxt = cute.make_rmem_tensor(cute.make_layout(ROWS_PER_THREAD), cutlass.Int64)
+            if cutlass.const_expr(self.flat):
+                tk = cute.make_tensor(topk + m * stride_topk, cute.make_layout(hi))
+                row = cutlass.Int64(m)
+                if cutlass.const_expr(self.rows):
+                    row = cute.make_tensor(slot_rows, cute.make_layout(m + 1))[m]
+                table = cute.make_tensor(slots + row * stride_slots,
+                                         cute.make_layout(stride_slots))
+                for j in cutlass.range_constexpr(LOOKUP + 1):
+                    for i in cutlass.range_constexpr(ROWS_PER_THREAD):
+                        pos = self._position(tk, lo + j * BLOCK_T + tok0 + 16 * i, lo, hi)
+                        if cutlass.const_expr(j < LOOKUP):
+                            ahead[i, j] = pos
+                        else:
+                            nxt[i] = pos
+                for j in cutlass.range_constexpr(LOOKUP):
+                    for i in cutlass.range_constexpr(ROWS_PER_THREAD):
+                        ahead[i, j] = self._slot(table, ahead[i, j])
+            else:
+                for j in cutlass.range_constexpr(LOOKUP):
+                    for i in cutlass.range_constexpr(ROWS_PER_THREAD):
+                        ahead[i, j] = self._slot_of(topk, slots, slot_rows, m,
+                                                    lo + j * BLOCK_T + tok0 + 16 * i, hi,
+                                                    stride_topk, stride_slots)
             arrived = cutlass.Int32(0)
             for step in cutlass.range(steps, unroll=1):
                 s = step % self.stages
@@ -345,10 +381,13 @@ class SparseMla:
                 for i in cutlass.range_constexpr(ROWS_PER_THREAD):
                     for j in cutlass.range_constexpr(LOOKUP - 1):
                         ahead[i, j] = ahead[i, j + 1]
-                    # -1 past the chunk's end, without a load
-                    ahead[i, LOOKUP - 1] = self._slot_of(
-                        topk, slots, slot_rows, m, lo + (step + LOOKUP) * BLOCK_T + tok0 + 16 * i,
-                        hi, stride_topk, stride_slots)
+                    entry = lo + (step + LOOKUP) * BLOCK_T + tok0 + 16 * i
+                    if cutlass.const_expr(self.flat):
+                        ahead[i, LOOKUP - 1] = self._slot(table, nxt[i])
+                        nxt[i] = self._position(tk, entry + BLOCK_T, lo, hi)
+                    else:  # -1 past the chunk's end, without a load
+                        ahead[i, LOOKUP - 1] = self._slot_of(topk, slots, slot_rows, m, entry,
+                                                             hi, stride_topk, stride_slots)
             self._arrive_complete(full, steps, arrived)
         else:
             if cutlass.const_expr(self.ablate == "no_mma"):
@@ -445,11 +484,11 @@ def _int(bits: int):
 
 @functools.lru_cache(maxsize=None)
 def _compiled(pdl: bool, rows: bool, slot_bits: int, topk_bits: int = 32, stages: int = 0,
-              ablate: str = ""):
+              ablate: str = "", flat: bool = False):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
-    kernel = SparseMla(pdl, rows, stages or STAGES, ablate)
+    kernel = SparseMla(pdl, rows, stages or STAGES, ablate, flat)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.BFloat16, 16, gmem, 16), make_ptr(cutlass.BFloat16, 16, gmem, 16),
             make_ptr(_int(topk_bits), 16, gmem, 4), make_ptr(_int(slot_bits), 16, gmem, 4),
@@ -474,13 +513,13 @@ def refusal(qcat, kv_cache, topk) -> str | None:
 
 def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o, part_ml,
                      slot_rows=None, pdl: bool = False, stages: int = 0,
-                     ablate: str = "") -> None:
+                     ablate: str = "", flat: bool = False) -> None:
     """part_o fp32 [M, S, 8, 512] and part_ml fp32 [M, S, 8, 2] of each row's S top-k chunks
     (the module docstring), on the current torch stream; graph-capturable. qcat bf16
     [M, 8, 576], kv_cache bf16 [slots, 576], topk int32 [M, K] (positions, -1 = none; K a
     multiple of 64, each chunk at least one block; int64 too), token_slots int32/int64
     [M or pool rows, W] with slot_rows int64 [M] for a pool's table (``triton.mla.slot_args``).
-    stages: KV tiles in flight (2 or 3; 0: STAGES). ablate: SparseMla's (measurement only)."""
+    stages: KV tiles in flight (2 or 3; 0: STAGES). ablate: SparseMla's (measurement only); flat: SparseMla's."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import make_ptr
@@ -514,7 +553,7 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o,
     if ablate not in ABLATIONS:
         raise ValueError(f"sm90 sparse_mla: no ablation {ablate!r} (there are {ABLATIONS})")
     _, fn = _compiled(bool(pdl), slot_rows is not None, slot_bits, topk_bits, stages or STAGES,
-                      ablate)
+                      ablate, bool(flat))
     gmem = cute.AddressSpace.gmem
     rows = slot_rows if slot_rows is not None else topk
     stream = cuda.CUstream(torch.cuda.current_stream(qcat.device).cuda_stream)
