@@ -404,11 +404,11 @@ VARIANTS = {
     "sm90_attn_2_stages": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
                            ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_STAGES"): 2},
     # noinc, l2, pingpong: forms measured at 28b320a and removed (sparse_mla's docstring)
-    "sm90_attn_flat": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
-                       ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_FLAT"): True},
-    "sm90_attn_flat_3": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
-                         ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_FLAT"): True,
-                         ("sm90", "ATTN_STAGES"): 3},
+    "sm90_attn_noinc": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
+                        ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_NOINC"): True},
+    "sm90_attn_noinc_3": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
+                          ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_NOINC"): True,
+                          ("sm90", "ATTN_STAGES"): 3},
     "sm90_attn_no_pdl": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
                          ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_PDL"): False},
 }

@@ -124,25 +124,25 @@ CASES = {  # rows: contexts (some shorter than the top-k: -1 entries, chunks wit
 
 
 @pytest.mark.parametrize("rows", sorted(CASES))
-@pytest.mark.parametrize("form", ["int32", "int64", "pool", "topk_int64", "flat_pool",
-                                  "flat_int64_2_stages"])
+@pytest.mark.parametrize("form", ["int32", "int64", "pool", "topk_int64", "noinc_pool",
+                                  "noinc_int64_2_stages"])
 def test_chunks_match_reference(rows, form):
-    """flat: the slot lookups without branches (SparseMla.flat)."""
+    """noinc: the steps signalled by their copies' completion (SparseMla.noinc)."""
     case = _case(rows, CASES[rows], seed=rows, pool=form.endswith("pool"),
                  slot_dtype=torch.int64 if "int64" in form else torch.int32)
-    if form.startswith(("topk_int64", "flat")):  # the layer's top-k buffer
+    if form.startswith(("topk_int64", "noinc")):  # the layer's top-k buffer
         case = case[:2] + (case[2].to(torch.int64),) + case[3:]
     splits = mla.attention_splits(rows, TOPK)
-    kw = dict(flat=True, stages=2 if form.endswith("2_stages") else 3) if "flat" in form else {}
+    kw = dict(noinc=True, stages=2 if form.endswith("2_stages") else 3) if "noinc" in form else {}
     part_o, part_ml = _launch(*case, splits, **kw)
     _check(part_o, part_ml, _reference(*case, splits))
 
 
-@pytest.mark.parametrize("form", [dict(stages=2), dict(stages=2, flat=True),
-                                  dict(stages=3, flat=True)], ids=["2", "2_flat", "3_flat"])
+@pytest.mark.parametrize("form", [dict(stages=2), dict(stages=2, noinc=True),
+                                  dict(stages=3, noinc=True)], ids=["2", "2_noinc", "3_noinc"])
 @pytest.mark.parametrize("rows", [3, 9, 16])
 def test_other_forms_are_bitwise_three_stages(rows, form):
-    """2 stages, flat lookups: the same math in the same order, so the same bits."""
+    """2 stages, noinc: the same math in the same order, so the same bits."""
     case = _case(rows, CASES[rows], seed=20 + rows)
     splits = mla.attention_splits(rows, TOPK)
     three = _launch(*case, splits)

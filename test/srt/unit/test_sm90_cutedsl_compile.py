@@ -57,7 +57,7 @@ for form in {forms!r}:
     print("compiled", form)
 """
 # sparse_mla (pdl, a pool's table through slot_rows, slot bits, top-k bits, stages, ablate:
-# the probe's measurement-only forms, flat lookups)
+# the probe's measurement-only forms, noinc)
 ATTN_FORMS = [(True, False, 32, 64, 2, "", False),
               (False, True, 64, 32, 3, "", False),
               (True, True, 32, 64, 2, "", True),

@@ -48,8 +48,9 @@ ATTN_MAX_ROWS = 8
 # sparse_mla's KV tiles in flight (72 KB each): 2 against 3 within -1.0..+0.6 us a layer at
 # 1-16 rows except dense 4 and 8 rows, 3.8 and 4.3 faster (same results)
 ATTN_STAGES = 2
-# sparse_mla's slot lookups without branches (SparseMla.flat): built, not yet run on a GPU
-ATTN_FLAT = False
+# sparse_mla's steps signalled by their copies' completion (SparseMla.noinc): not yet run on a
+# GPU with the slot lookups that no longer wait
+ATTN_NOINC = False
 # sparse_mla launched programmatically dependent (with the layer's overlap); without it the
 # layer is 2.5-3.6 us slower at 1-4 rows, the same at 12-16 (tiling_probe_20261202T201751Z)
 ATTN_PDL = True

@@ -83,12 +83,14 @@ class SparseMla:
     the pointers'."""
 
     def __init__(self, pdl: bool, rows: bool, stages: int = 0, ablate: str = "",
-                 flat: bool = False):
+                 noinc: bool = False):
         self.pdl, self.rows = pdl, rows
         self.stages = stages or STAGES
-        # flat: the slot lookups as loads without branches, a step's positions one step
-        # before their slots, so no lookup waits in the gathering loop
-        self.flat = flat
+        # noinc: each step's arrival rides on the gathering threads' cp.async completion
+        # (cp.async.mbarrier.arrive.noinc) and a plain arrive for their zero rows, so the
+        # producer never waits for its own loads; else it waits for them in order
+        # (cp.async.wait_group) and signals every step it issued before it waits for a slot
+        self.noinc = noinc
         # measurement only (benchmark/sm90_attn_probe.py), the parts it writes are not the
         # attention's: "no_mma" (the consumer releases each step's tile without its MMAs or
         # softmax: the gather alone) or "no_load" (the producer signals each step without
@@ -136,23 +138,6 @@ class SparseMla:
                                                block=[self.threads, 1, 1],
                                                smem=Storage.size_in_bytes(), stream=stream,
                                                use_pdl=self.pdl)
-
-    @cute.jit
-    def _slot_of(self, topk: cute.Pointer, slots: cute.Pointer, slot_rows: cute.Pointer, m,
-                 entry, hi, stride_topk, stride_slots):
-        """The cache slot of row m's top-k entry `entry` (-1 where it is past hi or none)."""
-        slot = cutlass.Int64(-1)
-        if entry < hi:
-            tk = cute.make_tensor(topk + m * stride_topk, cute.make_layout(hi))
-            pos = tk[entry]
-            if pos >= 0:
-                row = cutlass.Int64(m)
-                if cutlass.const_expr(self.rows):
-                    row = cute.make_tensor(slot_rows, cute.make_layout(m + 1))[m]
-                table = cute.make_tensor(slots + row * stride_slots,
-                                         cute.make_layout(pos + 1))
-                slot = cutlass.Int64(table[pos])
-        return slot
 
     @cute.jit
     def _position(self, tk: cute.Tensor, entry, lo, hi):
@@ -218,6 +203,8 @@ class SparseMla:
                                 kv_layout.outer)
         t_a_kv = mma_qk.make_fragment_A(thr_qk.partition_A(s_kv))
         cute.arch.mbarrier_wait(full + s, (step // self.stages) % 2)
+        if cutlass.const_expr(self.noinc):
+            cute.arch.fence_view_async_shared()  # the copies were the generic proxy's
         warpgroup.fence()
         accs = (a0, a1, a2, a3)
         for kb in cutlass.range_constexpr(cute.size(t_a_kv, mode=[2])):
@@ -321,7 +308,7 @@ class SparseMla:
         empty = full + self.stages
         if tidx == 0:
             for s in cutlass.range_constexpr(self.stages):
-                cute.arch.mbarrier_init(full + s, PRODUCERS)
+                cute.arch.mbarrier_init(full + s, PRODUCERS * (2 if self.noinc else 1))
                 cute.arch.mbarrier_init(empty + s, 128)  # one consumer warpgroup a step
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
@@ -339,35 +326,31 @@ class SparseMla:
             # step's gather never waits for its lookup's two dependent loads
             ahead = cute.make_rmem_tensor(cute.make_layout((ROWS_PER_THREAD, LOOKUP)),
                                           cutlass.Int64)
-            # flat: the positions of step + LOOKUP, whose slots the next step looks up
+            # the positions of step + LOOKUP, whose slots the next step looks up: no load in
+            # the gathering loop waits for another
             nxt = cute.make_rmem_tensor(cute.make_layout(ROWS_PER_THREAD), cutlass.Int64)
-            if cutlass.const_expr(self.flat):
-                tk = cute.make_tensor(topk + m * stride_topk, cute.make_layout(hi))
-                row = cutlass.Int64(m)
-                if cutlass.const_expr(self.rows):
-                    row = cute.make_tensor(slot_rows, cute.make_layout(m + 1))[m]
-                table = cute.make_tensor(slots + row * stride_slots,
-                                         cute.make_layout(stride_slots))
-                for j in cutlass.range_constexpr(LOOKUP + 1):
-                    for i in cutlass.range_constexpr(ROWS_PER_THREAD):
-                        pos = self._position(tk, lo + j * BLOCK_T + tok0 + 16 * i, lo, hi)
-                        if cutlass.const_expr(j < LOOKUP):
-                            ahead[i, j] = pos
-                        else:
-                            nxt[i] = pos
-                for j in cutlass.range_constexpr(LOOKUP):
-                    for i in cutlass.range_constexpr(ROWS_PER_THREAD):
-                        ahead[i, j] = self._slot(table, ahead[i, j])
-            else:
-                for j in cutlass.range_constexpr(LOOKUP):
-                    for i in cutlass.range_constexpr(ROWS_PER_THREAD):
-                        ahead[i, j] = self._slot_of(topk, slots, slot_rows, m,
-                                                    lo + j * BLOCK_T + tok0 + 16 * i, hi,
-                                                    stride_topk, stride_slots)
+            tk = cute.make_tensor(topk + m * stride_topk, cute.make_layout(hi))
+            row = cutlass.Int64(m)
+            if cutlass.const_expr(self.rows):
+                row = cute.make_tensor(slot_rows, cute.make_layout(m + 1))[m]
+            table = cute.make_tensor(slots + row * stride_slots, cute.make_layout(stride_slots))
+            for j in cutlass.range_constexpr(LOOKUP + 1):
+                for i in cutlass.range_constexpr(ROWS_PER_THREAD):
+                    pos = self._position(tk, lo + j * BLOCK_T + tok0 + 16 * i, lo, hi)
+                    if cutlass.const_expr(j < LOOKUP):
+                        ahead[i, j] = pos
+                    else:
+                        nxt[i] = pos
+            for j in cutlass.range_constexpr(LOOKUP):
+                for i in cutlass.range_constexpr(ROWS_PER_THREAD):
+                    ahead[i, j] = self._slot(table, ahead[i, j])
             arrived = cutlass.Int32(0)
             for step in cutlass.range(steps, unroll=1):
                 s = step % self.stages
-                if step >= self.stages:
+                if cutlass.const_expr(self.noinc):
+                    if step >= self.stages:
+                        cute.arch.mbarrier_wait(empty + s, ((step // self.stages) + 1) % 2)
+                elif step >= self.stages:
                     # every step issued is signalled before waiting for a slot: the consumer
                     # releases a slot only once it has the next step's tile (its scores
                     # overlap the slot's PV)
@@ -377,18 +360,24 @@ class SparseMla:
                 if cutlass.const_expr(self.ablate != "no_load"):
                     for i in cutlass.range_constexpr(ROWS_PER_THREAD):
                         self._gather(kv, raw, s, ahead[i, 0], tok0 + 16 * i, c8, atom)
-                cute.arch.cp_async_commit_group()
+                if cutlass.const_expr(self.noinc):
+                    # the zero rows' stores released by a plain arrive, the copies' by theirs
+                    cute.arch.fence_view_async_shared()
+                    cute.arch.mbarrier_arrive(full + s)
+                    cute.arch.cp_async_mbarrier_arrive_noinc(full + s)
+                else:
+                    cute.arch.cp_async_commit_group()
                 for i in cutlass.range_constexpr(ROWS_PER_THREAD):
                     for j in cutlass.range_constexpr(LOOKUP - 1):
                         ahead[i, j] = ahead[i, j + 1]
-                    entry = lo + (step + LOOKUP) * BLOCK_T + tok0 + 16 * i
-                    if cutlass.const_expr(self.flat):
-                        ahead[i, LOOKUP - 1] = self._slot(table, nxt[i])
-                        nxt[i] = self._position(tk, entry + BLOCK_T, lo, hi)
-                    else:  # -1 past the chunk's end, without a load
-                        ahead[i, LOOKUP - 1] = self._slot_of(topk, slots, slot_rows, m, entry,
-                                                             hi, stride_topk, stride_slots)
-            self._arrive_complete(full, steps, arrived)
+                    ahead[i, LOOKUP - 1] = self._slot(table, nxt[i])
+                    nxt[i] = self._position(
+                        tk, lo + (step + LOOKUP + 1) * BLOCK_T + tok0 + 16 * i, lo, hi)
+            if cutlass.const_expr(self.noinc):  # no thread exits with its copies in flight
+                cute.arch.cp_async_commit_group()
+                cute.arch.cp_async_wait_group(0)
+            else:
+                self._arrive_complete(full, steps, arrived)
         else:
             if cutlass.const_expr(self.ablate == "no_mma"):
                 for step in cutlass.range(steps, unroll=1):
@@ -484,11 +473,11 @@ def _int(bits: int):
 
 @functools.lru_cache(maxsize=None)
 def _compiled(pdl: bool, rows: bool, slot_bits: int, topk_bits: int = 32, stages: int = 0,
-              ablate: str = "", flat: bool = False):
+              ablate: str = "", noinc: bool = False):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
-    kernel = SparseMla(pdl, rows, stages or STAGES, ablate, flat)
+    kernel = SparseMla(pdl, rows, stages or STAGES, ablate, noinc)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.BFloat16, 16, gmem, 16), make_ptr(cutlass.BFloat16, 16, gmem, 16),
             make_ptr(_int(topk_bits), 16, gmem, 4), make_ptr(_int(slot_bits), 16, gmem, 4),
@@ -513,13 +502,13 @@ def refusal(qcat, kv_cache, topk) -> str | None:
 
 def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o, part_ml,
                      slot_rows=None, pdl: bool = False, stages: int = 0,
-                     ablate: str = "", flat: bool = False) -> None:
+                     ablate: str = "", noinc: bool = False) -> None:
     """part_o fp32 [M, S, 8, 512] and part_ml fp32 [M, S, 8, 2] of each row's S top-k chunks
     (the module docstring), on the current torch stream; graph-capturable. qcat bf16
     [M, 8, 576], kv_cache bf16 [slots, 576], topk int32 [M, K] (positions, -1 = none; K a
     multiple of 64, each chunk at least one block; int64 too), token_slots int32/int64
     [M or pool rows, W] with slot_rows int64 [M] for a pool's table (``triton.mla.slot_args``).
-    stages: KV tiles in flight (2 or 3; 0: STAGES). ablate: SparseMla's (measurement only); flat: SparseMla's."""
+    stages: KV tiles in flight (2 or 3; 0: STAGES). ablate: SparseMla's (measurement only); noinc: SparseMla's."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import make_ptr
@@ -553,7 +542,7 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o,
     if ablate not in ABLATIONS:
         raise ValueError(f"sm90 sparse_mla: no ablation {ablate!r} (there are {ABLATIONS})")
     _, fn = _compiled(bool(pdl), slot_rows is not None, slot_bits, topk_bits, stages or STAGES,
-                      ablate, bool(flat))
+                      ablate, bool(noinc))
     gmem = cute.AddressSpace.gmem
     rows = slot_rows if slot_rows is not None else topk
     stream = cuda.CUstream(torch.cuda.current_stream(qcat.device).cuda_stream)
