@@ -1,6 +1,5 @@
-"""The sparse attention alone: sm90 sparse_mla (CuTe DSL; 3 or 2 stages, its steps signalled
-by the producer's waits or by the copies' completion (noinc), and its measurement-only forms:
-no_mma, the gather alone; no_load, the consumer alone) against
+"""The sparse attention alone: sm90 sparse_mla (CuTe DSL; 2 or 3 stages, and its
+measurement-only forms: no_mma, the gather alone; no_load, the consumer alone) against
 triton.mla's kernel, the same inputs, one TP8 rank's GLM-5.3 shapes (8 heads, 576-wide bf16 KV
 rows, 2048 top-k entries a row), at 1-16 rows. Each arm is a CUDA graph of 8 launches over 4
 KV caches in turn (past the 60 MB L2 from 12 rows with --layout random), timed by CUDA events
@@ -100,17 +99,12 @@ def main():
             "triton": lambda i: mla.sparse_attention(qcat, caches[i], topk, tables[i], scale,
                                                      part_o, part_ml, olat, 512, 64, merge=False),
         }
-        for name, stages, ablate, noinc in (
-                ("sm90_3_stages", 3, "", False), ("sm90_2_stages", 2, "", False),
-                ("sm90_2_stages_noinc", 2, "", True), ("sm90_3_stages_noinc", 3, "", True),
-                ("sm90_2_stages_no_mma", 2, "no_mma", False),
-                ("sm90_2_stages_noinc_no_mma", 2, "no_mma", True),
-                ("sm90_3_stages_noinc_no_mma", 3, "no_mma", True),
-                ("sm90_2_stages_no_load", 2, "no_load", False)):
-            arms[name] = (lambda i, st=stages, ab=ablate, ni=noinc:
+        for name, stages, ablate in (("sm90_2_stages", 2, ""), ("sm90_3_stages", 3, ""),
+                                     ("sm90_no_mma", 2, "no_mma"),
+                                     ("sm90_no_load", 2, "no_load")):
+            arms[name] = (lambda i, st=stages, ab=ablate:
                           sparse_mla.sparse_attention(qcat, caches[i], topk, tables[i], scale,
-                                                      part_o, part_ml, stages=st, ablate=ab,
-                                                      noinc=ni))
+                                                      part_o, part_ml, stages=st, ablate=ab))
         if args.eager:
             for name, fn in arms.items():
                 for i in range(3):

@@ -14,7 +14,9 @@
 # and the MoE layer A/B of one launch against two and against Triton. `attn`: sparse_mla's
 # tests, the kernel alone for each of $ATTN_LAYOUTS (sm90_attn_probe --layout), the layer's
 # attention opt-in test and the layer A/B (tiling_probe sm90_attn; ATTN_VARIANTS="": none);
-# `attn_ncu`: sparse_mla and Triton's attention alone under Nsight Compute.
+# `attn_ncu`: sparse_mla and Triton's attention alone under Nsight Compute. `release`:
+# sparse_mla's tests and release_run.sh bench (the layer table, step and timeline) with CuTe
+# DSL installed (carry .stage2 and .cache/upstream).
 set -u
 mode=${1:-all}
 shift || true
@@ -29,7 +31,6 @@ if ! python3 -c "import cutlass" 2>/dev/null && [ ! -d /tmp/site/nvidia_cutlass_
     { echo "CuTe DSL install failed"; exit 4; }
 fi
 source benchmark/device_env.sh
-export PYTHONPATH=/tmp/site:/tmp/site/nvidia_cutlass_dsl/dsl_packages:$PYTHONPATH
 export PYTHONUNBUFFERED=1
 python3 -c "import cutlass; print('cutlass', cutlass.__version__ if hasattr(cutlass, '__version__') else '?')"
 if [ "$mode" = tests ] || [ "$mode" = all ]; then
@@ -86,9 +87,16 @@ if [ "$mode" = attn ]; then  # sparse_mla: its tests, alone against Triton, the 
     timeout 150 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -p no:warnings \
       -k "sm90_linears and env_ATTN${ATTN_LAYER_K:-}" 2>&1 | tee "$L/pytest_sm90_layer_attn.log" | tail -3
     timeout 300 python3 -m benchmark.tiling_probe --kinds moe,dense --ms 1,4,8,12,16 \
-      --variants "${ATTN_VARIANTS:-baseline,sm90_attn_2_stages,sm90_attn_every_row,sm90_attn_no_pdl,baseline}" \
+      --variants "${ATTN_VARIANTS:-triton_attn,sm90_attn,sm90_attn_every_row,sm90_attn_no_pdl,triton_attn}" \
       --out "$OUT" 2>&1 | grep -v Warn | tee "$L/sm90_attn_probe.log" | grep "us$" | tail -60
   fi
+fi
+if [ "$mode" = release ]; then  # sparse_mla's tests, then the release bench with CuTe DSL
+  # installed, as a Hopper server with nvidia-cutlass-dsl runs (sparse_mla by default; carry
+  # .cache/upstream too for the stock arm)
+  timeout 120 python3 -m pytest test/srt/kernels/test_sm90_sparse_mla.py -q -x --tb=short \
+    -p no:warnings 2>&1 | tee "$L/pytest_sm90_attn.log" | tail -3
+  bash benchmark/release_run.sh bench
 fi
 if [ "$mode" = attn_ncu ]; then  # sparse_mla and Triton's attention under Nsight Compute
   timeout 300 ncu --clock-control none -k regex:'SparseMla|_sparse_attn' --section SpeedOfLight \

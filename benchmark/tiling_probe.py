@@ -397,18 +397,16 @@ VARIANTS = {
     "sm90_moe_two_launches": {("sm90", "MOE"): True, ("sm90", "MOE_ONE_LAUNCH"): False},
     # the sparse attention on sparse_mla (nvidia/sm90/sparse_mla; sm90_run.sh attn) at every
     # row count, with 3 stages or 2 (results up to 9d37e48 were taken when the opt-in ran at
-    # every row count with 3 stages: sm90_attn there is sm90_attn_every_row here)
+    # every row count with 3 stages: sm90_attn there is sm90_attn_every_row here). Since
+    # sparse_mla is the default wherever it can run (after 9e54f0a), baseline takes it where
+    # CuTe DSL is installed, and triton_attn is Triton's kernel
     "sm90_attn": {("sm90", "ATTN"): True},
+    "triton_attn": {("sm90", "ATTN"): False},
     "sm90_attn_every_row": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
                             ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_STAGES"): 3},
     "sm90_attn_2_stages": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
                            ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_STAGES"): 2},
-    # noinc, l2, pingpong: forms measured at 28b320a and removed (sparse_mla's docstring)
-    "sm90_attn_noinc": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
-                        ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_NOINC"): True},
-    "sm90_attn_noinc_3": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
-                          ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_NOINC"): True,
-                          ("sm90", "ATTN_STAGES"): 3},
+    # noinc, l2, pingpong: forms measured and removed (sparse_mla's docstring)
     "sm90_attn_no_pdl": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
                          ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_PDL"): False},
 }

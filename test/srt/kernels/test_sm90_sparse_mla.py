@@ -124,32 +124,27 @@ CASES = {  # rows: contexts (some shorter than the top-k: -1 entries, chunks wit
 
 
 @pytest.mark.parametrize("rows", sorted(CASES))
-@pytest.mark.parametrize("form", ["int32", "int64", "pool", "topk_int64", "noinc_pool",
-                                  "noinc_int64_2_stages"])
+@pytest.mark.parametrize("form", ["int32", "int64", "pool", "topk_int64", "3_stages_pool"])
 def test_chunks_match_reference(rows, form):
-    """noinc: the steps signalled by their copies' completion (SparseMla.noinc)."""
     case = _case(rows, CASES[rows], seed=rows, pool=form.endswith("pool"),
-                 slot_dtype=torch.int64 if "int64" in form else torch.int32)
-    if form.startswith(("topk_int64", "noinc")):  # the layer's top-k buffer
+                 slot_dtype=torch.int64 if form == "int64" else torch.int32)
+    if form == "topk_int64":  # the layer's top-k buffer
         case = case[:2] + (case[2].to(torch.int64),) + case[3:]
     splits = mla.attention_splits(rows, TOPK)
-    kw = dict(noinc=True, stages=2 if form.endswith("2_stages") else 3) if "noinc" in form else {}
-    part_o, part_ml = _launch(*case, splits, **kw)
+    part_o, part_ml = _launch(*case, splits, **({"stages": 3} if "3_stages" in form else {}))
     _check(part_o, part_ml, _reference(*case, splits))
 
 
-@pytest.mark.parametrize("form", [dict(stages=2), dict(stages=2, noinc=True),
-                                  dict(stages=3, noinc=True)], ids=["2", "2_noinc", "3_noinc"])
 @pytest.mark.parametrize("rows", [3, 9, 16])
-def test_other_forms_are_bitwise_three_stages(rows, form):
-    """2 stages, noinc: the same math in the same order, so the same bits."""
+def test_three_stages_are_bitwise_two(rows):
+    """The same math in the same order, so the same bits."""
     case = _case(rows, CASES[rows], seed=20 + rows)
     splits = mla.attention_splits(rows, TOPK)
-    three = _launch(*case, splits)
+    two = _launch(*case, splits)
     part_o = torch.full((rows, splits, HEADS, LATENT), float("nan"), device="cuda")
     part_ml = torch.full((rows, splits, HEADS, 2), float("nan"), device="cuda")
-    sparse_mla.sparse_attention(*case[:4], SCALE, part_o, part_ml, slot_rows=case[4], **form)
-    assert torch.equal(part_o, three[0]) and torch.equal(part_ml, three[1])
+    sparse_mla.sparse_attention(*case[:4], SCALE, part_o, part_ml, slot_rows=case[4], stages=3)
+    assert torch.equal(part_o, two[0]) and torch.equal(part_ml, two[1])
 
 
 @pytest.mark.parametrize("rows", [1, 16])

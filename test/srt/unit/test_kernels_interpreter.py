@@ -904,6 +904,33 @@ def test_sm90_linears_refuse_to_build_where_they_cannot_run(monkeypatch, env):
                persistent_launch=False)
 
 
+def test_sm90_attention_by_default_logs_why_it_runs_triton(monkeypatch, caplog):
+    """Unset, SGL_KERNEL_EXT_SM90_ATTN takes sparse_mla wherever it can run; where it cannot
+    (here: no CUDA device) the layer builds on Triton's attention and logs why; "0" is off."""
+    import logging
+
+    from sgl_kernel_ext.nvidia import sm90
+
+    from sglang.srt.layers.fused_decode import layer as layer_mod
+
+    case = make_case(CFG, 2, [30, 12], seed=2, tp_size=1)
+    monkeypatch.delenv(sm90.ATTN_ENV, raising=False)
+    layer_mod._log_once.cache_clear()
+    with caplog.at_level(logging.INFO, logger=layer_mod.__name__):
+        layer = FusedLayer(CFG, case.lw, case.caches, 2, case.batch.token_slots.shape[1],
+                           persistent_launch=False)
+    assert layer.sm90_attn is None
+    assert "runs Triton's kernel, not sm90 sparse_mla" in caplog.text
+    assert "needs a CUDA device" in caplog.text
+    monkeypatch.setenv(sm90.ATTN_ENV, "0")
+    caplog.clear()
+    layer_mod._log_once.cache_clear()
+    with caplog.at_level(logging.INFO, logger=layer_mod.__name__):
+        layer = FusedLayer(CFG, case.lw, case.caches, 2, case.batch.token_slots.shape[1],
+                           persistent_launch=False)
+    assert layer.sm90_attn is None and "sparse_mla" not in caplog.text
+
+
 def test_plan_of_persistent_tp_shards_refuses_to_build():
     """Serving refuses at load, not at the first step: a plan whose persistent layers are TP
     shards names them; the same shards on the stage kernels build."""

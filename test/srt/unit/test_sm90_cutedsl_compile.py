@@ -57,12 +57,11 @@ for form in {forms!r}:
     print("compiled", form)
 """
 # sparse_mla (pdl, a pool's table through slot_rows, slot bits, top-k bits, stages, ablate:
-# the probe's measurement-only forms, noinc)
-ATTN_FORMS = [(True, False, 32, 64, 2, "", False),
-              (False, True, 64, 32, 3, "", False),
-              (True, True, 32, 64, 2, "", True),
-              (True, True, 32, 64, 2, "no_mma", False),
-              (True, False, 32, 64, 2, "no_load", False)]
+# the probe's measurement-only forms)
+ATTN_FORMS = [(True, False, 32, 64, 2, ""),
+              (False, True, 64, 32, 3, ""),
+              (True, True, 32, 64, 2, "no_mma"),
+              (True, False, 32, 64, 2, "no_load")]
 
 
 def _compile(tmp_path, script: str, forms: list) -> list:

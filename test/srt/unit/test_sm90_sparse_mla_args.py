@@ -48,7 +48,7 @@ def test_refuses_naming_the_argument(why):
 
 def test_layer_shapes_pass_the_checks(monkeypatch):
     """The layer's shapes reach the compile (stubbed here: a CPU machine cannot launch), as
-    the forms they ask for (stages 0 is the module's STAGES, 3)."""
+    the forms they ask for (stages 0 is the module's STAGES, 2)."""
     seen = []
 
     def stop(*key):
@@ -60,6 +60,6 @@ def test_layer_shapes_pass_the_checks(monkeypatch):
                  dict(slot_rows=torch.zeros(M, dtype=torch.int64))):
         with pytest.raises(RuntimeError, match="compile reached"):
             sparse_mla.sparse_attention(**_args(**form))
-    assert seen == [(False, False, 32, 64, 2, "", False),
-                    (False, False, 32, 64, 3, "no_mma", False),
-                    (False, True, 32, 64, 3, "", False)]
+    assert seen == [(False, False, 32, 64, 2, ""),
+                    (False, False, 32, 64, 3, "no_mma"),
+                    (False, True, 32, 64, 2, "")]

@@ -29,24 +29,22 @@ MOE: Optional[bool] = None
 # activations are made) rather than two: on an H200 3.3-8.0 us faster a MoE layer at 2-16 rows,
 # the same at one (tiling_probe_20261202T125957Z: sm90_moe_two_launches)
 MOE_ONE_LAUNCH = True
-# "1": the sparse attention runs on sparse_mla (the heads as wgmma's N, a warpgroup gathering
-# KV rows) instead of triton.mla's kernel at ATTN_FROM_ROWS..ATTN_MAX_ROWS rows; the Triton
-# combine or absorb_v's merge follows either. Opt-in. On an H200 (results/
-# tiling_probe_20261202T171639Z, code at 9d37e48, 2 stages) a layer is 1.8-2.3 us faster at 4
-# and 8 rows (MoE), 0.4-4.5 (dense), within noise at 1 and 12, 0.7-1.2 slower at 16 (again at
-# 28b320a, tiling_probe_20261202T201751Z: -1.4 / -2.5 MoE, 0 / -4.5 dense at 4 / 8); alone
-# (sm90_attn_probe_20261202T171634Z) the kernel is 15.7 / 21.1 us against Triton's 21.0 /
-# 26.3 at 12 / 16 rows, 1.3-1.6 us slower at 1-2 (one 64-entry step a CTA: its three
-# dependent loads and one step's MMAs are the whole kernel). Likely why the layer gains less
-# (not measured): its CTA (155 KB of shared memory with 2 stages, 227 KB with 3) cannot start
-# beside the previous kernel's, so the dependent launch's early gather buys little, where
-# Triton's kernel asks L2 for its chunk's rows before its wait.
+# The sparse attention on sparse_mla (the heads as wgmma's N, a warpgroup gathering KV rows)
+# instead of triton.mla's kernel at ATTN_FROM_ROWS..ATTN_MAX_ROWS rows; the Triton combine or
+# absorb_v's merge follows either. On by default wherever it can run (a Hopper GPU, CuTe DSL,
+# the stage kernels, 8 heads a rank; elsewhere the layer logs why it runs Triton's); "1"
+# insists (a layer that cannot take it refuses to build, naming why), "0" turns it off. On an
+# H200 (results/tiling_probe_20261202T204316Z, code at 9e54f0a, against Triton's beside it)
+# a MoE layer is 1.3 / 1.8 / 4.2 / 1.7 / 2.4 us faster at 1 / 4 / 8 / 12 / 16 rows, a dense
+# one 1.3 / 0.6 / 4.1 / 1.7 / 3.1; alone (sm90_attn_probe_20261202T204203Z) the kernel is
+# 9.8 / 13.0 / 17.3 us against Triton's 12.7 / 20.5 / 26.1 at 8 / 12 / 16 rows, 0.8-1.0 us
+# slower at 1-2 (the layer's dependent launch hides that: its gather starts before the wait).
 ATTN_ENV = "SGL_KERNEL_EXT_SM90_ATTN"
 ATTN: Optional[bool] = None
-ATTN_FROM_ROWS = 3
-ATTN_MAX_ROWS = 8
-# sparse_mla's KV tiles in flight (72 KB each): 2 against 3 within -1.0..+0.6 us a layer at
-# 1-16 rows except dense 4 and 8 rows, 3.8 and 4.3 faster (same results)
+ATTN_FROM_ROWS = 1
+ATTN_MAX_ROWS = 16
+# sparse_mla's KV tiles in flight (72 KB each): 3 against 2 is 0.3-1.6 us slower a layer at
+# 1-16 rows but for a MoE layer at one row (-0.3), up to 3 at 4-8 dense (same results)
 ATTN_STAGES = 2
 # sparse_mla's steps signalled by their copies' completion (SparseMla.noinc): not yet run on a
 # GPU with the slot lookups that no longer wait
@@ -71,8 +69,13 @@ def moe_enabled() -> bool:
     return MOE if MOE is not None else os.environ.get(MOE_ENV, "0") == "1"
 
 
-def attn_enabled() -> bool:
-    return ATTN if ATTN is not None else os.environ.get(ATTN_ENV, "0") == "1"
+def attn_setting() -> Optional[bool]:
+    """The sparse attention on sparse_mla: True insists (ATTN_ENV=1), False is off (=0), None
+    (unset) takes it wherever it can run."""
+    if ATTN is not None:
+        return ATTN
+    value = os.environ.get(ATTN_ENV, "")
+    return None if value == "" else value == "1"
 
 
 def refusal(device, what: str) -> Optional[str]:

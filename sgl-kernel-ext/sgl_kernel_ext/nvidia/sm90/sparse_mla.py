@@ -19,37 +19,46 @@ instruction latency, not by HBM (``triton.mla``'s notes). Here the heads are wgm
   written into the tile's rope columns once the scores have read them.
 
 Work in a CTA: warpgroup 0 gathers (8 threads a KV row, each 16 bytes of every 128, so a
-warp's cp.async covers 4 whole lines; the entries' slots looked up LOOKUP steps ahead; zeros
-where an entry does not exist) into a ring of 2 or 3 72 KB tiles with mbarriers; warpgroup 1
-runs the MMAs and the online softmax (exp2; a column max crosses the 4 warps through shared
-memory), issuing the next step's scores while a step's PV runs. Entries and cache rows come
-from two or more kernels back, so the gather starts before the programmatic wait
-(``triton.overlap``'s rule); only q, written by the previous kernel, is read after it.
-Heads: exactly 8 (one TP8 rank of GLM-5.3); the refusal says so for others.
+warp's cp.async covers 4 whole lines; zeros where an entry does not exist) into a ring of 2
+(or 3) 72 KB tiles with mbarriers; its slot lookups are loads without branches, the top-k
+positions of step + LOOKUP + 1 read a step before their slots, so no load in its loop waits
+for another. Warpgroup 1 runs the MMAs and the online softmax (exp2; a column max crosses the
+4 warps through shared memory), issuing the next step's scores while a step's PV runs.
+Entries and cache rows come from two or more kernels back, so the gather starts before the
+programmatic wait (``triton.overlap``'s rule); only q, written by the previous kernel, is read
+after it. Heads: exactly 8 (one TP8 rank of GLM-5.3); the refusal says so for others.
 
 Measured on an H200 (GPU tests: test/srt/kernels/test_sm90_sparse_mla.py, the layer's
-SGL_KERNEL_EXT_SM90_ATTN case): alone, 15.7 / 21.1 us against Triton's 21.0 / 26.3 at 12 / 16
-rows, about the same at 4-8, 1.3-1.6 us slower at 1-2 (results/sm90_attn_probe_20261202T171634Z,
-2 stages; the KV rows' floor is 6.8 / 9.1 us). In the layer see ``sm90.ATTN_FROM_ROWS``.
-Tried: the producer waiting for each step's rows before gathering the next (one step in
-flight), a thread a half row (each warp's cp.async 32 lines): 22 us alone at 16 rows (the
-layer +3.7 us, tiling_probe_20261202T165318Z); the slots looked up one step ahead rather than
-four: the same within noise. The consumer releases a slot only after issuing the next step's
-scores, so the producer must signal every step it issued before it waits for a slot (d50fe63
-did not, and deadlocked from 3 steps a CTA). On CPU (sm_90a SASS): the consumer's loop is
-565 instructions a step a warp, 68 of them HGMMA and 111 R2UR (wgmma descriptors computed
-in regular registers, then moved to uniform ones); unrolling it by the stages so that each
-slot's descriptors are constants made it 561 a step with 175 R2UR and 178 registers (the
-shared-memory base is not a compile-time constant): not kept. Three more forms, each correct
-on the H200 and none kept (sm90_attn_probe_20261202T201659Z alone, tiling_probe_20261202T201751Z
-in the layer, at 28b320a): each step signalled by its copies' own completion
-(cp.async.mbarrier.arrive.noinc, the producer never waiting for its loads): within 0.2 us of
-this form alone and in the layer; the rows of the steps looked up past the ring asked of L2
-early: 0.2-2 us slower alone, up to 3.7 in the layer; two consumer warpgroups taking the steps
-in turn, merged through the freed ring: 0.3-0.7 us faster alone at 8-16 rows, 0.4-0.7 slower
-at 1-4, within 1 us of this form in the layer. Without the programmatic dependent launch the
-layer is 2.5-3.6 us slower at 1-4 rows. Under Nsight Compute (ncu_attn_28b320a.txt) at 16 rows
-a CTA's warps wait on memory 80% of their cycles and DRAM runs at 37% of its peak.
+SGL_KERNEL_EXT_SM90_ATTN case), at 9e54f0a (results/sm90_attn_probe_20261202T204203Z, slots
+scattered; T204218Z, slots in order as the layer benchmarks'): alone 9.8 / 13.0 / 17.3 us
+against Triton's 12.7 / 20.5 / 26.1 at 8 / 12 / 16 rows (the KV rows' floor 4.6 / 7.0 / 9.3),
+5.8 against 6.7 at 4, 0.8-1.0 us slower at 1-2; in the layer see ``sm90.ATTN``. Where the
+time goes (the probe's measurement-only forms): the gather alone (no_mma) is 15.0 us at 16
+rows and 3.4 at one (a CTA's first rows three dependent loads from its start), the consumer
+alone (no_load) 7.1 and 3.4.
+
+What it took: the slot lookups. Written as two dependent loads behind branches, each step's
+lookups stalled the gathering warps (ncu at 16 rows: 80% of their cycles waiting on memory,
+DRAM at 37% of its peak; results/ncu_attn_28b320a.txt) and bounded the loop at 4-5 us a step
+whatever else changed: 21.2 us at 16 rows, the gather alone 19.3
+(sm90_attn_probe_20261202T203036Z). Tried before that and not kept: the producer waiting for
+each step's rows before gathering the next, a thread a half row (each warp's cp.async 32
+lines): 22 us alone at 16 rows (the layer +3.7 us, tiling_probe_20261202T165318Z); the slots
+looked up one step ahead rather than four: the same. Tried since, each correct on the H200,
+none faster: 3 stages (18.4 against 17.3 us at 16 rows); each step signalled by its copies'
+own completion (cp.async.mbarrier.arrive.noinc, the producer never waiting for its loads):
+within 0.3 us alone and in the layer, with the old lookups and the new (tiling_probe_
+20261202T204316Z); and, with the old lookups (sm90_attn_probe_20261202T201659Z,
+tiling_probe_20261202T201751Z, at 28b320a), the rows of the steps past the ring asked of L2
+early (0.2-2 us slower alone, up to 3.7 in the layer) and two consumer warpgroups taking the
+steps in turn, merged through the freed ring (within 1 us in the layer). The consumer
+releases a slot only after issuing the next step's scores, so the producer must signal every
+step it issued before it waits for a slot (d50fe63 did not, and deadlocked from 3 steps a
+CTA). On CPU (sm_90a SASS): the consumer's loop is 565 instructions a step a warp, 68 of them
+HGMMA and 111 R2UR (wgmma descriptors computed in regular registers, then moved to uniform
+ones); unrolling it by the stages so that each slot's descriptors are constants made it 561
+a step with 175 R2UR and 178 registers (the shared-memory base is not a compile-time
+constant): not kept.
 """
 
 from __future__ import annotations
@@ -68,7 +77,7 @@ LATENT = 512  # kv_lora: the V columns
 ROPE = 64
 WIDTH = LATENT + ROPE  # a cache row: 1152 bytes, 72 chunks of 16
 BLOCK_T = 64  # top-k entries a step: wgmma's M for the scores
-STAGES = 3  # 72 KB a tile: three and q's 9 KB take 226 KB of the 227 a CTA may have
+STAGES = 2  # 72 KB a tile (three and q's 9 KB would take 226 KB of the 227 a CTA may have)
 PRODUCERS = 128
 CHUNKS = WIDTH * 2 // 16
 ROWS_PER_THREAD = BLOCK_T * 8 // PRODUCERS  # entries a gathering thread takes a step
@@ -82,15 +91,9 @@ class SparseMla:
     a pool's, row slot_rows[m] for row m); the slot table's and the top-k's integer types are
     the pointers'."""
 
-    def __init__(self, pdl: bool, rows: bool, stages: int = 0, ablate: str = "",
-                 noinc: bool = False):
+    def __init__(self, pdl: bool, rows: bool, stages: int = 0, ablate: str = ""):
         self.pdl, self.rows = pdl, rows
         self.stages = stages or STAGES
-        # noinc: each step's arrival rides on the gathering threads' cp.async completion
-        # (cp.async.mbarrier.arrive.noinc) and a plain arrive for their zero rows, so the
-        # producer never waits for its own loads; else it waits for them in order
-        # (cp.async.wait_group) and signals every step it issued before it waits for a slot
-        self.noinc = noinc
         # measurement only (benchmark/sm90_attn_probe.py), the parts it writes are not the
         # attention's: "no_mma" (the consumer releases each step's tile without its MMAs or
         # softmax: the gather alone) or "no_load" (the producer signals each step without
@@ -203,8 +206,6 @@ class SparseMla:
                                 kv_layout.outer)
         t_a_kv = mma_qk.make_fragment_A(thr_qk.partition_A(s_kv))
         cute.arch.mbarrier_wait(full + s, (step // self.stages) % 2)
-        if cutlass.const_expr(self.noinc):
-            cute.arch.fence_view_async_shared()  # the copies were the generic proxy's
         warpgroup.fence()
         accs = (a0, a1, a2, a3)
         for kb in cutlass.range_constexpr(cute.size(t_a_kv, mode=[2])):
@@ -308,7 +309,7 @@ class SparseMla:
         empty = full + self.stages
         if tidx == 0:
             for s in cutlass.range_constexpr(self.stages):
-                cute.arch.mbarrier_init(full + s, PRODUCERS * (2 if self.noinc else 1))
+                cute.arch.mbarrier_init(full + s, PRODUCERS)
                 cute.arch.mbarrier_init(empty + s, 128)  # one consumer warpgroup a step
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
@@ -347,10 +348,7 @@ class SparseMla:
             arrived = cutlass.Int32(0)
             for step in cutlass.range(steps, unroll=1):
                 s = step % self.stages
-                if cutlass.const_expr(self.noinc):
-                    if step >= self.stages:
-                        cute.arch.mbarrier_wait(empty + s, ((step // self.stages) + 1) % 2)
-                elif step >= self.stages:
+                if step >= self.stages:
                     # every step issued is signalled before waiting for a slot: the consumer
                     # releases a slot only once it has the next step's tile (its scores
                     # overlap the slot's PV)
@@ -360,24 +358,14 @@ class SparseMla:
                 if cutlass.const_expr(self.ablate != "no_load"):
                     for i in cutlass.range_constexpr(ROWS_PER_THREAD):
                         self._gather(kv, raw, s, ahead[i, 0], tok0 + 16 * i, c8, atom)
-                if cutlass.const_expr(self.noinc):
-                    # the zero rows' stores released by a plain arrive, the copies' by theirs
-                    cute.arch.fence_view_async_shared()
-                    cute.arch.mbarrier_arrive(full + s)
-                    cute.arch.cp_async_mbarrier_arrive_noinc(full + s)
-                else:
-                    cute.arch.cp_async_commit_group()
+                cute.arch.cp_async_commit_group()
                 for i in cutlass.range_constexpr(ROWS_PER_THREAD):
                     for j in cutlass.range_constexpr(LOOKUP - 1):
                         ahead[i, j] = ahead[i, j + 1]
                     ahead[i, LOOKUP - 1] = self._slot(table, nxt[i])
                     nxt[i] = self._position(
                         tk, lo + (step + LOOKUP + 1) * BLOCK_T + tok0 + 16 * i, lo, hi)
-            if cutlass.const_expr(self.noinc):  # no thread exits with its copies in flight
-                cute.arch.cp_async_commit_group()
-                cute.arch.cp_async_wait_group(0)
-            else:
-                self._arrive_complete(full, steps, arrived)
+            self._arrive_complete(full, steps, arrived)
         else:
             if cutlass.const_expr(self.ablate == "no_mma"):
                 for step in cutlass.range(steps, unroll=1):
@@ -473,11 +461,11 @@ def _int(bits: int):
 
 @functools.lru_cache(maxsize=None)
 def _compiled(pdl: bool, rows: bool, slot_bits: int, topk_bits: int = 32, stages: int = 0,
-              ablate: str = "", noinc: bool = False):
+              ablate: str = ""):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
-    kernel = SparseMla(pdl, rows, stages or STAGES, ablate, noinc)
+    kernel = SparseMla(pdl, rows, stages or STAGES, ablate)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.BFloat16, 16, gmem, 16), make_ptr(cutlass.BFloat16, 16, gmem, 16),
             make_ptr(_int(topk_bits), 16, gmem, 4), make_ptr(_int(slot_bits), 16, gmem, 4),
@@ -502,13 +490,13 @@ def refusal(qcat, kv_cache, topk) -> str | None:
 
 def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o, part_ml,
                      slot_rows=None, pdl: bool = False, stages: int = 0,
-                     ablate: str = "", noinc: bool = False) -> None:
+                     ablate: str = "") -> None:
     """part_o fp32 [M, S, 8, 512] and part_ml fp32 [M, S, 8, 2] of each row's S top-k chunks
     (the module docstring), on the current torch stream; graph-capturable. qcat bf16
     [M, 8, 576], kv_cache bf16 [slots, 576], topk int32 [M, K] (positions, -1 = none; K a
     multiple of 64, each chunk at least one block; int64 too), token_slots int32/int64
     [M or pool rows, W] with slot_rows int64 [M] for a pool's table (``triton.mla.slot_args``).
-    stages: KV tiles in flight (2 or 3; 0: STAGES). ablate: SparseMla's (measurement only); noinc: SparseMla's."""
+    stages: KV tiles in flight (2 or 3; 0: STAGES). ablate: SparseMla's (measurement only)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import make_ptr
@@ -542,7 +530,7 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o,
     if ablate not in ABLATIONS:
         raise ValueError(f"sm90 sparse_mla: no ablation {ablate!r} (there are {ABLATIONS})")
     _, fn = _compiled(bool(pdl), slot_rows is not None, slot_bits, topk_bits, stages or STAGES,
-                      ablate, bool(noinc))
+                      ablate)
     gmem = cute.AddressSpace.gmem
     rows = slot_rows if slot_rows is not None else topk
     stream = cuda.CUstream(torch.cuda.current_stream(qcat.device).cuda_stream)

@@ -25,6 +25,8 @@ layers (``workspace``).
 
 from __future__ import annotations
 
+import functools
+import logging
 from typing import Callable, List, Optional, Tuple
 
 import torch
@@ -41,11 +43,19 @@ from .reference.cache import Caches
 from .reference.config import Glm5Config
 from .reference.weights import LayerWeights, MoeWeights
 
+logger = logging.getLogger(__name__)
+
 ROUTER_SPLIT = 8
 INDEX_KW_SPLIT = 8
 VC_SPLIT_MAX = 8  # the most latent chunks absorb_v's partials buffer holds (mla.ABSORB_V_SPLIT_C)
 Reduce = Callable[[torch.Tensor], torch.Tensor]  # the TP group's all-reduce
 # buffers whose rows are the second dimension (split-K partials, [slot, row] tables)
+@functools.lru_cache(maxsize=None)
+def _log_once(message: str) -> None:
+    """A layer choice's reason, logged once a process (a model builds every layer alike)."""
+    logger.info(message)
+
+
 _ROWS_SECOND = {"qa", "kva", "q", "q_index", "kw_parts", "y_attn", "router_parts"}
 
 
@@ -98,7 +108,7 @@ class FusedLayer:
         self.sm90_o, self.sm90_qkv = sm90.o_proj_enabled(), sm90.qkv_a_enabled()
         self.sm90_moe = sm90.moe_enabled()
         self.sm90 = self._sm90_linear(dev)
-        self.sm90_attn = self._sm90_attention(dev) if sm90.attn_enabled() else None
+        self.sm90_attn = self._sm90_attention(dev)
         o_rows = x_rows = max_rows
         if self.sm90_o:
             self.split_o = self.sm90.split_for(h, self.heads * cfg.v_head_dim)
@@ -273,8 +283,12 @@ class FusedLayer:
         return fp8_mma
 
     def _sm90_attention(self, dev):
-        """sparse_mla's module (SGL_KERNEL_EXT_SM90_ATTN=1), refusing by name where it cannot
-        run this layer's attention."""
+        """sparse_mla's module where this layer's attention runs on it (``sm90.ATTN_ENV``): by
+        default wherever it can, logging once why not elsewhere; insisted on, refusing by name
+        where it cannot."""
+        setting = sm90.attn_setting()
+        if setting is False:
+            return None
         what = f"{sm90.ATTN_ENV}=1"
         reason = sm90.refusal(dev, what)
         if reason is None and self.persistent:
@@ -283,10 +297,13 @@ class FusedLayer:
                 8, 512, 64):
             reason = (f"{what} takes 8 heads a rank and 512 + 64 latent columns, this layer "
                       f"{self.heads} and {self.cfg.kv_lora_rank} + {self.cfg.qk_rope_head_dim}")
-        if reason is not None:
+        if reason is None:
+            from sgl_kernel_ext.nvidia.sm90 import sparse_mla
+            return sparse_mla
+        if setting:
             raise ValueError(f"layer {self.lw.layer_id}: {reason}")
-        from sgl_kernel_ext.nvidia.sm90 import sparse_mla
-        return sparse_mla
+        _log_once(f"the sparse attention runs Triton's kernel, not sm90 sparse_mla: {reason}")
+        return None
 
     def _tails(self, n: int) -> int:
         """Column tiles of q_a|kv_a's matrices of n rows."""
