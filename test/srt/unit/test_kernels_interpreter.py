@@ -931,6 +931,36 @@ def test_sm90_attention_by_default_logs_why_it_runs_triton(monkeypatch, caplog):
     assert layer.sm90_attn is None and "sparse_mla" not in caplog.text
 
 
+def test_layer_calls_sparse_mla_as_it_is_declared(monkeypatch):
+    """The layer's sparse_mla call binds to sparse_attention's signature (a knob removed
+    from one and left in the other fails here, not first on the GPU)."""
+    import inspect
+
+    sparse_mla = pytest.importorskip("sgl_kernel_ext.nvidia.sm90.sparse_mla",
+                                     reason="CuTe DSL (nvidia-cutlass-dsl) is not installed")
+    declared = inspect.signature(sparse_mla.sparse_attention)
+    calls = []
+
+    class Reached(Exception):
+        pass
+
+    class Kernel:
+        @staticmethod
+        def sparse_attention(*args, **kwargs):
+            calls.append(declared.bind(*args, **kwargs))
+            raise Reached
+
+    monkeypatch.setattr(FusedLayer, "_sm90_attention", lambda self, dev: Kernel)
+    case = make_case(CFG, 2, [30, 12], seed=2, tp_size=1)
+    layer = FusedLayer(CFG, case.lw, case.caches, 2, case.batch.token_slots.shape[1],
+                       persistent_launch=False)
+    with pytest.raises(Reached):
+        layer(case.hidden, case.residual, case.batch, case.topk_prev)
+    from sgl_kernel_ext.nvidia import sm90
+
+    assert len(calls) == 1 and calls[0].arguments["stages"] == sm90.ATTN_STAGES
+
+
 def test_plan_of_persistent_tp_shards_refuses_to_build():
     """Serving refuses at load, not at the first step: a plan whose persistent layers are TP
     shards names them; the same shards on the stage kernels build."""
