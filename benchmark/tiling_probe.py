@@ -407,6 +407,7 @@ VARIANTS = {
     "sm90_attn_2_stages": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
                            ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_STAGES"): 2},
     # noinc, l2, pingpong: forms measured and removed (sparse_mla's docstring)
+    "sm90_attn_2_gatherers": {("sm90", "ATTN"): True, ("sm90", "ATTN_GATHERERS"): 2},
     "sm90_attn_no_pdl": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
                          ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_PDL"): False},
 }

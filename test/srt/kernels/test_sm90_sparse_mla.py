@@ -124,26 +124,31 @@ CASES = {  # rows: contexts (some shorter than the top-k: -1 entries, chunks wit
 
 
 @pytest.mark.parametrize("rows", sorted(CASES))
-@pytest.mark.parametrize("form", ["int32", "int64", "pool", "topk_int64", "3_stages_pool"])
+@pytest.mark.parametrize("form", ["int32", "int64", "pool", "topk_int64", "3_stages_pool",
+                                  "2_gatherers_pool"])
 def test_chunks_match_reference(rows, form):
     case = _case(rows, CASES[rows], seed=rows, pool=form.endswith("pool"),
                  slot_dtype=torch.int64 if form == "int64" else torch.int32)
     if form == "topk_int64":  # the layer's top-k buffer
         case = case[:2] + (case[2].to(torch.int64),) + case[3:]
     splits = mla.attention_splits(rows, TOPK)
-    part_o, part_ml = _launch(*case, splits, **({"stages": 3} if "3_stages" in form else {}))
+    kw = {"3_stages_pool": dict(stages=3), "2_gatherers_pool": dict(gatherers=2)}.get(form, {})
+    part_o, part_ml = _launch(*case, splits, **kw)
     _check(part_o, part_ml, _reference(*case, splits))
 
 
+@pytest.mark.parametrize("form", [dict(stages=3), dict(gatherers=2), dict(stages=3, gatherers=2)],
+                         ids=["3_stages", "2_gatherers", "3_stages_2_gatherers"])
 @pytest.mark.parametrize("rows", [3, 9, 16])
-def test_three_stages_are_bitwise_two(rows):
-    """The same math in the same order, so the same bits."""
+def test_other_forms_are_bitwise_the_default(rows, form):
+    """3 stages, two gathering warpgroups: the same math in the same order, so the same
+    bits."""
     case = _case(rows, CASES[rows], seed=20 + rows)
     splits = mla.attention_splits(rows, TOPK)
     two = _launch(*case, splits)
     part_o = torch.full((rows, splits, HEADS, LATENT), float("nan"), device="cuda")
     part_ml = torch.full((rows, splits, HEADS, 2), float("nan"), device="cuda")
-    sparse_mla.sparse_attention(*case[:4], SCALE, part_o, part_ml, slot_rows=case[4], stages=3)
+    sparse_mla.sparse_attention(*case[:4], SCALE, part_o, part_ml, slot_rows=case[4], **form)
     assert torch.equal(part_o, two[0]) and torch.equal(part_ml, two[1])
 
 

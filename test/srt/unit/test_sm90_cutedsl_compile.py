@@ -57,11 +57,12 @@ for form in {forms!r}:
     print("compiled", form)
 """
 # sparse_mla (pdl, a pool's table through slot_rows, slot bits, top-k bits, stages, ablate:
-# the probe's measurement-only forms)
+# the probe's measurement-only forms; gathering warpgroups)
 ATTN_FORMS = [(True, False, 32, 64, 2, ""),
               (False, True, 64, 32, 3, ""),
               (True, True, 32, 64, 2, "no_mma"),
-              (True, False, 32, 64, 2, "no_load")]
+              (True, False, 32, 64, 2, "no_load"),
+              (True, True, 32, 64, 2, "", 2)]
 
 
 def _compile(tmp_path, script: str, forms: list) -> list:

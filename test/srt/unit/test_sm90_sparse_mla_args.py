@@ -37,6 +37,7 @@ WRONG = {
     "slot_rows must be int64": dict(slot_rows=torch.zeros(M, dtype=torch.int32)),
     "2 or 3 stages": dict(stages=4),
     "no ablation 'no_pv'": dict(ablate="no_pv"),
+    "1 or 2 gathering warpgroups, not 3": dict(gatherers=3),
 }
 
 
@@ -60,6 +61,6 @@ def test_layer_shapes_pass_the_checks(monkeypatch):
                  dict(slot_rows=torch.zeros(M, dtype=torch.int64))):
         with pytest.raises(RuntimeError, match="compile reached"):
             sparse_mla.sparse_attention(**_args(**form))
-    assert seen == [(False, False, 32, 64, 2, ""),
-                    (False, False, 32, 64, 3, "no_mma"),
-                    (False, True, 32, 64, 2, "")]
+    assert seen == [(False, False, 32, 64, 2, "", 1),
+                    (False, False, 32, 64, 3, "no_mma", 1),
+                    (False, True, 32, 64, 2, "", 1)]

@@ -46,6 +46,8 @@ ATTN_MAX_ROWS = 16
 # sparse_mla's KV tiles in flight (72 KB each): 3 against 2 is 0.3-1.6 us slower a layer at
 # 1-16 rows but for a MoE layer at one row (-0.3), up to 3 at 4-8 dense (same results)
 ATTN_STAGES = 2
+# sparse_mla's gathering warpgroups (1 or 2): two not yet run on a GPU
+ATTN_GATHERERS = 1
 # sparse_mla launched programmatically dependent (with the layer's overlap); without it the
 # layer is 2.5-3.6 us slower at 1-4 rows, the same at 12-16 (tiling_probe_20261202T201751Z)
 ATTN_PDL = True

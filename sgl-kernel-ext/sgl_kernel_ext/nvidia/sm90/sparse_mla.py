@@ -78,9 +78,8 @@ ROPE = 64
 WIDTH = LATENT + ROPE  # a cache row: 1152 bytes, 72 chunks of 16
 BLOCK_T = 64  # top-k entries a step: wgmma's M for the scores
 STAGES = 2  # 72 KB a tile (three and q's 9 KB would take 226 KB of the 227 a CTA may have)
-PRODUCERS = 128
+GATHERERS = 1  # gathering warpgroups
 CHUNKS = WIDTH * 2 // 16
-ROWS_PER_THREAD = BLOCK_T * 8 // PRODUCERS  # entries a gathering thread takes a step
 LOOKUP = 4  # steps whose slots a gathering thread has looked up (a 16-row chunk's all)
 LOG2E = 1.4426950408889634
 ABLATIONS = ("", "no_mma", "no_load")  # SparseMla's measurement-only forms
@@ -91,15 +90,20 @@ class SparseMla:
     a pool's, row slot_rows[m] for row m); the slot table's and the top-k's integer types are
     the pointers'."""
 
-    def __init__(self, pdl: bool, rows: bool, stages: int = 0, ablate: str = ""):
+    def __init__(self, pdl: bool, rows: bool, stages: int = 0, ablate: str = "",
+                 gatherers: int = 0):
         self.pdl, self.rows = pdl, rows
         self.stages = stages or STAGES
+        self.gatherers = gatherers or GATHERERS
+        self.producers = 128 * self.gatherers
+        self.row_stride = self.producers // 8  # a step's entries t // 8 + row_stride * i
+        self.rows_per_thread = BLOCK_T // self.row_stride
         # measurement only (benchmark/sm90_attn_probe.py), the parts it writes are not the
         # attention's: "no_mma" (the consumer releases each step's tile without its MMAs or
         # softmax: the gather alone) or "no_load" (the producer signals each step without
         # copying its rows: the consumer alone)
         self.ablate = ablate
-        self.threads = 2 * 128
+        self.threads = (self.gatherers + 1) * 128
 
     @cute.jit
     def __call__(self, q: cute.Pointer, kv: cute.Pointer, topk: cute.Pointer,
@@ -309,41 +313,43 @@ class SparseMla:
         empty = full + self.stages
         if tidx == 0:
             for s in cutlass.range_constexpr(self.stages):
-                cute.arch.mbarrier_init(full + s, PRODUCERS)
+                cute.arch.mbarrier_init(full + s, self.producers)
                 cute.arch.mbarrier_init(empty + s, 128)  # one consumer warpgroup a step
         cute.arch.mbarrier_init_fence()
         cute.arch.sync_threads()
         if cutlass.const_expr(self.pdl):
             cute.arch.griddepcontrol_launch_dependents()
 
-        if wg == 0:
-            # the gather: thread t takes 16 bytes (t % 8) of every 128 of entries t // 8 + 16 i
+        if wg < self.gatherers:
+            # the gather: thread tidx takes 16 bytes (tidx % 8) of every 128 of entries
+            # tidx // 8 + row_stride i
             atom = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL),
                                        bf16, num_bits_per_copy=128)
-            tok0 = t // 8
-            c8 = t % 8
+            tok0 = tidx // 8
+            c8 = tidx % 8
             raw = storage.skv.data_ptr()
             # the slots of this thread's entries LOOKUP steps ahead (column j: step + j), so a
             # step's gather never waits for its lookup's two dependent loads
-            ahead = cute.make_rmem_tensor(cute.make_layout((ROWS_PER_THREAD, LOOKUP)),
+            ahead = cute.make_rmem_tensor(cute.make_layout((self.rows_per_thread, LOOKUP)),
                                           cutlass.Int64)
             # the positions of step + LOOKUP, whose slots the next step looks up: no load in
             # the gathering loop waits for another
-            nxt = cute.make_rmem_tensor(cute.make_layout(ROWS_PER_THREAD), cutlass.Int64)
+            nxt = cute.make_rmem_tensor(cute.make_layout(self.rows_per_thread), cutlass.Int64)
             tk = cute.make_tensor(topk + m * stride_topk, cute.make_layout(hi))
             row = cutlass.Int64(m)
             if cutlass.const_expr(self.rows):
                 row = cute.make_tensor(slot_rows, cute.make_layout(m + 1))[m]
             table = cute.make_tensor(slots + row * stride_slots, cute.make_layout(stride_slots))
             for j in cutlass.range_constexpr(LOOKUP + 1):
-                for i in cutlass.range_constexpr(ROWS_PER_THREAD):
-                    pos = self._position(tk, lo + j * BLOCK_T + tok0 + 16 * i, lo, hi)
+                for i in cutlass.range_constexpr(self.rows_per_thread):
+                    entry = lo + j * BLOCK_T + tok0 + self.row_stride * i
+                    pos = self._position(tk, entry, lo, hi)
                     if cutlass.const_expr(j < LOOKUP):
                         ahead[i, j] = pos
                     else:
                         nxt[i] = pos
             for j in cutlass.range_constexpr(LOOKUP):
-                for i in cutlass.range_constexpr(ROWS_PER_THREAD):
+                for i in cutlass.range_constexpr(self.rows_per_thread):
                     ahead[i, j] = self._slot(table, ahead[i, j])
             arrived = cutlass.Int32(0)
             for step in cutlass.range(steps, unroll=1):
@@ -356,15 +362,17 @@ class SparseMla:
                     arrived = step
                     cute.arch.mbarrier_wait(empty + s, ((step // self.stages) + 1) % 2)
                 if cutlass.const_expr(self.ablate != "no_load"):
-                    for i in cutlass.range_constexpr(ROWS_PER_THREAD):
-                        self._gather(kv, raw, s, ahead[i, 0], tok0 + 16 * i, c8, atom)
+                    for i in cutlass.range_constexpr(self.rows_per_thread):
+                        self._gather(kv, raw, s, ahead[i, 0], tok0 + self.row_stride * i, c8,
+                                     atom)
                 cute.arch.cp_async_commit_group()
-                for i in cutlass.range_constexpr(ROWS_PER_THREAD):
+                for i in cutlass.range_constexpr(self.rows_per_thread):
                     for j in cutlass.range_constexpr(LOOKUP - 1):
                         ahead[i, j] = ahead[i, j + 1]
                     ahead[i, LOOKUP - 1] = self._slot(table, nxt[i])
                     nxt[i] = self._position(
-                        tk, lo + (step + LOOKUP + 1) * BLOCK_T + tok0 + 16 * i, lo, hi)
+                        tk, lo + (step + LOOKUP + 1) * BLOCK_T + tok0 + self.row_stride * i,
+                        lo, hi)
             self._arrive_complete(full, steps, arrived)
         else:
             if cutlass.const_expr(self.ablate == "no_mma"):
@@ -461,11 +469,11 @@ def _int(bits: int):
 
 @functools.lru_cache(maxsize=None)
 def _compiled(pdl: bool, rows: bool, slot_bits: int, topk_bits: int = 32, stages: int = 0,
-              ablate: str = ""):
+              ablate: str = "", gatherers: int = 0):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
-    kernel = SparseMla(pdl, rows, stages or STAGES, ablate)
+    kernel = SparseMla(pdl, rows, stages or STAGES, ablate, gatherers or GATHERERS)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.BFloat16, 16, gmem, 16), make_ptr(cutlass.BFloat16, 16, gmem, 16),
             make_ptr(_int(topk_bits), 16, gmem, 4), make_ptr(_int(slot_bits), 16, gmem, 4),
@@ -490,13 +498,14 @@ def refusal(qcat, kv_cache, topk) -> str | None:
 
 def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o, part_ml,
                      slot_rows=None, pdl: bool = False, stages: int = 0,
-                     ablate: str = "") -> None:
+                     ablate: str = "", gatherers: int = 0) -> None:
     """part_o fp32 [M, S, 8, 512] and part_ml fp32 [M, S, 8, 2] of each row's S top-k chunks
     (the module docstring), on the current torch stream; graph-capturable. qcat bf16
     [M, 8, 576], kv_cache bf16 [slots, 576], topk int32 [M, K] (positions, -1 = none; K a
     multiple of 64, each chunk at least one block; int64 too), token_slots int32/int64
     [M or pool rows, W] with slot_rows int64 [M] for a pool's table (``triton.mla.slot_args``).
-    stages: KV tiles in flight (2 or 3; 0: STAGES). ablate: SparseMla's (measurement only)."""
+    stages: KV tiles in flight (2 or 3; 0: STAGES). ablate: SparseMla's (measurement only).
+    gatherers: warpgroups gathering KV rows (1 or 2; 0: GATHERERS)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import make_ptr
@@ -527,10 +536,12 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o,
     slot_bits, topk_bits = token_slots.element_size() * 8, topk.element_size() * 8
     if stages not in (0, 2, 3):
         raise ValueError(f"sm90 sparse_mla: 2 or 3 stages of 72 KB fit, not {stages}")
+    if gatherers not in (0, 1, 2):
+        raise ValueError(f"sm90 sparse_mla: 1 or 2 gathering warpgroups, not {gatherers}")
     if ablate not in ABLATIONS:
         raise ValueError(f"sm90 sparse_mla: no ablation {ablate!r} (there are {ABLATIONS})")
     _, fn = _compiled(bool(pdl), slot_rows is not None, slot_bits, topk_bits, stages or STAGES,
-                      ablate)
+                      ablate, gatherers or GATHERERS)
     gmem = cute.AddressSpace.gmem
     rows = slot_rows if slot_rows is not None else topk
     stream = cuda.CUstream(torch.cuda.current_stream(qcat.device).cuda_stream)

@@ -440,7 +440,8 @@ class FusedLayer:
             self.sm90_attn.sparse_attention(v("qcat"), self.kv_cache, topk, slots,
                                             cfg.softmax_scale, *attn_parts, slot_rows=rows,
                                             pdl=overlap.enabled() and sm90.ATTN_PDL,
-                                            stages=sm90.ATTN_STAGES)
+                                            stages=sm90.ATTN_STAGES,
+                                            gatherers=sm90.ATTN_GATHERERS)
             if merge:
                 mla.combine(*attn_parts, v("olat"))
         else:
