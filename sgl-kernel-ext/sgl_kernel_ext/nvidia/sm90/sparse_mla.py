@@ -35,7 +35,11 @@ against Triton's 12.7 / 20.5 / 26.1 at 8 / 12 / 16 rows (the KV rows' floor 4.6 
 5.8 against 6.7 at 4, 0.8-1.0 us slower at 1-2; in the layer see ``sm90.ATTN``. Where the
 time goes (the probe's measurement-only forms): the gather alone (no_mma) is 15.0 us at 16
 rows and 3.4 at one (a CTA's first rows three dependent loads from its start), the consumer
-alone (no_load) 7.1 and 3.4.
+alone (no_load) 7.1 and 3.4. Under Nsight Compute at 16 rows (results/ncu_attn_499d9a1.txt,
+cold caches) the kernel reads DRAM at 45% of its peak and the gather alone at 50%, its warps
+waiting on memory 88% of their cycles: one warpgroup's cp.async in flight may be what bounds
+it. Built for that measurement, not yet run on a GPU: two gathering warpgroups
+(gatherers=2, 384 threads, 142 registers; its GPU tests are written).
 
 What it took: the slot lookups. Written as two dependent loads behind branches, each step's
 lookups stalled the gathering warps (ncu at 16 rows: 80% of their cycles waiting on memory,
@@ -320,13 +324,16 @@ class SparseMla:
         if cutlass.const_expr(self.pdl):
             cute.arch.griddepcontrol_launch_dependents()
 
-        if wg < self.gatherers:
+        # (one gathering warpgroup: the comparison and thread index of the form measured)
+        gathers = wg == 0 if self.gatherers == 1 else wg < self.gatherers
+        if gathers:
             # the gather: thread tidx takes 16 bytes (tidx % 8) of every 128 of entries
             # tidx // 8 + row_stride i
             atom = cute.make_copy_atom(cpasync.CopyG2SOp(cache_mode=cpasync.LoadCacheMode.GLOBAL),
                                        bf16, num_bits_per_copy=128)
-            tok0 = tidx // 8
-            c8 = tidx % 8
+            tg = t if self.gatherers == 1 else tidx
+            tok0 = tg // 8
+            c8 = tg % 8
             raw = storage.skv.data_ptr()
             # the slots of this thread's entries LOOKUP steps ahead (column j: step + j), so a
             # step's gather never waits for its lookup's two dependent loads
