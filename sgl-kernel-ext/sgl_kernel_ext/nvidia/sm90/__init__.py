@@ -36,15 +36,15 @@ MOE_ONE_LAUNCH = True
 # insists (a layer that cannot take it refuses to build, naming why), "0" turns it off. On an
 # H200 (results/tiling_probe_20261202T204316Z, code at 9e54f0a, against Triton's beside it)
 # a MoE layer is 1.3 / 1.8 / 4.2 / 1.7 / 2.4 us faster at 1 / 4 / 8 / 12 / 16 rows, a dense
-# one 1.3 / 0.6 / 4.1 / 1.7 / 3.1; alone (sm90_attn_probe_20261202T204203Z) the kernel is
+# one 1.4 / 0.6 / 4.1 / 1.7 / 3.0; alone (sm90_attn_probe_20261202T204203Z) the kernel is
 # 9.8 / 13.0 / 17.3 us against Triton's 12.7 / 20.5 / 26.1 at 8 / 12 / 16 rows, 0.8-1.0 us
 # slower at 1-2 (the layer's dependent launch hides that: its gather starts before the wait).
 ATTN_ENV = "SGL_KERNEL_EXT_SM90_ATTN"
 ATTN: Optional[bool] = None
 ATTN_FROM_ROWS = 1
 ATTN_MAX_ROWS = 16
-# sparse_mla's KV tiles in flight (72 KB each): 3 against 2 is 0.3-1.6 us slower a layer at
-# 1-16 rows but for a MoE layer at one row (-0.3), up to 3 at 4-8 dense (same results)
+# sparse_mla's KV tiles in flight (72 KB each): 3 against 2 is up to 1.5 us slower a MoE layer
+# at 4-16 rows (0.3 faster at one), 3.1 a dense one at 4-8 (tiling_probe_20261202T203715Z)
 ATTN_STAGES = 2
 # sparse_mla's gathering warpgroups (1 or 2): two not yet run on a GPU
 ATTN_GATHERERS = 1

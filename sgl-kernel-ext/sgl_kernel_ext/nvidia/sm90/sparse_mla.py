@@ -51,7 +51,7 @@ lines): 22 us alone at 16 rows (the layer +3.7 us, tiling_probe_20261202T165318Z
 looked up one step ahead rather than four: the same. Tried since, each correct on the H200,
 none faster: 3 stages (18.4 against 17.3 us at 16 rows); each step signalled by its copies'
 own completion (cp.async.mbarrier.arrive.noinc, the producer never waiting for its loads):
-within 0.3 us alone and in the layer, with the old lookups and the new (tiling_probe_
+within 0.4 us alone and 0.7 in the layer, with the old lookups and the new (tiling_probe_
 20261202T204316Z); and, with the old lookups (sm90_attn_probe_20261202T201659Z,
 tiling_probe_20261202T201751Z, at 28b320a), the rows of the steps past the ring asked of L2
 early (0.2-2 us slower alone, up to 3.7 in the layer) and two consumer warpgroups taking the
