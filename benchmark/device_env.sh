@@ -1,7 +1,8 @@
 # Sourced by the device-call scripts (repo root, $OUT set): the import path the GPU machine
-# needs (no SGLang there; CuTe DSL where sm90_run.sh installed it), a Triton cache restored from a carried .cache/triton.tgz (a previous
-# call's), $L, a folder for logs that a script tars into $OUT at its end (a call brings
-# back at most 8 files), and sanitize_fused_layer (compute-sanitizer's two tools).
+# needs (no SGLang there; CuTe DSL where sm90_run.sh installed it), a Triton cache restored
+# from a carried .cache/triton.tgz (a previous call's), $L, a folder for logs that a script
+# tars into $OUT at its end (a call brings back at most 8 files), and sanitize_fused_layer
+# (compute-sanitizer's two tools).
 export PYTHONPATH=python:sgl-kernel-ext:.
 # CuTe DSL where benchmark/sm90_run.sh installed it (the layer then takes its kernels)
 if [ -d /tmp/site/nvidia_cutlass_dsl ]; then

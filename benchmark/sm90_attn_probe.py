@@ -1,7 +1,7 @@
 """The sparse attention alone: sm90 sparse_mla (CuTe DSL; 2 or 3 stages, 1 or 2 gathering
 warpgroups, and its measurement-only forms: no_mma, the gather alone; no_load, the consumer
-alone) against triton.mla's kernel, the same inputs, one TP8 rank's GLM-5.3 shapes (8 heads, 576-wide bf16 KV
-rows, 2048 top-k entries a row), at 1-16 rows. Each arm is a CUDA graph of 8 launches over 4
+alone) against triton.mla's kernel, the same inputs, one TP8 rank's GLM-5.3 shapes (8 heads,
+576-wide bf16 KV rows, 2048 top-k entries a row), at 1-16 rows. Each arm is a CUDA graph of 8 launches over 4
 KV caches in turn (past the 60 MB L2 from 12 rows with --layout random), timed by CUDA events
 (median of 20 replays); the floor is the KV rows' bytes over a device copy's bandwidth
 measured in the run.

@@ -399,13 +399,12 @@ VARIANTS = {
     # row count, with 3 stages or 2 (results up to 9d37e48 were taken when the opt-in ran at
     # every row count with 3 stages: sm90_attn there is sm90_attn_every_row here). Since
     # sparse_mla is the default wherever it can run (after 9e54f0a), baseline takes it where
-    # CuTe DSL is installed, and triton_attn is Triton's kernel
+    # CuTe DSL is installed, triton_attn is Triton's kernel, and sm90_attn is what
+    # sm90_attn_2_stages was in results up to 9e54f0a (every row, 2 stages)
     "sm90_attn": {("sm90", "ATTN"): True},
     "triton_attn": {("sm90", "ATTN"): False},
     "sm90_attn_every_row": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
                             ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_STAGES"): 3},
-    "sm90_attn_2_stages": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
-                           ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_STAGES"): 2},
     # noinc, l2, pingpong: forms measured and removed (sparse_mla's docstring)
     "sm90_attn_2_gatherers": {("sm90", "ATTN"): True, ("sm90", "ATTN_GATHERERS"): 2},
     "sm90_attn_no_pdl": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,

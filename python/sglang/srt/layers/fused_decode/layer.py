@@ -50,13 +50,13 @@ INDEX_KW_SPLIT = 8
 VC_SPLIT_MAX = 8  # the most latent chunks absorb_v's partials buffer holds (mla.ABSORB_V_SPLIT_C)
 Reduce = Callable[[torch.Tensor], torch.Tensor]  # the TP group's all-reduce
 # buffers whose rows are the second dimension (split-K partials, [slot, row] tables)
+_ROWS_SECOND = {"qa", "kva", "q", "q_index", "kw_parts", "y_attn", "router_parts"}
+
+
 @functools.lru_cache(maxsize=None)
 def _log_once(message: str) -> None:
     """A layer choice's reason, logged once a process (a model builds every layer alike)."""
     logger.info(message)
-
-
-_ROWS_SECOND = {"qa", "kva", "q", "q_index", "kw_parts", "y_attn", "router_parts"}
 
 
 def _prefix(buf: torch.Tensor, *shape: int) -> torch.Tensor:
@@ -289,7 +289,7 @@ class FusedLayer:
         setting = sm90.attn_setting()
         if setting is False:
             return None
-        what = f"{sm90.ATTN_ENV}=1"
+        what = f"{sm90.ATTN_ENV}=1" if setting else "sm90 sparse_mla"
         reason = sm90.refusal(dev, what)
         if reason is None and self.persistent:
             reason = f"{what} runs the stage kernels, not the persistent layer"
@@ -302,7 +302,7 @@ class FusedLayer:
             return sparse_mla
         if setting:
             raise ValueError(f"layer {self.lw.layer_id}: {reason}")
-        _log_once(f"the sparse attention runs Triton's kernel, not sm90 sparse_mla: {reason}")
+        _log_once(f"the sparse attention runs Triton's kernel: {reason}")
         return None
 
     def _tails(self, n: int) -> int:
