@@ -87,7 +87,7 @@ if [ "$mode" = attn ]; then  # sparse_mla: its tests, alone against Triton, the 
     timeout 150 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -p no:warnings \
       -k "sm90_linears and env_ATTN${ATTN_LAYER_K:-}" 2>&1 | tee "$L/pytest_sm90_layer_attn.log" | tail -3
     timeout 300 python3 -m benchmark.tiling_probe --kinds moe,dense --ms 1,4,8,12,16 \
-      --variants "${ATTN_VARIANTS:-triton_attn,sm90_attn,sm90_attn_2_gatherers,sm90_attn_every_row,triton_attn}" \
+      --variants "${ATTN_VARIANTS:-triton_attn,sm90_attn,sm90_attn_1_gatherer,sm90_attn_2_gatherers,triton_attn}" \
       --out "$OUT" 2>&1 | grep -v Warn | tee "$L/sm90_attn_probe.log" | grep "us$" | tail -60
   fi
 fi

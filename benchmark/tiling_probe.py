@@ -406,7 +406,9 @@ VARIANTS = {
     "sm90_attn_every_row": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
                             ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_STAGES"): 3},
     # noinc, l2, pingpong: forms measured and removed (sparse_mla's docstring)
-    "sm90_attn_2_gatherers": {("sm90", "ATTN"): True, ("sm90", "ATTN_GATHERERS"): 2},
+    # two gathering warpgroups at every row count, or one (the default: two from 12 rows)
+    "sm90_attn_2_gatherers": {("sm90", "ATTN"): True, ("sm90", "ATTN_GATHERERS_FROM_ROWS"): 1},
+    "sm90_attn_1_gatherer": {("sm90", "ATTN"): True, ("sm90", "ATTN_GATHERERS_FROM_ROWS"): 99},
     "sm90_attn_no_pdl": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
                          ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_PDL"): False},
 }

@@ -46,14 +46,23 @@ ATTN_MAX_ROWS = 16
 # sparse_mla's KV tiles in flight (72 KB each): 3 against 2 is up to 1.5 us slower a MoE layer
 # at 4-16 rows (0.3 faster at one), 3.1 a dense one at 4-8 (tiling_probe_20261202T203715Z)
 ATTN_STAGES = 2
-# sparse_mla's gathering warpgroups (1 or 2): two not yet run on a GPU
-ATTN_GATHERERS = 1
+# sparse_mla with two gathering warpgroups from this many rows, one below. On an H200 (code at
+# ac3a1de, outputs bitwise the same) two are faster alone at every row count (15.1 / 12.4 /
+# 9.4 / 5.4 / 4.8 us against 17.3 / 13.5 / 9.9 / 5.9 / 5.2 at 16 / 12 / 8 / 4 / 1 rows:
+# sm90_attn_probe_20261203T042806Z) but in the layer only from 12 rows: a MoE layer -1.2 / -1.5
+# us at 12 / 16 rows, a dense one -1.3 / -1.3; at 4-8 rows +0.2..+2.3 (tiling_probe_20261203T042925Z)
+ATTN_GATHERERS_FROM_ROWS = 12
 # sparse_mla launched programmatically dependent (with the layer's overlap); without it the
 # layer is 2.5-3.6 us slower at 1-4 rows, the same at 12-16 (tiling_probe_20261202T201751Z)
 ATTN_PDL = True
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
 # (H200, sm90_gemv_probe_20261202T081912Z: 10-12 slots fastest, the whole 200 KB slower)
 RING_SLOTS = 10
+
+
+def attn_gatherers(rows: int) -> int:
+    """sparse_mla's gathering warpgroups for a step of `rows` rows."""
+    return 2 if rows >= ATTN_GATHERERS_FROM_ROWS else 1
 
 
 def o_proj_enabled() -> bool:

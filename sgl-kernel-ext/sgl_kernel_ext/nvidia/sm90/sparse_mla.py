@@ -37,9 +37,11 @@ time goes (the probe's measurement-only forms): the gather alone (no_mma) is 15.
 rows and 3.4 at one (a CTA's first rows three dependent loads from its start), the consumer
 alone (no_load) 7.1 and 3.4. Under Nsight Compute at 16 rows (results/ncu_attn_499d9a1.txt,
 cold caches) the kernel reads DRAM at 45% of its peak and the gather alone at 50%, its warps
-waiting on memory 88% of their cycles: one warpgroup's cp.async in flight may be what bounds
-it. Built for that measurement, not yet run on a GPU: two gathering warpgroups
-(gatherers=2, 384 threads, 142 registers; its GPU tests are written).
+waiting on memory 88% of their cycles: one warpgroup's cp.async in flight bounds part of it.
+Two gathering warpgroups (gatherers=2, 384 threads, 142 registers, outputs bitwise the same)
+at ac3a1de (sm90_attn_probe_20261203T042806Z): 15.1 / 12.4 / 9.4 / 5.4 / 4.8 us against one's
+17.3 / 13.5 / 9.9 / 5.9 / 5.2 at 16 / 12 / 8 / 4 / 1 rows, their gather alone 12.8 at 16 rows
+(one's 15.0); the layer takes two from ``sm90.ATTN_GATHERERS_FROM_ROWS`` rows.
 
 What it took: the slot lookups. Written as two dependent loads behind branches, each step's
 lookups stalled the gathering warps (ncu at 16 rows: 80% of their cycles waiting on memory,

@@ -441,7 +441,7 @@ class FusedLayer:
                                             cfg.softmax_scale, *attn_parts, slot_rows=rows,
                                             pdl=overlap.enabled() and sm90.ATTN_PDL,
                                             stages=sm90.ATTN_STAGES,
-                                            gatherers=sm90.ATTN_GATHERERS)
+                                            gatherers=sm90.attn_gatherers(m))
             if merge:
                 mla.combine(*attn_parts, v("olat"))
         else:
