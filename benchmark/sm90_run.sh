@@ -16,7 +16,8 @@
 # attention opt-in test and the layer A/B (tiling_probe sm90_attn; ATTN_VARIANTS="": none);
 # `attn_ncu`: sparse_mla and Triton's attention alone under Nsight Compute. `release`:
 # sparse_mla's tests and release_run.sh bench (the layer table, step and timeline) with CuTe
-# DSL installed (carry .stage2 and .cache/upstream).
+# DSL installed (carry .stage2 and .cache/upstream). `check`: compute-sanitizer memcheck and
+# racecheck on sparse_mla, then release_run.sh tests (the GPU suite) with CuTe DSL installed.
 set -u
 mode=${1:-all}
 shift || true
@@ -97,6 +98,17 @@ if [ "$mode" = release ]; then  # sparse_mla's tests, then the release bench wit
   timeout 120 python3 -m pytest test/srt/kernels/test_sm90_sparse_mla.py -q -x --tb=short \
     -p no:warnings 2>&1 | tee "$L/pytest_sm90_attn.log" | tail -3
   bash benchmark/release_run.sh bench
+fi
+if [ "$mode" = check ]; then  # compute-sanitizer on sparse_mla (both gatherer forms, a pool
+  # table, rows 1 / 3 / 16), then the GPU suite with CuTe DSL installed (the layer's default)
+  for tool in memcheck racecheck; do
+    timeout 100 compute-sanitizer --tool $tool --error-exitcode 9 python3 -m pytest -q -x \
+      -p no:warnings test/srt/kernels/test_sm90_sparse_mla.py \
+      -k "test_chunks_match_reference and (int32 or 2_gatherers_pool) and not int32-9 and not pool-9" \
+      > "$L/sanitizer_sparse_mla_$tool.log" 2>&1
+    echo "compute-sanitizer $tool (sparse_mla) rc=$?"; grep -v "^$" "$L/sanitizer_sparse_mla_$tool.log" | tail -3
+  done
+  bash benchmark/release_run.sh tests
 fi
 if [ "$mode" = attn_ncu ]; then  # sparse_mla and Triton's attention under Nsight Compute
   timeout 300 ncu --clock-control none -k regex:'SparseMla|_sparse_attn' --section SpeedOfLight \
