@@ -200,7 +200,8 @@ def replay_checks(kind, rows=4, context=3000, repeats=100):
     return out
 
 
-@pytest.mark.parametrize("rows", [1, 4])
+# 16: the 16-row kernel forms (sparse_mla's two gatherers where CuTe DSL is installed)
+@pytest.mark.parametrize("rows", [1, 4, 16])
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_graph_replay_is_bitwise_eager_and_repeatable(kind, rows):
     r = replay_checks(kind, rows)
