@@ -191,6 +191,10 @@ VARIANTS = {
                                    ("moe", "ROUTE_TAIL_MAX_ROWS"): 16,
                                    ("moe", "ROUTER_ROUTE_WARPS_ABOVE_2"): 4},
     "route_tail_16": {("moe", "ROUTE_TAIL_MAX_ROWS"): 16},
+    # the router's launch routing the rows above ROUTE_TAIL_MAX_ROWS itself, its last M
+    # programs a row each (moe.ROUTER_ROUTES_ROWS), and its opposite
+    "router_routes_rows": {("moe", "ROUTER_ROUTES_ROWS"): True},
+    "route_own_launch": {("moe", "ROUTER_ROUTES_ROWS"): False},
     "route_per_row_1_warp": {("moe", "ROUTE_PER_ROW_WARPS"): 1},
     "route_per_row_2_warps": {("moe", "ROUTE_PER_ROW_WARPS"): 2},
     # the split top-k's threshold (default: rows wider than 2048), at --ctx above 2048

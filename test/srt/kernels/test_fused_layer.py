@@ -481,21 +481,26 @@ def test_indexer_launch_forms_are_bitwise_the_plain_ones(knob, kind, rows, monke
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 16])
-@pytest.mark.parametrize("sort, tail_rows", [(False, 2), (True, 16), (False, 16)])
-def test_route_forms_are_bitwise_the_default(sort, tail_rows, rows, monkeypatch):
+@pytest.mark.parametrize("sort, tail_rows, routes_rows",
+                         [(False, 2, False), (True, 16, False), (False, 16, False),
+                          (True, 2, True)])
+def test_route_forms_are_bitwise_the_default(sort, tail_rows, routes_rows, rows, monkeypatch):
     """route's top-k as argmax passes or one bitonic top-k (moe.ROUTE_SORT), with or without
-    the router's last GEMV program routing up to 16 rows (moe.ROUTE_TAIL_MAX_ROWS), against
-    the default forms at real shapes, a pad row among them: the same experts, so outputs and
-    caches bitwise equal, the arrival counter back at zero."""
+    the router's last GEMV program routing up to 16 rows (moe.ROUTE_TAIL_MAX_ROWS), or its
+    last M programs a row each (moe.ROUTER_ROUTES_ROWS), against the default forms at real
+    shapes, a pad row among them: the same experts, so outputs and caches bitwise equal, the
+    arrival counters back at zero."""
     from sgl_kernel_ext.triton import moe
 
     lid = KINDS["moe_shared_topk"]
     case = make_case(CFG, lid, _contexts(rows, 3000, pad=True), seed=23, device="cuda",
                      lw=_weights(lid))
     runs = []
-    for form in ((moe.ROUTE_SORT, moe.ROUTE_TAIL_MAX_ROWS), (sort, tail_rows)):
+    default = (moe.ROUTE_SORT, moe.ROUTE_TAIL_MAX_ROWS, moe.ROUTER_ROUTES_ROWS)
+    for form in (default, (sort, tail_rows, routes_rows)):
         monkeypatch.setattr(moe, "ROUTE_SORT", form[0])
         monkeypatch.setattr(moe, "ROUTE_TAIL_MAX_ROWS", form[1])
+        monkeypatch.setattr(moe, "ROUTER_ROUTES_ROWS", form[2])
         caches = clone_caches(case.caches)
         layer = FusedLayer(CFG, case.lw, caches, rows, 3000)
         runs.append(([t.clone() for t in layer(case.hidden, case.residual, case.batch,
