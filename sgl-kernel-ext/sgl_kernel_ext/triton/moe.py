@@ -648,7 +648,11 @@ ROUTE_PER_ROW_MIN_ROWS = 3
 # programs to finish a row each once every program has (a spin on the arrival counter: the
 # launch of 16 x ROUTER_SPLIT programs fits the GPU at once), the last row building the slot
 # list, instead of route's one-program-per-row launch after it: one launch fewer, bitwise
-# the same choice
+# the same choice (GPU test at 302b36c). On an H200 not faster: a MoE layer +0.6..+1.2 us at
+# 3-8 rows, +0.0 at 12-16; with the indexer +0.9..+1.3 and -0.1..-0.2
+# (tiling_probe_20261203T071854Z): route's own launch, programmatically dependent, costs
+# less than the spin its rows' programs wait in (chain_probe: a counter every program bumps
+# costs more a link than a dependent launch). Off.
 ROUTER_ROUTES_ROWS = False
 # warps of that one-program-per-row form (its last program also builds the slot list); with
 # ROUTE_SORT 1 or 2 are 0.3-13 us slower a MoE layer at 4-16 rows (the same run)
