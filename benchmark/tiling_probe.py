@@ -195,6 +195,11 @@ VARIANTS = {
     # programs a row each (moe.ROUTER_ROUTES_ROWS), and its opposite
     "router_routes_rows": {("moe", "ROUTER_ROUTES_ROWS"): True},
     "route_own_launch": {("moe", "ROUTER_ROUTES_ROWS"): False},
+    # down reading route's slot table, weights and ranks after its wait (moe.DOWN_TABLE_EARLY
+    # off); absorb_v loading its w_vc tile after the merge (mla.ABSORB_V_W_EARLY off)
+    "down_table_late": {("moe", "DOWN_TABLE_EARLY"): False},
+    "absorb_v_w_late": {("mla", "ABSORB_V_W_EARLY"): False},
+    "both_late": {("moe", "DOWN_TABLE_EARLY"): False, ("mla", "ABSORB_V_W_EARLY"): False},
     "route_per_row_1_warp": {("moe", "ROUTE_PER_ROW_WARPS"): 1},
     "route_per_row_2_warps": {("moe", "ROUTE_PER_ROW_WARPS"): 2},
     # the split top-k's threshold (default: rows wider than 2048), at --ctx above 2048

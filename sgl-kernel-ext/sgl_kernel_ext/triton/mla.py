@@ -91,6 +91,10 @@ ABSORB_V_SPLIT_C = 4
 # H200 -2 us per layer at 1 row on every kind, neutral at 2, +6..17 us at 4 and 16 (each
 # program then reads every chunk's [rows, 128-column] partials; same results file).
 ABSORB_V_MERGE_MAX_ROWS = 1
+# whether absorb_v's latent-chunk programs load their w_vc tile before the wait (a weight:
+# overlap's rule 1) instead of prefetching it into L2 and loading it after the merge's loads,
+# one L2 round trip later
+ABSORB_V_W_EARLY = True
 # launch shape of the sparse attention (tiling_probe knobs). On an H200 4 warps are 3-5 us
 # slower per layer at 4 and 16 rows (tiling_probe_20261130T150549Z); 3 stages, 1 stage and 32
 # entries per step move a layer by -4..+3 us at 1 and 16 rows, no variant better at both
@@ -766,23 +770,29 @@ def _absorb_v_split_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, parts_ptr, arrival
                            part_o_ptr, part_ml_ptr, NSP, M, NH, C: tl.constexpr,
                            NOPE: tl.constexpr, V: tl.constexpr, SPLIT_C: tl.constexpr,
                            BLOCK_M: tl.constexpr, MERGE: tl.constexpr, BLOCK_S: tl.constexpr,
-                           INTERPRET: tl.constexpr, PDL: tl.constexpr):
+                           INTERPRET: tl.constexpr, PDL: tl.constexpr,
+                           W_EARLY: tl.constexpr = False):
     """Program (head, 128 outputs, latent chunk): the chunk's fp32 partial of o_lat . w_vc
     into parts [SPLIT_C, M, NH * V]; the last of the head's SPLIT_C programs for those
     outputs sums them in chunk order, rounds to bf16 and quantizes for o_proj. With MERGE
     the program merges its o_lat columns from the attention's chunks itself (the first
-    128 outputs' program also stores them in olat), so no merge kernel runs before."""
+    128 outputs' program also stores them in olat), so no merge kernel runs before. W_EARLY:
+    the w_vc tile is loaded before the wait (a weight), not after the merge's loads."""
     h = tl.program_id(0)
     vt = tl.program_id(1)
     cs = tl.program_id(2)
     CC: tl.constexpr = C // SPLIT_C
     rows = h * (NOPE + V) + NOPE + vt * 128
-    prefetch_rows(kvb_ptr, rows, 128, NH * (NOPE + V), C * 2, cs * CC * 2, CC * 2, PDL, 128, 1)
-    stage_begin(PDL)
     om = tl.arange(0, BLOCK_M)
     ov = tl.arange(0, 128)
     oc = cs * CC + tl.arange(0, CC)
     m_ok = om < M
+    if W_EARLY:
+        w = tl.load(kvb_ptr + (rows + ov[:, None]) * C + oc[None, :])
+    else:
+        prefetch_rows(kvb_ptr, rows, 128, NH * (NOPE + V), C * 2, cs * CC * 2, CC * 2, PDL, 128,
+                      1)
+    stage_begin(PDL)
     if MERGE:
         a = tl.zeros((BLOCK_M, CC), tl.float32)
         for m in range(M):
@@ -794,7 +804,8 @@ def _absorb_v_split_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, parts_ptr, arrival
     else:
         a = tl.load(olat_ptr + (om[:, None] * NH + h) * C + oc[None, :], mask=m_ok[:, None],
                     other=0.0)
-    w = tl.load(kvb_ptr + (rows + ov[:, None]) * C + oc[None, :])
+    if not W_EARLY:
+        w = tl.load(kvb_ptr + (rows + ov[:, None]) * C + oc[None, :])
     if INTERPRET:
         o = tl.dot(a.to(tl.float32), tl.trans(w.to(tl.float32)))
     else:
@@ -1032,7 +1043,8 @@ def absorb_v(olat, kv_b, oq, os, nope: int, v: int, parts=None, arrivals=None,
             olat, kv_b, oq, os, parts, arrivals, part_o, part_ml, nsp, m, nh, C=c, NOPE=nope,
             V=v, SPLIT_C=split, BLOCK_M=max(16, triton.next_power_of_2(m)), MERGE=merge,
             BLOCK_S=max(2, triton.next_power_of_2(nsp)), INTERPRET=interpreting(),
-            PDL=overlap.enabled(), num_warps=ABSORB_V_WARPS, **overlap.launch_kw())
+            PDL=overlap.enabled(), W_EARLY=ABSORB_V_W_EARLY, num_warps=ABSORB_V_WARPS,
+            **overlap.launch_kw())
         return
     _absorb_v_kernel[(nh, v // 128)](
         olat, kv_b, oq, os, m, nh, C=c, NOPE=nope, V=v, BLOCK_M=max(16, triton.next_power_of_2(m)),

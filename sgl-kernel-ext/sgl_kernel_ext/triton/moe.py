@@ -543,10 +543,28 @@ def _down_prefetch(tile, slot, H, I, E, slot_expert_ptr, num_slots_ptr, dq_ptr, 
     """The slot's expert rows of the tile (the slot table must be complete already)."""
     if PDL:
         n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
+        _down_prefetch_at(tile, slot, n, e, H, I, E, dq_ptr, q_stride_e, sdq_ptr, BLOCK_N, PDL)
+
+
+@triton.jit
+def _down_prefetch_at(tile, slot, n, e, H, I, E, dq_ptr, q_stride_e, sdq_ptr,
+                      BLOCK_N: tl.constexpr, PDL: tl.constexpr):
+    """``_down_prefetch`` given the slot's entry (n slots, expert e)."""
+    if PDL:
         if slot < n:
             pe = tl.minimum(tl.maximum(e, 0), E)
             pq = tl.where(pe == E, sdq_ptr, dq_ptr + tl.where(pe == E, 0, pe).to(tl.int64) * q_stride_e)
             prefetch_rows(pq, tile * BLOCK_N, BLOCK_N, H, I, 0, I, PDL, BLOCK_N, 2)
+
+
+@triton.jit
+def _down_rows(slot, M, slot_weight_ptr, slot_rank_ptr, BLOCK_M: tl.constexpr):
+    """(weight, rank) of each row for the slot's expert (weight 1 for the shared one, rank -1
+    where the row did not choose it)."""
+    offs_m = tl.arange(0, BLOCK_M)
+    m_ok = offs_m < M
+    return (tl.load(slot_weight_ptr + slot * M + offs_m, mask=m_ok, other=0.0),
+            tl.load(slot_rank_ptr + slot * M + offs_m, mask=m_ok, other=-1))
 
 
 @triton.jit
@@ -558,6 +576,18 @@ def _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr
     """Program (tile, slot): term = bf16(weight * act_slot D_e^T) for the rows that chose the
     slot's expert, stored at terms[row, rank of the expert in the row]."""
     n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
+    w, rank = _down_rows(slot, M, slot_weight_ptr, slot_rank_ptr, BLOCK_M)
+    _down_slot(tile, slot, n, e, w, rank, act_ptr, M, I, H, E, dq_ptr, ds_ptr, q_stride_e,
+               s_stride_e, sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET,
+               GEMV, GROUPS, SWAP)
+
+
+@triton.jit
+def _down_slot(tile, slot, n, e, w, rank, act_ptr, M, I, H, E, dq_ptr, ds_ptr, q_stride_e,
+               s_stride_e, sdq_ptr, sds_ptr, terms_ptr, TERMS: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
+               GEMV: tl.constexpr, GROUPS: tl.constexpr, SWAP: tl.constexpr):
+    """``_down_task`` given the slot's entry (n slots, expert e) and its rows' (w, rank)."""
     if slot < n:
         d_q, d_s = _expert_weights(e, E, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr)
         offs_m = tl.arange(0, BLOCK_M)
@@ -565,8 +595,6 @@ def _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr
         m_ok = offs_m < M
         y = _fp8_tile_dot(act_ptr + slot * M * I, I, M, I, d_q, d_s, offs_n, H, BLOCK_M, BLOCK_N,
                           INTERPRET, GEMV, GROUPS, SWAP)
-        w = tl.load(slot_weight_ptr + slot * M + offs_m, mask=m_ok, other=0.0)  # 1 when shared
-        rank = tl.load(slot_rank_ptr + slot * M + offs_m, mask=m_ok, other=-1)
         keep = m_ok & (rank >= 0)
         dst = terms_ptr + ((offs_m * TERMS + tl.maximum(rank, 0)) * H)[:, None] + offs_n[None, :]
         tl.store(dst, (w[:, None] * y).to(tl.bfloat16), mask=keep[:, None] & (offs_n[None, :] < H))
@@ -577,16 +605,27 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
                  num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
                  terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
-                 GROUPS: tl.constexpr, SWAP: tl.constexpr):
+                 GROUPS: tl.constexpr, SWAP: tl.constexpr, TABLE_EARLY: tl.constexpr):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
-    # the slot table was written by route, two or more kernels back
-    _down_prefetch(tile, slot, H, I, E, slot_expert_ptr, num_slots_ptr, dq_ptr, q_stride_e,
-                   sdq_ptr, BLOCK_N, PDL)
-    stage_begin(PDL)
-    _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
-               num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
-               terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET, GEMV, GROUPS, SWAP)
+    if TABLE_EARLY:
+        # the slot table, weights and ranks were written by route, two kernels back: read
+        # before the wait (overlap's rule 1), so the multiply starts at the activations
+        n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
+        w, rank = _down_rows(slot, M, slot_weight_ptr, slot_rank_ptr, BLOCK_M)
+        _down_prefetch_at(tile, slot, n, e, H, I, E, dq_ptr, q_stride_e, sdq_ptr, BLOCK_N, PDL)
+        stage_begin(PDL)
+        _down_slot(tile, slot, n, e, w, rank, act_ptr, M, I, H, E, dq_ptr, ds_ptr, q_stride_e,
+                   s_stride_e, sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET,
+                   GEMV, GROUPS, SWAP)
+    else:
+        _down_prefetch(tile, slot, H, I, E, slot_expert_ptr, num_slots_ptr, dq_ptr, q_stride_e,
+                       sdq_ptr, BLOCK_N, PDL)
+        stage_begin(PDL)
+        _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr,
+                   slot_rank_ptr, num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e,
+                   sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET, GEMV,
+                   GROUPS, SWAP)
 
 
 @triton.jit
@@ -951,6 +990,10 @@ DOWN_MAXNREG_FEW_ROWS = 128
 # 96 cap another 1.7-3.2 at 8-16 rows, -0.2..-0.4 at 4, but +0.7..+1.6 at 2
 # (T173533Z: down_maxnreg_96 against 128), hence from DOWN_MAXNREG_FROM_ROWS.
 DOWN_SWAP = True
+# whether down reads the slot table, the rows' weights and ranks (route's, two kernels back)
+# before its wait rather than after it, where they were one more L2 round trip before the
+# first weight load could be addressed
+DOWN_TABLE_EARLY = True
 DOWN_MAXNREG = 96
 DOWN_MAXNREG_FROM_ROWS = 4
 # Tried: down from 3 rows as 2, 4 or 8 programs a column tile (128 or 64 columns), each looping
@@ -1072,7 +1115,7 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         TERMS=n_terms, BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, INTERPRET=interpreting(),
         PDL=overlap.enabled(), GEMV=gemv,
         GROUPS=min(DOWN_GEMV_GROUPS, triton.cdiv(inter, 128)) if gemv else 1,
-        SWAP=down_swap(block_n, gemv),
+        SWAP=down_swap(block_n, gemv), TABLE_EARLY=DOWN_TABLE_EARLY,
         num_warps=num_warps,
         num_stages=DOWN_STAGES if moe_mma else 3, **overlap.launch_kw(),
         **({"maxnreg": cap} if moe_mma and (cap := down_maxnreg(m)) else {}),
