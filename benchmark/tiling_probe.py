@@ -199,7 +199,9 @@ VARIANTS = {
     # off); absorb_v loading its w_vc tile after the merge (mla.ABSORB_V_W_EARLY off)
     "down_table_late": {("moe", "DOWN_TABLE_EARLY"): False},
     "absorb_v_w_late": {("mla", "ABSORB_V_W_EARLY"): False},
-    "both_late": {("moe", "DOWN_TABLE_EARLY"): False, ("mla", "ABSORB_V_W_EARLY"): False},
+    "sum_pos_late": {("moe", "SUM_POS_EARLY"): False},
+    "all_late": {("moe", "DOWN_TABLE_EARLY"): False, ("mla", "ABSORB_V_W_EARLY"): False,
+                 ("moe", "SUM_POS_EARLY"): False},
     "route_per_row_1_warp": {("moe", "ROUTE_PER_ROW_WARPS"): 1},
     "route_per_row_2_warps": {("moe", "ROUTE_PER_ROW_WARPS"): 2},
     # the split top-k's threshold (default: rows wider than 2048), at --ctx above 2048

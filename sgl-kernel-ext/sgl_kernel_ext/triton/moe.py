@@ -633,9 +633,15 @@ def _sum_terms_task(m, ht, terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr,
                     BLOCK: tl.constexpr):
     """out[row] = bf16 of the fp32 sum of the row's terms in order (shared, then experts
     ascending); a pad row has only its shared term."""
+    _sum_terms_at(m, ht, tl.load(pos_ptr + m), terms_ptr, out_ptr, H, TERMS, BLOCK)
+
+
+@triton.jit
+def _sum_terms_at(m, ht, pos, terms_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK: tl.constexpr):
+    """``_sum_terms_task`` given the row's position (pos < 0: a pad row)."""
     offs = ht * BLOCK + tl.arange(0, BLOCK)
     ok = offs < H
-    n_terms = tl.where(tl.load(pos_ptr + m) >= 0, TERMS, 1)
+    n_terms = tl.where(pos >= 0, TERMS, 1)
     acc = tl.zeros((BLOCK,), tl.float32)
     for j in tl.static_range(TERMS):
         acc += tl.load(terms_ptr + (m * TERMS + j) * H + offs, mask=ok & (j < n_terms),
@@ -645,10 +651,16 @@ def _sum_terms_task(m, ht, terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr,
 
 @triton.jit
 def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK: tl.constexpr,
-                      PDL: tl.constexpr):
-    stage_begin(PDL)
-    _sum_terms_task(tl.program_id(0), tl.program_id(1), terms_ptr, pos_ptr, out_ptr, H, TERMS,
-                    BLOCK)
+                      PDL: tl.constexpr, POS_EARLY: tl.constexpr):
+    if POS_EARLY:  # SUM_POS_EARLY
+        pos = tl.load(pos_ptr + tl.program_id(0))
+        stage_begin(PDL)
+        _sum_terms_at(tl.program_id(0), tl.program_id(1), pos, terms_ptr, out_ptr, H, TERMS,
+                      BLOCK)
+    else:
+        stage_begin(PDL)
+        _sum_terms_task(tl.program_id(0), tl.program_id(1), terms_ptr, pos_ptr, out_ptr, H,
+                        TERMS, BLOCK)
 
 
 # rows up to which the router's GEMV and route are one launch (on an H200 the tail saves
@@ -808,6 +820,9 @@ SWIGLU_BLOCK = 256  # intermediate columns per SwiGLU program
 # hidden columns per program of the terms' sum: 256, 512 and 2048 were within +-1.3 us of it a
 # layer at 1, 2 and 16 rows on an H200 (tiling_probe_20261201T102833Z: sum_block_*)
 SUM_BLOCK = 1024
+# whether the terms' sum reads the row's position (a layer input) before its wait: the terms'
+# loads are masked by it, so read after the wait it was one L2 round trip before them
+SUM_POS_EARLY = True
 
 
 def gate_up_chunk(k: int, split_k: int, groups: int) -> int:
@@ -1130,4 +1145,4 @@ def sum_terms(terms, positions, out) -> None:
     assert out.shape == (m, h) and out.is_contiguous() and terms.is_contiguous()
     _sum_terms_kernel[(m, triton.cdiv(h, SUM_BLOCK))](
         terms, positions, out, h, TERMS=n_terms, BLOCK=SUM_BLOCK, PDL=overlap.enabled(),
-        num_warps=4, **overlap.launch_kw())
+        POS_EARLY=SUM_POS_EARLY, num_warps=4, **overlap.launch_kw())

@@ -512,6 +512,33 @@ def test_route_forms_are_bitwise_the_default(sort, tail_rows, routes_rows, rows,
     assert torch.equal(c_a.kv[lid].view(torch.int16), c_b.kv[lid].view(torch.int16))
 
 
+@pytest.mark.parametrize("rows", [1, 2, 16])
+@pytest.mark.parametrize("kind", ["moe_shared_topk", "dense_indexer"])
+def test_reads_before_the_wait_are_bitwise_after_it(kind, rows, monkeypatch):
+    """down's slot table, weights and ranks (moe.DOWN_TABLE_EARLY), absorb_v's w_vc tile
+    (mla.ABSORB_V_W_EARLY) and the terms' sum's positions (moe.SUM_POS_EARLY) read before
+    the programmatic wait against after it, at real shapes with a pad row: outputs and
+    caches bitwise equal."""
+    from sgl_kernel_ext.triton import mla, moe
+
+    lid = KINDS[kind]
+    case = make_case(CFG, lid, _contexts(rows, 3000, pad=True), seed=29, device="cuda",
+                     lw=_weights(lid))
+    runs = []
+    for early in (True, False):
+        monkeypatch.setattr(moe, "DOWN_TABLE_EARLY", early)
+        monkeypatch.setattr(mla, "ABSORB_V_W_EARLY", early)
+        monkeypatch.setattr(moe, "SUM_POS_EARLY", early)
+        caches = clone_caches(case.caches)
+        layer = FusedLayer(CFG, case.lw, caches, rows, 3000)
+        runs.append(([t.clone() for t in layer(case.hidden, case.residual, case.batch,
+                                                case.topk_prev)], caches))
+    (a, c_a), (b, c_b) = runs
+    assert not torch.isnan(a[0]).any()
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert torch.equal(c_a.kv[lid].view(torch.int16), c_b.kv[lid].view(torch.int16))
+
+
 @pytest.mark.parametrize("kind", ["moe_shared_topk"])  # the kind without the indexer
 @pytest.mark.parametrize("rows", [1, 2])
 def test_latent_in_q_b_matches_the_latent_kernel(kind, rows, monkeypatch):
