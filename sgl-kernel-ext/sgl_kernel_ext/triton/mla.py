@@ -74,6 +74,10 @@ ABSORB_Q_ROWS_FROM = 3
 # (T135322Z, q_b_rows_default_split, where a variant that changes nothing at 16 rows moved
 # 1.4 us).
 ABSORB_GEMV_BLOCK_C = 16
+# whether absorb ropes each head's q_pe in a program of its own (one more latent-column index)
+# rather than in the head's first column program after its w_kc product, a second L2 round
+# trip that program's tail added to the launch (1 or 0: the extra grid column)
+ABSORB_PE_OWN = 1
 ABSORB_GEMV_CHUNK_D = 128
 ABSORB_GEMV_WARPS = 4
 # warps of absorb_v: its [128, 512] bf16 w_vc tile spills 60 B per program at 4 (ptxas -v,
@@ -365,9 +369,11 @@ def _absorb_prefetch(h, ct, kvb_ptr, NH, C, NOPE: tl.constexpr, V: tl.constexpr,
 def _absorb_task(h, ct, q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M,
                  NH, C, NOPE: tl.constexpr, ROPE: tl.constexpr, V: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
-                 INTERPRET: tl.constexpr, CHUNK_D: tl.constexpr = 0):
+                 INTERPRET: tl.constexpr, CHUNK_D: tl.constexpr = 0, PE: tl.constexpr = True):
     """Program (head, BLOCK_C latent columns). CHUNK_D > 0 takes q_nope and w_kc in CHUNK_D
-    slices (fewer live registers when q comes as many split-K partials)."""
+    slices (fewer live registers when q comes as many split-K partials). PE: the head's
+    first program also ropes its q_pe (else programs of their own do, ``_absorb_pe_kernel``'s
+    way)."""
     om = tl.arange(0, BLOCK_M)
     oc = ct * BLOCK_C + tl.arange(0, BLOCK_C)
     m_ok = om < M
@@ -396,7 +402,7 @@ def _absorb_task(h, ct, q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, 
                 lat += tl.dot(q, w)
     out = qcat_ptr + (om[:, None] * NH + h) * (C + ROPE)
     tl.store(out + oc[None, :], lat.to(tl.bfloat16), mask=m_ok[:, None] & (oc[None, :] < C))
-    if ct == 0:
+    if PE and ct == 0:
         _absorb_q_pe(h, q_ptr, SPLIT, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE, ROPE,
                      BLOCK_M)
 
@@ -425,7 +431,7 @@ def _absorb_q_pe(h, q_ptr, SPLIT: tl.constexpr, qcat_ptr, pos_ptr, inv_freq_ptr,
 def _absorb_gemv_task(h, ct, q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr,
                       inv_freq_ptr, M, NH, C, NOPE: tl.constexpr, ROPE: tl.constexpr,
                       V: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
-                      CHUNK_D: tl.constexpr):
+                      CHUNK_D: tl.constexpr, PE: tl.constexpr = True):
     """``_absorb_task`` for a few rows without the tensor cores: w_kc in [CHUNK_D, BLOCK_C]
     slices, each multiplied into the rows' q_nope slice and summed over its CHUNK_D (fp32),
     so a program holds a few small tiles instead of a [16, 256] x [256, BLOCK_C] dot's
@@ -445,7 +451,7 @@ def _absorb_gemv_task(h, ct, q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_
         lat += tl.sum(q[:, :, None] * w[None, :, :], axis=1)
     out = qcat_ptr + (om[:, None] * NH + h) * (C + ROPE)
     tl.store(out + oc[None, :], lat.to(tl.bfloat16), mask=m_ok[:, None] & (oc[None, :] < C))
-    if ct == 0:
+    if PE and ct == 0:
         _absorb_q_pe(h, q_ptr, SPLIT, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE, ROPE,
                      BLOCK_M)
 
@@ -454,26 +460,37 @@ def _absorb_gemv_task(h, ct, q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_
 def _absorb_gemv_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr,
                         M, NH, C, NOPE: tl.constexpr, ROPE: tl.constexpr, V: tl.constexpr,
                         BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
-                        CHUNK_D: tl.constexpr, PDL: tl.constexpr):
+                        CHUNK_D: tl.constexpr, PDL: tl.constexpr, PE_OWN: tl.constexpr):
     h = tl.program_id(0)
     ct = tl.program_id(1)
-    _absorb_prefetch(h, ct, kvb_ptr, NH, C, NOPE, V, BLOCK_D, BLOCK_C, PDL)
-    stage_begin(PDL)
-    _absorb_gemv_task(h, ct, q_ptr, SPLIT, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C,
-                      NOPE, ROPE, V, BLOCK_M, BLOCK_C, CHUNK_D)
+    if PE_OWN and ct == tl.num_programs(1) - 1:  # ABSORB_PE_OWN: this head's q_pe only
+        stage_begin(PDL)
+        _absorb_q_pe(h, q_ptr, SPLIT, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE, ROPE,
+                     BLOCK_M)
+    else:
+        _absorb_prefetch(h, ct, kvb_ptr, NH, C, NOPE, V, BLOCK_D, BLOCK_C, PDL)
+        stage_begin(PDL)
+        _absorb_gemv_task(h, ct, q_ptr, SPLIT, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH,
+                          C, NOPE, ROPE, V, BLOCK_M, BLOCK_C, CHUNK_D, not PE_OWN)
 
 
 @triton.jit
 def _absorb_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C,
                    NOPE: tl.constexpr, ROPE: tl.constexpr, V: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
-                   INTERPRET: tl.constexpr, PDL: tl.constexpr, CHUNK_D: tl.constexpr):
+                   INTERPRET: tl.constexpr, PDL: tl.constexpr, CHUNK_D: tl.constexpr,
+                   PE_OWN: tl.constexpr):
     h = tl.program_id(0)
     ct = tl.program_id(1)
-    _absorb_prefetch(h, ct, kvb_ptr, NH, C, NOPE, V, BLOCK_D, BLOCK_C, PDL)
-    stage_begin(PDL)
-    _absorb_task(h, ct, q_ptr, SPLIT, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE,
-                 ROPE, V, BLOCK_M, BLOCK_D, BLOCK_C, INTERPRET, CHUNK_D)
+    if PE_OWN and ct == tl.num_programs(1) - 1:  # ABSORB_PE_OWN: this head's q_pe only
+        stage_begin(PDL)
+        _absorb_q_pe(h, q_ptr, SPLIT, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE, ROPE,
+                     BLOCK_M)
+    else:
+        _absorb_prefetch(h, ct, kvb_ptr, NH, C, NOPE, V, BLOCK_D, BLOCK_C, PDL)
+        stage_begin(PDL)
+        _absorb_task(h, ct, q_ptr, SPLIT, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C,
+                     NOPE, ROPE, V, BLOCK_M, BLOCK_D, BLOCK_C, INTERPRET, CHUNK_D, not PE_OWN)
 
 
 @triton.jit
@@ -919,18 +936,18 @@ def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: in
     assert q_parts.is_contiguous() and kv_b.is_contiguous() and qcat.is_contiguous()
     if m <= ABSORB_GEMV_MAX_ROWS:
         block_c = block_c or ABSORB_GEMV_BLOCK_C
-        _absorb_gemv_kernel[(nh, triton.cdiv(c, block_c))](
+        _absorb_gemv_kernel[(nh, triton.cdiv(c, block_c) + ABSORB_PE_OWN)](
             q_parts, split, kv_b, qcat, positions, inv_freq, m, nh, c, NOPE=nope, ROPE=rope,
             V=v, BLOCK_M=triton.next_power_of_2(m), BLOCK_D=triton.next_power_of_2(nope),
             BLOCK_C=block_c, CHUNK_D=ABSORB_GEMV_CHUNK_D, PDL=overlap.enabled(),
-            num_warps=ABSORB_GEMV_WARPS, **overlap.launch_kw())
+            PE_OWN=ABSORB_PE_OWN, num_warps=ABSORB_GEMV_WARPS, **overlap.launch_kw())
         return
     block_c = block_c or ABSORB_BLOCK_C
-    _absorb_kernel[(nh, triton.cdiv(c, block_c))](
+    _absorb_kernel[(nh, triton.cdiv(c, block_c) + ABSORB_PE_OWN)](
         q_parts, split, kv_b, qcat, positions, inv_freq, m, nh, c, NOPE=nope, ROPE=rope, V=v,
         BLOCK_M=max(16, triton.next_power_of_2(m)), BLOCK_D=triton.next_power_of_2(nope),
         BLOCK_C=block_c, INTERPRET=interpreting(), PDL=overlap.enabled(),
-        CHUNK_D=ABSORB_CHUNK_D if m >= ABSORB_CHUNK_FROM_ROWS else 0,
+        CHUNK_D=ABSORB_CHUNK_D if m >= ABSORB_CHUNK_FROM_ROWS else 0, PE_OWN=ABSORB_PE_OWN,
         num_warps=4,
         **overlap.launch_kw())
 

@@ -517,8 +517,9 @@ def test_route_forms_are_bitwise_the_default(sort, tail_rows, routes_rows, rows,
 def test_reads_before_the_wait_are_bitwise_after_it(kind, rows, monkeypatch):
     """down's slot table, weights and ranks (moe.DOWN_TABLE_EARLY), absorb_v's w_vc tile
     (mla.ABSORB_V_W_EARLY) and the terms' sum's positions (moe.SUM_POS_EARLY) read before
-    the programmatic wait against after it, at real shapes with a pad row: outputs and
-    caches bitwise equal."""
+    the programmatic wait, and absorb's q_pe roped by programs of its own (mla.ABSORB_PE_OWN),
+    against the forms before them, at real shapes with a pad row: outputs and caches bitwise
+    equal."""
     from sgl_kernel_ext.triton import mla, moe
 
     lid = KINDS[kind]
@@ -529,6 +530,7 @@ def test_reads_before_the_wait_are_bitwise_after_it(kind, rows, monkeypatch):
         monkeypatch.setattr(moe, "DOWN_TABLE_EARLY", early)
         monkeypatch.setattr(mla, "ABSORB_V_W_EARLY", early)
         monkeypatch.setattr(moe, "SUM_POS_EARLY", early)
+        monkeypatch.setattr(mla, "ABSORB_PE_OWN", int(early))
         caches = clone_caches(case.caches)
         layer = FusedLayer(CFG, case.lw, caches, rows, 3000)
         runs.append(([t.clone() for t in layer(case.hidden, case.residual, case.batch,
