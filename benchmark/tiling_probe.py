@@ -200,8 +200,10 @@ VARIANTS = {
     "down_table_late": {("moe", "DOWN_TABLE_EARLY"): False},
     "absorb_v_w_late": {("mla", "ABSORB_V_W_EARLY"): False},
     "sum_pos_late": {("moe", "SUM_POS_EARLY"): False},
-    # absorb's q_pe roped in each head's first column program (mla.ABSORB_PE_OWN off)
-    "absorb_pe_in_first": {("mla", "ABSORB_PE_OWN"): 0},
+    # absorb's q_pe roped in each head's first column program at every row count, or in
+    # programs of its own at every row count (mla.ABSORB_PE_OWN_FROM_ROWS)
+    "absorb_pe_in_first": {("mla", "ABSORB_PE_OWN_FROM_ROWS"): 1 << 30},
+    "absorb_pe_own_always": {("mla", "ABSORB_PE_OWN_FROM_ROWS"): 1},
     "all_late": {("moe", "DOWN_TABLE_EARLY"): False, ("mla", "ABSORB_V_W_EARLY"): False,
                  ("moe", "SUM_POS_EARLY"): False},
     "route_per_row_1_warp": {("moe", "ROUTE_PER_ROW_WARPS"): 1},

@@ -74,10 +74,12 @@ ABSORB_Q_ROWS_FROM = 3
 # (T135322Z, q_b_rows_default_split, where a variant that changes nothing at 16 rows moved
 # 1.4 us).
 ABSORB_GEMV_BLOCK_C = 16
-# whether absorb ropes each head's q_pe in a program of its own (one more latent-column index)
-# rather than in the head's first column program after its w_kc product, a second L2 round
-# trip that program's tail added to the launch (1 or 0: the extra grid column)
-ABSORB_PE_OWN = 1
+# rows from which absorb ropes each head's q_pe in a program of its own (one more
+# latent-column index) rather than in the head's first column program after its w_kc
+# product, a second L2 round trip at that program's tail. On an H200 the own programs make a
+# layer 1.1-3.0 us faster at 4-16 rows (the dot form) on every kind, and 0.1-0.7 slower at
+# 1-2 (the GEMV form; tiling_probe_20261203T074448Z: absorb_pe_in_first)
+ABSORB_PE_OWN_FROM_ROWS = 3
 ABSORB_GEMV_CHUNK_D = 128
 ABSORB_GEMV_WARPS = 4
 # warps of absorb_v: its [128, 512] bf16 w_vc tile spills 60 B per program at 4 (ptxas -v,
@@ -97,7 +99,9 @@ ABSORB_V_SPLIT_C = 4
 ABSORB_V_MERGE_MAX_ROWS = 1
 # whether absorb_v's latent-chunk programs load their w_vc tile before the wait (a weight:
 # overlap's rule 1) instead of prefetching it into L2 and loading it after the merge's loads,
-# one L2 round trip later
+# one L2 round trip later. On an H200 a layer is 1.0-1.6 us faster at one row (where absorb_v
+# merges), 0.4-0.7 at 2-8 rows, the same at 16 (tiling_probe_20261203T073514Z:
+# absorb_v_w_late)
 ABSORB_V_W_EARLY = True
 # launch shape of the sparse attention (tiling_probe knobs). On an H200 4 warps are 3-5 us
 # slower per layer at 4 and 16 rows (tiling_probe_20261130T150549Z); 3 stages, 1 stage and 32
@@ -463,7 +467,7 @@ def _absorb_gemv_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, 
                         CHUNK_D: tl.constexpr, PDL: tl.constexpr, PE_OWN: tl.constexpr):
     h = tl.program_id(0)
     ct = tl.program_id(1)
-    if PE_OWN and ct == tl.num_programs(1) - 1:  # ABSORB_PE_OWN: this head's q_pe only
+    if PE_OWN and ct == tl.num_programs(1) - 1:  # this head's q_pe only
         stage_begin(PDL)
         _absorb_q_pe(h, q_ptr, SPLIT, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE, ROPE,
                      BLOCK_M)
@@ -482,7 +486,7 @@ def _absorb_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_f
                    PE_OWN: tl.constexpr):
     h = tl.program_id(0)
     ct = tl.program_id(1)
-    if PE_OWN and ct == tl.num_programs(1) - 1:  # ABSORB_PE_OWN: this head's q_pe only
+    if PE_OWN and ct == tl.num_programs(1) - 1:  # this head's q_pe only
         stage_begin(PDL)
         _absorb_q_pe(h, q_ptr, SPLIT, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE, ROPE,
                      BLOCK_M)
@@ -934,20 +938,21 @@ def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: in
     _, nh, _ = qcat.shape
     c = kv_b.shape[1]
     assert q_parts.is_contiguous() and kv_b.is_contiguous() and qcat.is_contiguous()
+    pe_own = int(m >= ABSORB_PE_OWN_FROM_ROWS)
     if m <= ABSORB_GEMV_MAX_ROWS:
         block_c = block_c or ABSORB_GEMV_BLOCK_C
-        _absorb_gemv_kernel[(nh, triton.cdiv(c, block_c) + ABSORB_PE_OWN)](
+        _absorb_gemv_kernel[(nh, triton.cdiv(c, block_c) + pe_own)](
             q_parts, split, kv_b, qcat, positions, inv_freq, m, nh, c, NOPE=nope, ROPE=rope,
             V=v, BLOCK_M=triton.next_power_of_2(m), BLOCK_D=triton.next_power_of_2(nope),
             BLOCK_C=block_c, CHUNK_D=ABSORB_GEMV_CHUNK_D, PDL=overlap.enabled(),
-            PE_OWN=ABSORB_PE_OWN, num_warps=ABSORB_GEMV_WARPS, **overlap.launch_kw())
+            PE_OWN=pe_own, num_warps=ABSORB_GEMV_WARPS, **overlap.launch_kw())
         return
     block_c = block_c or ABSORB_BLOCK_C
-    _absorb_kernel[(nh, triton.cdiv(c, block_c) + ABSORB_PE_OWN)](
+    _absorb_kernel[(nh, triton.cdiv(c, block_c) + pe_own)](
         q_parts, split, kv_b, qcat, positions, inv_freq, m, nh, c, NOPE=nope, ROPE=rope, V=v,
         BLOCK_M=max(16, triton.next_power_of_2(m)), BLOCK_D=triton.next_power_of_2(nope),
         BLOCK_C=block_c, INTERPRET=interpreting(), PDL=overlap.enabled(),
-        CHUNK_D=ABSORB_CHUNK_D if m >= ABSORB_CHUNK_FROM_ROWS else 0, PE_OWN=ABSORB_PE_OWN,
+        CHUNK_D=ABSORB_CHUNK_D if m >= ABSORB_CHUNK_FROM_ROWS else 0, PE_OWN=pe_own,
         num_warps=4,
         **overlap.launch_kw())
 

@@ -821,7 +821,8 @@ SWIGLU_BLOCK = 256  # intermediate columns per SwiGLU program
 # layer at 1, 2 and 16 rows on an H200 (tiling_probe_20261201T102833Z: sum_block_*)
 SUM_BLOCK = 1024
 # whether the terms' sum reads the row's position (a layer input) before its wait: the terms'
-# loads are masked by it, so read after the wait it was one L2 round trip before them
+# loads are masked by it, so read after the wait it was one L2 round trip before them. On an
+# H200 0.1-0.2 us a layer at one row, within noise elsewhere (the same run: sum_pos_late)
 SUM_POS_EARLY = True
 
 
@@ -1007,7 +1008,9 @@ DOWN_MAXNREG_FEW_ROWS = 128
 DOWN_SWAP = True
 # whether down reads the slot table, the rows' weights and ranks (route's, two kernels back)
 # before its wait rather than after it, where they were one more L2 round trip before the
-# first weight load could be addressed
+# first weight load could be addressed. On an H200 a layer is 0.3-0.5 us faster at one row,
+# within noise from 2 rows (tiling_probe_20261203T073514Z: down_table_late); with the two
+# reads below and ABSORB_V_W_EARLY, 1.5-1.8 us at one row, 0.2-0.9 at 2-8, 0 at 16 (all_late)
 DOWN_TABLE_EARLY = True
 DOWN_MAXNREG = 96
 DOWN_MAXNREG_FROM_ROWS = 4

@@ -517,7 +517,8 @@ def test_route_forms_are_bitwise_the_default(sort, tail_rows, routes_rows, rows,
 def test_reads_before_the_wait_are_bitwise_after_it(kind, rows, monkeypatch):
     """down's slot table, weights and ranks (moe.DOWN_TABLE_EARLY), absorb_v's w_vc tile
     (mla.ABSORB_V_W_EARLY) and the terms' sum's positions (moe.SUM_POS_EARLY) read before
-    the programmatic wait, and absorb's q_pe roped by programs of its own (mla.ABSORB_PE_OWN),
+    the programmatic wait, and absorb's q_pe roped by programs of its own
+    (mla.ABSORB_PE_OWN_FROM_ROWS),
     against the forms before them, at real shapes with a pad row: outputs and caches bitwise
     equal."""
     from sgl_kernel_ext.triton import mla, moe
@@ -530,7 +531,7 @@ def test_reads_before_the_wait_are_bitwise_after_it(kind, rows, monkeypatch):
         monkeypatch.setattr(moe, "DOWN_TABLE_EARLY", early)
         monkeypatch.setattr(mla, "ABSORB_V_W_EARLY", early)
         monkeypatch.setattr(moe, "SUM_POS_EARLY", early)
-        monkeypatch.setattr(mla, "ABSORB_PE_OWN", int(early))
+        monkeypatch.setattr(mla, "ABSORB_PE_OWN_FROM_ROWS", 1 if early else 1 << 30)
         caches = clone_caches(case.caches)
         layer = FusedLayer(CFG, case.lw, caches, rows, 3000)
         runs.append(([t.clone() for t in layer(case.hidden, case.residual, case.batch,
