@@ -204,6 +204,8 @@ VARIANTS = {
     # programs of its own at every row count (mla.ABSORB_PE_OWN_FROM_ROWS)
     "absorb_pe_in_first": {("mla", "ABSORB_PE_OWN_FROM_ROWS"): 1 << 30},
     "absorb_pe_own_always": {("mla", "ABSORB_PE_OWN_FROM_ROWS"): 1},
+    # the KV-cache row's position and slot read after the wait (mla.KV_SLOT_EARLY off)
+    "kv_slot_late": {("mla", "KV_SLOT_EARLY"): False},
     "all_late": {("moe", "DOWN_TABLE_EARLY"): False, ("mla", "ABSORB_V_W_EARLY"): False,
                  ("moe", "SUM_POS_EARLY"): False},
     "route_per_row_1_warp": {("moe", "ROUTE_PER_ROW_WARPS"): 1},

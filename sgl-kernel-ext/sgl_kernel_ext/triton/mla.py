@@ -41,6 +41,10 @@ LATENT_IN_Q_B_MAX_ROWS = 2
 # at 1, 2 and 16 rows on the MoE and dense kinds, 8 about as fast, 32 0.1-0.5
 # (tiling_probe_20261201T102833Z: latent_*_warps)
 LATENT_WARPS = 16
+# whether the programs writing a row's KV-cache row (latent's, q_b_normed's) read its position
+# and cache slot (layer inputs) before their wait, so after it only kv_a's output is loaded
+# (one L2 round trip, not three: position, then slot and row, then the rope's pairs)
+KV_SLOT_EARLY = True
 # whether a layer with the indexer runs its bf16 [wk; weights_proj] GEMM as programs of the
 # latent launch, before their wait (``latent``'s kw), rather than as a launch of its own after
 # q_b's, in steps of up to overlap.MAX_ROWS rows (the layer's choice). On an H200 a layer
@@ -249,12 +253,33 @@ def slot_args(token_slots, slot_rows, by_row, *caches):
 
 
 @triton.jit
+def _kv_slot(m, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr, ROWS: tl.constexpr):
+    """(position, cache slot) of row m: layer inputs, so a kernel may read them before its
+    wait. A pad row (position -1) reads its table's first slot, unused."""
+    pos = tl.load(pos_ptr + m)
+    return pos, tl.load(slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS)
+                        + tl.maximum(pos, 0))
+
+
+@triton.jit
 def _latent_row(m, part, qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr,
                 cq_q_ptr, cq_s_ptr, kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr,
                 inv_freq_ptr, eps, Q, C, R, BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr,
                 HALF_R: tl.constexpr, INTERPRET: tl.constexpr, ROWS: tl.constexpr):
     """Row m's part 0 (c_q normed and quantized) or part 1 (the KV-cache row): independent,
     so two programs run them side by side."""
+    pos, slot = _kv_slot(m, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr, ROWS)
+    _latent_row_at(m, part, pos, slot, qa_ptr, kva_ptr, SPLIT, M, qn_w_ptr, kvn_w_ptr, cq_q_ptr,
+                   cq_s_ptr, kv_cache_ptr, inv_freq_ptr, eps, Q, C, R, BLOCK_Q, BLOCK_C, HALF_R,
+                   INTERPRET)
+
+
+@triton.jit
+def _latent_row_at(m, part, pos, slot, qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr,
+                   kvn_w_ptr, cq_q_ptr, cq_s_ptr, kv_cache_ptr, inv_freq_ptr, eps, Q, C, R,
+                   BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr, HALF_R: tl.constexpr,
+                   INTERPRET: tl.constexpr):
+    """``_latent_row`` given the row's (position, slot), ``_kv_slot``'s."""
     if part == 0:
         oq = tl.arange(0, BLOCK_Q)
         q = sum_parts(qa_ptr, SPLIT, M * Q, m * Q + oq, oq < Q).to(tl.bfloat16).to(tl.float32)
@@ -263,22 +288,22 @@ def _latent_row(m, part, qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_
         cq = (q * wq).to(tl.bfloat16).to(tl.float32)
         store_row_groups(cq, oq, Q, cq_q_ptr + m * Q, cq_s_ptr + m * tl.cdiv(Q, 128), BLOCK_Q,
                          INTERPRET)
-    pos = tl.load(pos_ptr + m)
     if (part == 1) & (pos >= 0):
-        slot = tl.load(slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS) + pos)
         kv_w = C + R
         oc = tl.arange(0, BLOCK_C)
-        c = sum_parts(kva_ptr, SPLIT, M * kv_w, m * kv_w + oc, oc < C)
-        c = c.to(tl.bfloat16).to(tl.float32)
-        c = c / tl.sqrt(tl.sum(c * c, axis=0) / C + eps)
-        wc = tl.load(kvn_w_ptr + oc, mask=oc < C, other=0.0).to(tl.float32)
-        row = kv_cache_ptr + slot * kv_w
-        tl.store(row + oc, (c * wc).to(tl.bfloat16), mask=oc < C)
         i = tl.arange(0, HALF_R)
         base = m * kv_w + C + 2 * i
+        # every load first: the stores below could alias them for all the compiler knows
+        c = sum_parts(kva_ptr, SPLIT, M * kv_w, m * kv_w + oc, oc < C)
         x1 = sum_parts(kva_ptr, SPLIT, M * kv_w, base, i < HALF_R).to(tl.bfloat16).to(tl.float32)
         x2 = sum_parts(kva_ptr, SPLIT, M * kv_w, base + 1, i < HALF_R).to(tl.bfloat16).to(tl.float32)
-        r1, r2 = _rope_pairs(x1, x2, pos, tl.load(inv_freq_ptr + i))
+        wc = tl.load(kvn_w_ptr + oc, mask=oc < C, other=0.0).to(tl.float32)
+        inv_freq = tl.load(inv_freq_ptr + i)
+        c = c.to(tl.bfloat16).to(tl.float32)
+        c = c / tl.sqrt(tl.sum(c * c, axis=0) / C + eps)
+        row = kv_cache_ptr + slot * kv_w
+        tl.store(row + oc, (c * wc).to(tl.bfloat16), mask=oc < C)
+        r1, r2 = _rope_pairs(x1, x2, pos, inv_freq)
         tl.store(row + C + 2 * i, r1.to(tl.bfloat16))
         tl.store(row + C + 2 * i + 1, r2.to(tl.bfloat16))
 
@@ -291,10 +316,12 @@ def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr,
                    BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr, HALF_R: tl.constexpr,
                    INTERPRET: tl.constexpr, PDL: tl.constexpr, KW: tl.constexpr,
                    KW_BLOCK_M: tl.constexpr, KW_BLOCK_N: tl.constexpr,
-                   KW_BLOCK_K: tl.constexpr, KW_GEMV: tl.constexpr, ROWS: tl.constexpr):
+                   KW_BLOCK_K: tl.constexpr, KW_GEMV: tl.constexpr, ROWS: tl.constexpr,
+                   SLOT_EARLY: tl.constexpr = False):
     """Programs (row, 0 | 1): ``_latent_row``. With KW, programs (tile, 2 + split): the
     indexer's bf16 [wk; weights_proj] split-K GEMM (bf16_linear's task), run before the
-    wait: its x is the layer's normed row, two kernels back (overlap's rule)."""
+    wait: its x is the layer's normed row, two kernels back (overlap's rule). SLOT_EARLY: the
+    row's position and cache slot are read before the wait (KV_SLOT_EARLY)."""
     i = tl.program_id(0)
     j = tl.program_id(1)
     if KW and j >= 2:
@@ -303,6 +330,15 @@ def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr,
                               KW_N, kw_chunk, KW_BLOCK_M, KW_BLOCK_N, KW_BLOCK_K, INTERPRET,
                               KW_GEMV)
         stage_begin(PDL)
+    elif SLOT_EARLY:
+        if i < M:
+            pos, slot = _kv_slot(i, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr, ROWS)
+            stage_begin(PDL)
+            _latent_row_at(i, j, pos, slot, qa_ptr, kva_ptr, SPLIT, M, qn_w_ptr, kvn_w_ptr,
+                           cq_q_ptr, cq_s_ptr, kv_cache_ptr, inv_freq_ptr, eps, Q, C, R, BLOCK_Q,
+                           BLOCK_C, HALF_R, INTERPRET)
+        else:
+            stage_begin(PDL)
     else:
         stage_begin(PDL)
         if i < M:
@@ -312,25 +348,26 @@ def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr,
 
 
 @triton.jit
-def _kv_row_task(m, rows_ptr, ss_ptr, ss_stride, C_TILES: tl.constexpr, kvn_w_ptr, kv_cache_ptr,
-                 pos_ptr, slots_ptr, stride_slots, slot_rows_ptr, inv_freq_ptr, eps, C, R,
-                 BLOCK_C: tl.constexpr, HALF_R: tl.constexpr, ROWS: tl.constexpr):
+def _kv_row_task(m, pos, slot, rows_ptr, ss_ptr, ss_stride, C_TILES: tl.constexpr, kvn_w_ptr,
+                 kv_cache_ptr, inv_freq_ptr, eps, C, R, BLOCK_C: tl.constexpr,
+                 HALF_R: tl.constexpr):
     """``_latent_row``'s part 1 from kv_a's summed bf16 rows [M, C + R] and their per-tile sums
-    of squares (``fp8_linear._row_tail``): row m's KV-cache row, nothing for a pad row."""
-    pos = tl.load(pos_ptr + m)
+    of squares (``fp8_linear._row_tail``), given row m's (position, slot) (``_kv_slot``): its
+    KV-cache row, nothing for a pad row."""
     if pos >= 0:
-        slot = tl.load(slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS) + pos)
         kv_w = C + R
         oc = tl.arange(0, BLOCK_C)
-        c = tl.load(rows_ptr + m * kv_w + oc, mask=oc < C, other=0.0).to(tl.float32)
-        c = c / row_rms(ss_ptr, ss_stride, m, True, C, eps, C_TILES)
-        wc = tl.load(kvn_w_ptr + oc, mask=oc < C, other=0.0).to(tl.float32)
-        row = kv_cache_ptr + slot * kv_w
-        tl.store(row + oc, (c * wc).to(tl.bfloat16), mask=oc < C)
         i = tl.arange(0, HALF_R)
+        # every load first: the stores below could alias them for all the compiler knows
+        c = tl.load(rows_ptr + m * kv_w + oc, mask=oc < C, other=0.0).to(tl.float32)
         x1 = tl.load(rows_ptr + m * kv_w + C + 2 * i).to(tl.float32)
         x2 = tl.load(rows_ptr + m * kv_w + C + 2 * i + 1).to(tl.float32)
-        r1, r2 = _rope_pairs(x1, x2, pos, tl.load(inv_freq_ptr + i))
+        wc = tl.load(kvn_w_ptr + oc, mask=oc < C, other=0.0).to(tl.float32)
+        inv_freq = tl.load(inv_freq_ptr + i)
+        c = c / row_rms(ss_ptr, ss_stride, m, True, C, eps, C_TILES)
+        row = kv_cache_ptr + slot * kv_w
+        tl.store(row + oc, (c * wc).to(tl.bfloat16), mask=oc < C)
+        r1, r2 = _rope_pairs(x1, x2, pos, inv_freq)
         tl.store(row + C + 2 * i, r1.to(tl.bfloat16))
         tl.store(row + C + 2 * i + 1, r2.to(tl.bfloat16))
 
@@ -343,7 +380,10 @@ def _q_b_normed_kernel(rows_q_ptr, ss_q_ptr, qn_w_ptr, M, Q, k_chunk, eps,
                        Q_TILES: tl.constexpr, C_TILES: tl.constexpr, BLOCK_M: tl.constexpr,
                        BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, BLOCK_C: tl.constexpr,
                        HALF_R: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
-                       SWAP: tl.constexpr, ROWS: tl.constexpr):
+                       SWAP: tl.constexpr, ROWS: tl.constexpr, SLOT_EARLY: tl.constexpr):
+    """Programs (tile, split): q_b on c_q normed from q_a's rows; programs (tiles + m, 0): row
+    m's KV-cache row (``latent``'s second half; SLOT_EARLY: its position and slot read
+    before the wait, KV_SLOT_EARLY)."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     if pid < tiles:
@@ -353,13 +393,17 @@ def _q_b_normed_kernel(rows_q_ptr, ss_q_ptr, qn_w_ptr, M, Q, k_chunk, eps,
         _fp8_linear_task(pid, split, rows_q_ptr, ss_q_ptr, M, Q, k_chunk, wa_ptr, sa_ptr,
                          pa_ptr, NA, tiles_a, wb_ptr, sb_ptr, pb_ptr, NB, BLOCK_M, BLOCK_N,
                          GROUPS, INTERPRET, False, True, qn_w_ptr, eps, Q_TILES, SWAP)
-    else:  # the extra program: every row's KV-cache row (``latent``'s second half)
-        stage_begin(PDL)
+    else:
+        m = pid - tiles
+        if SLOT_EARLY:
+            pos, slot = _kv_slot(m, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr, ROWS)
+            stage_begin(PDL)
+        else:
+            stage_begin(PDL)
+            pos, slot = _kv_slot(m, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr, ROWS)
         if split == 0:
-            for m in range(M):
-                _kv_row_task(m, rows_kv_ptr, ss_kv_ptr, ss_kv_stride, C_TILES, kvn_w_ptr,
-                             kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr,
-                             inv_freq_ptr, eps, C, R, BLOCK_C, HALF_R, ROWS)
+            _kv_row_task(m, pos, slot, rows_kv_ptr, ss_kv_ptr, ss_kv_stride, C_TILES, kvn_w_ptr,
+                         kv_cache_ptr, inv_freq_ptr, eps, C, R, BLOCK_C, HALF_R)
 
 
 @triton.jit
@@ -889,7 +933,8 @@ def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots
                          BLOCK_Q=triton.next_power_of_2(q),
                          BLOCK_C=triton.next_power_of_2(kv_lora), HALF_R=rope // 2,
                          INTERPRET=interpreting(), PDL=overlap.enabled(), KW=kw is not None,
-                         **kw_meta, ROWS=rows, num_warps=LATENT_WARPS, **overlap.launch_kw())
+                         **kw_meta, ROWS=rows, SLOT_EARLY=KV_SLOT_EARLY, num_warps=LATENT_WARPS,
+                         **overlap.launch_kw())
 
 
 def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions,
@@ -917,7 +962,7 @@ def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions
         wq.shape[0], wq_b.shape[0] if wq_b is not None else 0, q, split, block_n, groups)
     if wq_b is None:
         wq_b, ws_b, parts_b = wq, ws, parts
-    _q_b_normed_kernel[(tiles + 1, split)](
+    _q_b_normed_kernel[(tiles + m, split)](
         rows_q, ss_q, q_a_norm, m, q, k_chunk, float(eps),
         wq, ws, parts, wq.shape[0], tiles_a, wq_b, ws_b, parts_b, wq_b.shape[0], tiles,
         rows_kv, ss_kv, ss_kv.shape[1], kv_a_norm, kv_cache, positions,
@@ -925,7 +970,7 @@ def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions
         Q_TILES=tiles_q, C_TILES=kv_lora // block_n, BLOCK_M=fp8_linear.block_m(m),
         BLOCK_N=block_n, GROUPS=groups, BLOCK_C=triton.next_power_of_2(kv_lora),
         HALF_R=rope // 2, INTERPRET=interpreting(), PDL=overlap.enabled(),
-        SWAP=fp8_linear.swap(block_n), ROWS=slot_rows is not None,
+        SWAP=fp8_linear.swap(block_n), ROWS=slot_rows is not None, SLOT_EARLY=KV_SLOT_EARLY,
         num_warps=fp8_linear.NUM_WARPS, num_stages=3, **overlap.launch_kw())
 
 

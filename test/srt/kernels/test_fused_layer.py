@@ -516,11 +516,10 @@ def test_route_forms_are_bitwise_the_default(sort, tail_rows, routes_rows, rows,
 @pytest.mark.parametrize("kind", ["moe_shared_topk", "dense_indexer"])
 def test_reads_before_the_wait_are_bitwise_after_it(kind, rows, monkeypatch):
     """down's slot table, weights and ranks (moe.DOWN_TABLE_EARLY), absorb_v's w_vc tile
-    (mla.ABSORB_V_W_EARLY) and the terms' sum's positions (moe.SUM_POS_EARLY) read before
-    the programmatic wait, and absorb's q_pe roped by programs of its own
-    (mla.ABSORB_PE_OWN_FROM_ROWS),
-    against the forms before them, at real shapes with a pad row: outputs and caches bitwise
-    equal."""
+    (mla.ABSORB_V_W_EARLY), the terms' sum's positions (moe.SUM_POS_EARLY) and the KV-cache
+    row's position and slot (mla.KV_SLOT_EARLY) read before the programmatic wait, and
+    absorb's q_pe roped by programs of its own (mla.ABSORB_PE_OWN_FROM_ROWS), against the
+    forms before them, at real shapes with a pad row: outputs and caches bitwise equal."""
     from sgl_kernel_ext.triton import mla, moe
 
     lid = KINDS[kind]
@@ -532,6 +531,7 @@ def test_reads_before_the_wait_are_bitwise_after_it(kind, rows, monkeypatch):
         monkeypatch.setattr(mla, "ABSORB_V_W_EARLY", early)
         monkeypatch.setattr(moe, "SUM_POS_EARLY", early)
         monkeypatch.setattr(mla, "ABSORB_PE_OWN_FROM_ROWS", 1 if early else 1 << 30)
+        monkeypatch.setattr(mla, "KV_SLOT_EARLY", early)
         caches = clone_caches(case.caches)
         layer = FusedLayer(CFG, case.lw, caches, rows, 3000)
         runs.append(([t.clone() for t in layer(case.hidden, case.residual, case.batch,
