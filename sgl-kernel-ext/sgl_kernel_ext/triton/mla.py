@@ -43,7 +43,9 @@ LATENT_IN_Q_B_MAX_ROWS = 2
 LATENT_WARPS = 16
 # whether the programs writing a row's KV-cache row (latent's, q_b_normed's) read its position
 # and cache slot (layer inputs) before their wait, so after it only kv_a's output is loaded
-# (one L2 round trip, not three: position, then slot and row, then the rope's pairs)
+# (one L2 round trip, not three: position, then slot and row, then the rope's pairs). On an
+# H200 within noise (-0.1..+0.6 us a layer at 1-16 rows, tiling_probe_20261203T080322Z:
+# kv_slot_late): those programs are not the launches' last to finish
 KV_SLOT_EARLY = True
 # whether a layer with the indexer runs its bf16 [wk; weights_proj] GEMM as programs of the
 # latent launch, before their wait (``latent``'s kw), rather than as a launch of its own after
