@@ -507,40 +507,29 @@ def _absorb_gemv_task(h, ct, q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_
 
 
 @triton.jit
-def _absorb_gemv_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr,
-                        M, NH, C, NOPE: tl.constexpr, ROPE: tl.constexpr, V: tl.constexpr,
-                        BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
-                        CHUNK_D: tl.constexpr, PDL: tl.constexpr, PE_OWN: tl.constexpr):
-    h = tl.program_id(0)
-    ct = tl.program_id(1)
-    if PE_OWN and ct == tl.num_programs(1) - 1:  # this head's q_pe only
-        stage_begin(PDL)
-        _absorb_q_pe(h, q_ptr, SPLIT, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE, ROPE,
-                     BLOCK_M)
-    else:
-        _absorb_prefetch(h, ct, kvb_ptr, NH, C, NOPE, V, BLOCK_D, BLOCK_C, PDL)
-        stage_begin(PDL)
-        _absorb_gemv_task(h, ct, q_ptr, SPLIT, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH,
-                          C, NOPE, ROPE, V, BLOCK_M, BLOCK_C, CHUNK_D, not PE_OWN)
-
-
-@triton.jit
 def _absorb_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C,
                    NOPE: tl.constexpr, ROPE: tl.constexpr, V: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
                    INTERPRET: tl.constexpr, PDL: tl.constexpr, CHUNK_D: tl.constexpr,
-                   PE_OWN: tl.constexpr):
+                   PE_OWN: tl.constexpr, GEMV: tl.constexpr):
+    """Programs (head, latent-column tile): ``_absorb_task`` (GEMV: ``_absorb_gemv_task``);
+    with PE_OWN a last column index whose programs rope their head's q_pe only."""
     h = tl.program_id(0)
     ct = tl.program_id(1)
-    if PE_OWN and ct == tl.num_programs(1) - 1:  # this head's q_pe only
+    if PE_OWN and ct == tl.num_programs(1) - 1:
         stage_begin(PDL)
         _absorb_q_pe(h, q_ptr, SPLIT, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE, ROPE,
                      BLOCK_M)
     else:
         _absorb_prefetch(h, ct, kvb_ptr, NH, C, NOPE, V, BLOCK_D, BLOCK_C, PDL)
         stage_begin(PDL)
-        _absorb_task(h, ct, q_ptr, SPLIT, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C,
-                     NOPE, ROPE, V, BLOCK_M, BLOCK_D, BLOCK_C, INTERPRET, CHUNK_D, not PE_OWN)
+        if GEMV:
+            _absorb_gemv_task(h, ct, q_ptr, SPLIT, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M,
+                              NH, C, NOPE, ROPE, V, BLOCK_M, BLOCK_C, CHUNK_D, not PE_OWN)
+        else:
+            _absorb_task(h, ct, q_ptr, SPLIT, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH,
+                         C, NOPE, ROPE, V, BLOCK_M, BLOCK_D, BLOCK_C, INTERPRET, CHUNK_D,
+                         not PE_OWN)
 
 
 @triton.jit
@@ -986,22 +975,18 @@ def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: in
     c = kv_b.shape[1]
     assert q_parts.is_contiguous() and kv_b.is_contiguous() and qcat.is_contiguous()
     pe_own = int(m >= ABSORB_PE_OWN_FROM_ROWS)
-    if m <= ABSORB_GEMV_MAX_ROWS:
-        block_c = block_c or ABSORB_GEMV_BLOCK_C
-        _absorb_gemv_kernel[(nh, triton.cdiv(c, block_c) + pe_own)](
-            q_parts, split, kv_b, qcat, positions, inv_freq, m, nh, c, NOPE=nope, ROPE=rope,
-            V=v, BLOCK_M=triton.next_power_of_2(m), BLOCK_D=triton.next_power_of_2(nope),
-            BLOCK_C=block_c, CHUNK_D=ABSORB_GEMV_CHUNK_D, PDL=overlap.enabled(),
-            PE_OWN=pe_own, num_warps=ABSORB_GEMV_WARPS, **overlap.launch_kw())
-        return
-    block_c = block_c or ABSORB_BLOCK_C
+    gemv = m <= ABSORB_GEMV_MAX_ROWS
+    block_c = block_c or (ABSORB_GEMV_BLOCK_C if gemv else ABSORB_BLOCK_C)
+    if gemv:
+        shape = dict(BLOCK_M=triton.next_power_of_2(m), CHUNK_D=ABSORB_GEMV_CHUNK_D,
+                     num_warps=ABSORB_GEMV_WARPS)
+    else:
+        shape = dict(BLOCK_M=max(16, triton.next_power_of_2(m)), num_warps=4,
+                     CHUNK_D=ABSORB_CHUNK_D if m >= ABSORB_CHUNK_FROM_ROWS else 0)
     _absorb_kernel[(nh, triton.cdiv(c, block_c) + pe_own)](
         q_parts, split, kv_b, qcat, positions, inv_freq, m, nh, c, NOPE=nope, ROPE=rope, V=v,
-        BLOCK_M=max(16, triton.next_power_of_2(m)), BLOCK_D=triton.next_power_of_2(nope),
-        BLOCK_C=block_c, INTERPRET=interpreting(), PDL=overlap.enabled(),
-        CHUNK_D=ABSORB_CHUNK_D if m >= ABSORB_CHUNK_FROM_ROWS else 0, PE_OWN=pe_own,
-        num_warps=4,
-        **overlap.launch_kw())
+        BLOCK_D=triton.next_power_of_2(nope), BLOCK_C=block_c, INTERPRET=interpreting(),
+        PDL=overlap.enabled(), PE_OWN=pe_own, GEMV=gemv, **shape, **overlap.launch_kw())
 
 
 def attention_block(topk: int) -> int:

@@ -480,6 +480,30 @@ def test_indexer_launch_forms_are_bitwise_the_plain_ones(knob, kind, rows, monke
     assert torch.equal(c_a.index[lid], c_b.index[lid])
 
 
+def _forms_bitwise_equal(kind, rows, seed, forms, monkeypatch, counters=()):
+    """Run the layer at real shapes on a pad row among `rows` once per form (a dict of
+    (module, attribute) -> value, applied with monkeypatch) and assert every form's outputs
+    and KV cache bitwise the first's, none NaN, and the named arrival counters at zero."""
+    lid = KINDS[kind]
+    case = make_case(CFG, lid, _contexts(rows, 3000, pad=True), seed=seed, device="cuda",
+                     lw=_weights(lid))
+    runs = []
+    for form in forms:
+        for (module, name), value in form.items():
+            monkeypatch.setattr(module, name, value)
+        caches = clone_caches(case.caches)
+        layer = FusedLayer(CFG, case.lw, caches, rows, 3000)
+        runs.append(([t.clone() for t in layer(case.hidden, case.residual, case.batch,
+                                                case.topk_prev)], caches))
+        for name in counters:
+            assert not layer.buf[name].any(), name
+    (a, c_a), *others = runs
+    assert not torch.isnan(a[0]).any()
+    for b, c_b in others:
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+        assert torch.equal(c_a.kv[lid].view(torch.int16), c_b.kv[lid].view(torch.int16))
+
+
 @pytest.mark.parametrize("rows", [1, 2, 3, 16])
 @pytest.mark.parametrize("sort, tail_rows, routes_rows",
                          [(False, 2, False), (True, 16, False), (False, 16, False),
@@ -492,24 +516,11 @@ def test_route_forms_are_bitwise_the_default(sort, tail_rows, routes_rows, rows,
     arrival counters back at zero."""
     from sgl_kernel_ext.triton import moe
 
-    lid = KINDS["moe_shared_topk"]
-    case = make_case(CFG, lid, _contexts(rows, 3000, pad=True), seed=23, device="cuda",
-                     lw=_weights(lid))
-    runs = []
-    default = (moe.ROUTE_SORT, moe.ROUTE_TAIL_MAX_ROWS, moe.ROUTER_ROUTES_ROWS)
-    for form in (default, (sort, tail_rows, routes_rows)):
-        monkeypatch.setattr(moe, "ROUTE_SORT", form[0])
-        monkeypatch.setattr(moe, "ROUTE_TAIL_MAX_ROWS", form[1])
-        monkeypatch.setattr(moe, "ROUTER_ROUTES_ROWS", form[2])
-        caches = clone_caches(case.caches)
-        layer = FusedLayer(CFG, case.lw, caches, rows, 3000)
-        runs.append(([t.clone() for t in layer(case.hidden, case.residual, case.batch,
-                                                case.topk_prev)], caches))
-        assert not layer.buf["route_arrival"].any()
-    (a, c_a), (b, c_b) = runs
-    assert not torch.isnan(a[0]).any()
-    assert all(torch.equal(x, y) for x, y in zip(a, b))
-    assert torch.equal(c_a.kv[lid].view(torch.int16), c_b.kv[lid].view(torch.int16))
+    names = ("ROUTE_SORT", "ROUTE_TAIL_MAX_ROWS", "ROUTER_ROUTES_ROWS")
+    default = {(moe, n): getattr(moe, n) for n in names}
+    form = dict(zip(((moe, n) for n in names), (sort, tail_rows, routes_rows)))
+    _forms_bitwise_equal("moe_shared_topk", rows, 23, (default, form), monkeypatch,
+                         counters=("route_arrival",))
 
 
 @pytest.mark.parametrize("rows", [1, 2, 16])
@@ -522,24 +533,12 @@ def test_reads_before_the_wait_are_bitwise_after_it(kind, rows, monkeypatch):
     forms before them, at real shapes with a pad row: outputs and caches bitwise equal."""
     from sgl_kernel_ext.triton import mla, moe
 
-    lid = KINDS[kind]
-    case = make_case(CFG, lid, _contexts(rows, 3000, pad=True), seed=29, device="cuda",
-                     lw=_weights(lid))
-    runs = []
-    for early in (True, False):
-        monkeypatch.setattr(moe, "DOWN_TABLE_EARLY", early)
-        monkeypatch.setattr(mla, "ABSORB_V_W_EARLY", early)
-        monkeypatch.setattr(moe, "SUM_POS_EARLY", early)
-        monkeypatch.setattr(mla, "ABSORB_PE_OWN_FROM_ROWS", 1 if early else 1 << 30)
-        monkeypatch.setattr(mla, "KV_SLOT_EARLY", early)
-        caches = clone_caches(case.caches)
-        layer = FusedLayer(CFG, case.lw, caches, rows, 3000)
-        runs.append(([t.clone() for t in layer(case.hidden, case.residual, case.batch,
-                                                case.topk_prev)], caches))
-    (a, c_a), (b, c_b) = runs
-    assert not torch.isnan(a[0]).any()
-    assert all(torch.equal(x, y) for x, y in zip(a, b))
-    assert torch.equal(c_a.kv[lid].view(torch.int16), c_b.kv[lid].view(torch.int16))
+    def form(early):
+        return {(moe, "DOWN_TABLE_EARLY"): early, (mla, "ABSORB_V_W_EARLY"): early,
+                (moe, "SUM_POS_EARLY"): early, (mla, "KV_SLOT_EARLY"): early,
+                (mla, "ABSORB_PE_OWN_FROM_ROWS"): 1 if early else 1 << 30}
+
+    _forms_bitwise_equal(kind, rows, 29, (form(True), form(False)), monkeypatch)
 
 
 @pytest.mark.parametrize("kind", ["moe_shared_topk"])  # the kind without the indexer
