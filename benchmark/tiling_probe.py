@@ -191,10 +191,6 @@ VARIANTS = {
                                    ("moe", "ROUTE_TAIL_MAX_ROWS"): 16,
                                    ("moe", "ROUTER_ROUTE_WARPS_ABOVE_2"): 4},
     "route_tail_16": {("moe", "ROUTE_TAIL_MAX_ROWS"): 16},
-    # the router's launch routing the rows above ROUTE_TAIL_MAX_ROWS itself, its last M
-    # programs a row each (moe.ROUTER_ROUTES_ROWS), and its opposite
-    "router_routes_rows": {("moe", "ROUTER_ROUTES_ROWS"): True},
-    "route_own_launch": {("moe", "ROUTER_ROUTES_ROWS"): False},
     # down reading route's slot table, weights and ranks after its wait (moe.DOWN_TABLE_EARLY
     # off); absorb_v loading its w_vc tile after the merge (mla.ABSORB_V_W_EARLY off)
     "down_table_late": {("moe", "DOWN_TABLE_EARLY"): False},

@@ -422,8 +422,8 @@ def _absorb_task(h, ct, q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, 
                  INTERPRET: tl.constexpr, CHUNK_D: tl.constexpr = 0, PE: tl.constexpr = True):
     """Program (head, BLOCK_C latent columns). CHUNK_D > 0 takes q_nope and w_kc in CHUNK_D
     slices (fewer live registers when q comes as many split-K partials). PE: the head's
-    first program also ropes its q_pe (else programs of their own do, ``_absorb_pe_kernel``'s
-    way)."""
+    first program also ropes its q_pe (else programs of their own do: ``_absorb_kernel``'s
+    PE_OWN)."""
     om = tl.arange(0, BLOCK_M)
     oc = ct * BLOCK_C + tl.arange(0, BLOCK_C)
     m_ok = om < M

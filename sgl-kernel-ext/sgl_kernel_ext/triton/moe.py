@@ -30,7 +30,7 @@ import triton.language as tl
 from triton.runtime.jit import constexpr_function
 
 from . import bf16_linear, fp8_linear, overlap
-from .arrival import arrive_last, wait_for
+from .arrival import arrive_last
 from .bf16_linear import _bf16_linear_prefetch, _bf16_linear_task
 from .fp8_linear import (_fp8_group_dot, _gemv_step, _scaled_dot, block_m, grid_shape,
                          group_tiles, group_x, interpreting, step_scales)
@@ -142,38 +142,6 @@ def _route_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
 
 
 @triton.jit
-def _route_row(r, parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr, chosen_ptr,
-               weight_ptr, scale, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
-               RENORM: tl.constexpr, SORT: tl.constexpr):
-    """Row r's top-k into the [M, E] chosen / weight scratch ([2, E] tiles, the second row
-    masked off)."""
-    offs_r = r + tl.arange(0, 2)
-    r_ok = offs_r == r
-    chosen, w = _route_rows(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, scale, offs_r, r_ok,
-                            BLOCK_E, TOPK, RENORM, SORT)
-    offs_e = tl.arange(0, BLOCK_E)
-    at = offs_r[:, None] * E + offs_e[None, :]
-    ok = r_ok[:, None] & (offs_e[None, :] < E)
-    tl.store(chosen_ptr + at, chosen, mask=ok)
-    tl.store(weight_ptr + at, w, mask=ok)
-
-
-@triton.jit
-def _route_scratch_slots(M, E, chosen_ptr, weight_ptr, slot_expert_ptr, slot_weight_ptr,
-                         slot_rank_ptr, num_slots_ptr, BLOCK_M: tl.constexpr,
-                         BLOCK_E: tl.constexpr):
-    """The slot list from every row's choice in the scratch (``_route_slots``)."""
-    offs_m = tl.arange(0, BLOCK_M)
-    offs_e = tl.arange(0, BLOCK_E)
-    m_ok = offs_m < M
-    every = offs_m[:, None] * E + offs_e[None, :]
-    every_ok = m_ok[:, None] & (offs_e[None, :] < E)
-    _route_slots(tl.load(chosen_ptr + every, mask=every_ok, other=0),
-                 tl.load(weight_ptr + every, mask=every_ok, other=0.0), offs_m, m_ok, M,
-                 slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, E, BLOCK_E)
-
-
-@triton.jit
 def _route_per_row_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
                           chosen_ptr, weight_ptr, arrival_ptr, slot_expert_ptr, slot_weight_ptr,
                           slot_rank_ptr, num_slots_ptr, scale, BLOCK_M: tl.constexpr,
@@ -183,58 +151,42 @@ def _route_per_row_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_pt
     finish builds the slot list from every row's."""
     r = tl.program_id(0)
     stage_begin(PDL)
-    _route_row(r, parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, chosen_ptr, weight_ptr, scale,
-               BLOCK_E, TOPK, RENORM, SORT)
+    offs_r = r + tl.arange(0, 2)  # [2, E] tiles, the second row masked off
+    r_ok = offs_r == r
+    chosen, w = _route_rows(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, scale, offs_r, r_ok,
+                            BLOCK_E, TOPK, RENORM, SORT)
+    offs_e = tl.arange(0, BLOCK_E)
+    at = offs_r[:, None] * E + offs_e[None, :]
+    ok = r_ok[:, None] & (offs_e[None, :] < E)
+    tl.store(chosen_ptr + at, chosen, mask=ok)
+    tl.store(weight_ptr + at, w, mask=ok)
     if arrive_last(arrival_ptr, M):
-        _route_scratch_slots(M, E, chosen_ptr, weight_ptr, slot_expert_ptr, slot_weight_ptr,
-                             slot_rank_ptr, num_slots_ptr, BLOCK_M, BLOCK_E)
+        offs_m = tl.arange(0, BLOCK_M)
+        m_ok = offs_m < M
+        every = offs_m[:, None] * E + offs_e[None, :]
+        every_ok = m_ok[:, None] & (offs_e[None, :] < E)
+        _route_slots(tl.load(chosen_ptr + every, mask=every_ok, other=0),
+                     tl.load(weight_ptr + every, mask=every_ok, other=0.0), offs_m, m_ok, M,
+                     slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, E, BLOCK_E)
 
 
 @triton.jit
 def _router_route_kernel(x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk, arrival_ptr,
                          bias_ptr, pos_ptr, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
-                         num_slots_ptr, scale, chosen_ptr, weight_ptr, SPLIT: tl.constexpr,
-                         BLOCK_M: tl.constexpr, ROUTE_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                         BLOCK_K: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
-                         RENORM: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
-                         GEMV: tl.constexpr, SORT: tl.constexpr, ROWS: tl.constexpr):
+                         num_slots_ptr, scale, SPLIT: tl.constexpr, BLOCK_M: tl.constexpr,
+                         ROUTE_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                         BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
+                         INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
+                         SORT: tl.constexpr):
     """The router's split-K bf16 GEMV (programs (tile, split)); the last program to finish
-    routes (route's task over the complete partials). ROWS (``ROUTER_ROUTES_ROWS``): the
-    last M programs to finish route a row each instead, once all have (arrival_ptr[0] counts
-    the GEMV's programs, arrival_ptr[1] the routed rows), into the chosen / weight scratch,
-    and the last row to finish builds the slot list."""
+    routes (route's task over the complete partials)."""
     tile = tl.program_id(0)
     split = tl.program_id(1)
     _bf16_linear_prefetch(tile, split, K, w_ptr, E, k_chunk, BLOCK_N, PDL)
     stage_begin(PDL)
     _bf16_linear_task(tile, split, x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk,
                       BLOCK_M, BLOCK_N, BLOCK_K, INTERPRET, GEMV)
-    programs = tl.num_programs(0) * tl.num_programs(1)
-    if ROWS:
-        tl.debug_barrier()
-        arrived = tl.atomic_add(arrival_ptr, 1, sem="acq_rel", scope="gpu")
-        first = programs - M
-        if INTERPRET:  # programs run one after another: the last routes every row
-            if arrived == programs - 1:
-                for r in range(M):
-                    _route_row(r, parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, chosen_ptr,
-                               weight_ptr, scale, BLOCK_E, TOPK, RENORM, SORT)
-                tl.atomic_xchg(arrival_ptr, 0, sem="relaxed", scope="gpu")
-                _route_scratch_slots(M, E, chosen_ptr, weight_ptr, slot_expert_ptr,
-                                     slot_weight_ptr, slot_rank_ptr, num_slots_ptr, ROUTE_M,
-                                     BLOCK_E)
-        elif arrived >= first:
-            # the M programs still running when the others are done: every program is
-            # resident by then (the launch fits at once, see router_route), so this wait ends
-            wait_for(arrival_ptr, programs)
-            _route_row(arrived - first, parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, chosen_ptr,
-                       weight_ptr, scale, BLOCK_E, TOPK, RENORM, SORT)
-            if arrive_last(arrival_ptr + 1, M):  # every row's program is past its wait
-                tl.atomic_xchg(arrival_ptr, 0, sem="relaxed", scope="gpu")
-                _route_scratch_slots(M, E, chosen_ptr, weight_ptr, slot_expert_ptr,
-                                     slot_weight_ptr, slot_rank_ptr, num_slots_ptr, ROUTE_M,
-                                     BLOCK_E)
-    elif arrive_last(arrival_ptr, programs):
+    if arrive_last(arrival_ptr, tl.num_programs(0) * tl.num_programs(1)):
         _route_task(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, slot_expert_ptr, slot_weight_ptr,
                     slot_rank_ptr, num_slots_ptr, scale, ROUTE_M, BLOCK_E, TOPK, RENORM, SORT)
 
@@ -664,7 +616,12 @@ def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK
 
 
 # rows up to which the router's GEMV and route are one launch (on an H200 the tail saves
-# 0.5-1.5 us of a MoE layer at 1-2 rows and costs 16 us at 4: tiling_probe_20261130T144611Z)
+# 0.5-1.5 us of a MoE layer at 1-2 rows and costs 16 us at 4: tiling_probe_20261130T144611Z).
+# Tried above them: the router's launch routing too, its last M programs a row each once every
+# program had arrived (a spin on the arrival counter), the last row building the slot list
+# (code at 302b36c). Bitwise route's launch, but on an H200 0.6-1.3 us slower a layer at 3-8
+# rows and the same at 12-16 (tiling_probe_20261203T071854Z): route's own launch,
+# programmatically dependent, costs less than the spin (chain_probe: flags against pdl).
 ROUTE_TAIL_MAX_ROWS = 2
 # whether route's top-k is one bitonic top-k of (value, expert) keys (``_top_by_sort``: the
 # same choice) rather than TOPK argmax passes, each a reduction across the program's warps
@@ -695,16 +652,6 @@ SWIGLU_TAIL = True
 # per MoE layer at 16 rows, 0.5 at 4 (tiling_probe_20261130T150549Z); with ROUTE_SORT the
 # one program is still 3.9 / 7.3 us slower at 8 / 16 rows (tiling_probe_20261202T034507Z)
 ROUTE_PER_ROW_MIN_ROWS = 3
-# whether from ROUTE_TAIL_MAX_ROWS + 1 rows the router's GEMV launch routes too, its last M
-# programs to finish a row each once every program has (a spin on the arrival counter: the
-# launch of 16 x ROUTER_SPLIT programs fits the GPU at once), the last row building the slot
-# list, instead of route's one-program-per-row launch after it: one launch fewer, bitwise
-# the same choice (GPU test at 302b36c). On an H200 not faster: a MoE layer +0.6..+1.2 us at
-# 3-8 rows, +0.0 at 12-16; with the indexer +0.9..+1.3 and -0.1..-0.2
-# (tiling_probe_20261203T071854Z): route's own launch, programmatically dependent, costs
-# less than the spin its rows' programs wait in (chain_probe: a counter every program bumps
-# costs more a link than a dependent launch). Off.
-ROUTER_ROUTES_ROWS = False
 # warps of that one-program-per-row form (its last program also builds the slot list); with
 # ROUTE_SORT 1 or 2 are 0.3-13 us slower a MoE layer at 4-16 rows (the same run)
 ROUTE_PER_ROW_WARPS = 4
@@ -746,15 +693,11 @@ def router_route(x: torch.Tensor, router_w: torch.Tensor, router_parts: torch.Te
                  arrival: torch.Tensor, scratch=None) -> None:
     """The router's logits (bf16 x [M, K] . router_w [E, K]^T as fp32 split-K partials
     router_parts [SPLIT, M, E]) then ``route``: one launch up to ROUTE_TAIL_MAX_ROWS rows
-    (the last GEMV program routes; `arrival` int32 counters left at zero), above that one
-    launch whose last M programs route a row each (ROUTER_ROUTES_ROWS, given `scratch` and
-    two counters in `arrival`) or two launches (route given `scratch`, see ``route``)."""
+    (the last GEMV program routes; `arrival` an int32 counter left at zero), two above (route
+    given `scratch`, see ``route``)."""
     m, k = x.shape
     split, pm, e = router_parts.shape
-    block_n = bf16_linear.BLOCK_N
-    grid = (triton.cdiv(e, block_n), split)
-    rows = m > ROUTE_TAIL_MAX_ROWS
-    if rows and not _routes_rows(grid, m, e, arrival, scratch, x.device):
+    if m > ROUTE_TAIL_MAX_ROWS:
         bf16_linear.bf16_linear_splitk(x, router_w, router_parts)
         route(router_parts, bias, positions, topk, scale, renorm, slot_expert, slot_weight,
               slot_rank, num_slots, scratch)
@@ -764,34 +707,17 @@ def router_route(x: torch.Tensor, router_w: torch.Tensor, router_parts: torch.Te
     assert slot_expert.numel() >= m * topk + 1 and slot_weight.is_contiguous()
     assert slot_rank.shape == slot_weight.shape and slot_rank.is_contiguous()
     assert slot_weight.shape[1] == m and arrival.dtype == torch.int32
-    chosen, weight = (scratch[0], scratch[1]) if rows else (router_parts, router_parts)
+    block_n = bf16_linear.BLOCK_N
     bm, block_k, gemv = bf16_linear.launch_shape(m, k, split)
-    _router_route_kernel[grid](
+    _router_route_kernel[(triton.cdiv(e, block_n), split)](
         x, x.stride(0), m, k, router_w, router_parts, e,
         bf16_linear.chunk_cols(k, split, 128), arrival, bias, positions, slot_expert,
-        slot_weight, slot_rank, num_slots, float(scale), chosen, weight, SPLIT=split,
-        BLOCK_M=bm, ROUTE_M=max(2, triton.next_power_of_2(m)), BLOCK_N=block_n,
-        BLOCK_K=block_k, BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm,
-        INTERPRET=interpreting(), PDL=overlap.enabled(), GEMV=gemv, SORT=ROUTE_SORT, ROWS=rows,
-        num_warps=(ROUTE_PER_ROW_WARPS if rows else ROUTER_ROUTE_WARPS if m <= 2
-                   else ROUTER_ROUTE_WARPS_ABOVE_2),
-        num_stages=4, **overlap.launch_kw())
-
-
-def _routes_rows(grid: tuple, m: int, e: int, arrival: torch.Tensor, scratch, device) -> bool:
-    """Whether router_route's launch routes m rows itself (ROUTER_ROUTES_ROWS): its last m
-    programs wait for the others, so the launch must fit on the GPU at once (one program a
-    multiprocessor at least) and have at least m programs."""
-    if not ROUTER_ROUTES_ROWS or scratch is None or arrival.numel() < 2:
-        return False
-    chosen, weight, _ = scratch
-    assert chosen.numel() >= m * e and weight.numel() >= m * e and chosen.dtype == torch.int32
-    programs = grid[0] * grid[1]
-    if programs < m:
-        return False
-    if device.type == "cuda" and not interpreting():
-        return programs <= torch.cuda.get_device_properties(device).multi_processor_count
-    return True
+        slot_weight, slot_rank, num_slots, float(scale), SPLIT=split, BLOCK_M=bm,
+        ROUTE_M=max(2, triton.next_power_of_2(m)), BLOCK_N=block_n, BLOCK_K=block_k,
+        BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm, INTERPRET=interpreting(),
+        PDL=overlap.enabled(), GEMV=gemv, SORT=ROUTE_SORT,
+        num_warps=ROUTER_ROUTE_WARPS if m <= 2 else ROUTER_ROUTE_WARPS_ABOVE_2, num_stages=4,
+        **overlap.launch_kw())
 
 
 def _check_expert_stack(*tensors) -> None:

@@ -505,20 +505,17 @@ def _forms_bitwise_equal(kind, rows, seed, forms, monkeypatch, counters=()):
 
 
 @pytest.mark.parametrize("rows", [1, 2, 3, 16])
-@pytest.mark.parametrize("sort, tail_rows, routes_rows",
-                         [(False, 2, False), (True, 16, False), (False, 16, False),
-                          (True, 2, True)])
-def test_route_forms_are_bitwise_the_default(sort, tail_rows, routes_rows, rows, monkeypatch):
+@pytest.mark.parametrize("sort, tail_rows", [(False, 2), (True, 16), (False, 16)])
+def test_route_forms_are_bitwise_the_default(sort, tail_rows, rows, monkeypatch):
     """route's top-k as argmax passes or one bitonic top-k (moe.ROUTE_SORT), with or without
-    the router's last GEMV program routing up to 16 rows (moe.ROUTE_TAIL_MAX_ROWS), or its
-    last M programs a row each (moe.ROUTER_ROUTES_ROWS), against the default forms at real
-    shapes, a pad row among them: the same experts, so outputs and caches bitwise equal, the
-    arrival counters back at zero."""
+    the router's last GEMV program routing up to 16 rows (moe.ROUTE_TAIL_MAX_ROWS), against
+    the default forms at real shapes, a pad row among them: the same experts, so outputs and
+    caches bitwise equal, the arrival counter back at zero."""
     from sgl_kernel_ext.triton import moe
 
-    names = ("ROUTE_SORT", "ROUTE_TAIL_MAX_ROWS", "ROUTER_ROUTES_ROWS")
+    names = ("ROUTE_SORT", "ROUTE_TAIL_MAX_ROWS")
     default = {(moe, n): getattr(moe, n) for n in names}
-    form = dict(zip(((moe, n) for n in names), (sort, tail_rows, routes_rows)))
+    form = dict(zip(((moe, n) for n in names), (sort, tail_rows)))
     _forms_bitwise_equal("moe_shared_topk", rows, 23, (default, form), monkeypatch,
                          counters=("route_arrival",))
 

@@ -197,7 +197,7 @@ def _drive_real(persistent_too: bool = True) -> None:
              (mla, "ABSORB_GEMV_MAX_ROWS"), (moe, "GEMV_MAX_ROWS"), (fp8_linear, "GEMV_MAX_ROWS"),
              (bf16_linear, "GEMV_MAX_ROWS"), (mla, "ATTN_AHEAD"), (mla, "ATTN_PRELOAD_MAX_STEPS"),
              (mla, "ATTN_PARTS"), (mla, "ATTN_QK_CHAINS"), (mla, "ATTN_PARTS_FROM_STEPS"),
-             (moe, "ROUTER_ROUTES_ROWS"), (moe, "DOWN_TABLE_EARLY"), (mla, "ABSORB_V_W_EARLY"),
+             (moe, "DOWN_TABLE_EARLY"), (mla, "ABSORB_V_W_EARLY"),
              (moe, "SUM_POS_EARLY"), (mla, "ABSORB_PE_OWN_FROM_ROWS"),
              (mla, "KV_SLOT_EARLY"))
     default = tuple(getattr(mod, name) for mod, name in knobs)
@@ -209,14 +209,12 @@ def _drive_real(persistent_too: bool = True) -> None:
     # the other; the attention preloading its first step in no program in one, in every one
     # in the other (mla.ATTN_PRELOAD_MAX_STEPS); the latent KV in 8 column tiles with
     # independent score chains in one, in 4 with one chain in the other, at every step count
-    # (ATTN_PARTS, _QK_CHAINS, _PARTS_FROM_STEPS); the router's launch routing the rows
-    # above 2 itself in one (moe.ROUTER_ROUTES_ROWS); down's table, absorb_v's w_vc and the
+    # (ATTN_PARTS, _QK_CHAINS, _PARTS_FROM_STEPS); down's table, absorb_v's w_vc and the
     # sum's positions read after the wait in the other (DOWN_TABLE_EARLY, ABSORB_V_W_EARLY,
     # SUM_POS_EARLY); absorb's q_pe in programs of its own at every row count in one, in the
     # head's first program in the other (ABSORB_PE_OWN_FROM_ROWS)
-    other_forms = ((1, 0, 0, 2, 2, 2, 1, 0, 8, 2, 1, True, True, True, True, 1, True),
-                   (8, 16, 4, 0, 0, 0, 2, 1 << 30, 4, 1, 1, False, False, False, False, 1 << 30,
-                    False))
+    other_forms = ((1, 0, 0, 2, 2, 2, 1, 0, 8, 2, 1, True, True, True, 1, True),
+                   (8, 16, 4, 0, 0, 0, 2, 1 << 30, 4, 1, 1, False, False, False, 1 << 30, False))
     for kind, lid in kinds.items():
         lw = weights.gen_layer(cfg, 0, lid, tp_size=8, tp_rank=0)
         caches = alloc_caches(cfg, rows * ctx, "cpu", torch.bfloat16, layers=[lid])

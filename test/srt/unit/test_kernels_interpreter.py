@@ -262,50 +262,6 @@ def test_route_top_k_by_sort_picks_as_the_argmax_passes(m, experts, k, tail, mon
             assert (runs[1][1][1:, m // 2] == 0).all() and (runs[1][2][1:, m // 2] == -1).all()
 
 
-@pytest.mark.parametrize("m, experts, k", [(3, 16, 4), (5, 24, 6), (16, 256, 8)])
-def test_router_routing_rows_is_bitwise_two_launches(m, experts, k, monkeypatch):
-    """moe.ROUTER_ROUTES_ROWS (the router's launch routes every row itself above
-    ROUTE_TAIL_MAX_ROWS: on a GPU its last M programs a row each; here, where programs run
-    one after another, the last one every row) against the GEMV and route's
-    one-program-per-row launch: the same partials, slot list, weights and ranks, a pad row
-    choosing nothing, both counters back at zero. K in 4 chunks: 4 to 64 programs (16
-    experts a tile), at least a row each."""
-    g = torch.Generator().manual_seed(m * 7 + experts)
-    pos = torch.arange(m) + 3
-    pos[m // 2] = -1
-    hidden = 256
-    x = torch.randn(m, hidden, generator=g).bfloat16()
-    w = torch.randn(experts, hidden, generator=g).bfloat16() * 0.1
-    bias = torch.randn(experts, generator=g) * 0.1
-    runs, launches = [], []
-    splitk = bf16_linear.bf16_linear_splitk
-    monkeypatch.setattr(bf16_linear, "bf16_linear_splitk",
-                        lambda *a: launches.append(1) or splitk(*a))
-    for rows in (False, True):
-        monkeypatch.setattr(moe, "ROUTER_ROUTES_ROWS", rows)
-        launches.clear()
-        parts = torch.full((4, m, experts), float("nan"))
-        arrival = torch.zeros(2, dtype=torch.int32)
-        slots = m * k + 1
-        se = torch.full((slots,), -7, dtype=torch.int32)
-        sw = torch.full((slots, m), float("nan"))
-        sr = torch.full((slots, m), -7, dtype=torch.int32)
-        ns = torch.zeros(1, dtype=torch.int32)
-        scratch = (torch.full((m * experts,), -7, dtype=torch.int32),
-                   torch.full((m * experts,), float("nan")), arrival)
-        moe.router_route(x, w, parts, bias, pos, k, 2.5, True, se, sw, sr, ns, arrival, scratch)
-        assert not arrival.any(), arrival
-        assert len(launches) == (0 if rows else 1)  # the router's own GEMV launch or not
-        n = int(ns)
-        assert n > k  # the shared slot and at least one row's k experts
-        runs.append((parts, se[:n], sw[:n], sr[:n]))
-    for a, b in zip(*runs):
-        assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30))
-    _, se, sw, sr = runs[1]
-    assert (sw[1:, m // 2] == 0).all() and (sr[1:, m // 2] == -1).all()
-    assert ((sr[1:] >= 0).sum(0) == torch.where(pos >= 0, k, 0)).all()
-
-
 @pytest.mark.parametrize("m", [1, 2, 5])
 def test_moe_last_arrival_tails_are_bitwise_the_separate_kernels(m):
     """router+route and gate/up+SwiGLU as one launch each (the last program of a group runs

@@ -184,9 +184,9 @@ class FusedLayer:
         split_k = max(split_k, moe.GATE_UP_GEMV_TILING[2])
         few = max(split_rows)
         # last-arrival counters (arrival.py): gate/up's (tile, slot) groups for any tile width
-        # down to the MMA's 16 columns (benchmark/tiling_probe.py varies it), the router's two
+        # down to the MMA's 16 columns (benchmark/tiling_probe.py varies it), the router's one
         self.buf["gu_arrivals"] = arrival.counters(-(-inter // 16) * slots, dev)
-        self.buf["route_arrival"] = arrival.counters(2, dev)  # moe.router_route's two
+        self.buf["route_arrival"] = arrival.counters(1, dev)
         self.buf["qkv_arrivals"] = arrival.counters(
             self._tails(cfg.q_lora_rank) + self._tails(c + rope), dev)
         self.buf["q_arrivals"] = arrival.counters(-(-a.q_b.q.shape[0] // self.tile_q_b[0]), dev)
