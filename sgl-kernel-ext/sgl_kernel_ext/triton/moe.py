@@ -935,8 +935,9 @@ DOWN_SWAP = True
 # whether down reads the slot table, the rows' weights and ranks (route's, two kernels back)
 # before its wait rather than after it, where they were one more L2 round trip before the
 # first weight load could be addressed. On an H200 a layer is 0.3-0.5 us faster at one row,
-# within noise from 2 rows (tiling_probe_20261203T073514Z: down_table_late); with the two
-# reads below and ABSORB_V_W_EARLY, 1.5-1.8 us at one row, 0.2-0.9 at 2-8, 0 at 16 (all_late)
+# within noise from 2 rows (tiling_probe_20261203T073514Z: down_table_late); with
+# SUM_POS_EARLY and mla.ABSORB_V_W_EARLY, 1.5-1.8 us at one row, 0.2-0.9 at 2-8, 0 at 16
+# (all_late)
 DOWN_TABLE_EARLY = True
 DOWN_MAXNREG = 96
 DOWN_MAXNREG_FROM_ROWS = 4
