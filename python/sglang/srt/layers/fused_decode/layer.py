@@ -447,10 +447,18 @@ class FusedLayer:
         else:
             mla.sparse_attention(v("qcat"), self.kv_cache, topk, slots, cfg.softmax_scale,
                                  *attn_parts, v("olat"), c, rope, merge=merge, slot_rows=rows)
+        # o_proj sums absorb_v's chunk partials itself (mla.ABSORB_V_PARTS_MAX_ROWS)
+        o_in_parts = not self.sm90_o and mla.absorb_v_leaves_parts(*vc, m)
         mla.absorb_v(v("olat"), a.kv_b, v("oq"), v("os"), cfg.qk_nope_head_dim, cfg.v_head_dim,
-                     *vc, attn_parts)
+                     *vc, attn_parts, parts_out=o_in_parts)
         o_tails = (self.buf["o_arrivals"], v("attn_rows"), None, None, None)
-        if self.sm90_o:
+        if o_in_parts:
+            k_o = self.heads * cfg.v_head_dim
+            x_parts = vc[0][:mla.ABSORB_V_SPLIT_C * m * k_o].view(mla.ABSORB_V_SPLIT_C, m, k_o)
+            fp8_linear.fp8_linear(x_parts, None, a.o_proj.q, a.o_proj.s, v("y_attn"),
+                                  *(None,) * 3, *self.tile_o[:2],
+                                  tails=o_tails if self.sharded else None)
+        elif self.sm90_o:
             self.sm90.fp8_mma(self.buf["oq"][:self.sm90.x_rows(m)], v("os"), a.o_proj.q,
                               a.o_proj.s, v("y_attn"), stages=sm90.RING_SLOTS,
                               pdl=overlap.enabled(), tails=o_tails[:2] if self.sharded else None)
