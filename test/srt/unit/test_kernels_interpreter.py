@@ -310,6 +310,49 @@ def test_moe_last_arrival_tails_are_bitwise_the_separate_kernels(m):
         assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30))
 
 
+@pytest.mark.parametrize("m", [1, 2])
+def test_down_summing_gate_up_partials_is_bitwise_the_swiglu_tail(m):
+    """gate/up leaving its split-K partials and down summing and SwiGLU-ing them as it loads
+    its activations (moe.SWIGLU_IN_DOWN_MAX_ROWS) against gate/up's last-arrival SwiGLU tail:
+    terms and outputs bitwise equal (a pad row at 2 rows), act left unwritten, the counters
+    untouched."""
+    lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
+    mw, sh = lw.mlp, lw.mlp.shared
+    g = torch.Generator().manual_seed(20 + m)
+    x = torch.randn(m, CFG.hidden_size, generator=g).bfloat16()
+    pos = torch.tensor([4, -1][:m])
+    e, k, h = CFG.n_routed_experts, CFG.num_experts_per_tok, CFG.hidden_size
+    slots, inter = m * k + 1, mw.gate.q.shape[1]
+    parts = torch.full((2, m, e), float("nan"))
+    se = torch.full((slots,), -7, dtype=torch.int32)
+    sw = torch.full((slots, m), float("nan"))
+    sr = torch.full((slots, m), -7, dtype=torch.int32)
+    ns = torch.zeros(1, dtype=torch.int32)
+    bf16_linear.bf16_linear_splitk(x, mw.router, parts)
+    moe.route(parts, mw.bias, pos, k, CFG.routed_scaling_factor, True, se, sw, sr, ns)
+    block_n, _, split_k = moe.gate_up_tiling(m)
+    assert split_k > 1, "the form needs gate/up's K split"
+    xq, sx = quant_act(x)
+    runs = []
+    for in_down in (False, True):
+        arrivals = torch.zeros(-(-inter // block_n) * slots, dtype=torch.int32)
+        act = torch.full((slots, m, inter), float("nan"), dtype=torch.bfloat16)
+        gu_parts = torch.full((split_k, slots, m, 2, inter), float("nan"))
+        moe.gate_up(xq, sx.contiguous(), e, se, ns, mw.gate.q, mw.gate.s, mw.up.q, mw.up.s,
+                    sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act, gu_parts, arrivals=arrivals,
+                    swiglu_in_down=in_down)
+        assert not arrivals.any()
+        assert torch.isnan(act.float()).all() == in_down
+        out = torch.full((m, h), float("nan"), dtype=torch.bfloat16)
+        terms = torch.full((m, k + 1, h), float("nan"), dtype=torch.bfloat16)
+        moe.down(act, e, se, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, pos,
+                 terms, out, gu_parts=gu_parts if in_down else None)
+        assert not torch.isnan(out.float()).any()
+        runs.append((terms.float().nan_to_num(-1e30), out.float()))
+    for a, b in zip(*runs):
+        assert torch.equal(a, b)
+
+
 def _route_gate_up_down(mw, x, pos):
     """(act, out) of route, gate/up and down at x's rows on NaN-poisoned buffers."""
     m = x.shape[0]

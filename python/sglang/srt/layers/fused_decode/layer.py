@@ -514,15 +514,18 @@ class FusedLayer:
         if split_k > 1:
             gu_parts = _prefix(b["gu_parts"], split_k, act.shape[0], m, 2, act.shape[2])
         block_n, warps = moe.down_shape(m, dense)
+        # down sums gate/up's split-K partials itself (moe.SWIGLU_IN_DOWN_MAX_ROWS)
+        in_down = (not dense and split_k > 1 and m <= moe.SWIGLU_IN_DOWN_MAX_ROWS
+                   and moe.DOWN_TABLE_EARLY)
         with overlap.wide():
             moe.gate_up(v("x2q"), v("x2s"), self.experts, b["slot_expert"], b["num_slots"],
                         routed.gate.q, routed.gate.s, routed.up.q, routed.up.s,
                         shared.gate.q, shared.gate.s, shared.up.q, shared.up.s, act, gu_parts,
-                        tiling=tiling, arrivals=b["gu_arrivals"])
+                        tiling=tiling, arrivals=b["gu_arrivals"], swiglu_in_down=in_down)
             moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"),
                      v("slot_rank"), b["num_slots"], routed.down.q, routed.down.s,
                      shared.down.q, shared.down.s, pos, v("terms"), v("y"), block_n=block_n,
-                     num_warps=warps)
+                     num_warps=warps, gu_parts=gu_parts if in_down else None)
 
 
     def health(self) -> List[str]:
