@@ -189,17 +189,25 @@ def _normed_group_dot(x_ptr, rms, nw_ptr, M, K, w_ptr, s_ptr, offs_n, N, kb,
 
 @triton.jit
 def parts_group_x(parts_ptr, PARTS: tl.constexpr, M, K, kb, BLOCK_M: tl.constexpr,
-                  INTERPRET: tl.constexpr):
+                  ROWS: tl.constexpr, INTERPRET: tl.constexpr):
     """(e4m3 x [BLOCK_M, 128], its rows' scales) of the 128-column group kb, made from PARTS
     fp32 partials [PARTS, M, K] summed in order, rounded to bf16 and quantized per group, as
-    the producer's last-arrival tail would have stored them (``mla.absorb_v``'s)."""
+    the producer's last-arrival tail would have stored them (``mla.absorb_v``'s). Row by row,
+    the first ROWS (>= M): loads of [BLOCK_M, 128] tiles would be pipelined through shared
+    memory at BLOCK_M rows, PARTS times the weight tile's bytes a stage."""
     offs_m = tl.arange(0, BLOCK_M)
     k = kb * 128 + tl.arange(0, 128)
-    v = sum_parts(parts_ptr, PARTS, M * K, offs_m[:, None] * K + k[None, :],
-                  (offs_m[:, None] < M) & (k < K)[None, :])
-    v = v.to(tl.bfloat16).to(tl.float32)
-    sx = tl.maximum(tl.max(tl.abs(v), axis=1), 1e-10) / 448.0
-    return to_e4m3(tl.clamp(v * (1.0 / sx)[:, None], -448.0, 448.0), INTERPRET), sx
+    k_ok = k < K
+    x = tl.zeros((BLOCK_M, 128), tl.float32)
+    sx = tl.zeros((BLOCK_M,), tl.float32)
+    for r in tl.static_range(ROWS):
+        v = sum_parts(parts_ptr, PARTS, M * K, r * K + k, k_ok & (r < M))
+        v = v.to(tl.bfloat16).to(tl.float32)
+        s = tl.maximum(tl.max(tl.abs(v), axis=0), 1e-10) / 448.0
+        q = to_e4m3(tl.clamp(v * (1.0 / s), -448.0, 448.0), INTERPRET).to(tl.float32)
+        x = tl.where(offs_m[:, None] == r, q[None, :], x)
+        sx = tl.where(offs_m == r, s, sx)
+    return x.to(tl.float8e4nv), sx
 
 
 @triton.jit
@@ -262,11 +270,11 @@ def _tile(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, part_ptr, N, tile, split, k_chunk,
           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
           INTERPRET: tl.constexpr, GEMV: tl.constexpr, XNORM: tl.constexpr, nw_ptr, eps,
           SS_TILES: tl.constexpr, SWAP: tl.constexpr, SCALES: tl.constexpr = True,
-          XPARTS: tl.constexpr = 0):
+          XPARTS: tl.constexpr = 0, XROWS: tl.constexpr = 1):
     """With XNORM, x is bf16 rows at xq_ptr, RMS-normed here (``_normed_group_dot``) with
     their per-tile sums of squares at sx_ptr [M, SS_TILES] and the norm weight at nw_ptr.
     With XPARTS > 0, x is that many fp32 partials [XPARTS, M, K] at xq_ptr, summed and
-    quantized here (``parts_group_x``). With SWAP the MMAs run transposed (``swap``) and
+    quantized here (``parts_group_x``, its first XROWS rows). With SWAP the MMAs run transposed (``swap``) and
     the tile is transposed once at the end."""
     offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     if SWAP:
@@ -298,7 +306,7 @@ def _tile(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, part_ptr, N, tile, split, k_chunk,
             for g in tl.static_range(GROUPS):
                 kk = tl.minimum(kb + g, kb_end - 1)
                 w, sw = _group_weights(w_ptr, s_ptr, offs_n, N, K, kk)
-                x, sx = parts_group_x(xq_ptr, XPARTS, M, K, kk, BLOCK_M, INTERPRET)
+                x, sx = parts_group_x(xq_ptr, XPARTS, M, K, kk, BLOCK_M, XROWS, INTERPRET)
                 acc += _scaled_dot(x, sx, w, sw, INTERPRET, SWAP) * (kb + g < kb_end)
     elif SCALES:  # each group's scales loaded an iteration ahead (SCALES_AHEAD)
         sc = step_scales(s_ptr, offs_n, N, K, kb0, kb_end, sx_ptr, M, BLOCK_M, GROUPS)
@@ -342,7 +350,8 @@ def _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                      INTERPRET: tl.constexpr, GEMV: tl.constexpr, XNORM: tl.constexpr = False,
                      nw_ptr=None, eps=0.0, SS_TILES: tl.constexpr = 1, SWAP: tl.constexpr = False,
-                     SCALES: tl.constexpr = True, XPARTS: tl.constexpr = 0):
+                     SCALES: tl.constexpr = True, XPARTS: tl.constexpr = 0,
+                     XROWS: tl.constexpr = 1):
     """Program (pid, split): one BLOCK_N tile of W_a (pid < tiles_a) or W_b, one K chunk
     (XNORM: x made from normed bf16 rows, ``_tile``). One ``_tile`` for both matrices, so
     the program holds one set of pipeline buffers."""
@@ -351,7 +360,7 @@ def _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk,
     _tile(xq_ptr, sx_ptr, M, K, tl.where(on_a, wa_ptr, wb_ptr), tl.where(on_a, sa_ptr, sb_ptr),
           tl.where(on_a, pa_ptr, pb_ptr), tl.where(on_a, NA, NB), tile, split, k_chunk,
           BLOCK_M, BLOCK_N, GROUPS, INTERPRET, GEMV, XNORM, nw_ptr, eps, SS_TILES, SWAP, SCALES,
-          XPARTS)
+          XPARTS, XROWS)
 
 
 @triton.jit
@@ -362,14 +371,15 @@ def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                        INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
                        TAILS: tl.constexpr, SPLIT: tl.constexpr, SUMSQ: tl.constexpr,
-                       SWAP: tl.constexpr, SCALES: tl.constexpr, XPARTS: tl.constexpr):
+                       SWAP: tl.constexpr, SCALES: tl.constexpr, XPARTS: tl.constexpr,
+                       XROWS: tl.constexpr):
     pid = tl.program_id(0)
     split = tl.program_id(1)
     _fp8_linear_prefetch(pid, split, K, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB, BLOCK_N, PDL)
     stage_begin(PDL)
     _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk, wa_ptr, sa_ptr, pa_ptr, NA,
                      tiles_a, wb_ptr, sb_ptr, pb_ptr, NB, BLOCK_M, BLOCK_N, GROUPS, INTERPRET,
-                     GEMV, SWAP=SWAP, SCALES=SCALES, XPARTS=XPARTS)
+                     GEMV, SWAP=SWAP, SCALES=SCALES, XPARTS=XPARTS, XROWS=XROWS)
     # the tile's last K chunk to finish sums the tile (``_row_tail``); tiles from tail_tiles
     # on (W_b's, when only W_a has rows) have none
     if TAILS and pid < tail_tiles:
@@ -501,6 +511,7 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
         BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
         PDL=use_pdl, GEMV=gemv, TAILS=tails is not None, SPLIT=split if tails is not None else 1,
         SUMSQ=sumsq, SWAP=swap(block_n, gemv), SCALES=SCALES_AHEAD, XPARTS=x_parts,
+        XROWS=triton.next_power_of_2(m) if x_parts else 1,
         num_warps=NUM_WARPS, num_stages=3, **launch,
     )
 

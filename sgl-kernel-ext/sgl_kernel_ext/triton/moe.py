@@ -204,10 +204,27 @@ def _act_load(a_ptr, offs, mask, GU_SPLIT: tl.constexpr, gu_stride, I):
 
 
 @triton.jit
+def _act_tile(a_ptr, stride_am, M, K, k, k_ok, BLOCK_M: tl.constexpr, GU_SPLIT: tl.constexpr,
+              gu_stride, GU_ROWS: tl.constexpr):
+    """fp32 [BLOCK_M, 128] activations of the columns k (zero past M). From gate/up's
+    partials row by row, the first GU_ROWS (>= M): loads of [BLOCK_M, 128] tiles would be
+    pipelined through shared memory at BLOCK_M rows, 2 x GU_SPLIT fp32 tiles a stage."""
+    offs_m = tl.arange(0, BLOCK_M)
+    if GU_SPLIT == 0:
+        return _act_load(a_ptr, offs_m[:, None] * stride_am + k[None, :],
+                         (offs_m[:, None] < M) & k_ok[None, :], 0, 0, K)
+    a = tl.zeros((BLOCK_M, 128), tl.float32)
+    for r in tl.static_range(GU_ROWS):
+        row = _act_load(a_ptr, r * stride_am + k, k_ok & (r < M), GU_SPLIT, gu_stride, K)
+        a = tl.where(offs_m[:, None] == r, row[None, :], a)
+    return a
+
+
+@triton.jit
 def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
                   GEMV: tl.constexpr, GROUPS: tl.constexpr, SWAP: tl.constexpr = False,
-                  GU_SPLIT: tl.constexpr = 0, gu_stride=0):
+                  GU_SPLIT: tl.constexpr = 0, gu_stride=0, GU_ROWS: tl.constexpr = 1):
     """fp32 [BLOCK_M, BLOCK_N] = quant(a[M, K]) . W[offs_n, K]^T with both block scales, on
     the tensor cores (SWAP: transposed, fp8_linear.swap) or (GEMV, a few rows) as fp32
     multiply-and-sum in registers, GROUPS 128-column groups a step. With GU_SPLIT, a is made
@@ -244,8 +261,7 @@ def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
             k_ok = k < K
             w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :],
                         mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-            a = _act_load(a_ptr, offs_m[:, None] * stride_am + k[None, :],
-                          (offs_m[:, None] < M) & k_ok[None, :], GU_SPLIT, gu_stride, K)
+            a = _act_tile(a_ptr, stride_am, M, K, k, k_ok, BLOCK_M, GU_SPLIT, gu_stride, GU_ROWS)
             sa = tl.maximum(tl.max(tl.abs(a), axis=1), 1e-10) / 448.0
             aq = to_e4m3(tl.clamp(a * (1.0 / sa)[:, None], -448.0, 448.0), INTERPRET)
             sw = tl.load(s_ptr + (offs_n // 128) * kblocks + kb, mask=n_ok, other=0.0)
@@ -553,7 +569,7 @@ def _down_slot(tile, slot, n, e, w, rank, act_ptr, M, I, H, E, dq_ptr, ds_ptr, q
                s_stride_e, sdq_ptr, sds_ptr, terms_ptr, TERMS: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
                GEMV: tl.constexpr, GROUPS: tl.constexpr, SWAP: tl.constexpr,
-               GU_SPLIT: tl.constexpr = 0, SLOTS=0):
+               GU_SPLIT: tl.constexpr = 0, SLOTS=0, GU_ROWS: tl.constexpr = 1):
     """``_down_task`` given the slot's entry (n slots, expert e) and its rows' (w, rank).
     GU_SPLIT: act_ptr is gate/up's partials [GU_SPLIT, SLOTS, M, 2, I], SwiGLU'd here."""
     if slot < n:
@@ -567,7 +583,7 @@ def _down_slot(tile, slot, n, e, w, rank, act_ptr, M, I, H, E, dq_ptr, ds_ptr, q
         else:
             y = _fp8_tile_dot(act_ptr + slot * M * 2 * I, 2 * I, M, I, d_q, d_s, offs_n, H,
                               BLOCK_M, BLOCK_N, INTERPRET, GEMV, GROUPS, SWAP, GU_SPLIT,
-                              SLOTS * M * 2 * I)
+                              SLOTS * M * 2 * I, GU_ROWS)
         keep = m_ok & (rank >= 0)
         dst = terms_ptr + ((offs_m * TERMS + tl.maximum(rank, 0)) * H)[:, None] + offs_n[None, :]
         tl.store(dst, (w[:, None] * y).to(tl.bfloat16), mask=keep[:, None] & (offs_n[None, :] < H))
@@ -579,7 +595,7 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
                  terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
                  GROUPS: tl.constexpr, SWAP: tl.constexpr, TABLE_EARLY: tl.constexpr,
-                 GU_SPLIT: tl.constexpr = 0):
+                 GU_SPLIT: tl.constexpr = 0, GU_ROWS: tl.constexpr = 1):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     if TABLE_EARLY:
@@ -591,7 +607,7 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
         stage_begin(PDL)
         _down_slot(tile, slot, n, e, w, rank, act_ptr, M, I, H, E, dq_ptr, ds_ptr, q_stride_e,
                    s_stride_e, sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET,
-                   GEMV, GROUPS, SWAP, GU_SPLIT, tl.num_programs(1))
+                   GEMV, GROUPS, SWAP, GU_SPLIT, tl.num_programs(1), GU_ROWS)
     else:
         tl.static_assert(GU_SPLIT == 0, "gate/up's partials are read with TABLE_EARLY only")
         _down_prefetch(tile, slot, H, I, E, slot_expert_ptr, num_slots_ptr, dq_ptr, q_stride_e,
@@ -1101,6 +1117,7 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         PDL=overlap.enabled(), GEMV=gemv,
         GROUPS=min(DOWN_GEMV_GROUPS, triton.cdiv(inter, 128)) if gemv else 1,
         SWAP=down_swap(block_n, gemv), TABLE_EARLY=DOWN_TABLE_EARLY, GU_SPLIT=gu_split,
+        GU_ROWS=triton.next_power_of_2(m) if gu_split else 1,
         num_warps=num_warps,
         num_stages=DOWN_STAGES if moe_mma else 3, **overlap.launch_kw(),
         **({"maxnreg": cap} if moe_mma and (cap := down_maxnreg(m)) else {}),
