@@ -141,6 +141,7 @@ VARIANTS = {
     "overlap_16": {("overlap", "MAX_ROWS"): 16, ("overlap", "WIDE_MAX_ROWS"): 16},
     "overlap_16_narrow": {("overlap", "MAX_ROWS"): 16},
     "overlap_16_narrow_wide_to_4": {("overlap", "MAX_ROWS"): 16, ("overlap", "WIDE_MAX_ROWS"): 4},
+    "overlap_to_8": {("overlap", "MAX_ROWS"): 8},  # the default before 2026-12-03
     # the MoE's expert kernels overlapped up to 8 rows (the others' bound), or up to 2 or 1
     **{f"overlap_wide_to_{r}": {("overlap", "WIDE_MAX_ROWS"): r} for r in (8, 4, 2, 1)},
     # the attention loading its first step's KV rows into registers before its wait in no
@@ -204,12 +205,6 @@ VARIANTS = {
     "kv_slot_late": {("mla", "KV_SLOT_EARLY"): False},
     "all_late": {("moe", "DOWN_TABLE_EARLY"): False, ("mla", "ABSORB_V_W_EARLY"): False,
                  ("moe", "SUM_POS_EARLY"): False},
-    # the producers' tails against their consumers summing the partials (the defaults)
-    "absorb_v_tail": {("mla", "ABSORB_V_PARTS_MAX_ROWS"): 0},
-    "swiglu_tail": {("moe", "SWIGLU_IN_DOWN_MAX_ROWS"): 0},
-    "both_tails": {("mla", "ABSORB_V_PARTS_MAX_ROWS"): 0, ("moe", "SWIGLU_IN_DOWN_MAX_ROWS"): 0},
-    "absorb_v_parts_to_4": {("mla", "ABSORB_V_PARTS_MAX_ROWS"): 4},
-    "absorb_v_parts_to_16": {("mla", "ABSORB_V_PARTS_MAX_ROWS"): 16},
     "route_per_row_1_warp": {("moe", "ROUTE_PER_ROW_WARPS"): 1},
     "route_per_row_2_warps": {("moe", "ROUTE_PER_ROW_WARPS"): 2},
     # the split top-k's threshold (default: rows wider than 2048), at --ctx above 2048

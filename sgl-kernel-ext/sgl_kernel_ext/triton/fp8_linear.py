@@ -16,8 +16,6 @@ Up to two matrices sharing x (q_a and kv_a; q_b and the indexer's wq_b) run in o
 With ``tails`` the last K chunk of each column tile to finish also sums the tile into bf16
 rows and their per-tile sums of squares; a consumer launched with XNORM (``mla.q_b_normed``)
 then RMS-norms and quantizes its own groups of x from them (``_normed_group_dot``).
-x may also come as its producer's fp32 split partials, summed and quantized here as the
-producer's tail would have (``parts_group_x``; o_proj on absorb_v's, ``mla.absorb_v``).
 Rows past M are zero-padded to the 16-row MMA minimum; nothing is written for them.
 With ``overlap`` on, each program prefetches its weight tile into L2 before waiting for the
 previous kernel.
@@ -188,29 +186,6 @@ def _normed_group_dot(x_ptr, rms, nw_ptr, M, K, w_ptr, s_ptr, offs_n, N, kb,
 
 
 @triton.jit
-def parts_group_x(parts_ptr, PARTS: tl.constexpr, M, K, kb, BLOCK_M: tl.constexpr,
-                  ROWS: tl.constexpr, INTERPRET: tl.constexpr):
-    """(e4m3 x [BLOCK_M, 128], its rows' scales) of the 128-column group kb, made from PARTS
-    fp32 partials [PARTS, M, K] summed in order, rounded to bf16 and quantized per group, as
-    the producer's last-arrival tail would have stored them (``mla.absorb_v``'s). Row by row,
-    the first ROWS (>= M): loads of [BLOCK_M, 128] tiles would be pipelined through shared
-    memory at BLOCK_M rows, PARTS times the weight tile's bytes a stage."""
-    offs_m = tl.arange(0, BLOCK_M)
-    k = kb * 128 + tl.arange(0, 128)
-    k_ok = k < K
-    x = tl.zeros((BLOCK_M, 128), tl.float32)
-    sx = tl.zeros((BLOCK_M,), tl.float32)
-    for r in tl.static_range(ROWS):
-        v = sum_parts(parts_ptr, PARTS, M * K, r * K + k, k_ok & (r < M))
-        v = v.to(tl.bfloat16).to(tl.float32)
-        s = tl.maximum(tl.max(tl.abs(v), axis=0), 1e-10) / 448.0
-        q = to_e4m3(tl.clamp(v * (1.0 / s), -448.0, 448.0), INTERPRET).to(tl.float32)
-        x = tl.where(offs_m[:, None] == r, q[None, :], x)
-        sx = tl.where(offs_m == r, s, sx)
-    return x.to(tl.float8e4nv), sx
-
-
-@triton.jit
 def row_rms(ss_ptr, stride, offs_m, m_ok, K, eps, SS_TILES: tl.constexpr):
     """sqrt(mean square + eps) of rows offs_m over their first K columns, from the per-tile
     sums of squares (``_row_tail``'s, [rows, stride]) of the SS_TILES tiles covering them,
@@ -269,13 +244,10 @@ def _gemv_step(acc, w, xq_ptr, sx_ptr, M, K, s_ptr, n_block, k, k_ok, BLOCK_M: t
 def _tile(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, part_ptr, N, tile, split, k_chunk,
           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
           INTERPRET: tl.constexpr, GEMV: tl.constexpr, XNORM: tl.constexpr, nw_ptr, eps,
-          SS_TILES: tl.constexpr, SWAP: tl.constexpr, SCALES: tl.constexpr = True,
-          XPARTS: tl.constexpr = 0, XROWS: tl.constexpr = 1):
+          SS_TILES: tl.constexpr, SWAP: tl.constexpr, SCALES: tl.constexpr = True):
     """With XNORM, x is bf16 rows at xq_ptr, RMS-normed here (``_normed_group_dot``) with
     their per-tile sums of squares at sx_ptr [M, SS_TILES] and the norm weight at nw_ptr.
-    With XPARTS > 0, x is that many fp32 partials [XPARTS, M, K] at xq_ptr, summed and
-    quantized here (``parts_group_x``, its first XROWS rows). With SWAP the MMAs run transposed (``swap``) and
-    the tile is transposed once at the end."""
+    With SWAP the MMAs run transposed (``swap``) and the tile is transposed once at the end."""
     offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     if SWAP:
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
@@ -301,13 +273,6 @@ def _tile(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, part_ptr, N, tile, split, k_chunk,
                 acc += _normed_group_dot(xq_ptr, rms, nw_ptr, M, K, w_ptr, s_ptr, offs_n, N,
                                          tl.minimum(kb + g, kb_end - 1), BLOCK_M, INTERPRET,
                                          SWAP) * (kb + g < kb_end)
-    elif XPARTS > 0:
-        for kb in range(kb0, kb_end, GROUPS):
-            for g in tl.static_range(GROUPS):
-                kk = tl.minimum(kb + g, kb_end - 1)
-                w, sw = _group_weights(w_ptr, s_ptr, offs_n, N, K, kk)
-                x, sx = parts_group_x(xq_ptr, XPARTS, M, K, kk, BLOCK_M, XROWS, INTERPRET)
-                acc += _scaled_dot(x, sx, w, sw, INTERPRET, SWAP) * (kb + g < kb_end)
     elif SCALES:  # each group's scales loaded an iteration ahead (SCALES_AHEAD)
         sc = step_scales(s_ptr, offs_n, N, K, kb0, kb_end, sx_ptr, M, BLOCK_M, GROUPS)
         for kb in range(kb0, kb_end, GROUPS):
@@ -350,8 +315,7 @@ def _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                      INTERPRET: tl.constexpr, GEMV: tl.constexpr, XNORM: tl.constexpr = False,
                      nw_ptr=None, eps=0.0, SS_TILES: tl.constexpr = 1, SWAP: tl.constexpr = False,
-                     SCALES: tl.constexpr = True, XPARTS: tl.constexpr = 0,
-                     XROWS: tl.constexpr = 1):
+                     SCALES: tl.constexpr = True):
     """Program (pid, split): one BLOCK_N tile of W_a (pid < tiles_a) or W_b, one K chunk
     (XNORM: x made from normed bf16 rows, ``_tile``). One ``_tile`` for both matrices, so
     the program holds one set of pipeline buffers."""
@@ -359,8 +323,7 @@ def _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk,
     tile = tl.where(on_a, pid, pid - tiles_a)
     _tile(xq_ptr, sx_ptr, M, K, tl.where(on_a, wa_ptr, wb_ptr), tl.where(on_a, sa_ptr, sb_ptr),
           tl.where(on_a, pa_ptr, pb_ptr), tl.where(on_a, NA, NB), tile, split, k_chunk,
-          BLOCK_M, BLOCK_N, GROUPS, INTERPRET, GEMV, XNORM, nw_ptr, eps, SS_TILES, SWAP, SCALES,
-          XPARTS, XROWS)
+          BLOCK_M, BLOCK_N, GROUPS, INTERPRET, GEMV, XNORM, nw_ptr, eps, SS_TILES, SWAP, SCALES)
 
 
 @triton.jit
@@ -371,15 +334,14 @@ def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                        INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
                        TAILS: tl.constexpr, SPLIT: tl.constexpr, SUMSQ: tl.constexpr,
-                       SWAP: tl.constexpr, SCALES: tl.constexpr, XPARTS: tl.constexpr,
-                       XROWS: tl.constexpr):
+                       SWAP: tl.constexpr, SCALES: tl.constexpr):
     pid = tl.program_id(0)
     split = tl.program_id(1)
     _fp8_linear_prefetch(pid, split, K, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB, BLOCK_N, PDL)
     stage_begin(PDL)
     _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk, wa_ptr, sa_ptr, pa_ptr, NA,
                      tiles_a, wb_ptr, sb_ptr, pb_ptr, NB, BLOCK_M, BLOCK_N, GROUPS, INTERPRET,
-                     GEMV, SWAP=SWAP, SCALES=SCALES, XPARTS=XPARTS, XROWS=XROWS)
+                     GEMV, SWAP=SWAP, SCALES=SCALES)
     # the tile's last K chunk to finish sums the tile (``_row_tail``); tiles from tail_tiles
     # on (W_b's, when only W_a has rows) have none
     if TAILS and pid < tail_tiles:
@@ -456,23 +418,17 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
                block_n: int = 64, groups: int = 2, pdl: bool = True, tails=None) -> None:
     """parts[s] = the K chunk s of xq W^T, fp32 [SPLIT, M, N] (and parts_b for W_b in the same
     launch, with the same SPLIT). xq e4m3 [M, K] contiguous, sx fp32 [M, ceil(K/128)],
-    wq e4m3 [N, K] contiguous, ws fp32 [ceil(N/128), ceil(K/128)]. Or xq fp32 [P, M, K]
-    contiguous, x's producer's P partials, and sx None: x is their in-order sum rounded to
-    bf16, quantized per 128 columns here (``parts_group_x``).
+    wq e4m3 [N, K] contiguous, ws fp32 [ceil(N/128), ceil(K/128)].
 
     tails = (arrivals, rows_a, ss_a, rows_b, ss_b): the last K chunk of each column tile to
     finish also sums the tile's partials into bf16 rows [M, N] and their per-tile sums of
     squares ss [M, tiles] (for ``mla.q_b_normed``); arrivals int32 [tiles], left at zero.
     ss_a and ss_b None: rows only; rows_b None: W_a's tiles only (mla.ABSORB_Q_ROWS_FROM)."""
-    x_parts = 0
-    if xq.dim() == 3:  # the producer's partials
-        assert xq.dtype == torch.float32 and sx is None and wq_b is None
-        x_parts, sx = xq.shape[0], xq
-    m, k = xq.shape[-2:]
+    m, k = xq.shape
     split = parts.shape[0]
     assert xq.is_contiguous() and sx.is_contiguous() and wq.is_contiguous() and ws.is_contiguous()
     assert wq.shape[1] == k and parts.shape[1:] == (m, wq.shape[0]) and parts.is_contiguous()
-    gemv = m <= GEMV_MAX_ROWS and not x_parts
+    gemv = m <= GEMV_MAX_ROWS
     if gemv:
         block_n, groups = GEMV_BLOCK_N, GEMV_GROUPS
     assert 128 % block_n == 0
@@ -510,8 +466,7 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
         wq_b, ws_b, parts_b, wq_b.shape[0], arrivals, rows_a, ss_a, rows_b, ss_b, tail_tiles,
         BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
         PDL=use_pdl, GEMV=gemv, TAILS=tails is not None, SPLIT=split if tails is not None else 1,
-        SUMSQ=sumsq, SWAP=swap(block_n, gemv), SCALES=SCALES_AHEAD, XPARTS=x_parts,
-        XROWS=triton.next_power_of_2(m) if x_parts else 1,
+        SUMSQ=sumsq, SWAP=swap(block_n, gemv), SCALES=SCALES_AHEAD,
         num_warps=NUM_WARPS, num_stages=3, **launch,
     )
 

@@ -103,12 +103,13 @@ ABSORB_V_SPLIT_C = 4
 # H200 -2 us per layer at 1 row on every kind, neutral at 2, +6..17 us at 4 and 16 (each
 # program then reads every chunk's [rows, 128-column] partials; same results file).
 ABSORB_V_MERGE_MAX_ROWS = 1
-# steps of at most this many rows leave absorb_v's latent-chunk partials for o_proj to sum
-# as it loads x (``fp8_linear.parts_group_x``; the same arithmetic, so bitwise the same),
-# rather than absorb_v's last-arriving chunk summing and quantizing them: one arrival and one
-# reload of the partials fewer after absorb_v's wait, for each o_proj program reading
-# ABSORB_V_SPLIT_C fp32 partials of its K chunk instead of e4m3 x.
-ABSORB_V_PARTS_MAX_ROWS = 2
+# Tried: absorb_v leaving its chunks' partials for o_proj to sum and quantize as it loads x
+# (no arrival, no reload of the partials after absorb_v's wait; bitwise the same, GPU test
+# passed at 43377e4, code there). On an H200 a layer was 2.3-5 us slower at 1-2 rows, every
+# kind, and 11 / 71 us at 4 / 16 (tiling_probe_20261203T095905Z, T095928Z: absorb_v_tail is
+# the tail): each of o_proj's ~190 programs re-summed and re-quantized its K chunk (a
+# cross-warp amax a row and group, and loads no longer pipelined with the weights), where
+# the 16 tails did it once.
 # whether absorb_v's latent-chunk programs load their w_vc tile before the wait (a weight:
 # overlap's rule 1) instead of prefetching it into L2 and loading it after the merge's loads,
 # one L2 round trip later. On an H200 a layer is 1.0-1.6 us faster at one row (where absorb_v
@@ -833,14 +834,13 @@ def _absorb_v_split_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, parts_ptr, arrival
                            NOPE: tl.constexpr, V: tl.constexpr, SPLIT_C: tl.constexpr,
                            BLOCK_M: tl.constexpr, MERGE: tl.constexpr, BLOCK_S: tl.constexpr,
                            INTERPRET: tl.constexpr, PDL: tl.constexpr,
-                           W_EARLY: tl.constexpr = False, TAIL: tl.constexpr = True):
+                           W_EARLY: tl.constexpr = False):
     """Program (head, 128 outputs, latent chunk): the chunk's fp32 partial of o_lat . w_vc
     into parts [SPLIT_C, M, NH * V]; the last of the head's SPLIT_C programs for those
     outputs sums them in chunk order, rounds to bf16 and quantizes for o_proj. With MERGE
     the program merges its o_lat columns from the attention's chunks itself (the first
     128 outputs' program also stores them in olat), so no merge kernel runs before. W_EARLY:
-    the w_vc tile is loaded before the wait (a weight), not after the merge's loads. Without
-    TAIL only the partials are stored: o_proj sums them (ABSORB_V_PARTS_MAX_ROWS)."""
+    the w_vc tile is loaded before the wait (a weight), not after the merge's loads."""
     h = tl.program_id(0)
     vt = tl.program_id(1)
     cs = tl.program_id(2)
@@ -877,7 +877,7 @@ def _absorb_v_split_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, parts_ptr, arrival
     stride = M * NH * V
     tl.store(parts_ptr + cs * stride + om[:, None] * (NH * V) + cols[None, :], o,
              mask=m_ok[:, None])
-    if TAIL and arrive_last(arrivals_ptr + h * (V // 128) + vt, SPLIT_C):
+    if arrive_last(arrivals_ptr + h * (V // 128) + vt, SPLIT_C):
         o = sum_parts(parts_ptr, SPLIT_C, stride, om[:, None] * (NH * V) + cols[None, :],
                       m_ok[:, None])
         o = o.to(tl.bfloat16).to(tl.float32)
@@ -1084,21 +1084,13 @@ def absorb_v_merges(parts, arrivals, m: int) -> bool:
 # columns merge, the head's last to finish runs its w_vc): slower on an H200 at every row
 # count, +5 us a MoE layer at 1 row and +22 at 16: the 16 tails each read a 128 KB w_vc tile
 # (results/tiling_probe_20261130T170454Z, merge_kernel = today's form).
-def absorb_v_leaves_parts(parts, arrivals, m: int) -> bool:
-    """Whether absorb_v at m rows leaves its chunks' partials for o_proj to sum
-    (ABSORB_V_PARTS_MAX_ROWS; ``absorb_v``'s parts_out) rather than quantizing o itself."""
-    return m <= ABSORB_V_PARTS_MAX_ROWS and absorb_v_chunks(parts, arrivals) > 1
-
-
 def absorb_v(olat, kv_b, oq, os, nope: int, v: int, parts=None, arrivals=None,
-             attn_parts=None, parts_out: bool = False) -> None:
+             attn_parts=None) -> None:
     """o = o_lat . w_vc per head (bf16), quantized for o_proj: oq e4m3 [M, heads * v],
     os fp32 [M, heads * v / 128]. Given fp32 `parts` (>= ABSORB_V_SPLIT_C * M * heads * v)
     and int32 `arrivals` (>= heads * v / 128, zeroed), in ABSORB_V_SPLIT_C latent chunks;
     at most ABSORB_V_MERGE_MAX_ROWS rows, it also merges the attention's unmerged chunks
-    `attn_parts` (part_o, part_ml) into olat itself. parts_out (with the chunks): only the
-    chunks' partials are written, parts [ABSORB_V_SPLIT_C, M, heads * v], for o_proj to sum
-    (``fp8_linear.fp8_linear`` given them as x); oq, os and arrivals are not touched."""
+    `attn_parts` (part_o, part_ml) into olat itself."""
     m, nh, c = olat.shape
     assert olat.is_contiguous() and oq.is_contiguous() and os.is_contiguous() and v % 128 == 0
     split = absorb_v_chunks(parts, arrivals)
@@ -1112,10 +1104,9 @@ def absorb_v(olat, kv_b, oq, os, nope: int, v: int, parts=None, arrivals=None,
             olat, kv_b, oq, os, parts, arrivals, part_o, part_ml, nsp, m, nh, C=c, NOPE=nope,
             V=v, SPLIT_C=split, BLOCK_M=max(16, triton.next_power_of_2(m)), MERGE=merge,
             BLOCK_S=max(2, triton.next_power_of_2(nsp)), INTERPRET=interpreting(),
-            PDL=overlap.enabled(), W_EARLY=ABSORB_V_W_EARLY, TAIL=not parts_out,
-            num_warps=ABSORB_V_WARPS, **overlap.launch_kw())
+            PDL=overlap.enabled(), W_EARLY=ABSORB_V_W_EARLY, num_warps=ABSORB_V_WARPS,
+            **overlap.launch_kw())
         return
-    assert not parts_out, "absorb_v leaves partials only when it runs in latent chunks"
     _absorb_v_kernel[(nh, v // 128)](
         olat, kv_b, oq, os, m, nh, C=c, NOPE=nope, V=v, BLOCK_M=max(16, triton.next_power_of_2(m)),
         INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=ABSORB_V_WARPS,

@@ -192,43 +192,12 @@ def _router_route_kernel(x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk, a
 
 
 @triton.jit
-def _act_load(a_ptr, offs, mask, GU_SPLIT: tl.constexpr, gu_stride, I):
-    """fp32 activations at a_ptr + offs: bf16 act (GU_SPLIT 0), or SwiGLU of gate/up's
-    GU_SPLIT fp32 partials summed in order (rows of 2 * I: gate, then up; split stride
-    gu_stride), as ``_swiglu_task`` would have stored them."""
-    if GU_SPLIT == 0:
-        return tl.load(a_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-    g = sum_parts(a_ptr, GU_SPLIT, gu_stride, offs, mask)
-    u = sum_parts(a_ptr, GU_SPLIT, gu_stride, offs + I, mask)
-    return _swiglu(g, u).to(tl.float32)
-
-
-@triton.jit
-def _act_tile(a_ptr, stride_am, M, K, k, k_ok, BLOCK_M: tl.constexpr, GU_SPLIT: tl.constexpr,
-              gu_stride, GU_ROWS: tl.constexpr):
-    """fp32 [BLOCK_M, 128] activations of the columns k (zero past M). From gate/up's
-    partials row by row, the first GU_ROWS (>= M): loads of [BLOCK_M, 128] tiles would be
-    pipelined through shared memory at BLOCK_M rows, 2 x GU_SPLIT fp32 tiles a stage."""
-    offs_m = tl.arange(0, BLOCK_M)
-    if GU_SPLIT == 0:
-        return _act_load(a_ptr, offs_m[:, None] * stride_am + k[None, :],
-                         (offs_m[:, None] < M) & k_ok[None, :], 0, 0, K)
-    a = tl.zeros((BLOCK_M, 128), tl.float32)
-    for r in tl.static_range(GU_ROWS):
-        row = _act_load(a_ptr, r * stride_am + k, k_ok & (r < M), GU_SPLIT, gu_stride, K)
-        a = tl.where(offs_m[:, None] == r, row[None, :], a)
-    return a
-
-
-@triton.jit
 def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
-                  GEMV: tl.constexpr, GROUPS: tl.constexpr, SWAP: tl.constexpr = False,
-                  GU_SPLIT: tl.constexpr = 0, gu_stride=0, GU_ROWS: tl.constexpr = 1):
+                  GEMV: tl.constexpr, GROUPS: tl.constexpr, SWAP: tl.constexpr = False):
     """fp32 [BLOCK_M, BLOCK_N] = quant(a[M, K]) . W[offs_n, K]^T with both block scales, on
     the tensor cores (SWAP: transposed, fp8_linear.swap) or (GEMV, a few rows) as fp32
-    multiply-and-sum in registers, GROUPS 128-column groups a step. With GU_SPLIT, a is made
-    from gate/up's split-K partials (``_act_load``; stride_am their row stride, 2 * K)."""
+    multiply-and-sum in registers, GROUPS 128-column groups a step."""
     offs_m = tl.arange(0, BLOCK_M)
     n_ok = offs_n < N
     kblocks = tl.cdiv(K, 128)
@@ -245,8 +214,8 @@ def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
             sw = tl.load(s_ptr + tl.min(n_block, axis=0) * kblocks + gi, mask=gi < kblocks,
                          other=0.0)
             for r in tl.static_range(BLOCK_M):
-                a = _act_load(a_ptr, r * stride_am + k, k_ok & (r < M), GU_SPLIT, gu_stride, K)
-                a = tl.reshape(a, (GROUPS, 128))
+                a = tl.load(a_ptr + r * stride_am + k, mask=k_ok & (r < M), other=0.0)
+                a = tl.reshape(a.to(tl.float32), (GROUPS, 128))
                 sa = tl.maximum(tl.max(tl.abs(a), axis=1), 1e-10) / 448.0
                 aq = to_e4m3(tl.clamp(a * (1.0 / sa)[:, None], -448.0, 448.0), INTERPRET)
                 xs = tl.reshape(aq.to(tl.float32) * (sa * sw)[:, None], (GROUPS * 128,))
@@ -261,7 +230,8 @@ def _fp8_tile_dot(a_ptr, stride_am, M, K, w_ptr, s_ptr, offs_n, N,
             k_ok = k < K
             w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :],
                         mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-            a = _act_tile(a_ptr, stride_am, M, K, k, k_ok, BLOCK_M, GU_SPLIT, gu_stride, GU_ROWS)
+            a = tl.load(a_ptr + offs_m[:, None] * stride_am + k[None, :],
+                        mask=(offs_m[:, None] < M) & k_ok[None, :], other=0.0).to(tl.float32)
             sa = tl.maximum(tl.max(tl.abs(a), axis=1), 1e-10) / 448.0
             aq = to_e4m3(tl.clamp(a * (1.0 / sa)[:, None], -448.0, 448.0), INTERPRET)
             sw = tl.load(s_ptr + (offs_n // 128) * kblocks + kb, mask=n_ok, other=0.0)
@@ -568,22 +538,15 @@ def _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr
 def _down_slot(tile, slot, n, e, w, rank, act_ptr, M, I, H, E, dq_ptr, ds_ptr, q_stride_e,
                s_stride_e, sdq_ptr, sds_ptr, terms_ptr, TERMS: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, INTERPRET: tl.constexpr,
-               GEMV: tl.constexpr, GROUPS: tl.constexpr, SWAP: tl.constexpr,
-               GU_SPLIT: tl.constexpr = 0, SLOTS=0, GU_ROWS: tl.constexpr = 1):
-    """``_down_task`` given the slot's entry (n slots, expert e) and its rows' (w, rank).
-    GU_SPLIT: act_ptr is gate/up's partials [GU_SPLIT, SLOTS, M, 2, I], SwiGLU'd here."""
+               GEMV: tl.constexpr, GROUPS: tl.constexpr, SWAP: tl.constexpr):
+    """``_down_task`` given the slot's entry (n slots, expert e) and its rows' (w, rank)."""
     if slot < n:
         d_q, d_s = _expert_weights(e, E, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr)
         offs_m = tl.arange(0, BLOCK_M)
         offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
         m_ok = offs_m < M
-        if GU_SPLIT == 0:
-            y = _fp8_tile_dot(act_ptr + slot * M * I, I, M, I, d_q, d_s, offs_n, H, BLOCK_M,
-                              BLOCK_N, INTERPRET, GEMV, GROUPS, SWAP)
-        else:
-            y = _fp8_tile_dot(act_ptr + slot * M * 2 * I, 2 * I, M, I, d_q, d_s, offs_n, H,
-                              BLOCK_M, BLOCK_N, INTERPRET, GEMV, GROUPS, SWAP, GU_SPLIT,
-                              SLOTS * M * 2 * I, GU_ROWS)
+        y = _fp8_tile_dot(act_ptr + slot * M * I, I, M, I, d_q, d_s, offs_n, H, BLOCK_M, BLOCK_N,
+                          INTERPRET, GEMV, GROUPS, SWAP)
         keep = m_ok & (rank >= 0)
         dst = terms_ptr + ((offs_m * TERMS + tl.maximum(rank, 0)) * H)[:, None] + offs_n[None, :]
         tl.store(dst, (w[:, None] * y).to(tl.bfloat16), mask=keep[:, None] & (offs_n[None, :] < H))
@@ -594,8 +557,7 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
                  num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
                  terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
-                 GROUPS: tl.constexpr, SWAP: tl.constexpr, TABLE_EARLY: tl.constexpr,
-                 GU_SPLIT: tl.constexpr = 0, GU_ROWS: tl.constexpr = 1):
+                 GROUPS: tl.constexpr, SWAP: tl.constexpr, TABLE_EARLY: tl.constexpr):
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     if TABLE_EARLY:
@@ -607,9 +569,8 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
         stage_begin(PDL)
         _down_slot(tile, slot, n, e, w, rank, act_ptr, M, I, H, E, dq_ptr, ds_ptr, q_stride_e,
                    s_stride_e, sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET,
-                   GEMV, GROUPS, SWAP, GU_SPLIT, tl.num_programs(1), GU_ROWS)
+                   GEMV, GROUPS, SWAP)
     else:
-        tl.static_assert(GU_SPLIT == 0, "gate/up's partials are read with TABLE_EARLY only")
         _down_prefetch(tile, slot, H, I, E, slot_expert_ptr, num_slots_ptr, dq_ptr, q_stride_e,
                        sdq_ptr, BLOCK_N, PDL)
         stage_begin(PDL)
@@ -682,12 +643,11 @@ ROUTER_ROUTE_WARPS = 4  # warps of the one-launch router + route (1-2 within noi
 # its warps from 3 rows (with ROUTE_TAIL_MAX_ROWS above 2): ptxas holds the sort's [16, 256]
 # int64 keys in 153 registers at 8 warps, 255 and 32 B spilled at 4 (CPU compile, Triton 3.6)
 ROUTER_ROUTE_WARPS_ABOVE_2 = 8
-# steps of at most this many rows of a MoE layer, where gate/up splits its K, leave the
-# split-K partials for down to sum and SwiGLU as it loads its activations (``_act_load``; the
-# same arithmetic, so bitwise the same) rather than gate/up's last-arriving K chunk: one
-# arrival and one reload after gate/up's wait fewer, for each down program reading
-# SPLIT_K x 2 fp32 partials of its slot's rows instead of bf16 act.
-SWIGLU_IN_DOWN_MAX_ROWS = 2
+# Tried: at 1-2 rows of a MoE layer, down summing gate/up's split-K partials and applying
+# SwiGLU as it loads its activations, gate/up writing no act (bitwise the same, GPU test
+# passed at 43377e4, code there). On an H200 2.4-5 us slower a layer at 1-2 rows
+# (tiling_probe_20261203T095905Z: swiglu_tail is the tail): ~860 down programs each summed 8
+# partial rows where ~70 tails did, with loads that no longer overlap the weights'.
 # whether gate/up's SwiGLU runs as a last-arrival tail when given counters (the second kernel
 # otherwise; 1-2 us of a MoE layer at 1-2 rows, the same run). Down's sum as a tail saved
 # nothing at 1-2 rows and cost 12 us at 16 (the same run): it stays a kernel.
@@ -1029,14 +989,13 @@ def down_shape(m: int, dense: bool = False) -> tuple:
 
 def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
             shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts=None,
-            tiling=None, num_warps=None, arrivals=None, swiglu_in_down=False):
+            tiling=None, num_warps=None, arrivals=None):
     """act bf16 [SLOTS, M, I] = SiLU(x G_e^T) * (x U_e^T) for each slot's expert e; x given
     quantized (xq e4m3 [M, K], sx [M, K/128]). The routed stacks [E, I, K] may be views of
     one [E, 2I, K] gate|up tensor: each expert's rows contiguous, any expert stride. With a
     split K (few rows) the fp32 partials go through gu_parts [SPLIT_K, SLOTS, M, 2, I], summed
     and SwiGLU'd by the last K chunk of each (tile, slot) when `arrivals` (int32 counters, at
-    least tiles x SLOTS, left at zero) is given, else by a second kernel; with
-    swiglu_in_down by neither: ``down`` given gu_parts sums them (act is not written)."""
+    least tiles x SLOTS, left at zero) is given, else by a second kernel."""
     m, k = xq.shape
     dense = not num_experts
     block_n, groups, split_k = tiling or gate_up_tiling(m, dense)
@@ -1052,8 +1011,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         gu_parts = act
     k_chunk = gate_up_chunk(k, split_k, groups)
     tiles = triton.cdiv(inter, block_n)
-    assert not swiglu_in_down or split_k > 1, "down sums gate/up's partials only of a split K"
-    tail = split_k > 1 and arrivals is not None and SWIGLU_TAIL and not swiglu_in_down
+    tail = split_k > 1 and arrivals is not None and SWIGLU_TAIL
     gemv = m <= gemv_rows(dense)
     assert not gemv or 128 % block_n == 0, "a GEMV gate/up tile must lie in one scale block"
     if tail:
@@ -1078,7 +1036,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         num_stages=gate_up_stages(m, not num_experts),
         **overlap.launch_kw(),
     )
-    if split_k > 1 and not tail and not swiglu_in_down:
+    if split_k > 1 and not tail:
         _swiglu_kernel[(slots, triton.cdiv(inter, SWIGLU_BLOCK))](
             gu_parts, num_slots, act, m, inter, slots, SPLIT_K=split_k,
             BLOCK_M=max(2, triton.next_power_of_2(m)), BLOCK_I=SWIGLU_BLOCK,
@@ -1086,19 +1044,10 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
 
 
 def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_q, down_s,
-         shared_down_q, shared_down_s, positions, terms, out, block_n=None, num_warps=None,
-         gu_parts=None):
+         shared_down_q, shared_down_s, positions, terms, out, block_n=None, num_warps=None):
     """out bf16 [M, H] = sum over the row's experts of bf16(weight * act_slot D_e^T), shared
-    first then experts ascending (fp32 sum, one rounding), through terms bf16 [M, k+1, H].
-    gu_parts: gate/up's fp32 split-K partials [SPLIT_K, SLOTS, M, 2, I] (its
-    swiglu_in_down), summed and SwiGLU'd here as gate/up's tail would have; act then only
-    gives the shape."""
+    first then experts ascending (fp32 sum, one rounding), through terms bf16 [M, k+1, H]."""
     slots, m, inter = act.shape
-    gu_split = 0
-    if gu_parts is not None:
-        gu_split = gu_parts.shape[0]
-        assert gu_parts.shape == (gu_split, slots, m, 2, inter) and gu_parts.is_contiguous()
-        assert gu_parts.dtype == torch.float32 and DOWN_TABLE_EARLY
     _, n_terms, h = terms.shape
     assert shared_down_q.shape == (h, inter) and out.is_contiguous() and terms.is_contiguous()
     dense = not num_experts
@@ -1110,14 +1059,13 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
     assert slot_expert.numel() >= slots, "every program's slot needs a table entry"
     moe_mma = bool(num_experts) and not gemv  # DOWN_STAGES, DOWN_MAXNREG
     _down_kernel[(triton.cdiv(h, block_n), slots)](
-        act if gu_parts is None else gu_parts, m, inter, h, num_experts, slot_expert, slot_weight, slot_rank, num_slots,
+        act, m, inter, h, num_experts, slot_expert, slot_weight, slot_rank, num_slots,
         down_q, down_s, down_q.stride(0) if down_q.dim() == 3 else 0,
         down_s.stride(0) if down_s.dim() == 3 else 0, shared_down_q, shared_down_s, terms,
         TERMS=n_terms, BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, INTERPRET=interpreting(),
         PDL=overlap.enabled(), GEMV=gemv,
         GROUPS=min(DOWN_GEMV_GROUPS, triton.cdiv(inter, 128)) if gemv else 1,
-        SWAP=down_swap(block_n, gemv), TABLE_EARLY=DOWN_TABLE_EARLY, GU_SPLIT=gu_split,
-        GU_ROWS=triton.next_power_of_2(m) if gu_split else 1,
+        SWAP=down_swap(block_n, gemv), TABLE_EARLY=DOWN_TABLE_EARLY,
         num_warps=num_warps,
         num_stages=DOWN_STAGES if moe_mma else 3, **overlap.launch_kw(),
         **({"maxnreg": cap} if moe_mma and (cap := down_maxnreg(m)) else {}),

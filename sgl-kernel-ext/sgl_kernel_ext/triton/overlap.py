@@ -45,10 +45,13 @@ LAYER_PREFETCH = False
 NEXT_LAYER_PREFETCH = False
 # bytes per bulk prefetch request of a region table (a multiple of 16)
 REGION_BYTES = 64 << 10
-# Steps of more rows run without the overlap: on an H200 it saves 4-8% of a MoE layer at 1-4
-# rows, is neutral at 8 and costs ~3% at 16 (decode_layer_20261130T111515Z vs ..T111614Z;
-# again 6% at 16 with today's kernels: tiling_probe_20261130T152855Z, overlap_16).
-MAX_ROWS = 8
+# Steps of more rows run without the overlap: on an H200 it saved 4-8% of a MoE layer at 1-4
+# rows, was neutral at 8 and cost ~3% at 16 (decode_layer_20261130T111515Z vs ..T111614Z;
+# again 6% at 16: tiling_probe_20261130T152855Z, overlap_16). With the stage kernels' reads
+# moved before their waits since (and the experts still outside it, WIDE_MAX_ROWS), the
+# overlap up to 16 rows makes a MoE layer 3.8 us faster at 16 rows and 4.9 at 12
+# (tiling_probe_20261203T095928Z: overlap_16_narrow; the other kinds: T1*).
+MAX_ROWS = 16
 # The same bound for the MoE's expert kernels (gate/up, down and its sum, launched inside
 # ``wide()``): with more rows they run many waves of programs, and a dependent kernel's
 # programs made resident early hold multiprocessors their later waves need. On an H200 the

@@ -538,22 +538,6 @@ def test_reads_before_the_wait_are_bitwise_after_it(kind, rows, monkeypatch):
     _forms_bitwise_equal(kind, rows, 29, (form(True), form(False)), monkeypatch)
 
 
-@pytest.mark.parametrize("rows", [1, 2, 3])
-@pytest.mark.parametrize("kind", ["moe_shared_topk", "dense_indexer"])
-def test_partials_summed_by_their_consumers_are_bitwise_the_tails(kind, rows, monkeypatch):
-    """o_proj summing absorb_v's latent-chunk partials (mla.ABSORB_V_PARTS_MAX_ROWS) and down
-    summing gate/up's split-K partials with their SwiGLU (moe.SWIGLU_IN_DOWN_MAX_ROWS; the
-    MoE's, at its split-K rows) against the producers' last-arrival tails, at real shapes
-    with a pad row: outputs and caches bitwise equal, the producers' counters at zero."""
-    from sgl_kernel_ext.triton import mla, moe
-
-    def form(most):
-        return {(mla, "ABSORB_V_PARTS_MAX_ROWS"): most, (moe, "SWIGLU_IN_DOWN_MAX_ROWS"): most}
-
-    _forms_bitwise_equal(kind, rows, 31, (form(16), form(0)), monkeypatch,
-                         counters=("vc_arrivals", "gu_arrivals"))
-
-
 @pytest.mark.parametrize("kind", ["moe_shared_topk"])  # the kind without the indexer
 @pytest.mark.parametrize("rows", [1, 2])
 def test_latent_in_q_b_matches_the_latent_kernel(kind, rows, monkeypatch):

@@ -310,49 +310,6 @@ def test_moe_last_arrival_tails_are_bitwise_the_separate_kernels(m):
         assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30))
 
 
-@pytest.mark.parametrize("m", [1, 2])
-def test_down_summing_gate_up_partials_is_bitwise_the_swiglu_tail(m):
-    """gate/up leaving its split-K partials and down summing and SwiGLU-ing them as it loads
-    its activations (moe.SWIGLU_IN_DOWN_MAX_ROWS) against gate/up's last-arrival SwiGLU tail:
-    terms and outputs bitwise equal (a pad row at 2 rows), act left unwritten, the counters
-    untouched."""
-    lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
-    mw, sh = lw.mlp, lw.mlp.shared
-    g = torch.Generator().manual_seed(20 + m)
-    x = torch.randn(m, CFG.hidden_size, generator=g).bfloat16()
-    pos = torch.tensor([4, -1][:m])
-    e, k, h = CFG.n_routed_experts, CFG.num_experts_per_tok, CFG.hidden_size
-    slots, inter = m * k + 1, mw.gate.q.shape[1]
-    parts = torch.full((2, m, e), float("nan"))
-    se = torch.full((slots,), -7, dtype=torch.int32)
-    sw = torch.full((slots, m), float("nan"))
-    sr = torch.full((slots, m), -7, dtype=torch.int32)
-    ns = torch.zeros(1, dtype=torch.int32)
-    bf16_linear.bf16_linear_splitk(x, mw.router, parts)
-    moe.route(parts, mw.bias, pos, k, CFG.routed_scaling_factor, True, se, sw, sr, ns)
-    block_n, _, split_k = moe.gate_up_tiling(m)
-    assert split_k > 1, "the form needs gate/up's K split"
-    xq, sx = quant_act(x)
-    runs = []
-    for in_down in (False, True):
-        arrivals = torch.zeros(-(-inter // block_n) * slots, dtype=torch.int32)
-        act = torch.full((slots, m, inter), float("nan"), dtype=torch.bfloat16)
-        gu_parts = torch.full((split_k, slots, m, 2, inter), float("nan"))
-        moe.gate_up(xq, sx.contiguous(), e, se, ns, mw.gate.q, mw.gate.s, mw.up.q, mw.up.s,
-                    sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act, gu_parts, arrivals=arrivals,
-                    swiglu_in_down=in_down)
-        assert not arrivals.any()
-        assert torch.isnan(act.float()).all() == in_down
-        out = torch.full((m, h), float("nan"), dtype=torch.bfloat16)
-        terms = torch.full((m, k + 1, h), float("nan"), dtype=torch.bfloat16)
-        moe.down(act, e, se, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, pos,
-                 terms, out, gu_parts=gu_parts if in_down else None)
-        assert not torch.isnan(out.float()).any()
-        runs.append((terms.float().nan_to_num(-1e30), out.float()))
-    for a, b in zip(*runs):
-        assert torch.equal(a, b)
-
-
 def _route_gate_up_down(mw, x, pos):
     """(act, out) of route, gate/up and down at x's rows on NaN-poisoned buffers."""
     m = x.shape[0]
@@ -506,46 +463,6 @@ def test_absorb_v_in_latent_chunks_is_the_one_chunk_product(m, split, merges, mo
     # rounding boundary, and that rarely
     step = (runs[1][0] - runs[0][0]).abs()
     assert int(step.max()) <= 1 and float((step > 0).float().mean()) <= 0.01
-
-
-@pytest.mark.parametrize("m, split", [(1, 4), (3, 2)])
-def test_o_proj_summing_absorb_v_partials_is_bitwise_its_tail(m, split, monkeypatch):
-    """absorb_v leaving its latent chunks' partials (parts_out) and o_proj summing and
-    quantizing them as it loads x (``fp8_linear.parts_group_x``) against absorb_v's tail
-    quantizing o and o_proj reading it: o_proj's partials bitwise equal, and the parts_out
-    form touching neither oq, os nor the counters."""
-    from sgl_kernel_ext.triton import fp8_linear, mla
-
-    lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
-    kv_b, o_proj = lw.attn.kv_b, lw.attn.o_proj
-    nope, v, c = CFG.qk_nope_head_dim, CFG.v_head_dim, CFG.kv_lora_rank
-    nh = kv_b.shape[0] // (nope + v)
-    g = torch.Generator().manual_seed(7 * m + split)
-    olat = torch.randn(m, nh, c, generator=g).to(torch.bfloat16)
-    monkeypatch.setattr(mla, "ABSORB_V_SPLIT_C", split)
-    monkeypatch.setattr(mla, "ABSORB_V_MERGE_MAX_ROWS", 0)
-    n, k = o_proj.q.shape
-    assert k == nh * v
-    block_n, groups = 64, 1  # one 128-column group a step: K splits in two
-    runs = []
-    for parts_out in (False, True):
-        oq = torch.full((m, k), 1.0).to(torch.float8_e4m3fn)
-        os_ = torch.full((m, k // 128), float("nan"))
-        parts = torch.full((split * m * k,), float("nan"))
-        arrivals = torch.zeros(nh * (v // 128), dtype=torch.int32)
-        mla.absorb_v(olat, kv_b, oq, os_, nope, v, parts, arrivals, parts_out=parts_out)
-        assert not arrivals.any()
-        out = torch.full((2, m, n), float("nan"))
-        if parts_out:
-            assert torch.isnan(os_).all() and bool((oq.float() == 1.0).all())
-            fp8_linear.fp8_linear(parts[:split * m * k].view(split, m, k), None, o_proj.q,
-                                  o_proj.s, out, block_n=block_n, groups=groups)
-        else:
-            fp8_linear.fp8_linear(oq, os_, o_proj.q, o_proj.s, out, block_n=block_n,
-                                  groups=groups)
-        assert not torch.isnan(out).any()
-        runs.append(out)
-    assert torch.equal(runs[0], runs[1])
 
 
 @pytest.mark.parametrize("m, block_c", [(1, 16), (2, 32)])
@@ -1142,36 +1059,6 @@ def test_absorb_on_q_b_tail_rows_is_bitwise_the_partials(layer_id, monkeypatch):
     assert torch.equal(a_c.kv[layer_id].view(torch.int16), b_c.kv[layer_id].view(torch.int16))
     if layer_id in a_c.index:
         assert torch.equal(a_c.index[layer_id], b_c.index[layer_id])
-
-
-@pytest.mark.parametrize("layer_id, tp", [(0, 2), (2, 1)], ids=["dense_indexer_tp2",
-                                                                  "moe_shared_tp1"])
-def test_o_proj_on_absorb_v_partials_is_bitwise_the_quantized_x(layer_id, tp, monkeypatch):
-    """A layer whose o_proj sums absorb_v's latent-chunk partials (mla.ABSORB_V_PARTS_MAX_ROWS;
-    on a TP shard with its own row tails) against absorb_v's tail quantizing o: outputs, top-k
-    and cache bytes equal, with a pad row among 3; absorb_v's counters back at zero."""
-    from sgl_kernel_ext.triton import fp8_linear, mla
-
-    monkeypatch.setattr(fp8_linear, "tiling", lambda n, k: (64, 1, max(1, k // 128)))
-    case = make_case(CFG, layer_id, [30, 0, 12], seed=70 + layer_id, tp_size=tp)
-    seen = []
-    original = fp8_linear.fp8_linear
-    monkeypatch.setattr(fp8_linear, "fp8_linear", lambda x, *a, **k: seen.append(x.dim())
-                        or original(x, *a, **k))
-    runs = []
-    for most in (0, 16):
-        monkeypatch.setattr(mla, "ABSORB_V_PARTS_MAX_ROWS", most)
-        caches = clone_caches(case.caches)
-        layer = FusedLayer(CFG, case.lw, caches, 4, case.batch.token_slots.shape[1],
-                           persistent_launch=False)
-        outs = [t.clone() for t in layer(case.hidden, case.residual, case.batch, case.topk_prev)]
-        assert not layer.buf["vc_arrivals"].any()
-        runs.append((outs, caches))
-    assert 3 in seen, "o_proj must have been given absorb_v's partials"
-    (a_out, a_c), (b_out, b_c) = runs
-    for x, y in zip(a_out, b_out):
-        assert torch.equal(x, y)
-    assert torch.equal(a_c.kv[layer_id].view(torch.int16), b_c.kv[layer_id].view(torch.int16))
 
 
 @pytest.mark.parametrize("layer_id", [0, 1, 2], ids=["dense_indexer", "moe_indexer", "moe_shared"])

@@ -447,18 +447,10 @@ class FusedLayer:
         else:
             mla.sparse_attention(v("qcat"), self.kv_cache, topk, slots, cfg.softmax_scale,
                                  *attn_parts, v("olat"), c, rope, merge=merge, slot_rows=rows)
-        # o_proj sums absorb_v's chunk partials itself (mla.ABSORB_V_PARTS_MAX_ROWS)
-        o_in_parts = not self.sm90_o and mla.absorb_v_leaves_parts(*vc, m)
         mla.absorb_v(v("olat"), a.kv_b, v("oq"), v("os"), cfg.qk_nope_head_dim, cfg.v_head_dim,
-                     *vc, attn_parts, parts_out=o_in_parts)
+                     *vc, attn_parts)
         o_tails = (self.buf["o_arrivals"], v("attn_rows"), None, None, None)
-        if o_in_parts:
-            k_o = self.heads * cfg.v_head_dim
-            x_parts = vc[0][:mla.ABSORB_V_SPLIT_C * m * k_o].view(mla.ABSORB_V_SPLIT_C, m, k_o)
-            fp8_linear.fp8_linear(x_parts, None, a.o_proj.q, a.o_proj.s, v("y_attn"),
-                                  *(None,) * 3, *self.tile_o[:2],
-                                  tails=o_tails if self.sharded else None)
-        elif self.sm90_o:
+        if self.sm90_o:
             self.sm90.fp8_mma(self.buf["oq"][:self.sm90.x_rows(m)], v("os"), a.o_proj.q,
                               a.o_proj.s, v("y_attn"), stages=sm90.RING_SLOTS,
                               pdl=overlap.enabled(), tails=o_tails[:2] if self.sharded else None)
@@ -514,18 +506,15 @@ class FusedLayer:
         if split_k > 1:
             gu_parts = _prefix(b["gu_parts"], split_k, act.shape[0], m, 2, act.shape[2])
         block_n, warps = moe.down_shape(m, dense)
-        # down sums gate/up's split-K partials itself (moe.SWIGLU_IN_DOWN_MAX_ROWS)
-        in_down = (not dense and split_k > 1 and m <= moe.SWIGLU_IN_DOWN_MAX_ROWS
-                   and moe.DOWN_TABLE_EARLY)
         with overlap.wide():
             moe.gate_up(v("x2q"), v("x2s"), self.experts, b["slot_expert"], b["num_slots"],
                         routed.gate.q, routed.gate.s, routed.up.q, routed.up.s,
                         shared.gate.q, shared.gate.s, shared.up.q, shared.up.s, act, gu_parts,
-                        tiling=tiling, arrivals=b["gu_arrivals"], swiglu_in_down=in_down)
+                        tiling=tiling, arrivals=b["gu_arrivals"])
             moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"),
                      v("slot_rank"), b["num_slots"], routed.down.q, routed.down.s,
                      shared.down.q, shared.down.s, pos, v("terms"), v("y"), block_n=block_n,
-                     num_warps=warps, gu_parts=gu_parts if in_down else None)
+                     num_warps=warps)
 
 
     def health(self) -> List[str]:
