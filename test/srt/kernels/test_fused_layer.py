@@ -240,7 +240,8 @@ def overlap_checks(kind, rows=2, context=3000):
     return out
 
 
-@pytest.mark.parametrize("rows", [2, 4])  # 4: the MoE's expert kernels not overlapped
+# 4: the MoE's expert kernels not overlapped; 12, 16: overlapped since overlap.MAX_ROWS 16
+@pytest.mark.parametrize("rows", [2, 4, 12, 16])
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_overlap_is_bitwise_the_plain_launch(kind, rows):
     r = overlap_checks(kind, rows)
