@@ -51,8 +51,9 @@ KV_SLOT_EARLY = True
 # latent launch, before their wait (``latent``'s kw), rather than as a launch of its own after
 # q_b's, in steps of up to overlap.MAX_ROWS rows (the layer's choice). On an H200 a layer
 # with the indexer is 2.5-3.6 us faster at 1-8 rows (dense and MoE, 2K and 8K contexts), but
-# 1.4-2.1 slower at 16, where no wait overlaps them (tiling_probe_20261202T035506Z,
-# T035532Z: kw_own_launch)
+# 1.4-2.1 slower at 16, where no wait overlapped them then (tiling_probe_20261202T035506Z,
+# T035532Z: kw_own_launch). With the overlap up to 16 rows, 0.9-5.2 us faster at 8-16 rows
+# (tiling_probe_20261203T105205Z: kw_own_launch)
 KW_IN_LATENT = True
 ABSORB_BLOCK_C = 64
 # q_nope columns per step of absorb, from ABSORB_CHUNK_FROM_ROWS rows (fewer: all at once).

@@ -50,7 +50,8 @@ REGION_BYTES = 64 << 10
 # again 6% at 16: tiling_probe_20261130T152855Z, overlap_16). With the stage kernels' reads
 # moved before their waits since (and the experts still outside it, WIDE_MAX_ROWS), the
 # overlap up to 16 rows makes a MoE layer 3.8 us faster at 16 rows and 4.9 at 12
-# (tiling_probe_20261203T095928Z: overlap_16_narrow; the other kinds: T1*).
+# (tiling_probe_20261203T095928Z: overlap_16_narrow), every kind 2.6-9.8 us at 9-16 rows
+# (T100456Z: overlap_to_8).
 MAX_ROWS = 16
 # The same bound for the MoE's expert kernels (gate/up, down and its sum, launched inside
 # ``wide()``): with more rows they run many waves of programs, and a dependent kernel's
@@ -60,6 +61,8 @@ MAX_ROWS = 16
 # MoE +0.6..+1.2); with the other kernels overlapped at 16 rows too, a layer is within
 # -0.4..+0.4 us at 16 (dense +3.3); all of them overlapped at 16, +7..12
 # (tiling_probe_20261201T121017Z: overlap_16*; T121440Z: overlap_wide_to_*).
+# Again with the narrow kernels overlapped to 16 rows: the experts' too are 2.4-10.6 us
+# slower a layer at 8-16 rows, every kind (tiling_probe_20261203T105205Z: overlap_16).
 WIDE_MAX_ROWS = 2
 # rows of the step being launched (0: outside a layer step); one launching thread per process
 _rows = [0]
