@@ -106,7 +106,7 @@ ABSORB_V_SPLIT_C = 4
 ABSORB_V_MERGE_MAX_ROWS = 1
 # Tried: absorb_v leaving its chunks' partials for o_proj to sum and quantize as it loads x
 # (no arrival, no reload of the partials after absorb_v's wait; bitwise the same, GPU test
-# passed at 43377e4, code there). On an H200 a layer was 2.3-5 us slower at 1-2 rows, every
+# passed at 43377e4, code there). On an H200 a layer was 1.1-4.8 us slower at 1-2 rows, every
 # kind, and 11 / 71 us at 4 / 16 (tiling_probe_20261203T095905Z, T095928Z: absorb_v_tail is
 # the tail): each of o_proj's ~190 programs re-summed and re-quantized its K chunk (a
 # cross-warp amax a row and group, and loads no longer pipelined with the weights), where

@@ -645,7 +645,7 @@ ROUTER_ROUTE_WARPS = 4  # warps of the one-launch router + route (1-2 within noi
 ROUTER_ROUTE_WARPS_ABOVE_2 = 8
 # Tried: at 1-2 rows of a MoE layer, down summing gate/up's split-K partials and applying
 # SwiGLU as it loads its activations, gate/up writing no act (bitwise the same, GPU test
-# passed at 43377e4, code there). On an H200 2.4-5 us slower a layer at 1-2 rows
+# passed at 43377e4, code there). On an H200 3.3-4.9 us slower a layer at 1-2 rows
 # (tiling_probe_20261203T095905Z: swiglu_tail is the tail): ~860 down programs each summed 8
 # partial rows where ~70 tails did, with loads that no longer overlap the weights'.
 # whether gate/up's SwiGLU runs as a last-arrival tail when given counters (the second kernel
