@@ -142,6 +142,10 @@ VARIANTS = {
     "overlap_16_narrow": {("overlap", "MAX_ROWS"): 16},
     "overlap_16_narrow_wide_to_4": {("overlap", "MAX_ROWS"): 16, ("overlap", "WIDE_MAX_ROWS"): 4},
     "overlap_to_8": {("overlap", "MAX_ROWS"): 8},  # the default before 2026-12-03
+    # one expert kernel overlapped up to 16 rows, the others not (overlap.WIDE_KERNEL_MAX_ROWS)
+    **{f"{k}_overlap_16": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {k: 16}}
+       for k in ("gate_up", "down", "sum")},
+    "gate_up_sum_overlap_16": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {"gate_up": 16, "sum": 16}},
     # the MoE's expert kernels overlapped up to 8 rows (the others' bound), or up to 2 or 1
     **{f"overlap_wide_to_{r}": {("overlap", "WIDE_MAX_ROWS"): r} for r in (8, 4, 2, 1)},
     # the attention loading its first step's KV rows into registers before its wait in no

@@ -987,6 +987,7 @@ def down_shape(m: int, dense: bool = False) -> tuple:
     return down_block(m, dense), GEMV_WARPS if gemv else DOWN_WARPS
 
 
+@overlap.wide_launcher("gate_up")
 def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
             shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts=None,
             tiling=None, num_warps=None, arrivals=None):
@@ -1043,6 +1044,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
             PDL=overlap.enabled(), num_warps=4, **overlap.launch_kw())
 
 
+@overlap.wide_launcher("down")
 def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_q, down_s,
          shared_down_q, shared_down_s, positions, terms, out, block_n=None, num_warps=None):
     """out bf16 [M, H] = sum over the row's experts of bf16(weight * act_slot D_e^T), shared
@@ -1073,6 +1075,7 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
     sum_terms(terms, positions, out)
 
 
+@overlap.wide_launcher("sum")
 def sum_terms(terms, positions, out) -> None:
     """out bf16 [M, H] = each row's terms bf16 [M, k+1, H] summed in fp32 in order, one
     rounding (a pad row, position < 0: its shared term only)."""

@@ -64,9 +64,14 @@ MAX_ROWS = 16
 # Again with the narrow kernels overlapped to 16 rows: the experts' too are 2.4-10.6 us
 # slower a layer at 8-16 rows, every kind (tiling_probe_20261203T105205Z: overlap_16).
 WIDE_MAX_ROWS = 2
+# Per expert kernel ("gate_up", "down", "sum": ``wide_kernel``), a bound that replaces
+# WIDE_MAX_ROWS for it alone. A kernel launched without the overlap still lets the next one,
+# if overlapped, launch as its programs drain (the implicit trigger at their exit), and only
+# a dependent kernel's early programs take multiprocessors from the kernel before it.
+WIDE_KERNEL_MAX_ROWS: dict = {}
 # rows of the step being launched (0: outside a layer step); one launching thread per process
 _rows = [0]
-_wide = [False]
+_wide = [""]
 
 
 @contextlib.contextmanager
@@ -80,18 +85,35 @@ def step_rows(m: int):
 
 
 @contextlib.contextmanager
-def wide():
-    """Launch the enclosed kernels as wide ones (the overlap only up to WIDE_MAX_ROWS)."""
-    prev, _wide[0] = _wide[0], True
+def wide(kernel: str = "experts"):
+    """Launch the enclosed kernels as wide ones (the overlap only up to WIDE_MAX_ROWS, or
+    the kernel's own bound in WIDE_KERNEL_MAX_ROWS)."""
+    prev, _wide[0] = _wide[0], kernel
     try:
         yield
     finally:
         _wide[0] = prev
 
 
+def wide_kernel(kernel: str):
+    """Inside ``wide()``: launch the enclosed kernels as the wide `kernel`; outside, nothing."""
+    return wide(kernel) if _wide[0] else contextlib.nullcontext()
+
+
+def wide_launcher(kernel: str):
+    """Decorator: the launcher's kernels launch inside ``wide_kernel(kernel)``."""
+    def wrap(fn):
+        @functools.wraps(fn)
+        def launch(*args, **kwargs):
+            with wide_kernel(kernel):
+                return fn(*args, **kwargs)
+        return launch
+    return wrap
+
+
 def enabled() -> bool:
     """Whether kernels launched now use programmatic dependent launch and L2 prefetch."""
-    bound = WIDE_MAX_ROWS if _wide[0] else MAX_ROWS
+    bound = WIDE_KERNEL_MAX_ROWS.get(_wide[0], WIDE_MAX_ROWS) if _wide[0] else MAX_ROWS
     return _rows[0] <= bound and os.environ.get(ENV, "1") != "0" and supported()
 
 

@@ -248,6 +248,16 @@ def test_overlap_is_bitwise_the_plain_launch(kind, rows):
     assert all(r.values()), r
 
 
+# every expert kernel overlapped too (whatever the defaults: overlap.WIDE_KERNEL_MAX_ROWS)
+@pytest.mark.parametrize("kind", sorted(KINDS))
+def test_overlap_of_the_expert_kernels_is_bitwise_the_plain_launch(kind, monkeypatch):
+    from sgl_kernel_ext.triton import overlap
+
+    monkeypatch.setattr(overlap, "WIDE_KERNEL_MAX_ROWS", {"gate_up": 16, "down": 16, "sum": 16})
+    r = overlap_checks(kind, 16)
+    assert all(r.values()), r
+
+
 def persistent_checks(kind, rows, context=3000):
     """The one-launch persistent layer against the same layer on its stage kernels (eager).
     The task bodies are the same; the warps per program differ, so reductions may round

@@ -33,3 +33,33 @@ def test_wide_kernels_have_their_own_rows_bound(monkeypatch):
             with overlap.step_rows(8):
                 assert overlap.enabled()
         assert overlap.enabled()
+
+
+def test_each_expert_kernel_can_have_its_own_bound(monkeypatch):
+    monkeypatch.setattr(overlap, "supported", lambda: True)
+    monkeypatch.setattr(overlap, "WIDE_MAX_ROWS", 2)
+    monkeypatch.setattr(overlap, "WIDE_KERNEL_MAX_ROWS", {"sum": 16})
+    seen = {}
+
+    def launcher(name):
+        @overlap.wide_launcher(name)
+        def launch():
+            seen[name] = overlap.enabled()
+        return launch
+
+    with overlap.step_rows(16):
+        launcher("gate_up")()
+        launcher("sum")()
+        assert seen == {"gate_up": True, "sum": True}  # outside wide(): the narrow bound
+        with overlap.wide():
+            launcher("gate_up")()
+            launcher("sum")()
+            assert seen == {"gate_up": False, "sum": True}
+            assert not overlap.enabled()  # the name is restored on return
+
+
+def test_moe_expert_launchers_are_named_for_their_bounds():
+    from sgl_kernel_ext.triton import moe
+
+    for fn in (moe.gate_up, moe.down, moe.sum_terms):
+        assert hasattr(fn, "__wrapped__"), f"{fn.__name__} launches without wide_launcher"
