@@ -105,9 +105,8 @@ ABSORB_V_SPLIT_C = 4
 # program then reads every chunk's [rows, 128-column] partials; same results file).
 ABSORB_V_MERGE_MAX_ROWS = 1
 # warps of absorb_v merging the attention's chunks at more than one row (every row's
-# chunks at once: ``_merge_rows``; its [rows, chunks, 128] fp32 partials, 64 KB a program
-# at 4-16 rows, spill at 4 warps: ptxas, CPU)
-ABSORB_V_MERGE_WARPS = 8
+# chunks at once: ``_merge_rows``)
+ABSORB_V_MERGE_WARPS = 4
 # Tried: absorb_v leaving its chunks' partials for o_proj to sum and quantize as it loads x
 # (no arrival, no reload of the partials after absorb_v's wait; bitwise the same, GPU test
 # passed at 43377e4, code there). On an H200 a layer was 1.1-4.8 us slower at 1-2 rows, every
@@ -789,13 +788,12 @@ def _merge_columns(m, h, part_o_ptr, part_ml_ptr, NH, NSP, oc, C: tl.constexpr,
 
 @triton.jit
 def _merge_rows(h, part_o_ptr, part_ml_ptr, NH, NSP, M, oc, C: tl.constexpr, CC: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, MR: tl.constexpr):
+                BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr):
     """Rows [0, M) of head h merged over their NSP chunks at the CC latent columns oc (fp32
-    [BLOCK_M, CC]: rows [M, MR) zero, then copies of the first MR rows, MR a power of two
-    >= M that divides BLOCK_M: registers for the rows there are, not for the MMA's 16).
-    Every chunk's load is independent of the others (an unrolled loop), so a program waits
-    about one L2 round trip for all of them, not one a row; the chunks are summed in order."""
-    om = tl.arange(0, MR)
+    [BLOCK_M, CC], rows from M zero). Every chunk's load is independent of the others (an
+    unrolled loop), so a program waits about one L2 round trip for all of them, not one per
+    row; the chunks are summed in order."""
+    om = tl.arange(0, BLOCK_M)
     osp = tl.arange(0, BLOCK_S)
     m_ok = om < M
     ok = m_ok[:, None] & (osp[None, :] < NSP)
@@ -806,15 +804,12 @@ def _merge_rows(h, part_o_ptr, part_ml_ptr, NH, NSP, M, oc, C: tl.constexpr, CC:
     mx = tl.where(mx == float("-inf"), 0.0, mx)
     scale = tl.where(ok, tl.exp(mi - mx[:, None]), 0.0)
     den = tl.sum(li * scale, axis=1)
-    num = tl.zeros((MR, CC), tl.float32)
+    num = tl.zeros((BLOCK_M, CC), tl.float32)
     for s in tl.static_range(BLOCK_S):
         o = tl.load(part_o_ptr + ((om * NSP + s) * NH + h)[:, None] * C + oc[None, :],
                     mask=m_ok[:, None] & (s < NSP), other=0.0)
         num += o * tl.sum(tl.where(osp[None, :] == s, scale, 0.0), axis=1)[:, None]
-    out = tl.where(den[:, None] > 0, num / tl.where(den > 0, den, 1.0)[:, None], 0.0)
-    if MR < BLOCK_M:  # rows past M are never stored: the copies only fill the MMA's tile
-        out = tl.reshape(tl.broadcast_to(out[None, :, :], (BLOCK_M // MR, MR, CC)), (BLOCK_M, CC))
-    return out
+    return tl.where(den[:, None] > 0, num / tl.where(den > 0, den, 1.0)[:, None], 0.0)
 
 
 @triton.jit
@@ -869,8 +864,7 @@ def _absorb_v_split_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, parts_ptr, arrival
                            NOPE: tl.constexpr, V: tl.constexpr, SPLIT_C: tl.constexpr,
                            BLOCK_M: tl.constexpr, MERGE: tl.constexpr, BLOCK_S: tl.constexpr,
                            INTERPRET: tl.constexpr, PDL: tl.constexpr,
-                           W_EARLY: tl.constexpr = False, MERGE_ROWS: tl.constexpr = False,
-                           MERGE_MR: tl.constexpr = 16):
+                           W_EARLY: tl.constexpr = False, MERGE_ROWS: tl.constexpr = False):
     """Program (head, 128 outputs, latent chunk): the chunk's fp32 partial of o_lat . w_vc
     into parts [SPLIT_C, M, NH * V]; the last of the head's SPLIT_C programs for those
     outputs sums them in chunk order, rounds to bf16 and quantizes for o_proj. With MERGE
@@ -895,8 +889,7 @@ def _absorb_v_split_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, parts_ptr, arrival
     stage_begin(PDL)
     if MERGE:
         if MERGE_ROWS:
-            a = _merge_rows(h, part_o_ptr, part_ml_ptr, NH, NSP, M, oc, C, CC, BLOCK_M, BLOCK_S,
-                            MERGE_MR)
+            a = _merge_rows(h, part_o_ptr, part_ml_ptr, NH, NSP, M, oc, C, CC, BLOCK_M, BLOCK_S)
         else:
             a = tl.zeros((BLOCK_M, CC), tl.float32)
             for m in range(M):
@@ -1146,7 +1139,6 @@ def absorb_v(olat, kv_b, oq, os, nope: int, v: int, parts=None, arrivals=None,
             V=v, SPLIT_C=split, BLOCK_M=max(16, triton.next_power_of_2(m)), MERGE=merge,
             BLOCK_S=max(2, triton.next_power_of_2(nsp)), INTERPRET=interpreting(),
             PDL=overlap.enabled(), W_EARLY=ABSORB_V_W_EARLY, MERGE_ROWS=merge and m > 1,
-            MERGE_MR=max(2, triton.next_power_of_2(m)),
             num_warps=ABSORB_V_MERGE_WARPS if merge and m > 1 else ABSORB_V_WARPS,
             **overlap.launch_kw())
         return
