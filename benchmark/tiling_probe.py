@@ -263,10 +263,6 @@ VARIANTS = {
     "absorb_v_split_8": {("mla", "ABSORB_V_SPLIT_C"): 8},
     "absorb_v_no_merge": {("mla", "ABSORB_V_MERGE_MAX_ROWS"): 0},
     "absorb_v_merge_16": {("mla", "ABSORB_V_MERGE_MAX_ROWS"): 16},
-    # every row at once (mla._merge_rows, from 2 rows) at 8 warps, or only up to 4 / 8 rows
-    "absorb_v_merge_16_8_warps": {("mla", "ABSORB_V_MERGE_MAX_ROWS"): 16,
-                                  ("mla", "ABSORB_V_MERGE_WARPS"): 8},
-    **{f"absorb_v_merge_to_{r}": {("mla", "ABSORB_V_MERGE_MAX_ROWS"): r} for r in (4, 8)},
     # absorb on the tensor cores at every row count (default: without them at 1-2 rows,
     # mla.ABSORB_GEMV_MAX_ROWS); its form without them over latent columns x q_nope chunk x
     # warps, up to 2, 4 or 8 rows

@@ -104,9 +104,6 @@ ABSORB_V_SPLIT_C = 4
 # H200 -2 us per layer at 1 row on every kind, neutral at 2, +6..17 us at 4 and 16 (each
 # program then reads every chunk's [rows, 128-column] partials; same results file).
 ABSORB_V_MERGE_MAX_ROWS = 1
-# warps of absorb_v merging the attention's chunks at more than one row (every row's
-# chunks at once: ``_merge_rows``)
-ABSORB_V_MERGE_WARPS = 4
 # Tried: absorb_v leaving its chunks' partials for o_proj to sum and quantize as it loads x
 # (no arrival, no reload of the partials after absorb_v's wait; bitwise the same, GPU test
 # passed at 43377e4, code there). On an H200 a layer was 1.1-4.8 us slower at 1-2 rows, every
@@ -787,32 +784,6 @@ def _merge_columns(m, h, part_o_ptr, part_ml_ptr, NH, NSP, oc, C: tl.constexpr,
 
 
 @triton.jit
-def _merge_rows(h, part_o_ptr, part_ml_ptr, NH, NSP, M, oc, C: tl.constexpr, CC: tl.constexpr,
-                BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr):
-    """Rows [0, M) of head h merged over their NSP chunks at the CC latent columns oc (fp32
-    [BLOCK_M, CC], rows from M zero). Every chunk's load is independent of the others (an
-    unrolled loop), so a program waits about one L2 round trip for all of them, not one per
-    row; the chunks are summed in order."""
-    om = tl.arange(0, BLOCK_M)
-    osp = tl.arange(0, BLOCK_S)
-    m_ok = om < M
-    ok = m_ok[:, None] & (osp[None, :] < NSP)
-    base = (om[:, None] * NSP + osp[None, :]) * NH + h
-    mi = tl.load(part_ml_ptr + base * 2, mask=ok, other=float("-inf"))
-    li = tl.load(part_ml_ptr + base * 2 + 1, mask=ok, other=0.0)
-    mx = tl.max(mi, axis=1)
-    mx = tl.where(mx == float("-inf"), 0.0, mx)
-    scale = tl.where(ok, tl.exp(mi - mx[:, None]), 0.0)
-    den = tl.sum(li * scale, axis=1)
-    num = tl.zeros((BLOCK_M, CC), tl.float32)
-    for s in tl.static_range(BLOCK_S):
-        o = tl.load(part_o_ptr + ((om * NSP + s) * NH + h)[:, None] * C + oc[None, :],
-                    mask=m_ok[:, None] & (s < NSP), other=0.0)
-        num += o * tl.sum(tl.where(osp[None, :] == s, scale, 0.0), axis=1)[:, None]
-    return tl.where(den[:, None] > 0, num / tl.where(den > 0, den, 1.0)[:, None], 0.0)
-
-
-@triton.jit
 def _combine_task(m, h, part_o_ptr, part_ml_ptr, olat_ptr, NH, NSP, C: tl.constexpr,
                   BLOCK_S: tl.constexpr):
     oc = tl.arange(0, C)
@@ -864,14 +835,13 @@ def _absorb_v_split_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, parts_ptr, arrival
                            NOPE: tl.constexpr, V: tl.constexpr, SPLIT_C: tl.constexpr,
                            BLOCK_M: tl.constexpr, MERGE: tl.constexpr, BLOCK_S: tl.constexpr,
                            INTERPRET: tl.constexpr, PDL: tl.constexpr,
-                           W_EARLY: tl.constexpr = False, MERGE_ROWS: tl.constexpr = False):
+                           W_EARLY: tl.constexpr = False):
     """Program (head, 128 outputs, latent chunk): the chunk's fp32 partial of o_lat . w_vc
     into parts [SPLIT_C, M, NH * V]; the last of the head's SPLIT_C programs for those
     outputs sums them in chunk order, rounds to bf16 and quantizes for o_proj. With MERGE
     the program merges its o_lat columns from the attention's chunks itself (the first
-    128 outputs' program also stores them in olat), so no merge kernel runs before: row by
-    row, or (MERGE_ROWS) every row at once. W_EARLY: the w_vc tile is loaded before the wait
-    (a weight), not after the merge's loads."""
+    128 outputs' program also stores them in olat), so no merge kernel runs before. W_EARLY:
+    the w_vc tile is loaded before the wait (a weight), not after the merge's loads."""
     h = tl.program_id(0)
     vt = tl.program_id(1)
     cs = tl.program_id(2)
@@ -888,13 +858,10 @@ def _absorb_v_split_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, parts_ptr, arrival
                       1)
     stage_begin(PDL)
     if MERGE:
-        if MERGE_ROWS:
-            a = _merge_rows(h, part_o_ptr, part_ml_ptr, NH, NSP, M, oc, C, CC, BLOCK_M, BLOCK_S)
-        else:
-            a = tl.zeros((BLOCK_M, CC), tl.float32)
-            for m in range(M):
-                row = _merge_columns(m, h, part_o_ptr, part_ml_ptr, NH, NSP, oc, C, BLOCK_S)
-                a = tl.where(om[:, None] == m, row.to(tl.bfloat16).to(tl.float32)[None, :], a)
+        a = tl.zeros((BLOCK_M, CC), tl.float32)
+        for m in range(M):
+            row = _merge_columns(m, h, part_o_ptr, part_ml_ptr, NH, NSP, oc, C, BLOCK_S)
+            a = tl.where(om[:, None] == m, row.to(tl.bfloat16).to(tl.float32)[None, :], a)
         a = a.to(tl.bfloat16)
         if vt == 0:
             tl.store(olat_ptr + (om[:, None] * NH + h) * C + oc[None, :], a, mask=m_ok[:, None])
@@ -1138,8 +1105,7 @@ def absorb_v(olat, kv_b, oq, os, nope: int, v: int, parts=None, arrivals=None,
             olat, kv_b, oq, os, parts, arrivals, part_o, part_ml, nsp, m, nh, C=c, NOPE=nope,
             V=v, SPLIT_C=split, BLOCK_M=max(16, triton.next_power_of_2(m)), MERGE=merge,
             BLOCK_S=max(2, triton.next_power_of_2(nsp)), INTERPRET=interpreting(),
-            PDL=overlap.enabled(), W_EARLY=ABSORB_V_W_EARLY, MERGE_ROWS=merge and m > 1,
-            num_warps=ABSORB_V_MERGE_WARPS if merge and m > 1 else ABSORB_V_WARPS,
+            PDL=overlap.enabled(), W_EARLY=ABSORB_V_W_EARLY, num_warps=ABSORB_V_WARPS,
             **overlap.launch_kw())
         return
     _absorb_v_kernel[(nh, v // 128)](

@@ -421,18 +421,14 @@ def test_indexer_prepare_by_head_blocks_is_bitwise_one_program_per_row(m, heads,
         assert torch.equal(a, b)
 
 
-@pytest.mark.parametrize("m, split, merges, nsp", [(1, 2, False, 4), (3, 8, False, 4),
-                                                   (1, 4, True, 4), (3, 2, True, 4),
-                                                   (16, 4, True, 8), (12, 4, True, 11)])
-def test_absorb_v_in_latent_chunks_is_the_one_chunk_product(m, split, merges, nsp,
-                                                            monkeypatch):
+@pytest.mark.parametrize("m, split, merges", [(1, 2, False), (3, 8, False), (1, 4, True),
+                                              (3, 2, True)])
+def test_absorb_v_in_latent_chunks_is_the_one_chunk_product(m, split, merges, monkeypatch):
     """absorb_v over `split` latent chunks (fp32 partials, the last chunk's program summing
     and quantizing) against the attention chunks' merge kernel then one program per (head,
     128 outputs): e4m3 codes at most one step apart and rarely, every scale within 1e-5,
     every counter back at zero. With `merges` the chunk programs also merge the attention's
-    `nsp` chunks (one of them empty, l = 0, m = -inf), writing the same o_lat: bitwise at one
-    row (the merge kernel's sum), within a bf16 step from two (every row at once, the chunks
-    summed in order)."""
+    chunks (one of them empty, l = 0, m = -inf), writing the same o_lat."""
     from sgl_kernel_ext.triton import mla
 
     lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
@@ -440,6 +436,7 @@ def test_absorb_v_in_latent_chunks_is_the_one_chunk_product(m, split, merges, ns
     nope, v, c = CFG.qk_nope_head_dim, CFG.v_head_dim, CFG.kv_lora_rank
     nh = kv_b.shape[0] // (nope + v)
     g = torch.Generator().manual_seed(m * split)
+    nsp = 4
     part_o = torch.randn(m, nsp, nh, c, generator=g)
     part_ml = torch.stack([torch.randn(m, nsp, nh, generator=g),
                            torch.rand(m, nsp, nh, generator=g) + 0.5], dim=-1)
@@ -454,19 +451,14 @@ def test_absorb_v_in_latent_chunks_is_the_one_chunk_product(m, split, merges, ns
         parts = torch.full((split * m * nh * v,), float("nan"))
         arrivals = torch.zeros(nh * (v // 128), dtype=torch.int32)
         if not mla.absorb_v_merges(parts, arrivals, m):
-            mla._combine_kernel[(m, nh)](part_o, part_ml, olat, nh, nsp, C=c,
-                                         BLOCK_S=1 << (nsp - 1).bit_length(), PDL=False)
+            mla._combine_kernel[(m, nh)](part_o, part_ml, olat, nh, nsp, C=c, BLOCK_S=nsp,
+                                         PDL=False)
         mla.absorb_v(olat, kv_b, oq, os_, nope, v, parts, arrivals, (part_o, part_ml))
         assert not arrivals.any()
         runs.append((oq.view(torch.uint8).int(), os_, olat))
     assert not torch.isnan(runs[1][1]).any() and not torch.isnan(runs[1][2].float()).any()
-    if merges and m > 1:  # o_lat a bf16 step apart here and there, the scales with it
-        olat_step = (runs[1][2].float() - runs[0][2].float()).abs()
-        assert bool((olat_step <= runs[0][2].float().abs() * 2 ** -8).all())
-        torch.testing.assert_close(runs[1][1], runs[0][1], rtol=1e-2, atol=0)
-    else:
-        torch.testing.assert_close(runs[1][1], runs[0][1], rtol=1e-5, atol=0)
-        assert torch.equal(runs[1][2], runs[0][2])
+    torch.testing.assert_close(runs[1][1], runs[0][1], rtol=1e-5, atol=0)
+    assert torch.equal(runs[1][2], runs[0][2])
     # e4m3 codes: at most one step apart where the fp32 order moved a value across a
     # rounding boundary, and that rarely
     step = (runs[1][0] - runs[0][0]).abs()
