@@ -103,6 +103,10 @@ ABSORB_V_SPLIT_C = 4
 # the attention's chunks (each its latent columns), so the merge kernel does not run: on an
 # H200 -2 us per layer at 1 row on every kind, neutral at 2, +6..17 us at 4 and 16 (each
 # program then reads every chunk's [rows, 128-column] partials; same results file).
+# Tried again (40ee8f7, since reverted): from 2 rows every row's chunks loaded at once
+# (independent loads, one round trip, not one a row; 8 warps, no spill at 16 rows on CPU):
+# still slower than the merge kernel on an H200, every kind, +20-21 us a layer at 4 rows
+# (32 chunks a row), +5-6 at 8, +2-3 at 16; 4 warps worse (tiling_probe_20261203T123511Z).
 ABSORB_V_MERGE_MAX_ROWS = 1
 # Tried: absorb_v leaving its chunks' partials for o_proj to sum and quantize as it loads x
 # (no arrival, no reload of the partials after absorb_v's wait; bitwise the same, GPU test

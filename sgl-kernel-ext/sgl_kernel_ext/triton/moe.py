@@ -987,7 +987,8 @@ def down_shape(m: int, dense: bool = False) -> tuple:
     return down_block(m, dense), GEMV_WARPS if gemv else DOWN_WARPS
 
 
-@overlap.wide_launcher("gate_up")
+@overlap.wide_launcher(lambda xq, sx, num_experts, *_, **__:
+                       "gate_up" if num_experts else "dense_gate_up")
 def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
             shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts=None,
             tiling=None, num_warps=None, arrivals=None):

@@ -64,11 +64,17 @@ MAX_ROWS = 16
 # Again with the narrow kernels overlapped to 16 rows: the experts' too are 2.4-10.6 us
 # slower a layer at 8-16 rows, every kind (tiling_probe_20261203T105205Z: overlap_16).
 WIDE_MAX_ROWS = 2
-# Per expert kernel ("gate_up", "down", "sum": ``wide_kernel``), a bound that replaces
-# WIDE_MAX_ROWS for it alone. A kernel launched without the overlap still lets the next one,
-# if overlapped, launch as its programs drain (the implicit trigger at their exit), and only
-# a dependent kernel's early programs take multiprocessors from the kernel before it.
-WIDE_KERNEL_MAX_ROWS: dict = {}
+# Per expert kernel ("gate_up", the dense MLP's "dense_gate_up", "down", "sum":
+# ``wide_kernel``), a bound that replaces WIDE_MAX_ROWS for it alone. A kernel launched
+# without the overlap still lets the next one, if overlapped, launch as its programs drain
+# (the implicit trigger at their exit), and only a dependent kernel's early programs take
+# multiprocessors from the kernel before it. Route is one wave of programs, and down,
+# launched plainly, lets the sum launch only as its last programs exit: a MoE layer's gate/up
+# and the sum of down's terms overlap at every row count, down (after gate/up's many waves)
+# not. On an H200 at 4-16 rows the pair makes a MoE layer 0.5-1.5 us faster, the
+# sum alone every kind 0.2-0.7, down overlapped too 5.8-15.1 us slower, the dense MLP's
+# gate/up overlapped +0.3-0.5 (tiling_probe_20261203T123511Z: *_overlap_16).
+WIDE_KERNEL_MAX_ROWS: dict = {"gate_up": MAX_ROWS, "sum": MAX_ROWS}
 # rows of the step being launched (0: outside a layer step); one launching thread per process
 _rows = [0]
 _wide = [""]
@@ -100,12 +106,13 @@ def wide_kernel(kernel: str):
     return wide(kernel) if _wide[0] else contextlib.nullcontext()
 
 
-def wide_launcher(kernel: str):
-    """Decorator: the launcher's kernels launch inside ``wide_kernel(kernel)``."""
+def wide_launcher(kernel):
+    """Decorator: the launcher's kernels launch inside ``wide_kernel(name)``, name the
+    string `kernel` or what `kernel` returns for the launcher's arguments."""
     def wrap(fn):
         @functools.wraps(fn)
         def launch(*args, **kwargs):
-            with wide_kernel(kernel):
+            with wide_kernel(kernel if isinstance(kernel, str) else kernel(*args, **kwargs)):
                 return fn(*args, **kwargs)
         return launch
     return wrap
@@ -113,7 +120,9 @@ def wide_launcher(kernel: str):
 
 def enabled() -> bool:
     """Whether kernels launched now use programmatic dependent launch and L2 prefetch."""
-    bound = WIDE_KERNEL_MAX_ROWS.get(_wide[0], WIDE_MAX_ROWS) if _wide[0] else MAX_ROWS
+    bound = MAX_ROWS
+    if _wide[0]:
+        bound = min(bound, WIDE_KERNEL_MAX_ROWS.get(_wide[0], WIDE_MAX_ROWS))
     return _rows[0] <= bound and os.environ.get(ENV, "1") != "0" and supported()
 
 
