@@ -200,6 +200,9 @@ VARIANTS = {
     # off); absorb_v loading its w_vc tile after the merge (mla.ABSORB_V_W_EARLY off)
     "down_table_late": {("moe", "DOWN_TABLE_EARLY"): False},
     "absorb_v_w_late": {("mla", "ABSORB_V_W_EARLY"): False},
+    "absorb_w_early": {("mla", "ABSORB_W_EARLY"): True},
+    # the expert kernels' own overlap bounds as before 2026-12-03 (all to WIDE_MAX_ROWS)
+    "wide_kernels_to_2": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {}},
     "sum_pos_late": {("moe", "SUM_POS_EARLY"): False},
     # absorb's q_pe roped in each head's first column program at every row count, or in
     # programs of its own at every row count (mla.ABSORB_PE_OWN_FROM_ROWS)

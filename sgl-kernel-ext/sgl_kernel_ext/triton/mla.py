@@ -89,6 +89,10 @@ ABSORB_GEMV_BLOCK_C = 16
 ABSORB_PE_OWN_FROM_ROWS = 3
 ABSORB_GEMV_CHUNK_D = 128
 ABSORB_GEMV_WARPS = 4
+# whether each absorb program loads its whole w_kc tile (a weight: overlap's rule 1) before
+# the wait and multiplies q_nope in one piece, instead of prefetching the tile into L2 and
+# loading it in CHUNK_D slices after the wait (as absorb_v's ABSORB_V_W_EARLY)
+ABSORB_W_EARLY = False
 # warps of absorb_v: its [128, 512] bf16 w_vc tile spills 60 B per program at 4 (ptxas -v,
 # CPU) and none at 8; on an H200 8 warps is within noise (tiling_probe_20261130T143119Z)
 ABSORB_V_WARPS = 4
@@ -428,6 +432,44 @@ def _absorb_prefetch(h, ct, kvb_ptr, NH, C, NOPE: tl.constexpr, V: tl.constexpr,
 
 
 @triton.jit
+def _absorb_w_tile(h, ct, kvb_ptr, C, NOPE: tl.constexpr, V: tl.constexpr,
+                   BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr):
+    """Program (head, latent-column tile)'s whole w_kc tile, bf16 [BLOCK_D, BLOCK_C] (rows
+    from NOPE zero)."""
+    od = tl.arange(0, BLOCK_D)
+    oc = ct * BLOCK_C + tl.arange(0, BLOCK_C)
+    return tl.load(kvb_ptr + (h * (NOPE + V) + od[:, None]) * C + oc[None, :],
+                   mask=(od[:, None] < NOPE) & (oc[None, :] < C), other=0.0)
+
+
+@triton.jit
+def _absorb_with_w(w, h, ct, q_ptr, SPLIT: tl.constexpr, qcat_ptr, pos_ptr, inv_freq_ptr, M,
+                   NH, C, NOPE: tl.constexpr, ROPE: tl.constexpr, BLOCK_M: tl.constexpr,
+                   BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr, INTERPRET: tl.constexpr,
+                   GEMV: tl.constexpr, PE: tl.constexpr):
+    """``_absorb_task`` (GEMV: ``_absorb_gemv_task``) given the program's whole w_kc tile
+    (``_absorb_w_tile``, loaded before the wait): q_nope in one piece, one product."""
+    om = tl.arange(0, BLOCK_M)
+    oc = ct * BLOCK_C + tl.arange(0, BLOCK_C)
+    od = tl.arange(0, BLOCK_D)
+    m_ok = om < M
+    qk = NOPE + ROPE
+    q = sum_parts(q_ptr, SPLIT, M * NH * qk, (om[:, None] * NH + h) * qk + od[None, :],
+                  m_ok[:, None] & (od[None, :] < NOPE)).to(tl.bfloat16)
+    if GEMV:
+        lat = tl.sum(q.to(tl.float32)[:, :, None] * w.to(tl.float32)[None, :, :], axis=1)
+    elif INTERPRET:
+        lat = tl.dot(q.to(tl.float32), w.to(tl.float32))
+    else:
+        lat = tl.dot(q, w)
+    out = qcat_ptr + (om[:, None] * NH + h) * (C + ROPE)
+    tl.store(out + oc[None, :], lat.to(tl.bfloat16), mask=m_ok[:, None] & (oc[None, :] < C))
+    if PE and ct == 0:
+        _absorb_q_pe(h, q_ptr, SPLIT, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE, ROPE,
+                     BLOCK_M)
+
+
+@triton.jit
 def _absorb_task(h, ct, q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M,
                  NH, C, NOPE: tl.constexpr, ROPE: tl.constexpr, V: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
@@ -523,15 +565,21 @@ def _absorb_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_f
                    NOPE: tl.constexpr, ROPE: tl.constexpr, V: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
                    INTERPRET: tl.constexpr, PDL: tl.constexpr, CHUNK_D: tl.constexpr,
-                   PE_OWN: tl.constexpr, GEMV: tl.constexpr):
-    """Programs (head, latent-column tile): ``_absorb_task`` (GEMV: ``_absorb_gemv_task``);
-    with PE_OWN a last column index whose programs rope their head's q_pe only."""
+                   PE_OWN: tl.constexpr, GEMV: tl.constexpr, W_EARLY: tl.constexpr = False):
+    """Programs (head, latent-column tile): ``_absorb_task`` (GEMV: ``_absorb_gemv_task``;
+    W_EARLY: ``_absorb_with_w``, the w_kc tile loaded before the wait); with PE_OWN a last
+    column index whose programs rope their head's q_pe only."""
     h = tl.program_id(0)
     ct = tl.program_id(1)
     if PE_OWN and ct == tl.num_programs(1) - 1:
         stage_begin(PDL)
         _absorb_q_pe(h, q_ptr, SPLIT, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE, ROPE,
                      BLOCK_M)
+    elif W_EARLY:
+        w = _absorb_w_tile(h, ct, kvb_ptr, C, NOPE, V, BLOCK_D, BLOCK_C)
+        stage_begin(PDL)
+        _absorb_with_w(w, h, ct, q_ptr, SPLIT, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE,
+                       ROPE, BLOCK_M, BLOCK_D, BLOCK_C, INTERPRET, GEMV, not PE_OWN)
     else:
         _absorb_prefetch(h, ct, kvb_ptr, NH, C, NOPE, V, BLOCK_D, BLOCK_C, PDL)
         stage_begin(PDL)
@@ -998,7 +1046,8 @@ def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: in
     _absorb_kernel[(nh, triton.cdiv(c, block_c) + pe_own)](
         q_parts, split, kv_b, qcat, positions, inv_freq, m, nh, c, NOPE=nope, ROPE=rope, V=v,
         BLOCK_D=triton.next_power_of_2(nope), BLOCK_C=block_c, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), PE_OWN=pe_own, GEMV=gemv, **shape, **overlap.launch_kw())
+        PDL=overlap.enabled(), PE_OWN=pe_own, GEMV=gemv, W_EARLY=ABSORB_W_EARLY, **shape,
+        **overlap.launch_kw())
 
 
 def attention_block(topk: int) -> int:

@@ -502,6 +502,41 @@ def test_absorb_without_tensor_cores_is_the_dot_form(m, block_c, monkeypatch):
     assert float((gemv[..., :c] != dot[..., :c]).float().mean()) <= 0.05
 
 
+@pytest.mark.parametrize("m", [1, 4])  # the GEMV form, the dot form
+def test_absorb_with_its_w_kc_tile_early_is_the_product(m, monkeypatch):
+    """absorb with each program's whole w_kc tile loaded before the wait (mla.ABSORB_W_EARLY)
+    against the slices loaded after it: q_pe bitwise the same, q_lat within one bf16 step
+    of q_nope . w_kc (fp32 sums in another order); every element of qcat written."""
+    from sgl_kernel_ext.triton import mla
+
+    lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
+    kv_b = lw.attn.kv_b
+    nope, rope, v, c = (CFG.qk_nope_head_dim, CFG.qk_rope_head_dim, CFG.v_head_dim,
+                        CFG.kv_lora_rank)
+    nh = kv_b.shape[0] // (nope + v)
+    g = torch.Generator().manual_seed(10 + m)
+    q_parts = torch.randn(3, m, nh * (nope + rope), generator=g)
+    pos = torch.tensor([7, 300, 5, 2100][:m])
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, rope, 2) / rope))
+    monkeypatch.setattr(mla, "ABSORB_CHUNK_FROM_ROWS", 4)  # the late form in slices at 4 rows
+    runs = []
+    for early in (False, True):
+        monkeypatch.setattr(mla, "ABSORB_W_EARLY", early)
+        qcat = torch.full((m, nh, c + rope), float("nan"), dtype=torch.bfloat16)
+        mla.absorb(q_parts, kv_b, pos, inv_freq, qcat, nope, rope, v)
+        assert not torch.isnan(qcat.float()).any()
+        runs.append(qcat.float())
+    late, early = runs
+    assert torch.equal(early[..., c:], late[..., c:])
+    q = q_parts[0] + q_parts[1] + q_parts[2]
+    q_nope = q.view(m, nh, nope + rope)[..., :nope].bfloat16().float()
+    w_kc = kv_b.view(nh, nope + v, c)[:, :nope].float()
+    want = torch.einsum("mhd,hdc->mhc", q_nope, w_kc)
+    bound = 2 ** -8 * torch.einsum("mhd,hdc->mhc", q_nope.abs(), w_kc.abs()) + 2 ** -8 * want.abs()
+    for got in (early[..., :c], late[..., :c]):
+        assert bool(((got - want).abs() <= bound + 1e-6).all())
+
+
 # 2, 1, 1 or 2, and 1 loop steps a program (3: chunks of 1, 1 and 2 blocks of 32 entries)
 @pytest.mark.parametrize("splits", [1, 2, 3, 4])
 def test_attention_loading_ahead_is_bitwise_the_plain_loop(splits, monkeypatch):
