@@ -334,6 +334,17 @@ def test_absorb_v_in_latent_chunks_matches_reference(split, merges, rows, monkey
     assert torch.equal(layer(*args)[0], first) and not layer.buf["vc_arrivals"].any()
 
 
+@pytest.mark.parametrize("rows", [1, 2, 4, 16])  # the GEMV form, then the dot form
+@pytest.mark.parametrize("early", [False, True])
+def test_absorb_w_kc_early_or_late_matches_reference(early, rows, monkeypatch):
+    """absorb with each program's w_kc tile loaded before its wait or after it in slices
+    (mla.ABSORB_W_EARLY): the layer within NUMERICS of the reference."""
+    from sgl_kernel_ext.triton import mla
+
+    monkeypatch.setattr(mla, "ABSORB_W_EARLY", early)
+    assert_within_numerics(check("moe_shared_topk", rows, 3000), 3000)
+
+
 @pytest.mark.parametrize("rows", [1, 5, 16])  # 32, 16 and 8 attention chunks a row
 @pytest.mark.parametrize("ahead, preload", [(1, False), (2, False), (1, True)])
 def test_attention_loading_ahead_is_bitwise_the_plain_loop(ahead, preload, rows, monkeypatch):
