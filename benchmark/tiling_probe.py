@@ -200,7 +200,10 @@ VARIANTS = {
     # off); absorb_v loading its w_vc tile after the merge (mla.ABSORB_V_W_EARLY off)
     "down_table_late": {("moe", "DOWN_TABLE_EARLY"): False},
     "absorb_v_w_late": {("mla", "ABSORB_V_W_EARLY"): False},
-    "absorb_w_early": {("mla", "ABSORB_W_EARLY"): True},
+    # absorb's w_kc tile early in every layer at 1-2 rows or in none (default: with the
+    # indexer, mla.ABSORB_W_EARLY_MAX_ROWS)
+    "absorb_w_early": {("mla", "ABSORB_W_EARLY_WITHOUT_INDEXER"): True},
+    "absorb_w_late": {("mla", "ABSORB_W_EARLY_MAX_ROWS"): 0},
     # the expert kernels' own overlap bounds as before 2026-12-03 (all to WIDE_MAX_ROWS)
     "wide_kernels_to_2": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {}},
     "sum_pos_late": {("moe", "SUM_POS_EARLY"): False},

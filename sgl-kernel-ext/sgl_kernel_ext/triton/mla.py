@@ -89,10 +89,16 @@ ABSORB_GEMV_BLOCK_C = 16
 ABSORB_PE_OWN_FROM_ROWS = 3
 ABSORB_GEMV_CHUNK_D = 128
 ABSORB_GEMV_WARPS = 4
-# whether each absorb program loads its whole w_kc tile (a weight: overlap's rule 1) before
-# the wait and multiplies q_nope in one piece, instead of prefetching the tile into L2 and
-# loading it in CHUNK_D slices after the wait (as absorb_v's ABSORB_V_W_EARLY)
-ABSORB_W_EARLY = False
+# rows up to which each absorb program of a layer that computes its top-k loads its whole
+# w_kc tile (a weight: overlap's rule 1) before the wait and multiplies q_nope in one piece,
+# instead of prefetching the tile into L2 and loading it in CHUNK_D slices after the wait (as
+# absorb_v's ABSORB_V_W_EARLY); ABSORB_W_EARLY_WITHOUT_INDEXER: also in a layer that reuses
+# the previous top-k. On an H200 the early tile makes a layer with the indexer 1.5-2.0 us
+# faster at 1-2 rows (dense, MoE), +0.5 at 4, the same at 16; a MoE layer without it
+# +0.3-0.5 at 1-4 rows, where absorb follows q_b's wide launch rather than the top-k's few
+# programs (tiling_probe_20261203T125540Z: absorb_w_early, every kind at every row count)
+ABSORB_W_EARLY_MAX_ROWS = 2
+ABSORB_W_EARLY_WITHOUT_INDEXER = False
 # warps of absorb_v: its [128, 512] bf16 w_vc tile spills 60 B per program at 4 (ptxas -v,
 # CPU) and none at 8; on an H200 8 warps is within noise (tiling_probe_20261130T143119Z)
 ABSORB_V_WARPS = 4
@@ -1026,10 +1032,11 @@ def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions
 
 
 def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: int,
-           block_c: int = 0) -> None:
+           block_c: int = 0, indexer: bool = True) -> None:
     """q_b's split-K partials [S, M, heads * (nope + rope)] (fp32; or S = 1 and the summed
     bf16 rows, ABSORB_Q_ROWS_FROM) -> qcat bf16 [M, heads, kv_lora + rope] (q_nope . w_kc,
-    then the roped q_pe)."""
+    then the roped q_pe). indexer: whether the layer computes its top-k (absorb then follows
+    the top-k's launch: ABSORB_W_EARLY_MAX_ROWS)."""
     split, m, _ = q_parts.shape
     _, nh, _ = qcat.shape
     c = kv_b.shape[1]
@@ -1046,8 +1053,13 @@ def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: in
     _absorb_kernel[(nh, triton.cdiv(c, block_c) + pe_own)](
         q_parts, split, kv_b, qcat, positions, inv_freq, m, nh, c, NOPE=nope, ROPE=rope, V=v,
         BLOCK_D=triton.next_power_of_2(nope), BLOCK_C=block_c, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), PE_OWN=pe_own, GEMV=gemv, W_EARLY=ABSORB_W_EARLY, **shape,
-        **overlap.launch_kw())
+        PDL=overlap.enabled(), PE_OWN=pe_own, GEMV=gemv, W_EARLY=absorb_w_early(m, indexer),
+        **shape, **overlap.launch_kw())
+
+
+def absorb_w_early(m: int, indexer: bool) -> bool:
+    """Whether absorb's programs load their w_kc tile before the wait (ABSORB_W_EARLY_*)."""
+    return m <= ABSORB_W_EARLY_MAX_ROWS and (indexer or ABSORB_W_EARLY_WITHOUT_INDEXER)
 
 
 def attention_block(topk: int) -> int:

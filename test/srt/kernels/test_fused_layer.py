@@ -338,10 +338,12 @@ def test_absorb_v_in_latent_chunks_matches_reference(split, merges, rows, monkey
 @pytest.mark.parametrize("early", [False, True])
 def test_absorb_w_kc_early_or_late_matches_reference(early, rows, monkeypatch):
     """absorb with each program's w_kc tile loaded before its wait or after it in slices
-    (mla.ABSORB_W_EARLY): the layer within NUMERICS of the reference."""
+    (mla.ABSORB_W_EARLY_*, here in a layer that reuses the top-k): the layer within NUMERICS
+    of the reference."""
     from sgl_kernel_ext.triton import mla
 
-    monkeypatch.setattr(mla, "ABSORB_W_EARLY", early)
+    monkeypatch.setattr(mla, "ABSORB_W_EARLY_MAX_ROWS", 16 if early else 0)
+    monkeypatch.setattr(mla, "ABSORB_W_EARLY_WITHOUT_INDEXER", True)
     assert_within_numerics(check("moe_shared_topk", rows, 3000), 3000)
 
 

@@ -504,8 +504,8 @@ def test_absorb_without_tensor_cores_is_the_dot_form(m, block_c, monkeypatch):
 
 @pytest.mark.parametrize("m", [1, 4])  # the GEMV form, the dot form
 def test_absorb_with_its_w_kc_tile_early_is_the_product(m, monkeypatch):
-    """absorb with each program's whole w_kc tile loaded before the wait (mla.ABSORB_W_EARLY)
-    against the slices loaded after it: q_pe bitwise the same, q_lat within one bf16 step
+    """absorb with each program's whole w_kc tile loaded before the wait
+    (mla.ABSORB_W_EARLY_MAX_ROWS) against the slices loaded after it: q_pe bitwise the same, q_lat within one bf16 step
     of q_nope . w_kc (fp32 sums in another order); every element of qcat written."""
     from sgl_kernel_ext.triton import mla
 
@@ -521,7 +521,7 @@ def test_absorb_with_its_w_kc_tile_early_is_the_product(m, monkeypatch):
     monkeypatch.setattr(mla, "ABSORB_CHUNK_FROM_ROWS", 4)  # the late form in slices at 4 rows
     runs = []
     for early in (False, True):
-        monkeypatch.setattr(mla, "ABSORB_W_EARLY", early)
+        monkeypatch.setattr(mla, "ABSORB_W_EARLY_MAX_ROWS", 16 if early else 0)
         qcat = torch.full((m, nh, c + rope), float("nan"), dtype=torch.bfloat16)
         mla.absorb(q_parts, kv_b, pos, inv_freq, qcat, nope, rope, v)
         assert not torch.isnan(qcat.float()).any()

@@ -432,7 +432,7 @@ class FusedLayer:
             q_b(None, None, None)
             topk = topk_prev
         mla.absorb(v("q_rows")[None] if q_rows else v("q"), a.kv_b, pos, self.inv_freq,
-                   v("qcat"), cfg.qk_nope_head_dim, rope, cfg.v_head_dim)
+                   v("qcat"), cfg.qk_nope_head_dim, rope, cfg.v_head_dim, indexer=indexing)
         attn_parts = self._attention_parts(m)
         vc = (self.buf["vc_parts"], self.buf["vc_arrivals"])
         merge = not mla.absorb_v_merges(*vc, m)
