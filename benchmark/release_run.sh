@@ -17,7 +17,8 @@
 #   bash benchmark/release_run.sh pending # what the opt-in forms wait for before they become
 #                                         # defaults: tiling_probe's variants of them against
 #                                         # the baseline (PENDING), then their GPU tests
-# Logs go into $OUT/logs.tgz; JSON results into $OUT.
+# Logs go into $OUT/logs.tgz; JSON results into $OUT. SANITIZE_S=0 skips compute-sanitizer in
+# `tests` (default: 90 s a tool).
 set -u
 source benchmark/device_env.sh
 run_tests() {
@@ -38,7 +39,7 @@ run_tests() {
   for job in $(jobs -p); do wait "$job" || rc=$?; done
   echo "pytest rc=$rc"
   for f in "$L"/pytest_*.log; do echo "$(basename "$f"): $(tail -1 "$f")"; done
-  sanitize_fused_layer 90
+  if [ "${SANITIZE_S:-90}" -gt 0 ]; then sanitize_fused_layer "${SANITIZE_S:-90}"; fi
 }
 run_bench() {
   timeout 150 python3 -m benchmark.decode_layer --replays 10 --check --ls 2048 \
