@@ -465,76 +465,63 @@ def test_absorb_v_in_latent_chunks_is_the_one_chunk_product(m, split, merges, mo
     assert int(step.max()) <= 1 and float((step > 0).float().mean()) <= 0.01
 
 
+def _absorb_runs(m, seed, settings, monkeypatch):
+    """absorb of 3 random q_b partials at m rows once per dict of mla knob settings: (the
+    qcat of each run as fp32, every element written; q_lat's bound check against the torch
+    product q_nope . w_kc within one bf16 step, q_nope's bf16 rounding included)."""
+    from sgl_kernel_ext.triton import mla
+
+    kv_b = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1).attn.kv_b
+    nope, rope, v, c = (CFG.qk_nope_head_dim, CFG.qk_rope_head_dim, CFG.v_head_dim,
+                        CFG.kv_lora_rank)
+    nh = kv_b.shape[0] // (nope + v)
+    g = torch.Generator().manual_seed(seed)
+    q_parts = torch.randn(3, m, nh * (nope + rope), generator=g)
+    pos = torch.tensor([7, 300, 5, 2100][:m])
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, rope, 2) / rope))
+    runs = []
+    for knobs in settings:
+        for name, value in knobs.items():
+            monkeypatch.setattr(mla, name, value)
+        qcat = torch.full((m, nh, c + rope), float("nan"), dtype=torch.bfloat16)
+        mla.absorb(q_parts, kv_b, pos, inv_freq, qcat, nope, rope, v)
+        assert not torch.isnan(qcat.float()).any()
+        runs.append(qcat.float())
+    q = q_parts[0] + q_parts[1] + q_parts[2]  # in the kernels' order
+    q_nope = q.view(m, nh, nope + rope)[..., :nope].bfloat16().float()
+    w_kc = kv_b.view(nh, nope + v, c)[:, :nope].float()
+    want = torch.einsum("mhd,hdc->mhc", q_nope, w_kc)
+    bound = 2 ** -8 * torch.einsum("mhd,hdc->mhc", q_nope.abs(), w_kc.abs()) + 2 ** -8 * want.abs()
+
+    def near_product(qcat):
+        return bool(((qcat[..., :c] - want).abs() <= bound + 1e-6).all())
+    return runs, near_product, c
+
+
 @pytest.mark.parametrize("m, block_c", [(1, 16), (2, 32)])
 def test_absorb_without_tensor_cores_is_the_dot_form(m, block_c, monkeypatch):
     """absorb's GEMV form (w_kc in slices, no tl.dot) against its dot form and the torch
     product: q_pe bitwise the same, q_lat within one bf16 step of the dot form (fp32 sums in
     another order) and of q_nope . w_kc; every element of qcat written."""
-    from sgl_kernel_ext.triton import mla
-
-    lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
-    kv_b = lw.attn.kv_b
-    nope, rope, v, c = (CFG.qk_nope_head_dim, CFG.qk_rope_head_dim, CFG.v_head_dim,
-                        CFG.kv_lora_rank)
-    nh = kv_b.shape[0] // (nope + v)
-    g = torch.Generator().manual_seed(m)
-    q_parts = torch.randn(3, m, nh * (nope + rope), generator=g)
-    pos = torch.tensor([7, 300][:m])
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, rope, 2) / rope))
-    runs = []
-    for gemv_rows in (0, m):
-        monkeypatch.setattr(mla, "ABSORB_GEMV_MAX_ROWS", gemv_rows)
-        monkeypatch.setattr(mla, "ABSORB_GEMV_BLOCK_C", block_c)
-        qcat = torch.full((m, nh, c + rope), float("nan"), dtype=torch.bfloat16)
-        mla.absorb(q_parts, kv_b, pos, inv_freq, qcat, nope, rope, v)
-        assert not torch.isnan(qcat.float()).any()
-        runs.append(qcat.float())
-    dot, gemv = runs
+    (dot, gemv), near_product, c = _absorb_runs(
+        m, m, [{"ABSORB_GEMV_MAX_ROWS": rows, "ABSORB_GEMV_BLOCK_C": block_c}
+               for rows in (0, m)], monkeypatch)
     assert torch.equal(gemv[..., c:], dot[..., c:])
-    q = q_parts[0] + q_parts[1] + q_parts[2]  # in the kernels' order
-    q_nope = q.view(m, nh, nope + rope)[..., :nope].bfloat16().float()
-    w_kc = kv_b.view(nh, nope + v, c)[:, :nope].float()
-    want = torch.einsum("mhd,hdc->mhc", q_nope, w_kc)
-    # q_nope's bf16 rounding (which the interpreter may do otherwise) and the output's
-    bound = 2 ** -8 * torch.einsum("mhd,hdc->mhc", q_nope.abs(), w_kc.abs()) + 2 ** -8 * want.abs()
-    for got in (gemv[..., :c], dot[..., :c]):
-        assert bool(((got - want).abs() <= bound + 1e-6).all())
+    assert near_product(gemv) and near_product(dot)
     assert float((gemv[..., :c] != dot[..., :c]).float().mean()) <= 0.05
 
 
 @pytest.mark.parametrize("m", [1, 4])  # the GEMV form, the dot form
 def test_absorb_with_its_w_kc_tile_early_is_the_product(m, monkeypatch):
     """absorb with each program's whole w_kc tile loaded before the wait
-    (mla.ABSORB_W_EARLY_MAX_ROWS) against the slices loaded after it: q_pe bitwise the same, q_lat within one bf16 step
-    of q_nope . w_kc (fp32 sums in another order); every element of qcat written."""
-    from sgl_kernel_ext.triton import mla
-
-    lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
-    kv_b = lw.attn.kv_b
-    nope, rope, v, c = (CFG.qk_nope_head_dim, CFG.qk_rope_head_dim, CFG.v_head_dim,
-                        CFG.kv_lora_rank)
-    nh = kv_b.shape[0] // (nope + v)
-    g = torch.Generator().manual_seed(10 + m)
-    q_parts = torch.randn(3, m, nh * (nope + rope), generator=g)
-    pos = torch.tensor([7, 300, 5, 2100][:m])
-    inv_freq = 1.0 / (10000 ** (torch.arange(0, rope, 2) / rope))
-    monkeypatch.setattr(mla, "ABSORB_CHUNK_FROM_ROWS", 4)  # the late form in slices at 4 rows
-    runs = []
-    for early in (False, True):
-        monkeypatch.setattr(mla, "ABSORB_W_EARLY_MAX_ROWS", 16 if early else 0)
-        qcat = torch.full((m, nh, c + rope), float("nan"), dtype=torch.bfloat16)
-        mla.absorb(q_parts, kv_b, pos, inv_freq, qcat, nope, rope, v)
-        assert not torch.isnan(qcat.float()).any()
-        runs.append(qcat.float())
-    late, early = runs
+    (mla.ABSORB_W_EARLY_MAX_ROWS) against the slices loaded after it (at 4 rows in 64-column
+    slices): q_pe bitwise the same, q_lat within one bf16 step of q_nope . w_kc (fp32 sums
+    in another order); every element of qcat written."""
+    (late, early), near_product, c = _absorb_runs(
+        m, 10 + m, [{"ABSORB_CHUNK_FROM_ROWS": 4, "ABSORB_W_EARLY_MAX_ROWS": rows}
+                    for rows in (0, 16)], monkeypatch)
     assert torch.equal(early[..., c:], late[..., c:])
-    q = q_parts[0] + q_parts[1] + q_parts[2]
-    q_nope = q.view(m, nh, nope + rope)[..., :nope].bfloat16().float()
-    w_kc = kv_b.view(nh, nope + v, c)[:, :nope].float()
-    want = torch.einsum("mhd,hdc->mhc", q_nope, w_kc)
-    bound = 2 ** -8 * torch.einsum("mhd,hdc->mhc", q_nope.abs(), w_kc.abs()) + 2 ** -8 * want.abs()
-    for got in (early[..., :c], late[..., :c]):
-        assert bool(((got - want).abs() <= bound + 1e-6).all())
+    assert near_product(early) and near_product(late)
 
 
 # 2, 1, 1 or 2, and 1 loop steps a program (3: chunks of 1, 1 and 2 blocks of 32 entries)
