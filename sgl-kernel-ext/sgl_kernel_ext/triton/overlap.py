@@ -93,7 +93,7 @@ def step_rows(m: int):
 @contextlib.contextmanager
 def wide(kernel: str = "experts"):
     """Launch the enclosed kernels as wide ones (the overlap only up to WIDE_MAX_ROWS, or
-    the kernel's own bound in WIDE_KERNEL_MAX_ROWS)."""
+    the kernel's own bound in WIDE_KERNEL_MAX_ROWS; never past MAX_ROWS)."""
     prev, _wide[0] = _wide[0], kernel
     try:
         yield
