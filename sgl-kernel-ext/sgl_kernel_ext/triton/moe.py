@@ -34,7 +34,7 @@ from .arrival import arrive_last
 from .bf16_linear import _bf16_linear_prefetch, _bf16_linear_task
 from .fp8_linear import (_fp8_group_dot, _gemv_step, _scaled_dot, block_m, grid_shape,
                          group_tiles, group_x, interpreting, step_scales)
-from .overlap import prefetch_rows, stage_begin
+from .overlap import prefetch_rows, stage_begin, stage_release, stage_wait
 from .quant import sum_parts, to_e4m3
 
 
@@ -431,7 +431,8 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, SPLIT_K: tl.constexpr,
                     INTERPRET: tl.constexpr, PDL: tl.constexpr, TAIL: tl.constexpr,
                     GEMV: tl.constexpr, SHARED_EARLY: tl.constexpr, SWAP: tl.constexpr,
-                    STACK: tl.constexpr, SCALES: tl.constexpr):
+                    STACK: tl.constexpr, SCALES: tl.constexpr, LATE: tl.constexpr = False):
+    """LATE: the program lets down launch at its end, not after its wait (GATE_UP_LATE_*)."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     split = tl.program_id(2)
@@ -442,10 +443,10 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
         _gate_up_tile(tile, 0, split, xq_ptr, sx_ptr, M, K, I, sgq_ptr, sgs_ptr, suq_ptr,
                       sus_ptr, sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M,
                       BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK, SCALES)
-        stage_begin(PDL)
+        stage_wait(PDL, not LATE)
     else:
         _gate_up_prefetch(tile, slot, split, K, I, sgq_ptr, suq_ptr, k_chunk, BLOCK_N, PDL)
-        stage_begin(PDL)
+        stage_wait(PDL, not LATE)
         _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr,
                       num_slots_ptr, gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
                       sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr,
@@ -455,6 +456,8 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
         if arrive_last(arrivals_ptr + slot * tl.num_programs(0) + tile, SPLIT_K):
             _swiglu_task(slot, tile, gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS, SPLIT_K,
                          BLOCK_M, BLOCK_N)
+    if LATE:
+        stage_release(PDL)
 
 
 @triton.jit
@@ -987,6 +990,12 @@ def down_shape(m: int, dense: bool = False) -> tuple:
     return down_block(m, dense), GEMV_WARPS if gemv else DOWN_WARPS
 
 
+# rows from which gate/up's programs let the next kernel (down) launch at their end rather
+# than right after their wait: with down overlapped too (overlap.WIDE_KERNEL_MAX_ROWS), its
+# programs then become resident as gate/up's last wave ends, not during its many waves
+GATE_UP_LATE_TRIGGER_FROM_ROWS = 1 << 30
+
+
 @overlap.wide_launcher(lambda xq, sx, num_experts, *_, **__:
                        "gate_up" if num_experts else "dense_gate_up")
 def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
@@ -1034,6 +1043,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         INTERPRET=interpreting(), PDL=overlap.enabled(), TAIL=tail, GEMV=gemv,
         SHARED_EARLY=shared_early, SWAP=fp8_linear.swap(block_n, gemv, GATE_UP_SWAP),
         STACK=gate_up_stack(block_n, gemv), SCALES=scales_ahead,
+        LATE=m >= GATE_UP_LATE_TRIGGER_FROM_ROWS,
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
         num_stages=gate_up_stages(m, not num_experts),
         **overlap.launch_kw(),

@@ -158,6 +158,24 @@ def stage_begin(PDL: tl.constexpr):
 
 
 @triton.jit
+def stage_wait(PDL: tl.constexpr, RELEASE: tl.constexpr):
+    """``stage_begin``, or without RELEASE only its wait: the program lets the next kernel
+    launch later itself (``stage_release``), so that kernel's programs are not made resident
+    while this one's later waves still need the multiprocessors."""
+    if PDL:
+        gdc_wait()
+        if RELEASE:
+            gdc_launch_dependents()
+
+
+@triton.jit
+def stage_release(PDL: tl.constexpr):
+    """Let the next kernel launch (once every program of this one has, or has exited)."""
+    if PDL:
+        gdc_launch_dependents()
+
+
+@triton.jit
 def prefetch_l2(ptrs, nbytes, mask, PDL: tl.constexpr):
     """Bulk-prefetch nbytes (a multiple of 16) from each 16-byte aligned address in ptrs
     where mask holds into L2. A hint: nothing is written, nothing waits for it."""
