@@ -152,9 +152,7 @@ def launch_kw() -> dict:
 def stage_begin(PDL: tl.constexpr):
     """Wait until the previous kernel of the stream has finished (its writes visible), then
     allow the next one to launch."""
-    if PDL:
-        gdc_wait()
-        gdc_launch_dependents()
+    stage_wait(PDL, True)
 
 
 @triton.jit
