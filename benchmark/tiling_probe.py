@@ -151,6 +151,10 @@ VARIANTS = {
     "down_after_late_trigger": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
                                 {"gate_up": 16, "sum": 16, "down": 16},
                                 ("moe", "GATE_UP_LATE_TRIGGER_FROM_ROWS"): 3},
+    # and at 1-2 rows too, where down is overlapped already
+    "down_after_late_trigger_from_1": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
+                                       {"gate_up": 16, "sum": 16, "down": 16},
+                                       ("moe", "GATE_UP_LATE_TRIGGER_FROM_ROWS"): 1},
     # the MoE's expert kernels overlapped up to 8 rows (the others' bound), or up to 2 or 1
     **{f"overlap_wide_to_{r}": {("overlap", "WIDE_MAX_ROWS"): r} for r in (8, 4, 2, 1)},
     # the attention loading its first step's KV rows into registers before its wait in no
