@@ -151,6 +151,18 @@ VARIANTS = {
     "down_after_late_trigger": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
                                 {"gate_up": 16, "sum": 16, "down": 16},
                                 ("moe", "GATE_UP_LATE_TRIGGER_FROM_ROWS"): 3},
+    # down overlapped from 3 rows letting the terms' sum launch at its end
+    # (moe.DOWN_LATE_TRIGGER_FROM_ROWS), gate/up letting down launch at its end or not
+    "down_late_trigger": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
+                          {"gate_up": 16, "sum": 16, "down": 16},
+                          ("moe", "DOWN_LATE_TRIGGER_FROM_ROWS"): 3},
+    "down_late_trigger_both": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
+                               {"gate_up": 16, "sum": 16, "down": 16},
+                               ("moe", "GATE_UP_LATE_TRIGGER_FROM_ROWS"): 3,
+                               ("moe", "DOWN_LATE_TRIGGER_FROM_ROWS"): 3},
+    # the sum launched plainly (down overlapped or not)
+    "sum_plain": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {"gate_up": 16}},
+    "down_sum_plain": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {"gate_up": 16, "down": 16}},
     # and at 1-2 rows too, where down is overlapped already
     "down_after_late_trigger_from_1": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
                                        {"gate_up": 16, "sum": 16, "down": 16},
