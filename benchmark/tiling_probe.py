@@ -160,6 +160,16 @@ VARIANTS = {
                                {"gate_up": 16, "sum": 16, "down": 16},
                                ("moe", "GATE_UP_LATE_TRIGGER_FROM_ROWS"): 3,
                                ("moe", "DOWN_LATE_TRIGGER_FROM_ROWS"): 3},
+    # down overlapped from 3 rows without its L2 prefetch (moe.DOWN_PREFETCH)
+    "down_overlap_no_prefetch": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
+                                 {"gate_up": 16, "sum": 16, "down": 16},
+                                 ("moe", "DOWN_PREFETCH"): False},
+    "down_overlap_no_prefetch_late": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
+                                      {"gate_up": 16, "sum": 16, "down": 16},
+                                      ("moe", "DOWN_PREFETCH"): False,
+                                      ("moe", "GATE_UP_LATE_TRIGGER_FROM_ROWS"): 3,
+                                      ("moe", "DOWN_LATE_TRIGGER_FROM_ROWS"): 3},
+    "down_no_prefetch": {("moe", "DOWN_PREFETCH"): False},
     # the sum launched plainly (down overlapped or not)
     "sum_plain": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {"gate_up": 16}},
     "down_sum_plain": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {"gate_up": 16, "down": 16}},

@@ -561,8 +561,9 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
                  terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
                  GROUPS: tl.constexpr, SWAP: tl.constexpr, TABLE_EARLY: tl.constexpr,
-                 LATE: tl.constexpr = False):
-    """LATE: the program lets the terms' sum launch at its end (DOWN_LATE_TRIGGER_*)."""
+                 LATE: tl.constexpr = False, PREFETCH: tl.constexpr = True):
+    """LATE: the program lets the terms' sum launch at its end (DOWN_LATE_TRIGGER_*);
+    PREFETCH: it prefetches its weight tile into L2 before its wait (DOWN_PREFETCH)."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     if TABLE_EARLY:
@@ -570,14 +571,15 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
         # before the wait (overlap's rule 1), so the multiply starts at the activations
         n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
         w, rank = _down_rows(slot, M, slot_weight_ptr, slot_rank_ptr, BLOCK_M)
-        _down_prefetch_at(tile, slot, n, e, H, I, E, dq_ptr, q_stride_e, sdq_ptr, BLOCK_N, PDL)
+        _down_prefetch_at(tile, slot, n, e, H, I, E, dq_ptr, q_stride_e, sdq_ptr, BLOCK_N,
+                          PDL and PREFETCH)
         stage_wait(PDL, not LATE)
         _down_slot(tile, slot, n, e, w, rank, act_ptr, M, I, H, E, dq_ptr, ds_ptr, q_stride_e,
                    s_stride_e, sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET,
                    GEMV, GROUPS, SWAP)
     else:
         _down_prefetch(tile, slot, H, I, E, slot_expert_ptr, num_slots_ptr, dq_ptr, q_stride_e,
-                       sdq_ptr, BLOCK_N, PDL)
+                       sdq_ptr, BLOCK_N, PDL and PREFETCH)
         stage_wait(PDL, not LATE)
         _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr,
                    slot_rank_ptr, num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e,
@@ -1003,6 +1005,8 @@ GATE_UP_LATE_TRIGGER_FROM_ROWS = 1 << 30
 # the same for down's programs and the terms' sum after it (pending: tiling_probe's
 # down_late_trigger*)
 DOWN_LATE_TRIGGER_FROM_ROWS = 1 << 30
+# whether an overlapped down prefetches its weight tile into L2 before its wait (probes)
+DOWN_PREFETCH = True
 
 
 @overlap.wide_launcher(lambda xq, sx, num_experts, *_, **__:
@@ -1088,7 +1092,7 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         PDL=overlap.enabled(), GEMV=gemv,
         GROUPS=min(DOWN_GEMV_GROUPS, triton.cdiv(inter, 128)) if gemv else 1,
         SWAP=down_swap(block_n, gemv), TABLE_EARLY=DOWN_TABLE_EARLY,
-        LATE=m >= DOWN_LATE_TRIGGER_FROM_ROWS, num_warps=num_warps,
+        LATE=m >= DOWN_LATE_TRIGGER_FROM_ROWS, PREFETCH=DOWN_PREFETCH, num_warps=num_warps,
         num_stages=DOWN_STAGES if moe_mma else 3, **overlap.launch_kw(),
         **({"maxnreg": cap} if moe_mma and (cap := down_maxnreg(m)) else {}),
     )
