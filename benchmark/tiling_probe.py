@@ -146,37 +146,23 @@ VARIANTS = {
     **{f"{k}_overlap_16": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {k: 16}}
        for k in ("gate_up", "down", "sum")},
     "gate_up_sum_overlap_16": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {"gate_up": 16, "sum": 16}},
-    # down overlapped too from 3 rows, gate/up's programs letting it launch at their end
-    # (moe.GATE_UP_LATE_TRIGGER_FROM_ROWS)
-    "down_after_late_trigger": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
-                                {"gate_up": 16, "sum": 16, "down": 16},
-                                ("moe", "GATE_UP_LATE_TRIGGER_FROM_ROWS"): 3},
-    # down overlapped from 3 rows letting the terms' sum launch at its end
-    # (moe.DOWN_LATE_TRIGGER_FROM_ROWS), gate/up letting down launch at its end or not
-    "down_late_trigger": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
-                          {"gate_up": 16, "sum": 16, "down": 16},
-                          ("moe", "DOWN_LATE_TRIGGER_FROM_ROWS"): 3},
-    "down_late_trigger_both": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
-                               {"gate_up": 16, "sum": 16, "down": 16},
-                               ("moe", "GATE_UP_LATE_TRIGGER_FROM_ROWS"): 3,
-                               ("moe", "DOWN_LATE_TRIGGER_FROM_ROWS"): 3},
-    # down overlapped from 3 rows without its L2 prefetch (moe.DOWN_PREFETCH)
-    "down_overlap_no_prefetch": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
-                                 {"gate_up": 16, "sum": 16, "down": 16},
-                                 ("moe", "DOWN_PREFETCH"): False},
-    "down_overlap_no_prefetch_late": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
-                                      {"gate_up": 16, "sum": 16, "down": 16},
-                                      ("moe", "DOWN_PREFETCH"): False,
-                                      ("moe", "GATE_UP_LATE_TRIGGER_FROM_ROWS"): 3,
-                                      ("moe", "DOWN_LATE_TRIGGER_FROM_ROWS"): 3},
-    "down_no_prefetch": {("moe", "DOWN_PREFETCH"): False},
-    # the sum launched plainly (down overlapped or not)
-    "sum_plain": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {"gate_up": 16}},
-    "down_sum_plain": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {"gate_up": 16, "down": 16}},
-    # and at 1-2 rows too, where down is overlapped already
-    "down_after_late_trigger_from_1": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
-                                       {"gate_up": 16, "sum": 16, "down": 16},
-                                       ("moe", "GATE_UP_LATE_TRIGGER_FROM_ROWS"): 1},
+    # down prefetching its tile into L2 before its wait (moe.DOWN_PREFETCH; the default
+    # before 2026-12-03), and/or overlapped only up to 2 rows (the bound before) or up to 16
+    "down_prefetch": {("moe", "DOWN_PREFETCH"): True},
+    "down_plain_from_3": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {"gate_up": 16, "sum": 16}},
+    "down_as_before": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {"gate_up": 16, "sum": 16},
+                       ("moe", "DOWN_PREFETCH"): True},
+    "down_overlap_to_16": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
+                           {"gate_up": 16, "sum": 16, "down": 16}},
+    # gate/up's shared-expert (dense: every) program without its prefetch before the wait
+    # (moe.GATE_UP_PREFETCH), and the dense MLP's gate/up overlapped up to 16 rows so
+    "gate_up_no_prefetch": {("moe", "GATE_UP_PREFETCH"): False},
+    "dense_gate_up_overlap": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
+                              {"gate_up": 16, "sum": 16, "down": 12, "dense_gate_up": 16}},
+    "dense_gate_up_overlap_no_prefetch": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
+                                          {"gate_up": 16, "sum": 16, "down": 12,
+                                           "dense_gate_up": 16},
+                                          ("moe", "GATE_UP_PREFETCH"): False},
     # the MoE's expert kernels overlapped up to 8 rows (the others' bound), or up to 2 or 1
     **{f"overlap_wide_to_{r}": {("overlap", "WIDE_MAX_ROWS"): r} for r in (8, 4, 2, 1)},
     # the attention loading its first step's KV rows into registers before its wait in no

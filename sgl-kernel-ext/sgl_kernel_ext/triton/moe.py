@@ -34,7 +34,7 @@ from .arrival import arrive_last
 from .bf16_linear import _bf16_linear_prefetch, _bf16_linear_task
 from .fp8_linear import (_fp8_group_dot, _gemv_step, _scaled_dot, block_m, grid_shape,
                          group_tiles, group_x, interpreting, step_scales)
-from .overlap import prefetch_rows, stage_begin, stage_release, stage_wait
+from .overlap import prefetch_rows, stage_begin
 from .quant import sum_parts, to_e4m3
 
 
@@ -431,8 +431,9 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, SPLIT_K: tl.constexpr,
                     INTERPRET: tl.constexpr, PDL: tl.constexpr, TAIL: tl.constexpr,
                     GEMV: tl.constexpr, SHARED_EARLY: tl.constexpr, SWAP: tl.constexpr,
-                    STACK: tl.constexpr, SCALES: tl.constexpr, LATE: tl.constexpr = False):
-    """LATE: the program lets down launch at its end, not after its wait (GATE_UP_LATE_*)."""
+                    STACK: tl.constexpr, SCALES: tl.constexpr, PREFETCH: tl.constexpr):
+    """PREFETCH: the shared expert's programs prefetch their tile into L2 before their wait
+    (GATE_UP_PREFETCH)."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     split = tl.program_id(2)
@@ -443,10 +444,11 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
         _gate_up_tile(tile, 0, split, xq_ptr, sx_ptr, M, K, I, sgq_ptr, sgs_ptr, suq_ptr,
                       sus_ptr, sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M,
                       BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK, SCALES)
-        stage_wait(PDL, not LATE)
+        stage_begin(PDL)
     else:
-        _gate_up_prefetch(tile, slot, split, K, I, sgq_ptr, suq_ptr, k_chunk, BLOCK_N, PDL)
-        stage_wait(PDL, not LATE)
+        _gate_up_prefetch(tile, slot, split, K, I, sgq_ptr, suq_ptr, k_chunk, BLOCK_N,
+                          PDL and PREFETCH)
+        stage_begin(PDL)
         _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr,
                       num_slots_ptr, gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
                       sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr,
@@ -456,8 +458,6 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
         if arrive_last(arrivals_ptr + slot * tl.num_programs(0) + tile, SPLIT_K):
             _swiglu_task(slot, tile, gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS, SPLIT_K,
                          BLOCK_M, BLOCK_N)
-    if LATE:
-        stage_release(PDL)
 
 
 @triton.jit
@@ -561,9 +561,9 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
                  terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
                  GROUPS: tl.constexpr, SWAP: tl.constexpr, TABLE_EARLY: tl.constexpr,
-                 LATE: tl.constexpr = False, PREFETCH: tl.constexpr = True):
-    """LATE: the program lets the terms' sum launch at its end (DOWN_LATE_TRIGGER_*);
-    PREFETCH: it prefetches its weight tile into L2 before its wait (DOWN_PREFETCH)."""
+                 PREFETCH: tl.constexpr):
+    """PREFETCH: the program prefetches its weight tile into L2 before its wait
+    (DOWN_PREFETCH)."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     if TABLE_EARLY:
@@ -573,20 +573,18 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
         w, rank = _down_rows(slot, M, slot_weight_ptr, slot_rank_ptr, BLOCK_M)
         _down_prefetch_at(tile, slot, n, e, H, I, E, dq_ptr, q_stride_e, sdq_ptr, BLOCK_N,
                           PDL and PREFETCH)
-        stage_wait(PDL, not LATE)
+        stage_begin(PDL)
         _down_slot(tile, slot, n, e, w, rank, act_ptr, M, I, H, E, dq_ptr, ds_ptr, q_stride_e,
                    s_stride_e, sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET,
                    GEMV, GROUPS, SWAP)
     else:
         _down_prefetch(tile, slot, H, I, E, slot_expert_ptr, num_slots_ptr, dq_ptr, q_stride_e,
                        sdq_ptr, BLOCK_N, PDL and PREFETCH)
-        stage_wait(PDL, not LATE)
+        stage_begin(PDL)
         _down_task(tile, slot, act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr,
                    slot_rank_ptr, num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e,
                    sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET, GEMV,
                    GROUPS, SWAP)
-    if LATE:
-        stage_release(PDL)
 
 
 @triton.jit
@@ -996,17 +994,17 @@ def down_shape(m: int, dense: bool = False) -> tuple:
     return down_block(m, dense), GEMV_WARPS if gemv else DOWN_WARPS
 
 
-# rows from which gate/up's programs let the next kernel (down) launch at their end rather
-# than right after their wait: with down overlapped too (overlap.WIDE_KERNEL_MAX_ROWS), its
-# programs then become resident as gate/up's last wave ends, not during its many waves.
-# Pending (built 2026-12-03, compiled for sm_90a on CPU, not yet run on a GPU): tiling_probe's
-# down_after_late_trigger and the GPU test test_overlap_of_the_expert_kernels_* (late).
-GATE_UP_LATE_TRIGGER_FROM_ROWS = 1 << 30
-# the same for down's programs and the terms' sum after it (pending: tiling_probe's
-# down_late_trigger*)
-DOWN_LATE_TRIGGER_FROM_ROWS = 1 << 30
-# whether an overlapped down prefetches its weight tile into L2 before its wait (probes)
-DOWN_PREFETCH = True
+# Whether an overlapped down's programs (overlap.WIDE_KERNEL_MAX_ROWS) prefetch their weight
+# tile into L2 before their wait, and gate/up's shared-expert (or dense) programs theirs.
+# Down's many programs each issue their tile as many small bulk requests, and all but the
+# first wave's issue them just before loading the same bytes: on an H200 down without its
+# prefetch is 0.6-1.9 us faster a layer at 1-2 rows (where it was overlapped), and overlapped
+# without it 0.5-2.0 faster at 3-12 rows, every kind, where with it overlapped was 3.1-13.9
+# slower (tiling_probe_20261203T160304Z, T160431Z; T155614Z). Tried, not faster: gate/up and
+# down letting their successor launch only at their programs' end, not after their wait
+# (+0.0..+2.3 us a layer at 4-16 rows without down's prefetch, T160304Z; code at c6b149d).
+DOWN_PREFETCH = False
+GATE_UP_PREFETCH = True
 
 
 @overlap.wide_launcher(lambda xq, sx, num_experts, *_, **__:
@@ -1056,7 +1054,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         INTERPRET=interpreting(), PDL=overlap.enabled(), TAIL=tail, GEMV=gemv,
         SHARED_EARLY=shared_early, SWAP=fp8_linear.swap(block_n, gemv, GATE_UP_SWAP),
         STACK=gate_up_stack(block_n, gemv), SCALES=scales_ahead,
-        LATE=m >= GATE_UP_LATE_TRIGGER_FROM_ROWS,
+        PREFETCH=GATE_UP_PREFETCH,
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
         num_stages=gate_up_stages(m, not num_experts),
         **overlap.launch_kw(),
@@ -1092,7 +1090,7 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         PDL=overlap.enabled(), GEMV=gemv,
         GROUPS=min(DOWN_GEMV_GROUPS, triton.cdiv(inter, 128)) if gemv else 1,
         SWAP=down_swap(block_n, gemv), TABLE_EARLY=DOWN_TABLE_EARLY,
-        LATE=m >= DOWN_LATE_TRIGGER_FROM_ROWS, PREFETCH=DOWN_PREFETCH, num_warps=num_warps,
+        PREFETCH=DOWN_PREFETCH, num_warps=num_warps,
         num_stages=DOWN_STAGES if moe_mma else 3, **overlap.launch_kw(),
         **({"maxnreg": cap} if moe_mma and (cap := down_maxnreg(m)) else {}),
     )

@@ -73,8 +73,10 @@ WIDE_MAX_ROWS = 2
 # and the sum of down's terms overlap at every row count, down (after gate/up's many waves)
 # not. On an H200 at 4-16 rows the pair makes a MoE layer 0.5-1.5 us faster, the
 # sum alone every kind 0.2-0.7, down overlapped too 5.8-15.1 us slower, the dense MLP's
-# gate/up overlapped +0.3-0.5 (tiling_probe_20261203T123511Z: *_overlap_16).
-WIDE_KERNEL_MAX_ROWS: dict = {"gate_up": MAX_ROWS, "sum": MAX_ROWS}
+# gate/up overlapped +0.3-0.5 (tiling_probe_20261203T123511Z: *_overlap_16). Down, once it
+# no longer prefetches its tile before its wait (moe.DOWN_PREFETCH), is 0.5-2.0 us faster
+# overlapped at 3-12 rows, every kind, and 0.5-1.0 slower at 16 (T160304Z, T160431Z).
+WIDE_KERNEL_MAX_ROWS: dict = {"gate_up": MAX_ROWS, "sum": MAX_ROWS, "down": 12}
 # rows of the step being launched (0: outside a layer step); one launching thread per process
 _rows = [0]
 _wide = [""]
@@ -152,24 +154,8 @@ def launch_kw() -> dict:
 def stage_begin(PDL: tl.constexpr):
     """Wait until the previous kernel of the stream has finished (its writes visible), then
     allow the next one to launch."""
-    stage_wait(PDL, True)
-
-
-@triton.jit
-def stage_wait(PDL: tl.constexpr, RELEASE: tl.constexpr):
-    """``stage_begin``, or without RELEASE only its wait: the program lets the next kernel
-    launch later itself (``stage_release``), so that kernel's programs are not made resident
-    while this one's later waves still need the multiprocessors."""
     if PDL:
         gdc_wait()
-        if RELEASE:
-            gdc_launch_dependents()
-
-
-@triton.jit
-def stage_release(PDL: tl.constexpr):
-    """Let the next kernel launch (once every program of this one has, or has exited)."""
-    if PDL:
         gdc_launch_dependents()
 
 

@@ -249,16 +249,17 @@ def test_overlap_is_bitwise_the_plain_launch(kind, rows):
 
 
 # every expert kernel overlapped too (whatever the defaults: overlap.WIDE_KERNEL_MAX_ROWS),
-# gate/up and down letting their successor launch after their wait or at their end
-# (moe.GATE_UP_LATE_TRIGGER_*, moe.DOWN_LATE_TRIGGER_*)
-@pytest.mark.parametrize("late", [False, True])
+# gate/up and down prefetching their tiles into L2 before their wait or not (a hint only:
+# moe.GATE_UP_PREFETCH, moe.DOWN_PREFETCH)
+@pytest.mark.parametrize("prefetch", [False, True])
 @pytest.mark.parametrize("kind", sorted(KINDS))
-def test_overlap_of_the_expert_kernels_is_bitwise_the_plain_launch(kind, late, monkeypatch):
+def test_overlap_of_the_expert_kernels_is_bitwise_the_plain_launch(kind, prefetch, monkeypatch):
     from sgl_kernel_ext.triton import moe, overlap
 
-    monkeypatch.setattr(overlap, "WIDE_KERNEL_MAX_ROWS", {"gate_up": 16, "down": 16, "sum": 16})
-    monkeypatch.setattr(moe, "GATE_UP_LATE_TRIGGER_FROM_ROWS", 3 if late else 1 << 30)
-    monkeypatch.setattr(moe, "DOWN_LATE_TRIGGER_FROM_ROWS", 3 if late else 1 << 30)
+    monkeypatch.setattr(overlap, "WIDE_KERNEL_MAX_ROWS",
+                        {"gate_up": 16, "dense_gate_up": 16, "down": 16, "sum": 16})
+    monkeypatch.setattr(moe, "GATE_UP_PREFETCH", prefetch)
+    monkeypatch.setattr(moe, "DOWN_PREFETCH", prefetch)
     r = overlap_checks(kind, 16)
     assert all(r.values()), r
 
