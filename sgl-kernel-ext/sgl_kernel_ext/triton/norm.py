@@ -23,6 +23,11 @@ from .quant import store_row_groups, sum_parts
 # 32 were 0.8-1.0 us faster a MoE layer than 16 at one row, 0.4-1.0 at two, the same for the
 # dense one (tiling_probe_20261201T053337Z)
 NUM_WARPS = 32
+# rows up to which a layer's first add+norm runs inside its q_a|kv_a launch (every program
+# norms the rows itself: fp8_linear's add_norm, at most fp8_linear.IN_NORM_MAX_ROWS), one
+# launch fewer a layer, where q_b norms c_q (mla.LATENT_IN_Q_B_MAX_ROWS: no indexer).
+# Pending: not yet timed on a GPU (tiling_probe's norm_in_qkv_a).
+IN_QKV_A_MAX_ROWS = 0
 
 
 @triton.jit
