@@ -163,9 +163,6 @@ VARIANTS = {
                                           {"gate_up": 16, "sum": 16, "down": 12,
                                            "dense_gate_up": 16},
                                           ("moe", "GATE_UP_PREFETCH"): False},
-    # a layer's first add+norm inside its q_a|kv_a launch up to 1 or 2 rows (no indexer:
-    # norm.IN_QKV_A_MAX_ROWS)
-    **{f"norm_in_qkv_a_to_{r}": {("norm", "IN_QKV_A_MAX_ROWS"): r} for r in (1, 2)},
     # the MoE's expert kernels overlapped up to 8 rows (the others' bound), or up to 2 or 1
     **{f"overlap_wide_to_{r}": {("overlap", "WIDE_MAX_ROWS"): r} for r in (8, 4, 2, 1)},
     # the attention loading its first step's KV rows into registers before its wait in no

@@ -40,8 +40,6 @@ GROUP = 128
 # ~300 B spilled at 4 warps: it did not know K a multiple of 16, as the GPU's JIT does; with
 # that known, test/srt/unit/sm90_compile.py resources lists none.)
 NUM_WARPS = 4
-# rows up to which ``fp8_linear``'s add_norm may load each row whole in every program
-IN_NORM_MAX_ROWS = 2
 # A program took 82 KB of shared memory (3 stages), so two fit a multiprocessor: sized to
 # at least 264 programs, q_a|kv_a's 287 and o_proj's 288 ran in 1.09 waves (ncu, H200:
 # results/ncu_moe_2aeab55.log). ONE_WAVE sizes the split K to at most TARGET_PROGRAMS: on an
@@ -199,58 +197,6 @@ def row_rms(ss_ptr, stride, offs_m, m_ok, K, eps, SS_TILES: tl.constexpr):
 
 
 @triton.jit
-def _input_rstd(h_ptr, r_ptr, M, K, eps, BLOCK_M: tl.constexpr, ROWS: tl.constexpr,
-                BLOCK_K: tl.constexpr):
-    """1 / sqrt(mean square + eps) [BLOCK_M] of each row of h + r (bf16 [M, K] each, summed
-    in fp32 as ``norm.add_rms_norm`` sums them; 0 past M), the ROWS (>= M) rows' loads in
-    flight together."""
-    offs_m = tl.arange(0, BLOCK_M)
-    k = tl.arange(0, BLOCK_K)
-    rstd = tl.zeros((BLOCK_M,), tl.float32)
-    for r in tl.static_range(ROWS):
-        ok = (k < K) & (r < M)
-        s = tl.load(h_ptr + r * K + k, mask=ok, other=0.0).to(tl.float32) \
-            + tl.load(r_ptr + r * K + k, mask=ok, other=0.0).to(tl.float32)
-        rstd = tl.where(offs_m == r, 1.0 / tl.sqrt(tl.sum(s * s, axis=0) / K + eps), rstd)
-    return rstd
-
-
-@triton.jit
-def _added_normed_group_dot(h_ptr, r_ptr, rstd, nw_ptr, M, K, w_ptr, s_ptr, offs_n, N, kb,
-                            BLOCK_M: tl.constexpr, INTERPRET: tl.constexpr,
-                            SWAP: tl.constexpr = False):
-    """``_fp8_group_dot`` with x made here as ``norm.add_rms_norm`` makes it: RMSNorm of the
-    fp32 sum h + r (rstd [BLOCK_M], ``_input_rstd``) times the norm weight, rounded to bf16
-    and quantized per group as ``quant.store_row_groups``."""
-    w, sw = _group_weights(w_ptr, s_ptr, offs_n, N, K, kb)
-    offs_m = tl.arange(0, BLOCK_M)
-    k = kb * 128 + tl.arange(0, 128)
-    k_ok = k < K
-    ok = (offs_m[:, None] < M) & k_ok[None, :]
-    at = offs_m[:, None] * K + k[None, :]
-    s = tl.load(h_ptr + at, mask=ok, other=0.0).to(tl.float32) \
-        + tl.load(r_ptr + at, mask=ok, other=0.0).to(tl.float32)
-    nw = tl.load(nw_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
-    c = (s * rstd[:, None] * nw[None, :]).to(tl.bfloat16).to(tl.float32)
-    sx = tl.maximum(tl.max(tl.abs(c), axis=1), 1e-10) / 448.0
-    xq = to_e4m3(tl.clamp(c * (1.0 / sx)[:, None], -448.0, 448.0), INTERPRET)
-    return _scaled_dot(xq, sx, w, sw, INTERPRET, SWAP)
-
-
-@triton.jit
-def _store_residual(h_ptr, r_ptr, out_ptr, M, K, kb0, kb_end, BLOCK_M: tl.constexpr):
-    """out = bf16(h + r) over the 128-column groups [kb0, kb_end) of the M rows."""
-    offs_m = tl.arange(0, BLOCK_M)
-    for kb in range(kb0, kb_end):
-        k = kb * 128 + tl.arange(0, 128)
-        ok = (offs_m[:, None] < M) & (k[None, :] < K)
-        at = offs_m[:, None] * K + k[None, :]
-        s = tl.load(h_ptr + at, mask=ok, other=0.0).to(tl.float32) \
-            + tl.load(r_ptr + at, mask=ok, other=0.0).to(tl.float32)
-        tl.store(out_ptr + at, s.to(tl.bfloat16), mask=ok)
-
-
-@triton.jit
 def _row_tail(part_ptr, SPLIT: tl.constexpr, M, N, tile, rows_ptr, ss_ptr, TILES,
               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, SUMSQ: tl.constexpr = True):
     """The tile's columns summed over the SPLIT partials in order and rounded to bf16 (as a
@@ -298,12 +244,9 @@ def _gemv_step(acc, w, xq_ptr, sx_ptr, M, K, s_ptr, n_block, k, k_ok, BLOCK_M: t
 def _tile(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, part_ptr, N, tile, split, k_chunk,
           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
           INTERPRET: tl.constexpr, GEMV: tl.constexpr, XNORM: tl.constexpr, nw_ptr, eps,
-          SS_TILES: tl.constexpr, SWAP: tl.constexpr, SCALES: tl.constexpr = True,
-          XADD: tl.constexpr = False, ROWS: tl.constexpr = 1, BLOCK_K: tl.constexpr = 128):
+          SS_TILES: tl.constexpr, SWAP: tl.constexpr, SCALES: tl.constexpr = True):
     """With XNORM, x is bf16 rows at xq_ptr, RMS-normed here (``_normed_group_dot``) with
     their per-tile sums of squares at sx_ptr [M, SS_TILES] and the norm weight at nw_ptr.
-    With XADD, x is the RMSNorm of the bf16 rows at xq_ptr plus those at sx_ptr (a layer's
-    input and its residual), made here (``_added_normed_group_dot``; ROWS >= M, BLOCK_K >= K).
     With SWAP the MMAs run transposed (``swap``) and the tile is transposed once at the end."""
     offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     if SWAP:
@@ -322,13 +265,6 @@ def _tile(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, part_ptr, N, tile, split, k_chunk,
                         mask=n_ok[:, None] & k_ok[None, :], other=0.0)
             acc = _gemv_step(acc, w, xq_ptr, sx_ptr, M, K, s_ptr, tile * BLOCK_N // 128, k, k_ok,
                              BLOCK_M)
-    elif XADD:
-        rstd = _input_rstd(xq_ptr, sx_ptr, M, K, eps, BLOCK_M, ROWS, BLOCK_K)
-        for kb in range(kb0, kb_end, GROUPS):
-            for g in tl.static_range(GROUPS):
-                acc += _added_normed_group_dot(xq_ptr, sx_ptr, rstd, nw_ptr, M, K, w_ptr, s_ptr,
-                                               offs_n, N, tl.minimum(kb + g, kb_end - 1),
-                                               BLOCK_M, INTERPRET, SWAP) * (kb + g < kb_end)
     elif XNORM:
         offs_m = tl.arange(0, BLOCK_M)
         rms = row_rms(sx_ptr, SS_TILES, offs_m, offs_m < M, K, eps, SS_TILES)
@@ -379,8 +315,7 @@ def _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                      INTERPRET: tl.constexpr, GEMV: tl.constexpr, XNORM: tl.constexpr = False,
                      nw_ptr=None, eps=0.0, SS_TILES: tl.constexpr = 1, SWAP: tl.constexpr = False,
-                     SCALES: tl.constexpr = True, XADD: tl.constexpr = False,
-                     ROWS: tl.constexpr = 1, BLOCK_K: tl.constexpr = 128):
+                     SCALES: tl.constexpr = True):
     """Program (pid, split): one BLOCK_N tile of W_a (pid < tiles_a) or W_b, one K chunk
     (XNORM: x made from normed bf16 rows, ``_tile``). One ``_tile`` for both matrices, so
     the program holds one set of pipeline buffers."""
@@ -388,8 +323,7 @@ def _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk,
     tile = tl.where(on_a, pid, pid - tiles_a)
     _tile(xq_ptr, sx_ptr, M, K, tl.where(on_a, wa_ptr, wb_ptr), tl.where(on_a, sa_ptr, sb_ptr),
           tl.where(on_a, pa_ptr, pb_ptr), tl.where(on_a, NA, NB), tile, split, k_chunk,
-          BLOCK_M, BLOCK_N, GROUPS, INTERPRET, GEMV, XNORM, nw_ptr, eps, SS_TILES, SWAP, SCALES,
-          XADD, ROWS, BLOCK_K)
+          BLOCK_M, BLOCK_N, GROUPS, INTERPRET, GEMV, XNORM, nw_ptr, eps, SS_TILES, SWAP, SCALES)
 
 
 @triton.jit
@@ -400,26 +334,14 @@ def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                        INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
                        TAILS: tl.constexpr, SPLIT: tl.constexpr, SUMSQ: tl.constexpr,
-                       SWAP: tl.constexpr, SCALES: tl.constexpr, nw_ptr=None, eps=0.0,
-                       res_out_ptr=None, XADD: tl.constexpr = False, ROWS: tl.constexpr = 1,
-                       BLOCK_K: tl.constexpr = 128):
-    """XADD: x is the RMSNorm (weight nw_ptr) of the bf16 rows at xq_ptr plus those at sx_ptr,
-    made in every program (``_tile``), and the programs of the first column tile also write
-    their K chunk of that sum, rounded to bf16, to res_out_ptr (the layer's first add+norm
-    as part of q_a|kv_a's launch, ``fp8_linear``'s add_norm)."""
+                       SWAP: tl.constexpr, SCALES: tl.constexpr):
     pid = tl.program_id(0)
     split = tl.program_id(1)
     _fp8_linear_prefetch(pid, split, K, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB, BLOCK_N, PDL)
     stage_begin(PDL)
     _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk, wa_ptr, sa_ptr, pa_ptr, NA,
                      tiles_a, wb_ptr, sb_ptr, pb_ptr, NB, BLOCK_M, BLOCK_N, GROUPS, INTERPRET,
-                     GEMV, nw_ptr=nw_ptr, eps=eps, SWAP=SWAP, SCALES=SCALES, XADD=XADD,
-                     ROWS=ROWS, BLOCK_K=BLOCK_K)
-    if XADD:
-        if pid == 0:
-            kb0 = split * k_chunk
-            _store_residual(xq_ptr, sx_ptr, res_out_ptr, M, K, kb0,
-                            tl.minimum(kb0 + k_chunk, tl.cdiv(K, 128)), BLOCK_M)
+                     GEMV, SWAP=SWAP, SCALES=SCALES)
     # the tile's last K chunk to finish sums the tile (``_row_tail``); tiles from tail_tiles
     # on (W_b's, when only W_a has rows) have none
     if TAILS and pid < tail_tiles:
@@ -493,8 +415,7 @@ def grid_shape(n_a: int, n_b: int, k: int, split: int, block_n: int, groups: int
 def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.Tensor,
                parts: torch.Tensor, wq_b: Optional[torch.Tensor] = None,
                ws_b: Optional[torch.Tensor] = None, parts_b: Optional[torch.Tensor] = None,
-               block_n: int = 64, groups: int = 2, pdl: bool = True, tails=None,
-               add_norm=None) -> None:
+               block_n: int = 64, groups: int = 2, pdl: bool = True, tails=None) -> None:
     """parts[s] = the K chunk s of xq W^T, fp32 [SPLIT, M, N] (and parts_b for W_b in the same
     launch, with the same SPLIT). xq e4m3 [M, K] contiguous, sx fp32 [M, ceil(K/128)],
     wq e4m3 [N, K] contiguous, ws fp32 [ceil(N/128), ceil(K/128)].
@@ -502,31 +423,12 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
     tails = (arrivals, rows_a, ss_a, rows_b, ss_b): the last K chunk of each column tile to
     finish also sums the tile's partials into bf16 rows [M, N] and their per-tile sums of
     squares ss [M, tiles] (for ``mla.q_b_normed``); arrivals int32 [tiles], left at zero.
-    ss_a and ss_b None: rows only; rows_b None: W_a's tiles only (mla.ABSORB_Q_ROWS_FROM).
-
-    add_norm = (residual, weight, eps, residual_out): x is instead RMSNorm(xq + residual) *
-    weight, quantized per 128 columns, made in every program as ``norm.add_rms_norm`` would
-    make it (xq and residual bf16 [M, K], sx unused), and residual_out (bf16 [M, K], not
-    aliasing either input: every program reads them whole) = xq + residual: a layer's first
-    add+norm in its q_a|kv_a launch (``norm.IN_QKV_A_MAX_ROWS``)."""
+    ss_a and ss_b None: rows only; rows_b None: W_a's tiles only (mla.ABSORB_Q_ROWS_FROM)."""
     m, k = xq.shape
     split = parts.shape[0]
-    add = add_norm is not None
-    if add:
-        residual, norm_w, eps, residual_out = add_norm
-        sx = residual
-        for t in (xq, residual, residual_out):
-            if t.dtype != torch.bfloat16 or t.shape != (m, k) or not t.is_contiguous():
-                raise ValueError(f"add_norm takes contiguous bf16 [{m}, {k}] rows, got "
-                                 f"{t.dtype} {tuple(t.shape)}")
-        if residual_out.data_ptr() in (xq.data_ptr(), residual.data_ptr()):
-            raise ValueError("add_norm's residual_out must not alias its inputs")
-        if m > IN_NORM_MAX_ROWS:
-            raise ValueError(f"add_norm loads each row whole in every program: at most "
-                             f"{IN_NORM_MAX_ROWS} rows, got {m}")
     assert xq.is_contiguous() and sx.is_contiguous() and wq.is_contiguous() and ws.is_contiguous()
     assert wq.shape[1] == k and parts.shape[1:] == (m, wq.shape[0]) and parts.is_contiguous()
-    gemv = m <= GEMV_MAX_ROWS and not add
+    gemv = m <= GEMV_MAX_ROWS
     if gemv:
         block_n, groups = GEMV_BLOCK_N, GEMV_GROUPS
     assert 128 % block_n == 0
@@ -565,9 +467,6 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
         BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
         PDL=use_pdl, GEMV=gemv, TAILS=tails is not None, SPLIT=split if tails is not None else 1,
         SUMSQ=sumsq, SWAP=swap(block_n, gemv), SCALES=SCALES_AHEAD,
-        nw_ptr=norm_w if add else ws, eps=float(eps) if add else 0.0,
-        res_out_ptr=residual_out if add else parts, XADD=add, ROWS=m if add else 1,
-        BLOCK_K=triton.next_power_of_2(k) if add else 128,
         num_warps=NUM_WARPS, num_stages=3, **launch,
     )
 

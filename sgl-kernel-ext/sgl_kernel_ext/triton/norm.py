@@ -23,11 +23,6 @@ from .quant import store_row_groups, sum_parts
 # 32 were 0.8-1.0 us faster a MoE layer than 16 at one row, 0.4-1.0 at two, the same for the
 # dense one (tiling_probe_20261201T053337Z)
 NUM_WARPS = 32
-# rows up to which a layer's first add+norm runs inside its q_a|kv_a launch (every program
-# norms the rows itself: fp8_linear's add_norm, at most fp8_linear.IN_NORM_MAX_ROWS), one
-# launch fewer a layer, where q_b norms c_q (mla.LATENT_IN_Q_B_MAX_ROWS: no indexer).
-# Pending: not yet timed on a GPU (tiling_probe's norm_in_qkv_a).
-IN_QKV_A_MAX_ROWS = 0
 
 
 @triton.jit
@@ -92,6 +87,10 @@ def add_rms_norm(x: torch.Tensor, residual: Optional[torch.Tensor], weight: torc
         **overlap.launch_kw())
 
 
+# Tried: a layer's first add+RMSNorm inside its q_a|kv_a launch at 1-2 rows (no indexer), every
+# program norming the whole rows itself before its K chunk, one launch fewer: on an H200 a
+# MoE layer 7.0 us slower at 1 row and 8.8 at 2 (tiling_probe_20261203T164338Z; correct
+# against the reference on the GPU; code at 02ae205).
 # Tried: the add+RMSNorm after o_proj as the tail of o_proj's launch (its last program to
 # finish normalizing every row, ``arrival``). One 4-warp program per step instead of a 16-warp
 # program per row made the layer slower on an H200: +3.5 us at 1 row, +8.5 at 2, +71 at 16

@@ -599,37 +599,6 @@ def test_latent_in_q_b_matches_the_latent_kernel(kind, rows, monkeypatch):
     assert bool((step[diff] <= 2 ** -7).all())
 
 
-@pytest.mark.parametrize("rows", [1, 2])
-def test_norm_in_qkv_a_matches_reference(rows, monkeypatch):
-    """The layer's first add+norm inside q_a|kv_a's launch (norm.IN_QKV_A_MAX_ROWS), in the
-    kind without the indexer, at real shapes with a pad row: within NUMERICS of the
-    reference, within 1% of the norm kernel's layer with the same residual bits, and its
-    graph replay bitwise eager and repeatable."""
-    from sgl_kernel_ext.triton import norm
-
-    kind = "moe_shared_topk"
-    lid = KINDS[kind]
-    monkeypatch.setattr(norm, "IN_QKV_A_MAX_ROWS", rows)
-    assert_within_numerics(check(kind, rows, 3000, pad=True), 3000)
-    case = make_case(CFG, lid, _contexts(rows, 3000, pad=True), seed=13, device="cuda",
-                     lw=_weights(lid))
-    runs = []
-    for fold in (rows, 0):
-        monkeypatch.setattr(norm, "IN_QKV_A_MAX_ROWS", fold)
-        layer = FusedLayer(CFG, case.lw, clone_caches(case.caches), rows, 3000)
-        assert layer._norm_in_qkv_a(rows, case.hidden, case.residual) == bool(fold)
-        runs.append([t.clone() for t in layer(case.hidden, case.residual, case.batch,
-                                               case.topk_prev)])
-    (y_f, r_f, _), (y_n, r_n, _) = runs
-    valid = case.batch.valid
-    assert torch.equal(r_f[valid], r_n[valid])
-    assert float((y_f[valid].float() - y_n[valid].float()).abs().max()
-                 / y_n[valid].float().abs().max()) <= 0.01
-    monkeypatch.setattr(norm, "IN_QKV_A_MAX_ROWS", rows)
-    r = replay_checks(kind, rows)
-    assert r["graph_equals_eager"] and r["repeats_identical"], r
-
-
 @pytest.mark.parametrize("skip_count", [False, True], ids=["count_pass", "no_count_pass"])
 @pytest.mark.parametrize("sum_block", [1, 4, 32])
 @pytest.mark.parametrize("rows", [1, 16])
@@ -840,17 +809,11 @@ def test_scores_histogram_topk_equals_reference(rows, width, skip_count, monkeyp
         assert not first_hist.any()
 
 
-@pytest.mark.parametrize("fold", [0, 2], ids=["norm_kernel", "norm_in_qkv_a"])
 @pytest.mark.parametrize("rows", [2, 16])
-def test_layers_sharing_one_workspace_are_bitwise_their_own_buffers(rows, fold, monkeypatch):
+def test_layers_sharing_one_workspace_are_bitwise_their_own_buffers(rows):
     """Every layer kind stacked (dense+indexer, MoE+indexer, MoE on the carried top-k), two
     steps with the overlap on at 2 rows, past the split top-k's threshold: sharing one
-    workspace gives the same bits as each layer's own buffers (with the last kind's first
-    add+norm in its q_a|kv_a launch, norm.IN_QKV_A_MAX_ROWS, its residual in the second
-    buffer)."""
-    from sgl_kernel_ext.triton import norm
-
-    monkeypatch.setattr(norm, "IN_QKV_A_MAX_ROWS", fold)
+    workspace gives the same bits as each layer's own buffers."""
     ctx = _contexts(rows, 3000)
     cases = [make_case(CFG, lid, ctx, seed=rows, device="cuda", lw=_weights(lid))
              for lid in (0, 6, 4)]

@@ -65,47 +65,6 @@ def test_fp8_linear_split_k_two_matrices_one_launch(rows, split, gemv, monkeypat
     torch.testing.assert_close(pb.sum(0), ref_fp8_linear(x, wb, FP32_OUT), rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("rows, split", [(1, 1), (2, 3)])
-def test_fp8_linear_add_norm_is_the_norm_kernel_then_the_linear(rows, split):
-    """fp8_linear's add_norm (every program norms x + residual itself, the first column
-    tile's programs write the residual) against norm.add_rms_norm and then the linear: both
-    matrices' partials within float rounding of the norm's order of sums, and the residual
-    bitwise, every element written (poisoned first)."""
-    from sgl_kernel_ext.triton import norm
-
-    g = torch.Generator().manual_seed(40 + rows)
-    h = torch.randn(rows, 640, generator=g).bfloat16()  # 5 groups: a ragged last chunk
-    res = torch.randn(rows, 640, generator=g).bfloat16()
-    nw = (1 + 0.1 * torch.randn(640, generator=g)).bfloat16()
-    wa = quant_block(torch.randn(200, 640, generator=g) * 0.05)
-    wb = quant_block(torch.randn(40, 640, generator=g) * 0.05)
-    xq = torch.empty(rows, 640, dtype=torch.float8_e4m3fn)
-    sx = torch.full((rows, 5), float("nan"))
-    res_ref = torch.full_like(h, float("nan"))
-    norm.add_rms_norm(h, res, nw, 1e-6, None, res_ref, xq, sx)
-    runs = []
-    for add in (False, True):
-        pa = torch.full((split, rows, 200), float("nan"))
-        pb = torch.full((split, rows, 40), float("nan"))
-        if add:
-            res_out = torch.full_like(h, float("nan"))
-            fp8_linear.fp8_linear(h, h, wa.q, wa.s, pa, wb.q, wb.s, pb,
-                                  add_norm=(res, nw, 1e-6, res_out))
-            assert torch.equal(res_out, res_ref)
-        else:
-            fp8_linear.fp8_linear(xq, sx, wa.q, wa.s, pa, wb.q, wb.s, pb)
-        runs.append((pa, pb))
-    for plain, added in zip(*runs):
-        assert not torch.isnan(added).any()
-        torch.testing.assert_close(added, plain, rtol=1e-5, atol=1e-5)
-    with pytest.raises(ValueError, match="alias"):
-        fp8_linear.fp8_linear(h, h, wa.q, wa.s, pa, add_norm=(res, nw, 1e-6, res))
-    three = torch.randn(3, 640, generator=g).bfloat16()
-    with pytest.raises(ValueError, match="at most 2 rows"):
-        fp8_linear.fp8_linear(three, three, wa.q, wa.s, torch.empty(1, 3, 200),
-                              add_norm=(three.clone(), nw, 1e-6, three.clone()))
-
-
 @pytest.mark.parametrize("rows", [1, 3])
 def test_scales_loaded_ahead_are_bitwise_the_plain_loop(rows, monkeypatch):
     """The MMA loops with each group's scales loaded an iteration ahead
@@ -1088,39 +1047,6 @@ def test_latent_in_q_b_matches_the_latent_kernel(layer_id, contexts, monkeypatch
     assert float(diff[written].float().mean()) <= 0.05
     step = (kv_f.float() - kv_l.float()).abs() / kv_l.float().abs().clamp_min(1e-30)
     assert bool((step[diff] <= 2 ** -7).all())
-
-
-def test_norm_in_qkv_a_is_the_norm_kernel(monkeypatch):
-    """A stack of every tiny layer sharing one workspace (2 rows, one a pad row), with the
-    first add+norm of
-    the layers without the indexer inside q_a|kv_a's launch (norm.IN_QKV_A_MAX_ROWS: one
-    launch fewer, the residual written to the workspace's second buffer where the input is
-    the first) against the norm kernel: y and the residual within 1% and the same top-k and
-    caches up to the few KV values one bf16 step apart; the launches counted."""
-    from sgl_kernel_ext.triton import norm
-
-    cases = [make_case(CFG, lid, [30, 0], seed=7, tp_size=2)
-             for lid in range(CFG.num_hidden_layers)]
-    calls = []
-    original = norm.add_rms_norm
-    monkeypatch.setattr(norm, "add_rms_norm", lambda *a, **k: calls.append(1) or original(*a, **k))
-    runs = []
-    for rows in (2, 0):
-        monkeypatch.setattr(norm, "IN_QKV_A_MAX_ROWS", rows)
-        calls.clear()
-        runs.append(stack_with_and_without_workspace(cases, steps=1)[1])
-        runs[-1] += (len(calls),)
-    (y_f, r_f, t_f, c_f, n_f), (y_n, r_n, t_n, c_n, n_n) = runs
-    folded = sum(not CFG.runs_indexer(lid) for lid in range(CFG.num_hidden_layers))
-    assert folded and n_n - n_f == 2 * folded  # two stacks (own buffers and shared)
-    valid = cases[0].batch.valid
-    assert not torch.isnan(y_f[valid].float()).any()
-    for a, b in ((y_f, y_n), (r_f, r_n)):
-        assert _rel(a[valid], b[valid]) <= 0.01
-    assert torch.equal(t_f[valid], t_n[valid])
-    for lid in c_f.kv:
-        diff = c_f.kv[lid].view(torch.int16) != c_n.kv[lid].view(torch.int16)
-        assert float(diff.float().mean()) <= 0.01
 
 
 @pytest.mark.parametrize("layer_id", [0, 2], ids=["dense_indexer", "moe_shared"])

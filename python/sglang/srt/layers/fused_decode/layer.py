@@ -145,9 +145,6 @@ class FusedLayer:
         groups = lambda n: -(-n // 128)  # noqa: E731
         specs = dict(
             xq=e(x_rows, h, dt=fp8), xs=e(m, groups(h), dt=f32), residual=e(m, h),
-            # the residual's second buffer, where q_a|kv_a's launch writes it while every
-            # program still reads the input one (norm.IN_QKV_A_MAX_ROWS)
-            residual_b=e(m, h),
             qa=e(self.split_qkv_a, m, cfg.q_lora_rank, dt=f32),
             kva=e(self.split_qkv_a, m, c + rope, dt=f32),
             cq_q=e(m, cfg.q_lora_rank, dt=fp8), cq_s=e(m, groups(cfg.q_lora_rank), dt=f32),
@@ -320,17 +317,6 @@ class FusedLayer:
         return (m <= mla.LATENT_IN_Q_B_MAX_ROWS and not self.runs_indexer
                 and self.cfg.q_lora_rank % bn == 0 and self.cfg.kv_lora_rank % bn == 0)
 
-    def _norm_in_qkv_a(self, m: int, hidden: torch.Tensor, residual) -> bool:
-        """Whether q_a|kv_a's launch makes its normed input itself this step (``fp8_linear``'s
-        add_norm, norm.IN_QKV_A_MAX_ROWS), with no add+norm launch before it: where q_a|kv_a
-        runs on Triton (q_b norming c_q), no indexer reads the normed row, and the layer is
-        given bf16 rows and a residual."""
-        rows = lambda t: (t is not None and t.dtype == torch.bfloat16  # noqa: E731
-                          and t.shape == (m, self.cfg.hidden_size) and t.is_contiguous())
-        return (m <= min(norm.IN_QKV_A_MAX_ROWS, fp8_linear.IN_NORM_MAX_ROWS)
-                and self._latent_in_q_b(m) and not overlap.LAYER_PREFETCH
-                and rows(hidden) and rows(residual))
-
     def _slots(self, m: int) -> int:
         """MoE slots m rows can touch: the shared expert and top-k per row (1 for dense)."""
         return m * self.cfg.num_experts_per_tok + 1 if self.experts else 1
@@ -372,23 +358,13 @@ class FusedLayer:
         pos, slots, rows = batch.positions, batch.slot_table, batch.slot_rows
         eps, c, rope = cfg.rms_norm_eps, cfg.kv_lora_rank, cfg.qk_rope_head_dim
         res = v("residual")
+        # the indexer's bf16 [wk; weights_proj] GEMM also reads the normed row unquantized
+        x = v("x") if self.runs_indexer else None
+        norm.add_rms_norm(hidden, residual, lw.input_norm, eps, x, res, v("xq"), v("xs"),
+                          self.prefetch_regions if overlap.LAYER_PREFETCH else None)
         fused_latent = self._latent_in_q_b(m)
-        add_norm = None
-        if self._norm_in_qkv_a(m, hidden, residual):
-            if res.data_ptr() in (hidden.data_ptr(), residual.data_ptr()):
-                res = v("residual_b")
-            add_norm = (residual, lw.input_norm, eps, res)
-        else:
-            # the indexer's bf16 [wk; weights_proj] GEMM also reads the normed row unquantized
-            x = v("x") if self.runs_indexer else None
-            norm.add_rms_norm(hidden, residual, lw.input_norm, eps, x, res, v("xq"), v("xs"),
-                              self.prefetch_regions if overlap.LAYER_PREFETCH else None)
         tails = (self.buf["qkv_arrivals"], v("rows_q"), v("ss_q"), v("rows_kv"), v("ss_kv"))
-        if add_norm is not None:
-            fp8_linear.fp8_linear(hidden, hidden, a.q_a.q, a.q_a.s, v("qa"), a.kv_a.q, a.kv_a.s,
-                                  v("kva"), *self.tile_qkv_a[:2], tails=tails,
-                                  add_norm=add_norm)
-        elif self.sm90_qkv and not fused_latent:
+        if self.sm90_qkv and not fused_latent:
             self.sm90.fp8_mma(self.buf["xq"][:self.sm90.x_rows(m)], v("xs"), a.q_a.q, a.q_a.s,
                               v("qa"), stages=sm90.RING_SLOTS, pdl=overlap.enabled(),
                               wq2=a.kv_a.q, ws2=a.kv_a.s, parts2=v("kva"))
