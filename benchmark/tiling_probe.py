@@ -67,6 +67,9 @@ LINEAR_SPLITS = {"o_proj": ((6144, 2048), (1, 4)), "q_b": ((2048, 2048), (2, 4))
 POOL_SLOTS = 0
 POOL_DTYPE = torch.int32
 
+# overlap.PREFETCH_KERNELS (that module is imported only to time; a unit test keeps them equal)
+PREFETCH_KERNELS = ("fp8_linear", "q_b_normed", "bf16_linear", "router", "absorb", "absorb_v",
+                    "gate_up", "down")
 VARIANTS = {
     "baseline": {},
     "pool_slots": {("probe", "POOL_SLOTS"): (1 << 20) + 4},
@@ -146,23 +149,27 @@ VARIANTS = {
     **{f"{k}_overlap_16": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {k: 16}}
        for k in ("gate_up", "down", "sum")},
     "gate_up_sum_overlap_16": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {"gate_up": 16, "sum": 16}},
-    # down prefetching its tile into L2 before its wait (moe.DOWN_PREFETCH; the default
+    # down prefetching its tile into L2 before its wait (overlap.PREFETCH_OFF; the default
     # before 2026-12-03), and/or overlapped only up to 2 rows (the bound before) or up to 16
-    "down_prefetch": {("moe", "DOWN_PREFETCH"): True},
+    "down_prefetch": {("overlap", "PREFETCH_OFF"): frozenset()},
     "down_plain_from_3": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {"gate_up": 16, "sum": 16}},
     "down_as_before": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {"gate_up": 16, "sum": 16},
-                       ("moe", "DOWN_PREFETCH"): True},
+                       ("overlap", "PREFETCH_OFF"): frozenset()},
     "down_overlap_to_16": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
                            {"gate_up": 16, "sum": 16, "down": 16}},
-    # gate/up's shared-expert (dense: every) program without its prefetch before the wait
-    # (moe.GATE_UP_PREFETCH), and the dense MLP's gate/up overlapped up to 16 rows so
-    "gate_up_no_prefetch": {("moe", "GATE_UP_PREFETCH"): False},
+    # one more stage kernel without its prefetch before the wait (overlap.PREFETCH_OFF; gate/
+    # up's: its shared-expert or dense programs'), every one, and the dense MLP's gate/up
+    # overlapped up to 16 rows without it
+    **{f"{k}_no_prefetch": {("overlap", "PREFETCH_OFF"): frozenset({"down", k})}
+       for k in PREFETCH_KERNELS if k != "down"},
+    "no_prefetch": {("overlap", "PREFETCH_OFF"): frozenset(PREFETCH_KERNELS)},
     "dense_gate_up_overlap": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
                               {"gate_up": 16, "sum": 16, "down": 12, "dense_gate_up": 16}},
     "dense_gate_up_overlap_no_prefetch": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
                                           {"gate_up": 16, "sum": 16, "down": 12,
                                            "dense_gate_up": 16},
-                                          ("moe", "GATE_UP_PREFETCH"): False},
+                                          ("overlap", "PREFETCH_OFF"):
+                                          frozenset({"gate_up", "down"})},
     # the MoE's expert kernels overlapped up to 8 rows (the others' bound), or up to 2 or 1
     **{f"overlap_wide_to_{r}": {("overlap", "WIDE_MAX_ROWS"): r} for r in (8, 4, 2, 1)},
     # the attention loading its first step's KV rows into registers before its wait in no

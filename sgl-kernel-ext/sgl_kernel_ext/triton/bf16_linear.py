@@ -66,10 +66,10 @@ def _bf16_linear_task(tile, split, x_ptr, stride_xm, M, K, w_ptr, part_ptr, N, k
 def _bf16_linear_splitk_kernel(x_ptr, stride_xm, M, K, w_ptr, part_ptr, N, k_chunk,
                                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                                BLOCK_K: tl.constexpr, INTERPRET: tl.constexpr,
-                               PDL: tl.constexpr, GEMV: tl.constexpr):
+                               PDL: tl.constexpr, GEMV: tl.constexpr, PREFETCH: tl.constexpr):
     tile = tl.program_id(0)
     split = tl.program_id(1)
-    _bf16_linear_prefetch(tile, split, K, w_ptr, N, k_chunk, BLOCK_N, PDL)
+    _bf16_linear_prefetch(tile, split, K, w_ptr, N, k_chunk, BLOCK_N, PDL and PREFETCH)
     stage_begin(PDL)
     _bf16_linear_task(tile, split, x_ptr, stride_xm, M, K, w_ptr, part_ptr, N, k_chunk,
                       BLOCK_M, BLOCK_N, BLOCK_K, INTERPRET, GEMV)
@@ -106,5 +106,6 @@ def bf16_linear_splitk(x: torch.Tensor, w: torch.Tensor, parts: torch.Tensor,
     _bf16_linear_splitk_kernel[(triton.cdiv(n, block_n), split)](
         x, x.stride(0), m, k, w, parts, n, chunk_cols(k, split, block_k),
         BLOCK_M=bm, BLOCK_N=block_n, BLOCK_K=bk, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), GEMV=gemv, num_warps=4, num_stages=4, **overlap.launch_kw(),
+        PDL=overlap.enabled(), GEMV=gemv, PREFETCH=overlap.prefetches("bf16_linear"),
+        num_warps=4, num_stages=4, **overlap.launch_kw(),
     )

@@ -334,10 +334,11 @@ def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                        INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
                        TAILS: tl.constexpr, SPLIT: tl.constexpr, SUMSQ: tl.constexpr,
-                       SWAP: tl.constexpr, SCALES: tl.constexpr):
+                       SWAP: tl.constexpr, SCALES: tl.constexpr, PREFETCH: tl.constexpr):
     pid = tl.program_id(0)
     split = tl.program_id(1)
-    _fp8_linear_prefetch(pid, split, K, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB, BLOCK_N, PDL)
+    _fp8_linear_prefetch(pid, split, K, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB, BLOCK_N,
+                         PDL and PREFETCH)
     stage_begin(PDL)
     _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk, wa_ptr, sa_ptr, pa_ptr, NA,
                      tiles_a, wb_ptr, sb_ptr, pb_ptr, NB, BLOCK_M, BLOCK_N, GROUPS, INTERPRET,
@@ -467,6 +468,6 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
         BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
         PDL=use_pdl, GEMV=gemv, TAILS=tails is not None, SPLIT=split if tails is not None else 1,
         SUMSQ=sumsq, SWAP=swap(block_n, gemv), SCALES=SCALES_AHEAD,
-        num_warps=NUM_WARPS, num_stages=3, **launch,
+        PREFETCH=overlap.prefetches("fp8_linear"), num_warps=NUM_WARPS, num_stages=3, **launch,
     )
 

@@ -404,7 +404,8 @@ def _q_b_normed_kernel(rows_q_ptr, ss_q_ptr, qn_w_ptr, M, Q, k_chunk, eps,
                        Q_TILES: tl.constexpr, C_TILES: tl.constexpr, BLOCK_M: tl.constexpr,
                        BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, BLOCK_C: tl.constexpr,
                        HALF_R: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
-                       SWAP: tl.constexpr, ROWS: tl.constexpr, SLOT_EARLY: tl.constexpr):
+                       SWAP: tl.constexpr, ROWS: tl.constexpr, SLOT_EARLY: tl.constexpr,
+                       PREFETCH: tl.constexpr):
     """Programs (tile, split): q_b on c_q normed from q_a's rows; programs (tiles + m, 0): row
     m's KV-cache row (``latent``'s second half; SLOT_EARLY: its position and slot read
     before the wait, KV_SLOT_EARLY)."""
@@ -412,7 +413,7 @@ def _q_b_normed_kernel(rows_q_ptr, ss_q_ptr, qn_w_ptr, M, Q, k_chunk, eps,
     split = tl.program_id(1)
     if pid < tiles:
         _fp8_linear_prefetch(pid, split, Q, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB, BLOCK_N,
-                             PDL)
+                             PDL and PREFETCH)
         stage_begin(PDL)
         _fp8_linear_task(pid, split, rows_q_ptr, ss_q_ptr, M, Q, k_chunk, wa_ptr, sa_ptr,
                          pa_ptr, NA, tiles_a, wb_ptr, sb_ptr, pb_ptr, NB, BLOCK_M, BLOCK_N,
@@ -571,7 +572,8 @@ def _absorb_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_f
                    NOPE: tl.constexpr, ROPE: tl.constexpr, V: tl.constexpr,
                    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
                    INTERPRET: tl.constexpr, PDL: tl.constexpr, CHUNK_D: tl.constexpr,
-                   PE_OWN: tl.constexpr, GEMV: tl.constexpr, W_EARLY: tl.constexpr = False):
+                   PE_OWN: tl.constexpr, GEMV: tl.constexpr, PREFETCH: tl.constexpr,
+                   W_EARLY: tl.constexpr = False):
     """Programs (head, latent-column tile): ``_absorb_task`` (GEMV: ``_absorb_gemv_task``;
     W_EARLY: ``_absorb_with_w``, the w_kc tile loaded before the wait); with PE_OWN a last
     column index whose programs rope their head's q_pe only."""
@@ -587,7 +589,7 @@ def _absorb_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_f
         _absorb_with_w(w, h, ct, q_ptr, SPLIT, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE,
                        ROPE, BLOCK_M, BLOCK_D, BLOCK_C, INTERPRET, GEMV, not PE_OWN)
     else:
-        _absorb_prefetch(h, ct, kvb_ptr, NH, C, NOPE, V, BLOCK_D, BLOCK_C, PDL)
+        _absorb_prefetch(h, ct, kvb_ptr, NH, C, NOPE, V, BLOCK_D, BLOCK_C, PDL and PREFETCH)
         stage_begin(PDL)
         if GEMV:
             _absorb_gemv_task(h, ct, q_ptr, SPLIT, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M,
@@ -892,7 +894,7 @@ def _absorb_v_split_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, parts_ptr, arrival
                            part_o_ptr, part_ml_ptr, NSP, M, NH, C: tl.constexpr,
                            NOPE: tl.constexpr, V: tl.constexpr, SPLIT_C: tl.constexpr,
                            BLOCK_M: tl.constexpr, MERGE: tl.constexpr, BLOCK_S: tl.constexpr,
-                           INTERPRET: tl.constexpr, PDL: tl.constexpr,
+                           INTERPRET: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
                            W_EARLY: tl.constexpr = False):
     """Program (head, 128 outputs, latent chunk): the chunk's fp32 partial of o_lat . w_vc
     into parts [SPLIT_C, M, NH * V]; the last of the head's SPLIT_C programs for those
@@ -912,8 +914,8 @@ def _absorb_v_split_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, parts_ptr, arrival
     if W_EARLY:
         w = tl.load(kvb_ptr + (rows + ov[:, None]) * C + oc[None, :])
     else:
-        prefetch_rows(kvb_ptr, rows, 128, NH * (NOPE + V), C * 2, cs * CC * 2, CC * 2, PDL, 128,
-                      1)
+        prefetch_rows(kvb_ptr, rows, 128, NH * (NOPE + V), C * 2, cs * CC * 2, CC * 2,
+                      PDL and PREFETCH, 128, 1)
     stage_begin(PDL)
     if MERGE:
         a = tl.zeros((BLOCK_M, CC), tl.float32)
@@ -949,10 +951,10 @@ def _absorb_v_split_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, parts_ptr, arrival
 @triton.jit
 def _absorb_v_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C: tl.constexpr,
                      NOPE: tl.constexpr, V: tl.constexpr, BLOCK_M: tl.constexpr,
-                     INTERPRET: tl.constexpr, PDL: tl.constexpr):
+                     INTERPRET: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr):
     h = tl.program_id(0)
     vt = tl.program_id(1)
-    _absorb_v_prefetch(h, vt, kvb_ptr, NH, C, NOPE, V, PDL)
+    _absorb_v_prefetch(h, vt, kvb_ptr, NH, C, NOPE, V, PDL and PREFETCH)
     stage_begin(PDL)
     _absorb_v_task(h, vt, olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C, NOPE, V, BLOCK_M,
                    INTERPRET)
@@ -1028,6 +1030,7 @@ def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions
         BLOCK_N=block_n, GROUPS=groups, BLOCK_C=triton.next_power_of_2(kv_lora),
         HALF_R=rope // 2, INTERPRET=interpreting(), PDL=overlap.enabled(),
         SWAP=fp8_linear.swap(block_n), ROWS=slot_rows is not None, SLOT_EARLY=KV_SLOT_EARLY,
+        PREFETCH=overlap.prefetches("q_b_normed"),
         num_warps=fp8_linear.NUM_WARPS, num_stages=3, **overlap.launch_kw())
 
 
@@ -1053,7 +1056,8 @@ def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: in
     _absorb_kernel[(nh, triton.cdiv(c, block_c) + pe_own)](
         q_parts, split, kv_b, qcat, positions, inv_freq, m, nh, c, NOPE=nope, ROPE=rope, V=v,
         BLOCK_D=triton.next_power_of_2(nope), BLOCK_C=block_c, INTERPRET=interpreting(),
-        PDL=overlap.enabled(), PE_OWN=pe_own, GEMV=gemv, W_EARLY=absorb_w_early(m, indexer),
+        PDL=overlap.enabled(), PE_OWN=pe_own, GEMV=gemv, PREFETCH=overlap.prefetches("absorb"),
+        W_EARLY=absorb_w_early(m, indexer),
         **shape, **overlap.launch_kw())
 
 
@@ -1170,10 +1174,12 @@ def absorb_v(olat, kv_b, oq, os, nope: int, v: int, parts=None, arrivals=None,
             olat, kv_b, oq, os, parts, arrivals, part_o, part_ml, nsp, m, nh, C=c, NOPE=nope,
             V=v, SPLIT_C=split, BLOCK_M=max(16, triton.next_power_of_2(m)), MERGE=merge,
             BLOCK_S=max(2, triton.next_power_of_2(nsp)), INTERPRET=interpreting(),
-            PDL=overlap.enabled(), W_EARLY=ABSORB_V_W_EARLY, num_warps=ABSORB_V_WARPS,
+            PDL=overlap.enabled(), PREFETCH=overlap.prefetches("absorb_v"),
+            W_EARLY=ABSORB_V_W_EARLY, num_warps=ABSORB_V_WARPS,
             **overlap.launch_kw())
         return
     _absorb_v_kernel[(nh, v // 128)](
         olat, kv_b, oq, os, m, nh, C=c, NOPE=nope, V=v, BLOCK_M=max(16, triton.next_power_of_2(m)),
-        INTERPRET=interpreting(), PDL=overlap.enabled(), num_warps=ABSORB_V_WARPS,
+        INTERPRET=interpreting(), PDL=overlap.enabled(), PREFETCH=overlap.prefetches("absorb_v"),
+        num_warps=ABSORB_V_WARPS,
         **overlap.launch_kw())

@@ -177,12 +177,12 @@ def _router_route_kernel(x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk, a
                          ROUTE_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                          BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
                          INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
-                         SORT: tl.constexpr):
+                         SORT: tl.constexpr, PREFETCH: tl.constexpr):
     """The router's split-K bf16 GEMV (programs (tile, split)); the last program to finish
     routes (route's task over the complete partials)."""
     tile = tl.program_id(0)
     split = tl.program_id(1)
-    _bf16_linear_prefetch(tile, split, K, w_ptr, E, k_chunk, BLOCK_N, PDL)
+    _bf16_linear_prefetch(tile, split, K, w_ptr, E, k_chunk, BLOCK_N, PDL and PREFETCH)
     stage_begin(PDL)
     _bf16_linear_task(tile, split, x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk,
                       BLOCK_M, BLOCK_N, BLOCK_K, INTERPRET, GEMV)
@@ -433,7 +433,7 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     GEMV: tl.constexpr, SHARED_EARLY: tl.constexpr, SWAP: tl.constexpr,
                     STACK: tl.constexpr, SCALES: tl.constexpr, PREFETCH: tl.constexpr):
     """PREFETCH: the shared expert's programs prefetch their tile into L2 before their wait
-    (GATE_UP_PREFETCH)."""
+    (overlap.PREFETCH_OFF)."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     split = tl.program_id(2)
@@ -563,7 +563,7 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
                  GROUPS: tl.constexpr, SWAP: tl.constexpr, TABLE_EARLY: tl.constexpr,
                  PREFETCH: tl.constexpr):
     """PREFETCH: the program prefetches its weight tile into L2 before its wait
-    (DOWN_PREFETCH)."""
+    (overlap.PREFETCH_OFF)."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     if TABLE_EARLY:
@@ -728,6 +728,7 @@ def router_route(x: torch.Tensor, router_w: torch.Tensor, router_parts: torch.Te
         ROUTE_M=max(2, triton.next_power_of_2(m)), BLOCK_N=block_n, BLOCK_K=block_k,
         BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm, INTERPRET=interpreting(),
         PDL=overlap.enabled(), GEMV=gemv, SORT=ROUTE_SORT,
+        PREFETCH=overlap.prefetches("router"),
         num_warps=ROUTER_ROUTE_WARPS if m <= 2 else ROUTER_ROUTE_WARPS_ABOVE_2, num_stages=4,
         **overlap.launch_kw())
 
@@ -994,19 +995,6 @@ def down_shape(m: int, dense: bool = False) -> tuple:
     return down_block(m, dense), GEMV_WARPS if gemv else DOWN_WARPS
 
 
-# Whether an overlapped down's programs (overlap.WIDE_KERNEL_MAX_ROWS) prefetch their weight
-# tile into L2 before their wait, and gate/up's shared-expert (or dense) programs theirs.
-# Down's many programs each issue their tile as many small bulk requests, and all but the
-# first wave's issue them just before loading the same bytes: on an H200 down without its
-# prefetch is 0.6-1.9 us faster a layer at 1-2 rows (where it was overlapped), and overlapped
-# without it 0.5-2.0 faster at 3-12 rows, every kind, where with it overlapped was 3.1-13.9
-# slower (tiling_probe_20261203T160304Z, T160431Z; T155614Z). Tried, not faster: gate/up and
-# down letting their successor launch only at their programs' end, not after their wait
-# (+0.0..+2.3 us a layer at 4-16 rows without down's prefetch, T160304Z; code at c6b149d).
-DOWN_PREFETCH = False
-GATE_UP_PREFETCH = True
-
-
 @overlap.wide_launcher(lambda xq, sx, num_experts, *_, **__:
                        "gate_up" if num_experts else "dense_gate_up")
 def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
@@ -1054,7 +1042,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         INTERPRET=interpreting(), PDL=overlap.enabled(), TAIL=tail, GEMV=gemv,
         SHARED_EARLY=shared_early, SWAP=fp8_linear.swap(block_n, gemv, GATE_UP_SWAP),
         STACK=gate_up_stack(block_n, gemv), SCALES=scales_ahead,
-        PREFETCH=GATE_UP_PREFETCH,
+        PREFETCH=overlap.prefetches("gate_up"),
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
         num_stages=gate_up_stages(m, not num_experts),
         **overlap.launch_kw(),
@@ -1090,7 +1078,7 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         PDL=overlap.enabled(), GEMV=gemv,
         GROUPS=min(DOWN_GEMV_GROUPS, triton.cdiv(inter, 128)) if gemv else 1,
         SWAP=down_swap(block_n, gemv), TABLE_EARLY=DOWN_TABLE_EARLY,
-        PREFETCH=DOWN_PREFETCH, num_warps=num_warps,
+        PREFETCH=overlap.prefetches("down"), num_warps=num_warps,
         num_stages=DOWN_STAGES if moe_mma else 3, **overlap.launch_kw(),
         **({"maxnreg": cap} if moe_mma and (cap := down_maxnreg(m)) else {}),
     )

@@ -74,9 +74,25 @@ WIDE_MAX_ROWS = 2
 # not. On an H200 at 4-16 rows the pair makes a MoE layer 0.5-1.5 us faster, the
 # sum alone every kind 0.2-0.7, down overlapped too 5.8-15.1 us slower, the dense MLP's
 # gate/up overlapped +0.3-0.5 (tiling_probe_20261203T123511Z: *_overlap_16). Down, once it
-# no longer prefetches its tile before its wait (moe.DOWN_PREFETCH), is 0.5-2.0 us faster
+# no longer prefetches its tile before its wait (PREFETCH_OFF), is 0.5-2.0 us faster
 # overlapped at 3-12 rows, every kind, and 0.5-1.0 slower at 16 (T160304Z, T160431Z).
 WIDE_KERNEL_MAX_ROWS: dict = {"gate_up": MAX_ROWS, "sum": MAX_ROWS, "down": 12}
+# Stage kernels (by name) whose programs do not prefetch their weight tiles into L2 before
+# their wait; every other one does, with the overlap on: "fp8_linear" (q_a|kv_a, q_b from 3
+# rows, o_proj), "q_b_normed", "bf16_linear", "router", "absorb", "absorb_v", "gate_up" (its
+# shared-expert or dense programs) and "down". Down's many programs each issued their tile as
+# many small bulk requests, all but the first wave's just before loading the same bytes: on
+# an H200 down without its prefetch is 0.6-1.9 us faster a layer at 1-2 rows (where it was
+# overlapped) and, overlapped without it, 0.5-2.0 faster at 3-12 rows, every kind, where
+# with it overlapped it was 3.1-13.9 slower (tiling_probe_20261203T160304Z, T160431Z;
+# T155614Z); gate/up without its prefetch is mixed (dense -0.2..-0.8 us at 1-2 rows, MoE
+# +0.1..+0.4; T161356Z). The other kernels' prefetches are not yet timed one by one
+# (tiling_probe's *_no_prefetch variants). Tried, not faster: gate/up and down letting their
+# successor launch only at their programs' end, not after their wait (+0.0..+2.3 us a layer
+# at 4-16 rows without down's prefetch, T160304Z; code at c6b149d).
+PREFETCH_OFF: frozenset = frozenset({"down"})
+PREFETCH_KERNELS = ("fp8_linear", "q_b_normed", "bf16_linear", "router", "absorb", "absorb_v",
+                    "gate_up", "down")
 # rows of the step being launched (0: outside a layer step); one launching thread per process
 _rows = [0]
 _wide = [""]
@@ -143,6 +159,15 @@ def supported() -> bool:
         return torch.cuda.get_device_capability()[0] >= 9
     except Exception:  # pragma: no cover
         return False
+
+
+def prefetches(kernel: str) -> bool:
+    """Whether the named stage kernel's programs prefetch before their wait (PREFETCH_OFF)."""
+    unknown = set(PREFETCH_OFF) - set(PREFETCH_KERNELS)
+    if kernel not in PREFETCH_KERNELS or unknown:
+        raise ValueError(f"no stage kernel named {sorted(unknown) or kernel!r} prefetches; "
+                         f"the names: {', '.join(PREFETCH_KERNELS)}")
+    return kernel not in PREFETCH_OFF
 
 
 def launch_kw() -> dict:

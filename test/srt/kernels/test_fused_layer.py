@@ -250,16 +250,16 @@ def test_overlap_is_bitwise_the_plain_launch(kind, rows):
 
 # every expert kernel overlapped too (whatever the defaults: overlap.WIDE_KERNEL_MAX_ROWS),
 # gate/up and down prefetching their tiles into L2 before their wait or not (a hint only:
-# moe.GATE_UP_PREFETCH, moe.DOWN_PREFETCH)
+# overlap.PREFETCH_OFF)
 @pytest.mark.parametrize("prefetch", [False, True])
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_overlap_of_the_expert_kernels_is_bitwise_the_plain_launch(kind, prefetch, monkeypatch):
-    from sgl_kernel_ext.triton import moe, overlap
+    from sgl_kernel_ext.triton import overlap
 
     monkeypatch.setattr(overlap, "WIDE_KERNEL_MAX_ROWS",
                         {"gate_up": 16, "dense_gate_up": 16, "down": 16, "sum": 16})
-    monkeypatch.setattr(moe, "GATE_UP_PREFETCH", prefetch)
-    monkeypatch.setattr(moe, "DOWN_PREFETCH", prefetch)
+    monkeypatch.setattr(overlap, "PREFETCH_OFF",
+                        frozenset() if prefetch else frozenset({"gate_up", "down"}))
     r = overlap_checks(kind, 16)
     assert all(r.values()), r
 

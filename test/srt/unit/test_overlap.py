@@ -1,6 +1,8 @@
 """The stage kernels' overlap policy (sgl_kernel_ext.triton.overlap), on CPU: never under the
 interpreter, only up to MAX_ROWS rows (WIDE_MAX_ROWS inside ``wide()``), off through the
-environment, and step_rows nests."""
+environment, and step_rows nests; the prefetch switched off by kernel name."""
+
+import pytest
 
 from sgl_kernel_ext.triton import overlap
 
@@ -63,3 +65,20 @@ def test_moe_expert_launchers_are_named_for_their_bounds():
 
     for fn in (moe.gate_up, moe.down, moe.sum_terms):
         assert hasattr(fn, "__wrapped__"), f"{fn.__name__} launches without wide_launcher"
+
+
+def test_prefetch_off_by_kernel_name_and_unknown_names_refused(monkeypatch):
+    from benchmark import tiling_probe
+
+    assert tiling_probe.PREFETCH_KERNELS == overlap.PREFETCH_KERNELS
+    for variant in tiling_probe.VARIANTS.values():
+        off = variant.get(("overlap", "PREFETCH_OFF"), frozenset())
+        assert off <= set(overlap.PREFETCH_KERNELS), off
+    assert not overlap.prefetches("down") and overlap.prefetches("fp8_linear")
+    monkeypatch.setattr(overlap, "PREFETCH_OFF", frozenset({"fp8_linear"}))
+    assert overlap.prefetches("down") and not overlap.prefetches("fp8_linear")
+    with pytest.raises(ValueError, match="no stage kernel named 'o_proj'"):
+        overlap.prefetches("o_proj")
+    monkeypatch.setattr(overlap, "PREFETCH_OFF", frozenset({"absorbv"}))
+    with pytest.raises(ValueError, match="absorbv"):
+        overlap.prefetches("absorb")
