@@ -70,6 +70,7 @@ POOL_DTYPE = torch.int32
 # overlap.PREFETCH_KERNELS (that module is imported only to time; a unit test keeps them equal)
 PREFETCH_KERNELS = ("fp8_linear", "q_b_normed", "bf16_linear", "router", "absorb", "absorb_v",
                     "gate_up", "down")
+PREFETCH_OFF = frozenset({"down", "fp8_linear"})  # overlap.PREFETCH_OFF, the default
 VARIANTS = {
     "baseline": {},
     "pool_slots": {("probe", "POOL_SLOTS"): (1 << 20) + 4},
@@ -149,19 +150,19 @@ VARIANTS = {
     **{f"{k}_overlap_16": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {k: 16}}
        for k in ("gate_up", "down", "sum")},
     "gate_up_sum_overlap_16": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {"gate_up": 16, "sum": 16}},
-    # down prefetching its tile into L2 before its wait (overlap.PREFETCH_OFF; the default
-    # before 2026-12-03), and/or overlapped only up to 2 rows (the bound before) or up to 16
-    "down_prefetch": {("overlap", "PREFETCH_OFF"): frozenset()},
+    # down overlapped only up to 2 rows (the bound before 2026-12-03), as before (also with
+    # every prefetch on), or up to 16; down_prefetch below
     "down_plain_from_3": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {"gate_up": 16, "sum": 16}},
     "down_as_before": {("overlap", "WIDE_KERNEL_MAX_ROWS"): {"gate_up": 16, "sum": 16},
                        ("overlap", "PREFETCH_OFF"): frozenset()},
     "down_overlap_to_16": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
                            {"gate_up": 16, "sum": 16, "down": 16}},
-    # one more stage kernel without its prefetch before the wait (overlap.PREFETCH_OFF; gate/
-    # up's: its shared-expert or dense programs'), every one, and the dense MLP's gate/up
-    # overlapped up to 16 rows without it
-    **{f"{k}_no_prefetch": {("overlap", "PREFETCH_OFF"): frozenset({"down", k})}
-       for k in PREFETCH_KERNELS if k != "down"},
+    # one more stage kernel without its prefetch before the wait, or one of overlap.PREFETCH_OFF
+    # with it (gate/up's: its shared-expert or dense programs'), every one without, and the
+    # dense MLP's gate/up overlapped up to 16 rows without it
+    **{f"{k}_no_prefetch": {("overlap", "PREFETCH_OFF"): PREFETCH_OFF | {k}}
+       for k in PREFETCH_KERNELS if k not in PREFETCH_OFF},
+    **{f"{k}_prefetch": {("overlap", "PREFETCH_OFF"): PREFETCH_OFF - {k}} for k in PREFETCH_OFF},
     "no_prefetch": {("overlap", "PREFETCH_OFF"): frozenset(PREFETCH_KERNELS)},
     "dense_gate_up_overlap": {("overlap", "WIDE_KERNEL_MAX_ROWS"):
                               {"gate_up": 16, "sum": 16, "down": 12, "dense_gate_up": 16}},

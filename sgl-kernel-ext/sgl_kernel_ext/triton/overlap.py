@@ -86,11 +86,15 @@ WIDE_KERNEL_MAX_ROWS: dict = {"gate_up": MAX_ROWS, "sum": MAX_ROWS, "down": 12}
 # overlapped) and, overlapped without it, 0.5-2.0 faster at 3-12 rows, every kind, where
 # with it overlapped it was 3.1-13.9 slower (tiling_probe_20261203T160304Z, T160431Z;
 # T155614Z); gate/up without its prefetch is mixed (dense -0.2..-0.8 us at 1-2 rows, MoE
-# +0.1..+0.4; T161356Z). The other kernels' prefetches are not yet timed one by one
-# (tiling_probe's *_no_prefetch variants). Tried, not faster: gate/up and down letting their
-# successor launch only at their programs' end, not after their wait (+0.0..+2.3 us a layer
-# at 4-16 rows without down's prefetch, T160304Z; code at c6b149d).
-PREFETCH_OFF: frozenset = frozenset({"down"})
+# +0.1..+0.4; T161356Z). Timed one by one (each against the defaults then, T174617Z,
+# T174728Z): fp8_linear without its prefetch is 0.4-1.9 us faster a layer at 2-16 rows on every
+# kind and at one row on the layers with the indexer and dense (-0.7), +0.3 on a MoE layer at
+# one row (within its noise); q_b_normed, bf16_linear, router, absorb, absorb_v and gate/up
+# without theirs are mixed, mostly within noise (the router's and absorb's +0.6..+1.1 at one row,
+# MoE), and all of them off +2.0 on a MoE layer at one row. Tried, not faster: gate/up and
+# down letting their successor launch only at their programs' end, not after their wait
+# (+0.0..+2.3 us a layer at 4-16 rows without down's prefetch, T160304Z; code at c6b149d).
+PREFETCH_OFF: frozenset = frozenset({"down", "fp8_linear"})
 PREFETCH_KERNELS = ("fp8_linear", "q_b_normed", "bf16_linear", "router", "absorb", "absorb_v",
                     "gate_up", "down")
 # rows of the step being launched (0: outside a layer step); one launching thread per process

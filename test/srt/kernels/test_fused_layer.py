@@ -249,7 +249,7 @@ def test_overlap_is_bitwise_the_plain_launch(kind, rows):
 
 
 # every expert kernel overlapped too (whatever the defaults: overlap.WIDE_KERNEL_MAX_ROWS),
-# gate/up and down prefetching their tiles into L2 before their wait or not (a hint only:
+# every stage kernel prefetching its tiles into L2 before its wait or none (a hint only:
 # overlap.PREFETCH_OFF)
 @pytest.mark.parametrize("prefetch", [False, True])
 @pytest.mark.parametrize("kind", sorted(KINDS))
@@ -259,7 +259,7 @@ def test_overlap_of_the_expert_kernels_is_bitwise_the_plain_launch(kind, prefetc
     monkeypatch.setattr(overlap, "WIDE_KERNEL_MAX_ROWS",
                         {"gate_up": 16, "dense_gate_up": 16, "down": 16, "sum": 16})
     monkeypatch.setattr(overlap, "PREFETCH_OFF",
-                        frozenset() if prefetch else frozenset({"gate_up", "down"}))
+                        frozenset() if prefetch else frozenset(overlap.PREFETCH_KERNELS))
     r = overlap_checks(kind, 16)
     assert all(r.values()), r
 

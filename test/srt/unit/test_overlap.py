@@ -71,12 +71,14 @@ def test_prefetch_off_by_kernel_name_and_unknown_names_refused(monkeypatch):
     from benchmark import tiling_probe
 
     assert tiling_probe.PREFETCH_KERNELS == overlap.PREFETCH_KERNELS
+    assert tiling_probe.PREFETCH_OFF == overlap.PREFETCH_OFF
+    assert "fp8_linear_prefetch" in tiling_probe.VARIANTS
     for variant in tiling_probe.VARIANTS.values():
         off = variant.get(("overlap", "PREFETCH_OFF"), frozenset())
         assert off <= set(overlap.PREFETCH_KERNELS), off
-    assert not overlap.prefetches("down") and overlap.prefetches("fp8_linear")
-    monkeypatch.setattr(overlap, "PREFETCH_OFF", frozenset({"fp8_linear"}))
-    assert overlap.prefetches("down") and not overlap.prefetches("fp8_linear")
+    assert not overlap.prefetches("down") and overlap.prefetches("router")
+    monkeypatch.setattr(overlap, "PREFETCH_OFF", frozenset({"router"}))
+    assert overlap.prefetches("down") and not overlap.prefetches("router")
     with pytest.raises(ValueError, match="no stage kernel named 'o_proj'"):
         overlap.prefetches("o_proj")
     monkeypatch.setattr(overlap, "PREFETCH_OFF", frozenset({"absorbv"}))
