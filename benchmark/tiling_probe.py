@@ -188,10 +188,6 @@ VARIANTS = {
     **{f"route_per_row_{w}_warps": {("moe", "ROUTE_PER_ROW_WARPS"): w} for w in (1, 2, 8)},
     # the layer's dense weights prefetched into L2 by its first kernel
     "layer_prefetch": {("overlap", "LAYER_PREFETCH"): True},
-    # absorb prefetching o_proj's (a MoE layer's router's and shared expert's too) weights
-    **{f"mid_prefetch_{r}": {("overlap", "MID_LAYER_PREFETCH_MAX_ROWS"): r} for r in (2, 16)},
-    "mid_prefetch_o_own": {("overlap", "MID_LAYER_PREFETCH_MAX_ROWS"): 16,
-                           ("overlap", "PREFETCH_OFF"): PREFETCH_OFF - {"fp8_linear"}},
     "next_layer_prefetch": {("overlap", "NEXT_LAYER_PREFETCH"): True},
     "both_prefetch": {("overlap", "LAYER_PREFETCH"): True, ("overlap", "NEXT_LAYER_PREFETCH"): True},
     "fp8_linear_8_warps": {("fp8_linear", "NUM_WARPS"): 8},

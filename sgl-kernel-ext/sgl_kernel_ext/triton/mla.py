@@ -25,7 +25,7 @@ from . import bf16_linear, fp8_linear, overlap
 from .bf16_linear import _bf16_linear_task
 from .fp8_linear import _fp8_linear_prefetch, _fp8_linear_task, interpreting, row_rms
 from .arrival import arrive_last
-from .overlap import prefetch_l2, prefetch_rows, prefetch_table, stage_begin
+from .overlap import prefetch_l2, prefetch_rows, stage_begin
 from .quant import store_row_groups, sum_parts, to_e4m3
 
 # steps of at most this many rows run no latent kernel in a layer without the indexer:
@@ -573,16 +573,12 @@ def _absorb_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_f
                    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
                    INTERPRET: tl.constexpr, PDL: tl.constexpr, CHUNK_D: tl.constexpr,
                    PE_OWN: tl.constexpr, GEMV: tl.constexpr, PREFETCH: tl.constexpr,
-                   W_EARLY: tl.constexpr, table_ptr, n_regions, PF_TABLE: tl.constexpr):
+                   W_EARLY: tl.constexpr = False):
     """Programs (head, latent-column tile): ``_absorb_task`` (GEMV: ``_absorb_gemv_task``;
     W_EARLY: ``_absorb_with_w``, the w_kc tile loaded before the wait); with PE_OWN a last
-    column index whose programs rope their head's q_pe only. PF_TABLE: first, the programs
-    prefetch the regions of a table (overlap.region_table) between them, PF_TABLE a time."""
+    column index whose programs rope their head's q_pe only."""
     h = tl.program_id(0)
     ct = tl.program_id(1)
-    if PF_TABLE:
-        prefetch_table(table_ptr, n_regions, h * tl.num_programs(1) + ct,
-                       tl.num_programs(0) * tl.num_programs(1), PDL, PF_TABLE)
     if PE_OWN and ct == tl.num_programs(1) - 1:
         stage_begin(PDL)
         _absorb_q_pe(h, q_ptr, SPLIT, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE, ROPE,
@@ -1039,12 +1035,11 @@ def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions
 
 
 def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: int,
-           block_c: int = 0, indexer: bool = True, prefetch=None) -> None:
+           block_c: int = 0, indexer: bool = True) -> None:
     """q_b's split-K partials [S, M, heads * (nope + rope)] (fp32; or S = 1 and the summed
     bf16 rows, ABSORB_Q_ROWS_FROM) -> qcat bf16 [M, heads, kv_lora + rope] (q_nope . w_kc,
     then the roped q_pe). indexer: whether the layer computes its top-k (absorb then follows
-    the top-k's launch: ABSORB_W_EARLY_MAX_ROWS). prefetch: an ``overlap.region_table`` the
-    programs prefetch into L2 before their wait (with the overlap on)."""
+    the top-k's launch: ABSORB_W_EARLY_MAX_ROWS)."""
     split, m, _ = q_parts.shape
     _, nh, _ = qcat.shape
     c = kv_b.shape[1]
@@ -1052,7 +1047,6 @@ def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: in
     pe_own = int(m >= ABSORB_PE_OWN_FROM_ROWS)
     gemv = m <= ABSORB_GEMV_MAX_ROWS
     block_c = block_c or (ABSORB_GEMV_BLOCK_C if gemv else ABSORB_BLOCK_C)
-    pf = prefetch is not None and overlap.enabled()
     if gemv:
         shape = dict(BLOCK_M=triton.next_power_of_2(m), CHUNK_D=ABSORB_GEMV_CHUNK_D,
                      num_warps=ABSORB_GEMV_WARPS)
@@ -1064,8 +1058,7 @@ def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: in
         BLOCK_D=triton.next_power_of_2(nope), BLOCK_C=block_c, INTERPRET=interpreting(),
         PDL=overlap.enabled(), PE_OWN=pe_own, GEMV=gemv, PREFETCH=overlap.prefetches("absorb"),
         W_EARLY=absorb_w_early(m, indexer),
-        table_ptr=prefetch if pf else kv_b, n_regions=prefetch.shape[0] if pf else 0,
-        PF_TABLE=128 if pf else 0, **shape, **overlap.launch_kw())
+        **shape, **overlap.launch_kw())
 
 
 def absorb_w_early(m: int, indexer: bool) -> bool:

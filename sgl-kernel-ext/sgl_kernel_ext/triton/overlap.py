@@ -43,11 +43,6 @@ ENV = "SGL_KERNEL_EXT_PDL"  # "0" turns the overlap off (for A/B timing and debu
 # one program per row, up to 212 us each, tiling_probe_20261130T164019Z).
 LAYER_PREFETCH = False
 NEXT_LAYER_PREFETCH = False
-# Steps of at most this many rows have absorb's programs prefetch the weights of the layer's
-# stages after the attention (o_proj; a MoE layer's router and shared expert) into L2 before
-# their wait (``mid_layer_prefetch``), so HBM streams them while the attention's few bytes are
-# read, where LAYER_PREFETCH's table competed with q_a|kv_a's own. 0: never.
-MID_LAYER_PREFETCH_MAX_ROWS = 0
 # bytes per bulk prefetch request of a region table (a multiple of 16)
 REGION_BYTES = 64 << 10
 # Steps of more rows run without the overlap: on an H200 it saved 4-8% of a MoE layer at 1-4
@@ -177,12 +172,6 @@ def prefetches(kernel: str) -> bool:
         raise ValueError(f"no stage kernel named {sorted(unknown) or kernel!r} prefetches; "
                          f"the names: {', '.join(PREFETCH_KERNELS)}")
     return kernel not in PREFETCH_OFF
-
-
-def mid_layer_prefetch(m: int) -> bool:
-    """Whether a step of m rows prefetches its later stages' weights from absorb
-    (MID_LAYER_PREFETCH_MAX_ROWS; with the overlap on)."""
-    return m <= MID_LAYER_PREFETCH_MAX_ROWS and enabled()
 
 
 def launch_kw() -> dict:

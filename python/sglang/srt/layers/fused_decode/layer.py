@@ -125,11 +125,6 @@ class FusedLayer:
         if isinstance(mlp, MoeWeights):
             later += [mlp.router, mlp.shared.gate.q, mlp.shared.up.q, mlp.shared.down.q]
         self.prefetch_regions = overlap.region_table(later, dev)
-        # those after the attention, for absorb to prefetch (overlap.MID_LAYER_PREFETCH_MAX_ROWS)
-        after = [a.o_proj.q]
-        if isinstance(mlp, MoeWeights):
-            after += [mlp.router, mlp.shared.gate.q, mlp.shared.up.q, mlp.shared.down.q]
-        self.mid_regions = overlap.region_table(after, dev)
         self.next_regions: Optional[torch.Tensor] = None  # the next layer's (chain_prefetch)
         if isinstance(mlp, MoeWeights):
             self.experts = mlp.router.shape[0]
@@ -437,8 +432,7 @@ class FusedLayer:
             q_b(None, None, None)
             topk = topk_prev
         mla.absorb(v("q_rows")[None] if q_rows else v("q"), a.kv_b, pos, self.inv_freq,
-                   v("qcat"), cfg.qk_nope_head_dim, rope, cfg.v_head_dim, indexer=indexing,
-                   prefetch=self.mid_regions if overlap.mid_layer_prefetch(m) else None)
+                   v("qcat"), cfg.qk_nope_head_dim, rope, cfg.v_head_dim, indexer=indexing)
         attn_parts = self._attention_parts(m)
         vc = (self.buf["vc_parts"], self.buf["vc_arrivals"])
         merge = not mla.absorb_v_merges(*vc, m)
