@@ -41,6 +41,13 @@ ENV = "SGL_KERNEL_EXT_PDL"  # "0" turns the overlap off (for A/B timing and debu
 # cost a layer up to 7 us each (10 together) at 1-4 rows and nothing at 16 (the overlap is off
 # there), even spread over one program per SM (results/tiling_probe_20261130T170454Z; from
 # one program per row, up to 212 us each, tiling_probe_20261130T164019Z).
+# Again at 6c97f3d (every stage kernel overlapped; tiling_probe_20261203T175456Z):
+# LAYER_PREFETCH +2.0..+5.5 us a layer at 1-16 rows, NEXT_LAYER_PREFETCH +1.6..+3.6, every
+# kind. Tried too: absorb's programs prefetching only what runs after the attention (o_proj;
+# the router and the shared expert), where HBM reads only the attention's few KV rows: +0.6 us
+# a MoE layer at one row, +1.9..+7.8 at 2-16, +2.0..+3.5 on the other kinds (mid_prefetch_16;
+# with o_proj's own prefetch on too, worse; code at 6c97f3d). A region table's prefetches
+# delay the critical path's loads more than they save later.
 LAYER_PREFETCH = False
 NEXT_LAYER_PREFETCH = False
 # bytes per bulk prefetch request of a region table (a multiple of 16)
