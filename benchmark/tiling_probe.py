@@ -417,8 +417,6 @@ VARIANTS = {
     # cheaper since the scales load an iteration ahead (fp8_linear.SCALES_AHEAD); with 4,
     # ptxas gives a program 120 KB of shared memory (3 stages): one a multiprocessor (CPU)
     "linear_groups_1": {("fp8_linear", "tiling"): "linear_64_1"},
-    # the linears' first step of weight tiles and scales loaded before the wait
-    "linear_w_early": {("fp8_linear", "W_EARLY"): True},
     "linear_groups_4": {("fp8_linear", "tiling"): "linear_64_4"},
     # a MoE layer's gate/up in 2 pipeline stages from 2, 3, 9 or 12 rows, or at no row count
     # (default: from moe.GATE_UP_2_STAGES_FROM_ROWS; the deep rows keep their 4)

@@ -79,10 +79,6 @@ GEMV_GROUPS = 2
 # and scales an iteration ahead: 0.4-1.6 us slower a MoE layer at 1-2 rows, within 0.3 at
 # 4-16 (T052409Z, code at 3040a43), so it keeps the plain loop.
 SCALES_AHEAD = True
-# whether a program loads its first loop step's weight tiles and their scales (weights: they
-# never change) before its programmatic wait, so that after the wait its first MMAs wait only
-# for x, one L2 round trip, not for HBM (the loop with SCALES_AHEAD, on the tensor cores)
-W_EARLY = False
 # Tried: launches without the overlap (9-16 rows) still prefetching each program's weight tile
 # into L2 at its start, as they do before the wait with it: on an H200 3.6-4.4 us slower a
 # layer at 12-16 rows, every kind (results/tiling_probe_20261202T135947Z: linear_l2_ahead;
@@ -248,13 +244,10 @@ def _gemv_step(acc, w, xq_ptr, sx_ptr, M, K, s_ptr, n_block, k, k_ok, BLOCK_M: t
 def _tile(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, part_ptr, N, tile, split, k_chunk,
           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
           INTERPRET: tl.constexpr, GEMV: tl.constexpr, XNORM: tl.constexpr, nw_ptr, eps,
-          SS_TILES: tl.constexpr, SWAP: tl.constexpr, SCALES: tl.constexpr = True,
-          W_EARLY: tl.constexpr = False, first=None):
+          SS_TILES: tl.constexpr, SWAP: tl.constexpr, SCALES: tl.constexpr = True):
     """With XNORM, x is bf16 rows at xq_ptr, RMS-normed here (``_normed_group_dot``) with
     their per-tile sums of squares at sx_ptr [M, SS_TILES] and the norm weight at nw_ptr.
-    With SWAP the MMAs run transposed (``swap``) and the tile is transposed once at the end.
-    W_EARLY (with SCALES): the first step's GROUPS (weight tile, scales) are `first`, loaded
-    by the caller (``_first_weights``)."""
+    With SWAP the MMAs run transposed (``swap``) and the tile is transposed once at the end."""
     offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     if SWAP:
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
@@ -281,15 +274,8 @@ def _tile(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, part_ptr, N, tile, split, k_chunk,
                                          tl.minimum(kb + g, kb_end - 1), BLOCK_M, INTERPRET,
                                          SWAP) * (kb + g < kb_end)
     elif SCALES:  # each group's scales loaded an iteration ahead (SCALES_AHEAD)
-        kb_loop = kb0
-        if W_EARLY:  # the first step's weights are in hand: only x is loaded for it
-            for g in tl.static_range(GROUPS):
-                x, sx = group_x(xq_ptr, sx_ptr, M, K, tl.minimum(kb0 + g, kb_end - 1), BLOCK_M)
-                acc += _scaled_dot(x, sx, first[g][0], first[g][1], INTERPRET, SWAP) \
-                    * (kb0 + g < kb_end)
-            kb_loop = kb0 + GROUPS
-        sc = step_scales(s_ptr, offs_n, N, K, kb_loop, kb_end, sx_ptr, M, BLOCK_M, GROUPS)
-        for kb in range(kb_loop, kb_end, GROUPS):
+        sc = step_scales(s_ptr, offs_n, N, K, kb0, kb_end, sx_ptr, M, BLOCK_M, GROUPS)
+        for kb in range(kb0, kb_end, GROUPS):
             nxt = step_scales(s_ptr, offs_n, N, K, kb + GROUPS, kb_end, sx_ptr, M, BLOCK_M,
                               GROUPS)
             for g in tl.static_range(GROUPS):
@@ -311,23 +297,6 @@ def _tile(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, part_ptr, N, tile, split, k_chunk,
 
 
 @triton.jit
-def _first_weights(pid, split, K, k_chunk, wa_ptr, sa_ptr, NA, tiles_a, wb_ptr, sb_ptr, NB,
-                   BLOCK_N: tl.constexpr, GROUPS: tl.constexpr):
-    """Program (pid, split)'s first loop step: a tuple of GROUPS (weight tile, its rows'
-    scales), group indices clamped to the chunk as ``_tile``'s loop clamps them."""
-    on_a = pid < tiles_a
-    offs_n = tl.where(on_a, pid, pid - tiles_a) * BLOCK_N + tl.arange(0, BLOCK_N)
-    kb0 = split * k_chunk
-    kb_end = tl.minimum(kb0 + k_chunk, tl.cdiv(K, 128))
-    out = ()
-    for g in tl.static_range(GROUPS):
-        out = out + (_group_weights(tl.where(on_a, wa_ptr, wb_ptr), tl.where(on_a, sa_ptr, sb_ptr),
-                                    offs_n, tl.where(on_a, NA, NB), K,
-                                    tl.minimum(kb0 + g, kb_end - 1)),)
-    return out
-
-
-@triton.jit
 def _fp8_linear_prefetch(pid, split, K, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB,
                          BLOCK_N: tl.constexpr, PDL: tl.constexpr):
     """Prefetch program (pid, split)'s weight tile into L2 (see overlap)."""
@@ -346,7 +315,7 @@ def _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                      INTERPRET: tl.constexpr, GEMV: tl.constexpr, XNORM: tl.constexpr = False,
                      nw_ptr=None, eps=0.0, SS_TILES: tl.constexpr = 1, SWAP: tl.constexpr = False,
-                     SCALES: tl.constexpr = True, W_EARLY: tl.constexpr = False, first=None):
+                     SCALES: tl.constexpr = True):
     """Program (pid, split): one BLOCK_N tile of W_a (pid < tiles_a) or W_b, one K chunk
     (XNORM: x made from normed bf16 rows, ``_tile``). One ``_tile`` for both matrices, so
     the program holds one set of pipeline buffers."""
@@ -354,8 +323,7 @@ def _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk,
     tile = tl.where(on_a, pid, pid - tiles_a)
     _tile(xq_ptr, sx_ptr, M, K, tl.where(on_a, wa_ptr, wb_ptr), tl.where(on_a, sa_ptr, sb_ptr),
           tl.where(on_a, pa_ptr, pb_ptr), tl.where(on_a, NA, NB), tile, split, k_chunk,
-          BLOCK_M, BLOCK_N, GROUPS, INTERPRET, GEMV, XNORM, nw_ptr, eps, SS_TILES, SWAP, SCALES,
-          W_EARLY, first)
+          BLOCK_M, BLOCK_N, GROUPS, INTERPRET, GEMV, XNORM, nw_ptr, eps, SS_TILES, SWAP, SCALES)
 
 
 @triton.jit
@@ -366,20 +334,15 @@ def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                        INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
                        TAILS: tl.constexpr, SPLIT: tl.constexpr, SUMSQ: tl.constexpr,
-                       SWAP: tl.constexpr, SCALES: tl.constexpr, PREFETCH: tl.constexpr,
-                       W_EARLY: tl.constexpr):
+                       SWAP: tl.constexpr, SCALES: tl.constexpr, PREFETCH: tl.constexpr):
     pid = tl.program_id(0)
     split = tl.program_id(1)
     _fp8_linear_prefetch(pid, split, K, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB, BLOCK_N,
                          PDL and PREFETCH)
-    first = None
-    if W_EARLY:
-        first = _first_weights(pid, split, K, k_chunk, wa_ptr, sa_ptr, NA, tiles_a, wb_ptr,
-                               sb_ptr, NB, BLOCK_N, GROUPS)
     stage_begin(PDL)
     _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk, wa_ptr, sa_ptr, pa_ptr, NA,
                      tiles_a, wb_ptr, sb_ptr, pb_ptr, NB, BLOCK_M, BLOCK_N, GROUPS, INTERPRET,
-                     GEMV, SWAP=SWAP, SCALES=SCALES, W_EARLY=W_EARLY, first=first)
+                     GEMV, SWAP=SWAP, SCALES=SCALES)
     # the tile's last K chunk to finish sums the tile (``_row_tail``); tiles from tail_tiles
     # on (W_b's, when only W_a has rows) have none
     if TAILS and pid < tail_tiles:
@@ -505,7 +468,6 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
         BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
         PDL=use_pdl, GEMV=gemv, TAILS=tails is not None, SPLIT=split if tails is not None else 1,
         SUMSQ=sumsq, SWAP=swap(block_n, gemv), SCALES=SCALES_AHEAD,
-        PREFETCH=overlap.prefetches("fp8_linear"), W_EARLY=W_EARLY and SCALES_AHEAD and not gemv,
-        num_warps=NUM_WARPS, num_stages=3, **launch,
+        PREFETCH=overlap.prefetches("fp8_linear"), num_warps=NUM_WARPS, num_stages=3, **launch,
     )
 

@@ -404,29 +404,6 @@ def test_scales_loaded_ahead_are_bitwise_the_plain_loop(kind, rows, wide, monkey
     assert_within_numerics(check(kind, rows, 3000, pad=rows > 1), 3000)
 
 
-@pytest.mark.parametrize("rows", [1, 4, 16])
-@pytest.mark.parametrize("kind", sorted(KINDS))
-def test_linears_first_weights_before_the_wait_are_bitwise_the_loop(kind, rows, monkeypatch):
-    """The linears loading their first step of weight tiles and scales before their wait
-    (fp8_linear.W_EARLY), the overlap on, with a pad row: the layer's output, residual and
-    cache bytes bitwise the plain loop's."""
-    from sgl_kernel_ext.triton import fp8_linear
-
-    lid = KINDS[kind]
-    case = make_case(CFG, lid, _contexts(rows, 3000, pad=rows > 1), seed=5, device="cuda",
-                     lw=_weights(lid))
-    outs = []
-    for early in (False, True):
-        monkeypatch.setattr(fp8_linear, "W_EARLY", early)
-        caches = clone_caches(case.caches)
-        layer = FusedLayer(CFG, case.lw, caches, rows, 3000)
-        y, res, _ = layer(case.hidden, case.residual, case.batch, case.topk_prev)
-        outs.append((y.clone(), res.clone(), caches.kv[lid].view(torch.int16).clone()))
-    assert not torch.isnan(outs[1][0].float()).any()
-    for plain, early in zip(*outs):
-        assert torch.equal(plain, early)
-
-
 @pytest.mark.parametrize("rows", [1, 3, 16])
 @pytest.mark.parametrize("kind", ["moe_indexer", "dense_indexer", "moe_shared_topk"])
 def test_slots_read_from_a_pool_table_are_bitwise_a_table_a_row(kind, rows):

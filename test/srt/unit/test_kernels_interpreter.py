@@ -107,34 +107,6 @@ def test_scales_loaded_ahead_are_bitwise_the_plain_loop(rows, monkeypatch):
         assert not torch.isnan(plain.float()).any() and torch.equal(plain, ahead)
 
 
-@pytest.mark.parametrize("rows, split", [(1, 1), (3, 2), (16, 3)])
-def test_first_weights_before_the_wait_are_bitwise_the_loop(rows, split, monkeypatch):
-    """fp8_linear.W_EARLY (each program's first loop step of weight tiles and scales loaded
-    before its wait): two matrices in one launch (a partial last tile), 1, 2 and 4 groups a
-    step, K chunks whose first step is ragged or past K (clamped, masked): the plain loop's
-    bits, every element written."""
-    g = torch.Generator().manual_seed(rows * 10 + split)
-    x = torch.randn(rows, 640, generator=g).bfloat16()  # 5 groups
-    wa = quant_block(torch.randn(200, 640, generator=g) * 0.05)
-    wb = quant_block(torch.randn(40, 640, generator=g) * 0.05)
-    xq, sx = quant_act(x)
-    runs = []
-    for early in (False, True):
-        monkeypatch.setattr(fp8_linear, "W_EARLY", early)
-        out = []
-        for groups in (1, 2, 4):
-            pa = torch.full((split, rows, 200), float("nan"))
-            pb = torch.full((split, rows, 40), float("nan"))
-            fp8_linear.fp8_linear(xq, sx.contiguous(), wa.q, wa.s, pa, wb.q, wb.s, pb,
-                                  groups=groups)
-            out += [pa, pb]
-        runs.append(out)
-    torch.testing.assert_close(runs[1][0].sum(0), ref_fp8_linear(x, wa, FP32_OUT), rtol=1e-4,
-                               atol=1e-4)
-    for plain, early in zip(*runs):
-        assert not torch.isnan(early).any() and torch.equal(plain, early)
-
-
 @pytest.mark.parametrize("both", [True, False],
                          ids=["rows_and_sums_of_squares", "w_a_rows_only"])
 def test_fp8_linear_tails_sum_each_column_tile(both):
