@@ -79,6 +79,13 @@ GEMV_GROUPS = 2
 # and scales an iteration ahead: 0.4-1.6 us slower a MoE layer at 1-2 rows, within 0.3 at
 # 4-16 (T052409Z, code at 3040a43), so it keeps the plain loop.
 SCALES_AHEAD = True
+# Tried: each program's first loop step of weight tiles and their scales loaded into registers
+# before its programmatic wait (weights never change), so the first MMAs after it wait only
+# for x. Bitwise the loop (interpreter and GPU tests: 9 passed, pytest_w_early_18ade60.log),
+# 84-88 registers against 80-86 at sm_90a, but on an H200 slower from 2 rows: +0.1..+0.5 us
+# a layer at 2 rows, +0.2..+2.3 at 4-16 (most with the indexer and dense), -0.7 on a MoE layer
+# at one row, +0.1 on the others (tiling_probe_20261203T184036Z: linear_w_early; code at
+# 18ade60). The one-row MoE case alone is unconfirmed.
 # Tried: launches without the overlap (9-16 rows) still prefetching each program's weight tile
 # into L2 at its start, as they do before the wait with it: on an H200 3.6-4.4 us slower a
 # layer at 12-16 rows, every kind (results/tiling_probe_20261202T135947Z: linear_l2_ahead;
