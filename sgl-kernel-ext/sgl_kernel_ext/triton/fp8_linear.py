@@ -17,8 +17,8 @@ With ``tails`` the last K chunk of each column tile to finish also sums the tile
 rows and their per-tile sums of squares; a consumer launched with XNORM (``mla.q_b_normed``)
 then RMS-norms and quantizes its own groups of x from them (``_normed_group_dot``).
 Rows past M are zero-padded to the 16-row MMA minimum; nothing is written for them.
-With ``overlap`` on, each program prefetches its weight tile into L2 before waiting for the
-previous kernel.
+With ``overlap`` on, each program can prefetch its weight tile into L2 before waiting for the
+previous kernel; by default it does not (``overlap.PREFETCH_OFF``: measured slower).
 """
 
 from __future__ import annotations
