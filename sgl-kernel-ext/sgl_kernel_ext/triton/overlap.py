@@ -94,7 +94,7 @@ WIDE_KERNEL_MAX_ROWS: dict = {"gate_up": MAX_ROWS, "sum": MAX_ROWS, "down": 12}
 # with it overlapped it was 3.1-13.9 slower (tiling_probe_20261203T160304Z, T160431Z;
 # T155614Z); gate/up without its prefetch is mixed (dense -0.2..-0.8 us at 1-2 rows, MoE
 # +0.1..+0.4; T161356Z). Timed one by one (each against the defaults then, T174617Z,
-# T174728Z): fp8_linear without its prefetch is 0.4-1.9 us faster a layer at 2-16 rows on every
+# T174728Z): fp8_linear without its prefetch is 0.3-1.9 us faster a layer at 2-16 rows on every
 # kind and at one row on the layers with the indexer and dense (-0.7), +0.3 on a MoE layer at
 # one row (within its noise); q_b_normed, bf16_linear, router, absorb, absorb_v and gate/up
 # without theirs are mixed, mostly within noise (the router's and absorb's +0.6..+1.1 at one row,
