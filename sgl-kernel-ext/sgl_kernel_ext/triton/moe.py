@@ -24,6 +24,8 @@ without the tensor cores (fp8_linear._gemv_step), in narrower tiles of its own.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import torch
 import triton
 import triton.language as tl
@@ -132,6 +134,40 @@ def _route_task(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
 
 
 @triton.jit
+def _routed_slot(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr, scale, slot,
+                 R_BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
+                 RENORM: tl.constexpr, SORT: tl.constexpr):
+    """Route every row from the router's partials, in this program (ROUTE_IN_EXPERTS_MAX_ROWS):
+    (n slots, the slot's expert, chosen, weight [R_BLOCK_M, BLOCK_E]) as route's slot list
+    would hold them (slot 0 the shared expert E, then the chosen experts ascending)."""
+    offs_m = tl.arange(0, R_BLOCK_M)
+    chosen, w = _route_rows(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, scale, offs_m,
+                            offs_m < M, BLOCK_E, TOPK, RENORM, SORT)
+    offs_e = tl.arange(0, BLOCK_E)
+    used = tl.max(chosen, axis=0)
+    place = tl.cumsum(used, axis=0)
+    e = tl.sum(tl.where((used > 0) & (place == slot), offs_e, 0), axis=0)
+    return tl.sum(used, axis=0) + 1, tl.where(slot == 0, E, e), chosen, w
+
+
+@triton.jit
+def _routed_rows(chosen, w, e, E, BLOCK_M: tl.constexpr, R_BLOCK_M: tl.constexpr,
+                 BLOCK_E: tl.constexpr):
+    """(weight, rank) [BLOCK_M] of each row for expert e, as route's [slot, row] tables hold
+    them (the shared expert E: weight 1, rank 0; rank -1 where the row did not choose e)."""
+    hit = tl.arange(0, BLOCK_E)[None, :] == e
+    rank = tl.where(chosen > 0, tl.cumsum(chosen, axis=1), -1)
+    w_r = tl.sum(tl.where(hit, w, 0.0), axis=1)
+    rank_r = tl.sum(tl.where(hit, rank, 0), axis=1)
+    # [R_BLOCK_M] -> [BLOCK_M] (the MMA's 16 rows at least): one match a row
+    at = tl.arange(0, BLOCK_M)[:, None] == tl.arange(0, R_BLOCK_M)[None, :]
+    w_m = tl.sum(tl.where(at, w_r[None, :], 0.0), axis=1)
+    rank_m = tl.sum(tl.where(at, rank_r[None, :], 0), axis=1)
+    shared = e == E
+    return tl.where(shared, 1.0, w_m), tl.where(shared, 0, rank_m)
+
+
+@triton.jit
 def _route_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
                   slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, scale,
                   BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
@@ -177,18 +213,20 @@ def _router_route_kernel(x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk, a
                          ROUTE_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
                          BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
                          INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
-                         SORT: tl.constexpr, PREFETCH: tl.constexpr):
-    """The router's split-K bf16 GEMV (programs (tile, split)); the last program to finish
-    routes (route's task over the complete partials)."""
+                         SORT: tl.constexpr, PREFETCH: tl.constexpr, TAIL: tl.constexpr):
+    """The router's split-K bf16 GEMV (programs (tile, split)); with TAIL the last program to
+    finish routes (route's task over the complete partials)."""
     tile = tl.program_id(0)
     split = tl.program_id(1)
     _bf16_linear_prefetch(tile, split, K, w_ptr, E, k_chunk, BLOCK_N, PDL and PREFETCH)
     stage_begin(PDL)
     _bf16_linear_task(tile, split, x_ptr, stride_xm, M, K, w_ptr, parts_ptr, E, k_chunk,
                       BLOCK_M, BLOCK_N, BLOCK_K, INTERPRET, GEMV)
-    if arrive_last(arrival_ptr, tl.num_programs(0) * tl.num_programs(1)):
-        _route_task(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, slot_expert_ptr, slot_weight_ptr,
-                    slot_rank_ptr, num_slots_ptr, scale, ROUTE_M, BLOCK_E, TOPK, RENORM, SORT)
+    if TAIL:
+        if arrive_last(arrival_ptr, tl.num_programs(0) * tl.num_programs(1)):
+            _route_task(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, slot_expert_ptr,
+                        slot_weight_ptr, slot_rank_ptr, num_slots_ptr, scale, ROUTE_M, BLOCK_E,
+                        TOPK, RENORM, SORT)
 
 
 @triton.jit
@@ -281,6 +319,20 @@ def _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr
     """gu_dq, gu_ds (sgu_*: the shared expert's): elements from a routed expert's gate rows
     (scales) to its up rows (``up_offsets``), for the STACK form."""
     n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
+    _gate_up_at(tile, slot, split, n, e, xq_ptr, sx_ptr, M, K, I, E, gq_ptr, gs_ptr, uq_ptr,
+                us_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, gu_dq, gu_ds,
+                sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N, GROUPS,
+                SPLIT_K, INTERPRET, GEMV, SWAP, STACK, SCALES)
+
+
+@triton.jit
+def _gate_up_at(tile, slot, split, n, e, xq_ptr, sx_ptr, M, K, I, E, gq_ptr, gs_ptr, uq_ptr,
+                us_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, gu_dq, gu_ds,
+                sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M: tl.constexpr,
+                BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, SPLIT_K: tl.constexpr,
+                INTERPRET: tl.constexpr, GEMV: tl.constexpr, SWAP: tl.constexpr,
+                STACK: tl.constexpr, SCALES: tl.constexpr):
+    """``_gate_up_task`` given the slot's entry (n slots, expert e)."""
     if slot < n:
         g_q, g_s = _expert_weights(e, E, gq_ptr, gs_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr)
         u_q, u_s = _expert_weights(e, E, uq_ptr, us_ptr, q_stride_e, s_stride_e, suq_ptr, sus_ptr)
@@ -431,9 +483,16 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, SPLIT_K: tl.constexpr,
                     INTERPRET: tl.constexpr, PDL: tl.constexpr, TAIL: tl.constexpr,
                     GEMV: tl.constexpr, SHARED_EARLY: tl.constexpr, SWAP: tl.constexpr,
-                    STACK: tl.constexpr, SCALES: tl.constexpr, PREFETCH: tl.constexpr):
+                    STACK: tl.constexpr, SCALES: tl.constexpr, PREFETCH: tl.constexpr,
+                    r_parts_ptr, r_bias_ptr, r_pos_ptr, r_scale, slot_weight_ptr, slot_rank_ptr,
+                    ROUTE: tl.constexpr = False, R_SPLIT: tl.constexpr = 1,
+                    R_BLOCK_M: tl.constexpr = 2, BLOCK_E: tl.constexpr = 2,
+                    TOPK: tl.constexpr = 1, RENORM: tl.constexpr = False,
+                    SORT: tl.constexpr = False):
     """PREFETCH: the shared expert's programs prefetch their tile into L2 before their wait
-    (overlap.PREFETCH_OFF)."""
+    (overlap.PREFETCH_OFF). ROUTE: the routed programs route every row themselves from the
+    router's partials (r_*, ``_routed_slot``) instead of reading route's slot table, and
+    program (0, 1, 0) writes that table (for down's table form and the host's reads)."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     split = tl.program_id(2)
@@ -445,19 +504,41 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                       sus_ptr, sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M,
                       BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK, SCALES)
         stage_begin(PDL)
+        n = slot + 1  # (ROUTE's tail) the shared slot is always in the list
     else:
         _gate_up_prefetch(tile, slot, split, K, I, sgq_ptr, suq_ptr, k_chunk, BLOCK_N,
                           PDL and PREFETCH)
         stage_begin(PDL)
-        _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr,
-                      num_slots_ptr, gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
-                      sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr,
-                      gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET,
-                      GEMV, SWAP, STACK, SCALES)
+        if ROUTE:
+            n, e, chosen, w = _routed_slot(r_parts_ptr, R_SPLIT, M, E, r_bias_ptr, r_pos_ptr,
+                                           r_scale, slot, R_BLOCK_M, BLOCK_E, TOPK, RENORM,
+                                           SORT)
+            if (tile == 0) & (slot == 1) & (split == 0):
+                offs_r = tl.arange(0, R_BLOCK_M)
+                _route_slots(chosen, w, offs_r, offs_r < M, M, slot_expert_ptr, slot_weight_ptr,
+                             slot_rank_ptr, num_slots_ptr, E, BLOCK_E)
+            _gate_up_at(tile, slot, split, n, e, xq_ptr, sx_ptr, M, K, I, E, gq_ptr, gs_ptr,
+                        uq_ptr, us_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr, suq_ptr,
+                        sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS,
+                        k_chunk, BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK,
+                        SCALES)
+        else:
+            _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr,
+                          num_slots_ptr, gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
+                          sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds,
+                          act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N, GROUPS,
+                          SPLIT_K, INTERPRET, GEMV, SWAP, STACK, SCALES)
     if TAIL:  # the last K chunk of (tile, slot) to finish sums the chunks and applies SwiGLU
-        if arrive_last(arrivals_ptr + slot * tl.num_programs(0) + tile, SPLIT_K):
-            _swiglu_task(slot, tile, gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS, SPLIT_K,
-                         BLOCK_M, BLOCK_N)
+        if ROUTE:
+            # every program of a (tile, slot) routed alike: a slot past the list counts none
+            if slot < n:
+                if arrive_last(arrivals_ptr + slot * tl.num_programs(0) + tile, SPLIT_K):
+                    _swiglu_at(slot, tile, n, gu_part_ptr, act_ptr, M, I, SLOTS, SPLIT_K,
+                               BLOCK_M, BLOCK_N)
+        else:
+            if arrive_last(arrivals_ptr + slot * tl.num_programs(0) + tile, SPLIT_K):
+                _swiglu_task(slot, tile, gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS,
+                             SPLIT_K, BLOCK_M, BLOCK_N)
 
 
 @triton.jit
@@ -472,7 +553,15 @@ def _swiglu(g, u):
 def _swiglu_task(slot, it, gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS,
                  SPLIT_K: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_I: tl.constexpr):
     """Program (slot, BLOCK_I columns): the split-K partials summed in order, then SwiGLU."""
-    if slot < tl.load(num_slots_ptr):
+    _swiglu_at(slot, it, tl.load(num_slots_ptr), gu_part_ptr, act_ptr, M, I, SLOTS, SPLIT_K,
+               BLOCK_M, BLOCK_I)
+
+
+@triton.jit
+def _swiglu_at(slot, it, n, gu_part_ptr, act_ptr, M, I, SLOTS, SPLIT_K: tl.constexpr,
+               BLOCK_M: tl.constexpr, BLOCK_I: tl.constexpr):
+    """``_swiglu_task`` given the slot count n."""
+    if slot < n:
         offs_m = tl.arange(0, BLOCK_M)
         offs_i = it * BLOCK_I + tl.arange(0, BLOCK_I)
         mask = (offs_m[:, None] < M) & (offs_i[None, :] < I)
@@ -561,12 +650,28 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
                  terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
                  GROUPS: tl.constexpr, SWAP: tl.constexpr, TABLE_EARLY: tl.constexpr,
-                 PREFETCH: tl.constexpr):
+                 PREFETCH: tl.constexpr, r_parts_ptr, r_bias_ptr, r_pos_ptr, r_scale,
+                 ROUTE: tl.constexpr = False, R_SPLIT: tl.constexpr = 1,
+                 R_BLOCK_M: tl.constexpr = 2, BLOCK_E: tl.constexpr = 2, TOPK: tl.constexpr = 1,
+                 RENORM: tl.constexpr = False, SORT: tl.constexpr = False):
     """PREFETCH: the program prefetches its weight tile into L2 before its wait
-    (overlap.PREFETCH_OFF)."""
+    (overlap.PREFETCH_OFF). ROUTE: every row routed here from the router's partials (r_*,
+    as gate/up routes them) instead of read from the slot table."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
-    if TABLE_EARLY:
+    if ROUTE:
+        # the router wrote its partials two kernels back: routed before the wait (overlap's
+        # rule 1); gate/up, just before, writes the slot table this form does not read
+        n, e, chosen, w_all = _routed_slot(r_parts_ptr, R_SPLIT, M, E, r_bias_ptr, r_pos_ptr,
+                                           r_scale, slot, R_BLOCK_M, BLOCK_E, TOPK, RENORM, SORT)
+        w, rank = _routed_rows(chosen, w_all, e, E, BLOCK_M, R_BLOCK_M, BLOCK_E)
+        _down_prefetch_at(tile, slot, n, e, H, I, E, dq_ptr, q_stride_e, sdq_ptr, BLOCK_N,
+                          PDL and PREFETCH)
+        stage_begin(PDL)
+        _down_slot(tile, slot, n, e, w, rank, act_ptr, M, I, H, E, dq_ptr, ds_ptr, q_stride_e,
+                   s_stride_e, sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET,
+                   GEMV, GROUPS, SWAP)
+    elif TABLE_EARLY:
         # the slot table, weights and ranks were written by route, two kernels back: read
         # before the wait (overlap's rule 1), so the multiply starts at the activations
         n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
@@ -669,6 +774,15 @@ ROUTE_PER_ROW_MIN_ROWS = 3
 ROUTE_PER_ROW_WARPS = 4
 
 
+# rows up to which a MoE layer's gate/up and down route every row themselves from the router's
+# partials (``Routing``: each program sums the partials and takes the top-k, as route does,
+# then finds its slot's expert and its rows' weights and ranks), so no program routes for them:
+# the router launch ends with its GEMV (no last-arrival tail), and down routes before its
+# wait, from partials written two kernels back. Gate/up's program (0, 1, 0) writes the slot
+# table for the host's reads. 0: route's launch or tail, always.
+ROUTE_IN_EXPERTS_MAX_ROWS = 2
+
+
 def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tensor, topk: int,
           scale: float, renorm: bool, slot_expert: torch.Tensor, slot_weight: torch.Tensor,
           slot_rank: torch.Tensor, num_slots: torch.Tensor, scratch=None) -> None:
@@ -702,17 +816,19 @@ def router_route(x: torch.Tensor, router_w: torch.Tensor, router_parts: torch.Te
                  bias: torch.Tensor, positions: torch.Tensor, topk: int, scale: float,
                  renorm: bool, slot_expert: torch.Tensor, slot_weight: torch.Tensor,
                  slot_rank: torch.Tensor, num_slots: torch.Tensor,
-                 arrival: torch.Tensor, scratch=None) -> None:
+                 arrival: torch.Tensor, scratch=None, routes: bool = True) -> None:
     """The router's logits (bf16 x [M, K] . router_w [E, K]^T as fp32 split-K partials
     router_parts [SPLIT, M, E]) then ``route``: one launch up to ROUTE_TAIL_MAX_ROWS rows
     (the last GEMV program routes; `arrival` an int32 counter left at zero), two above (route
-    given `scratch`, see ``route``)."""
+    given `scratch`, see ``route``). routes=False: the logits only (the expert kernels route,
+    ``Routing``)."""
     m, k = x.shape
     split, pm, e = router_parts.shape
     if m > ROUTE_TAIL_MAX_ROWS:
         bf16_linear.bf16_linear_splitk(x, router_w, router_parts)
-        route(router_parts, bias, positions, topk, scale, renorm, slot_expert, slot_weight,
-              slot_rank, num_slots, scratch)
+        if routes:
+            route(router_parts, bias, positions, topk, scale, renorm, slot_expert, slot_weight,
+                  slot_rank, num_slots, scratch)
         return
     assert x.stride(1) == 1 and router_w.is_contiguous() and router_w.shape == (e, k) and pm == m
     assert router_parts.is_contiguous() and router_parts.dtype == torch.float32
@@ -728,7 +844,7 @@ def router_route(x: torch.Tensor, router_w: torch.Tensor, router_parts: torch.Te
         ROUTE_M=max(2, triton.next_power_of_2(m)), BLOCK_N=block_n, BLOCK_K=block_k,
         BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm, INTERPRET=interpreting(),
         PDL=overlap.enabled(), GEMV=gemv, SORT=ROUTE_SORT,
-        PREFETCH=overlap.prefetches("router"),
+        PREFETCH=overlap.prefetches("router"), TAIL=routes,
         num_warps=ROUTER_ROUTE_WARPS if m <= 2 else ROUTER_ROUTE_WARPS_ABOVE_2, num_stages=4,
         **overlap.launch_kw())
 
@@ -995,17 +1111,56 @@ def down_shape(m: int, dense: bool = False) -> tuple:
     return down_block(m, dense), GEMV_WARPS if gemv else DOWN_WARPS
 
 
+class Routing(NamedTuple):
+    """What gate/up and down route every row from themselves (ROUTE_IN_EXPERTS_MAX_ROWS): the
+    router's fp32 split-K partials [SPLIT, M, E] and route's arguments, and the [slot, row]
+    tables gate/up writes as route would."""
+    parts: torch.Tensor
+    bias: torch.Tensor
+    positions: torch.Tensor
+    topk: int
+    scale: float
+    renorm: bool
+    slot_weight: torch.Tensor
+    slot_rank: torch.Tensor
+
+
+def _routing_args(route, m: int, num_experts: int, slots: int, dummy: torch.Tensor,
+                  kernel: str) -> dict:
+    """The expert kernels' routing arguments: route's (a ``Routing``) or placeholders."""
+    if route is None:
+        kw = dict(r_parts_ptr=dummy, r_bias_ptr=dummy, r_pos_ptr=dummy, r_scale=1.0)
+        return {**kw, "slot_weight_ptr": dummy, "slot_rank_ptr": dummy} \
+            if kernel == "gate_up" else kw
+    split, pm, e = route.parts.shape
+    if not num_experts or e != num_experts or pm != m:
+        raise ValueError(f"{kernel}: routing needs a MoE's router partials [split, {m}, "
+                         f"{num_experts}], got {tuple(route.parts.shape)}")
+    assert route.parts.is_contiguous() and route.parts.dtype == torch.float32
+    assert slots >= 2 and route.slot_weight.shape == (slots, m) == route.slot_rank.shape
+    kw = dict(r_parts_ptr=route.parts, r_bias_ptr=route.bias, r_pos_ptr=route.positions,
+              r_scale=float(route.scale), ROUTE=True, R_SPLIT=split,
+              R_BLOCK_M=max(2, triton.next_power_of_2(m)),
+              BLOCK_E=triton.next_power_of_2(e), TOPK=route.topk, RENORM=route.renorm,
+              SORT=ROUTE_SORT)
+    if kernel == "gate_up":
+        kw.update(slot_weight_ptr=route.slot_weight, slot_rank_ptr=route.slot_rank)
+    return kw
+
+
 @overlap.wide_launcher(lambda xq, sx, num_experts, *_, **__:
                        "gate_up" if num_experts else "dense_gate_up")
 def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
             shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts=None,
-            tiling=None, num_warps=None, arrivals=None):
+            tiling=None, num_warps=None, arrivals=None, route=None):
     """act bf16 [SLOTS, M, I] = SiLU(x G_e^T) * (x U_e^T) for each slot's expert e; x given
     quantized (xq e4m3 [M, K], sx [M, K/128]). The routed stacks [E, I, K] may be views of
     one [E, 2I, K] gate|up tensor: each expert's rows contiguous, any expert stride. With a
     split K (few rows) the fp32 partials go through gu_parts [SPLIT_K, SLOTS, M, 2, I], summed
     and SwiGLU'd by the last K chunk of each (tile, slot) when `arrivals` (int32 counters, at
-    least tiles x SLOTS, left at zero) is given, else by a second kernel."""
+    least tiles x SLOTS, left at zero) is given, else by a second kernel. route (a
+    ``Routing``, a MoE only): route every row in the kernel from the router's partials rather
+    than read the slot table, which the kernel writes (ROUTE_IN_EXPERTS_MAX_ROWS)."""
     m, k = xq.shape
     dense = not num_experts
     block_n, groups, split_k = tiling or gate_up_tiling(m, dense)
@@ -1045,6 +1200,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         PREFETCH=overlap.prefetches("gate_up"),
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
         num_stages=gate_up_stages(m, not num_experts),
+        **_routing_args(route, m, num_experts, slots, num_slots, "gate_up"),
         **overlap.launch_kw(),
     )
     if split_k > 1 and not tail:
@@ -1056,9 +1212,12 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
 
 @overlap.wide_launcher("down")
 def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_q, down_s,
-         shared_down_q, shared_down_s, positions, terms, out, block_n=None, num_warps=None):
+         shared_down_q, shared_down_s, positions, terms, out, block_n=None, num_warps=None,
+         route=None):
     """out bf16 [M, H] = sum over the row's experts of bf16(weight * act_slot D_e^T), shared
-    first then experts ascending (fp32 sum, one rounding), through terms bf16 [M, k+1, H]."""
+    first then experts ascending (fp32 sum, one rounding), through terms bf16 [M, k+1, H].
+    route (a ``Routing``): every row routed in the kernel, as gate/up's route, not read from
+    the slot table."""
     slots, m, inter = act.shape
     _, n_terms, h = terms.shape
     assert shared_down_q.shape == (h, inter) and out.is_contiguous() and terms.is_contiguous()
@@ -1080,6 +1239,7 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         SWAP=down_swap(block_n, gemv), TABLE_EARLY=DOWN_TABLE_EARLY,
         PREFETCH=overlap.prefetches("down"), num_warps=num_warps,
         num_stages=DOWN_STAGES if moe_mma else 3, **overlap.launch_kw(),
+        **_routing_args(route, m, num_experts, slots, num_slots, "down"),
         **({"maxnreg": cap} if moe_mma and (cap := down_maxnreg(m)) else {}),
     )
     sum_terms(terms, positions, out)

@@ -310,6 +310,74 @@ def test_moe_last_arrival_tails_are_bitwise_the_separate_kernels(m):
         assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30))
 
 
+@pytest.mark.parametrize("m, tail", [(1, True), (2, True), (2, False), (3, False)])
+def test_moe_routing_in_the_expert_kernels_is_bitwise_the_slot_table(m, tail):
+    """gate/up and down routing every row themselves from the router's partials
+    (moe.Routing: the router's launch without its route) against route's slot table: bitwise
+    the same activations and output, the same table written (by gate/up), every arrival
+    counter back at zero; a pad row (2 and 3 rows) chooses nothing. tail: gate/up's SwiGLU
+    as its last K chunk's tail (else SwiGLU's own kernel reads the table gate/up wrote)."""
+    lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
+    mw, sh = lw.mlp, lw.mlp.shared
+    g = torch.Generator().manual_seed(10 + m)
+    x = torch.randn(m, CFG.hidden_size, generator=g).bfloat16()
+    pos = torch.tensor([3, -1, 7][:m]) if m > 1 else torch.tensor([5])
+    e, k = CFG.n_routed_experts, CFG.num_experts_per_tok
+    slots, inter, h = m * k + 1, mw.gate.q.shape[1], CFG.hidden_size
+    xq, sx = quant_act(x)
+    block_n, _, split_k = moe.gate_up_tiling(m)
+    runs = []
+    for in_kernels in (False, True):
+        arr = [torch.zeros(n, dtype=torch.int32) for n in (1, -(-inter // block_n) * slots)]
+        parts = torch.full((2, m, e), float("nan"))
+        se = torch.full((slots,), -7, dtype=torch.int32)
+        sw = torch.full((slots, m), float("nan"))
+        sr = torch.full((slots, m), -7, dtype=torch.int32)
+        ns = torch.zeros(1, dtype=torch.int32)
+        scratch = (torch.full((m * e,), -7, dtype=torch.int32), torch.full((m * e,), float("nan")),
+                   arr[0])
+        moe.router_route(x, mw.router, parts, mw.bias, pos, k, CFG.routed_scaling_factor, True,
+                         se, sw, sr, ns, arr[0], scratch, routes=not in_kernels)
+        if in_kernels:  # the router wrote no table
+            assert (se == -7).all() and int(ns) == 0 and torch.isnan(sw).all()
+        routing = moe.Routing(parts, mw.bias, pos, k, CFG.routed_scaling_factor, True, sw,
+                              sr) if in_kernels else None
+        act = torch.full((slots, m, inter), float("nan"), dtype=torch.bfloat16)
+        gu_parts = torch.full((split_k, slots, m, 2, inter), float("nan")) if split_k > 1 else None
+        moe.gate_up(xq, sx.contiguous(), e, se, ns, mw.gate.q, mw.gate.s, mw.up.q, mw.up.s,
+                    sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act, gu_parts,
+                    arrivals=arr[1] if tail else None, route=routing)
+        out = torch.full((m, h), float("nan"), dtype=torch.bfloat16)
+        terms = torch.full((m, k + 1, h), float("nan"), dtype=torch.bfloat16)
+        moe.down(act, e, se, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, pos, terms,
+                 out, route=routing)
+        n = int(ns)
+        runs.append((se[:n], sw[:n], sr[:n], act[:n].float(), out.float()))
+        assert not any(c.any() for c in arr), arr
+    assert n == 1 + len(set(runs[0][0][1:].tolist())) and n > 1
+    assert not torch.isnan(runs[1][-1]).any()
+    for a, b in zip(*runs):
+        assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30))
+
+
+def test_expert_kernels_refuse_routing_of_another_shape():
+    """moe.Routing's partials must be the step's [split, rows, experts]: refused by name."""
+    lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
+    mw, sh = lw.mlp, lw.mlp.shared
+    m, e, k, h = 2, CFG.n_routed_experts, CFG.num_experts_per_tok, CFG.hidden_size
+    slots, inter = m * k + 1, mw.gate.q.shape[1]
+    ns = torch.ones(1, dtype=torch.int32)
+    se = torch.zeros(slots, dtype=torch.int32)
+    sw, sr = torch.zeros(slots, m), torch.zeros(slots, m, dtype=torch.int32)
+    act = torch.zeros(slots, m, inter, dtype=torch.bfloat16)
+    routing = moe.Routing(torch.zeros(2, m + 1, e), mw.bias, torch.zeros(m, dtype=torch.int64),
+                          k, 2.5, True, sw, sr)
+    with pytest.raises(ValueError, match="routing needs a MoE's router partials"):
+        moe.down(act, e, se, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s,
+                 torch.zeros(m, dtype=torch.int64), torch.zeros(m, k + 1, h, dtype=torch.bfloat16),
+                 torch.zeros(m, h, dtype=torch.bfloat16), route=routing)
+
+
 def _route_gate_up_down(mw, x, pos):
     """(act, out) of route, gate/up and down at x's rows on NaN-poisoned buffers."""
     m = x.shape[0]

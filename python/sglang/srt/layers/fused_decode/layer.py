@@ -486,12 +486,18 @@ class FusedLayer:
     def _mlp(self, pos: torch.Tensor, m: int) -> None:
         cfg, mlp, b = self.cfg, self.lw.mlp, self.buf
         v = lambda name: self._view(name, m)  # noqa: E731
+        routing = None
         if self.experts:
+            if self.fp8_moe is None and m <= moe.ROUTE_IN_EXPERTS_MAX_ROWS:
+                routing = moe.Routing(v("router_parts"), mlp.bias, pos, cfg.num_experts_per_tok,
+                                      cfg.routed_scaling_factor, cfg.norm_topk_prob,
+                                      v("slot_weight"), v("slot_rank"))
             moe.router_route(v("x2"), mlp.router, v("router_parts"), mlp.bias, pos,
                              cfg.num_experts_per_tok, cfg.routed_scaling_factor,
                              cfg.norm_topk_prob, b["slot_expert"], v("slot_weight"),
                              v("slot_rank"), b["num_slots"], b["route_arrival"],
-                             (b["route_chosen"], b["route_weight"], b["route_arrival"]))
+                             (b["route_chosen"], b["route_weight"], b["route_arrival"]),
+                             routes=routing is None)
             routed, shared = mlp, mlp.shared
         else:
             routed = shared = mlp  # the dense MLP is the single shared slot
@@ -510,11 +516,11 @@ class FusedLayer:
             moe.gate_up(v("x2q"), v("x2s"), self.experts, b["slot_expert"], b["num_slots"],
                         routed.gate.q, routed.gate.s, routed.up.q, routed.up.s,
                         shared.gate.q, shared.gate.s, shared.up.q, shared.up.s, act, gu_parts,
-                        tiling=tiling, arrivals=b["gu_arrivals"])
+                        tiling=tiling, arrivals=b["gu_arrivals"], route=routing)
             moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"),
                      v("slot_rank"), b["num_slots"], routed.down.q, routed.down.s,
                      shared.down.q, shared.down.s, pos, v("terms"), v("y"), block_n=block_n,
-                     num_warps=warps)
+                     num_warps=warps, route=routing)
 
 
     def health(self) -> List[str]:
