@@ -86,6 +86,10 @@ VARIANTS = {
     # absorb's q from 3 rows) with another split K (default: fp8_linear.tiling's, 2 and 8)
     **{f"{name}_split_{s}": {("fp8_linear", "tiling"): f"{name}_split_{s}"}
        for name, (_, splits) in LINEAR_SPLITS.items() for s in splits},
+    # gate/up and down routing every row themselves up to N rows (moe.ROUTE_IN_EXPERTS_MAX_ROWS;
+    # 0: route's launch or the router's tail at every row count)
+    **{f"route_in_experts_{n}": {("moe", "ROUTE_IN_EXPERTS_MAX_ROWS"): n}
+       for n in (0, 1, 4, 8, 16)},
     "gate_up_no_split_k": {("moe", "gate_up_tiling"): "no_split_k"},
     "norm_8_warps": {("norm", "NUM_WARPS"): 8},
     "norm_16_warps": {("norm", "NUM_WARPS"): 16},

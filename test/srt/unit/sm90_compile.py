@@ -76,7 +76,9 @@ def record(path: str, real: bool = False, persistent_too: bool = True) -> None:
         names = list(params)
         options = {k: kwargs.pop(k) for k in ("num_warps", "num_stages", "maxnreg") if k in kwargs}
         kwargs.pop("launch_pdl", None)
-        bound = dict(zip(names, args)) | kwargs
+        defaults = {n: p.default for n, p in params.items()
+                    if p.default is not inspect.Parameter.empty}
+        bound = defaults | dict(zip(names, args)) | kwargs
         constexprs = {n: v for n, v in bound.items() if "constexpr" in str(params[n].annotation)}
         signature = {n: ("constexpr" if n in constexprs else _describe(bound[n])) for n in names}
         # integers the GPU's JIT would specialize as multiples of 16
