@@ -89,7 +89,15 @@ VARIANTS = {
     # gate/up and down routing every row themselves up to N rows (moe.ROUTE_IN_EXPERTS_MAX_ROWS;
     # 0: route's launch or the router's tail at every row count)
     **{f"route_in_experts_{n}": {("moe", "ROUTE_IN_EXPERTS_MAX_ROWS"): n}
-       for n in (0, 1, 4, 8, 16)},
+       for n in (0, 1, 2, 4, 8, 16)},
+    # gate/up routing alone up to 2 rows, down reading its table after the wait
+    "route_in_gate_up_2": {("moe", "ROUTE_IN_EXPERTS_MAX_ROWS"): 2, ("moe", "ROUTE_IN_DOWN"): False},
+    # the router's one launch with its route tail (1-2 rows) on 1 or 2 warps, top-k by the
+    # bitonic sort or by argmax passes (moe.ROUTE_SORT; with one warp no barrier)
+    "router_route_1_warp": {("moe", "ROUTER_ROUTE_WARPS"): 1},
+    "router_route_2_warps": {("moe", "ROUTER_ROUTE_WARPS"): 2},
+    "router_route_1_warp_argmax": {("moe", "ROUTER_ROUTE_WARPS"): 1, ("moe", "ROUTE_SORT"): False},
+    "router_route_argmax": {("moe", "ROUTE_SORT"): False},
     "gate_up_no_split_k": {("moe", "gate_up_tiling"): "no_split_k"},
     "norm_8_warps": {("norm", "NUM_WARPS"): 8},
     "norm_16_warps": {("norm", "NUM_WARPS"): 16},

@@ -780,7 +780,10 @@ ROUTE_PER_ROW_WARPS = 4
 # the router launch ends with its GEMV (no last-arrival tail), and down routes before its
 # wait, from partials written two kernels back. Gate/up's program (0, 1, 0) writes the slot
 # table for the host's reads. 0: route's launch or tail, always.
-ROUTE_IN_EXPERTS_MAX_ROWS = 2
+ROUTE_IN_EXPERTS_MAX_ROWS = 0
+# whether down, in that form, routes too (else it reads the table gate/up wrote, after its
+# wait: gate/up is the kernel just before it)
+ROUTE_IN_DOWN = True
 
 
 def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tensor, topk: int,
@@ -1213,11 +1216,12 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
 @overlap.wide_launcher("down")
 def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_q, down_s,
          shared_down_q, shared_down_s, positions, terms, out, block_n=None, num_warps=None,
-         route=None):
+         route=None, table_early=True):
     """out bf16 [M, H] = sum over the row's experts of bf16(weight * act_slot D_e^T), shared
     first then experts ascending (fp32 sum, one rounding), through terms bf16 [M, k+1, H].
     route (a ``Routing``): every row routed in the kernel, as gate/up's route, not read from
-    the slot table."""
+    the slot table. table_early=False: the table is read after the wait (the kernel before
+    wrote it), never before (DOWN_TABLE_EARLY)."""
     slots, m, inter = act.shape
     _, n_terms, h = terms.shape
     assert shared_down_q.shape == (h, inter) and out.is_contiguous() and terms.is_contiguous()
@@ -1236,7 +1240,7 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         TERMS=n_terms, BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, INTERPRET=interpreting(),
         PDL=overlap.enabled(), GEMV=gemv,
         GROUPS=min(DOWN_GEMV_GROUPS, triton.cdiv(inter, 128)) if gemv else 1,
-        SWAP=down_swap(block_n, gemv), TABLE_EARLY=DOWN_TABLE_EARLY,
+        SWAP=down_swap(block_n, gemv), TABLE_EARLY=DOWN_TABLE_EARLY and table_early,
         PREFETCH=overlap.prefetches("down"), num_warps=num_warps,
         num_stages=DOWN_STAGES if moe_mma else 3, **overlap.launch_kw(),
         **_routing_args(route, m, num_experts, slots, num_slots, "down"),

@@ -310,13 +310,16 @@ def test_moe_last_arrival_tails_are_bitwise_the_separate_kernels(m):
         assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30))
 
 
-@pytest.mark.parametrize("m, tail", [(1, True), (2, True), (2, False), (3, False)])
-def test_moe_routing_in_the_expert_kernels_is_bitwise_the_slot_table(m, tail):
+@pytest.mark.parametrize("m, tail, down_routes", [(1, True, True), (2, True, True),
+                                                  (2, False, True), (3, False, True),
+                                                  (2, True, False)])
+def test_moe_routing_in_the_expert_kernels_is_bitwise_the_slot_table(m, tail, down_routes):
     """gate/up and down routing every row themselves from the router's partials
     (moe.Routing: the router's launch without its route) against route's slot table: bitwise
     the same activations and output, the same table written (by gate/up), every arrival
     counter back at zero; a pad row (2 and 3 rows) chooses nothing. tail: gate/up's SwiGLU
-    as its last K chunk's tail (else SwiGLU's own kernel reads the table gate/up wrote)."""
+    as its last K chunk's tail (else SwiGLU's own kernel reads the table gate/up wrote);
+    down_routes=False: down reads the table gate/up wrote (moe.ROUTE_IN_DOWN)."""
     lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
     mw, sh = lw.mlp, lw.mlp.shared
     g = torch.Generator().manual_seed(10 + m)
@@ -350,7 +353,7 @@ def test_moe_routing_in_the_expert_kernels_is_bitwise_the_slot_table(m, tail):
         out = torch.full((m, h), float("nan"), dtype=torch.bfloat16)
         terms = torch.full((m, k + 1, h), float("nan"), dtype=torch.bfloat16)
         moe.down(act, e, se, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, pos, terms,
-                 out, route=routing)
+                 out, route=routing if down_routes else None, table_early=routing is None)
         n = int(ns)
         runs.append((se[:n], sw[:n], sr[:n], act[:n].float(), out.float()))
         assert not any(c.any() for c in arr), arr

@@ -520,7 +520,8 @@ class FusedLayer:
             moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"),
                      v("slot_rank"), b["num_slots"], routed.down.q, routed.down.s,
                      shared.down.q, shared.down.s, pos, v("terms"), v("y"), block_n=block_n,
-                     num_warps=warps, route=routing)
+                     num_warps=warps, route=routing if moe.ROUTE_IN_DOWN else None,
+                     table_early=routing is None)
 
 
     def health(self) -> List[str]:
