@@ -86,14 +86,13 @@ VARIANTS = {
     # absorb's q from 3 rows) with another split K (default: fp8_linear.tiling's, 2 and 8)
     **{f"{name}_split_{s}": {("fp8_linear", "tiling"): f"{name}_split_{s}"}
        for name, (_, splits) in LINEAR_SPLITS.items() for s in splits},
-    # gate/up and down routing every row themselves up to N rows (moe.ROUTE_IN_EXPERTS_MAX_ROWS;
-    # 0: route's launch or the router's tail at every row count)
-    **{f"route_in_experts_{n}": {("moe", "ROUTE_IN_EXPERTS_MAX_ROWS"): n}
-       for n in (0, 1, 2, 4, 8, 16)},
-    # gate/up routing alone up to 2 rows, down reading its table after the wait
-    "route_in_gate_up_2": {("moe", "ROUTE_IN_EXPERTS_MAX_ROWS"): 2, ("moe", "ROUTE_IN_DOWN"): False},
+    # gate/up routing every row itself up to N rows (moe.ROUTE_IN_GATE_UP_MAX_ROWS; 0: the
+    # router's tail or route's launch at every row count). In results up to f6299a0,
+    # route_in_experts_N had down route too (T203713Z) and route_in_gate_up_2 is this form
+    **{f"route_in_gate_up_{n}": {("moe", "ROUTE_IN_GATE_UP_MAX_ROWS"): n} for n in (0, 1, 3, 4)},
     # the router's one launch with its route tail (1-2 rows) on 1 or 2 warps, top-k by the
-    # bitonic sort or by argmax passes (moe.ROUTE_SORT; with one warp no barrier)
+    # bitonic sort or by argmax passes (moe.ROUTE_SORT; with one warp no barrier): +1.0..+31 us
+    # a MoE layer at 1-2 rows (T204221Z)
     "router_route_1_warp": {("moe", "ROUTER_ROUTE_WARPS"): 1},
     "router_route_2_warps": {("moe", "ROUTER_ROUTE_WARPS"): 2},
     "router_route_1_warp_argmax": {("moe", "ROUTER_ROUTE_WARPS"): 1, ("moe", "ROUTE_SORT"): False},

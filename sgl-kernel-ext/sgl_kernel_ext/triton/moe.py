@@ -6,8 +6,10 @@ Launches with grids fixed by the plan (CUDA-graph capturable):
    bias (ties to the lower expert; one bitonic top-k, ``ROUTE_SORT``), weights renormalized
    and scaled; then compacts the experts any row chose into a slot list (slot 0 the shared
    expert with weight 1, then the chosen experts ascending) with a [slot, row] weight table.
-   Pad rows choose nothing. At 1-2 rows it is the tail of the router's GEMV launch; from 3
-   rows one program per row picks its experts and the last to finish builds the slot list
+   Pad rows choose nothing. In a layer step of 1-2 rows gate/up's routed programs route
+   every row themselves from the router's partials (``Routing``, ROUTE_IN_GATE_UP_MAX_ROWS);
+   called alone at 1-2 rows it is the tail of the router's GEMV launch; from 3 rows one
+   program per row picks its experts and the last to finish builds the slot list
    (``arrival``).
 2. ``gate_up``: one program per (slot, BLOCK_N intermediate columns): FP8 block GEMMs of the
    slot's expert for every row (x arrives quantized), SiLU(g) * u rounded to bf16 as SGLang's
@@ -137,7 +139,7 @@ def _route_task(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
 def _routed_slot(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr, scale, slot,
                  R_BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
                  RENORM: tl.constexpr, SORT: tl.constexpr):
-    """Route every row from the router's partials, in this program (ROUTE_IN_EXPERTS_MAX_ROWS):
+    """Route every row from the router's partials, in this program (ROUTE_IN_GATE_UP_MAX_ROWS):
     (n slots, the slot's expert, chosen, weight [R_BLOCK_M, BLOCK_E]) as route's slot list
     would hold them (slot 0 the shared expert E, then the chosen experts ascending)."""
     offs_m = tl.arange(0, R_BLOCK_M)
@@ -148,23 +150,6 @@ def _routed_slot(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr, scale,
     place = tl.cumsum(used, axis=0)
     e = tl.sum(tl.where((used > 0) & (place == slot), offs_e, 0), axis=0)
     return tl.sum(used, axis=0) + 1, tl.where(slot == 0, E, e), chosen, w
-
-
-@triton.jit
-def _routed_rows(chosen, w, e, E, BLOCK_M: tl.constexpr, R_BLOCK_M: tl.constexpr,
-                 BLOCK_E: tl.constexpr):
-    """(weight, rank) [BLOCK_M] of each row for expert e, as route's [slot, row] tables hold
-    them (the shared expert E: weight 1, rank 0; rank -1 where the row did not choose e)."""
-    hit = tl.arange(0, BLOCK_E)[None, :] == e
-    rank = tl.where(chosen > 0, tl.cumsum(chosen, axis=1), -1)
-    w_r = tl.sum(tl.where(hit, w, 0.0), axis=1)
-    rank_r = tl.sum(tl.where(hit, rank, 0), axis=1)
-    # [R_BLOCK_M] -> [BLOCK_M] (the MMA's 16 rows at least): one match a row
-    at = tl.arange(0, BLOCK_M)[:, None] == tl.arange(0, R_BLOCK_M)[None, :]
-    w_m = tl.sum(tl.where(at, w_r[None, :], 0.0), axis=1)
-    rank_m = tl.sum(tl.where(at, rank_r[None, :], 0), axis=1)
-    shared = e == E
-    return tl.where(shared, 1.0, w_m), tl.where(shared, 0, rank_m)
 
 
 @triton.jit
@@ -650,28 +635,12 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
                  terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
                  GROUPS: tl.constexpr, SWAP: tl.constexpr, TABLE_EARLY: tl.constexpr,
-                 PREFETCH: tl.constexpr, r_parts_ptr, r_bias_ptr, r_pos_ptr, r_scale,
-                 ROUTE: tl.constexpr = False, R_SPLIT: tl.constexpr = 1,
-                 R_BLOCK_M: tl.constexpr = 2, BLOCK_E: tl.constexpr = 2, TOPK: tl.constexpr = 1,
-                 RENORM: tl.constexpr = False, SORT: tl.constexpr = False):
+                 PREFETCH: tl.constexpr):
     """PREFETCH: the program prefetches its weight tile into L2 before its wait
-    (overlap.PREFETCH_OFF). ROUTE: every row routed here from the router's partials (r_*,
-    as gate/up routes them) instead of read from the slot table."""
+    (overlap.PREFETCH_OFF)."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
-    if ROUTE:
-        # the router wrote its partials two kernels back: routed before the wait (overlap's
-        # rule 1); gate/up, just before, writes the slot table this form does not read
-        n, e, chosen, w_all = _routed_slot(r_parts_ptr, R_SPLIT, M, E, r_bias_ptr, r_pos_ptr,
-                                           r_scale, slot, R_BLOCK_M, BLOCK_E, TOPK, RENORM, SORT)
-        w, rank = _routed_rows(chosen, w_all, e, E, BLOCK_M, R_BLOCK_M, BLOCK_E)
-        _down_prefetch_at(tile, slot, n, e, H, I, E, dq_ptr, q_stride_e, sdq_ptr, BLOCK_N,
-                          PDL and PREFETCH)
-        stage_begin(PDL)
-        _down_slot(tile, slot, n, e, w, rank, act_ptr, M, I, H, E, dq_ptr, ds_ptr, q_stride_e,
-                   s_stride_e, sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET,
-                   GEMV, GROUPS, SWAP)
-    elif TABLE_EARLY:
+    if TABLE_EARLY:
         # the slot table, weights and ranks were written by route, two kernels back: read
         # before the wait (overlap's rule 1), so the multiply starts at the activations
         n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
@@ -774,16 +743,17 @@ ROUTE_PER_ROW_MIN_ROWS = 3
 ROUTE_PER_ROW_WARPS = 4
 
 
-# rows up to which a MoE layer's gate/up and down route every row themselves from the router's
-# partials (``Routing``: each program sums the partials and takes the top-k, as route does,
-# then finds its slot's expert and its rows' weights and ranks), so no program routes for them:
-# the router launch ends with its GEMV (no last-arrival tail), and down routes before its
-# wait, from partials written two kernels back. Gate/up's program (0, 1, 0) writes the slot
-# table for the host's reads. 0: route's launch or tail, always.
-ROUTE_IN_EXPERTS_MAX_ROWS = 0
-# whether down, in that form, routes too (else it reads the table gate/up wrote, after its
-# wait: gate/up is the kernel just before it)
-ROUTE_IN_DOWN = True
+# rows up to which a MoE layer's gate/up routes every row itself from the router's partials
+# (``Routing``: each routed program sums the partials and takes the top-k as route does, then
+# finds its slot's expert), so the router's launch ends with its GEMV (no last-arrival tail);
+# gate/up's program (0, 1, 0) writes the slot table, which down (the next kernel) reads after
+# its wait. On an H200: -1.5 / -0.6 us a MoE layer at 1 / 2 rows, -1.0 / -0.8 with the
+# indexer (results/tiling_probe_20261203T204221Z, two arms each: route_in_gate_up_2). Tried:
+# down routing too, before its wait (the partials are two kernels back): +2.4..+3.5 us at
+# 1-2 rows, its ~860 programs sorting in several waves; from 4 rows +16 / +98 / +700 us at
+# 4 / 8 / 16 (T203713Z: the baseline there routed in both up to 2 rows; code at f6299a0).
+# 0: the router's tail or route's launch at every row count.
+ROUTE_IN_GATE_UP_MAX_ROWS = 2
 
 
 def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tensor, topk: int,
@@ -1115,9 +1085,9 @@ def down_shape(m: int, dense: bool = False) -> tuple:
 
 
 class Routing(NamedTuple):
-    """What gate/up and down route every row from themselves (ROUTE_IN_EXPERTS_MAX_ROWS): the
-    router's fp32 split-K partials [SPLIT, M, E] and route's arguments, and the [slot, row]
-    tables gate/up writes as route would."""
+    """What gate/up routes every row from itself (ROUTE_IN_GATE_UP_MAX_ROWS): the router's
+    fp32 split-K partials [SPLIT, M, E], route's arguments, and the [slot, row] tables it
+    writes as route would."""
     parts: torch.Tensor
     bias: torch.Tensor
     positions: torch.Tensor
@@ -1128,27 +1098,22 @@ class Routing(NamedTuple):
     slot_rank: torch.Tensor
 
 
-def _routing_args(route, m: int, num_experts: int, slots: int, dummy: torch.Tensor,
-                  kernel: str) -> dict:
-    """The expert kernels' routing arguments: route's (a ``Routing``) or placeholders."""
+def _routing_args(route, m: int, num_experts: int, slots: int, dummy: torch.Tensor) -> dict:
+    """gate/up's routing arguments: route's (a ``Routing``) or placeholders."""
     if route is None:
-        kw = dict(r_parts_ptr=dummy, r_bias_ptr=dummy, r_pos_ptr=dummy, r_scale=1.0)
-        return {**kw, "slot_weight_ptr": dummy, "slot_rank_ptr": dummy} \
-            if kernel == "gate_up" else kw
+        return dict(r_parts_ptr=dummy, r_bias_ptr=dummy, r_pos_ptr=dummy, r_scale=1.0,
+                    slot_weight_ptr=dummy, slot_rank_ptr=dummy)
     split, pm, e = route.parts.shape
     if not num_experts or e != num_experts or pm != m:
-        raise ValueError(f"{kernel}: routing needs a MoE's router partials [split, {m}, "
+        raise ValueError(f"gate_up: routing needs a MoE's router partials [split, {m}, "
                          f"{num_experts}], got {tuple(route.parts.shape)}")
     assert route.parts.is_contiguous() and route.parts.dtype == torch.float32
     assert slots >= 2 and route.slot_weight.shape == (slots, m) == route.slot_rank.shape
-    kw = dict(r_parts_ptr=route.parts, r_bias_ptr=route.bias, r_pos_ptr=route.positions,
-              r_scale=float(route.scale), ROUTE=True, R_SPLIT=split,
-              R_BLOCK_M=max(2, triton.next_power_of_2(m)),
-              BLOCK_E=triton.next_power_of_2(e), TOPK=route.topk, RENORM=route.renorm,
-              SORT=ROUTE_SORT)
-    if kernel == "gate_up":
-        kw.update(slot_weight_ptr=route.slot_weight, slot_rank_ptr=route.slot_rank)
-    return kw
+    return dict(r_parts_ptr=route.parts, r_bias_ptr=route.bias, r_pos_ptr=route.positions,
+                r_scale=float(route.scale), slot_weight_ptr=route.slot_weight,
+                slot_rank_ptr=route.slot_rank, ROUTE=True, R_SPLIT=split,
+                R_BLOCK_M=max(2, triton.next_power_of_2(m)), BLOCK_E=triton.next_power_of_2(e),
+                TOPK=route.topk, RENORM=route.renorm, SORT=ROUTE_SORT)
 
 
 @overlap.wide_launcher(lambda xq, sx, num_experts, *_, **__:
@@ -1163,7 +1128,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
     and SwiGLU'd by the last K chunk of each (tile, slot) when `arrivals` (int32 counters, at
     least tiles x SLOTS, left at zero) is given, else by a second kernel. route (a
     ``Routing``, a MoE only): route every row in the kernel from the router's partials rather
-    than read the slot table, which the kernel writes (ROUTE_IN_EXPERTS_MAX_ROWS)."""
+    than read the slot table, which the kernel writes (ROUTE_IN_GATE_UP_MAX_ROWS)."""
     m, k = xq.shape
     dense = not num_experts
     block_n, groups, split_k = tiling or gate_up_tiling(m, dense)
@@ -1203,7 +1168,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         PREFETCH=overlap.prefetches("gate_up"),
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
         num_stages=gate_up_stages(m, not num_experts),
-        **_routing_args(route, m, num_experts, slots, num_slots, "gate_up"),
+        **_routing_args(route, m, num_experts, slots, num_slots),
         **overlap.launch_kw(),
     )
     if split_k > 1 and not tail:
@@ -1216,12 +1181,11 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
 @overlap.wide_launcher("down")
 def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_q, down_s,
          shared_down_q, shared_down_s, positions, terms, out, block_n=None, num_warps=None,
-         route=None, table_early=True):
+         table_early=True):
     """out bf16 [M, H] = sum over the row's experts of bf16(weight * act_slot D_e^T), shared
     first then experts ascending (fp32 sum, one rounding), through terms bf16 [M, k+1, H].
-    route (a ``Routing``): every row routed in the kernel, as gate/up's route, not read from
-    the slot table. table_early=False: the table is read after the wait (the kernel before
-    wrote it), never before (DOWN_TABLE_EARLY)."""
+    table_early=False: the slot table is read after the wait (gate/up, the kernel before,
+    wrote it: ``Routing``), never before (DOWN_TABLE_EARLY)."""
     slots, m, inter = act.shape
     _, n_terms, h = terms.shape
     assert shared_down_q.shape == (h, inter) and out.is_contiguous() and terms.is_contiguous()
@@ -1243,7 +1207,6 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         SWAP=down_swap(block_n, gemv), TABLE_EARLY=DOWN_TABLE_EARLY and table_early,
         PREFETCH=overlap.prefetches("down"), num_warps=num_warps,
         num_stages=DOWN_STAGES if moe_mma else 3, **overlap.launch_kw(),
-        **_routing_args(route, m, num_experts, slots, num_slots, "down"),
         **({"maxnreg": cap} if moe_mma and (cap := down_maxnreg(m)) else {}),
     )
     sum_terms(terms, positions, out)

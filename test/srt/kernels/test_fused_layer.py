@@ -552,17 +552,15 @@ def test_route_forms_are_bitwise_the_default(sort, tail_rows, rows, monkeypatch)
 
 @pytest.mark.parametrize("rows", [1, 2, 4, 16])
 @pytest.mark.parametrize("kind", ["moe_shared_topk", "moe_indexer"])
-def test_routing_in_the_expert_kernels_is_bitwise_route(kind, rows, monkeypatch):
-    """gate/up and down routing every row themselves from the router's partials
-    (moe.ROUTE_IN_EXPERTS_MAX_ROWS, the router launch without its route; down routing too or
-    reading gate/up's table, moe.ROUTE_IN_DOWN) against route's slot table, at real shapes with a pad row: outputs and caches bitwise equal, the
+def test_routing_in_gate_up_is_bitwise_route(kind, rows, monkeypatch):
+    """gate/up routing every row itself from the router's partials (moe.ROUTE_IN_GATE_UP_MAX_ROWS:
+    the router launch without its route, down reading the table gate/up writes) against
+    route's slot table, at real shapes with a pad row: outputs and caches bitwise equal, the
     arrival counters back at zero."""
     from sgl_kernel_ext.triton import moe
 
-    _forms_bitwise_equal(kind, rows, 31, ({(moe, "ROUTE_IN_EXPERTS_MAX_ROWS"): 0},
-                                          {(moe, "ROUTE_IN_EXPERTS_MAX_ROWS"): 16},
-                                          {(moe, "ROUTE_IN_EXPERTS_MAX_ROWS"): 16,
-                                           (moe, "ROUTE_IN_DOWN"): False}),
+    _forms_bitwise_equal(kind, rows, 31, ({(moe, "ROUTE_IN_GATE_UP_MAX_ROWS"): 0},
+                                          {(moe, "ROUTE_IN_GATE_UP_MAX_ROWS"): 16}),
                          monkeypatch, counters=("route_arrival", "gu_arrivals"))
 
 

@@ -310,16 +310,14 @@ def test_moe_last_arrival_tails_are_bitwise_the_separate_kernels(m):
         assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30))
 
 
-@pytest.mark.parametrize("m, tail, down_routes", [(1, True, True), (2, True, True),
-                                                  (2, False, True), (3, False, True),
-                                                  (2, True, False)])
-def test_moe_routing_in_the_expert_kernels_is_bitwise_the_slot_table(m, tail, down_routes):
-    """gate/up and down routing every row themselves from the router's partials
-    (moe.Routing: the router's launch without its route) against route's slot table: bitwise
-    the same activations and output, the same table written (by gate/up), every arrival
-    counter back at zero; a pad row (2 and 3 rows) chooses nothing. tail: gate/up's SwiGLU
-    as its last K chunk's tail (else SwiGLU's own kernel reads the table gate/up wrote);
-    down_routes=False: down reads the table gate/up wrote (moe.ROUTE_IN_DOWN)."""
+@pytest.mark.parametrize("m, tail", [(1, True), (2, True), (2, False), (3, False)])
+def test_moe_routing_in_gate_up_is_bitwise_the_slot_table(m, tail):
+    """gate/up routing every row itself from the router's partials (moe.Routing: the
+    router's launch without its route) against route's slot table: bitwise the same
+    activations and output, the same table written (by gate/up, down reading it), every
+    arrival counter back at zero; a pad row (2 and 3 rows) chooses nothing. tail: gate/up's
+    SwiGLU as its last K chunk's tail (else SwiGLU's own kernel reads the table gate/up
+    wrote)."""
     lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
     mw, sh = lw.mlp, lw.mlp.shared
     g = torch.Generator().manual_seed(10 + m)
@@ -353,7 +351,7 @@ def test_moe_routing_in_the_expert_kernels_is_bitwise_the_slot_table(m, tail, do
         out = torch.full((m, h), float("nan"), dtype=torch.bfloat16)
         terms = torch.full((m, k + 1, h), float("nan"), dtype=torch.bfloat16)
         moe.down(act, e, se, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, pos, terms,
-                 out, route=routing if down_routes else None, table_early=routing is None)
+                 out, table_early=routing is None)
         n = int(ns)
         runs.append((se[:n], sw[:n], sr[:n], act[:n].float(), out.float()))
         assert not any(c.any() for c in arr), arr
@@ -363,7 +361,7 @@ def test_moe_routing_in_the_expert_kernels_is_bitwise_the_slot_table(m, tail, do
         assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30))
 
 
-def test_expert_kernels_refuse_routing_of_another_shape():
+def test_gate_up_refuses_routing_of_another_shape():
     """moe.Routing's partials must be the step's [split, rows, experts]: refused by name."""
     lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
     mw, sh = lw.mlp, lw.mlp.shared
@@ -375,10 +373,12 @@ def test_expert_kernels_refuse_routing_of_another_shape():
     act = torch.zeros(slots, m, inter, dtype=torch.bfloat16)
     routing = moe.Routing(torch.zeros(2, m + 1, e), mw.bias, torch.zeros(m, dtype=torch.int64),
                           k, 2.5, True, sw, sr)
+    xq, sx = quant_act(torch.randn(m, h).bfloat16())
+    split_k = moe.gate_up_tiling(m)[2]
+    gu_parts = torch.zeros(split_k, slots, m, 2, inter) if split_k > 1 else None
     with pytest.raises(ValueError, match="routing needs a MoE's router partials"):
-        moe.down(act, e, se, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s,
-                 torch.zeros(m, dtype=torch.int64), torch.zeros(m, k + 1, h, dtype=torch.bfloat16),
-                 torch.zeros(m, h, dtype=torch.bfloat16), route=routing)
+        moe.gate_up(xq, sx.contiguous(), e, se, ns, mw.gate.q, mw.gate.s, mw.up.q, mw.up.s,
+                    sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act, gu_parts, route=routing)
 
 
 def _route_gate_up_down(mw, x, pos):

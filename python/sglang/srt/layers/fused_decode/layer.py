@@ -488,7 +488,7 @@ class FusedLayer:
         v = lambda name: self._view(name, m)  # noqa: E731
         routing = None
         if self.experts:
-            if self.fp8_moe is None and m <= moe.ROUTE_IN_EXPERTS_MAX_ROWS:
+            if self.fp8_moe is None and m <= moe.ROUTE_IN_GATE_UP_MAX_ROWS:
                 routing = moe.Routing(v("router_parts"), mlp.bias, pos, cfg.num_experts_per_tok,
                                       cfg.routed_scaling_factor, cfg.norm_topk_prob,
                                       v("slot_weight"), v("slot_rank"))
@@ -520,8 +520,7 @@ class FusedLayer:
             moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"),
                      v("slot_rank"), b["num_slots"], routed.down.q, routed.down.s,
                      shared.down.q, shared.down.s, pos, v("terms"), v("y"), block_n=block_n,
-                     num_warps=warps, route=routing if moe.ROUTE_IN_DOWN else None,
-                     table_early=routing is None)
+                     num_warps=warps, table_early=routing is None)
 
 
     def health(self) -> List[str]:
