@@ -90,10 +90,8 @@ VARIANTS = {
     # router's tail or route's launch at every row count). In results up to f6299a0,
     # route_in_experts_N had down route too (T203713Z) and route_in_gate_up_2 is this form
     **{f"route_in_gate_up_{n}": {("moe", "ROUTE_IN_GATE_UP_MAX_ROWS"): n} for n in (0, 1, 3, 4)},
-    # route without its slot list from N rows: per-expert flags the expert kernels read
-    # (moe.ROUTE_FLAGS_FROM_ROWS; "off": never)
-    **{f"route_flags_{n}": {("moe", "ROUTE_FLAGS_FROM_ROWS"): n} for n in (3, 8)},
-    "route_flags_off": {("moe", "ROUTE_FLAGS_FROM_ROWS"): 1 << 30},
+    # route_flags_off (T211238Z): the form without route's flags, measured against them (code
+    # at 743ff9e; moe.py's tried note)
     # the router's one launch with its route tail (1-2 rows) on 1 or 2 warps, top-k by the
     # bitonic sort or by argmax passes (moe.ROUTE_SORT; with one warp no barrier): +1.0..+31 us
     # a MoE layer at 1-2 rows (T204221Z)

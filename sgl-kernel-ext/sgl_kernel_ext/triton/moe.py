@@ -153,17 +153,6 @@ def _routed_slot(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr, scale,
 
 
 @triton.jit
-def _flagged_slot(used_ptr, slot, E, BLOCK_E: tl.constexpr):
-    """(n slots, the slot's expert) from route's per-expert flags (``Flags``), as route's slot
-    list would hold them (slot 0 the shared expert E, then the flagged experts ascending)."""
-    offs_e = tl.arange(0, BLOCK_E)
-    used = tl.load(used_ptr + offs_e, mask=offs_e < E, other=0)
-    place = tl.cumsum(used, axis=0)
-    e = tl.sum(tl.where((used > 0) & (place == slot), offs_e, 0), axis=0)
-    return tl.sum(used, axis=0) + 1, tl.where(slot == 0, E, e)
-
-
-@triton.jit
 def _route_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
                   slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, scale,
                   BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
@@ -178,12 +167,9 @@ def _route_per_row_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_pt
                           chosen_ptr, weight_ptr, arrival_ptr, slot_expert_ptr, slot_weight_ptr,
                           slot_rank_ptr, num_slots_ptr, scale, BLOCK_M: tl.constexpr,
                           BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
-                          PDL: tl.constexpr, SORT: tl.constexpr, used_ptr=None,
-                          FLAGS: tl.constexpr = False):
+                          PDL: tl.constexpr, SORT: tl.constexpr):
     """Program r: row r's top-k into the [M, E] chosen / weight scratch; the last row to
-    finish builds the slot list from every row's. FLAGS (``Flags``): no slot list; the
-    scratch holds each row's weight and rank by expert, and used[e] is set to 1 for every
-    chosen expert (the expert kernels find their slot's expert from the flags)."""
+    finish builds the slot list from every row's."""
     r = tl.program_id(0)
     stage_begin(PDL)
     offs_r = r + tl.arange(0, 2)  # [2, E] tiles, the second row masked off
@@ -193,23 +179,16 @@ def _route_per_row_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_pt
     offs_e = tl.arange(0, BLOCK_E)
     at = offs_r[:, None] * E + offs_e[None, :]
     ok = r_ok[:, None] & (offs_e[None, :] < E)
+    tl.store(chosen_ptr + at, chosen, mask=ok)
     tl.store(weight_ptr + at, w, mask=ok)
-    if FLAGS:
-        tl.store(chosen_ptr + at, tl.where(chosen > 0, tl.cumsum(chosen, axis=1), -1), mask=ok)
-        # every row that chose e stores the same 1
-        tl.store(used_ptr + offs_e[None, :] + 0 * offs_r[:, None], chosen,
-                 mask=ok & (chosen > 0))
-    else:
-        tl.store(chosen_ptr + at, chosen, mask=ok)
-        if arrive_last(arrival_ptr, M):
-            offs_m = tl.arange(0, BLOCK_M)
-            m_ok = offs_m < M
-            every = offs_m[:, None] * E + offs_e[None, :]
-            every_ok = m_ok[:, None] & (offs_e[None, :] < E)
-            _route_slots(tl.load(chosen_ptr + every, mask=every_ok, other=0),
-                         tl.load(weight_ptr + every, mask=every_ok, other=0.0), offs_m, m_ok,
-                         M, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, E,
-                         BLOCK_E)
+    if arrive_last(arrival_ptr, M):
+        offs_m = tl.arange(0, BLOCK_M)
+        m_ok = offs_m < M
+        every = offs_m[:, None] * E + offs_e[None, :]
+        every_ok = m_ok[:, None] & (offs_e[None, :] < E)
+        _route_slots(tl.load(chosen_ptr + every, mask=every_ok, other=0),
+                     tl.load(weight_ptr + every, mask=every_ok, other=0.0), offs_m, m_ok, M,
+                     slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, E, BLOCK_E)
 
 
 @triton.jit
@@ -494,12 +473,11 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     ROUTE: tl.constexpr = False, R_SPLIT: tl.constexpr = 1,
                     R_BLOCK_M: tl.constexpr = 2, BLOCK_E: tl.constexpr = 2,
                     TOPK: tl.constexpr = 1, RENORM: tl.constexpr = False,
-                    SORT: tl.constexpr = False, used_ptr=None, FLAGS: tl.constexpr = False):
+                    SORT: tl.constexpr = False):
     """PREFETCH: the shared expert's programs prefetch their tile into L2 before their wait
     (overlap.PREFETCH_OFF). ROUTE: the routed programs route every row themselves from the
     router's partials (r_*, ``_routed_slot``) instead of reading route's slot table, and
-    program (0, 1, 0) writes that table (for down's table form and the host's reads). FLAGS:
-    the slot's expert from route's per-expert flags (``Flags``), no table."""
+    program (0, 1, 0) writes that table (for down's table form and the host's reads)."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     split = tl.program_id(2)
@@ -529,13 +507,6 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                         sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS,
                         k_chunk, BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK,
                         SCALES)
-        elif FLAGS:
-            n, e = _flagged_slot(used_ptr, slot, E, BLOCK_E)
-            _gate_up_at(tile, slot, split, n, e, xq_ptr, sx_ptr, M, K, I, E, gq_ptr, gs_ptr,
-                        uq_ptr, us_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr, suq_ptr,
-                        sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS,
-                        k_chunk, BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK,
-                        SCALES)
         else:
             _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr,
                           num_slots_ptr, gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
@@ -543,7 +514,7 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                           act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N, GROUPS,
                           SPLIT_K, INTERPRET, GEMV, SWAP, STACK, SCALES)
     if TAIL:  # the last K chunk of (tile, slot) to finish sums the chunks and applies SwiGLU
-        if ROUTE or FLAGS:
+        if ROUTE:
             # every program of a (tile, slot) routed alike: a slot past the list counts none
             if slot < n:
                 if arrive_last(arrivals_ptr + slot * tl.num_programs(0) + tile, SPLIT_K):
@@ -664,28 +635,12 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
                  terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
                  GROUPS: tl.constexpr, SWAP: tl.constexpr, TABLE_EARLY: tl.constexpr,
-                 PREFETCH: tl.constexpr, used_ptr=None, fw_ptr=None, frank_ptr=None,
-                 FLAGS: tl.constexpr = False, BLOCK_E: tl.constexpr = 2):
+                 PREFETCH: tl.constexpr):
     """PREFETCH: the program prefetches its weight tile into L2 before its wait
-    (overlap.PREFETCH_OFF). FLAGS: the slot's expert from route's per-expert flags and its
-    rows' weight and rank from route's [M, E] tables (``Flags``), read before the wait (route
-    wrote them two kernels back), not from the slot table."""
+    (overlap.PREFETCH_OFF)."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
-    if FLAGS:
-        n, e = _flagged_slot(used_ptr, slot, E, BLOCK_E)
-        offs_m = tl.arange(0, BLOCK_M)
-        m_ok = offs_m < M
-        at = offs_m * E + tl.minimum(e, E - 1)
-        w = tl.where(e == E, 1.0, tl.load(fw_ptr + at, mask=m_ok, other=0.0))
-        rank = tl.where(e == E, 0, tl.load(frank_ptr + at, mask=m_ok, other=-1))
-        _down_prefetch_at(tile, slot, n, e, H, I, E, dq_ptr, q_stride_e, sdq_ptr, BLOCK_N,
-                          PDL and PREFETCH)
-        stage_begin(PDL)
-        _down_slot(tile, slot, n, e, w, rank, act_ptr, M, I, H, E, dq_ptr, ds_ptr, q_stride_e,
-                   s_stride_e, sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET,
-                   GEMV, GROUPS, SWAP)
-    elif TABLE_EARLY:
+    if TABLE_EARLY:
         # the slot table, weights and ranks were written by route, two kernels back: read
         # before the wait (overlap's rule 1), so the multiply starts at the activations
         n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
@@ -729,10 +684,7 @@ def _sum_terms_at(m, ht, pos, terms_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK:
 
 @triton.jit
 def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK: tl.constexpr,
-                      PDL: tl.constexpr, POS_EARLY: tl.constexpr, used_ptr=None, E=0,
-                      FLAGS: tl.constexpr = False, BLOCK_E: tl.constexpr = 2):
-    """FLAGS: program (0, 0) clears route's per-expert flags for the next step (``Flags``:
-    gate/up and down, the kernels before it, have read them)."""
+                      PDL: tl.constexpr, POS_EARLY: tl.constexpr):
     if POS_EARLY:  # SUM_POS_EARLY
         pos = tl.load(pos_ptr + tl.program_id(0))
         stage_begin(PDL)
@@ -742,10 +694,6 @@ def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK
         stage_begin(PDL)
         _sum_terms_task(tl.program_id(0), tl.program_id(1), terms_ptr, pos_ptr, out_ptr, H,
                         TERMS, BLOCK)
-    if FLAGS:
-        if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
-            offs_e = tl.arange(0, BLOCK_E)
-            tl.store(used_ptr + offs_e, tl.zeros((BLOCK_E,), tl.int32), mask=offs_e < E)
 
 
 # rows up to which the router's GEMV and route are one launch (on an H200 the tail saves
@@ -806,52 +754,30 @@ ROUTE_PER_ROW_WARPS = 4
 # 4 / 8 / 16 (T203713Z: the baseline there routed in both up to 2 rows; code at f6299a0).
 # 0: the router's tail or route's launch at every row count.
 ROUTE_IN_GATE_UP_MAX_ROWS = 2
-# rows from which a MoE layer's route (one program a row) ends without building the slot list:
-# each row's program writes its weight and rank by expert ([M, E] tables) and flags the
-# experts it chose (``Flags``); gate/up and down find their slot's expert from the flags (a
-# prefix count, as the slot list numbers them), down its rows' weights and ranks from the
-# tables, and the terms' sum clears the flags. No last-arrival tail in route.
-ROUTE_FLAGS_FROM_ROWS = 3
-
-
-class Flags(NamedTuple):
-    """Route's per-expert form (ROUTE_FLAGS_FROM_ROWS): used int32 [E] (1 where any row chose
-    the expert; zero before route, cleared by the terms' sum), weight fp32 and rank int32
-    [M, E] (the row's weight for the expert; the expert's place in the row's ascending
-    choice, -1 where the row did not choose it)."""
-    used: torch.Tensor
-    weight: torch.Tensor
-    rank: torch.Tensor
+# Tried from 3 rows: route's one program a row without its slot list (no last-arrival tail),
+# each row's program writing its weights and ranks by expert ([M, E]) and flagging the experts
+# it chose, gate/up and down finding their slot's expert from the 256 flags by a prefix count,
+# the terms' sum clearing the flags. Bitwise the slot table on an H200 at 3/4/12/16 rows
+# (results/pytest_route_flags_743ff9e.log; code at 743ff9e), but slower: +0.2..+0.8 us a MoE
+# layer at 3-12 rows, +3.0 at 16 (tiling_probe_20261203T211238Z, route_flags_off is the form
+# here): the prefix count is a cross-warp scan in each of gate/up's and down's thousands of
+# programs, where the tail counts once.
 
 
 def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tensor, topk: int,
           scale: float, renorm: bool, slot_expert: torch.Tensor, slot_weight: torch.Tensor,
-          slot_rank: torch.Tensor, num_slots: torch.Tensor, scratch=None,
-          flags: "Flags | None" = None) -> None:
+          slot_rank: torch.Tensor, num_slots: torch.Tensor, scratch=None) -> None:
     """router_parts fp32 [SPLIT, M, E]; writes slot_expert int32 [>= M*topk+1], slot_weight
     fp32 and slot_rank int32 [>= M*topk+1, M] (the expert's place in the row's ascending
     choice; -1 where the row did not choose it) and num_slots int32 [1]. scratch: (chosen
     int32 [>= M*E], weight fp32 [>= M*E], an int32 arrival counter at zero) for the
-    one-program-per-row form from ROUTE_PER_ROW_MIN_ROWS rows. flags (a ``Flags``, from
-    ROUTE_PER_ROW_MIN_ROWS rows): that form without the slot list, into the flags instead."""
+    one-program-per-row form from ROUTE_PER_ROW_MIN_ROWS rows."""
     split, m, e = router_parts.shape
     assert router_parts.is_contiguous() and slot_weight.shape[1] == m
     assert slot_expert.numel() >= m * topk + 1 and slot_weight.is_contiguous()
     assert slot_rank.shape == slot_weight.shape and slot_rank.is_contiguous()
     common = dict(BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm,
                   PDL=overlap.enabled(), SORT=ROUTE_SORT, **overlap.launch_kw())
-    if flags is not None:
-        if m < ROUTE_PER_ROW_MIN_ROWS:
-            raise ValueError(f"route: the flags form is route's one program a row, from "
-                             f"{ROUTE_PER_ROW_MIN_ROWS} rows; got {m}")
-        _check_flags(flags, m, e)
-        _route_per_row_kernel[(m,)](router_parts, split, m, e, bias, positions, flags.rank,
-                                    flags.weight, num_slots, slot_expert, slot_weight, slot_rank,
-                                    num_slots, float(scale),
-                                    BLOCK_M=max(2, triton.next_power_of_2(m)),
-                                    num_warps=ROUTE_PER_ROW_WARPS, used_ptr=flags.used,
-                                    FLAGS=True, **common)
-        return
     if scratch is not None and m >= ROUTE_PER_ROW_MIN_ROWS:
         chosen, weight, arrival = scratch
         assert chosen.numel() >= m * e and weight.numel() >= m * e
@@ -859,7 +785,7 @@ def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tenso
         _route_per_row_kernel[(m,)](router_parts, split, m, e, bias, positions, chosen, weight,
                                     arrival, slot_expert, slot_weight, slot_rank, num_slots,
                                     float(scale), BLOCK_M=max(2, triton.next_power_of_2(m)),
-                                    num_warps=ROUTE_PER_ROW_WARPS, used_ptr=num_slots, **common)
+                                    num_warps=ROUTE_PER_ROW_WARPS, **common)
         return
     _route_kernel[(1,)](router_parts, split, m, e, bias, positions, slot_expert, slot_weight,
                         slot_rank, num_slots, float(scale), BLOCK_M=max(2, triton.next_power_of_2(m)),
@@ -867,32 +793,24 @@ def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tenso
                         **common)  # [rows, experts] tiles: no spills
 
 
-def _check_flags(flags: Flags, m: int, e: int) -> None:
-    assert flags.used.dtype == flags.rank.dtype == torch.int32 and flags.used.numel() == e
-    assert flags.weight.dtype == torch.float32 and flags.weight.shape == (m, e) == flags.rank.shape
-    assert flags.weight.is_contiguous() and flags.rank.is_contiguous()
-
-
 def router_route(x: torch.Tensor, router_w: torch.Tensor, router_parts: torch.Tensor,
                  bias: torch.Tensor, positions: torch.Tensor, topk: int, scale: float,
                  renorm: bool, slot_expert: torch.Tensor, slot_weight: torch.Tensor,
                  slot_rank: torch.Tensor, num_slots: torch.Tensor,
-                 arrival: torch.Tensor, scratch=None, routes: bool = True,
-                 flags: "Flags | None" = None) -> None:
+                 arrival: torch.Tensor, scratch=None, routes: bool = True) -> None:
     """The router's logits (bf16 x [M, K] . router_w [E, K]^T as fp32 split-K partials
     router_parts [SPLIT, M, E]) then ``route``: one launch up to ROUTE_TAIL_MAX_ROWS rows
     (the last GEMV program routes; `arrival` an int32 counter left at zero), two above (route
-    given `scratch`, see ``route``; with `flags`, route's flags form). routes=False: the logits
-    only (the expert kernels route, ``Routing``)."""
+    given `scratch`, see ``route``). routes=False: the logits only (the expert kernels route,
+    ``Routing``)."""
     m, k = x.shape
     split, pm, e = router_parts.shape
     if m > ROUTE_TAIL_MAX_ROWS:
         bf16_linear.bf16_linear_splitk(x, router_w, router_parts)
         if routes:
             route(router_parts, bias, positions, topk, scale, renorm, slot_expert, slot_weight,
-                  slot_rank, num_slots, scratch, flags)
+                  slot_rank, num_slots, scratch)
         return
-    assert flags is None, "route's flags form runs from ROUTE_PER_ROW_MIN_ROWS rows"
     assert x.stride(1) == 1 and router_w.is_contiguous() and router_w.shape == (e, k) and pm == m
     assert router_parts.is_contiguous() and router_parts.dtype == torch.float32
     assert slot_expert.numel() >= m * topk + 1 and slot_weight.is_contiguous()
@@ -1188,20 +1106,6 @@ class Routing(NamedTuple):
     slot_rank: torch.Tensor
 
 
-def _flags_args(flags, m: int, num_experts: int, kernel: str, dummy: torch.Tensor) -> dict:
-    """An expert kernel's arguments for route's flags form (a ``Flags``) or placeholders."""
-    if flags is None:
-        return {"used_ptr": dummy, **({"fw_ptr": dummy, "frank_ptr": dummy}
-                                      if kernel == "down" else {})}
-    if not num_experts:
-        raise ValueError(f"{kernel}: route's flags are a MoE's; this is a dense MLP")
-    _check_flags(flags, m, num_experts)
-    kw = dict(used_ptr=flags.used, FLAGS=True, BLOCK_E=triton.next_power_of_2(num_experts))
-    if kernel == "down":
-        kw.update(fw_ptr=flags.weight, frank_ptr=flags.rank)
-    return kw
-
-
 def _routing_args(route, m: int, num_experts: int, slots: int, dummy: torch.Tensor) -> dict:
     """gate/up's routing arguments: route's (a ``Routing``) or placeholders."""
     if route is None:
@@ -1224,7 +1128,7 @@ def _routing_args(route, m: int, num_experts: int, slots: int, dummy: torch.Tens
                        "gate_up" if num_experts else "dense_gate_up")
 def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
             shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts=None,
-            tiling=None, num_warps=None, arrivals=None, route=None, flags=None):
+            tiling=None, num_warps=None, arrivals=None, route=None):
     """act bf16 [SLOTS, M, I] = SiLU(x G_e^T) * (x U_e^T) for each slot's expert e; x given
     quantized (xq e4m3 [M, K], sx [M, K/128]). The routed stacks [E, I, K] may be views of
     one [E, 2I, K] gate|up tensor: each expert's rows contiguous, any expert stride. With a
@@ -1232,8 +1136,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
     and SwiGLU'd by the last K chunk of each (tile, slot) when `arrivals` (int32 counters, at
     least tiles x SLOTS, left at zero) is given, else by a second kernel. route (a
     ``Routing``, a MoE only): route every row in the kernel from the router's partials rather
-    than read the slot table, which the kernel writes (ROUTE_IN_GATE_UP_MAX_ROWS). flags (a
-    ``Flags``): each slot's expert from route's per-expert flags, not the slot table."""
+    than read the slot table, which the kernel writes (ROUTE_IN_GATE_UP_MAX_ROWS)."""
     m, k = xq.shape
     dense = not num_experts
     block_n, groups, split_k = tiling or gate_up_tiling(m, dense)
@@ -1274,12 +1177,9 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
         num_stages=gate_up_stages(m, not num_experts),
         **_routing_args(route, m, num_experts, slots, num_slots),
-        **_flags_args(flags, m, num_experts, "gate_up", num_slots),
         **overlap.launch_kw(),
     )
     if split_k > 1 and not tail:
-        # (gate/up's routing writes the slot count; route's flags form has none)
-        assert flags is None, "SwiGLU's kernel reads the slot count: give gate/up arrivals"
         _swiglu_kernel[(slots, triton.cdiv(inter, SWIGLU_BLOCK))](
             gu_parts, num_slots, act, m, inter, slots, SPLIT_K=split_k,
             BLOCK_M=max(2, triton.next_power_of_2(m)), BLOCK_I=SWIGLU_BLOCK,
@@ -1289,13 +1189,11 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
 @overlap.wide_launcher("down")
 def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_q, down_s,
          shared_down_q, shared_down_s, positions, terms, out, block_n=None, num_warps=None,
-         table_early=True, flags=None):
+         table_early=True):
     """out bf16 [M, H] = sum over the row's experts of bf16(weight * act_slot D_e^T), shared
     first then experts ascending (fp32 sum, one rounding), through terms bf16 [M, k+1, H].
     table_early=False: the slot table is read after the wait (gate/up, the kernel before,
-    wrote it: ``Routing``), never before (DOWN_TABLE_EARLY). flags (a ``Flags``): each slot's
-    expert and its rows' weights and ranks from route's flags form; the terms' sum clears
-    the flags."""
+    wrote it: ``Routing``), never before (DOWN_TABLE_EARLY)."""
     slots, m, inter = act.shape
     _, n_terms, h = terms.shape
     assert shared_down_q.shape == (h, inter) and out.is_contiguous() and terms.is_contiguous()
@@ -1318,21 +1216,16 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         PREFETCH=overlap.prefetches("down"), num_warps=num_warps,
         num_stages=DOWN_STAGES if moe_mma else 3, **overlap.launch_kw(),
         **({"maxnreg": cap} if moe_mma and (cap := down_maxnreg(m)) else {}),
-        **_flags_args(flags, m, num_experts, "down", num_slots),
     )
-    sum_terms(terms, positions, out, flags.used if flags is not None else None)
+    sum_terms(terms, positions, out)
 
 
 @overlap.wide_launcher("sum")
-def sum_terms(terms, positions, out, used=None) -> None:
+def sum_terms(terms, positions, out) -> None:
     """out bf16 [M, H] = each row's terms bf16 [M, k+1, H] summed in fp32 in order, one
-    rounding (a pad row, position < 0: its shared term only). used: route's per-expert flags
-    (``Flags``), cleared here for the next step."""
+    rounding (a pad row, position < 0: its shared term only)."""
     m, n_terms, h = terms.shape
     assert out.shape == (m, h) and out.is_contiguous() and terms.is_contiguous()
-    flags = {} if used is None else dict(E=used.numel(), FLAGS=True,
-                                         BLOCK_E=triton.next_power_of_2(used.numel()))
     _sum_terms_kernel[(m, triton.cdiv(h, SUM_BLOCK))](
         terms, positions, out, h, TERMS=n_terms, BLOCK=SUM_BLOCK, PDL=overlap.enabled(),
-        POS_EARLY=SUM_POS_EARLY, num_warps=4, used_ptr=positions if used is None else used,
-        **flags, **overlap.launch_kw())
+        POS_EARLY=SUM_POS_EARLY, num_warps=4, **overlap.launch_kw())

@@ -564,20 +564,6 @@ def test_routing_in_gate_up_is_bitwise_route(kind, rows, monkeypatch):
                          monkeypatch, counters=("route_arrival", "gu_arrivals"))
 
 
-@pytest.mark.parametrize("rows", [3, 4, 12, 16])
-@pytest.mark.parametrize("kind", ["moe_shared_topk", "moe_indexer"])
-def test_route_flags_are_bitwise_the_slot_table(kind, rows, monkeypatch):
-    """route's flags form (moe.ROUTE_FLAGS_FROM_ROWS: no slot list, gate/up and down reading
-    per-expert flags and [M, E] weights and ranks) against the slot table, at real shapes
-    with a pad row: outputs and caches bitwise equal, the flags cleared after the step, the
-    arrival counters back at zero."""
-    from sgl_kernel_ext.triton import moe
-
-    _forms_bitwise_equal(kind, rows, 37, ({(moe, "ROUTE_FLAGS_FROM_ROWS"): 1 << 30},
-                                          {(moe, "ROUTE_FLAGS_FROM_ROWS"): 3}),
-                         monkeypatch, counters=("route_arrival", "gu_arrivals", "route_used"))
-
-
 @pytest.mark.parametrize("rows", [1, 2, 16])
 @pytest.mark.parametrize("kind", ["moe_shared_topk", "dense_indexer"])
 def test_reads_before_the_wait_are_bitwise_after_it(kind, rows, monkeypatch):

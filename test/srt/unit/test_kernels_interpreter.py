@@ -361,65 +361,6 @@ def test_moe_routing_in_gate_up_is_bitwise_the_slot_table(m, tail):
         assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30))
 
 
-@pytest.mark.parametrize("m", [3, 5])
-def test_moe_route_flags_are_bitwise_the_slot_table(m):
-    """route's flags form (moe.Flags: no slot list; per-expert flags and [M, E] weights and
-    ranks, which gate/up and down read) against the slot table: bitwise the same activations
-    and output, route's weights and ranks the table's, the flags cleared by the terms' sum
-    for the next step, route's arrival counter untouched; a pad row chooses nothing."""
-    lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
-    mw, sh = lw.mlp, lw.mlp.shared
-    g = torch.Generator().manual_seed(20 + m)
-    x = torch.randn(m, CFG.hidden_size, generator=g).bfloat16()
-    pos = torch.tensor([3, -1, 7, 9, 11][:m])
-    e, k = CFG.n_routed_experts, CFG.num_experts_per_tok
-    slots, inter, h = m * k + 1, mw.gate.q.shape[1], CFG.hidden_size
-    xq, sx = quant_act(x)
-    block_n, _, split_k = moe.gate_up_tiling(m)
-    runs = []
-    for by_flags in (False, True):
-        arr = [torch.zeros(n, dtype=torch.int32) for n in (1, -(-inter // block_n) * slots)]
-        parts = torch.full((2, m, e), float("nan"))
-        bf16_linear.bf16_linear_splitk(x, mw.router, parts)
-        se = torch.full((slots,), -7, dtype=torch.int32)
-        sw = torch.full((slots, m), float("nan"))
-        sr = torch.full((slots, m), -7, dtype=torch.int32)
-        ns = torch.zeros(1, dtype=torch.int32)
-        scratch = (torch.full((m * e,), -7, dtype=torch.int32), torch.full((m * e,), float("nan")),
-                   arr[0])
-        flags = moe.Flags(torch.zeros(e, dtype=torch.int32), torch.full((m, e), float("nan")),
-                          torch.full((m, e), -7, dtype=torch.int32)) if by_flags else None
-        moe.route(parts, mw.bias, pos, k, CFG.routed_scaling_factor, True, se, sw, sr, ns,
-                  scratch, flags)
-        if by_flags:  # no slot list; the flags are the union of the rows' choices
-            assert (se == -7).all() and int(ns) == 0
-            n = 1 + int(flags.used.sum())
-            experts = torch.nonzero(flags.used).flatten()
-            assert torch.equal(experts.int(), table[0][1:n])
-            assert torch.equal(flags.weight[:, experts], table[1][1:n].T)
-            assert torch.equal(flags.rank[:, experts], table[2][1:n].T)
-            assert (flags.rank[1] == -1).all() and (flags.weight[1] == 0).all()  # the pad row
-        else:
-            n = int(ns)
-            table = (se.clone(), sw.clone(), sr.clone())
-        act = torch.full((slots, m, inter), float("nan"), dtype=torch.bfloat16)
-        gu_parts = torch.full((split_k, slots, m, 2, inter), float("nan")) if split_k > 1 else None
-        moe.gate_up(xq, sx.contiguous(), e, se, ns, mw.gate.q, mw.gate.s, mw.up.q, mw.up.s,
-                    sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act, gu_parts, arrivals=arr[1],
-                    flags=flags)
-        out = torch.full((m, h), float("nan"), dtype=torch.bfloat16)
-        terms = torch.full((m, k + 1, h), float("nan"), dtype=torch.bfloat16)
-        moe.down(act, e, se, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, pos, terms,
-                 out, flags=flags)
-        runs.append((act[:n].float(), out.float()))
-        assert not any(c.any() for c in arr), arr
-        if by_flags:
-            assert not flags.used.any()
-    assert not torch.isnan(runs[1][-1][[0, 2]]).any()
-    for a, b in zip(*runs):
-        assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30))
-
-
 def test_gate_up_refuses_routing_of_another_shape():
     """moe.Routing's partials must be the step's [split, rows, experts]: refused by name."""
     lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
