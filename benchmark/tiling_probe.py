@@ -92,11 +92,9 @@ VARIANTS = {
     **{f"route_in_gate_up_{n}": {("moe", "ROUTE_IN_GATE_UP_MAX_ROWS"): n} for n in (0, 1, 3, 4)},
     # route_flags_off (T211238Z): the form without route's flags, measured against them (code
     # at 743ff9e; moe.py's tried note)
-    # the router's one launch with its route tail (1-2 rows) on 1 or 2 warps, top-k by the
-    # bitonic sort or by argmax passes (moe.ROUTE_SORT; with one warp no barrier): +1.0..+31 us
-    # a MoE layer at 1-2 rows (T204221Z)
-    "router_route_1_warp": {("moe", "ROUTER_ROUTE_WARPS"): 1},
-    "router_route_2_warps": {("moe", "ROUTER_ROUTE_WARPS"): 2},
+    # the router's one launch with its route tail (1-2 rows) on 1 warp, top-k by argmax passes
+    # (moe.ROUTE_SORT; with one warp no barrier), or argmax passes on its 4: with router_route_1_warp
+    # and router_route_2_warps (below), +1.0..+31 us a MoE layer at 1-2 rows (T204221Z)
     "router_route_1_warp_argmax": {("moe", "ROUTER_ROUTE_WARPS"): 1, ("moe", "ROUTE_SORT"): False},
     "router_route_argmax": {("moe", "ROUTE_SORT"): False},
     "gate_up_no_split_k": {("moe", "gate_up_tiling"): "no_split_k"},
