@@ -44,3 +44,18 @@ def test_variants_of_build_time_knobs_build_their_own_layers():
             assert name in tp.BUILD_VARIANTS, name
     assert {"sm90_moe", "sm90_moe_two_launches", "sm90_o_proj"} <= tp.BUILD_VARIANTS
     assert "baseline" not in tp.BUILD_VARIANTS
+
+
+def test_no_variant_is_written_twice():
+    """A variant named twice in tiling_probe.VARIANTS' literal silently keeps only the later
+    knobs (found 2026-12-03: router_route_*_warps added a second time)."""
+    import ast
+    from pathlib import Path
+
+    tree = ast.parse(Path(tp.__file__).read_text())
+    dicts = [node.value for node in tree.body if isinstance(node, ast.Assign)
+             and any(getattr(t, "id", "") == "VARIANTS" for t in node.targets)]
+    assert len(dicts) == 1 and isinstance(dicts[0], ast.Dict)
+    names = [k.value for k in dicts[0].keys if isinstance(k, ast.Constant)]
+    assert len(names) > 50 and len(names) == len(set(names)), \
+        sorted(n for n in set(names) if names.count(n) > 1)
