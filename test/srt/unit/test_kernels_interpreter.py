@@ -262,29 +262,38 @@ def test_route_top_k_by_sort_picks_as_the_argmax_passes(m, experts, k, tail, mon
             assert (runs[1][1][1:, m // 2] == 0).all() and (runs[1][2][1:, m // 2] == -1).all()
 
 
+def _moe_rows(m, seed):
+    """(MoE weights, shared expert's, x bf16 [m, H], positions with a pad row second from 2
+    rows, x quantized, its scales) of the tiny config's layer 0, TP rank 1 of 2."""
+    mw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1).mlp
+    x = torch.randn(m, CFG.hidden_size, generator=torch.Generator().manual_seed(seed)).bfloat16()
+    pos = torch.tensor([3, -1, 7, 9, 11][:m]) if m > 1 else torch.tensor([5])
+    xq, sx = quant_act(x)
+    return mw, mw.shared, x, pos, xq, sx
+
+
+def _poisoned_route_buffers(m, e, slots, tiles):
+    """([route's arrival counter, gate/up's (tile, slot) counters], router partials, slot
+    experts, weights, ranks, slot count) for m rows of e experts, poisoned (counters zero)."""
+    arr = [torch.zeros(n, dtype=torch.int32) for n in (1, tiles * slots)]
+    return (arr, torch.full((2, m, e), float("nan")), torch.full((slots,), -7, dtype=torch.int32),
+            torch.full((slots, m), float("nan")), torch.full((slots, m), -7, dtype=torch.int32),
+            torch.zeros(1, dtype=torch.int32))
+
+
 @pytest.mark.parametrize("m", [1, 2, 5])
 def test_moe_last_arrival_tails_are_bitwise_the_separate_kernels(m):
     """router+route and gate/up+SwiGLU as one launch each (the last program of a group runs
     the second part) against the two-launch forms: bitwise equal outputs and every arrival
     counter back at zero. 5 rows: route runs one program per row, the last building the slot
     list, and gate/up splits no K."""
-    lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
-    mw, sh = lw.mlp, lw.mlp.shared
-    g = torch.Generator().manual_seed(m)
-    x = torch.randn(m, CFG.hidden_size, generator=g).bfloat16()
-    pos = torch.tensor([3, -1, 7, 9, 11][:m]) if m > 1 else torch.tensor([5])
+    mw, sh, x, pos, xq, sx = _moe_rows(m, m)
     e, k = CFG.n_routed_experts, CFG.num_experts_per_tok
     slots, inter, h = m * k + 1, mw.gate.q.shape[1], CFG.hidden_size
-    xq, sx = quant_act(x)
     block_n, _, split_k = moe.gate_up_tiling(m)
     runs = []
     for tails in (False, True):
-        arr = [torch.zeros(n, dtype=torch.int32) for n in (1, -(-inter // block_n) * slots)]
-        parts = torch.full((2, m, e), float("nan"))
-        se = torch.full((slots,), -7, dtype=torch.int32)
-        sw = torch.full((slots, m), float("nan"))
-        sr = torch.full((slots, m), -7, dtype=torch.int32)
-        ns = torch.zeros(1, dtype=torch.int32)
+        arr, parts, se, sw, sr, ns = _poisoned_route_buffers(m, e, slots, -(-inter // block_n))
         if tails:
             scratch = (torch.full((m * e,), -7, dtype=torch.int32), torch.full((m * e,), float("nan")),
                        arr[0])
@@ -318,23 +327,13 @@ def test_moe_routing_in_gate_up_is_bitwise_the_slot_table(m, tail):
     arrival counter back at zero; a pad row (2 and 3 rows) chooses nothing. tail: gate/up's
     SwiGLU as its last K chunk's tail (else SwiGLU's own kernel reads the table gate/up
     wrote)."""
-    lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
-    mw, sh = lw.mlp, lw.mlp.shared
-    g = torch.Generator().manual_seed(10 + m)
-    x = torch.randn(m, CFG.hidden_size, generator=g).bfloat16()
-    pos = torch.tensor([3, -1, 7][:m]) if m > 1 else torch.tensor([5])
+    mw, sh, x, pos, xq, sx = _moe_rows(m, 10 + m)
     e, k = CFG.n_routed_experts, CFG.num_experts_per_tok
     slots, inter, h = m * k + 1, mw.gate.q.shape[1], CFG.hidden_size
-    xq, sx = quant_act(x)
     block_n, _, split_k = moe.gate_up_tiling(m)
     runs = []
     for in_kernels in (False, True):
-        arr = [torch.zeros(n, dtype=torch.int32) for n in (1, -(-inter // block_n) * slots)]
-        parts = torch.full((2, m, e), float("nan"))
-        se = torch.full((slots,), -7, dtype=torch.int32)
-        sw = torch.full((slots, m), float("nan"))
-        sr = torch.full((slots, m), -7, dtype=torch.int32)
-        ns = torch.zeros(1, dtype=torch.int32)
+        arr, parts, se, sw, sr, ns = _poisoned_route_buffers(m, e, slots, -(-inter // block_n))
         scratch = (torch.full((m * e,), -7, dtype=torch.int32), torch.full((m * e,), float("nan")),
                    arr[0])
         moe.router_route(x, mw.router, parts, mw.bias, pos, k, CFG.routed_scaling_factor, True,
