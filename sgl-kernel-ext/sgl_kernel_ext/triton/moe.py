@@ -1213,7 +1213,8 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         PDL=overlap.enabled(), GEMV=gemv,
         GROUPS=min(DOWN_GEMV_GROUPS, triton.cdiv(inter, 128)) if gemv else 1,
         SWAP=down_swap(block_n, gemv), TABLE_EARLY=DOWN_TABLE_EARLY and table_early,
-        PREFETCH=overlap.prefetches("down"), num_warps=num_warps,
+        # the prefetch reads the slot table before the wait: only where it is complete then
+        PREFETCH=overlap.prefetches("down") and table_early, num_warps=num_warps,
         num_stages=DOWN_STAGES if moe_mma else 3, **overlap.launch_kw(),
         **({"maxnreg": cap} if moe_mma and (cap := down_maxnreg(m)) else {}),
     )
