@@ -350,6 +350,10 @@ VARIANTS = {
     "gate_up_groups_1": {("moe", "gate_up_tiling"): "gu_32_1_4"},
     "gate_up_groups_4": {("moe", "gate_up_tiling"): "gu_32_4_4"},
     "gate_up_n16_groups_4_split_2": {("moe", "gate_up_tiling"): "gu_16_4_2"},
+    # at 1-2 rows, where gate/up's routed programs each take the top-8 (ROUTE_IN_GATE_UP_MAX_ROWS):
+    # half the split K (fewer programs sorting), with 32 or 64 columns a program
+    "gate_up_split_2": {("moe", "gate_up_tiling"): "gu_32_2_2"},
+    "gate_up_n64_split_2": {("moe", "gate_up_tiling"): "gu_64_2_2"},
     # the dense MLP's gate/up and down on the tensor cores at one row too (default: a MoE
     # layer's experts on them at every row count, the dense MLP without them at one row:
     # moe.GEMV_MAX_ROWS, DENSE_GEMV_MAX_ROWS); a MoE layer's experts without them at one row
@@ -557,7 +561,8 @@ def main():
     derived = {"no_split_k": _no_split_k(moe.gate_up_tiling), "down_64": lambda m: 64,
                "down_128": lambda m: 128, "down_256": lambda m: 256,
                **{f"gu_{n}_{g}_{s}": _few_rows_tiling(moe.gate_up_tiling, (n, g, s))
-                  for n, g, s in ((16, 2, 4), (64, 2, 4), (32, 1, 4), (32, 4, 4), (16, 4, 2))},
+                  for n, g, s in ((16, 2, 4), (64, 2, 4), (32, 1, 4), (32, 4, 4), (16, 4, 2),
+                                  (32, 2, 2), (64, 2, 2))},
                **{f"wide_gu_{n}_{g}_{k}": _wide_tiling(moe.gate_up_tiling, (n, g, k))
                   for n, g, k in WIDE_GATE_UP},
                "linear_128_2": _linear_tiles(128, 2), "linear_128_1": _linear_tiles(128, 1),
