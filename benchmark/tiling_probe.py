@@ -89,7 +89,9 @@ VARIANTS = {
     # gate/up routing every row itself up to N rows (moe.ROUTE_IN_GATE_UP_MAX_ROWS; 0: the
     # router's tail or route's launch at every row count). In results up to f6299a0,
     # route_in_experts_N had down route too (T203713Z) and route_in_gate_up_2 is this form
-    **{f"route_in_gate_up_{n}": {("moe", "ROUTE_IN_GATE_UP_MAX_ROWS"): n} for n in (0, 1, 3, 4)},
+    **{f"route_in_gate_up_{n}": {("moe", "ROUTE_IN_GATE_UP_MAX_ROWS"): n} for n in (0, 1, 2, 3)},
+    # q_b's split K from 3 rows as the one-wave default (8) rather than mla.Q_B_SPLIT_WITH_ROWS
+    "q_b_rows_default_split": {("mla", "Q_B_SPLIT_WITH_ROWS"): 0},
     # route_flags_off (T211238Z): the form without route's flags, measured against them (code
     # at 743ff9e; moe.py's tried note)
     # the router's one launch with its route tail (1-2 rows) on 1 warp, top-k by argmax passes

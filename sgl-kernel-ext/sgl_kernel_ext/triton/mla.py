@@ -75,11 +75,14 @@ ABSORB_GEMV_MAX_ROWS = 2
 # q_nope (8 at one TP8 rank of a layer without the indexer). Not where q_b norms c_q itself
 # (LATENT_IN_Q_B_MAX_ROWS).
 ABSORB_Q_ROWS_FROM = 3
-# Tried: q_b in 4 or 2 K chunks instead of 8 when its tails sum those rows, in a layer without
-# the indexer (code at 0c362ab). Within noise on an H200: 4 chunks -2.0 us a MoE layer at 16
-# rows in one run (results/tiling_probe_20261201T133650Z, q_b_split_4), -0.3 in the next
-# (T135322Z, q_b_rows_default_split, where a variant that changes nothing at 16 rows moved
-# 1.4 us).
+# K chunks of q_b in a layer without the indexer when its tails sum those rows (the one-wave
+# default: 8 at a TP8 rank); 0 keeps the default. On an H200 4 chunks make a MoE layer 0.5,
+# 1.6, 1.0 and 1.0 us faster at 4, 8, 12 and 16 rows (results/tiling_probe_20261203T223138Z,
+# noise 0.0-0.4), 0.4 / 0.8 / 1.5 at 4 / 8 / 16 in another run (T182651Z; there it also
+# split q_b_normed at 1-2 rows, +1.4 / +1.8, which this knob leaves alone): fewer partials
+# for each column tile's last chunk to sum. On 2026-12-01 the same was within noise
+# (T133650Z, T135322Z: -2.0 and +0.3 us at 16 rows), before the overlap reached 9-16 rows.
+Q_B_SPLIT_WITH_ROWS = 4
 ABSORB_GEMV_BLOCK_C = 16
 # rows from which absorb ropes each head's q_pe in a program of its own (one more
 # latent-column index) rather than in the head's first column program after its w_kc

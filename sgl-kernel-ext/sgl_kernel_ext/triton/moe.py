@@ -748,12 +748,15 @@ ROUTE_PER_ROW_WARPS = 4
 # finds its slot's expert), so the router's launch ends with its GEMV (no last-arrival tail);
 # gate/up's program (0, 1, 0) writes the slot table, which down (the next kernel) reads after
 # its wait. On an H200: -1.5 / -0.6 us a MoE layer at 1 / 2 rows, -1.0 / -0.8 with the
-# indexer (results/tiling_probe_20261203T204221Z, two arms each: route_in_gate_up_2). Tried:
+# indexer (results/tiling_probe_20261203T204221Z, two arms each: route_in_gate_up_2); up to 4
+# rows another -0.5..-0.8 / -0.4..-0.5 us at 3 rows, -0.1..-0.3 / -0.2..-0.3 at 4
+# (T222937Z: route_in_gate_up_3 and _4 against 2, noise 0.2-0.8; T204933Z: -0.4 / -0.2),
+# where gate/up's 264 programs are one wave (32 columns, no split K). Tried:
 # down routing too, before its wait (the partials are two kernels back): +2.4..+3.5 us at
 # 1-2 rows, its ~860 programs sorting in several waves; from 4 rows +16 / +98 / +700 us at
 # 4 / 8 / 16 (T203713Z: the baseline there routed in both up to 2 rows; code at f6299a0).
 # 0: the router's tail or route's launch at every row count.
-ROUTE_IN_GATE_UP_MAX_ROWS = 2
+ROUTE_IN_GATE_UP_MAX_ROWS = 4
 # Tried from 3 rows: route's one program a row without its slot list (no last-arrival tail),
 # each row's program writing its weights and ranks by expert ([M, E]) and flagging the experts
 # it chose, gate/up and down finding their slot's expert from the 256 flags by a prefix count,

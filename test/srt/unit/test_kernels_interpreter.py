@@ -1153,6 +1153,37 @@ def test_absorb_on_q_b_tail_rows_is_bitwise_the_partials(layer_id, monkeypatch):
         assert torch.equal(a_c.index[layer_id], b_c.index[layer_id])
 
 
+@pytest.mark.parametrize("layer_id", [1, 2], ids=["moe_indexer", "moe_shared"])
+def test_q_b_split_with_tail_rows(layer_id, monkeypatch):
+    """q_b in fewer K chunks where its tails sum absorb's rows (mla.Q_B_SPLIT_WITH_ROWS), in a
+    layer without the indexer only (with it, wq_b shares the launch and q_index's split): the
+    layer against the reference within numerics, q_b's counters back at zero."""
+    from sgl_kernel_ext.triton import fp8_linear, mla
+
+    monkeypatch.setattr(fp8_linear, "tiling", lambda n, k: (64, 1, max(1, k // 128)))
+    monkeypatch.setattr(mla, "Q_B_SPLIT_WITH_ROWS", 1)
+    monkeypatch.setattr(mla, "ABSORB_Q_ROWS_FROM", 1)
+    splits = []
+    original = fp8_linear.fp8_linear
+    monkeypatch.setattr(fp8_linear, "fp8_linear", lambda xq, sx, wq, ws, parts, *a, **k: (
+        splits.append((wq.shape[0], parts.shape[0])), original(xq, sx, wq, ws, parts, *a, **k)))
+    case = make_case(CFG, layer_id, [30, 0, 12], seed=80 + layer_id, tp_size=2)
+    layers = []
+
+    def build(cfg, lw, caches, rows, context):
+        layers.append(FusedLayer(cfg, lw, caches, rows, context, persistent_launch=False))
+        return layers[-1]
+
+    r = compare_with_reference(case, build)
+    layer = layers[0]
+    q_b_split = dict(splits)[case.lw.attn.q_b.q.shape[0]]
+    assert layer.split_q_b == 2 and q_b_split == (2 if layer.runs_indexer else 1), splits
+    assert not layer.buf["q_arrivals"].any()
+    tol = NUMERICS["fused_layer_interpreter"]
+    assert not r["y_nan"] and r["y_rel"] <= tol["y_rel"], r
+    assert r["residual_rel"] <= tol["residual_rel"] and r["routing_flips"] <= 1, r
+
+
 @pytest.mark.parametrize("layer_id", [0, 1, 2], ids=["dense_indexer", "moe_indexer", "moe_shared"])
 def test_persistent_layer_is_bitwise_the_stage_kernels(layer_id):
     """Under the interpreter both paths run the same task bodies with the same arithmetic:

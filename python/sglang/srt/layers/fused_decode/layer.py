@@ -317,6 +317,16 @@ class FusedLayer:
         return (m <= mla.LATENT_IN_Q_B_MAX_ROWS and not self.runs_indexer
                 and self.cfg.q_lora_rank % bn == 0 and self.cfg.kv_lora_rank % bn == 0)
 
+    def _q_b_parts(self, m: int, q_rows: bool) -> torch.Tensor:
+        """q_b's split-K partials [split, m, N] this step: fewer K chunks where its tails sum
+        absorb's rows in a layer without the indexer (mla.Q_B_SPLIT_WITH_ROWS; with the
+        indexer, wq_b shares the launch and q_index's split)."""
+        split = self.split_q_b
+        if q_rows and not self.runs_indexer and 0 < mla.Q_B_SPLIT_WITH_ROWS < split:
+            split = mla.Q_B_SPLIT_WITH_ROWS
+        buf = self.buf["q"]
+        return _prefix(buf, split, m, buf.shape[2])
+
     def _slots(self, m: int) -> int:
         """MoE slots m rows can touch: the shared expert and top-k per row (1 for dense)."""
         return m * self.cfg.num_experts_per_tok + 1 if self.experts else 1
@@ -386,15 +396,16 @@ class FusedLayer:
         # absorb's q: summed by q_b's tails into bf16 rows, or q_b's partials
         q_rows = not fused_latent and m >= mla.ABSORB_Q_ROWS_FROM
         q_tails = (self.buf["q_arrivals"], v("q_rows"), None, None, None) if q_rows else None
+        q_parts = self._q_b_parts(m, q_rows)
 
         def q_b(*more):  # q_b (| the indexer's wq_b) on the normed c_q
             if fused_latent:
                 mla.q_b_normed(v("rows_q"), v("ss_q"), a.q_a_norm, v("rows_kv"), v("ss_kv"),
                                a.kv_a_norm, eps, pos, slots, self.inv_freq, self.kv_cache, c,
-                               rope, a.q_b.q, a.q_b.s, v("q"), *more, *self.tile_q_b[:2],
+                               rope, a.q_b.q, a.q_b.s, q_parts, *more, *self.tile_q_b[:2],
                                slot_rows=rows)
             else:
-                fp8_linear.fp8_linear(v("cq_q"), v("cq_s"), a.q_b.q, a.q_b.s, v("q"), *more,
+                fp8_linear.fp8_linear(v("cq_q"), v("cq_s"), a.q_b.q, a.q_b.s, q_parts, *more,
                                       *self.tile_q_b[:2], tails=q_tails)
 
         if indexing:
@@ -431,7 +442,7 @@ class FusedLayer:
                 raise ValueError(f"layer {lw.layer_id} reuses the previous top-k but none was given")
             q_b(None, None, None)
             topk = topk_prev
-        mla.absorb(v("q_rows")[None] if q_rows else v("q"), a.kv_b, pos, self.inv_freq,
+        mla.absorb(v("q_rows")[None] if q_rows else q_parts, a.kv_b, pos, self.inv_freq,
                    v("qcat"), cfg.qk_nope_head_dim, rope, cfg.v_head_dim, indexer=indexing)
         attn_parts = self._attention_parts(m)
         vc = (self.buf["vc_parts"], self.buf["vc_arrivals"])
