@@ -721,6 +721,8 @@ ROUTE_WARPS = 0
 # +0.4..0.9 at two (results/tiling_probe_20261201T134329Z: baseline there is the fold,
 # norm_kernel the separate kernel).
 ROUTER_ROUTE_WARPS = 4  # warps of the one-launch router + route (1-2 within noise, same run)
+# (since gate/up routes at 1-4 rows that launch is the GEMV alone there: 2 warps +0.1..+1.4 us
+# a MoE layer at 1-2 rows, 8 warps -0.3..+0.3, noise 0.1-1.0; tiling_probe_20261203T222937Z)
 # its warps from 3 rows (with ROUTE_TAIL_MAX_ROWS above 2): ptxas holds the sort's [16, 256]
 # int64 keys in 153 registers at 8 warps, 255 and 32 B spilled at 4 (CPU compile, Triton 3.6)
 ROUTER_ROUTE_WARPS_ABOVE_2 = 8
@@ -740,7 +742,7 @@ SWIGLU_TAIL = True
 ROUTE_PER_ROW_MIN_ROWS = 3
 # warps of that one-program-per-row form (its last program also builds the slot list); with
 # ROUTE_SORT 1 or 2 are 0.3-13 us slower a MoE layer at 4-16 rows (the same run)
-ROUTE_PER_ROW_WARPS = 4
+ROUTE_PER_ROW_WARPS = 4  # 8: -1.2..+0.8 us at 4-16 rows, mixed (T223138Z)
 
 
 # rows up to which a MoE layer's gate/up routes every row itself from the router's partials
@@ -847,7 +849,7 @@ def _check_expert_stack(*tensors) -> None:
 # table they do not need), beside it: on an H200 1.3-1.6 us faster a MoE layer at 2 rows,
 # 0.3-0.5 slower at one (results/tiling_probe_20261201T134836Z, shared_after_wait there
 # the plain wait, baseline from one row)
-SHARED_BEFORE_WAIT_FROM_ROWS = 2
+SHARED_BEFORE_WAIT_FROM_ROWS = 2  # from 1 row, with gate/up routing: +0.4 / +0.6 us (T222937Z)
 SWIGLU_BLOCK = 256  # intermediate columns per SwiGLU program
 # Tried in the layer on an H200 (tiling_probe_20261201T023604Z, T023616Z; code at 0e61916):
 # gate/up's K in 6 or 8 chunks at 1-2 rows (-1.3..+3.3 us), 2 or 4 pipeline stages for
@@ -1016,7 +1018,10 @@ def gate_up_tiling(m: int, dense: bool = False) -> tuple:
 
 
 def _mma_gate_up_tiling(m: int, dense: bool) -> tuple:
-    """gate_up_tiling's on the tensor cores."""
+    """gate_up_tiling's on the tensor cores. At 1-2 rows, where each routed program also takes
+    the top-8 (ROUTE_IN_GATE_UP_MAX_ROWS), half the split K (fewer programs sorting) is still
+    slower on an H200: +3.2..+3.4 us a MoE layer at 1 row, up to +3.0 at 2 (64 columns:
+    +5.2..+8.4; tiling_probe_20261203T222937Z, gate_up_split_2, gate_up_n64_split_2)."""
     if dense and DENSE_GATE_UP_TILING is not None:
         return DENSE_GATE_UP_TILING
     if m <= 2:
