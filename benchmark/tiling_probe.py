@@ -55,11 +55,13 @@ def _linear_tiles(block_n, groups):
 
 def _linear_split(original, n, k, split):
     """fp8_linear.tiling with `split` K chunks for the [n, k] matrices (o_proj's 6144 x 2048,
-    which an indexer layer's q_b | wq_b shares; q_b's 2048 x 2048 without the indexer)."""
+    which an indexer layer's q_b | wq_b shares; q_b's 2048 x 2048 without the indexer; q_a|kv_a's
+    2624 x 6144), at every row count."""
     return lambda nn, kk: (64, 2, split) if (nn, kk) == (n, k) else original(nn, kk)
 
 
-LINEAR_SPLITS = {"o_proj": ((6144, 2048), (1, 4)), "q_b": ((2048, 2048), (2, 4))}
+LINEAR_SPLITS = {"o_proj": ((6144, 2048), (1, 4)), "q_b": ((2048, 2048), (2, 4)),
+                 "qkv_a": ((2624, 6144), (3, 4))}
 
 # the width of a server's pool table (int32, POOL_DTYPE) the layers read their slots from in
 # place (runtime.step_rows' form, the kernels' slot_rows; upstream's req_to_token is the
@@ -89,9 +91,10 @@ VARIANTS = {
     # gate/up routing every row itself up to N rows (moe.ROUTE_IN_GATE_UP_MAX_ROWS; 0: the
     # router's tail or route's launch at every row count). In results up to f6299a0,
     # route_in_experts_N had down route too (T203713Z) and route_in_gate_up_2 is this form
-    **{f"route_in_gate_up_{n}": {("moe", "ROUTE_IN_GATE_UP_MAX_ROWS"): n} for n in (0, 1, 2, 3)},
+    **{f"route_in_gate_up_{n}": {("moe", "ROUTE_IN_GATE_UP_MAX_ROWS"): n} for n in (0, 1, 2, 3, 6, 8)},
     # q_b's split K from 3 rows as the one-wave default (8) rather than mla.Q_B_SPLIT_WITH_ROWS
     "q_b_rows_default_split": {("mla", "Q_B_SPLIT_WITH_ROWS"): 0},
+    "q_b_rows_split_2": {("mla", "Q_B_SPLIT_WITH_ROWS"): 2},
     # route_flags_off (T211238Z): the form without route's flags, measured against them (code
     # at 743ff9e; moe.py's tried note)
     # the router's one launch with its route tail (1-2 rows) on 1 warp, top-k by argmax passes
