@@ -409,7 +409,9 @@ def tiling(n: int, k: int) -> tuple:
     rows with 2 groups a step, and up to 7.9 with 1 (tiling_probe_20261201T174706Z). With the
     scales loaded ahead (SCALES_AHEAD), 1 group a step at this split is mixed: a MoE layer
     2.8 us faster at 8 rows, 1.3 / 0.9 slower at 12 / 16, a dense one 1.5-2.8 slower at 2,
-    12 and 16 rows (tiling_probe_20261202T062521Z: linear_groups_1)."""
+    12 and 16 rows (tiling_probe_20261202T062521Z: linear_groups_1). K chunks of
+    q_a|kv_a (2624 x 6144, 6 chunks) in 3 or 4: +0.4..+1.1 us a layer at one row, mixed
+    from 4 rows (-1.3..+1.5; tiling_probe_20261203T224026Z: qkv_a_split_*)."""
     return 64, 2, choose_split(n, k, 64, 2, TARGET_PROGRAMS, ONE_WAVE)
 
 

@@ -80,7 +80,8 @@ ABSORB_Q_ROWS_FROM = 3
 # 1.6, 1.0 and 1.0 us faster at 4, 8, 12 and 16 rows (results/tiling_probe_20261203T223138Z,
 # noise 0.0-0.4), 0.4 / 0.8 / 1.5 at 4 / 8 / 16 in another run (T182651Z; there it also
 # split q_b_normed at 1-2 rows, +1.4 / +1.8, which this knob leaves alone): fewer partials
-# for each column tile's last chunk to sum. On 2026-12-01 the same was within noise
+# for each column tile's last chunk to sum; confirmed the other way round (T224106Z: 8 chunks
+# +0.5..+1.6 us at 4-16 rows; 2 chunks +0.3..+0.5). On 2026-12-01 the same was within noise
 # (T133650Z, T135322Z: -2.0 and +0.3 us at 16 rows), before the overlap reached 9-16 rows.
 Q_B_SPLIT_WITH_ROWS = 4
 ABSORB_GEMV_BLOCK_C = 16

@@ -753,7 +753,8 @@ ROUTE_PER_ROW_WARPS = 4  # 8: -1.2..+0.8 us at 4-16 rows, mixed (T223138Z)
 # indexer (results/tiling_probe_20261203T204221Z, two arms each: route_in_gate_up_2); up to 4
 # rows another -0.5..-0.8 / -0.4..-0.5 us at 3 rows, -0.1..-0.3 / -0.2..-0.3 at 4
 # (T222937Z: route_in_gate_up_3 and _4 against 2, noise 0.2-0.8; T204933Z: -0.4 / -0.2),
-# where gate/up's 264 programs are one wave (32 columns, no split K). Tried:
+# where gate/up's 264 programs are one wave (32 columns, no split K); to 6 or 8 rows +6.6..+10.1
+# us at 6-8 rows (T224116Z: several waves of programs sorting [rows, 256]). Tried:
 # down routing too, before its wait (the partials are two kernels back): +2.4..+3.5 us at
 # 1-2 rows, its ~860 programs sorting in several waves; from 4 rows +16 / +98 / +700 us at
 # 4 / 8 / 16 (T203713Z: the baseline there routed in both up to 2 rows; code at f6299a0).
