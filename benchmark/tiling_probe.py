@@ -95,6 +95,8 @@ VARIANTS = {
     # q_b's split K from 3 rows as the one-wave default (8) rather than mla.Q_B_SPLIT_WITH_ROWS
     "q_b_rows_default_split": {("mla", "Q_B_SPLIT_WITH_ROWS"): 0},
     "q_b_rows_split_2": {("mla", "Q_B_SPLIT_WITH_ROWS"): 2},
+    # routing tiles of at least 2 rows (a masked-off one at 1 row and in route's programs)
+    "route_rows_tile_2": {("moe", "ROUTE_ROW_TILE_MIN"): 2},
     # route_flags_off (T211238Z): the form without route's flags, measured against them (code
     # at 743ff9e; moe.py's tried note)
     # the router's one launch with its route tail (1-2 rows) on 1 warp, top-k by argmax passes

@@ -167,12 +167,13 @@ def _route_per_row_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_pt
                           chosen_ptr, weight_ptr, arrival_ptr, slot_expert_ptr, slot_weight_ptr,
                           slot_rank_ptr, num_slots_ptr, scale, BLOCK_M: tl.constexpr,
                           BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
-                          PDL: tl.constexpr, SORT: tl.constexpr):
+                          PDL: tl.constexpr, SORT: tl.constexpr, R_ROWS: tl.constexpr = 2):
     """Program r: row r's top-k into the [M, E] chosen / weight scratch; the last row to
-    finish builds the slot list from every row's."""
+    finish builds the slot list from every row's. R_ROWS: the rows of its tiles, row r then
+    masked-off ones (ROUTE_ROW_TILE_MIN)."""
     r = tl.program_id(0)
     stage_begin(PDL)
-    offs_r = r + tl.arange(0, 2)  # [2, E] tiles, the second row masked off
+    offs_r = r + tl.arange(0, R_ROWS)
     r_ok = offs_r == r
     chosen, w = _route_rows(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, scale, offs_r, r_ok,
                             BLOCK_E, TOPK, RENORM, SORT)
@@ -743,6 +744,9 @@ ROUTE_PER_ROW_MIN_ROWS = 3
 # warps of that one-program-per-row form (its last program also builds the slot list); with
 # ROUTE_SORT 1 or 2 are 0.3-13 us slower a MoE layer at 4-16 rows (the same run)
 ROUTE_PER_ROW_WARPS = 4  # 8: -1.2..+0.8 us at 4-16 rows, mixed (T223138Z)
+# the fewest rows of a routing tile ([rows, experts]: route's one program a row, gate/up's
+# routing): 1 sorts one row's 256 keys where 2 sorted a masked-off row's too.
+ROUTE_ROW_TILE_MIN = 1
 
 
 # rows up to which a MoE layer's gate/up routes every row itself from the router's partials
@@ -791,7 +795,8 @@ def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tenso
         _route_per_row_kernel[(m,)](router_parts, split, m, e, bias, positions, chosen, weight,
                                     arrival, slot_expert, slot_weight, slot_rank, num_slots,
                                     float(scale), BLOCK_M=max(2, triton.next_power_of_2(m)),
-                                    num_warps=ROUTE_PER_ROW_WARPS, **common)
+                                    num_warps=ROUTE_PER_ROW_WARPS, R_ROWS=ROUTE_ROW_TILE_MIN,
+                                    **common)
         return
     _route_kernel[(1,)](router_parts, split, m, e, bias, positions, slot_expert, slot_weight,
                         slot_rank, num_slots, float(scale), BLOCK_M=max(2, triton.next_power_of_2(m)),
@@ -1129,7 +1134,8 @@ def _routing_args(route, m: int, num_experts: int, slots: int, dummy: torch.Tens
     return dict(r_parts_ptr=route.parts, r_bias_ptr=route.bias, r_pos_ptr=route.positions,
                 r_scale=float(route.scale), slot_weight_ptr=route.slot_weight,
                 slot_rank_ptr=route.slot_rank, ROUTE=True, R_SPLIT=split,
-                R_BLOCK_M=max(2, triton.next_power_of_2(m)), BLOCK_E=triton.next_power_of_2(e),
+                R_BLOCK_M=max(ROUTE_ROW_TILE_MIN, triton.next_power_of_2(m)),
+                BLOCK_E=triton.next_power_of_2(e),
                 TOPK=route.topk, RENORM=route.renorm, SORT=ROUTE_SORT)
 
 

@@ -237,7 +237,8 @@ def test_route_top_k_by_sort_picks_as_the_argmax_passes(m, experts, k, tail, mon
     bitwise the same slot list, weights and ranks, on random logits and on logits with ties
     (equal choices must go to the lower expert) and negative choices; a pad row chooses
     nothing. 24 experts (a 32-wide tile) and k = 6 (top-8 keys, the sixth
-    the threshold); tail: the router's last GEMV program routes every row."""
+    the threshold); tail: the router's last GEMV program routes every row. The sort runs on
+    one-row tiles from route's one program a row (moe.ROUTE_ROW_TILE_MIN), the passes on two."""
     g = torch.Generator().manual_seed(m * 1000 + experts)
     pos = torch.arange(m) + 3
     pos[m // 2] = -1 if m > 1 else pos[0]
@@ -254,6 +255,8 @@ def test_route_top_k_by_sort_picks_as_the_argmax_passes(m, experts, k, tail, mon
         runs = []
         for sort in (False, True):
             monkeypatch.setattr(moe, "ROUTE_SORT", sort)
+            # the argmax passes on 2-row tiles (a masked-off row in route's one program a row)
+            monkeypatch.setattr(moe, "ROUTE_ROW_TILE_MIN", 1 if sort else 2)
             monkeypatch.setattr(moe, "ROUTE_TAIL_MAX_ROWS", 16 if tail else 2)
             runs.append(_route_outputs(parts.clone(), bias, pos, k, tail and not ties, x, w))
         for a, b in zip(*runs):
