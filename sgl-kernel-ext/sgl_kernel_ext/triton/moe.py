@@ -63,6 +63,9 @@ def _top_by_sort(choice, offs_e, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
     return (key >= kth[:, None]).to(tl.int32)
 
 
+_FIXED_ONE: tl.constexpr = tl.constexpr(2.0 ** 56)  # weights < 1: a top-k's sum < 2^59
+
+
 @triton.jit
 def _route_rows(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr, scale, offs_m, m_ok,
                 BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
@@ -91,7 +94,11 @@ def _route_rows(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr, scale, 
     chosen = tl.where(valid[:, None] & e_ok[None, :], chosen, 0)
     w = tl.where(chosen > 0, score, 0.0)
     if RENORM:
-        w = w / (tl.sum(w, axis=1) + 1e-20)[:, None]
+        # the chosen weights' sum in 2^-56 fixed point: integer adds give the same bits
+        # whatever a tile's reduction tree (route's one-row tiles, gate/up's [rows, E])
+        fixed = (w * _FIXED_ONE).to(tl.int64)
+        total = tl.sum(fixed, axis=1).to(tl.float32) * (1.0 / _FIXED_ONE)
+        w = w / (total + 1e-20)[:, None]
     return chosen, w * scale
 
 
