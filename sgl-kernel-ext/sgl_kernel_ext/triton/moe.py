@@ -752,7 +752,11 @@ ROUTE_PER_ROW_MIN_ROWS = 3
 # ROUTE_SORT 1 or 2 are 0.3-13 us slower a MoE layer at 4-16 rows (the same run)
 ROUTE_PER_ROW_WARPS = 4  # 8: -1.2..+0.8 us at 4-16 rows, mixed (T223138Z)
 # the fewest rows of a routing tile ([rows, experts]: route's one program a row, gate/up's
-# routing): 1 sorts one row's 256 keys where 2 sorted a masked-off row's too.
+# routing): 1 sorts one row's 256 keys where 2 sorted a masked-off row's too. On an H200 a
+# MoE layer is 0.6-1.2 us faster at one row, 0.1-0.5 at 8-16 (results/tiling_probe_
+# 20261203T225101Z, T230013Z: route_rows_tile_2). Needs _route_rows' fixed-point sum: with
+# a float sum the one-row tiles' reduction tree changed the weights' last bit against gate/up's
+# [rows, E] routing at 4 and 16 rows (results/pytest_tile_b529cda.log).
 ROUTE_ROW_TILE_MIN = 1
 
 

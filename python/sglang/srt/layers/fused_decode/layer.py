@@ -16,8 +16,9 @@ row); q_a|kv_a (split-K partials); latent norms + rope + KV write (+ e4m3 of c_q
 (| wq_b); indexer keys/queries, scores, top-k; absorb; sparse attention + combine; w_vc
 (+ e4m3); o_proj (on a TP shard its last-arriving K chunks sum each column tile into bf16
 rows, which the TP group's all-reduce, ``reduce``, sums across ranks); add+RMSNorm; MLP
-(router + route and gate/up + SwiGLU, at 1-2 rows each pair one launch whose second part is
-run by the last program of its group to finish, ``arrival``; down, each row's terms summed). Activations are quantized once by the kernel
+(the router's GEMV, then up to 4 rows gate/up routing every row itself, ``moe.Routing``, and
+from 5 rows route's launch; at 1-2 rows gate/up's SwiGLU runs as the last-arriving K chunk's
+tail, ``arrival``; down, each row's terms summed). Activations are quantized once by the kernel
 that produces them; every GEMM's split-K partials are summed in a fixed order by their
 consumer, so a step is deterministic. The step buffers may be shared with the model's other
 layers (``workspace``).
