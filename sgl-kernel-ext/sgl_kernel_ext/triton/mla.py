@@ -47,6 +47,16 @@ LATENT_WARPS = 16
 # H200 within noise (-0.1..+0.6 us a layer at 1-16 rows, tiling_probe_20261203T080322Z:
 # kv_slot_late): those programs are not the launches' last to finish
 KV_SLOT_EARLY = True
+# rows from which a layer that attends a top-k it did not compute (the previous indexer
+# layer's, or the MTP draft's carried one) has extra programs of its latent launch prefetch
+# into L2 the KV-cache rows its attention will gather (``_kv_prefetch``), after the latent
+# launch's wait: HBM then streams them during latent, q_b and absorb, whose own reads are a
+# few MB, and the attention's gather hits L2 (at 16 rows 37.7 MB of KV against a 60 MB L2).
+# 0: never. Off until measured: prefetching weights ahead of their stages cost more than it
+# saved (overlap.LAYER_PREFETCH), but the attention's gather is latency-bound, not
+# bandwidth-bound (sm90 sparse_mla at 16 rows: 2.3 TB/s).
+KV_PREFETCH_FROM_ROWS = 0
+KV_PREFETCH_PROGRAMS = 8  # prefetch programs a row, each a contiguous share of its top-k
 # whether a layer with the indexer runs its bf16 [wk; weights_proj] GEMM as programs of the
 # latent launch, before their wait (``latent``'s kw), rather than as a launch of its own after
 # q_b's, in steps of up to overlap.MAX_ROWS rows (the layer's choice). On an H200 a layer
@@ -337,6 +347,26 @@ def _latent_row_at(m, part, pos, slot, qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, 
 
 
 @triton.jit
+def _kv_prefetch(m, c, M, pos_ptr, topk_ptr, stride_topk, K_TOP, slots_ptr, stride_slots,
+                 slot_rows_ptr, kv_cache_ptr, ROW: tl.constexpr, ROW_BYTES: tl.constexpr,
+                 PF: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr, PDL: tl.constexpr):
+    """Share c of PF of row m's top-k (context positions, -1 = none; a share is at most
+    BLOCK entries): the KV-cache rows (ROW elements, ROW_BYTES bytes each) at their slots
+    bulk-prefetched into L2, a hint (``overlap.prefetch_l2``: nothing without PDL). Nothing
+    for a pad row."""
+    if m < M:
+        if tl.load(pos_ptr + m) >= 0:
+            share = tl.cdiv(K_TOP, PF)
+            offs = c * share + tl.arange(0, BLOCK)
+            ok = (offs < (c + 1) * share) & (offs < K_TOP)
+            t = tl.load(topk_ptr + m * stride_topk + offs, mask=ok, other=-1)
+            ok = ok & (t >= 0)
+            table = slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS)
+            slot = tl.load(table + tl.maximum(t, 0), mask=ok, other=0)
+            prefetch_l2(kv_cache_ptr + slot.to(tl.int64) * ROW, ROW_BYTES, ok, PDL)
+
+
+@triton.jit
 def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr, cq_q_ptr, cq_s_ptr,
                    kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr, inv_freq_ptr,
                    eps, Q, C, R, kw_x_ptr, kw_stride_x, KW_K, kw_w_ptr, kw_parts_ptr, KW_N,
@@ -345,14 +375,22 @@ def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr,
                    INTERPRET: tl.constexpr, PDL: tl.constexpr, KW: tl.constexpr,
                    KW_BLOCK_M: tl.constexpr, KW_BLOCK_N: tl.constexpr,
                    KW_BLOCK_K: tl.constexpr, KW_GEMV: tl.constexpr, ROWS: tl.constexpr,
-                   SLOT_EARLY: tl.constexpr = False):
+                   SLOT_EARLY: tl.constexpr, topk_ptr, stride_topk, K_TOP, pf_col0,
+                   PF: tl.constexpr, PF_BLOCK: tl.constexpr, KV_ROW_BYTES: tl.constexpr):
     """Programs (row, 0 | 1): ``_latent_row``. With KW, programs (tile, 2 + split): the
     indexer's bf16 [wk; weights_proj] split-K GEMM (bf16_linear's task), run before the
     wait: its x is the layer's normed row, two kernels back (overlap's rule). SLOT_EARLY: the
-    row's position and cache slot are read before the wait (KV_SLOT_EARLY)."""
+    row's position and cache slot are read before the wait (KV_SLOT_EARLY). With PF,
+    programs (row, pf_col0 + c): ``_kv_prefetch`` of the row's top-k after the wait
+    (KV_PREFETCH_FROM_ROWS), so its bytes do not compete with q_a|kv_a's weights."""
     i = tl.program_id(0)
     j = tl.program_id(1)
-    if KW and j >= 2:
+    if PF > 0 and j >= pf_col0:
+        stage_begin(PDL)
+        _kv_prefetch(i, j - pf_col0, M, pos_ptr, topk_ptr, stride_topk, K_TOP, slots_ptr,
+                     stride_slots, slot_rows_ptr, kv_cache_ptr, C + R, KV_ROW_BYTES, PF,
+                     PF_BLOCK, ROWS, PDL)
+    elif KW and j >= 2:
         if i < kw_tiles:
             _bf16_linear_task(i, j - 2, kw_x_ptr, kw_stride_x, M, KW_K, kw_w_ptr, kw_parts_ptr,
                               KW_N, kw_chunk, KW_BLOCK_M, KW_BLOCK_N, KW_BLOCK_K, INTERPRET,
@@ -965,11 +1003,15 @@ def _absorb_v_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C: tl.constexpr,
 
 
 def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots, inv_freq,
-           cq_q, cq_s, kv_cache, kv_lora: int, rope: int, kw=None, slot_rows=None) -> None:
+           cq_q, cq_s, kv_cache, kv_lora: int, rope: int, kw=None, slot_rows=None,
+           prefetch_topk=None) -> None:
     """From the split-K partials of q_a [S, M, Q] and kv_a [S, M, kv_lora + rope]: c_q normed
     and quantized for q_b (cq_q e4m3 [M, Q], cq_s [M, Q/128]); the KV-cache row written.
     kw = (x, w, parts): also parts = bf16_linear.bf16_linear_splitk(x, w)'s in the same
     launch (the indexer's [wk; weights_proj], KW_IN_LATENT), x written two kernels back.
+    prefetch_topk: the top-k [M, K] (context positions, -1 = none) the layer's attention
+    will read, written before the launch before this one: its KV-cache rows are prefetched
+    into L2 by KV_PREFETCH_PROGRAMS more programs a row (KV_PREFETCH_FROM_ROWS; a hint).
     token_slots, slot_rows: ``slot_args``."""
     split, m, q = qa_parts.shape
     assert qa_parts.is_contiguous() and kva_parts.is_contiguous() and kva_parts.shape[0] == split
@@ -990,6 +1032,18 @@ def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots
         kw_meta = dict(KW_BLOCK_M=bm, KW_BLOCK_N=bf16_linear.BLOCK_N, KW_BLOCK_K=bk,
                        KW_GEMV=gemv)
     slots, rows = slot_args(token_slots, slot_rows, positions, kv_cache)
+    # without prefetch_topk: placeholders the kernel does not touch
+    pf = dict(topk_ptr=positions, stride_topk=0, K_TOP=0, pf_col0=grid[1], PF=0, PF_BLOCK=16,
+              KV_ROW_BYTES=16)
+    if prefetch_topk is not None:
+        assert prefetch_topk.shape[0] == m and prefetch_topk.stride(1) == 1
+        assert prefetch_topk.dtype in (torch.int32, torch.int64)
+        pf = dict(topk_ptr=prefetch_topk, stride_topk=prefetch_topk.stride(0),
+                  K_TOP=prefetch_topk.shape[1], pf_col0=grid[1], PF=KV_PREFETCH_PROGRAMS,
+                  PF_BLOCK=triton.next_power_of_2(triton.cdiv(prefetch_topk.shape[1],
+                                                              KV_PREFETCH_PROGRAMS)),
+                  KV_ROW_BYTES=kv_cache.shape[1] * kv_cache.element_size())
+        grid = (grid[0], grid[1] + KV_PREFETCH_PROGRAMS)
     _latent_kernel[grid](qa_parts, kva_parts, split, m, q_a_norm, kv_a_norm, cq_q, cq_s,
                          kv_cache, positions, *slots, inv_freq, float(eps), q, kv_lora, rope,
                          *kw_args,
@@ -997,7 +1051,7 @@ def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots
                          BLOCK_C=triton.next_power_of_2(kv_lora), HALF_R=rope // 2,
                          INTERPRET=interpreting(), PDL=overlap.enabled(), KW=kw is not None,
                          **kw_meta, ROWS=rows, SLOT_EARLY=KV_SLOT_EARLY, num_warps=LATENT_WARPS,
-                         **overlap.launch_kw())
+                         **pf, **overlap.launch_kw())
 
 
 def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions,

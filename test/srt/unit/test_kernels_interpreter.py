@@ -1187,6 +1187,41 @@ def test_q_b_split_with_tail_rows(layer_id, monkeypatch):
     assert r["residual_rel"] <= tol["residual_rel"] and r["routing_flips"] <= 1, r
 
 
+def test_kv_prefetch_programs_leave_the_layer_bitwise(monkeypatch):
+    """A layer attending the previous top-k with the latent launch's KV prefetch programs
+    (mla.KV_PREFETCH_FROM_ROWS; their bulk prefetches are no-ops here, their top-k and slot
+    lookups run, masked to each share) against none: outputs and cache bytes equal, with a pad
+    row among 4 and contexts shorter than the top-k; the launch got the extra programs."""
+    from sgl_kernel_ext.triton import mla
+
+    case = make_case(CFG, 2, [30, 0, 12, 40], seed=91, tp_size=2)
+    grids = []
+    original = mla._latent_kernel
+
+    class Spy:
+        def __getitem__(self, grid):
+            grids.append(tuple(grid))
+            return original[grid]
+
+    monkeypatch.setattr(mla, "_latent_kernel", Spy())
+    monkeypatch.setattr(mla, "LATENT_IN_Q_B_MAX_ROWS", 0)
+    runs = []
+    for first in (0, 1):
+        monkeypatch.setattr(mla, "KV_PREFETCH_FROM_ROWS", first)
+        monkeypatch.setattr(mla, "KV_PREFETCH_PROGRAMS", 3)
+        caches = clone_caches(case.caches)
+        layer = FusedLayer(CFG, case.lw, caches, 4, case.batch.token_slots.shape[1],
+                           persistent_launch=False)
+        assert not layer.runs_indexer
+        runs.append(([t.clone() for t in layer(case.hidden, case.residual, case.batch,
+                                                case.topk_prev)], caches))
+    assert [g[1] for g in grids] == [2, 2 + 3], grids
+    (a_out, a_c), (b_out, b_c) = runs
+    for x, y in zip(a_out, b_out):
+        assert torch.equal(x, y)
+    assert torch.equal(a_c.kv[2].view(torch.int16), b_c.kv[2].view(torch.int16))
+
+
 @pytest.mark.parametrize("layer_id", [0, 1, 2], ids=["dense_indexer", "moe_indexer", "moe_shared"])
 def test_persistent_layer_is_bitwise_the_stage_kernels(layer_id):
     """Under the interpreter both paths run the same task bodies with the same arithmetic:

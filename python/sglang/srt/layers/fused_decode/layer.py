@@ -389,10 +389,13 @@ class FusedLayer:
         kw_in_latent = (indexing and not fused_latent and mla.KW_IN_LATENT
                         and m <= overlap.MAX_ROWS)
         if not fused_latent:
+            # a top-k this layer does not compute is known now: its KV rows can stream early
+            prefetch = (not indexing and topk_prev is not None
+                        and 0 < mla.KV_PREFETCH_FROM_ROWS <= m)
             mla.latent(v("qa"), v("kva"), a.q_a_norm, a.kv_a_norm, eps, pos, slots, self.inv_freq,
                        v("cq_q"), v("cq_s"), self.kv_cache, c, rope,
                        kw=(v("x"), self.wk_proj, v("kw_parts")) if kw_in_latent else None,
-                       slot_rows=rows)
+                       slot_rows=rows, prefetch_topk=topk_prev if prefetch else None)
 
         # absorb's q: summed by q_b's tails into bf16 rows, or q_b's partials
         q_rows = not fused_latent and m >= mla.ABSORB_Q_ROWS_FROM
