@@ -98,7 +98,9 @@ VARIANTS = {
     # routing tiles of at least 2 rows (a masked-off one at 1 row and in route's programs)
     "route_rows_tile_2": {("moe", "ROUTE_ROW_TILE_MIN"): 2},
     # a layer without an indexer prefetching its attention's KV rows into L2 from its latent
-    # launch (mla.KV_PREFETCH_FROM_ROWS; default off), from 3 or 8 rows, 8 or 16 programs a row
+    # launch (mla.KV_PREFETCH_FROM_ROWS; default off), from 3 or 8 rows, 8 or 16 programs a row;
+    # from one row also from q_b_normed's launch (1-2 rows: the KV-row programs' siblings)
+    "kv_prefetch_1": {("mla", "KV_PREFETCH_FROM_ROWS"): 1},
     "kv_prefetch_3": {("mla", "KV_PREFETCH_FROM_ROWS"): 3},
     "kv_prefetch_8": {("mla", "KV_PREFETCH_FROM_ROWS"): 8},
     "kv_prefetch_3_16_programs": {("mla", "KV_PREFETCH_FROM_ROWS"): 3,

@@ -347,16 +347,17 @@ def _latent_row_at(m, part, pos, slot, qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, 
 
 
 @triton.jit
-def _kv_prefetch(m, c, M, pos_ptr, topk_ptr, stride_topk, K_TOP, slots_ptr, stride_slots,
-                 slot_rows_ptr, kv_cache_ptr, ROW: tl.constexpr, ROW_BYTES: tl.constexpr,
-                 PF: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr, PDL: tl.constexpr):
-    """Share c of PF of row m's top-k (context positions, -1 = none; a share is at most
+def _kv_prefetch(m, c, shares, M, pos_ptr, topk_ptr, stride_topk, K_TOP, slots_ptr,
+                 stride_slots, slot_rows_ptr, kv_cache_ptr, ROW: tl.constexpr,
+                 ROW_BYTES: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr,
+                 PDL: tl.constexpr):
+    """Share c of `shares` of row m's top-k (context positions, -1 = none; a share is at most
     BLOCK entries): the KV-cache rows (ROW elements, ROW_BYTES bytes each) at their slots
     bulk-prefetched into L2, a hint (``overlap.prefetch_l2``: nothing without PDL). Nothing
     for a pad row."""
     if m < M:
         if tl.load(pos_ptr + m) >= 0:
-            share = tl.cdiv(K_TOP, PF)
+            share = tl.cdiv(K_TOP, shares)
             offs = c * share + tl.arange(0, BLOCK)
             ok = (offs < (c + 1) * share) & (offs < K_TOP)
             t = tl.load(topk_ptr + m * stride_topk + offs, mask=ok, other=-1)
@@ -387,9 +388,9 @@ def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr,
     j = tl.program_id(1)
     if PF > 0 and j >= pf_col0:
         stage_begin(PDL)
-        _kv_prefetch(i, j - pf_col0, M, pos_ptr, topk_ptr, stride_topk, K_TOP, slots_ptr,
-                     stride_slots, slot_rows_ptr, kv_cache_ptr, C + R, KV_ROW_BYTES, PF,
-                     PF_BLOCK, ROWS, PDL)
+        _kv_prefetch(i, j - pf_col0, PF, M, pos_ptr, topk_ptr, stride_topk, K_TOP, slots_ptr,
+                     stride_slots, slot_rows_ptr, kv_cache_ptr, C + R, KV_ROW_BYTES, PF_BLOCK,
+                     ROWS, PDL)
     elif KW and j >= 2:
         if i < kw_tiles:
             _bf16_linear_task(i, j - 2, kw_x_ptr, kw_stride_x, M, KW_K, kw_w_ptr, kw_parts_ptr,
@@ -447,10 +448,12 @@ def _q_b_normed_kernel(rows_q_ptr, ss_q_ptr, qn_w_ptr, M, Q, k_chunk, eps,
                        BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, BLOCK_C: tl.constexpr,
                        HALF_R: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
                        SWAP: tl.constexpr, ROWS: tl.constexpr, SLOT_EARLY: tl.constexpr,
-                       PREFETCH: tl.constexpr):
+                       PREFETCH: tl.constexpr, topk_ptr, stride_topk, K_TOP,
+                       PF: tl.constexpr, PF_BLOCK: tl.constexpr, KV_ROW_BYTES: tl.constexpr):
     """Programs (tile, split): q_b on c_q normed from q_a's rows; programs (tiles + m, 0): row
     m's KV-cache row (``latent``'s second half; SLOT_EARLY: its position and slot read
-    before the wait, KV_SLOT_EARLY)."""
+    before the wait, KV_SLOT_EARLY); with PF, programs (tiles + m, 1 + c): ``_kv_prefetch``
+    of share c of the row's top-k after the wait (KV_PREFETCH_FROM_ROWS)."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     if pid < tiles:
@@ -471,6 +474,10 @@ def _q_b_normed_kernel(rows_q_ptr, ss_q_ptr, qn_w_ptr, M, Q, k_chunk, eps,
         if split == 0:
             _kv_row_task(m, pos, slot, rows_kv_ptr, ss_kv_ptr, ss_kv_stride, C_TILES, kvn_w_ptr,
                          kv_cache_ptr, inv_freq_ptr, eps, C, R, BLOCK_C, HALF_R)
+        elif PF:
+            _kv_prefetch(m, split - 1, tl.num_programs(1) - 1, M, pos_ptr, topk_ptr,
+                         stride_topk, K_TOP, slots_ptr, stride_slots, slot_rows_ptr,
+                         kv_cache_ptr, C + R, KV_ROW_BYTES, PF_BLOCK, ROWS, PDL)
 
 
 @triton.jit
@@ -1002,6 +1009,19 @@ def _absorb_v_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C: tl.constexpr,
                    INTERPRET)
 
 
+def _prefetch_args(topk, positions, kv_cache, shares: int) -> dict:
+    """The KV prefetch's launch arguments (``_kv_prefetch``) for a top-k [M, K] in `shares`
+    programs a row, or placeholders the kernel does not touch (PF=0) without one."""
+    if topk is None or shares < 1:
+        return dict(topk_ptr=positions, stride_topk=0, K_TOP=0, PF=0, PF_BLOCK=16,
+                    KV_ROW_BYTES=16)
+    assert topk.shape[0] == positions.shape[0] and topk.stride(1) == 1
+    assert topk.dtype in (torch.int32, torch.int64) and kv_cache.is_contiguous()
+    return dict(topk_ptr=topk, stride_topk=topk.stride(0), K_TOP=topk.shape[1], PF=shares,
+                PF_BLOCK=triton.next_power_of_2(triton.cdiv(topk.shape[1], shares)),
+                KV_ROW_BYTES=kv_cache.shape[1] * kv_cache.element_size())
+
+
 def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots, inv_freq,
            cq_q, cq_s, kv_cache, kv_lora: int, rope: int, kw=None, slot_rows=None,
            prefetch_topk=None) -> None:
@@ -1032,17 +1052,9 @@ def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots
         kw_meta = dict(KW_BLOCK_M=bm, KW_BLOCK_N=bf16_linear.BLOCK_N, KW_BLOCK_K=bk,
                        KW_GEMV=gemv)
     slots, rows = slot_args(token_slots, slot_rows, positions, kv_cache)
-    # without prefetch_topk: placeholders the kernel does not touch
-    pf = dict(topk_ptr=positions, stride_topk=0, K_TOP=0, pf_col0=grid[1], PF=0, PF_BLOCK=16,
-              KV_ROW_BYTES=16)
+    pf = dict(pf_col0=grid[1], **_prefetch_args(prefetch_topk, positions, kv_cache,
+                                                 KV_PREFETCH_PROGRAMS))
     if prefetch_topk is not None:
-        assert prefetch_topk.shape[0] == m and prefetch_topk.stride(1) == 1
-        assert prefetch_topk.dtype in (torch.int32, torch.int64)
-        pf = dict(topk_ptr=prefetch_topk, stride_topk=prefetch_topk.stride(0),
-                  K_TOP=prefetch_topk.shape[1], pf_col0=grid[1], PF=KV_PREFETCH_PROGRAMS,
-                  PF_BLOCK=triton.next_power_of_2(triton.cdiv(prefetch_topk.shape[1],
-                                                              KV_PREFETCH_PROGRAMS)),
-                  KV_ROW_BYTES=kv_cache.shape[1] * kv_cache.element_size())
         grid = (grid[0], grid[1] + KV_PREFETCH_PROGRAMS)
     _latent_kernel[grid](qa_parts, kva_parts, split, m, q_a_norm, kv_a_norm, cq_q, cq_s,
                          kv_cache, positions, *slots, inv_freq, float(eps), q, kv_lora, rope,
@@ -1057,14 +1069,15 @@ def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots
 def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions,
                token_slots, inv_freq, kv_cache, kv_lora: int, rope: int, wq, ws, parts,
                wq_b=None, ws_b=None, parts_b=None, block_n: int = 64, groups: int = 2,
-               slot_rows=None) -> None:
+               slot_rows=None, prefetch_topk=None) -> None:
     """``latent`` and q_b (| wq_b) in one launch, from q_a|kv_a's summed bf16 rows and their
     per-tile sums of squares (``fp8_linear.fp8_linear(tails=...)``): each q_b program norms
     and quantizes its own groups of c_q (``fp8_linear._normed_group_dot``) instead of reading
     them from the latent kernel, and one extra program writes the KV-cache rows. parts as
     ``fp8_linear.fp8_linear``'s; the same sums in the same order as latent's except c_q's and
-    c_kv's sums of squares (by tile, then over the tiles). token_slots, slot_rows:
-    ``slot_args``."""
+    c_kv's sums of squares (by tile, then over the tiles). prefetch_topk: as ``latent``'s,
+    prefetched by the KV-row programs' idle K-chunk siblings (split - 1 a row). token_slots,
+    slot_rows: ``slot_args``."""
     m, q = rows_q.shape
     split = parts.shape[0]
     kv_w = kv_lora + rope
@@ -1079,6 +1092,7 @@ def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions
         wq.shape[0], wq_b.shape[0] if wq_b is not None else 0, q, split, block_n, groups)
     if wq_b is None:
         wq_b, ws_b, parts_b = wq, ws, parts
+    pf = _prefetch_args(prefetch_topk, positions, kv_cache, split - 1)
     _q_b_normed_kernel[(tiles + m, split)](
         rows_q, ss_q, q_a_norm, m, q, k_chunk, float(eps),
         wq, ws, parts, wq.shape[0], tiles_a, wq_b, ws_b, parts_b, wq_b.shape[0], tiles,
@@ -1088,7 +1102,7 @@ def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions
         BLOCK_N=block_n, GROUPS=groups, BLOCK_C=triton.next_power_of_2(kv_lora),
         HALF_R=rope // 2, INTERPRET=interpreting(), PDL=overlap.enabled(),
         SWAP=fp8_linear.swap(block_n), ROWS=slot_rows is not None, SLOT_EARLY=KV_SLOT_EARLY,
-        PREFETCH=overlap.prefetches("q_b_normed"),
+        PREFETCH=overlap.prefetches("q_b_normed"), **pf,
         num_warps=fp8_linear.NUM_WARPS, num_stages=3, **overlap.launch_kw())
 
 

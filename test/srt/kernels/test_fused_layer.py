@@ -564,12 +564,13 @@ def test_routing_in_gate_up_is_bitwise_route(kind, rows, monkeypatch):
                          monkeypatch, counters=("route_arrival", "gu_arrivals"))
 
 
-@pytest.mark.parametrize("rows", [3, 8, 16])
+@pytest.mark.parametrize("rows", [1, 2, 3, 16])
 @pytest.mark.parametrize("kind", ["moe_shared_topk", "moe_indexer"])
 def test_kv_prefetch_is_bitwise_without_it(kind, rows, monkeypatch):
-    """The latent launch prefetching the attention's KV rows into L2 (mla.KV_PREFETCH_FROM_ROWS,
-    a layer attending the previous top-k; the indexer layer computes its own and runs none)
-    against no prefetch, at real shapes with a pad row: outputs and caches bitwise equal."""
+    """The attention's KV rows prefetched into L2 (mla.KV_PREFETCH_FROM_ROWS: by q_b_normed's
+    launch at 1-2 rows, the latent launch's from 3, in a layer attending the previous top-k;
+    the indexer layer computes its own and runs none) against no prefetch, at real shapes
+    with a pad row: outputs and caches bitwise equal."""
     from sgl_kernel_ext.triton import mla
 
     for programs in (8, 16):

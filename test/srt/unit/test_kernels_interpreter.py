@@ -1187,35 +1187,45 @@ def test_q_b_split_with_tail_rows(layer_id, monkeypatch):
     assert r["residual_rel"] <= tol["residual_rel"] and r["routing_flips"] <= 1, r
 
 
-def test_kv_prefetch_programs_leave_the_layer_bitwise(monkeypatch):
-    """A layer attending the previous top-k with the latent launch's KV prefetch programs
-    (mla.KV_PREFETCH_FROM_ROWS; their bulk prefetches are no-ops here, their top-k and slot
-    lookups run, masked to each share) against none: outputs and cache bytes equal, with a pad
-    row among 4 and contexts shorter than the top-k; the launch got the extra programs."""
-    from sgl_kernel_ext.triton import mla
+@pytest.mark.parametrize("fused", [False, True], ids=["latent", "q_b_normed"])
+def test_kv_prefetch_programs_leave_the_layer_bitwise(fused, monkeypatch):
+    """A layer attending the previous top-k with KV prefetch programs (mla.KV_PREFETCH_FROM_ROWS:
+    more programs of the latent launch, or q_b_normed's idle K-chunk siblings of the KV-row
+    programs; their bulk prefetches are no-ops here, their top-k and slot lookups run, masked
+    to each share) against none: outputs and cache bytes equal, with a pad row among 4 and
+    contexts shorter than the top-k; the launch got the prefetch arguments."""
+    from sgl_kernel_ext.triton import fp8_linear, mla
 
     case = make_case(CFG, 2, [30, 0, 12, 40], seed=91, tp_size=2)
-    grids = []
-    original = mla._latent_kernel
+    name = "_q_b_normed_kernel" if fused else "_latent_kernel"
+    launches = []
+    original = getattr(mla, name)
 
     class Spy:
         def __getitem__(self, grid):
-            grids.append(tuple(grid))
-            return original[grid]
+            def launch(*args, **kwargs):
+                launches.append((tuple(grid), kwargs["PF"]))
+                return original[grid](*args, **kwargs)
+            return launch
 
-    monkeypatch.setattr(mla, "_latent_kernel", Spy())
-    monkeypatch.setattr(mla, "LATENT_IN_Q_B_MAX_ROWS", 0)
+    monkeypatch.setattr(mla, name, Spy())
+    monkeypatch.setattr(mla, "LATENT_IN_Q_B_MAX_ROWS", 4 if fused else 0)
+    monkeypatch.setattr(mla, "KV_PREFETCH_PROGRAMS", 3)
+    # one 128-column group a step, so q_b's tiny K splits in two (one prefetch sibling a row)
+    monkeypatch.setattr(fp8_linear, "tiling", lambda n, k: (64, 1, max(1, k // 128)))
     runs = []
     for first in (0, 1):
         monkeypatch.setattr(mla, "KV_PREFETCH_FROM_ROWS", first)
-        monkeypatch.setattr(mla, "KV_PREFETCH_PROGRAMS", 3)
         caches = clone_caches(case.caches)
         layer = FusedLayer(CFG, case.lw, caches, 4, case.batch.token_slots.shape[1],
                            persistent_launch=False)
-        assert not layer.runs_indexer
+        assert not layer.runs_indexer and layer._latent_in_q_b(4) == fused
         runs.append(([t.clone() for t in layer(case.hidden, case.residual, case.batch,
                                                 case.topk_prev)], caches))
-    assert [g[1] for g in grids] == [2, 2 + 3], grids
+    if fused:
+        assert [pf for _, pf in launches] == [0, layer.split_q_b - 1] and layer.split_q_b > 1
+    else:
+        assert launches == [((4, 2), 0), ((4, 2 + 3), 3)], launches
     (a_out, a_c), (b_out, b_c) = runs
     for x, y in zip(a_out, b_out):
         assert torch.equal(x, y)

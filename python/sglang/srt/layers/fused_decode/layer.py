@@ -388,10 +388,10 @@ class FusedLayer:
         # the overlap's rows, where they run before its wait), or a launch of its own
         kw_in_latent = (indexing and not fused_latent and mla.KW_IN_LATENT
                         and m <= overlap.MAX_ROWS)
+        # a top-k this layer does not compute is known now: its KV rows can stream early
+        prefetch = (not indexing and topk_prev is not None
+                    and 0 < mla.KV_PREFETCH_FROM_ROWS <= m)
         if not fused_latent:
-            # a top-k this layer does not compute is known now: its KV rows can stream early
-            prefetch = (not indexing and topk_prev is not None
-                        and 0 < mla.KV_PREFETCH_FROM_ROWS <= m)
             mla.latent(v("qa"), v("kva"), a.q_a_norm, a.kv_a_norm, eps, pos, slots, self.inv_freq,
                        v("cq_q"), v("cq_s"), self.kv_cache, c, rope,
                        kw=(v("x"), self.wk_proj, v("kw_parts")) if kw_in_latent else None,
@@ -407,7 +407,7 @@ class FusedLayer:
                 mla.q_b_normed(v("rows_q"), v("ss_q"), a.q_a_norm, v("rows_kv"), v("ss_kv"),
                                a.kv_a_norm, eps, pos, slots, self.inv_freq, self.kv_cache, c,
                                rope, a.q_b.q, a.q_b.s, q_parts, *more, *self.tile_q_b[:2],
-                               slot_rows=rows)
+                               slot_rows=rows, prefetch_topk=topk_prev if prefetch else None)
             else:
                 fp8_linear.fp8_linear(v("cq_q"), v("cq_s"), a.q_b.q, a.q_b.s, q_parts, *more,
                                       *self.tile_q_b[:2], tails=q_tails)
