@@ -83,9 +83,11 @@ run_long() {
 # Written 2026-12-03 and not yet run on a GPU: a layer without an indexer prefetching its
 # attention's KV rows into L2 (mla.KV_PREFETCH_FROM_ROWS), from one row (kv_prefetch_1: at 1-2
 # rows from q_b_normed's launch, from 3 from the latent launch's 8 more programs a row) and
-# from 3 rows with 16 programs a row (kv_prefetch_3_16_programs); GPU test kv_prefetch
-PENDING_TESTS="column_tiles or scales_loaded_ahead or pool_table or kv_prefetch"
-PENDING="kv_prefetch_1,kv_prefetch_3_16_programs,attn_one_tile,attn_parts_every_step,moe_dot,pool_slots"
+# from 3 rows with 16 programs a row (kv_prefetch_3_16_programs); GPU test kv_prefetch. And
+# down reading gate/up's slot table before its wait once gate/up's flag is set, at 1-4 rows
+# (moe.DOWN_TABLE_FLAG: down_table_flag; GPU test down_table_flag)
+PENDING_TESTS="column_tiles or scales_loaded_ahead or pool_table or kv_prefetch or down_table_flag"
+PENDING="kv_prefetch_1,kv_prefetch_3_16_programs,down_table_flag,attn_one_tile,attn_parts_every_step,moe_dot,pool_slots"
 # at a 32K context, beside the defaults (the index scores as keys x q^T since
 # tiling_probe_20261202T020550Z): the scores as q x keys^T, and the opt-in top-k forms timed
 # there before that change: its first pass in the index scores (topk.SCORES_HISTOGRAM), with

@@ -101,6 +101,9 @@ VARIANTS = {
     # launch (mla.KV_PREFETCH_FROM_ROWS; default off), from 3 or 8 rows, 8 or 16 programs a row;
     # from one row also from q_b_normed's launch (1-2 rows: the KV-row programs' siblings)
     "kv_prefetch_1": {("mla", "KV_PREFETCH_FROM_ROWS"): 1},
+    # down reading the slot table gate/up writes once gate/up's flag says it is whole, before
+    # its own wait (moe.DOWN_TABLE_FLAG; default off), where gate/up routes (1-4 rows)
+    "down_table_flag": {("moe", "DOWN_TABLE_FLAG"): True},
     "kv_prefetch_3": {("mla", "KV_PREFETCH_FROM_ROWS"): 3},
     "kv_prefetch_8": {("mla", "KV_PREFETCH_FROM_ROWS"): 8},
     "kv_prefetch_3_16_programs": {("mla", "KV_PREFETCH_FROM_ROWS"): 3,

@@ -564,6 +564,20 @@ def test_routing_in_gate_up_is_bitwise_route(kind, rows, monkeypatch):
                          monkeypatch, counters=("route_arrival", "gu_arrivals"))
 
 
+@pytest.mark.parametrize("rows", [1, 2, 4])
+@pytest.mark.parametrize("kind", ["moe_shared_topk", "moe_indexer"])
+def test_down_table_flag_is_bitwise_without_it(kind, rows, monkeypatch):
+    """down waiting for gate/up's table-ready flag and reading its entry before its wait
+    (moe.DOWN_TABLE_FLAG, where gate/up routes every row) against down reading it after its
+    wait, at real shapes with a pad row: outputs and caches bitwise equal, the flag and the
+    arrival counters back at zero (the overlap on: down runs while gate/up does)."""
+    from sgl_kernel_ext.triton import moe
+
+    _forms_bitwise_equal(kind, rows, 41, ({(moe, "DOWN_TABLE_FLAG"): False},
+                                          {(moe, "DOWN_TABLE_FLAG"): True}),
+                         monkeypatch, counters=("route_ready", "gu_arrivals"))
+
+
 @pytest.mark.parametrize("rows", [1, 2, 3, 16])
 @pytest.mark.parametrize("kind", ["moe_shared_topk", "moe_indexer"])
 def test_kv_prefetch_is_bitwise_without_it(kind, rows, monkeypatch):

@@ -188,6 +188,7 @@ class FusedLayer:
         # down to the MMA's 16 columns (benchmark/tiling_probe.py varies it), the router's one
         self.buf["gu_arrivals"] = arrival.counters(-(-inter // 16) * slots, dev)
         self.buf["route_arrival"] = arrival.counters(1, dev)
+        self.buf["route_ready"] = arrival.counters(1, dev)  # moe.DOWN_TABLE_FLAG
         self.buf["qkv_arrivals"] = arrival.counters(
             self._tails(cfg.q_lora_rank) + self._tails(c + rope), dev)
         self.buf["q_arrivals"] = arrival.counters(-(-a.q_b.q.shape[0] // self.tile_q_b[0]), dev)
@@ -506,7 +507,8 @@ class FusedLayer:
             if self.fp8_moe is None and m <= moe.ROUTE_IN_GATE_UP_MAX_ROWS:
                 routing = moe.Routing(v("router_parts"), mlp.bias, pos, cfg.num_experts_per_tok,
                                       cfg.routed_scaling_factor, cfg.norm_topk_prob,
-                                      v("slot_weight"), v("slot_rank"))
+                                      v("slot_weight"), v("slot_rank"),
+                                      b["route_ready"] if moe.DOWN_TABLE_FLAG else None)
             moe.router_route(v("x2"), mlp.router, v("router_parts"), mlp.bias, pos,
                              cfg.num_experts_per_tok, cfg.routed_scaling_factor,
                              cfg.norm_topk_prob, b["slot_expert"], v("slot_weight"),
@@ -535,7 +537,8 @@ class FusedLayer:
             moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"),
                      v("slot_rank"), b["num_slots"], routed.down.q, routed.down.s,
                      shared.down.q, shared.down.s, pos, v("terms"), v("y"), block_n=block_n,
-                     num_warps=warps, table_early=routing is None)
+                     num_warps=warps, table_early=routing is None,
+                     ready=routing.ready if routing is not None else None)
 
 
     def health(self) -> List[str]:
