@@ -377,19 +377,21 @@ def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr,
                    KW_BLOCK_M: tl.constexpr, KW_BLOCK_N: tl.constexpr,
                    KW_BLOCK_K: tl.constexpr, KW_GEMV: tl.constexpr, ROWS: tl.constexpr,
                    SLOT_EARLY: tl.constexpr, topk_ptr, stride_topk, K_TOP, pf_col0,
-                   PF: tl.constexpr, PF_BLOCK: tl.constexpr, KV_ROW_BYTES: tl.constexpr):
+                   KV_PF: tl.constexpr, KV_PF_BLOCK: tl.constexpr, KV_ROW_BYTES: tl.constexpr):
     """Programs (row, 0 | 1): ``_latent_row``. With KW, programs (tile, 2 + split): the
     indexer's bf16 [wk; weights_proj] split-K GEMM (bf16_linear's task), run before the
     wait: its x is the layer's normed row, two kernels back (overlap's rule). SLOT_EARLY: the
-    row's position and cache slot are read before the wait (KV_SLOT_EARLY). With PF,
+    row's position and cache slot are read before the wait (KV_SLOT_EARLY). With KV_PF,
     programs (row, pf_col0 + c): ``_kv_prefetch`` of the row's top-k after the wait
     (KV_PREFETCH_FROM_ROWS), so its bytes do not compete with q_a|kv_a's weights."""
     i = tl.program_id(0)
     j = tl.program_id(1)
-    if PF > 0 and j >= pf_col0:
+    # False at compile time without KV_PF
+    prefetching = (j >= pf_col0) if KV_PF > 0 else False
+    if prefetching:
         stage_begin(PDL)
-        _kv_prefetch(i, j - pf_col0, PF, M, pos_ptr, topk_ptr, stride_topk, K_TOP, slots_ptr,
-                     stride_slots, slot_rows_ptr, kv_cache_ptr, C + R, KV_ROW_BYTES, PF_BLOCK,
+        _kv_prefetch(i, j - pf_col0, KV_PF, M, pos_ptr, topk_ptr, stride_topk, K_TOP, slots_ptr,
+                     stride_slots, slot_rows_ptr, kv_cache_ptr, C + R, KV_ROW_BYTES, KV_PF_BLOCK,
                      ROWS, PDL)
     elif KW and j >= 2:
         if i < kw_tiles:
@@ -449,10 +451,10 @@ def _q_b_normed_kernel(rows_q_ptr, ss_q_ptr, qn_w_ptr, M, Q, k_chunk, eps,
                        HALF_R: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
                        SWAP: tl.constexpr, ROWS: tl.constexpr, SLOT_EARLY: tl.constexpr,
                        PREFETCH: tl.constexpr, topk_ptr, stride_topk, K_TOP,
-                       PF: tl.constexpr, PF_BLOCK: tl.constexpr, KV_ROW_BYTES: tl.constexpr):
+                       KV_PF: tl.constexpr, KV_PF_BLOCK: tl.constexpr, KV_ROW_BYTES: tl.constexpr):
     """Programs (tile, split): q_b on c_q normed from q_a's rows; programs (tiles + m, 0): row
     m's KV-cache row (``latent``'s second half; SLOT_EARLY: its position and slot read
-    before the wait, KV_SLOT_EARLY); with PF, programs (tiles + m, 1 + c): ``_kv_prefetch``
+    before the wait, KV_SLOT_EARLY); with KV_PF, programs (tiles + m, 1 + c): ``_kv_prefetch``
     of share c of the row's top-k after the wait (KV_PREFETCH_FROM_ROWS)."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
@@ -474,10 +476,10 @@ def _q_b_normed_kernel(rows_q_ptr, ss_q_ptr, qn_w_ptr, M, Q, k_chunk, eps,
         if split == 0:
             _kv_row_task(m, pos, slot, rows_kv_ptr, ss_kv_ptr, ss_kv_stride, C_TILES, kvn_w_ptr,
                          kv_cache_ptr, inv_freq_ptr, eps, C, R, BLOCK_C, HALF_R)
-        elif PF:
+        elif KV_PF:
             _kv_prefetch(m, split - 1, tl.num_programs(1) - 1, M, pos_ptr, topk_ptr,
                          stride_topk, K_TOP, slots_ptr, stride_slots, slot_rows_ptr,
-                         kv_cache_ptr, C + R, KV_ROW_BYTES, PF_BLOCK, ROWS, PDL)
+                         kv_cache_ptr, C + R, KV_ROW_BYTES, KV_PF_BLOCK, ROWS, PDL)
 
 
 @triton.jit
@@ -1011,14 +1013,14 @@ def _absorb_v_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C: tl.constexpr,
 
 def _prefetch_args(topk, positions, kv_cache, shares: int) -> dict:
     """The KV prefetch's launch arguments (``_kv_prefetch``) for a top-k [M, K] in `shares`
-    programs a row, or placeholders the kernel does not touch (PF=0) without one."""
+    programs a row, or placeholders the kernel does not touch (KV_PF=0) without one."""
     if topk is None or shares < 1:
-        return dict(topk_ptr=positions, stride_topk=0, K_TOP=0, PF=0, PF_BLOCK=16,
+        return dict(topk_ptr=positions, stride_topk=0, K_TOP=0, KV_PF=0, KV_PF_BLOCK=16,
                     KV_ROW_BYTES=16)
     assert topk.shape[0] == positions.shape[0] and topk.stride(1) == 1
     assert topk.dtype in (torch.int32, torch.int64) and kv_cache.is_contiguous()
-    return dict(topk_ptr=topk, stride_topk=topk.stride(0), K_TOP=topk.shape[1], PF=shares,
-                PF_BLOCK=triton.next_power_of_2(triton.cdiv(topk.shape[1], shares)),
+    return dict(topk_ptr=topk, stride_topk=topk.stride(0), K_TOP=topk.shape[1], KV_PF=shares,
+                KV_PF_BLOCK=triton.next_power_of_2(triton.cdiv(topk.shape[1], shares)),
                 KV_ROW_BYTES=kv_cache.shape[1] * kv_cache.element_size())
 
 

@@ -1254,7 +1254,7 @@ def test_kv_prefetch_programs_leave_the_layer_bitwise(fused, monkeypatch):
     class Spy:
         def __getitem__(self, grid):
             def launch(*args, **kwargs):
-                launches.append((tuple(grid), kwargs["PF"]))
+                launches.append((tuple(grid), kwargs["KV_PF"]))
                 return original[grid](*args, **kwargs)
             return launch
 
