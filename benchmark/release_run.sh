@@ -80,14 +80,10 @@ run_long() {
 # those forms (the persistent layer on a pool table has not run on a GPU yet). Timed at
 # dea2028 and dropped from here, none faster: gate_up_64_scales_ahead, moe_deep_at_1,
 # linear_groups_1, moe_gemv_at_1 (tiling_probe_20261202T062521Z)
-# Written 2026-12-03 and not yet run on a GPU: a layer without an indexer prefetching its
-# attention's KV rows into L2 (mla.KV_PREFETCH_FROM_ROWS), from one row (kv_prefetch_1: at 1-2
-# rows from q_b_normed's launch, from 3 from the latent launch's 8 more programs a row) and
-# from 3 rows with 16 programs a row (kv_prefetch_3_16_programs); GPU test kv_prefetch. And
-# down reading gate/up's slot table before its wait once gate/up's flag is set, at 1-4 rows
-# (moe.DOWN_TABLE_FLAG: down_table_flag; GPU test down_table_flag)
-PENDING_TESTS="column_tiles or scales_loaded_ahead or pool_table or kv_prefetch or down_table_flag"
-PENDING="kv_prefetch_1,kv_prefetch_3_16_programs,down_table_flag,attn_one_tile,attn_parts_every_step,moe_dot,pool_slots"
+# Timed 2026-12-04 and removed (slower, or too little): the KV prefetch (kv_prefetch_*) and
+# down's table flag (down_table_flag), tiling_probe_20261204T030728Z
+PENDING_TESTS="column_tiles or scales_loaded_ahead or pool_table"
+PENDING="attn_one_tile,attn_parts_every_step,moe_dot,pool_slots"
 # at a 32K context, beside the defaults (the index scores as keys x q^T since
 # tiling_probe_20261202T020550Z): the scores as q x keys^T, and the opt-in top-k forms timed
 # there before that change: its first pass in the index scores (topk.SCORES_HISTOGRAM), with

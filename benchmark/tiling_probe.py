@@ -97,17 +97,6 @@ VARIANTS = {
     "q_b_rows_split_2": {("mla", "Q_B_SPLIT_WITH_ROWS"): 2},
     # routing tiles of at least 2 rows (a masked-off one at 1 row and in route's programs)
     "route_rows_tile_2": {("moe", "ROUTE_ROW_TILE_MIN"): 2},
-    # a layer without an indexer prefetching its attention's KV rows into L2 from its latent
-    # launch (mla.KV_PREFETCH_FROM_ROWS; default off), from 3 or 8 rows, 8 or 16 programs a row;
-    # from one row also from q_b_normed's launch (1-2 rows: the KV-row programs' siblings)
-    "kv_prefetch_1": {("mla", "KV_PREFETCH_FROM_ROWS"): 1},
-    # down reading the slot table gate/up writes once gate/up's flag says it is whole, before
-    # its own wait (moe.DOWN_TABLE_FLAG; default off), where gate/up routes (1-4 rows)
-    "down_table_flag": {("moe", "DOWN_TABLE_FLAG"): True},
-    "kv_prefetch_3": {("mla", "KV_PREFETCH_FROM_ROWS"): 3},
-    "kv_prefetch_8": {("mla", "KV_PREFETCH_FROM_ROWS"): 8},
-    "kv_prefetch_3_16_programs": {("mla", "KV_PREFETCH_FROM_ROWS"): 3,
-                                  ("mla", "KV_PREFETCH_PROGRAMS"): 16},
     # route_flags_off (T211238Z): the form without route's flags, measured against them (code
     # at 743ff9e; moe.py's tried note)
     # the router's one launch with its route tail (1-2 rows) on 1 warp, top-k by argmax passes

@@ -47,16 +47,14 @@ LATENT_WARPS = 16
 # H200 within noise (-0.1..+0.6 us a layer at 1-16 rows, tiling_probe_20261203T080322Z:
 # kv_slot_late): those programs are not the launches' last to finish
 KV_SLOT_EARLY = True
-# rows from which a layer that attends a top-k it did not compute (the previous indexer
-# layer's, or the MTP draft's carried one) has extra programs of its latent launch prefetch
-# into L2 the KV-cache rows its attention will gather (``_kv_prefetch``), after the latent
-# launch's wait: HBM then streams them during latent, q_b and absorb, whose own reads are a
-# few MB, and the attention's gather hits L2 (at 16 rows 37.7 MB of KV against a 60 MB L2).
-# 0: never. Off until measured: prefetching weights ahead of their stages cost more than it
-# saved (overlap.LAYER_PREFETCH), but the attention's gather is latency-bound, not
-# bandwidth-bound (sm90 sparse_mla at 16 rows: 2.3 TB/s).
-KV_PREFETCH_FROM_ROWS = 0
-KV_PREFETCH_PROGRAMS = 8  # prefetch programs a row, each a contiguous share of its top-k
+# Tried: a layer attending a top-k it did not compute prefetching the attention's KV-cache
+# rows into L2 after its latent launch's wait (8 or 16 more programs a row from 3 rows; at 1-2
+# rows q_b_normed's idle K-chunk siblings), so HBM would stream them during latent, q_b and
+# absorb. Bitwise the same (GPU tests: pytest_pending_d921474.log), but on an H200 a MoE layer
+# is +0.7 / +1.4 / +4.2 / +7.5 us at 4 / 8 / 12 / 16 rows (16 programs a row: +1.5 / +3.7 /
+# +8.3 / +15.1), +0.5 at one row; dense (its own top-k: untouched) within noise
+# (tiling_probe_20261204T030728Z: kv_prefetch_1, kv_prefetch_3_16_programs; code at d921474).
+# As with overlap.LAYER_PREFETCH, the prefetches delay the critical path's own loads.
 # whether a layer with the indexer runs its bf16 [wk; weights_proj] GEMM as programs of the
 # latent launch, before their wait (``latent``'s kw), rather than as a launch of its own after
 # q_b's, in steps of up to overlap.MAX_ROWS rows (the layer's choice). On an H200 a layer
@@ -347,27 +345,6 @@ def _latent_row_at(m, part, pos, slot, qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, 
 
 
 @triton.jit
-def _kv_prefetch(m, c, shares, M, pos_ptr, topk_ptr, stride_topk, K_TOP, slots_ptr,
-                 stride_slots, slot_rows_ptr, kv_cache_ptr, ROW: tl.constexpr,
-                 ROW_BYTES: tl.constexpr, BLOCK: tl.constexpr, ROWS: tl.constexpr,
-                 PDL: tl.constexpr):
-    """Share c of `shares` of row m's top-k (context positions, -1 = none; a share is at most
-    BLOCK entries): the KV-cache rows (ROW elements, ROW_BYTES bytes each) at their slots
-    bulk-prefetched into L2, a hint (``overlap.prefetch_l2``: nothing without PDL). Nothing
-    for a pad row."""
-    if m < M:
-        if tl.load(pos_ptr + m) >= 0:
-            share = tl.cdiv(K_TOP, shares)
-            offs = c * share + tl.arange(0, BLOCK)
-            ok = (offs < (c + 1) * share) & (offs < K_TOP)
-            t = tl.load(topk_ptr + m * stride_topk + offs, mask=ok, other=-1)
-            ok = ok & (t >= 0)
-            table = slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS)
-            slot = tl.load(table + tl.maximum(t, 0), mask=ok, other=0)
-            prefetch_l2(kv_cache_ptr + slot.to(tl.int64) * ROW, ROW_BYTES, ok, PDL)
-
-
-@triton.jit
 def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr, cq_q_ptr, cq_s_ptr,
                    kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr, inv_freq_ptr,
                    eps, Q, C, R, kw_x_ptr, kw_stride_x, KW_K, kw_w_ptr, kw_parts_ptr, KW_N,
@@ -376,24 +353,14 @@ def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr,
                    INTERPRET: tl.constexpr, PDL: tl.constexpr, KW: tl.constexpr,
                    KW_BLOCK_M: tl.constexpr, KW_BLOCK_N: tl.constexpr,
                    KW_BLOCK_K: tl.constexpr, KW_GEMV: tl.constexpr, ROWS: tl.constexpr,
-                   SLOT_EARLY: tl.constexpr, topk_ptr, stride_topk, K_TOP, pf_col0,
-                   KV_PF: tl.constexpr, KV_PF_BLOCK: tl.constexpr, KV_ROW_BYTES: tl.constexpr):
+                   SLOT_EARLY: tl.constexpr = False):
     """Programs (row, 0 | 1): ``_latent_row``. With KW, programs (tile, 2 + split): the
     indexer's bf16 [wk; weights_proj] split-K GEMM (bf16_linear's task), run before the
     wait: its x is the layer's normed row, two kernels back (overlap's rule). SLOT_EARLY: the
-    row's position and cache slot are read before the wait (KV_SLOT_EARLY). With KV_PF,
-    programs (row, pf_col0 + c): ``_kv_prefetch`` of the row's top-k after the wait
-    (KV_PREFETCH_FROM_ROWS), so its bytes do not compete with q_a|kv_a's weights."""
+    row's position and cache slot are read before the wait (KV_SLOT_EARLY)."""
     i = tl.program_id(0)
     j = tl.program_id(1)
-    # False at compile time without KV_PF
-    prefetching = (j >= pf_col0) if KV_PF > 0 else False
-    if prefetching:
-        stage_begin(PDL)
-        _kv_prefetch(i, j - pf_col0, KV_PF, M, pos_ptr, topk_ptr, stride_topk, K_TOP, slots_ptr,
-                     stride_slots, slot_rows_ptr, kv_cache_ptr, C + R, KV_ROW_BYTES, KV_PF_BLOCK,
-                     ROWS, PDL)
-    elif KW and j >= 2:
+    if KW and j >= 2:
         if i < kw_tiles:
             _bf16_linear_task(i, j - 2, kw_x_ptr, kw_stride_x, M, KW_K, kw_w_ptr, kw_parts_ptr,
                               KW_N, kw_chunk, KW_BLOCK_M, KW_BLOCK_N, KW_BLOCK_K, INTERPRET,
@@ -450,12 +417,10 @@ def _q_b_normed_kernel(rows_q_ptr, ss_q_ptr, qn_w_ptr, M, Q, k_chunk, eps,
                        BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, BLOCK_C: tl.constexpr,
                        HALF_R: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
                        SWAP: tl.constexpr, ROWS: tl.constexpr, SLOT_EARLY: tl.constexpr,
-                       PREFETCH: tl.constexpr, topk_ptr, stride_topk, K_TOP,
-                       KV_PF: tl.constexpr, KV_PF_BLOCK: tl.constexpr, KV_ROW_BYTES: tl.constexpr):
+                       PREFETCH: tl.constexpr):
     """Programs (tile, split): q_b on c_q normed from q_a's rows; programs (tiles + m, 0): row
     m's KV-cache row (``latent``'s second half; SLOT_EARLY: its position and slot read
-    before the wait, KV_SLOT_EARLY); with KV_PF, programs (tiles + m, 1 + c): ``_kv_prefetch``
-    of share c of the row's top-k after the wait (KV_PREFETCH_FROM_ROWS)."""
+    before the wait, KV_SLOT_EARLY)."""
     pid = tl.program_id(0)
     split = tl.program_id(1)
     if pid < tiles:
@@ -476,10 +441,6 @@ def _q_b_normed_kernel(rows_q_ptr, ss_q_ptr, qn_w_ptr, M, Q, k_chunk, eps,
         if split == 0:
             _kv_row_task(m, pos, slot, rows_kv_ptr, ss_kv_ptr, ss_kv_stride, C_TILES, kvn_w_ptr,
                          kv_cache_ptr, inv_freq_ptr, eps, C, R, BLOCK_C, HALF_R)
-        elif KV_PF:
-            _kv_prefetch(m, split - 1, tl.num_programs(1) - 1, M, pos_ptr, topk_ptr,
-                         stride_topk, K_TOP, slots_ptr, stride_slots, slot_rows_ptr,
-                         kv_cache_ptr, C + R, KV_ROW_BYTES, KV_PF_BLOCK, ROWS, PDL)
 
 
 @triton.jit
@@ -1011,29 +972,12 @@ def _absorb_v_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C: tl.constexpr,
                    INTERPRET)
 
 
-def _prefetch_args(topk, positions, kv_cache, shares: int) -> dict:
-    """The KV prefetch's launch arguments (``_kv_prefetch``) for a top-k [M, K] in `shares`
-    programs a row, or placeholders the kernel does not touch (KV_PF=0) without one."""
-    if topk is None or shares < 1:
-        return dict(topk_ptr=positions, stride_topk=0, K_TOP=0, KV_PF=0, KV_PF_BLOCK=16,
-                    KV_ROW_BYTES=16)
-    assert topk.shape[0] == positions.shape[0] and topk.stride(1) == 1
-    assert topk.dtype in (torch.int32, torch.int64) and kv_cache.is_contiguous()
-    return dict(topk_ptr=topk, stride_topk=topk.stride(0), K_TOP=topk.shape[1], KV_PF=shares,
-                KV_PF_BLOCK=triton.next_power_of_2(triton.cdiv(topk.shape[1], shares)),
-                KV_ROW_BYTES=kv_cache.shape[1] * kv_cache.element_size())
-
-
 def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots, inv_freq,
-           cq_q, cq_s, kv_cache, kv_lora: int, rope: int, kw=None, slot_rows=None,
-           prefetch_topk=None) -> None:
+           cq_q, cq_s, kv_cache, kv_lora: int, rope: int, kw=None, slot_rows=None) -> None:
     """From the split-K partials of q_a [S, M, Q] and kv_a [S, M, kv_lora + rope]: c_q normed
     and quantized for q_b (cq_q e4m3 [M, Q], cq_s [M, Q/128]); the KV-cache row written.
     kw = (x, w, parts): also parts = bf16_linear.bf16_linear_splitk(x, w)'s in the same
     launch (the indexer's [wk; weights_proj], KW_IN_LATENT), x written two kernels back.
-    prefetch_topk: the top-k [M, K] (context positions, -1 = none) the layer's attention
-    will read, written before the launch before this one: its KV-cache rows are prefetched
-    into L2 by KV_PREFETCH_PROGRAMS more programs a row (KV_PREFETCH_FROM_ROWS; a hint).
     token_slots, slot_rows: ``slot_args``."""
     split, m, q = qa_parts.shape
     assert qa_parts.is_contiguous() and kva_parts.is_contiguous() and kva_parts.shape[0] == split
@@ -1054,10 +998,6 @@ def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots
         kw_meta = dict(KW_BLOCK_M=bm, KW_BLOCK_N=bf16_linear.BLOCK_N, KW_BLOCK_K=bk,
                        KW_GEMV=gemv)
     slots, rows = slot_args(token_slots, slot_rows, positions, kv_cache)
-    pf = dict(pf_col0=grid[1], **_prefetch_args(prefetch_topk, positions, kv_cache,
-                                                 KV_PREFETCH_PROGRAMS))
-    if prefetch_topk is not None:
-        grid = (grid[0], grid[1] + KV_PREFETCH_PROGRAMS)
     _latent_kernel[grid](qa_parts, kva_parts, split, m, q_a_norm, kv_a_norm, cq_q, cq_s,
                          kv_cache, positions, *slots, inv_freq, float(eps), q, kv_lora, rope,
                          *kw_args,
@@ -1065,21 +1005,20 @@ def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots
                          BLOCK_C=triton.next_power_of_2(kv_lora), HALF_R=rope // 2,
                          INTERPRET=interpreting(), PDL=overlap.enabled(), KW=kw is not None,
                          **kw_meta, ROWS=rows, SLOT_EARLY=KV_SLOT_EARLY, num_warps=LATENT_WARPS,
-                         **pf, **overlap.launch_kw())
+                         **overlap.launch_kw())
 
 
 def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions,
                token_slots, inv_freq, kv_cache, kv_lora: int, rope: int, wq, ws, parts,
                wq_b=None, ws_b=None, parts_b=None, block_n: int = 64, groups: int = 2,
-               slot_rows=None, prefetch_topk=None) -> None:
+               slot_rows=None) -> None:
     """``latent`` and q_b (| wq_b) in one launch, from q_a|kv_a's summed bf16 rows and their
     per-tile sums of squares (``fp8_linear.fp8_linear(tails=...)``): each q_b program norms
     and quantizes its own groups of c_q (``fp8_linear._normed_group_dot``) instead of reading
     them from the latent kernel, and one extra program writes the KV-cache rows. parts as
     ``fp8_linear.fp8_linear``'s; the same sums in the same order as latent's except c_q's and
-    c_kv's sums of squares (by tile, then over the tiles). prefetch_topk: as ``latent``'s,
-    prefetched by the KV-row programs' idle K-chunk siblings (split - 1 a row). token_slots,
-    slot_rows: ``slot_args``."""
+    c_kv's sums of squares (by tile, then over the tiles). token_slots, slot_rows:
+    ``slot_args``."""
     m, q = rows_q.shape
     split = parts.shape[0]
     kv_w = kv_lora + rope
@@ -1094,7 +1033,6 @@ def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions
         wq.shape[0], wq_b.shape[0] if wq_b is not None else 0, q, split, block_n, groups)
     if wq_b is None:
         wq_b, ws_b, parts_b = wq, ws, parts
-    pf = _prefetch_args(prefetch_topk, positions, kv_cache, split - 1)
     _q_b_normed_kernel[(tiles + m, split)](
         rows_q, ss_q, q_a_norm, m, q, k_chunk, float(eps),
         wq, ws, parts, wq.shape[0], tiles_a, wq_b, ws_b, parts_b, wq_b.shape[0], tiles,
@@ -1104,7 +1042,7 @@ def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions
         BLOCK_N=block_n, GROUPS=groups, BLOCK_C=triton.next_power_of_2(kv_lora),
         HALF_R=rope // 2, INTERPRET=interpreting(), PDL=overlap.enabled(),
         SWAP=fp8_linear.swap(block_n), ROWS=slot_rows is not None, SLOT_EARLY=KV_SLOT_EARLY,
-        PREFETCH=overlap.prefetches("q_b_normed"), **pf,
+        PREFETCH=overlap.prefetches("q_b_normed"),
         num_warps=fp8_linear.NUM_WARPS, num_stages=3, **overlap.launch_kw())
 
 

@@ -481,7 +481,7 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     ROUTE: tl.constexpr = False, R_SPLIT: tl.constexpr = 1,
                     R_BLOCK_M: tl.constexpr = 2, BLOCK_E: tl.constexpr = 2,
                     TOPK: tl.constexpr = 1, RENORM: tl.constexpr = False,
-                    SORT: tl.constexpr = False, ready_ptr=0, READY: tl.constexpr = False):
+                    SORT: tl.constexpr = False):
     """PREFETCH: the shared expert's programs prefetch their tile into L2 before their wait
     (overlap.PREFETCH_OFF). ROUTE: the routed programs route every row themselves from the
     router's partials (r_*, ``_routed_slot``) instead of reading route's slot table, and
@@ -510,9 +510,6 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                 offs_r = tl.arange(0, R_BLOCK_M)
                 _route_slots(chosen, w, offs_r, offs_r < M, M, slot_expert_ptr, slot_weight_ptr,
                              slot_rank_ptr, num_slots_ptr, E, BLOCK_E)
-                if READY:  # the table is whole: down's programs may read it (DOWN_TABLE_FLAG)
-                    tl.debug_barrier()
-                    tl.atomic_xchg(ready_ptr, 1, sem="release", scope="gpu")
             _gate_up_at(tile, slot, split, n, e, xq_ptr, sx_ptr, M, K, I, E, gq_ptr, gs_ptr,
                         uq_ptr, us_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr, suq_ptr,
                         sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS,
@@ -641,50 +638,17 @@ def _down_slot(tile, slot, n, e, w, rank, act_ptr, M, I, H, E, dq_ptr, ds_ptr, q
 
 
 @triton.jit
-def _wait_flag(flag_ptr, SPINS: tl.constexpr):
-    """Poll an int32 flag (acquire) until it is set or SPINS polls have passed; whether it
-    was set. A bounded ``arrival.wait_for``: a flag never set costs SPINS polls, not a hang."""
-    seen = tl.atomic_add(flag_ptr, 0, sem="acquire", scope="gpu")
-    polls = 1
-    while (seen == 0) & (polls < SPINS):
-        seen = tl.atomic_add(flag_ptr, 0, sem="acquire", scope="gpu")
-        polls += 1
-    tl.debug_barrier()
-    return seen != 0
-
-
-@triton.jit
 def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                  num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
                  terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
                  GROUPS: tl.constexpr, SWAP: tl.constexpr, TABLE_EARLY: tl.constexpr,
-                 PREFETCH: tl.constexpr, ready_ptr=0, READY: tl.constexpr = False,
-                 SPINS: tl.constexpr = 1):
+                 PREFETCH: tl.constexpr):
     """PREFETCH: the program prefetches its weight tile into L2 before its wait
-    (overlap.PREFETCH_OFF). READY (DOWN_TABLE_FLAG): gate/up, the kernel before and still
-    running, writes the slot table and then sets `ready`; the program waits for that flag
-    (at most SPINS polls: past them its rows' weights are NaN, never a hang) and reads its
-    entry before its programmatic wait."""
+    (overlap.PREFETCH_OFF)."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
-    if READY:
-        ok = _wait_flag(ready_ptr, SPINS)
-        # past L1: the table was written by another multiprocessor during this kernel
-        n = tl.load(num_slots_ptr, cache_modifier=".cg")
-        e = tl.load(slot_expert_ptr + slot, cache_modifier=".cg")
-        offs_m = tl.arange(0, BLOCK_M)
-        m_ok = offs_m < M
-        w = tl.load(slot_weight_ptr + slot * M + offs_m, mask=m_ok, other=0.0,
-                    cache_modifier=".cg")
-        rank = tl.load(slot_rank_ptr + slot * M + offs_m, mask=m_ok, other=-1,
-                       cache_modifier=".cg")
-        w = tl.where(ok, w, float("nan"))
-        stage_begin(PDL)
-        _down_slot(tile, slot, n, e, w, rank, act_ptr, M, I, H, E, dq_ptr, ds_ptr, q_stride_e,
-                   s_stride_e, sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET,
-                   GEMV, GROUPS, SWAP)
-    elif TABLE_EARLY:
+    if TABLE_EARLY:
         # the slot table, weights and ranks were written by route, two kernels back: read
         # before the wait (overlap's rule 1), so the multiply starts at the activations
         n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
@@ -728,10 +692,7 @@ def _sum_terms_at(m, ht, pos, terms_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK:
 
 @triton.jit
 def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK: tl.constexpr,
-                      PDL: tl.constexpr, POS_EARLY: tl.constexpr, ready_ptr=0,
-                      CLEAR: tl.constexpr = False):
-    """CLEAR: program (0, 0) also resets gate/up's table-ready flag (DOWN_TABLE_FLAG) for the
-    next step, after its wait (down, the kernel before, has read it)."""
+                      PDL: tl.constexpr, POS_EARLY: tl.constexpr):
     if POS_EARLY:  # SUM_POS_EARLY
         pos = tl.load(pos_ptr + tl.program_id(0))
         stage_begin(PDL)
@@ -741,9 +702,6 @@ def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK
         stage_begin(PDL)
         _sum_terms_task(tl.program_id(0), tl.program_id(1), terms_ptr, pos_ptr, out_ptr, H,
                         TERMS, BLOCK)
-    if CLEAR:
-        if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
-            tl.atomic_xchg(ready_ptr, 0, sem="relaxed", scope="gpu")
 
 
 # rows up to which the router's GEMV and route are one launch (on an H200 the tail saves
@@ -1116,17 +1074,12 @@ DOWN_SWAP = True
 # SUM_POS_EARLY and mla.ABSORB_V_W_EARLY, 1.5-1.8 us at one row, 0.2-0.9 at 2-8, 0 at 16
 # (all_late)
 DOWN_TABLE_EARLY = True
-# Where gate/up routes every row itself (ROUTE_IN_GATE_UP_MAX_ROWS), whether its routing
-# program sets a flag once the slot table is written, and down's programs (launched
-# programmatically dependent while gate/up runs) wait for that flag, not for gate/up's end,
-# and read their entry before their wait, as DOWN_TABLE_EARLY does where route wrote the
-# table; the terms' sum resets the flag. Off until measured on a GPU: the table read after
-# down's wait cost 0.5 us at one row (graph_timeline_20261203T204926Z against T182645Z).
-# Safe from deadlock where the overlap launches down only after every gate/up program has
-# passed its own wait (the routing program then runs); a wait is at most DOWN_READY_SPINS
-# polls, after which that program's terms are NaN.
-DOWN_TABLE_FLAG = False
-DOWN_READY_SPINS = 1 << 22
+# Tried: where gate/up routes every row (1-4 rows), its routing program setting a flag once the
+# slot table was whole, and down's programs (launched while gate/up ran) waiting for that flag
+# and reading their entry before their own wait (a bounded wait: NaN terms, never a hang; the
+# terms' sum reset the flag). Bitwise the same (pytest_pending_d921474.log), but on an H200 a
+# MoE layer -0.3 us at one row (noise 0.1) and +0.5 at 4 (tiling_probe_20261204T030728Z:
+# down_table_flag; code at d921474): too little for a spin-wait and a flag to keep.
 DOWN_MAXNREG = 96
 DOWN_MAXNREG_FROM_ROWS = 4
 # Tried: down from 3 rows as 2, 4 or 8 programs a column tile (128 or 64 columns), each looping
@@ -1182,14 +1135,13 @@ class Routing(NamedTuple):
     renorm: bool
     slot_weight: torch.Tensor
     slot_rank: torch.Tensor
-    ready: "torch.Tensor | None" = None  # int32 [1] at zero: set once the table is written
 
 
 def _routing_args(route, m: int, num_experts: int, slots: int, dummy: torch.Tensor) -> dict:
     """gate/up's routing arguments: route's (a ``Routing``) or placeholders."""
     if route is None:
         return dict(r_parts_ptr=dummy, r_bias_ptr=dummy, r_pos_ptr=dummy, r_scale=1.0,
-                    slot_weight_ptr=dummy, slot_rank_ptr=dummy, ready_ptr=dummy)
+                    slot_weight_ptr=dummy, slot_rank_ptr=dummy)
     split, pm, e = route.parts.shape
     if not num_experts or e != num_experts or pm != m:
         raise ValueError(f"gate_up: routing needs a MoE's router partials [split, {m}, "
@@ -1201,16 +1153,7 @@ def _routing_args(route, m: int, num_experts: int, slots: int, dummy: torch.Tens
                 slot_rank_ptr=route.slot_rank, ROUTE=True, R_SPLIT=split,
                 R_BLOCK_M=max(ROUTE_ROW_TILE_MIN, triton.next_power_of_2(m)),
                 BLOCK_E=triton.next_power_of_2(e),
-                TOPK=route.topk, RENORM=route.renorm, SORT=ROUTE_SORT,
-                ready_ptr=dummy if route.ready is None else _check_ready(route.ready),
-                READY=route.ready is not None)
-
-
-def _check_ready(ready: torch.Tensor) -> torch.Tensor:
-    if ready.dtype != torch.int32 or ready.numel() < 1:
-        raise ValueError(f"the table-ready flag is an int32 counter, got {ready.dtype} "
-                         f"[{ready.numel()}]")
-    return ready
+                TOPK=route.topk, RENORM=route.renorm, SORT=ROUTE_SORT)
 
 
 @overlap.wide_launcher(lambda xq, sx, num_experts, *_, **__:
@@ -1278,13 +1221,11 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
 @overlap.wide_launcher("down")
 def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_q, down_s,
          shared_down_q, shared_down_s, positions, terms, out, block_n=None, num_warps=None,
-         table_early=True, ready=None):
+         table_early=True):
     """out bf16 [M, H] = sum over the row's experts of bf16(weight * act_slot D_e^T), shared
     first then experts ascending (fp32 sum, one rounding), through terms bf16 [M, k+1, H].
     table_early=False: the slot table is read after the wait (gate/up, the kernel before,
-    wrote it: ``Routing``), never before (DOWN_TABLE_EARLY). ready: the flag gate/up's
-    routing sets once it has written the table (the same ``Routing.ready``,
-    DOWN_TABLE_FLAG): read before the wait once set; the terms' sum resets it."""
+    wrote it: ``Routing``), never before (DOWN_TABLE_EARLY)."""
     slots, m, inter = act.shape
     _, n_terms, h = terms.shape
     assert shared_down_q.shape == (h, inter) and out.is_contiguous() and terms.is_contiguous()
@@ -1306,22 +1247,18 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         SWAP=down_swap(block_n, gemv), TABLE_EARLY=DOWN_TABLE_EARLY and table_early,
         # the prefetch reads the slot table before the wait: only where it is complete then
         PREFETCH=overlap.prefetches("down") and table_early, num_warps=num_warps,
-        num_stages=DOWN_STAGES if moe_mma else 3,
-        ready_ptr=slot_expert if ready is None else _check_ready(ready),
-        READY=ready is not None, SPINS=DOWN_READY_SPINS, **overlap.launch_kw(),
+        num_stages=DOWN_STAGES if moe_mma else 3, **overlap.launch_kw(),
         **({"maxnreg": cap} if moe_mma and (cap := down_maxnreg(m)) else {}),
     )
-    sum_terms(terms, positions, out, ready)
+    sum_terms(terms, positions, out)
 
 
 @overlap.wide_launcher("sum")
-def sum_terms(terms, positions, out, ready=None) -> None:
+def sum_terms(terms, positions, out) -> None:
     """out bf16 [M, H] = each row's terms bf16 [M, k+1, H] summed in fp32 in order, one
-    rounding (a pad row, position < 0: its shared term only). ready: gate/up's table-ready
-    flag (DOWN_TABLE_FLAG), reset here for the next step."""
+    rounding (a pad row, position < 0: its shared term only)."""
     m, n_terms, h = terms.shape
     assert out.shape == (m, h) and out.is_contiguous() and terms.is_contiguous()
     _sum_terms_kernel[(m, triton.cdiv(h, SUM_BLOCK))](
         terms, positions, out, h, TERMS=n_terms, BLOCK=SUM_BLOCK, PDL=overlap.enabled(),
-        POS_EARLY=SUM_POS_EARLY, ready_ptr=positions if ready is None else ready,
-        CLEAR=ready is not None, num_warps=4, **overlap.launch_kw())
+        POS_EARLY=SUM_POS_EARLY, num_warps=4, **overlap.launch_kw())

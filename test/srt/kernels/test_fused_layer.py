@@ -564,36 +564,6 @@ def test_routing_in_gate_up_is_bitwise_route(kind, rows, monkeypatch):
                          monkeypatch, counters=("route_arrival", "gu_arrivals"))
 
 
-@pytest.mark.parametrize("rows", [1, 2, 4])
-@pytest.mark.parametrize("kind", ["moe_shared_topk", "moe_indexer"])
-def test_down_table_flag_is_bitwise_without_it(kind, rows, monkeypatch):
-    """down waiting for gate/up's table-ready flag and reading its entry before its wait
-    (moe.DOWN_TABLE_FLAG, where gate/up routes every row) against down reading it after its
-    wait, at real shapes with a pad row: outputs and caches bitwise equal, the flag and the
-    arrival counters back at zero (the overlap on: down runs while gate/up does)."""
-    from sgl_kernel_ext.triton import moe
-
-    _forms_bitwise_equal(kind, rows, 41, ({(moe, "DOWN_TABLE_FLAG"): False},
-                                          {(moe, "DOWN_TABLE_FLAG"): True}),
-                         monkeypatch, counters=("route_ready", "gu_arrivals"))
-
-
-@pytest.mark.parametrize("rows", [1, 2, 3, 16])
-@pytest.mark.parametrize("kind", ["moe_shared_topk", "moe_indexer"])
-def test_kv_prefetch_is_bitwise_without_it(kind, rows, monkeypatch):
-    """The attention's KV rows prefetched into L2 (mla.KV_PREFETCH_FROM_ROWS: by q_b_normed's
-    launch at 1-2 rows, the latent launch's from 3, in a layer attending the previous top-k;
-    the indexer layer computes its own and runs none) against no prefetch, at real shapes
-    with a pad row: outputs and caches bitwise equal."""
-    from sgl_kernel_ext.triton import mla
-
-    for programs in (8, 16):
-        _forms_bitwise_equal(kind, rows, 37, ({(mla, "KV_PREFETCH_FROM_ROWS"): 0},
-                                              {(mla, "KV_PREFETCH_FROM_ROWS"): 1,
-                                               (mla, "KV_PREFETCH_PROGRAMS"): programs}),
-                             monkeypatch)
-
-
 @pytest.mark.parametrize("rows", [1, 2, 16])
 @pytest.mark.parametrize("kind", ["moe_shared_topk", "dense_indexer"])
 def test_reads_before_the_wait_are_bitwise_after_it(kind, rows, monkeypatch):

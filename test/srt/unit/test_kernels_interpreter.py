@@ -329,15 +329,13 @@ def test_moe_routing_in_gate_up_is_bitwise_the_slot_table(m, tail):
     activations and output, the same table written (by gate/up, down reading it), every
     arrival counter back at zero; a pad row (2 and 3 rows) chooses nothing. tail: gate/up's
     SwiGLU as its last K chunk's tail (else SwiGLU's own kernel reads the table gate/up
-    wrote). With moe.DOWN_TABLE_FLAG's flag too: gate/up sets it, down reads the table once
-    it is set, the terms' sum resets it."""
+    wrote)."""
     mw, sh, x, pos, xq, sx = _moe_rows(m, 10 + m)
     e, k = CFG.n_routed_experts, CFG.num_experts_per_tok
     slots, inter, h = m * k + 1, mw.gate.q.shape[1], CFG.hidden_size
     block_n, _, split_k = moe.gate_up_tiling(m)
     runs = []
-    for in_kernels, flag in ((False, False), (True, False), (True, True)):
-        ready = torch.zeros(1, dtype=torch.int32) if flag else None
+    for in_kernels in (False, True):
         arr, parts, se, sw, sr, ns = _poisoned_route_buffers(m, e, slots, -(-inter // block_n))
         scratch = (torch.full((m * e,), -7, dtype=torch.int32), torch.full((m * e,), float("nan")),
                    arr[0])
@@ -346,49 +344,23 @@ def test_moe_routing_in_gate_up_is_bitwise_the_slot_table(m, tail):
         if in_kernels:  # the router wrote no table
             assert (se == -7).all() and int(ns) == 0 and torch.isnan(sw).all()
         routing = moe.Routing(parts, mw.bias, pos, k, CFG.routed_scaling_factor, True, sw,
-                              sr, ready) if in_kernels else None
+                              sr) if in_kernels else None
         act = torch.full((slots, m, inter), float("nan"), dtype=torch.bfloat16)
         gu_parts = torch.full((split_k, slots, m, 2, inter), float("nan")) if split_k > 1 else None
         moe.gate_up(xq, sx.contiguous(), e, se, ns, mw.gate.q, mw.gate.s, mw.up.q, mw.up.s,
                     sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act, gu_parts,
                     arrivals=arr[1] if tail else None, route=routing)
-        if flag:
-            assert int(ready) == 1
         out = torch.full((m, h), float("nan"), dtype=torch.bfloat16)
         terms = torch.full((m, k + 1, h), float("nan"), dtype=torch.bfloat16)
         moe.down(act, e, se, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, pos, terms,
-                 out, table_early=routing is None, ready=ready)
-        if flag:
-            assert int(ready) == 0
+                 out, table_early=routing is None)
         n = int(ns)
         runs.append((se[:n], sw[:n], sr[:n], act[:n].float(), out.float()))
         assert not any(c.any() for c in arr), arr
     assert n == 1 + len(set(runs[0][0][1:].tolist())) and n > 1
     assert not torch.isnan(runs[1][-1]).any()
-    for other in runs[1:]:
-        for a, b in zip(runs[0], other):
-            assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30))
-
-
-def test_down_waiting_for_a_table_flag_never_set_poisons_instead_of_hanging(monkeypatch):
-    """down given a table-ready flag nobody sets (moe.DOWN_TABLE_FLAG) polls it at most
-    moe.DOWN_READY_SPINS times, then writes NaN terms: a wrong pairing is a visible error,
-    never a hang."""
-    monkeypatch.setattr(moe, "DOWN_READY_SPINS", 3)
-    m = 2
-    mw, sh, x, pos, xq, sx = _moe_rows(m, 5)
-    e, k = CFG.n_routed_experts, CFG.num_experts_per_tok
-    slots, inter, h = m * k + 1, mw.gate.q.shape[1], CFG.hidden_size
-    arr, parts, se, sw, sr, ns = _poisoned_route_buffers(m, e, slots, 1)
-    moe.router_route(x, mw.router, parts, mw.bias, pos, k, CFG.routed_scaling_factor, True,
-                     se, sw, sr, ns, arr[0], None)
-    act = torch.randn(slots, m, inter).bfloat16()
-    out = torch.zeros(m, h, dtype=torch.bfloat16)
-    terms = torch.zeros(m, k + 1, h, dtype=torch.bfloat16)
-    ready = torch.zeros(1, dtype=torch.int32)
-    moe.down(act, e, se, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, pos, terms,
-             out, table_early=False, ready=ready)
-    assert torch.isnan(out.float()).all() and int(ready) == 0
+    for a, b in zip(*runs):
+        assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30))
 
 
 def test_gate_up_refuses_routing_of_another_shape():
@@ -1213,73 +1185,6 @@ def test_q_b_split_with_tail_rows(layer_id, monkeypatch):
     tol = NUMERICS["fused_layer_interpreter"]
     assert not r["y_nan"] and r["y_rel"] <= tol["y_rel"], r
     assert r["residual_rel"] <= tol["residual_rel"] and r["routing_flips"] <= 1, r
-
-
-def test_layer_with_the_down_table_flag_is_bitwise(monkeypatch):
-    """A MoE layer whose gate/up routes every row and sets the table-ready flag, down reading
-    the table once it is set (moe.DOWN_TABLE_FLAG), against the flag off: outputs and cache
-    bytes equal with a pad row among 3, the flag back at zero after the step."""
-    case = make_case(CFG, 2, [30, 0, 12], seed=93, tp_size=2)
-    runs = []
-    for flag in (False, True):
-        monkeypatch.setattr(moe, "DOWN_TABLE_FLAG", flag)
-        caches = clone_caches(case.caches)
-        layer = FusedLayer(CFG, case.lw, caches, 3, case.batch.token_slots.shape[1],
-                           persistent_launch=False)
-        assert layer.experts and 3 <= moe.ROUTE_IN_GATE_UP_MAX_ROWS
-        runs.append(([t.clone() for t in layer(case.hidden, case.residual, case.batch,
-                                                case.topk_prev)], caches))
-        assert int(layer.buf["route_ready"]) == 0
-    (a_out, a_c), (b_out, b_c) = runs
-    assert not torch.isnan(a_out[0]).any()
-    for x, y in zip(a_out, b_out):
-        assert torch.equal(x, y)
-    assert torch.equal(a_c.kv[2].view(torch.int16), b_c.kv[2].view(torch.int16))
-
-
-@pytest.mark.parametrize("fused", [False, True], ids=["latent", "q_b_normed"])
-def test_kv_prefetch_programs_leave_the_layer_bitwise(fused, monkeypatch):
-    """A layer attending the previous top-k with KV prefetch programs (mla.KV_PREFETCH_FROM_ROWS:
-    more programs of the latent launch, or q_b_normed's idle K-chunk siblings of the KV-row
-    programs; their bulk prefetches are no-ops here, their top-k and slot lookups run, masked
-    to each share) against none: outputs and cache bytes equal, with a pad row among 4 and
-    contexts shorter than the top-k; the launch got the prefetch arguments."""
-    from sgl_kernel_ext.triton import fp8_linear, mla
-
-    case = make_case(CFG, 2, [30, 0, 12, 40], seed=91, tp_size=2)
-    name = "_q_b_normed_kernel" if fused else "_latent_kernel"
-    launches = []
-    original = getattr(mla, name)
-
-    class Spy:
-        def __getitem__(self, grid):
-            def launch(*args, **kwargs):
-                launches.append((tuple(grid), kwargs["KV_PF"]))
-                return original[grid](*args, **kwargs)
-            return launch
-
-    monkeypatch.setattr(mla, name, Spy())
-    monkeypatch.setattr(mla, "LATENT_IN_Q_B_MAX_ROWS", 4 if fused else 0)
-    monkeypatch.setattr(mla, "KV_PREFETCH_PROGRAMS", 3)
-    # one 128-column group a step, so q_b's tiny K splits in two (one prefetch sibling a row)
-    monkeypatch.setattr(fp8_linear, "tiling", lambda n, k: (64, 1, max(1, k // 128)))
-    runs = []
-    for first in (0, 1):
-        monkeypatch.setattr(mla, "KV_PREFETCH_FROM_ROWS", first)
-        caches = clone_caches(case.caches)
-        layer = FusedLayer(CFG, case.lw, caches, 4, case.batch.token_slots.shape[1],
-                           persistent_launch=False)
-        assert not layer.runs_indexer and layer._latent_in_q_b(4) == fused
-        runs.append(([t.clone() for t in layer(case.hidden, case.residual, case.batch,
-                                                case.topk_prev)], caches))
-    if fused:
-        assert [pf for _, pf in launches] == [0, layer.split_q_b - 1] and layer.split_q_b > 1
-    else:
-        assert launches == [((4, 2), 0), ((4, 2 + 3), 3)], launches
-    (a_out, a_c), (b_out, b_c) = runs
-    for x, y in zip(a_out, b_out):
-        assert torch.equal(x, y)
-    assert torch.equal(a_c.kv[2].view(torch.int16), b_c.kv[2].view(torch.int16))
 
 
 @pytest.mark.parametrize("layer_id", [0, 1, 2], ids=["dense_indexer", "moe_indexer", "moe_shared"])

@@ -188,7 +188,6 @@ class FusedLayer:
         # down to the MMA's 16 columns (benchmark/tiling_probe.py varies it), the router's one
         self.buf["gu_arrivals"] = arrival.counters(-(-inter // 16) * slots, dev)
         self.buf["route_arrival"] = arrival.counters(1, dev)
-        self.buf["route_ready"] = arrival.counters(1, dev)  # moe.DOWN_TABLE_FLAG
         self.buf["qkv_arrivals"] = arrival.counters(
             self._tails(cfg.q_lora_rank) + self._tails(c + rope), dev)
         self.buf["q_arrivals"] = arrival.counters(-(-a.q_b.q.shape[0] // self.tile_q_b[0]), dev)
@@ -389,14 +388,11 @@ class FusedLayer:
         # the overlap's rows, where they run before its wait), or a launch of its own
         kw_in_latent = (indexing and not fused_latent and mla.KW_IN_LATENT
                         and m <= overlap.MAX_ROWS)
-        # a top-k this layer does not compute is known now: its KV rows can stream early
-        prefetch = (not indexing and topk_prev is not None
-                    and 0 < mla.KV_PREFETCH_FROM_ROWS <= m)
         if not fused_latent:
             mla.latent(v("qa"), v("kva"), a.q_a_norm, a.kv_a_norm, eps, pos, slots, self.inv_freq,
                        v("cq_q"), v("cq_s"), self.kv_cache, c, rope,
                        kw=(v("x"), self.wk_proj, v("kw_parts")) if kw_in_latent else None,
-                       slot_rows=rows, prefetch_topk=topk_prev if prefetch else None)
+                       slot_rows=rows)
 
         # absorb's q: summed by q_b's tails into bf16 rows, or q_b's partials
         q_rows = not fused_latent and m >= mla.ABSORB_Q_ROWS_FROM
@@ -408,7 +404,7 @@ class FusedLayer:
                 mla.q_b_normed(v("rows_q"), v("ss_q"), a.q_a_norm, v("rows_kv"), v("ss_kv"),
                                a.kv_a_norm, eps, pos, slots, self.inv_freq, self.kv_cache, c,
                                rope, a.q_b.q, a.q_b.s, q_parts, *more, *self.tile_q_b[:2],
-                               slot_rows=rows, prefetch_topk=topk_prev if prefetch else None)
+                               slot_rows=rows)
             else:
                 fp8_linear.fp8_linear(v("cq_q"), v("cq_s"), a.q_b.q, a.q_b.s, q_parts, *more,
                                       *self.tile_q_b[:2], tails=q_tails)
@@ -507,8 +503,7 @@ class FusedLayer:
             if self.fp8_moe is None and m <= moe.ROUTE_IN_GATE_UP_MAX_ROWS:
                 routing = moe.Routing(v("router_parts"), mlp.bias, pos, cfg.num_experts_per_tok,
                                       cfg.routed_scaling_factor, cfg.norm_topk_prob,
-                                      v("slot_weight"), v("slot_rank"),
-                                      b["route_ready"] if moe.DOWN_TABLE_FLAG else None)
+                                      v("slot_weight"), v("slot_rank"))
             moe.router_route(v("x2"), mlp.router, v("router_parts"), mlp.bias, pos,
                              cfg.num_experts_per_tok, cfg.routed_scaling_factor,
                              cfg.norm_topk_prob, b["slot_expert"], v("slot_weight"),
@@ -537,8 +532,7 @@ class FusedLayer:
             moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"),
                      v("slot_rank"), b["num_slots"], routed.down.q, routed.down.s,
                      shared.down.q, shared.down.s, pos, v("terms"), v("y"), block_n=block_n,
-                     num_warps=warps, table_early=routing is None,
-                     ready=routing.ready if routing is not None else None)
+                     num_warps=warps, table_early=routing is None)
 
 
     def health(self) -> List[str]:
