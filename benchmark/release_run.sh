@@ -81,11 +81,10 @@ run_long() {
 # dea2028 and dropped from here, none faster: gate_up_64_scales_ahead, moe_deep_at_1,
 # linear_groups_1, moe_gemv_at_1 (tiling_probe_20261202T062521Z)
 # Timed 2026-12-04 and removed (slower, or too little): the KV prefetch (kv_prefetch_*) and
-# down's table flag (down_table_flag), tiling_probe_20261204T030728Z
-# Written 2026-12-04, not yet run on a GPU: route into expert bits (moe.ROUTE_BITS_FROM_ROWS:
-# route_bits_5, route_bits_3_gate_up_2; GPU test route_bits)
-PENDING_TESTS="column_tiles or scales_loaded_ahead or pool_table or route_bits"
-PENDING="route_bits_5,route_bits_3_gate_up_2,attn_one_tile,attn_parts_every_step,moe_dot,pool_slots"
+# down's table flag (down_table_flag), tiling_probe_20261204T030728Z; route into expert bits
+# (route_bits_*), tiling_probe_20261204T032805Z
+PENDING_TESTS="column_tiles or scales_loaded_ahead or pool_table"
+PENDING="attn_one_tile,attn_parts_every_step,moe_dot,pool_slots"
 # at a 32K context, beside the defaults (the index scores as keys x q^T since
 # tiling_probe_20261202T020550Z): the scores as q x keys^T, and the opt-in top-k forms timed
 # there before that change: its first pass in the index scores (topk.SCORES_HISTOGRAM), with

@@ -92,11 +92,6 @@ VARIANTS = {
     # router's tail or route's launch at every row count). In results up to f6299a0,
     # route_in_experts_N had down route too (T203713Z) and route_in_gate_up_2 is this form
     **{f"route_in_gate_up_{n}": {("moe", "ROUTE_IN_GATE_UP_MAX_ROWS"): n} for n in (0, 1, 2, 3, 6, 8)},
-    # route without its slot list from 5 rows, into expert bits that gate/up and down count
-    # (moe.ROUTE_BITS_FROM_ROWS; default off); and from 3 rows with gate/up routing only to 2
-    "route_bits_5": {("moe", "ROUTE_BITS_FROM_ROWS"): 5},
-    "route_bits_3_gate_up_2": {("moe", "ROUTE_BITS_FROM_ROWS"): 3,
-                               ("moe", "ROUTE_IN_GATE_UP_MAX_ROWS"): 2},
     # q_b's split K from 3 rows as the one-wave default (8) rather than mla.Q_B_SPLIT_WITH_ROWS
     "q_b_rows_default_split": {("mla", "Q_B_SPLIT_WITH_ROWS"): 0},
     "q_b_rows_split_2": {("mla", "Q_B_SPLIT_WITH_ROWS"): 2},

@@ -63,12 +63,6 @@ def _top_by_sort(choice, offs_e, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
     return (key >= kth[:, None]).to(tl.int32)
 
 
-@constexpr_function
-def _words(block_e):
-    """int32 words of expert bits for a [rows, block_e] tile (``RouteBits``)."""
-    return max(1, int(block_e) // 32)
-
-
 _FIXED_ONE: tl.constexpr = tl.constexpr(2.0 ** 56)  # weights < 1: a top-k's sum < 2^59
 
 
@@ -166,51 +160,6 @@ def _routed_slot(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr, scale,
 
 
 @triton.jit
-def _popcount(x):
-    """Set bits of each x in [0, 2^32), int64 (SWAR: plain integer ops on any backend)."""
-    x = x - ((x >> 1) & 0x55555555)
-    x = (x & 0x33333333) + ((x >> 2) & 0x33333333)
-    x = (x + (x >> 4)) & 0x0F0F0F0F
-    return ((x * 0x01010101) >> 24) & 0xFF
-
-
-@triton.jit
-def _nth_bit(x, r):
-    """Place (from bit 0) of the r-th (1-based) set bit of x in [0, 2^32), int64: a binary
-    search by the low halves' counts."""
-    pos = x * 0
-    for step in tl.static_range(5):  # halves of 16, 8, 4, 2, 1 bits
-        low = _popcount(x & ((1 << (16 >> step)) - 1))
-        up = r > low
-        r = tl.where(up, r - low, r)
-        x = tl.where(up, x >> (16 >> step), x)
-        pos = tl.where(up, pos + (16 >> step), pos)
-    return pos
-
-
-@triton.jit
-def _bit_slot(used_ptr, slot, E, WORDS: tl.constexpr):
-    """(n slots, the slot's expert) from route's expert bits (``RouteBits``: bit e % 32 of
-    word e // 32 set where a row chose expert e), as route's slot list would hold them (slot 0
-    the shared expert E, then the chosen experts ascending). Scalar work, no cross-warp scan:
-    the words' counts locate the slot's word, a binary search its bit."""
-    before = (slot * 0).to(tl.int64)
-    word = before
-    base = before
-    rank = before
-    for j in tl.static_range(WORDS):
-        x = tl.load(used_ptr + j).to(tl.int64) & 0xFFFFFFFF
-        c = _popcount(x)
-        here = (before < slot) & (slot <= before + c)
-        word = tl.where(here, x, word)
-        base = tl.where(here, 32 * j, base)
-        rank = tl.where(here, slot - before, rank)
-        before += c
-    e = (base + _nth_bit(word, rank)).to(tl.int32)
-    return (before + 1).to(tl.int32), tl.where(slot == 0, E, e)
-
-
-@triton.jit
 def _route_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
                   slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, scale,
                   BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
@@ -225,12 +174,10 @@ def _route_per_row_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_pt
                           chosen_ptr, weight_ptr, arrival_ptr, slot_expert_ptr, slot_weight_ptr,
                           slot_rank_ptr, num_slots_ptr, scale, BLOCK_M: tl.constexpr,
                           BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
-                          PDL: tl.constexpr, SORT: tl.constexpr, R_ROWS: tl.constexpr = 2,
-                          used_ptr=0, BITS: tl.constexpr = False):
+                          PDL: tl.constexpr, SORT: tl.constexpr, R_ROWS: tl.constexpr = 2):
     """Program r: row r's top-k into the [M, E] chosen / weight scratch; the last row to
     finish builds the slot list from every row's. R_ROWS: the rows of its tiles, row r then
-    masked-off ones (ROUTE_ROW_TILE_MIN). BITS (``RouteBits``): no slot list; the chosen
-    scratch holds the row's rank by expert, and the row ORs its choice into used's bits."""
+    masked-off ones (ROUTE_ROW_TILE_MIN)."""
     r = tl.program_id(0)
     stage_begin(PDL)
     offs_r = r + tl.arange(0, R_ROWS)
@@ -240,26 +187,16 @@ def _route_per_row_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_pt
     offs_e = tl.arange(0, BLOCK_E)
     at = offs_r[:, None] * E + offs_e[None, :]
     ok = r_ok[:, None] & (offs_e[None, :] < E)
+    tl.store(chosen_ptr + at, chosen, mask=ok)
     tl.store(weight_ptr + at, w, mask=ok)
-    if BITS:
-        tl.store(chosen_ptr + at, tl.where(chosen > 0, tl.cumsum(chosen, axis=1), -1), mask=ok)
-        shifted = chosen.to(tl.int64) << (offs_e % 32)[None, :].to(tl.int64)
-        # words of 32 experts (one, narrower, below 32), each a sum of distinct bits
-        words = tl.sum(tl.reshape(shifted, (R_ROWS, _words(BLOCK_E), BLOCK_E // _words(BLOCK_E))),
-                       axis=2)
-        offs_w = tl.arange(0, _words(BLOCK_E))
-        tl.atomic_or(used_ptr + offs_w[None, :] + 0 * offs_r[:, None], words.to(tl.int32),
-                     mask=r_ok[:, None] & (words != 0), sem="relaxed", scope="gpu")
-    else:
-        tl.store(chosen_ptr + at, chosen, mask=ok)
-        if arrive_last(arrival_ptr, M):
-            offs_m = tl.arange(0, BLOCK_M)
-            m_ok = offs_m < M
-            every = offs_m[:, None] * E + offs_e[None, :]
-            every_ok = m_ok[:, None] & (offs_e[None, :] < E)
-            _route_slots(tl.load(chosen_ptr + every, mask=every_ok, other=0),
-                         tl.load(weight_ptr + every, mask=every_ok, other=0.0), offs_m, m_ok, M,
-                         slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, E, BLOCK_E)
+    if arrive_last(arrival_ptr, M):
+        offs_m = tl.arange(0, BLOCK_M)
+        m_ok = offs_m < M
+        every = offs_m[:, None] * E + offs_e[None, :]
+        every_ok = m_ok[:, None] & (offs_e[None, :] < E)
+        _route_slots(tl.load(chosen_ptr + every, mask=every_ok, other=0),
+                     tl.load(weight_ptr + every, mask=every_ok, other=0.0), offs_m, m_ok, M,
+                     slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, E, BLOCK_E)
 
 
 @triton.jit
@@ -544,13 +481,11 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     ROUTE: tl.constexpr = False, R_SPLIT: tl.constexpr = 1,
                     R_BLOCK_M: tl.constexpr = 2, BLOCK_E: tl.constexpr = 2,
                     TOPK: tl.constexpr = 1, RENORM: tl.constexpr = False,
-                    SORT: tl.constexpr = False, used_ptr=0, BITS: tl.constexpr = False,
-                    WORDS: tl.constexpr = 1):
+                    SORT: tl.constexpr = False):
     """PREFETCH: the shared expert's programs prefetch their tile into L2 before their wait
     (overlap.PREFETCH_OFF). ROUTE: the routed programs route every row themselves from the
     router's partials (r_*, ``_routed_slot``) instead of reading route's slot table, and
-    program (0, 1, 0) writes that table (for down's table form and the host's reads). BITS:
-    the slot's expert from route's WORDS expert bits (``RouteBits``), no table."""
+    program (0, 1, 0) writes that table (for down's table form and the host's reads)."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     split = tl.program_id(2)
@@ -580,13 +515,6 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                         sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS,
                         k_chunk, BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK,
                         SCALES)
-        elif BITS:
-            n, e = _bit_slot(used_ptr, slot, E, WORDS)
-            _gate_up_at(tile, slot, split, n, e, xq_ptr, sx_ptr, M, K, I, E, gq_ptr, gs_ptr,
-                        uq_ptr, us_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr, suq_ptr,
-                        sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS,
-                        k_chunk, BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK,
-                        SCALES)
         else:
             _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr,
                           num_slots_ptr, gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
@@ -594,7 +522,7 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                           act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N, GROUPS,
                           SPLIT_K, INTERPRET, GEMV, SWAP, STACK, SCALES)
     if TAIL:  # the last K chunk of (tile, slot) to finish sums the chunks and applies SwiGLU
-        if ROUTE or BITS:
+        if ROUTE:
             # every program of a (tile, slot) routed alike: a slot past the list counts none
             if slot < n:
                 if arrive_last(arrivals_ptr + slot * tl.num_programs(0) + tile, SPLIT_K):
@@ -715,28 +643,12 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
                  terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
                  GROUPS: tl.constexpr, SWAP: tl.constexpr, TABLE_EARLY: tl.constexpr,
-                 PREFETCH: tl.constexpr, used_ptr=0, bw_ptr=0, brank_ptr=0,
-                 BITS: tl.constexpr = False, WORDS: tl.constexpr = 1):
+                 PREFETCH: tl.constexpr):
     """PREFETCH: the program prefetches its weight tile into L2 before its wait
-    (overlap.PREFETCH_OFF). BITS: the slot's expert from route's expert bits and its rows'
-    weights and ranks from route's [M, E] tables (``RouteBits``), read before the wait (route
-    wrote them two kernels back), not from a slot table."""
+    (overlap.PREFETCH_OFF)."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
-    if BITS:
-        n, e = _bit_slot(used_ptr, slot, E, WORDS)
-        offs_m = tl.arange(0, BLOCK_M)
-        m_ok = offs_m < M
-        at = offs_m * E + tl.minimum(e, E - 1)
-        w = tl.where(e == E, 1.0, tl.load(bw_ptr + at, mask=m_ok, other=0.0))
-        rank = tl.where(e == E, 0, tl.load(brank_ptr + at, mask=m_ok, other=-1))
-        _down_prefetch_at(tile, slot, n, e, H, I, E, dq_ptr, q_stride_e, sdq_ptr, BLOCK_N,
-                          PDL and PREFETCH)
-        stage_begin(PDL)
-        _down_slot(tile, slot, n, e, w, rank, act_ptr, M, I, H, E, dq_ptr, ds_ptr, q_stride_e,
-                   s_stride_e, sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET,
-                   GEMV, GROUPS, SWAP)
-    elif TABLE_EARLY:
+    if TABLE_EARLY:
         # the slot table, weights and ranks were written by route, two kernels back: read
         # before the wait (overlap's rule 1), so the multiply starts at the activations
         n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
@@ -780,10 +692,7 @@ def _sum_terms_at(m, ht, pos, terms_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK:
 
 @triton.jit
 def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK: tl.constexpr,
-                      PDL: tl.constexpr, POS_EARLY: tl.constexpr, used_ptr=0,
-                      CLEAR_WORDS: tl.constexpr = 0):
-    """CLEAR_WORDS: program (0, 0) zeroes route's expert bits (``RouteBits``) for the next
-    step, after its wait (gate/up and down, the kernels before, have read them)."""
+                      PDL: tl.constexpr, POS_EARLY: tl.constexpr):
     if POS_EARLY:  # SUM_POS_EARLY
         pos = tl.load(pos_ptr + tl.program_id(0))
         stage_begin(PDL)
@@ -793,10 +702,6 @@ def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK
         stage_begin(PDL)
         _sum_terms_task(tl.program_id(0), tl.program_id(1), terms_ptr, pos_ptr, out_ptr, H,
                         TERMS, BLOCK)
-    if CLEAR_WORDS > 0:
-        if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
-            offs_w = tl.arange(0, CLEAR_WORDS)
-            tl.store(used_ptr + offs_w, tl.zeros((CLEAR_WORDS,), tl.int32))
 
 
 # rows up to which the router's GEMV and route are one launch (on an H200 the tail saves
@@ -878,78 +783,31 @@ ROUTE_IN_GATE_UP_MAX_ROWS = 4
 # layer at 3-12 rows, +3.0 at 16 (tiling_probe_20261203T211238Z, route_flags_off is the form
 # here): the prefix count is a cross-warp scan in each of gate/up's and down's thousands of
 # programs, where the tail counts once.
-# Rows from which that form runs with the experts as bits (``RouteBits``): each row's program
-# ORs its choice into ceil(E / 32) int32 words, and gate/up's and down's programs find their
-# slot's expert by scalar bit counts (``_bit_slot``: a few dozen integer operations a thread,
-# no barrier), not by a scan. Off until measured on a GPU.
-ROUTE_BITS_FROM_ROWS = 1 << 30
-
-
-class RouteBits(NamedTuple):
-    """Route without its slot list (ROUTE_BITS_FROM_ROWS): used int32 [ceil(E / 32)] (bit
-    e % 32 of word e // 32 set where any row chose expert e; zero before route, cleared by
-    the terms' sum), weight fp32 and rank int32 [M, E] (the row's weight for the expert; the
-    expert's place in the row's ascending choice, -1 where the row did not choose it)."""
-    used: torch.Tensor
-    weight: torch.Tensor
-    rank: torch.Tensor
-
-
-def bits_rows(m: int) -> bool:
-    """Whether a MoE layer's step of m rows routes into ``RouteBits``: route's one program a
-    row runs (not the router's tail, not gate/up's own routing) and ROUTE_BITS_FROM_ROWS."""
-    return m >= max(ROUTE_BITS_FROM_ROWS, ROUTE_PER_ROW_MIN_ROWS, ROUTE_TAIL_MAX_ROWS + 1,
-                    ROUTE_IN_GATE_UP_MAX_ROWS + 1)
-
-
-def _check_bits(bits: RouteBits, m: int, e: int) -> None:
-    assert bits.used.dtype == bits.rank.dtype == torch.int32
-    assert bits.used.numel() == triton.cdiv(e, 32) and bits.used.is_contiguous()
-    assert bits.weight.dtype == torch.float32 and bits.weight.shape == (m, e) == bits.rank.shape
-    assert bits.weight.is_contiguous() and bits.rank.is_contiguous()
-
-
-def _bits_args(bits, m: int, num_experts: int, kernel: str) -> dict:
-    """An expert kernel's arguments for route's bits form (a ``RouteBits``), or none."""
-    if bits is None:
-        return {}
-    if not num_experts:
-        raise ValueError(f"{kernel}: route's expert bits are a MoE's; this is a dense MLP")
-    _check_bits(bits, m, num_experts)
-    kw = dict(used_ptr=bits.used, BITS=True, WORDS=bits.used.numel())
-    if kernel == "down":
-        kw.update(bw_ptr=bits.weight, brank_ptr=bits.rank)
-    return kw
+# Tried again with the experts as bits: each row's program ORing its choice into ceil(E / 32)
+# int32 words, gate/up's and down's programs finding their slot's expert by scalar bit counts
+# (SWAR popcounts and a binary search: no scan, no barrier). Bitwise the slot table on an H200
+# at 5/8/12/16 rows (results/pytest_route_bits_83c9500.log; code at 83c9500), but no faster:
+# from 5 rows within noise at 5-8 rows and +2.4..+7.5 us a MoE layer at 12-16; from 3 rows
+# with gate/up routing only up to 2, -0.3..-0.4 at 3-4 rows (tiling_probe_20261204T032805Z:
+# route_bits_5, route_bits_3_gate_up_2). Each of down's ~4,800 programs at 16 rows still
+# runs a few hundred integer instructions a thread before its loads, against two loads of
+# the table: route's one-program tail is the cheaper place to count.
 
 
 def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tensor, topk: int,
           scale: float, renorm: bool, slot_expert: torch.Tensor, slot_weight: torch.Tensor,
-          slot_rank: torch.Tensor, num_slots: torch.Tensor, scratch=None,
-          bits: "RouteBits | None" = None) -> None:
+          slot_rank: torch.Tensor, num_slots: torch.Tensor, scratch=None) -> None:
     """router_parts fp32 [SPLIT, M, E]; writes slot_expert int32 [>= M*topk+1], slot_weight
     fp32 and slot_rank int32 [>= M*topk+1, M] (the expert's place in the row's ascending
     choice; -1 where the row did not choose it) and num_slots int32 [1]. scratch: (chosen
     int32 [>= M*E], weight fp32 [>= M*E], an int32 arrival counter at zero) for the
-    one-program-per-row form from ROUTE_PER_ROW_MIN_ROWS rows. bits (a ``RouteBits``, from
-    ROUTE_PER_ROW_MIN_ROWS rows): that form without the slot list, into the bits instead."""
+    one-program-per-row form from ROUTE_PER_ROW_MIN_ROWS rows."""
     split, m, e = router_parts.shape
     assert router_parts.is_contiguous() and slot_weight.shape[1] == m
     assert slot_expert.numel() >= m * topk + 1 and slot_weight.is_contiguous()
     assert slot_rank.shape == slot_weight.shape and slot_rank.is_contiguous()
     common = dict(BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm,
                   PDL=overlap.enabled(), SORT=ROUTE_SORT, **overlap.launch_kw())
-    if bits is not None:
-        if m < ROUTE_PER_ROW_MIN_ROWS:
-            raise ValueError(f"route: the expert bits are route's one program a row, from "
-                             f"{ROUTE_PER_ROW_MIN_ROWS} rows; got {m}")
-        _check_bits(bits, m, e)
-        _route_per_row_kernel[(m,)](router_parts, split, m, e, bias, positions, bits.rank,
-                                    bits.weight, num_slots, slot_expert, slot_weight, slot_rank,
-                                    num_slots, float(scale),
-                                    BLOCK_M=max(2, triton.next_power_of_2(m)),
-                                    num_warps=ROUTE_PER_ROW_WARPS, R_ROWS=ROUTE_ROW_TILE_MIN,
-                                    used_ptr=bits.used, BITS=True, **common)
-        return
     if scratch is not None and m >= ROUTE_PER_ROW_MIN_ROWS:
         chosen, weight, arrival = scratch
         assert chosen.numel() >= m * e and weight.numel() >= m * e
@@ -970,24 +828,20 @@ def router_route(x: torch.Tensor, router_w: torch.Tensor, router_parts: torch.Te
                  bias: torch.Tensor, positions: torch.Tensor, topk: int, scale: float,
                  renorm: bool, slot_expert: torch.Tensor, slot_weight: torch.Tensor,
                  slot_rank: torch.Tensor, num_slots: torch.Tensor,
-                 arrival: torch.Tensor, scratch=None, routes: bool = True,
-                 bits: "RouteBits | None" = None) -> None:
+                 arrival: torch.Tensor, scratch=None, routes: bool = True) -> None:
     """The router's logits (bf16 x [M, K] . router_w [E, K]^T as fp32 split-K partials
     router_parts [SPLIT, M, E]) then ``route``: one launch up to ROUTE_TAIL_MAX_ROWS rows
     (the last GEMV program routes; `arrival` an int32 counter left at zero), two above (route
-    given `scratch`, see ``route``; with `bits`, into ``RouteBits``). routes=False: the logits
-    only (the expert kernels route, ``Routing``)."""
+    given `scratch`, see ``route``). routes=False: the logits only (the expert kernels route,
+    ``Routing``)."""
     m, k = x.shape
     split, pm, e = router_parts.shape
     if m > ROUTE_TAIL_MAX_ROWS:
         bf16_linear.bf16_linear_splitk(x, router_w, router_parts)
         if routes:
             route(router_parts, bias, positions, topk, scale, renorm, slot_expert, slot_weight,
-                  slot_rank, num_slots, scratch, bits)
+                  slot_rank, num_slots, scratch)
         return
-    if bits is not None:
-        raise ValueError(f"router_route: the expert bits are route's own launch, above "
-                         f"{ROUTE_TAIL_MAX_ROWS} rows; got {m}")
     assert x.stride(1) == 1 and router_w.is_contiguous() and router_w.shape == (e, k) and pm == m
     assert router_parts.is_contiguous() and router_parts.dtype == torch.float32
     assert slot_expert.numel() >= m * topk + 1 and slot_weight.is_contiguous()
@@ -1315,7 +1169,7 @@ def _routing_args(route, m: int, num_experts: int, slots: int, dummy: torch.Tens
                        "gate_up" if num_experts else "dense_gate_up")
 def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
             shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts=None,
-            tiling=None, num_warps=None, arrivals=None, route=None, bits=None):
+            tiling=None, num_warps=None, arrivals=None, route=None):
     """act bf16 [SLOTS, M, I] = SiLU(x G_e^T) * (x U_e^T) for each slot's expert e; x given
     quantized (xq e4m3 [M, K], sx [M, K/128]). The routed stacks [E, I, K] may be views of
     one [E, 2I, K] gate|up tensor: each expert's rows contiguous, any expert stride. With a
@@ -1323,12 +1177,8 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
     and SwiGLU'd by the last K chunk of each (tile, slot) when `arrivals` (int32 counters, at
     least tiles x SLOTS, left at zero) is given, else by a second kernel. route (a
     ``Routing``, a MoE only): route every row in the kernel from the router's partials rather
-    than read the slot table, which the kernel writes (ROUTE_IN_GATE_UP_MAX_ROWS). bits (a
-    ``RouteBits``): each slot's expert from route's expert bits, not the slot table."""
+    than read the slot table, which the kernel writes (ROUTE_IN_GATE_UP_MAX_ROWS)."""
     m, k = xq.shape
-    if route is not None and bits is not None:
-        raise ValueError("gate_up: route in the kernel or from route's bits, not both")
-    bits_kw = _bits_args(bits, m, num_experts, "gate_up")
     dense = not num_experts
     block_n, groups, split_k = tiling or gate_up_tiling(m, dense)
     slots, am, inter = act.shape
@@ -1348,9 +1198,6 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
     assert not gemv or 128 % block_n == 0, "a GEMV gate/up tile must lie in one scale block"
     if tail:
         assert arrivals.dtype == torch.int32 and arrivals.numel() >= tiles * slots
-    elif split_k > 1 and bits is not None:
-        raise ValueError("gate_up: SwiGLU's own kernel reads the slot count, which route's bits "
-                         "form does not write; give `arrivals`")
     # a MoE layer's slot 0 (a dense layer's only slot reads x from the kernel just before)
     shared_early = bool(num_experts) and m >= SHARED_BEFORE_WAIT_FROM_ROWS and overlap.enabled()
     scales_ahead = fp8_linear.SCALES_AHEAD and (gate_up_stack(block_n, gemv)
@@ -1371,7 +1218,6 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
         num_stages=gate_up_stages(m, not num_experts),
         **_routing_args(route, m, num_experts, slots, num_slots),
-        **bits_kw,
         **overlap.launch_kw(),
     )
     if split_k > 1 and not tail:
@@ -1384,13 +1230,11 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
 @overlap.wide_launcher("down")
 def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_q, down_s,
          shared_down_q, shared_down_s, positions, terms, out, block_n=None, num_warps=None,
-         table_early=True, bits=None):
+         table_early=True):
     """out bf16 [M, H] = sum over the row's experts of bf16(weight * act_slot D_e^T), shared
     first then experts ascending (fp32 sum, one rounding), through terms bf16 [M, k+1, H].
     table_early=False: the slot table is read after the wait (gate/up, the kernel before,
-    wrote it: ``Routing``), never before (DOWN_TABLE_EARLY). bits (a ``RouteBits``): each
-    slot's expert and its rows' weights and ranks from route's bits form; the terms' sum
-    clears the bits."""
+    wrote it: ``Routing``), never before (DOWN_TABLE_EARLY)."""
     slots, m, inter = act.shape
     _, n_terms, h = terms.shape
     assert shared_down_q.shape == (h, inter) and out.is_contiguous() and terms.is_contiguous()
@@ -1414,20 +1258,16 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         PREFETCH=overlap.prefetches("down") and table_early, num_warps=num_warps,
         num_stages=DOWN_STAGES if moe_mma else 3, **overlap.launch_kw(),
         **({"maxnreg": cap} if moe_mma and (cap := down_maxnreg(m)) else {}),
-        **_bits_args(bits, m, num_experts, "down"),
     )
-    sum_terms(terms, positions, out, bits.used if bits is not None else None)
+    sum_terms(terms, positions, out)
 
 
 @overlap.wide_launcher("sum")
-def sum_terms(terms, positions, out, used=None) -> None:
+def sum_terms(terms, positions, out) -> None:
     """out bf16 [M, H] = each row's terms bf16 [M, k+1, H] summed in fp32 in order, one
-    rounding (a pad row, position < 0: its shared term only). used: route's expert bits
-    (``RouteBits``), zeroed here for the next step."""
+    rounding (a pad row, position < 0: its shared term only)."""
     m, n_terms, h = terms.shape
     assert out.shape == (m, h) and out.is_contiguous() and terms.is_contiguous()
     _sum_terms_kernel[(m, triton.cdiv(h, SUM_BLOCK))](
         terms, positions, out, h, TERMS=n_terms, BLOCK=SUM_BLOCK, PDL=overlap.enabled(),
-        POS_EARLY=SUM_POS_EARLY, num_warps=4,
-        **({} if used is None else dict(used_ptr=used, CLEAR_WORDS=used.numel())),
-        **overlap.launch_kw())
+        POS_EARLY=SUM_POS_EARLY, num_warps=4, **overlap.launch_kw())

@@ -564,20 +564,6 @@ def test_routing_in_gate_up_is_bitwise_route(kind, rows, monkeypatch):
                          monkeypatch, counters=("route_arrival", "gu_arrivals"))
 
 
-@pytest.mark.parametrize("rows", [5, 8, 12, 16])
-@pytest.mark.parametrize("kind", ["moe_shared_topk", "moe_indexer"])
-def test_route_bits_are_bitwise_the_slot_table(kind, rows, monkeypatch):
-    """route's expert bits (moe.ROUTE_BITS_FROM_ROWS: no slot list, gate/up and down finding
-    their slot's expert by bit counts and reading [M, E] weights and ranks) against the slot
-    table, at real shapes with a pad row: outputs and caches bitwise equal, the bits cleared
-    after the step, the arrival counters back at zero."""
-    from sgl_kernel_ext.triton import moe
-
-    _forms_bitwise_equal(kind, rows, 43, ({(moe, "ROUTE_BITS_FROM_ROWS"): 1 << 30},
-                                          {(moe, "ROUTE_BITS_FROM_ROWS"): 5}),
-                         monkeypatch, counters=("route_arrival", "gu_arrivals", "route_used"))
-
-
 @pytest.mark.parametrize("rows", [1, 2, 16])
 @pytest.mark.parametrize("kind", ["moe_shared_topk", "dense_indexer"])
 def test_reads_before_the_wait_are_bitwise_after_it(kind, rows, monkeypatch):

@@ -6,8 +6,6 @@ import os
 
 import pytest
 import torch
-import triton
-import triton.language as tl
 
 if os.environ.get("TRITON_INTERPRET") != "1" and torch.cuda.is_available():
     pytest.skip("GPU present: the kernels are tested in test/srt/kernels", allow_module_level=True)
@@ -363,129 +361,6 @@ def test_moe_routing_in_gate_up_is_bitwise_the_slot_table(m, tail):
     assert not torch.isnan(runs[1][-1]).any()
     for a, b in zip(*runs):
         assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30))
-
-
-@triton.jit
-def _bit_slot_probe(used_ptr, out_ptr, E, WORDS: tl.constexpr):
-    slot = tl.program_id(0)
-    n, e = moe._bit_slot(used_ptr, slot, E, WORDS)
-    tl.store(out_ptr + 2 * slot, n)
-    tl.store(out_ptr + 2 * slot + 1, e)
-
-
-@pytest.mark.parametrize("chosen", [[0, 31, 32, 63, 100, 200, 224, 255], [5], [],
-                                    list(range(224, 256)), "random"])
-def test_bit_slot_finds_each_slots_expert(chosen):
-    """moe._bit_slot (route's expert bits, moe.RouteBits: bit e % 32 of word e // 32) gives
-    every slot the expert route's slot list would (slot 0 the shared expert E, then the chosen
-    experts ascending) and the slot count, for bits at both ends of a word (bit 31 is an int32
-    word's sign) and in every word."""
-    e = 256
-    if chosen == "random":
-        chosen = sorted(torch.randperm(e, generator=torch.Generator().manual_seed(5))[:61].tolist())
-    used = torch.zeros(e // 32, dtype=torch.int64)
-    for x in chosen:
-        used[x // 32] |= 1 << (x % 32)
-    used = torch.where(used >= 1 << 31, used - (1 << 32), used).to(torch.int32)
-    n = len(chosen) + 1
-    out = torch.full((n + 1, 2), -7, dtype=torch.int32)
-    _bit_slot_probe[(n + 1,)](used, out, e, WORDS=e // 32)
-    assert (out[:, 0] == n).all(), out
-    assert out[:n, 1].tolist() == [e] + chosen
-
-
-@pytest.mark.parametrize("m", [3, 5])
-def test_moe_route_bits_are_bitwise_the_slot_table(m):
-    """route's bits form (moe.RouteBits: no slot list; each row ORs its choice into expert bits
-    and writes [M, E] weights and ranks, which gate/up and down read) against the slot table:
-    bitwise the same activations and output, route's weights and ranks the table's, the bits
-    cleared by the terms' sum for the next step, route's arrival counter untouched; a pad row
-    (the second) chooses nothing."""
-    mw, sh, x, pos, xq, sx = _moe_rows(m, 20 + m)
-    e, k = CFG.n_routed_experts, CFG.num_experts_per_tok
-    slots, inter, h = m * k + 1, mw.gate.q.shape[1], CFG.hidden_size
-    block_n, _, split_k = moe.gate_up_tiling(m)
-    runs = []
-    for by_bits in (False, True):
-        arr, parts, se, sw, sr, ns = _poisoned_route_buffers(m, e, slots, -(-inter // block_n))
-        bf16_linear.bf16_linear_splitk(x, mw.router, parts)
-        scratch = (torch.full((m * e,), -7, dtype=torch.int32), torch.full((m * e,), float("nan")),
-                   arr[0])
-        bits = moe.RouteBits(torch.zeros(-(-e // 32), dtype=torch.int32),
-                             torch.full((m, e), float("nan")),
-                             torch.full((m, e), -7, dtype=torch.int32)) if by_bits else None
-        moe.route(parts, mw.bias, pos, k, CFG.routed_scaling_factor, True, se, sw, sr, ns,
-                  scratch, bits)
-        if by_bits:  # no slot list; the bits are the union of the rows' choices
-            assert (se == -7).all() and int(ns) == 0
-            word = int(bits.used[0]) & 0xFFFFFFFF
-            experts = torch.tensor([x for x in range(e) if word >> x & 1])
-            n = 1 + len(experts)
-            assert torch.equal(experts.int(), table[0][1:n])
-            assert torch.equal(bits.weight[:, experts], table[1][1:n].T)
-            assert torch.equal(bits.rank[:, experts], table[2][1:n].T)
-            assert (bits.rank[1] == -1).all() and (bits.weight[1] == 0).all()  # the pad row
-        else:
-            n = int(ns)
-            table = (se.clone(), sw.clone(), sr.clone())
-        act = torch.full((slots, m, inter), float("nan"), dtype=torch.bfloat16)
-        gu_parts = torch.full((split_k, slots, m, 2, inter), float("nan")) if split_k > 1 else None
-        moe.gate_up(xq, sx.contiguous(), e, se, ns, mw.gate.q, mw.gate.s, mw.up.q, mw.up.s,
-                    sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act, gu_parts, arrivals=arr[1],
-                    bits=bits)
-        out = torch.full((m, h), float("nan"), dtype=torch.bfloat16)
-        terms = torch.full((m, k + 1, h), float("nan"), dtype=torch.bfloat16)
-        moe.down(act, e, se, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, pos, terms,
-                 out, bits=bits)
-        runs.append((act[:n].float(), out.float()))
-        assert not any(c.any() for c in arr), arr
-        if by_bits:
-            assert not bits.used.any()
-    assert n > 2 and not torch.isnan(runs[1][-1]).any()
-    for a, b in zip(*runs):
-        assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30))
-
-
-def test_route_bits_refused_where_route_does_not_run_a_program_a_row():
-    """moe.RouteBits are route's one-program-a-row form: refused by name below it, and by the
-    router's one launch (its route tail), and by a dense MLP's gate/up."""
-    mw, sh, x, pos, xq, sx = _moe_rows(2, 3)
-    e, k = CFG.n_routed_experts, CFG.num_experts_per_tok
-    arr, parts, se, sw, sr, ns = _poisoned_route_buffers(2, e, 2 * k + 1, 1)
-    bits = moe.RouteBits(torch.zeros(1, dtype=torch.int32), torch.zeros(2, e),
-                         torch.zeros(2, e, dtype=torch.int32))
-    with pytest.raises(ValueError, match="one program a row"):
-        moe.route(parts, mw.bias, pos, k, 2.5, True, se, sw, sr, ns, None, bits)
-    with pytest.raises(ValueError, match="route's own launch"):
-        moe.router_route(x, mw.router, parts, mw.bias, pos, k, 2.5, True, se, sw, sr, ns,
-                         arr[0], bits=bits)
-    act = torch.zeros(1, 2, sh.gate.q.shape[0], dtype=torch.bfloat16)
-    with pytest.raises(ValueError, match="a MoE's; this is a dense MLP"):
-        moe.gate_up(xq, sx.contiguous(), 0, se, ns, sh.gate.q, sh.gate.s, sh.up.q, sh.up.s,
-                    sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act, bits=bits)
-
-
-def test_layer_routing_into_expert_bits_is_bitwise(monkeypatch):
-    """A MoE layer of 5 rows (one a pad row) whose route writes expert bits for gate/up and
-    down (moe.ROUTE_BITS_FROM_ROWS) against route's slot table: outputs and cache bytes equal,
-    the same experts reported per row, the bits back at zero after the step."""
-    case = make_case(CFG, 2, [30, 0, 12, 7, 19], seed=95, tp_size=2)
-    runs = []
-    for first in (1 << 30, 5):
-        monkeypatch.setattr(moe, "ROUTE_BITS_FROM_ROWS", first)
-        caches = clone_caches(case.caches)
-        layer = FusedLayer(CFG, case.lw, caches, 5, case.batch.token_slots.shape[1],
-                           persistent_launch=False)
-        assert layer.experts and moe.bits_rows(5) == (first == 5)
-        out = [t.clone() for t in layer(case.hidden, case.residual, case.batch, case.topk_prev)]
-        runs.append((out, caches, layer.routed_experts(5)))
-        assert layer._routed_by_bits == (first == 5)
-        assert not layer.buf["route_used"].any() and not layer.buf["route_arrival"].any()
-    (a_out, a_c, a_r), (b_out, b_c, b_r) = runs
-    assert not torch.isnan(a_out[0]).any() and torch.equal(a_r, b_r)
-    for x, y in zip(a_out, b_out):
-        assert torch.equal(x, y)
-    assert torch.equal(a_c.kv[2].view(torch.int16), b_c.kv[2].view(torch.int16))
 
 
 def test_gate_up_refuses_routing_of_another_shape():

@@ -188,9 +188,6 @@ class FusedLayer:
         # down to the MMA's 16 columns (benchmark/tiling_probe.py varies it), the router's one
         self.buf["gu_arrivals"] = arrival.counters(-(-inter // 16) * slots, dev)
         self.buf["route_arrival"] = arrival.counters(1, dev)
-        # route's expert bits (moe.RouteBits), zero between steps
-        self.buf["route_used"] = arrival.counters(-(-max(self.experts, 1) // 32), dev)
-        self._routed_by_bits = False
         self.buf["qkv_arrivals"] = arrival.counters(
             self._tails(cfg.q_lora_rank) + self._tails(c + rope), dev)
         self.buf["q_arrivals"] = arrival.counters(-(-a.q_b.q.shape[0] // self.tile_q_b[0]), dev)
@@ -489,13 +486,6 @@ class FusedLayer:
         """Experts each row of the last step was routed to, int64 [m, top-k] ascending (-1 for
         a pad row). Reads the slot table back to the host: for tests and check mode only."""
         k = self.cfg.num_experts_per_tok
-        if self._routed_by_bits:  # route's bits form: each row's ranks by expert
-            rank = _prefix(self.buf["route_chosen"], m, self.experts).cpu()
-            out = torch.full((m, k), -1, dtype=torch.int64)
-            for r in range(m):
-                chosen = torch.nonzero(rank[r] >= 0).flatten()
-                out[r, : len(chosen)] = chosen
-            return out
         n = int(self.buf["num_slots"])
         experts = self.buf["slot_expert"][1:n].long().cpu()
         weights = self._view("slot_weight", m)[1:n].cpu()
@@ -508,25 +498,21 @@ class FusedLayer:
     def _mlp(self, pos: torch.Tensor, m: int) -> None:
         cfg, mlp, b = self.cfg, self.lw.mlp, self.buf
         v = lambda name: self._view(name, m)  # noqa: E731
-        routing = bits = None
+        routing = None
         if self.experts:
             if self.fp8_moe is None and m <= moe.ROUTE_IN_GATE_UP_MAX_ROWS:
                 routing = moe.Routing(v("router_parts"), mlp.bias, pos, cfg.num_experts_per_tok,
                                       cfg.routed_scaling_factor, cfg.norm_topk_prob,
                                       v("slot_weight"), v("slot_rank"))
-            elif self.fp8_moe is None and moe.bits_rows(m):
-                bits = moe.RouteBits(b["route_used"], _prefix(b["route_weight"], m, self.experts),
-                                     _prefix(b["route_chosen"], m, self.experts))
             moe.router_route(v("x2"), mlp.router, v("router_parts"), mlp.bias, pos,
                              cfg.num_experts_per_tok, cfg.routed_scaling_factor,
                              cfg.norm_topk_prob, b["slot_expert"], v("slot_weight"),
                              v("slot_rank"), b["num_slots"], b["route_arrival"],
                              (b["route_chosen"], b["route_weight"], b["route_arrival"]),
-                             routes=routing is None, bits=bits)
+                             routes=routing is None)
             routed, shared = mlp, mlp.shared
         else:
             routed = shared = mlp  # the dense MLP is the single shared slot
-        self._routed_by_bits = bits is not None
         if self.fp8_moe is not None:
             self._experts_sm90(pos, m)
             return
@@ -542,11 +528,11 @@ class FusedLayer:
             moe.gate_up(v("x2q"), v("x2s"), self.experts, b["slot_expert"], b["num_slots"],
                         routed.gate.q, routed.gate.s, routed.up.q, routed.up.s,
                         shared.gate.q, shared.gate.s, shared.up.q, shared.up.s, act, gu_parts,
-                        tiling=tiling, arrivals=b["gu_arrivals"], route=routing, bits=bits)
+                        tiling=tiling, arrivals=b["gu_arrivals"], route=routing)
             moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"),
                      v("slot_rank"), b["num_slots"], routed.down.q, routed.down.s,
                      shared.down.q, shared.down.s, pos, v("terms"), v("y"), block_n=block_n,
-                     num_warps=warps, table_early=routing is None, bits=bits)
+                     num_warps=warps, table_early=routing is None)
 
 
     def health(self) -> List[str]:
