@@ -10,8 +10,12 @@ from typing import Optional
 
 # "1": the fused layer's o_proj / q_a|kv_a run on fp8_mma (launched programmatically
 # dependent, a RING_SLOTS ring) instead of the Triton fp8_linear (q_a|kv_a: in the steps
-# where no row tails follow it, from 3 rows or in a layer with the indexer). Opt-in until
-# they are timed in the layer. Read when a layer is built; benchmark/tiling_probe sets the
+# where no row tails follow it, from 3 rows or in a layer with the indexer). Opt-in: on an
+# H200 with the defaults of 2026-12-04 a MoE layer is +3.1..+5.6 us with o_proj on it, +4..+5
+# with q_a|kv_a from 4 rows, +3.4..+10.3 with both, every row count (1-16), the same with
+# the indexer (tiling_probe_20261204T033524Z; at 4e9af2d within +-2 us, T102054Z): its ring
+# fills only once the attention's CTAs free their shared memory, 3.7 us before the kernel
+# before it ends (DESIGN.md). Read when a layer is built; benchmark/tiling_probe sets the
 # module attributes (None: the environment decides).
 O_PROJ_ENV = "SGL_KERNEL_EXT_SM90_O_PROJ"
 QKV_A_ENV = "SGL_KERNEL_EXT_SM90_QKV_A"
