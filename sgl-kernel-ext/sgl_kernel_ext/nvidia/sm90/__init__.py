@@ -21,6 +21,12 @@ O_PROJ_ENV = "SGL_KERNEL_EXT_SM90_O_PROJ"
 QKV_A_ENV = "SGL_KERNEL_EXT_SM90_QKV_A"
 O_PROJ: Optional[bool] = None
 QKV_A: Optional[bool] = None
+# With O_PROJ: absorb_v lets the CuTe DSL o_proj launch before its own wait (o_proj reads
+# only weights before its wait), so o_proj's CTAs can fill their rings during the attention
+# rather than only during absorb_v; and o_proj's ring in slots (None: RING_SLOTS; fewer
+# slots leave room beside the attention's 144 KB CTAs). Off until timed on a GPU.
+O_PROJ_EARLY = False
+O_PROJ_RING_SLOTS: Optional[int] = None
 # "1": a MoE layer's experts run on fp8_moe (gate/up + SwiGLU + the down input's quant, then
 # down) instead of triton.moe's gate_up and down; a dense MLP keeps Triton's. Opt-in: on an
 # H200 the MoE layer is slower with it at every row count but 2: 64.0 / 74.7 / 98.4 / 135.1 /
