@@ -463,12 +463,6 @@ VARIANTS = {
     "sm90_o_proj": {("sm90", "O_PROJ"): True},
     "sm90_qkv_a": {("sm90", "QKV_A"): True},
     "sm90_linears": {("sm90", "O_PROJ"): True, ("sm90", "QKV_A"): True},
-    # o_proj on fp8_mma launched before absorb_v's wait (sm90.O_PROJ_EARLY), its ring in 4 or 6
-    # slots (sm90.O_PROJ_RING_SLOTS: room beside the attention's CTAs), or in 6 without it
-    "sm90_o_proj_early": {("sm90", "O_PROJ"): True, ("sm90", "O_PROJ_EARLY"): True},
-    **{f"sm90_o_proj_early_ring_{n}": {("sm90", "O_PROJ"): True, ("sm90", "O_PROJ_EARLY"): True,
-                                       ("sm90", "O_PROJ_RING_SLOTS"): n} for n in (4, 6)},
-    "sm90_o_proj_ring_6": {("sm90", "O_PROJ"): True, ("sm90", "O_PROJ_RING_SLOTS"): 6},
     # a MoE layer's experts on fp8_moe (nvidia/sm90/fp8_moe; sm90_run.sh layer)
     "sm90_moe": {("sm90", "MOE"): True},
     "sm90_moe_two_launches": {("sm90", "MOE"): True, ("sm90", "MOE_ONE_LAUNCH"): False},

@@ -907,14 +907,13 @@ def _absorb_v_split_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, parts_ptr, arrival
                            NOPE: tl.constexpr, V: tl.constexpr, SPLIT_C: tl.constexpr,
                            BLOCK_M: tl.constexpr, MERGE: tl.constexpr, BLOCK_S: tl.constexpr,
                            INTERPRET: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
-                           W_EARLY: tl.constexpr = False, TRIGGER_FIRST: tl.constexpr = False):
+                           W_EARLY: tl.constexpr = False):
     """Program (head, 128 outputs, latent chunk): the chunk's fp32 partial of o_lat . w_vc
     into parts [SPLIT_C, M, NH * V]; the last of the head's SPLIT_C programs for those
     outputs sums them in chunk order, rounds to bf16 and quantizes for o_proj. With MERGE
     the program merges its o_lat columns from the attention's chunks itself (the first
     128 outputs' program also stores them in olat), so no merge kernel runs before. W_EARLY:
-    the w_vc tile is loaded before the wait (a weight), not after the merge's loads.
-    TRIGGER_FIRST: the next kernel may launch before this one's wait (``absorb_v``)."""
+    the w_vc tile is loaded before the wait (a weight), not after the merge's loads."""
     h = tl.program_id(0)
     vt = tl.program_id(1)
     cs = tl.program_id(2)
@@ -929,7 +928,7 @@ def _absorb_v_split_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, parts_ptr, arrival
     else:
         prefetch_rows(kvb_ptr, rows, 128, NH * (NOPE + V), C * 2, cs * CC * 2, CC * 2,
                       PDL and PREFETCH, 128, 1)
-    stage_begin(PDL, TRIGGER_FIRST)
+    stage_begin(PDL)
     if MERGE:
         a = tl.zeros((BLOCK_M, CC), tl.float32)
         for m in range(M):
@@ -1168,14 +1167,12 @@ def absorb_v_merges(parts, arrivals, m: int) -> bool:
 # count, +5 us a MoE layer at 1 row and +22 at 16: the 16 tails each read a 128 KB w_vc tile
 # (results/tiling_probe_20261130T170454Z, merge_kernel = today's form).
 def absorb_v(olat, kv_b, oq, os, nope: int, v: int, parts=None, arrivals=None,
-             attn_parts=None, trigger_first: bool = False) -> None:
+             attn_parts=None) -> None:
     """o = o_lat . w_vc per head (bf16), quantized for o_proj: oq e4m3 [M, heads * v],
     os fp32 [M, heads * v / 128]. Given fp32 `parts` (>= ABSORB_V_SPLIT_C * M * heads * v)
     and int32 `arrivals` (>= heads * v / 128, zeroed), in ABSORB_V_SPLIT_C latent chunks;
     at most ABSORB_V_MERGE_MAX_ROWS rows, it also merges the attention's unmerged chunks
-    `attn_parts` (part_o, part_ml) into olat itself. trigger_first: let the next kernel
-    launch before this one's wait (in the latent-chunk form; the next kernel must read only
-    weights before its own wait: the CuTe DSL o_proj, sm90.O_PROJ_EARLY)."""
+    `attn_parts` (part_o, part_ml) into olat itself."""
     m, nh, c = olat.shape
     assert olat.is_contiguous() and oq.is_contiguous() and os.is_contiguous() and v % 128 == 0
     split = absorb_v_chunks(parts, arrivals)
@@ -1190,7 +1187,7 @@ def absorb_v(olat, kv_b, oq, os, nope: int, v: int, parts=None, arrivals=None,
             V=v, SPLIT_C=split, BLOCK_M=max(16, triton.next_power_of_2(m)), MERGE=merge,
             BLOCK_S=max(2, triton.next_power_of_2(nsp)), INTERPRET=interpreting(),
             PDL=overlap.enabled(), PREFETCH=overlap.prefetches("absorb_v"),
-            W_EARLY=ABSORB_V_W_EARLY, TRIGGER_FIRST=trigger_first, num_warps=ABSORB_V_WARPS,
+            W_EARLY=ABSORB_V_W_EARLY, num_warps=ABSORB_V_WARPS,
             **overlap.launch_kw())
         return
     _absorb_v_kernel[(nh, v // 128)](

@@ -187,19 +187,12 @@ def launch_kw() -> dict:
 
 
 @triton.jit
-def stage_begin(PDL: tl.constexpr, TRIGGER_FIRST: tl.constexpr = False):
+def stage_begin(PDL: tl.constexpr):
     """Wait until the previous kernel of the stream has finished (its writes visible), then
-    allow the next one to launch. TRIGGER_FIRST: allow it first, so the next kernel can be
-    resident while this one still waits; only for a next kernel whose reads before its own
-    wait are of data no kernel in flight writes (weights), as rule 1 then covers one kernel
-    less."""
+    allow the next one to launch."""
     if PDL:
-        if TRIGGER_FIRST:
-            gdc_launch_dependents()
-            gdc_wait()
-        else:
-            gdc_wait()
-            gdc_launch_dependents()
+        gdc_wait()
+        gdc_launch_dependents()
 
 
 @triton.jit

@@ -104,23 +104,6 @@ def test_sm90_linears_match_reference(kind, rows, envs, monkeypatch):
     assert_within_numerics(check(kind, rows, 3000), 3000)
 
 
-@pytest.mark.parametrize("slots", [4, 6, None])
-@pytest.mark.parametrize("rows", [1, 3, 16])
-def test_sm90_o_proj_launched_early_is_bitwise(rows, slots, monkeypatch):
-    """The CuTe DSL o_proj launched before absorb_v's wait (sm90.O_PROJ_EARLY), its ring in
-    4 or 6 slots or the default (sm90.O_PROJ_RING_SLOTS), against it launched after that
-    wait: outputs and caches bitwise equal (the ring's depth does not change the sums' order),
-    the counters back at zero."""
-    pytest.importorskip("cutlass.cute", reason="needs CuTe DSL: benchmark/sm90_run.sh stages it")
-    from sgl_kernel_ext.nvidia import sm90
-
-    _forms_bitwise_equal("moe_shared_topk", rows, 47,
-                         ({(sm90, "O_PROJ"): True},
-                          {(sm90, "O_PROJ"): True, (sm90, "O_PROJ_EARLY"): True,
-                           (sm90, "O_PROJ_RING_SLOTS"): slots}),
-                         monkeypatch, counters=("vc_arrivals", "o_arrivals"))
-
-
 @pytest.mark.parametrize("rows", [1, 16])
 @pytest.mark.parametrize("kind", sorted(KINDS))
 def test_rank_sums_its_attention_across_the_ranks(kind, rows):

@@ -15,18 +15,19 @@ from typing import Optional
 # with q_a|kv_a from 4 rows, +3.4..+10.3 with both, every row count (1-16), the same with
 # the indexer (tiling_probe_20261204T033524Z; at 4e9af2d within +-2 us, T102054Z): its ring
 # fills only once the attention's CTAs free their shared memory, 3.7 us before the kernel
-# before it ends (DESIGN.md). Read when a layer is built; benchmark/tiling_probe sets the
-# module attributes (None: the environment decides).
+# before it ends (DESIGN.md). Tried: o_proj launched before absorb_v's wait (absorb_v's
+# programs letting it launch first, so its CTAs could fill their rings during the
+# attention) and its ring in 4 or 6 slots (room beside the attention's CTAs): bitwise the
+# same (results/pytest_o_proj_early_94f9730.log) and no faster, +2.9..+6.3 us a layer
+# against Triton's o_proj as the plain opt-in's +3.2..+5.9 (tiling_probe_20261204T034329Z;
+# code at 94f9730). Alone, launched dependent, fp8_mma is faster than Triton's o_proj at one
+# row (5.0 against 5.8 us, sm90_gemv_probe_20261202T081912Z): what costs in the layer is not
+# its fill window. Read when a layer is built; benchmark/tiling_probe sets the module
+# attributes (None: the environment decides).
 O_PROJ_ENV = "SGL_KERNEL_EXT_SM90_O_PROJ"
 QKV_A_ENV = "SGL_KERNEL_EXT_SM90_QKV_A"
 O_PROJ: Optional[bool] = None
 QKV_A: Optional[bool] = None
-# With O_PROJ: absorb_v lets the CuTe DSL o_proj launch before its own wait (o_proj reads
-# only weights before its wait), so o_proj's CTAs can fill their rings during the attention
-# rather than only during absorb_v; and o_proj's ring in slots (None: RING_SLOTS; fewer
-# slots leave room beside the attention's 144 KB CTAs). Off until timed on a GPU.
-O_PROJ_EARLY = False
-O_PROJ_RING_SLOTS: Optional[int] = None
 # "1": a MoE layer's experts run on fp8_moe (gate/up + SwiGLU + the down input's quant, then
 # down) instead of triton.moe's gate_up and down; a dense MLP keeps Triton's. Opt-in: on an
 # H200 the MoE layer is slower with it at every row count but 2: 64.0 / 74.7 / 98.4 / 135.1 /

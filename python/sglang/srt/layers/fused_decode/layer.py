@@ -460,12 +460,11 @@ class FusedLayer:
             mla.sparse_attention(v("qcat"), self.kv_cache, topk, slots, cfg.softmax_scale,
                                  *attn_parts, v("olat"), c, rope, merge=merge, slot_rows=rows)
         mla.absorb_v(v("olat"), a.kv_b, v("oq"), v("os"), cfg.qk_nope_head_dim, cfg.v_head_dim,
-                     *vc, attn_parts, trigger_first=self.sm90_o and sm90.O_PROJ_EARLY)
+                     *vc, attn_parts)
         o_tails = (self.buf["o_arrivals"], v("attn_rows"), None, None, None)
         if self.sm90_o:
             self.sm90.fp8_mma(self.buf["oq"][:self.sm90.x_rows(m)], v("os"), a.o_proj.q,
-                              a.o_proj.s, v("y_attn"),
-                              stages=sm90.O_PROJ_RING_SLOTS or sm90.RING_SLOTS,
+                              a.o_proj.s, v("y_attn"), stages=sm90.RING_SLOTS,
                               pdl=overlap.enabled(), tails=o_tails[:2] if self.sharded else None)
         else:
             fp8_linear.fp8_linear(v("oq"), v("os"), a.o_proj.q, a.o_proj.s, v("y_attn"),
