@@ -62,6 +62,18 @@ LAYER = (("norm1", 0.0, False), ("q_a|kv_a", 16.12, False), ("latent", 0.0, Fals
          ("sum", 0.0, False))
 
 
+# the layer as it is; with every stage's bytes known ahead (no late stage: what speculating
+# on the experts and the top-k would buy); without the byte-less stages (the norms and the
+# sum folded into their neighbours); both; and the dependencies alone (each stage one tile)
+CONFIGS = {
+    "layer": LAYER,
+    "no_late": tuple((n, mb, False) for n, mb, _ in LAYER),
+    "no_small": tuple(s for s in LAYER if s[1] > 0),
+    "no_small_no_late": tuple((n, mb, False) for n, mb, _ in LAYER if mb > 0),
+    "hops_only": tuple((n, 0.0, False) for n, _, _ in LAYER),
+}
+
+
 def stage_tiles(mb: float) -> int:
     return max(1, round(mb * 1e6 / TILE_BYTES))
 
@@ -282,40 +294,43 @@ def main() -> None:
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     bw = measure_bandwidth(dev)
-    stages = tuple((stage_tiles(mb), late) for _, mb, late in LAYER)
-    layer_bytes = sum(t for t, _ in stages) * TILE_BYTES
-    floor_us = layer_bytes / bw * 1e6
     rows = []
-    for deps in (True, False):
-        chain, fn = compiled(stages, args.layers, sms, deps)
-        # bytes 0x00-0x7e: finite e4m3 of either magnitude, never NaN (0x7f, 0xff)
-        w = torch.randint(0, 0x7F, (chain.total_tiles * BLOCK_M, BLOCK_K), device=dev,
-                          dtype=torch.uint8).view(torch.float8_e4m3fn)
-        x = torch.randn(NX, BLOCK_K, device=dev).to(torch.float8_e4m3fn)
-        out = torch.zeros(OUT_ROWS, BLOCK_M, device=dev)
-        act = torch.ones(chain.n_stages, device=dev)
-        counters = torch.zeros(chain.n_stages, dtype=torch.int32, device=dev)
-        targs = [from_dlpack(t, assumed_align=16) for t in (w, x, out, act, counters)]
+    for config, layer in CONFIGS.items():
+        stages = tuple((stage_tiles(mb), late) for _, mb, late in layer)
+        layer_bytes = sum(t for t, _ in stages) * TILE_BYTES
+        floor_us = layer_bytes / bw * 1e6
+        for deps in (True, False) if config == "layer" else (True,):
+            chain, fn = compiled(stages, args.layers, sms, deps)
+            # bytes 0x00-0x7e: finite e4m3 of either magnitude, never NaN (0x7f, 0xff)
+            w = torch.randint(0, 0x7F, (chain.total_tiles * BLOCK_M, BLOCK_K), device=dev,
+                              dtype=torch.uint8).view(torch.float8_e4m3fn)
+            x = torch.randn(NX, BLOCK_K, device=dev).to(torch.float8_e4m3fn)
+            out = torch.zeros(OUT_ROWS, BLOCK_M, device=dev)
+            act = torch.ones(chain.n_stages, device=dev)
+            counters = torch.zeros(chain.n_stages, dtype=torch.int32, device=dev)
+            targs = [from_dlpack(t, assumed_align=16) for t in (w, x, out, act, counters)]
 
-        def launch(_):
-            counters.zero_()
-            fn(*targs, sms, cuda.CUstream(torch.cuda.current_stream().cuda_stream))
+            def launch(_):
+                counters.zero_()
+                fn(*targs, sms, cuda.CUstream(torch.cuda.current_stream().cuda_stream))
 
-        launch(0)
-        torch.cuda.synchronize()
-        if deps:
+            launch(0)
+            torch.cuda.synchronize()
             units = torch.tensor(chain.units, dtype=torch.int32, device=dev)
             assert torch.equal(counters, units), (counters.tolist(), chain.units)
             assert torch.isfinite(out).all()
-        us = graph_time(launch, 1) / args.layers
-        rows.append({"arm": "chain" if deps else "stream", "us_per_layer": us,
-                     "floor_us": floor_us, "frac_floor": floor_us / us,
-                     "stages_per_layer": len(stages), "ring_slots": chain.stages})
-        print(f"{rows[-1]['arm']:6s} {us:7.2f} us a layer  floor {floor_us:5.2f}  "
-              f"{floor_us / us:5.1%}", flush=True)
+            us = graph_time(launch, 1) / args.layers
+            rows.append({"config": config, "arm": "chain" if deps else "stream",
+                         "us_per_layer": us, "floor_us": floor_us, "frac_floor": floor_us / us,
+                         "stages_per_layer": len(stages),
+                         "late_stages": sum(late for _, late in stages),
+                         "layer_bytes": layer_bytes, "ring_slots": chain.stages})
+            print(f"{config:18s} {rows[-1]['arm']:6s} {us:7.2f} us a layer  floor "
+                  f"{floor_us:5.2f}  {floor_us / us:6.1%}  ({len(stages)} stages)", flush=True)
     meta = {"benchmark": "stream_chain_probe", **run_meta(dev), "bandwidth_TBps": bw / 1e12,
-            "layers": args.layers, "layer": [dict(zip(("stage", "mb", "late"), s)) for s in LAYER],
-            "layer_bytes": layer_bytes}
+            "layers": args.layers, "nx": NX, "workers": sms * GROUPS,
+            "configs": {k: [dict(zip(("stage", "mb", "late"), s)) for s in v]
+                        for k, v in CONFIGS.items()}}
     write_json("stream_chain_probe", {"meta": meta, "results": rows}, [args.out, args.results])
 
 
