@@ -49,7 +49,7 @@ from sgl_kernel_ext.nvidia.sm90 import ring
 BLOCK_M, BLOCK_K = ring.BLOCK_M, ring.BLOCK_K
 TILE_BYTES = BLOCK_M * BLOCK_K
 NX = 8  # x rows a tile: wgmma's N (1-8 rows)
-GROUPS = 2  # consumer warpgroups (and producer warps) a CTA
+GROUPS = 2  # consumer warpgroups (and producer warps) a CTA, by default
 OUT_ROWS = 4096  # units' outputs kept (a unit stores over u % OUT_ROWS)
 SMEM_BYTES = 200 * 1024
 # one TP8 rank's MoE layer (no indexer) at one row, in 8 KB tiles: (name, MB, late). The
@@ -82,8 +82,10 @@ class StreamChain:
     """One compiled chain: per stage (tiles, late), LAYERS times; `deps` False drops every
     wait (the streaming alone)."""
 
-    def __init__(self, stages: tuple, layers: int, workers: int, deps: bool):
+    def __init__(self, stages: tuple, layers: int, sms: int, deps: bool, groups: int = GROUPS):
         self.deps = deps
+        self.groups = groups
+        workers = sms * groups
         self.tiles, self.late, self.chunk, self.units = [], [], [], []
         for _ in range(layers):
             for tiles, late in stages:
@@ -99,9 +101,9 @@ class StreamChain:
         self.total_units = sum(self.units)
         self.total_tiles = sum(self.tiles)
         self.slot_bytes = (BLOCK_M + NX) * BLOCK_K
-        self.per = (SMEM_BYTES - 2048) // self.slot_bytes // GROUPS
-        self.stages = self.per * GROUPS
-        self.threads = 128 * (1 + GROUPS)
+        self.per = (SMEM_BYTES - 2048) // self.slot_bytes // groups
+        self.stages = self.per * groups
+        self.threads = 128 * (1 + groups)
 
     @cute.jit
     def __call__(self, w: cute.Tensor, x: cute.Tensor, out: cute.Tensor, act: cute.Tensor,
@@ -193,9 +195,9 @@ class StreamChain:
                                            cute.group_modes(s_a, 0, 2), cute.group_modes(g_a, 0, 2))
         t_sb, t_gb = cpasync.tma_partition(tma_b, 0, cute.make_layout(1),
                                            cute.group_modes(s_b, 0, 2), cute.group_modes(g_b, 0, 2))
-        workers = grid * GROUPS
+        workers = grid * self.groups
         if wg == 0:
-            if warp < GROUPS:  # producer warp `warp` streams for consumer warpgroup `warp`
+            if warp < self.groups:  # producer warp `warp` streams for consumer warpgroup `warp`
                 me = warp * grid + bidx
                 own = cutlass.Int32(0)
                 for u in cutlass.range(me, self.total_units, workers, unroll=1):
@@ -254,21 +256,23 @@ class StreamChain:
                 for e in cutlass.range_constexpr(cute.size(acc)):
                     if coords[e][1] == 0:  # one row's outputs
                         mOut[u % OUT_ROWS, coords[e][0]] = acc[e]
-                cute.arch.fence_acq_rel_gpu()
+                # the warpgroup's stores ordered before thread 0's (barrier), then one release
+                # at gpu scope covers them all (cumulativity): one fence a unit, not 128
                 cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
                 if t == 0:
+                    cute.arch.fence_acq_rel_gpu()
                     cute.arch.atomic_add(mCounters.iterator + stage, cutlass.Int32(1),
                                          sem="release", scope="gpu")
 
 
 @functools.lru_cache(maxsize=None)
-def compiled(stages: tuple, layers: int, sms: int, deps: bool):
+def compiled(stages: tuple, layers: int, sms: int, deps: bool, groups: int = GROUPS):
     """(the chain, its compiled launch) for `stages` ((tiles, late), ...) x `layers`."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
 
-    chain = StreamChain(stages, layers, sms * GROUPS, deps)
+    chain = StreamChain(stages, layers, sms, deps, groups)
     dummy = (torch.empty(chain.total_tiles * BLOCK_M, BLOCK_K, dtype=torch.float8_e4m3fn),
              torch.empty(NX, BLOCK_K, dtype=torch.float8_e4m3fn),
              torch.empty(OUT_ROWS, BLOCK_M), torch.empty(chain.n_stages),
@@ -299,8 +303,11 @@ def main() -> None:
         stages = tuple((stage_tiles(mb), late) for _, mb, late in layer)
         layer_bytes = sum(t for t, _ in stages) * TILE_BYTES
         floor_us = layer_bytes / bw * 1e6
-        for deps in (True, False) if config == "layer" else (True,):
-            chain, fn = compiled(stages, args.layers, sms, deps)
+        arms = [(True, GROUPS), (False, GROUPS)] if config == "layer" else [(True, GROUPS)]
+        if config in ("layer", "no_small_no_late", "hops_only"):
+            arms.append((True, 1))  # one worker a CTA: twice the ring
+        for deps, groups in arms:
+            chain, fn = compiled(stages, args.layers, sms, deps, groups)
             # bytes 0x00-0x7e: finite e4m3 of either magnitude, never NaN (0x7f, 0xff)
             w = torch.randint(0, 0x7F, (chain.total_tiles * BLOCK_M, BLOCK_K), device=dev,
                               dtype=torch.uint8).view(torch.float8_e4m3fn)
@@ -320,15 +327,15 @@ def main() -> None:
             assert torch.equal(counters, units), (counters.tolist(), chain.units)
             assert torch.isfinite(out).all()
             us = graph_time(launch, 1) / args.layers
-            rows.append({"config": config, "arm": "chain" if deps else "stream",
+            rows.append({"config": config, "arm": "chain" if deps else "stream", "groups": groups,
                          "us_per_layer": us, "floor_us": floor_us, "frac_floor": floor_us / us,
                          "stages_per_layer": len(stages),
                          "late_stages": sum(late for _, late in stages),
                          "layer_bytes": layer_bytes, "ring_slots": chain.stages})
-            print(f"{config:18s} {rows[-1]['arm']:6s} {us:7.2f} us a layer  floor "
+            print(f"{config:18s} {rows[-1]['arm']:6s} g{groups} {us:7.2f} us a layer  floor "
                   f"{floor_us:5.2f}  {floor_us / us:6.1%}  ({len(stages)} stages)", flush=True)
     meta = {"benchmark": "stream_chain_probe", **run_meta(dev), "bandwidth_TBps": bw / 1e12,
-            "layers": args.layers, "nx": NX, "workers": sms * GROUPS,
+            "layers": args.layers, "nx": NX,
             "configs": {k: [dict(zip(("stage", "mb", "late"), s)) for s in v]
                         for k, v in CONFIGS.items()}}
     write_json("stream_chain_probe", {"meta": meta, "results": rows}, [args.out, args.results])
