@@ -32,6 +32,15 @@ the late stages' loads after their dependency. Arms, in one run: ``chain`` (the 
 layers (distinct bytes, several times the L2) is one launch; time per layer = launch / LAYERS.
 
     PYTHONPATH=python:sgl-kernel-ext:. python3 -m benchmark.stream_chain_probe --out $OUT
+
+Measured on an H200 (results/stream_chain_probe_20261204T035233Z, T035521Z; 4 layers, 19.6-
+19.7 us floor a layer): streaming alone 26.8-28.0 us a layer (70-73% of the floor); the layer's
+13 stages with their dependencies 46.1-47.5 (42%); every stage's bytes known ahead 42.7-44.1;
+the byte-less stages folded away (9 stages) 40.6-41.3; both 36.3-37.7 (52-54%); the 13
+dependencies alone (a tile a stage) 17.5-18.5 us, 1.35-1.4 us a dependency. The dependencies
+add to the streaming instead of hiding under it: at each stage's end the workers that finish
+first wait for the last, and its streaming, not the ring, sets when the next stage starts.
+Neither one worker a CTA (twice the ring a worker) nor one fence an arrival changed that.
 """
 
 from __future__ import annotations
@@ -162,9 +171,10 @@ class StreamChain:
 
     @cute.jit
     def _wait_count(self, counters: cute.Tensor, stage):
-        """Poll (acquire loads: polls by atomics serialize on the counter's L2 line with the
-        arrivals, ~8 us a dependency in this probe's first run) until the stage before
-        `stage` has counted all its units."""
+        """Poll (acquire loads: polled by atomics, which serialize on the counter's line with
+        the arrivals, the layer took 427 us instead of 47, results/stream_chain_probe_
+        20261204T034853Z against T034948Z) until the stage before `stage` has counted all
+        its units."""
         if stage > 0:
             need = self._needed(stage)
             ptr = counters.iterator + (stage - 1)
