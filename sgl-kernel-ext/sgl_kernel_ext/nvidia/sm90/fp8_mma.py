@@ -265,7 +265,6 @@ class Fp8SkinnyMma:
             t_ra = tiled_mma.make_fragment_A(thr_mma.partition_A(s_a))
             t_rb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_b))
             coords = thr_mma.partition_C(cute.make_identity_tensor((BLOCK_M, self.nx)))
-            k_blocks = cute.size(t_ra, mode=[2])
             acc = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
             part = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
             for rnd in cutlass.range(rounds, unroll=1):
@@ -286,11 +285,8 @@ class Fp8SkinnyMma:
                                                      group]
                         pipe.consumer_wait(get)
                         warpgroup.fence()
-                        tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
-                        for kb in cutlass.range_constexpr(k_blocks):
-                            cute.gemm(tiled_mma, part, t_ra[(None, None, kb, get.index)],
-                                      t_rb[(None, None, kb, get.index)], part)
-                            tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+                        tiled_mma = ring.group_mma(tiled_mma, part, t_ra, get.index, t_rb,
+                                                   get.index)
                         warpgroup.commit_group()
                         warpgroup.wait_group(0)
                         pipe.consumer_release(get)

@@ -371,7 +371,6 @@ class Fp8ExpertsMma:
                   acc, part, coords: cute.Tensor, sc: cute.Tensor, grp, own0, chunk):
         """A unit's `chunk` ring slots (this warpgroup's own count from own0) into acc: each
         128-column group's wgmma product promoted with its weight and x scales."""
-        k_blocks = cute.size(t_ra, mode=[2])
         for j in cutlass.range_constexpr(self.a_tiles):
             acc[j].fill(0.0)
         for s in cutlass.range(chunk, unroll=1):
@@ -385,12 +384,8 @@ class Fp8ExpertsMma:
             pipe.consumer_wait(get)
             warpgroup.fence()
             for j in cutlass.range_constexpr(self.a_tiles):
-                tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
-                for kb in cutlass.range_constexpr(k_blocks):
-                    cute.gemm(tiled_mma, part[j],
-                              t_ra[(None, None, kb, self.a_tiles * get.index + j)],
-                              t_rb[(None, None, kb, get.index)], part[j])
-                    tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+                tiled_mma = ring.group_mma(tiled_mma, part[j], t_ra,
+                                           self.a_tiles * get.index + j, t_rb, get.index)
             warpgroup.commit_group()
             warpgroup.wait_group(0)
             pipe.consumer_release(get)
@@ -412,7 +407,6 @@ class Fp8ExpertsMma:
         a time, so a unit costs no load latency of its own."""
         groups, kg = self.groups, self.d_kg
         t_rb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_act))
-        k_blocks = cute.size(t_ra, mode=[2])
         wsc = storage.wsc.get_tensor(cute.make_layout((DOWN_SCALE_BATCH, kg, groups)))
         xs = storage.xs.get_tensor(cute.make_layout((MAX_ROWS, kg, groups)))
         n_mine = ring.owned(grp, groups, my_d)
@@ -451,11 +445,8 @@ class Fp8ExpertsMma:
                 pipe.consumer_wait(get)
                 warpgroup.fence()
                 for j in cutlass.range_constexpr(2):
-                    tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
-                    for kb in cutlass.range_constexpr(k_blocks):
-                        cute.gemm(tiled_mma, part[j], t_ra[(None, None, kb, 2 * get.index + j)],
-                                  t_rb[(None, None, kb, grp * kg + s)], part[j])
-                        tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+                    tiled_mma = ring.group_mma(tiled_mma, part[j], t_ra, 2 * get.index + j,
+                                               t_rb, grp * kg + s)
                 warpgroup.commit_group()
                 warpgroup.wait_group(0)
                 pipe.consumer_release(get)

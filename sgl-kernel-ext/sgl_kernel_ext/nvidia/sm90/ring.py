@@ -14,7 +14,7 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.pipeline as pipeline
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass.cute.nvgpu import OperandMajorMode
+from cutlass.cute.nvgpu import OperandMajorMode, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
 BLOCK_M = 64  # weight rows a tile: wgmma's M
@@ -67,6 +67,21 @@ def make_pipe(bars, stages: int, slot_bytes: int):
         producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
         consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread, 4),
         tx_count=slot_bytes, cta_layout_vmnk=cute.make_layout((1, 1, 1, 1)))
+
+
+def group_mma(tiled_mma: cute.TiledMma, part: cute.Tensor, t_ra: cute.Tensor, a_slot,
+              t_rb: cute.Tensor, b_slot) -> cute.TiledMma:
+    """Issue part = weight tile a_slot x x's tile b_slot of the ring: one 128-column scale
+    group on the asynchronous wgmma, overwriting part (the caller fences before, commits and
+    waits after). Traced inline into the caller's kernel; it switches tiled_mma's accumulate
+    field, so the caller rebinds what it returns (``tiled_mma = group_mma(tiled_mma, ...)``),
+    which is how the DSL carries that field through the caller's loops."""
+    tiled_mma.set(warpgroup.Field.ACCUMULATE, False)
+    for kb in range(cute.size(t_ra, mode=[2])):  # static: unrolled as the caller traces
+        cute.gemm(tiled_mma, part, t_ra[(None, None, kb, a_slot)], t_rb[(None, None, kb, b_slot)],
+                  part)
+        tiled_mma.set(warpgroup.Field.ACCUMULATE, True)
+    return tiled_mma
 
 
 @cute.jit
