@@ -787,7 +787,7 @@ ROUTE_IN_GATE_UP_MAX_ROWS = 4
 # int32 words, gate/up's and down's programs finding their slot's expert by scalar bit counts
 # (SWAR popcounts and a binary search: no scan, no barrier). Bitwise the slot table on an H200
 # at 5/8/12/16 rows (results/pytest_route_bits_83c9500.log; code at 83c9500), but no faster:
-# from 5 rows within noise at 5-8 rows and +2.4..+7.5 us a MoE layer at 12-16; from 3 rows
+# from 5 rows -0.1..+0.8 us a layer at 5-8 rows and +2.4..+7.5 at 12-16; from 3 rows
 # with gate/up routing only up to 2, -0.3..-0.4 at 3-4 rows (tiling_probe_20261204T032805Z:
 # route_bits_5, route_bits_3_gate_up_2). Each of down's ~4,800 programs at 16 rows still
 # runs a few hundred integer instructions a thread before its loads, against two loads of

@@ -11,19 +11,20 @@ from typing import Optional
 # "1": the fused layer's o_proj / q_a|kv_a run on fp8_mma (launched programmatically
 # dependent, a RING_SLOTS ring) instead of the Triton fp8_linear (q_a|kv_a: in the steps
 # where no row tails follow it, from 3 rows or in a layer with the indexer). Opt-in: on an
-# H200 with the defaults of 2026-12-04 a MoE layer is +3.1..+5.6 us with o_proj on it, +4..+5
-# with q_a|kv_a from 4 rows, +3.4..+10.3 with both, every row count (1-16), the same with
-# the indexer (tiling_probe_20261204T033524Z; at 4e9af2d within +-2 us, T102054Z): its ring
-# fills only once the attention's CTAs free their shared memory, 3.7 us before the kernel
-# before it ends (DESIGN.md). Tried: o_proj launched before absorb_v's wait (absorb_v's
-# programs letting it launch first, so its CTAs could fill their rings during the
-# attention) and its ring in 4 or 6 slots (room beside the attention's CTAs): bitwise the
-# same (results/pytest_o_proj_early_94f9730.log) and no faster, +2.9..+6.3 us a layer
-# against Triton's o_proj as the plain opt-in's +3.2..+5.9 (tiling_probe_20261204T034329Z;
-# code at 94f9730). Alone, launched dependent, fp8_mma is faster than Triton's o_proj at one
-# row (5.0 against 5.8 us, sm90_gemv_probe_20261202T081912Z): what costs in the layer is not
-# its fill window. Read when a layer is built; benchmark/tiling_probe sets the module
-# attributes (None: the environment decides).
+# H200 with the defaults of 2026-12-04 (tiling_probe_20261204T033524Z; at 4e9af2d they were
+# within +-2 us, T102054Z) a MoE layer is +3.1..+5.6 us with o_proj on it at 1-16 rows (with
+# the indexer +3.7..+5.2), +4.0..+4.9 with q_a|kv_a from 4 rows (+3.0..+4.2 at 1-8 rows with
+# the indexer, 0 at 16), +3.4..+10.3 with both. In the layer's timeline o_proj on it adds 9.4
+# us at one row where Triton's adds 6.9, its CTAs resident only 3.7 us before absorb_v ends
+# (graph_timeline_20261204T033710Z against T033653Z). Tried: o_proj launched before absorb_v's
+# wait (absorb_v's programs letting it launch first, so its CTAs could fill their rings during
+# the attention) and its ring in 4 or 6 slots: bitwise the same
+# (results/pytest_o_proj_early_94f9730.log) and no faster, +2.9..+6.3 us a layer against
+# Triton's o_proj as the plain opt-in's +3.2..+5.9 (tiling_probe_20261204T034329Z; code at
+# 94f9730). Alone, launched dependent, fp8_mma is faster than Triton's o_proj at one row (5.0
+# against 5.8 us, sm90_gemv_probe_20261202T081912Z): what costs in the layer is not its fill
+# window, and is not yet known. Read when a layer is built; benchmark/tiling_probe sets the
+# module attributes (None: the environment decides).
 O_PROJ_ENV = "SGL_KERNEL_EXT_SM90_O_PROJ"
 QKV_A_ENV = "SGL_KERNEL_EXT_SM90_QKV_A"
 O_PROJ: Optional[bool] = None
