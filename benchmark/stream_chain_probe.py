@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+from typing import NamedTuple
 
 import cutlass
 import cutlass.cute as cute
@@ -61,71 +62,124 @@ NX = 8  # x rows a tile: wgmma's N (1-8 rows)
 GROUPS = 2  # consumer warpgroups (and producer warps) a CTA, by default
 OUT_ROWS = 4096  # units' outputs kept (a unit stores over u % OUT_ROWS)
 SMEM_BYTES = 200 * 1024
-# one TP8 rank's MoE layer (no indexer) at one row, in 8 KB tiles: (name, MB, late). The
+# one TP8 rank's MoE layer (no indexer) at one row, in 8 KB tiles: (name, MB, late, parts). The
 # norms and the sum stream nothing but are dependencies (one tile each). The attention's KV
-# rows (2048 x 576 bf16) and the 9 experts' weights are chosen by the stage before.
-LAYER = (("norm1", 0.0, False), ("q_a|kv_a", 16.12, False), ("latent", 0.0, False),
-         ("q_b", 4.19, False), ("absorb", 1.05, False), ("attention", 2.36, True),
-         ("absorb_v", 1.05, False), ("o_proj", 12.58, False), ("norm2", 0.0, False),
-         ("router", 3.15, False), ("gate_up", 28.31, True), ("down", 14.16, True),
-         ("sum", 0.0, False))
+# rows (2048 x 576 bf16) and the 9 experts' weights are chosen by the stage before. `parts`:
+# how many independent pieces the math splits the stage into (the 8 heads of q_b ... o_proj's
+# K, the 9 experts of gate/up and down), for the arms whose dependencies follow them.
+LAYER = (("norm1", 0.0, False, 1), ("q_a|kv_a", 16.12, False, 1), ("latent", 0.0, False, 1),
+         ("q_b", 4.19, False, 8), ("absorb", 1.05, False, 8), ("attention", 2.36, True, 8),
+         ("absorb_v", 1.05, False, 8), ("o_proj", 12.58, False, 8), ("norm2", 0.0, False, 1),
+         ("router", 3.15, False, 1), ("gate_up", 28.31, True, 9), ("down", 14.16, True, 9),
+         ("sum", 0.0, False, 1))
+
+
+def _whole(stages):
+    """The stages with every dependency on the whole previous stage."""
+    return tuple((n, mb, late, 1) for n, mb, late, _ in stages)
+
+
+def _known(stages):
+    """The stages with every stage's bytes known ahead (no late stage)."""
+    return tuple((n, mb, False, parts) for n, mb, _, parts in stages)
+
+
+def _big(stages):
+    """The stages that stream bytes (the norms and the sum folded into their neighbours)."""
+    return tuple(s for s in stages if s[1] > 0)
 
 
 # the layer as it is; with every stage's bytes known ahead (no late stage: what speculating
-# on the experts and the top-k would buy); without the byte-less stages (the norms and the
-# sum folded into their neighbours); both; and the dependencies alone (each stage one tile)
+# on the experts and the top-k would buy); without the byte-less stages; both; the
+# dependencies alone (each stage one tile); and, "_parts", with each head's (expert's) chain
+# waiting only for its own head (expert) of the stage before, where the math allows
 CONFIGS = {
-    "layer": LAYER,
-    "no_late": tuple((n, mb, False) for n, mb, _ in LAYER),
-    "no_small": tuple(s for s in LAYER if s[1] > 0),
-    "no_small_no_late": tuple((n, mb, False) for n, mb, _ in LAYER if mb > 0),
-    "hops_only": tuple((n, 0.0, False) for n, _, _ in LAYER),
+    "layer": _whole(LAYER),
+    "no_late": _whole(_known(LAYER)),
+    "no_small": _whole(_big(LAYER)),
+    "no_small_no_late": _whole(_known(_big(LAYER))),
+    "hops_only": tuple((n, 0.0, False, 1) for n, _, _, _ in LAYER),
+    "layer_parts": LAYER,
+    "no_small_parts": _big(LAYER),
+    "no_small_no_late_parts": _known(_big(LAYER)),
 }
-# (config, dependencies, workers a CTA, activation read after each wait, fewest tiles a unit):
-# the configs as measured on 2026-12-04 (below), then two not yet run on a GPU: a dependency
-# without its activation read (what the signal alone costs) and the layer in units of at
-# least 16 tiles (fewer arrivals: whether they hold the streaming at 70-73%)
-ARMS = [("layer", True, GROUPS, True, 1), ("layer", False, GROUPS, True, 1),
-        ("layer", True, 1, True, 1), ("no_late", True, GROUPS, True, 1),
-        ("no_small", True, GROUPS, True, 1), ("no_small_no_late", True, GROUPS, True, 1),
-        ("no_small_no_late", True, 1, True, 1), ("hops_only", True, GROUPS, True, 1),
-        ("hops_only", True, 1, True, 1), ("hops_only", True, GROUPS, False, 1),
-        ("layer", False, GROUPS, True, 16), ("layer", True, GROUPS, True, 16)]
 
 
-def stage_tiles(mb: float) -> int:
-    return max(1, round(mb * 1e6 / TILE_BYTES))
+class Arm(NamedTuple):
+    """One timed form: `deps` False drops every wait (the streaming alone); `groups` consumer
+    warpgroups a CTA; `act` False drops the activation read after each wait; units of at
+    least `min_chunk` tiles; `arrive` False drops each unit's arrival (its barrier, fence and
+    atomic; only without deps)."""
+    config: str
+    deps: bool = True
+    groups: int = GROUPS
+    act: bool = True
+    min_chunk: int = 1
+    arrive: bool = True
+
+
+# measured on 2026-12-04 (the first ten: results/stream_chain_probe_20261204T035233Z,
+# T035521Z), then, not yet run on a GPU: a dependency without its activation read, the layer
+# in units of at least 16 tiles, the streaming without the units' stores and arrivals, and
+# the per-head / per-expert dependencies
+ARMS = [Arm("layer"), Arm("layer", deps=False), Arm("layer", groups=1), Arm("no_late"),
+        Arm("no_small"), Arm("no_small_no_late"), Arm("no_small_no_late", groups=1),
+        Arm("hops_only"), Arm("hops_only", groups=1), Arm("hops_only", act=False),
+        Arm("layer", deps=False, min_chunk=16), Arm("layer", min_chunk=16),
+        Arm("layer", deps=False, arrive=False), Arm("layer_parts"), Arm("no_small_parts"),
+        Arm("no_small_no_late_parts")]
+
+
+def stage_tiles(mb: float, parts: int = 1) -> int:
+    """8 KB tiles of `mb` MB, a multiple of `parts` (at least one a part)."""
+    tiles = max(1, round(mb * 1e6 / TILE_BYTES))
+    return -(-tiles // parts) * parts
+
+
+def arm_stages(arm: Arm) -> tuple:
+    """(tiles, late, parts) of each stage of the arm's config."""
+    return tuple((stage_tiles(mb, parts), late, parts)
+                 for _, mb, late, parts in CONFIGS[arm.config])
 
 
 class StreamChain:
-    """One compiled chain: per stage (tiles, late), LAYERS times; `deps` False drops every
-    wait (the streaming alone); `act` False drops the read after each wait; units of at least
-    `min_chunk` tiles where a stage has them."""
+    """One compiled chain: per stage (tiles, late, parts), `layers` times, for one `Arm`.
 
-    def __init__(self, stages: tuple, layers: int, sms: int, deps: bool, groups: int = GROUPS,
-                 act: bool = True, min_chunk: int = 1):
-        self.deps = deps
-        self.act = act
-        self.groups = groups
-        workers = sms * groups
-        self.tiles, self.late, self.chunk, self.units = [], [], [], []
+    A stage of P parts is P equal runs of units; a unit of part p waits for part p of the
+    stage before where that stage has P parts too, else for all of it. Each part counts its
+    units on its own counter."""
+
+    def __init__(self, stages: tuple, layers: int, sms: int, arm: Arm):
+        self.deps, self.act, self.arrive, self.groups = arm.deps, arm.act, arm.arrive, arm.groups
+        assert arm.arrive or not arm.deps, "waits need the arrivals"
+        workers = sms * arm.groups
+        self.tiles, self.late, self.parts, self.chunk, self.per_part = [], [], [], [], []
         for _ in range(layers):
-            for tiles, late in stages:
-                units = min(workers, max(1, tiles // min_chunk))
-                chunk = -(-tiles // units)
+            for tiles, late, parts in stages:
+                part_tiles = tiles // parts
+                part_units = min(max(1, workers // parts), max(1, part_tiles // arm.min_chunk))
+                chunk = -(-part_tiles // part_units)
                 self.tiles.append(tiles)
                 self.late.append(late)
+                self.parts.append(parts)
                 self.chunk.append(chunk)
-                self.units.append(-(-tiles // chunk))
+                self.per_part.append(-(-part_tiles // chunk))  # units a part
         self.n_stages = len(self.tiles)
+        self.units = [p * n for p, n in zip(self.parts, self.per_part)]
         self.unit_start = [sum(self.units[:s]) for s in range(self.n_stages)]
         self.tile_start = [sum(self.tiles[:s]) for s in range(self.n_stages)]
+        self.counter_start = [sum(self.parts[:s]) for s in range(self.n_stages)]
+        self.n_counters = sum(self.parts)
         self.total_units = sum(self.units)
         self.total_tiles = sum(self.tiles)
         self.slot_bytes = (BLOCK_M + NX) * BLOCK_K
-        self.per = (SMEM_BYTES - 2048) // self.slot_bytes // groups
-        self.stages = self.per * groups
-        self.threads = 128 * (1 + groups)
+        self.per = (SMEM_BYTES - 2048) // self.slot_bytes // arm.groups
+        self.stages = self.per * arm.groups
+        self.threads = 128 * (1 + arm.groups)
+
+    def expected_counts(self) -> list:
+        """What every counter holds after a launch: its part's units."""
+        return [n for p, n in zip(self.parts, self.per_part) for _ in range(p)]
 
     @cute.jit
     def __call__(self, w: cute.Tensor, x: cute.Tensor, out: cute.Tensor, act: cute.Tensor,
@@ -153,25 +207,30 @@ class StreamChain:
 
     @cute.jit
     def _unit(self, u):
-        """(stage, first tile, tiles) of unit u."""
+        """(stage, part, its counter, first tile, tiles) of unit u."""
         stage = cutlass.Int32(0)
+        part = cutlass.Int32(0)
         first = cutlass.Int32(0)
         count = cutlass.Int32(0)
         for s in cutlass.range_constexpr(self.n_stages):
             if u >= self.unit_start[s]:
+                i = u - self.unit_start[s]
                 stage = cutlass.Int32(s)
-                first = self.tile_start[s] + (u - self.unit_start[s]) * self.chunk[s]
-                count = cutlass.min(self.chunk[s], self.tile_start[s] + self.tiles[s] - first)
-        return stage, first, count
+                part = i // self.per_part[s]
+                j = i - part * self.per_part[s]
+                part_tiles = self.tiles[s] // self.parts[s]
+                first = self.tile_start[s] + part * part_tiles + j * self.chunk[s]
+                count = cutlass.min(self.chunk[s], part_tiles - j * self.chunk[s])
+        return stage, part, self._counter(stage, part), first, count
 
     @cute.jit
-    def _needed(self, stage):
-        """Units the stage before `stage` must count before `stage` may use its output."""
-        need = cutlass.Int32(0)
-        for s in cutlass.range_constexpr(1, self.n_stages):
+    def _counter(self, stage, part):
+        """The counter of `part` of `stage`."""
+        index = cutlass.Int32(0)
+        for s in cutlass.range_constexpr(self.n_stages):
             if stage == s:
-                need = cutlass.Int32(self.units[s - 1])
-        return need
+                index = self.counter_start[s] + part
+        return index
 
     @cute.jit
     def _is_late(self, stage):
@@ -183,17 +242,28 @@ class StreamChain:
         return late
 
     @cute.jit
-    def _wait_count(self, counters: cute.Tensor, stage):
-        """Poll (acquire loads: polled by atomics, which serialize on the counter's line with
-        the arrivals, the layer took 427 us instead of 47, results/stream_chain_probe_
-        20261204T034853Z against T034948Z) until the stage before `stage` has counted all
-        its units."""
-        if stage > 0:
-            need = self._needed(stage)
-            ptr = counters.iterator + (stage - 1)
+    def _poll(self, counters: cute.Tensor, index, need):
+        """Poll counter `index` (acquire loads: polled by atomics, which serialize on the
+        counter's line with the arrivals, the layer took 427 us instead of 47, results/
+        stream_chain_probe_20261204T034853Z against T034948Z) until it holds `need`."""
+        ptr = counters.iterator + index
+        seen = cute.arch.load(ptr, cutlass.Int32, sem="acquire", scope="gpu")
+        while seen < need:
             seen = cute.arch.load(ptr, cutlass.Int32, sem="acquire", scope="gpu")
-            while seen < need:
-                seen = cute.arch.load(ptr, cutlass.Int32, sem="acquire", scope="gpu")
+
+    @cute.jit
+    def _wait_count(self, counters: cute.Tensor, stage, part):
+        """Wait until the stage before `stage` has counted the units `part` of it needs: its
+        own part where both stages have the same parts, else every part."""
+        for s in cutlass.range_constexpr(1, self.n_stages):
+            if stage == s:
+                prev = s - 1
+                base = self.counter_start[prev]
+                if cutlass.const_expr(self.parts[prev] == self.parts[s] and self.parts[s] > 1):
+                    self._poll(counters, base + part, self.per_part[prev])
+                else:
+                    for q in cutlass.range_constexpr(self.parts[prev]):
+                        self._poll(counters, base + q, self.per_part[prev])
 
     @cute.kernel
     def kernel(self, tma_a: cute.CopyAtom, mW: cute.Tensor, tma_b: cute.CopyAtom,
@@ -224,10 +294,10 @@ class StreamChain:
                 me = warp * grid + bidx
                 own = cutlass.Int32(0)
                 for u in cutlass.range(me, self.total_units, workers, unroll=1):
-                    stage, first, count = self._unit(u)
+                    stage, piece, _, first, count = self._unit(u)
                     if cutlass.const_expr(self.deps):
                         if self._is_late(stage):
-                            self._wait_count(mCounters, stage)
+                            self._wait_count(mCounters, stage, piece)
                     for j in cutlass.range(count, unroll=1):
                         put = ring.ring_state(self.stages, self.per, warp, own, True)
                         pipe.producer_acquire(put)
@@ -251,15 +321,15 @@ class StreamChain:
             scale = cutlass.Float32(1.0)
             own = cutlass.Int32(0)
             for u in cutlass.range(me, self.total_units, workers, unroll=1):
-                stage, first, count = self._unit(u)
-                if stage != entered:
+                stage, piece, counter, first, count = self._unit(u)
+                if counter != entered:
                     if cutlass.const_expr(self.deps):
                         if t == 0:
-                            self._wait_count(mCounters, stage)
+                            self._wait_count(mCounters, stage, piece)
                         cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
                     if cutlass.const_expr(self.act):
                         scale = mAct[stage]  # the previous stage's output: after the wait
-                    entered = stage
+                    entered = counter
                 acc.fill(0.0)
                 for j in cutlass.range(count, unroll=1):
                     get = ring.ring_state(self.stages, self.per, grp, own, False)
@@ -278,26 +348,26 @@ class StreamChain:
                         mOut[u % OUT_ROWS, coords[e][0]] = acc[e]
                 # the warpgroup's stores ordered before thread 0's (barrier), then one release
                 # at gpu scope covers them all (cumulativity): one fence a unit, not 128
-                cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
-                if t == 0:
-                    cute.arch.fence_acq_rel_gpu()
-                    cute.arch.atomic_add(mCounters.iterator + stage, cutlass.Int32(1),
-                                         sem="release", scope="gpu")
+                if cutlass.const_expr(self.arrive):
+                    cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+                    if t == 0:
+                        cute.arch.fence_acq_rel_gpu()
+                        cute.arch.atomic_add(mCounters.iterator + counter, cutlass.Int32(1),
+                                             sem="release", scope="gpu")
 
 
 @functools.lru_cache(maxsize=None)
-def compiled(stages: tuple, layers: int, sms: int, deps: bool, groups: int = GROUPS,
-             act: bool = True, min_chunk: int = 1):
-    """(the chain, its compiled launch) for `stages` ((tiles, late), ...) x `layers`."""
+def compiled(arm: Arm, layers: int, sms: int):
+    """(the chain, its compiled launch) of `arm`'s config, `layers` times."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
 
-    chain = StreamChain(stages, layers, sms, deps, groups, act, min_chunk)
+    chain = StreamChain(arm_stages(arm), layers, sms, arm)
     dummy = (torch.empty(chain.total_tiles * BLOCK_M, BLOCK_K, dtype=torch.float8_e4m3fn),
              torch.empty(NX, BLOCK_K, dtype=torch.float8_e4m3fn),
              torch.empty(OUT_ROWS, BLOCK_M), torch.empty(chain.n_stages),
-             torch.empty(chain.n_stages, dtype=torch.int32))
+             torch.empty(chain.n_counters, dtype=torch.int32))
     fn = cute.compile(chain, *(from_dlpack(t, assumed_align=16) for t in dummy), sms,
                       cuda.CUstream(0))
     return chain, fn
@@ -315,23 +385,25 @@ def main() -> None:
     p.add_argument("--layers", type=int, default=4)
     p.add_argument("--out", default="")
     p.add_argument("--results", default="benchmark/results")
+    p.add_argument("--arms", default="", help="indices into ARMS, comma-separated (all)")
     args = p.parse_args()
+    arms = [ARMS[int(i)] for i in args.arms.split(",")] if args.arms else ARMS
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     bw = measure_bandwidth(dev)
     rows = []
-    for config, deps, groups, act, min_chunk in ARMS:
-        stages = tuple((stage_tiles(mb), late) for _, mb, late in CONFIGS[config])
-        layer_bytes = sum(t for t, _ in stages) * TILE_BYTES
+    for arm in arms:
+        stages = arm_stages(arm)
+        layer_bytes = sum(t for t, _, _ in stages) * TILE_BYTES
         floor_us = layer_bytes / bw * 1e6
-        chain, fn = compiled(stages, args.layers, sms, deps, groups, act, min_chunk)
+        chain, fn = compiled(arm, args.layers, sms)
         # bytes 0x00-0x7e: finite e4m3 of either magnitude, never NaN (0x7f, 0xff)
         w = torch.randint(0, 0x7F, (chain.total_tiles * BLOCK_M, BLOCK_K), device=dev,
                           dtype=torch.uint8).view(torch.float8_e4m3fn)
         x = torch.randn(NX, BLOCK_K, device=dev).to(torch.float8_e4m3fn)
         out = torch.zeros(OUT_ROWS, BLOCK_M, device=dev)
         acts = torch.ones(chain.n_stages, device=dev)
-        counters = torch.zeros(chain.n_stages, dtype=torch.int32, device=dev)
+        counters = torch.zeros(chain.n_counters, dtype=torch.int32, device=dev)
         targs = [from_dlpack(t, assumed_align=16) for t in (w, x, out, acts, counters)]
 
         def launch(_):
@@ -340,22 +412,23 @@ def main() -> None:
 
         launch(0)
         torch.cuda.synchronize()
-        units = torch.tensor(chain.units, dtype=torch.int32, device=dev)
-        assert torch.equal(counters, units), (counters.tolist(), chain.units)
+        if arm.arrive:
+            expected = torch.tensor(chain.expected_counts(), dtype=torch.int32, device=dev)
+            assert torch.equal(counters, expected), (counters.tolist(), expected.tolist())
         assert torch.isfinite(out).all()
         us = graph_time(launch, 1) / args.layers
-        rows.append({"config": config, "arm": "chain" if deps else "stream", "groups": groups,
-                     "act_read": act, "min_chunk": min_chunk,
-                     "us_per_layer": us, "floor_us": floor_us, "frac_floor": floor_us / us,
-                     "stages_per_layer": len(stages),
-                     "late_stages": sum(late for _, late in stages),
+        rows.append({**arm._asdict(), "arm": "chain" if arm.deps else "stream",
+                     "act_read": arm.act, "us_per_layer": us, "floor_us": floor_us,
+                     "frac_floor": floor_us / us, "stages_per_layer": len(stages),
+                     "late_stages": sum(late for _, late, _ in stages),
+                     "parts": [parts for _, _, parts in stages],
                      "layer_bytes": layer_bytes, "ring_slots": chain.stages})
-        print(f"{config:18s} {rows[-1]['arm']:6s} g{groups} act{int(act)} c{min_chunk:<2d} "
-              f"{us:7.2f} us a layer  floor "
+        print(f"{arm.config:22s} {rows[-1]['arm']:6s} g{arm.groups} act{int(arm.act)} "
+              f"c{arm.min_chunk:<2d} arrive{int(arm.arrive)} {us:7.2f} us a layer  floor "
               f"{floor_us:5.2f}  {floor_us / us:6.1%}  ({len(stages)} stages)", flush=True)
     meta = {"benchmark": "stream_chain_probe", **run_meta(dev), "bandwidth_TBps": bw / 1e12,
             "layers": args.layers, "nx": NX,
-            "configs": {k: [dict(zip(("stage", "mb", "late"), s)) for s in v]
+            "configs": {k: [dict(zip(("stage", "mb", "late", "parts"), s)) for s in v]
                         for k, v in CONFIGS.items()}}
     write_json("stream_chain_probe", {"meta": meta, "results": rows}, [args.out, args.results])
 

@@ -93,10 +93,10 @@ CHAIN_SCRIPT = """
 import sys
 sys.path[:0] = [{root!r}, {ext!r}]
 from benchmark import stream_chain_probe as P
-for name, deps, groups, act, min_chunk in P.ARMS:
-    stages = tuple((P.stage_tiles(mb), late) for _, mb, late in P.CONFIGS[name])
-    chain, _ = P.compiled(stages, 2, 132, deps, groups, act, min_chunk)
-    print("compiled", name, deps, groups, act, min_chunk, chain.stages)
+for arm in P.ARMS:
+    chain, _ = P.compiled(arm, 2, 132)
+    assert sum(chain.expected_counts()) == chain.total_units, arm
+    print("compiled", arm, chain.stages)
 print("arms", len(P.ARMS))
 """
 
