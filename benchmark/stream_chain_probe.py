@@ -52,6 +52,7 @@ from typing import NamedTuple
 import cutlass
 import cutlass.cute as cute
 import cutlass.memory
+import cutlass.pipeline as pipeline
 from cutlass.cute.nvgpu import cpasync, warpgroup
 
 from sgl_kernel_ext.nvidia.sm90 import ring
@@ -62,6 +63,7 @@ NX = 8  # x rows a tile: wgmma's N (1-8 rows)
 GROUPS = 2  # consumer warpgroups (and producer warps) a CTA, by default
 OUT_ROWS = 4096  # units' outputs kept (a unit stores over u % OUT_ROWS)
 SMEM_BYTES = 200 * 1024
+SIGNALS = 8  # a worker's arrivals in flight to its signal warp
 # one TP8 rank's MoE layer (no indexer) at one row, in 8 KB tiles: (name, MB, late, parts). The
 # norms and the sum stream nothing but are dependencies (one tile each). The attention's KV
 # rows (2048 x 576 bf16) and the 9 experts' weights are chosen by the stage before. `parts`:
@@ -109,25 +111,32 @@ class Arm(NamedTuple):
     """One timed form: `deps` False drops every wait (the streaming alone); `groups` consumer
     warpgroups a CTA; `act` False drops the activation read after each wait; units of at
     least `min_chunk` tiles; `arrive` False drops each unit's arrival (its barrier, fence and
-    atomic; only without deps)."""
+    atomic; only without deps); `signal` True hands each arrival to a signal warp (an mbarrier
+    ring) that does the fence and the atomic, so the consumer warpgroup goes on to its next
+    unit; `fence` False drops the fence before the release atomic (which is itself a release:
+    the fence only repeats it)."""
     config: str
     deps: bool = True
     groups: int = GROUPS
     act: bool = True
     min_chunk: int = 1
     arrive: bool = True
+    signal: bool = False
+    fence: bool = True
 
 
-# measured on 2026-12-04 (the first ten: results/stream_chain_probe_20261204T035233Z,
-# T035521Z), then, not yet run on a GPU: a dependency without its activation read, the layer
-# in units of at least 16 tiles, the streaming without the units' stores and arrivals, and
-# the per-head / per-expert dependencies
+# measured on 2026-12-04: the first ten in results/stream_chain_probe_20261204T035233Z and
+# T035521Z, the first sixteen in T071323Z; then the arrivals off the consumers' path and
+# without their repeated fence
 ARMS = [Arm("layer"), Arm("layer", deps=False), Arm("layer", groups=1), Arm("no_late"),
         Arm("no_small"), Arm("no_small_no_late"), Arm("no_small_no_late", groups=1),
         Arm("hops_only"), Arm("hops_only", groups=1), Arm("hops_only", act=False),
         Arm("layer", deps=False, min_chunk=16), Arm("layer", min_chunk=16),
         Arm("layer", deps=False, arrive=False), Arm("layer_parts"), Arm("no_small_parts"),
-        Arm("no_small_no_late_parts")]
+        Arm("no_small_no_late_parts"), Arm("layer", deps=False, signal=True),
+        Arm("hops_only", fence=False), Arm("hops_only", signal=True), Arm("layer", signal=True),
+        Arm("layer", signal=True, fence=False), Arm("no_small_no_late", signal=True, fence=False),
+        Arm("layer", deps=False, signal=True, min_chunk=16), Arm("layer", fence=False)]
 
 
 def stage_tiles(mb: float, parts: int = 1) -> int:
@@ -151,7 +160,9 @@ class StreamChain:
 
     def __init__(self, stages: tuple, layers: int, sms: int, arm: Arm):
         self.deps, self.act, self.arrive, self.groups = arm.deps, arm.act, arm.arrive, arm.groups
+        self.signal, self.fence = arm.signal and arm.arrive, arm.fence
         assert arm.arrive or not arm.deps, "waits need the arrivals"
+        assert 2 * arm.groups <= 4 or not arm.signal, "a producer and a signal warp a worker"
         workers = sms * arm.groups
         self.tiles, self.late, self.parts, self.chunk, self.per_part = [], [], [], [], []
         for _ in range(layers):
@@ -195,6 +206,7 @@ class StreamChain:
         @cute.struct
         class Storage:
             bars: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
+            sig: cute.struct.MemRange[cutlass.Int64, SIGNALS * self.groups * 2]
             sa: cute.struct.Align[cute.struct.MemRange[cutlass.Float8E4M3FN,
                                                        cute.cosize(a_layout)], 1024]
             sb: cute.struct.Align[cute.struct.MemRange[cutlass.Float8E4M3FN,
@@ -252,6 +264,15 @@ class StreamChain:
             seen = cute.arch.load(ptr, cutlass.Int32, sem="acquire", scope="gpu")
 
     @cute.jit
+    def _arrive(self, counters: cute.Tensor, index):
+        """Count one unit on counter `index`, after every store the caller has ordered before
+        (the warpgroup's, by its barrier)."""
+        if cutlass.const_expr(self.fence):
+            cute.arch.fence_acq_rel_gpu()
+        cute.arch.atomic_add(counters.iterator + index, cutlass.Int32(1), sem="release",
+                             scope="gpu")
+
+    @cute.jit
     def _wait_count(self, counters: cute.Tensor, stage, part):
         """Wait until the stage before `stage` has counted the units `part` of it needs: its
         own part where both stages have the same parts, else every part."""
@@ -282,6 +303,10 @@ class StreamChain:
         s_a = storage.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
         s_b = storage.sb.get_tensor(b_layout.outer, swizzle=b_layout.inner)
         pipe = ring.make_pipe(storage.bars.data_ptr(), self.stages, self.slot_bytes)
+        sig = pipeline.PipelineAsync.create(
+            barrier_storage=storage.sig.data_ptr(), num_stages=SIGNALS * self.groups,
+            producer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread),
+            consumer_group=pipeline.CooperativeGroup(pipeline.Agent.Thread))
         g_a = cute.local_tile(mW, (BLOCK_M, BLOCK_K), (None, None))
         g_b = cute.local_tile(mX, (NX, BLOCK_K), (None, None))
         t_sa, t_ga = cpasync.tma_partition(tma_a, 0, cute.make_layout(1),
@@ -307,6 +332,19 @@ class StreamChain:
                         cute.copy(tma_b, t_gb[(None, 0, 0)], t_sb[(None, put.index)],
                                   tma_bar_ptr=bar)
                         own = own + 1
+            elif cutlass.const_expr(self.signal):
+                if warp < 2 * self.groups:  # signal warp for consumer warpgroup warp - groups
+                    if cute.arch.lane_idx() == 0:
+                        c = warp - self.groups
+                        n = cutlass.Int32(0)
+                        for u in cutlass.range(c * grid + bidx, self.total_units, workers,
+                                               unroll=1):
+                            _, _, counter, _, _ = self._unit(u)
+                            got = ring.ring_state(SIGNALS * self.groups, SIGNALS, c, n, False)
+                            sig.consumer_wait(got)
+                            self._arrive(mCounters, counter)
+                            sig.consumer_release(got)
+                            n = n + 1
         else:
             grp = wg - 1
             t = tidx % 128
@@ -320,6 +358,7 @@ class StreamChain:
             entered = cutlass.Int32(-1)
             scale = cutlass.Float32(1.0)
             own = cutlass.Int32(0)
+            done = cutlass.Int32(0)  # units finished
             for u in cutlass.range(me, self.total_units, workers, unroll=1):
                 stage, piece, counter, first, count = self._unit(u)
                 if counter != entered:
@@ -351,9 +390,17 @@ class StreamChain:
                 if cutlass.const_expr(self.arrive):
                     cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
                     if t == 0:
-                        cute.arch.fence_acq_rel_gpu()
-                        cute.arch.atomic_add(mCounters.iterator + counter, cutlass.Int32(1),
-                                             sem="release", scope="gpu")
+                        if cutlass.const_expr(self.signal):
+                            # the barrier ordered the warpgroup's stores before this arrive
+                            # (release, CTA scope); the signal warp's wait acquires them and
+                            # its release at gpu scope is cumulative
+                            put = ring.ring_state(SIGNALS * self.groups, SIGNALS, grp, done,
+                                                  True)
+                            sig.producer_acquire(put)
+                            sig.producer_commit(put)
+                        else:
+                            self._arrive(mCounters, counter)
+                done = done + 1
 
 
 @functools.lru_cache(maxsize=None)
@@ -424,7 +471,8 @@ def main() -> None:
                      "parts": [parts for _, _, parts in stages],
                      "layer_bytes": layer_bytes, "ring_slots": chain.stages})
         print(f"{arm.config:22s} {rows[-1]['arm']:6s} g{arm.groups} act{int(arm.act)} "
-              f"c{arm.min_chunk:<2d} arrive{int(arm.arrive)} {us:7.2f} us a layer  floor "
+              f"c{arm.min_chunk:<2d} arrive{int(arm.arrive)} sig{int(arm.signal)} "
+              f"fence{int(arm.fence)} {us:7.2f} us a layer  floor "
               f"{floor_us:5.2f}  {floor_us / us:6.1%}  ({len(stages)} stages)", flush=True)
     meta = {"benchmark": "stream_chain_probe", **run_meta(dev), "bandwidth_TBps": bw / 1e12,
             "layers": args.layers, "nx": NX,
