@@ -64,6 +64,7 @@ GROUPS = 2  # consumer warpgroups (and producer warps) a CTA, by default
 OUT_ROWS = 4096  # units' outputs kept (a unit stores over u % OUT_ROWS)
 SMEM_BYTES = 200 * 1024
 SIGNALS = 8  # a worker's arrivals in flight to its signal warp
+FLAG_BASE = 64  # flags[0]: the launch's epoch; then BLOCK_M flag words a unit
 # one TP8 rank's MoE layer (no indexer) at one row, in 8 KB tiles: (name, MB, late, parts). The
 # norms and the sum stream nothing but are dependencies (one tile each). The attention's KV
 # rows (2048 x 576 bf16) and the 9 experts' weights are chosen by the stage before. `parts`:
@@ -114,7 +115,12 @@ class Arm(NamedTuple):
     atomic; only without deps); `signal` True hands each arrival to a signal warp (an mbarrier
     ring) that does the fence and the atomic, so the consumer warpgroup goes on to its next
     unit; `fence` False drops the fence before the release atomic (which is itself a release:
-    the fence only repeats it)."""
+    the fence only repeats it); `flagged` True replaces the counters by flagged outputs (as
+    NCCL's LL protocol: each output word carries the launch's epoch, so a consumer polls the
+    words it reads until they are current; no fence, no atomic, no counter, no separate read
+    of the activation). A flagged consumer polls one word of every unit of the stage before
+    (the stage-wide dependency the counters give) and the 64 words of one of them (its input
+    slice); a late stage's producer warp polls the first."""
     config: str
     deps: bool = True
     groups: int = GROUPS
@@ -123,11 +129,12 @@ class Arm(NamedTuple):
     arrive: bool = True
     signal: bool = False
     fence: bool = True
+    flagged: bool = False
 
 
 # measured on 2026-12-04: the first ten in results/stream_chain_probe_20261204T035233Z and
-# T035521Z, the first sixteen in T071323Z; then the arrivals off the consumers' path and
-# without their repeated fence
+# T035521Z, the first sixteen in T071323Z, then the arrivals off the consumers' path and
+# without their repeated fence in T071700Z; then flagged outputs instead of counters
 ARMS = [Arm("layer"), Arm("layer", deps=False), Arm("layer", groups=1), Arm("no_late"),
         Arm("no_small"), Arm("no_small_no_late"), Arm("no_small_no_late", groups=1),
         Arm("hops_only"), Arm("hops_only", groups=1), Arm("hops_only", act=False),
@@ -136,7 +143,9 @@ ARMS = [Arm("layer"), Arm("layer", deps=False), Arm("layer", groups=1), Arm("no_
         Arm("no_small_no_late_parts"), Arm("layer", deps=False, signal=True),
         Arm("hops_only", fence=False), Arm("hops_only", signal=True), Arm("layer", signal=True),
         Arm("layer", signal=True, fence=False), Arm("no_small_no_late", signal=True, fence=False),
-        Arm("layer", deps=False, signal=True, min_chunk=16), Arm("layer", fence=False)]
+        Arm("layer", deps=False, signal=True, min_chunk=16), Arm("layer", fence=False),
+        Arm("hops_only", flagged=True), Arm("layer", flagged=True),
+        Arm("no_small_no_late", flagged=True), Arm("no_small", flagged=True)]
 
 
 def stage_tiles(mb: float, parts: int = 1) -> int:
@@ -161,6 +170,8 @@ class StreamChain:
     def __init__(self, stages: tuple, layers: int, sms: int, arm: Arm):
         self.deps, self.act, self.arrive, self.groups = arm.deps, arm.act, arm.arrive, arm.groups
         self.signal, self.fence = arm.signal and arm.arrive, arm.fence
+        self.flagged = arm.flagged and arm.deps
+        self.arrive = self.arrive and not self.flagged
         assert arm.arrive or not arm.deps, "waits need the arrivals"
         assert 2 * arm.groups <= 4 or not arm.signal, "a producer and a signal warp a worker"
         workers = sms * arm.groups
@@ -194,7 +205,7 @@ class StreamChain:
 
     @cute.jit
     def __call__(self, w: cute.Tensor, x: cute.Tensor, out: cute.Tensor, act: cute.Tensor,
-                 counters: cute.Tensor, grid: cutlass.Int32, stream):
+                 counters: cute.Tensor, flags: cute.Tensor, grid: cutlass.Int32, stream):
         tiled_mma, a_layout, b_layout = ring.mma_and_layouts(NX, self.stages, self.stages)
         tma_a, tma_w = cpasync.make_tiled_tma_atom(
             cpasync.CopyBulkTensorTileG2SOp(), w, cute.slice_(a_layout, (None, None, 0)),
@@ -214,7 +225,7 @@ class StreamChain:
 
         self.storage = Storage
         self.kernel(tma_a, tma_w, tma_b, tma_x, tiled_mma, a_layout, b_layout, out, act,
-                    counters).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
+                    counters, flags).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
                                      smem=Storage.size_in_bytes(), stream=stream)
 
     @cute.jit
@@ -273,6 +284,30 @@ class StreamChain:
                              scope="gpu")
 
     @cute.jit
+    def _poll_flags(self, flags: cute.Tensor, stage, u, epoch, lane, lanes: cutlass.Constexpr,
+                    slice_words: cutlass.Constexpr):
+        """Lanes 0..lanes-1 poll, until every one holds `epoch`: word 0 of each unit of the
+        stage before `stage`, and (slice_words) the BLOCK_M words of the one unit u reads.
+        Each round issues all of a lane's loads before checking any (one round trip)."""
+        for s in cutlass.range_constexpr(1, self.n_stages):
+            if stage == s:
+                start, units = self.unit_start[s - 1], self.units[s - 1]
+                words = units + (BLOCK_M if cutlass.const_expr(slice_words) else 0)
+                mine = (u - self.unit_start[s]) % units
+                ok = cutlass.Boolean(False)
+                while not ok:
+                    ok = cutlass.Boolean(True)
+                    for k in cutlass.range_constexpr(-(-words // lanes)):
+                        i = lane + k * lanes
+                        addr = (start + i) * BLOCK_M
+                        if i >= units:
+                            addr = (start + mine) * BLOCK_M + (i - units)
+                        if i < words:
+                            seen = cute.arch.load(flags.iterator + FLAG_BASE + addr,
+                                                  cutlass.Int32, sem="relaxed", scope="gpu")
+                            ok = ok & (seen == epoch)
+
+    @cute.jit
     def _wait_count(self, counters: cute.Tensor, stage, part):
         """Wait until the stage before `stage` has counted the units `part` of it needs: its
         own part where both stages have the same parts, else every part."""
@@ -290,7 +325,7 @@ class StreamChain:
     def kernel(self, tma_a: cute.CopyAtom, mW: cute.Tensor, tma_b: cute.CopyAtom,
                mX: cute.Tensor, tiled_mma: cute.TiledMma, a_layout: cute.ComposedLayout,
                b_layout: cute.ComposedLayout, mOut: cute.Tensor, mAct: cute.Tensor,
-               mCounters: cute.Tensor):
+               mCounters: cute.Tensor, mFlags: cute.Tensor):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         grid, _, _ = cute.arch.grid_dim()
@@ -314,6 +349,7 @@ class StreamChain:
         t_sb, t_gb = cpasync.tma_partition(tma_b, 0, cute.make_layout(1),
                                            cute.group_modes(s_b, 0, 2), cute.group_modes(g_b, 0, 2))
         workers = grid * self.groups
+        epoch = mFlags[0]  # this launch's flag value (FLAG_BASE words on: units' outputs)
         if wg == 0:
             if warp < self.groups:  # producer warp `warp` streams for consumer warpgroup `warp`
                 me = warp * grid + bidx
@@ -322,7 +358,11 @@ class StreamChain:
                     stage, piece, _, first, count = self._unit(u)
                     if cutlass.const_expr(self.deps):
                         if self._is_late(stage):
-                            self._wait_count(mCounters, stage, piece)
+                            if cutlass.const_expr(self.flagged):
+                                self._poll_flags(mFlags, stage, 0, epoch,
+                                                 cute.arch.lane_idx(), 32, False)
+                            else:
+                                self._wait_count(mCounters, stage, piece)
                     for j in cutlass.range(count, unroll=1):
                         put = ring.ring_state(self.stages, self.per, warp, own, True)
                         pipe.producer_acquire(put)
@@ -362,7 +402,10 @@ class StreamChain:
             for u in cutlass.range(me, self.total_units, workers, unroll=1):
                 stage, piece, counter, first, count = self._unit(u)
                 if counter != entered:
-                    if cutlass.const_expr(self.deps):
+                    if cutlass.const_expr(self.flagged):
+                        self._poll_flags(mFlags, stage, u, epoch, t, 128, True)
+                        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+                    elif cutlass.const_expr(self.deps):
                         if t == 0:
                             self._wait_count(mCounters, stage, piece)
                         cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
@@ -385,6 +428,11 @@ class StreamChain:
                 for e in cutlass.range_constexpr(cute.size(acc)):
                     if coords[e][1] == 0:  # one row's outputs
                         mOut[u % OUT_ROWS, coords[e][0]] = acc[e]
+                        if cutlass.const_expr(self.flagged):
+                            # an LL word would be (value, epoch) in one 8-byte store; the
+                            # epoch alone costs the same latency
+                            cute.arch.store(mFlags.iterator + FLAG_BASE + u * BLOCK_M
+                                            + coords[e][0], epoch, sem="relaxed", scope="gpu")
                 # the warpgroup's stores ordered before thread 0's (barrier), then one release
                 # at gpu scope covers them all (cumulativity): one fence a unit, not 128
                 if cutlass.const_expr(self.arrive):
@@ -414,7 +462,8 @@ def compiled(arm: Arm, layers: int, sms: int):
     dummy = (torch.empty(chain.total_tiles * BLOCK_M, BLOCK_K, dtype=torch.float8_e4m3fn),
              torch.empty(NX, BLOCK_K, dtype=torch.float8_e4m3fn),
              torch.empty(OUT_ROWS, BLOCK_M), torch.empty(chain.n_stages),
-             torch.empty(chain.n_counters, dtype=torch.int32))
+             torch.empty(chain.n_counters, dtype=torch.int32),
+             torch.empty(FLAG_BASE + chain.total_units * BLOCK_M, dtype=torch.int32))
     fn = cute.compile(chain, *(from_dlpack(t, assumed_align=16) for t in dummy), sms,
                       cuda.CUstream(0))
     return chain, fn
@@ -451,15 +500,21 @@ def main() -> None:
         out = torch.zeros(OUT_ROWS, BLOCK_M, device=dev)
         acts = torch.ones(chain.n_stages, device=dev)
         counters = torch.zeros(chain.n_counters, dtype=torch.int32, device=dev)
-        targs = [from_dlpack(t, assumed_align=16) for t in (w, x, out, acts, counters)]
+        flags = torch.zeros(FLAG_BASE + chain.total_units * BLOCK_M, dtype=torch.int32,
+                            device=dev)
+        targs = [from_dlpack(t, assumed_align=16)
+                 for t in (w, x, out, acts, counters, flags)]
 
         def launch(_):
             counters.zero_()
+            flags[:1].add_(1)  # a new epoch: the flags of the launch before are stale
             fn(*targs, sms, cuda.CUstream(torch.cuda.current_stream().cuda_stream))
 
         launch(0)
         torch.cuda.synchronize()
-        if arm.arrive:
+        if chain.flagged:  # every unit's words hold the epoch
+            assert bool((flags[FLAG_BASE:] == flags[0]).all()), "a unit's flags not written"
+        elif arm.arrive:
             expected = torch.tensor(chain.expected_counts(), dtype=torch.int32, device=dev)
             assert torch.equal(counters, expected), (counters.tolist(), expected.tolist())
         assert torch.isfinite(out).all()
@@ -472,7 +527,7 @@ def main() -> None:
                      "layer_bytes": layer_bytes, "ring_slots": chain.stages})
         print(f"{arm.config:22s} {rows[-1]['arm']:6s} g{arm.groups} act{int(arm.act)} "
               f"c{arm.min_chunk:<2d} arrive{int(arm.arrive)} sig{int(arm.signal)} "
-              f"fence{int(arm.fence)} {us:7.2f} us a layer  floor "
+              f"fence{int(arm.fence)} ll{int(arm.flagged)} {us:7.2f} us a layer  floor "
               f"{floor_us:5.2f}  {floor_us / us:6.1%}  ({len(stages)} stages)", flush=True)
     meta = {"benchmark": "stream_chain_probe", **run_meta(dev), "bandwidth_TBps": bw / 1e12,
             "layers": args.layers, "nx": NX,
