@@ -119,8 +119,8 @@ class Arm(NamedTuple):
     NCCL's LL protocol: each output word carries the launch's epoch, so a consumer polls the
     words it reads until they are current; no fence, no atomic, no counter, no separate read
     of the activation). A flagged consumer polls one word of every unit of the stage before
-    (the stage-wide dependency the counters give) and the 64 words of one of them (its input
-    slice); a late stage's producer warp polls the first."""
+    it depends on (all, or its part's: the dependency the counters give) and the 64 words of
+    one of them (its input slice); a late stage's producer warp polls the first."""
     config: str
     deps: bool = True
     groups: int = GROUPS
@@ -145,7 +145,9 @@ ARMS = [Arm("layer"), Arm("layer", deps=False), Arm("layer", groups=1), Arm("no_
         Arm("layer", signal=True, fence=False), Arm("no_small_no_late", signal=True, fence=False),
         Arm("layer", deps=False, signal=True, min_chunk=16), Arm("layer", fence=False),
         Arm("hops_only", flagged=True), Arm("layer", flagged=True),
-        Arm("no_small_no_late", flagged=True), Arm("no_small", flagged=True)]
+        Arm("no_small_no_late", flagged=True), Arm("no_small", flagged=True),
+        Arm("layer_parts", flagged=True), Arm("no_small_parts", flagged=True),
+        Arm("no_small_no_late_parts", flagged=True)]
 
 
 def stage_tiles(mb: float, parts: int = 1) -> int:
@@ -284,16 +286,20 @@ class StreamChain:
                              scope="gpu")
 
     @cute.jit
-    def _poll_flags(self, flags: cute.Tensor, stage, u, epoch, lane, lanes: cutlass.Constexpr,
-                    slice_words: cutlass.Constexpr):
+    def _poll_flags(self, flags: cute.Tensor, stage, piece, u, epoch, lane,
+                    lanes: cutlass.Constexpr, slice_words: cutlass.Constexpr):
         """Lanes 0..lanes-1 poll, until every one holds `epoch`: word 0 of each unit of the
-        stage before `stage`, and (slice_words) the BLOCK_M words of the one unit u reads.
+        stage before `stage` that unit u of part `piece` needs (its part's, where both stages
+        have the same parts, else all), and (slice_words) the BLOCK_M words of one of them.
         Each round issues all of a lane's loads before checking any (one round trip)."""
         for s in cutlass.range_constexpr(1, self.n_stages):
             if stage == s:
-                start, units = self.unit_start[s - 1], self.units[s - 1]
+                prev = s - 1
+                same = self.parts[prev] == self.parts[s] and self.parts[s] > 1
+                units = self.per_part[prev] if same else self.units[prev]
+                start = self.unit_start[prev] + (piece * units if same else 0)
                 words = units + (BLOCK_M if cutlass.const_expr(slice_words) else 0)
-                mine = (u - self.unit_start[s]) % units
+                mine = start + (u - self.unit_start[s]) % units
                 ok = cutlass.Boolean(False)
                 while not ok:
                     ok = cutlass.Boolean(True)
@@ -301,7 +307,7 @@ class StreamChain:
                         i = lane + k * lanes
                         addr = (start + i) * BLOCK_M
                         if i >= units:
-                            addr = (start + mine) * BLOCK_M + (i - units)
+                            addr = mine * BLOCK_M + (i - units)
                         if i < words:
                             seen = cute.arch.load(flags.iterator + FLAG_BASE + addr,
                                                   cutlass.Int32, sem="relaxed", scope="gpu")
@@ -359,7 +365,7 @@ class StreamChain:
                     if cutlass.const_expr(self.deps):
                         if self._is_late(stage):
                             if cutlass.const_expr(self.flagged):
-                                self._poll_flags(mFlags, stage, 0, epoch,
+                                self._poll_flags(mFlags, stage, piece, u, epoch,
                                                  cute.arch.lane_idx(), 32, False)
                             else:
                                 self._wait_count(mCounters, stage, piece)
@@ -403,7 +409,7 @@ class StreamChain:
                 stage, piece, counter, first, count = self._unit(u)
                 if counter != entered:
                     if cutlass.const_expr(self.flagged):
-                        self._poll_flags(mFlags, stage, u, epoch, t, 128, True)
+                        self._poll_flags(mFlags, stage, piece, u, epoch, t, 128, True)
                         cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
                     elif cutlass.const_expr(self.deps):
                         if t == 0:
