@@ -65,46 +65,76 @@ OUT_ROWS = 4096  # units' outputs kept (a unit stores over u % OUT_ROWS)
 SMEM_BYTES = 200 * 1024
 SIGNALS = 8  # a worker's arrivals in flight to its signal warp
 FLAG_BASE = 64  # flags[0]: the launch's epoch; then BLOCK_M flag words a unit
-# one TP8 rank's MoE layer (no indexer) at one row, in 8 KB tiles: (name, MB, late, parts). The
-# norms and the sum stream nothing but are dependencies (one tile each). The attention's KV
-# rows (2048 x 576 bf16) and the 9 experts' weights are chosen by the stage before. `parts`:
-# how many independent pieces the math splits the stage into (the 8 heads of q_b ... o_proj's
-# K, the 9 experts of gate/up and down), for the arms whose dependencies follow them.
-LAYER = (("norm1", 0.0, False, 1), ("q_a|kv_a", 16.12, False, 1), ("latent", 0.0, False, 1),
-         ("q_b", 4.19, False, 8), ("absorb", 1.05, False, 8), ("attention", 2.36, True, 8),
-         ("absorb_v", 1.05, False, 8), ("o_proj", 12.58, False, 8), ("norm2", 0.0, False, 1),
-         ("router", 3.15, False, 1), ("gate_up", 28.31, True, 9), ("down", 14.16, True, 9),
-         ("sum", 0.0, False, 1))
+
+
+class Stage(NamedTuple):
+    """A stage of a layer: `mb` MB of weights (or KV rows) streamed; `parts` independent
+    pieces the math splits it into (heads, experts); `deps`: the stages its consumers wait
+    for, as distances back (1: the stage before); `late`: the distance back of the stage that
+    chooses its bytes (its producer waits for that one first; 0: bytes known ahead)."""
+    name: str
+    mb: float
+    late: int = 0
+    parts: int = 1
+    deps: tuple = (1,)
+
+
+# one TP8 rank's MoE layer (no indexer) at one row, in 8 KB tiles, as a chain: each stage
+# waits for the one before. The norms and the sum stream nothing but are dependencies (one
+# tile each); the attention's KV rows (2048 x 576 bf16) and the 9 experts' weights wait for
+# the stage before them.
+LAYER = (Stage("norm1", 0.0), Stage("q_a|kv_a", 16.12), Stage("latent", 0.0),
+         Stage("q_b", 4.19, parts=8), Stage("absorb", 1.05, parts=8),
+         Stage("attention", 2.36, late=1, parts=8), Stage("absorb_v", 1.05, parts=8),
+         Stage("o_proj", 12.58, parts=8), Stage("norm2", 0.0), Stage("router", 3.15),
+         Stage("gate_up", 28.31, late=1, parts=9), Stage("down", 14.16, late=1, parts=9),
+         Stage("sum", 0.0))
+# the same layer with the dependencies its math has: the attention's rows are the previous
+# layer's top-k (known at the layer's start); the shared expert waits for the norm, not the
+# router; the routed experts' weights (gate/up and down) wait for the router only; down waits
+# for its own expert's gate/up; the norms fold into the stages after them (each unit
+# computing its row's norm from the sums of squares), the terms' sum into the next layer's
+# first stage (which waits for both downs).
+LAYER_DAG = (Stage("q_a|kv_a", 16.12, deps=(1, 2)), Stage("q_b", 4.19, parts=8),
+             Stage("absorb", 1.05, parts=8), Stage("attention", 2.36, parts=8),
+             Stage("absorb_v", 1.05, parts=8), Stage("o_proj", 12.58, parts=8),
+             Stage("shared", 3.15), Stage("router", 3.15, deps=(2,)),
+             Stage("gate_up", 25.17, late=1, parts=8), Stage("shared_down", 1.57, deps=(3,)),
+             Stage("down", 12.58, late=3, parts=8, deps=(2,)))
 
 
 def _whole(stages):
-    """The stages with every dependency on the whole previous stage."""
-    return tuple((n, mb, late, 1) for n, mb, late, _ in stages)
+    """The stages with every dependency on the whole of the stages it names."""
+    return tuple(st._replace(parts=1) for st in stages)
 
 
 def _known(stages):
     """The stages with every stage's bytes known ahead (no late stage)."""
-    return tuple((n, mb, False, parts) for n, mb, _, parts in stages)
+    return tuple(st._replace(late=0) for st in stages)
 
 
 def _big(stages):
-    """The stages that stream bytes (the norms and the sum folded into their neighbours)."""
-    return tuple(s for s in stages if s[1] > 0)
+    """The chain's stages that stream bytes (the norms and the sum folded into their
+    neighbours; each still waits for the one before it)."""
+    return tuple(st for st in stages if st.mb > 0)
 
 
-# the layer as it is; with every stage's bytes known ahead (no late stage: what speculating
+# the chain as it is; with every stage's bytes known ahead (no late stage: what speculating
 # on the experts and the top-k would buy); without the byte-less stages; both; the
-# dependencies alone (each stage one tile); and, "_parts", with each head's (expert's) chain
-# waiting only for its own head (expert) of the stage before, where the math allows
+# dependencies alone (each stage one tile); "_parts": each head's (expert's) chain waiting
+# only for its own head (expert) of the stage before, where the math allows; "dag": the
+# layer's own dependencies (LAYER_DAG), with and without the parts
 CONFIGS = {
     "layer": _whole(LAYER),
     "no_late": _whole(_known(LAYER)),
     "no_small": _whole(_big(LAYER)),
     "no_small_no_late": _whole(_known(_big(LAYER))),
-    "hops_only": tuple((n, 0.0, False, 1) for n, _, _, _ in LAYER),
+    "hops_only": tuple(st._replace(mb=0.0, late=0, parts=1) for st in LAYER),
     "layer_parts": LAYER,
     "no_small_parts": _big(LAYER),
     "no_small_no_late_parts": _known(_big(LAYER)),
+    "dag": LAYER_DAG,
+    "dag_whole": _whole(LAYER_DAG),
 }
 
 
@@ -147,7 +177,9 @@ ARMS = [Arm("layer"), Arm("layer", deps=False), Arm("layer", groups=1), Arm("no_
         Arm("hops_only", flagged=True), Arm("layer", flagged=True),
         Arm("no_small_no_late", flagged=True), Arm("no_small", flagged=True),
         Arm("layer_parts", flagged=True), Arm("no_small_parts", flagged=True),
-        Arm("no_small_no_late_parts", flagged=True)]
+        Arm("no_small_no_late_parts", flagged=True), Arm("dag"), Arm("dag", flagged=True),
+        Arm("dag_whole"), Arm("dag_whole", flagged=True), Arm("dag", fence=False),
+        Arm("dag", deps=False), Arm("dag", flagged=True, min_chunk=16)]
 
 
 def stage_tiles(mb: float, parts: int = 1) -> int:
@@ -157,17 +189,17 @@ def stage_tiles(mb: float, parts: int = 1) -> int:
 
 
 def arm_stages(arm: Arm) -> tuple:
-    """(tiles, late, parts) of each stage of the arm's config."""
-    return tuple((stage_tiles(mb, parts), late, parts)
-                 for _, mb, late, parts in CONFIGS[arm.config])
+    """(tiles, late, parts, deps) of each stage of the arm's config."""
+    return tuple((stage_tiles(st.mb, st.parts), st.late, st.parts, st.deps)
+                 for st in CONFIGS[arm.config])
 
 
 class StreamChain:
-    """One compiled chain: per stage (tiles, late, parts), `layers` times, for one `Arm`.
+    """One compiled chain: per stage (tiles, late, parts, deps), `layers` times, for one `Arm`.
 
-    A stage of P parts is P equal runs of units; a unit of part p waits for part p of the
-    stage before where that stage has P parts too, else for all of it. Each part counts its
-    units on its own counter."""
+    A stage of P parts is P equal runs of units; a unit of part p waits for part p of a stage
+    it depends on where that stage has P parts too, else for all of it. Each part counts its
+    units on its own counter. Dependencies reaching before the first stage are dropped."""
 
     def __init__(self, stages: tuple, layers: int, sms: int, arm: Arm):
         self.deps, self.act, self.arrive, self.groups = arm.deps, arm.act, arm.arrive, arm.groups
@@ -178,13 +210,17 @@ class StreamChain:
         assert 2 * arm.groups <= 4 or not arm.signal, "a producer and a signal warp a worker"
         workers = sms * arm.groups
         self.tiles, self.late, self.parts, self.chunk, self.per_part = [], [], [], [], []
+        self.waits = []  # per stage: the stages (absolute) its consumers wait for
         for _ in range(layers):
-            for tiles, late, parts in stages:
+            for tiles, late, parts, deps in stages:
+                here = len(self.tiles)
+                self.waits.append(tuple(here - d for d in deps if here - d >= 0))
+                # the stage whose output chooses this one's bytes (-1: none)
+                self.late.append(here - late if late and here - late >= 0 else -1)
                 part_tiles = tiles // parts
                 part_units = min(max(1, workers // parts), max(1, part_tiles // arm.min_chunk))
                 chunk = -(-part_tiles // part_units)
                 self.tiles.append(tiles)
-                self.late.append(late)
                 self.parts.append(parts)
                 self.chunk.append(chunk)
                 self.per_part.append(-(-part_tiles // chunk))  # units a part
@@ -261,10 +297,18 @@ class StreamChain:
     def _is_late(self, stage):
         late = cutlass.Boolean(False)
         for s in cutlass.range_constexpr(self.n_stages):
-            if cutlass.const_expr(self.late[s]):
+            if cutlass.const_expr(self.late[s] >= 0):
                 if stage == s:
                     late = cutlass.Boolean(True)
         return late
+
+    def _targets(self, s: int, producer: bool) -> tuple:
+        """The stages stage s's producer (its late bytes' chooser) or consumers wait for."""
+        return (self.late[s],) if producer else self.waits[s]
+
+    def _by_part(self, w: int, s: int) -> bool:
+        """Whether a unit of stage s waits only for its own part of stage w."""
+        return self.parts[w] == self.parts[s] and self.parts[s] > 1
 
     @cute.jit
     def _poll(self, counters: cute.Tensor, index, need):
@@ -287,45 +331,47 @@ class StreamChain:
 
     @cute.jit
     def _poll_flags(self, flags: cute.Tensor, stage, piece, u, epoch, lane,
-                    lanes: cutlass.Constexpr, slice_words: cutlass.Constexpr):
-        """Lanes 0..lanes-1 poll, until every one holds `epoch`: word 0 of each unit of the
-        stage before `stage` that unit u of part `piece` needs (its part's, where both stages
-        have the same parts, else all), and (slice_words) the BLOCK_M words of one of them.
-        Each round issues all of a lane's loads before checking any (one round trip)."""
+                    lanes: cutlass.Constexpr, producer: cutlass.Constexpr):
+        """Lanes 0..lanes-1 poll, until every one holds `epoch`, for each stage `stage` waits
+        for: word 0 of each of its units that unit u (of part `piece`) needs (its part's or
+        all), and, for a consumer, the BLOCK_M words of one of them (its input slice). Each
+        round issues all of a lane's loads before checking any (one round trip)."""
         for s in cutlass.range_constexpr(1, self.n_stages):
             if stage == s:
-                prev = s - 1
-                same = self.parts[prev] == self.parts[s] and self.parts[s] > 1
-                units = self.per_part[prev] if same else self.units[prev]
-                start = self.unit_start[prev] + (piece * units if same else 0)
-                words = units + (BLOCK_M if cutlass.const_expr(slice_words) else 0)
-                mine = start + (u - self.unit_start[s]) % units
-                ok = cutlass.Boolean(False)
-                while not ok:
-                    ok = cutlass.Boolean(True)
-                    for k in cutlass.range_constexpr(-(-words // lanes)):
-                        i = lane + k * lanes
-                        addr = (start + i) * BLOCK_M
-                        if i >= units:
-                            addr = mine * BLOCK_M + (i - units)
-                        if i < words:
-                            seen = cute.arch.load(flags.iterator + FLAG_BASE + addr,
-                                                  cutlass.Int32, sem="relaxed", scope="gpu")
-                            ok = ok & (seen == epoch)
+                for w in cutlass.range_constexpr(len(self._targets(s, producer))):
+                    prev = self._targets(s, producer)[w]
+                    same = self._by_part(prev, s)
+                    units = self.per_part[prev] if same else self.units[prev]
+                    start = self.unit_start[prev] + (piece * units if same else 0)
+                    words = units + (0 if cutlass.const_expr(producer) else BLOCK_M)
+                    mine = start + (u - self.unit_start[s]) % units
+                    ok = cutlass.Boolean(False)
+                    while not ok:
+                        ok = cutlass.Boolean(True)
+                        for k in cutlass.range_constexpr(-(-words // lanes)):
+                            i = lane + k * lanes
+                            addr = (start + i) * BLOCK_M
+                            if i >= units:
+                                addr = mine * BLOCK_M + (i - units)
+                            if i < words:
+                                seen = cute.arch.load(flags.iterator + FLAG_BASE + addr,
+                                                      cutlass.Int32, sem="relaxed", scope="gpu")
+                                ok = ok & (seen == epoch)
 
     @cute.jit
-    def _wait_count(self, counters: cute.Tensor, stage, part):
-        """Wait until the stage before `stage` has counted the units `part` of it needs: its
-        own part where both stages have the same parts, else every part."""
+    def _wait_count(self, counters: cute.Tensor, stage, part, producer: cutlass.Constexpr):
+        """Wait until each stage `stage` waits for has counted the units `part` of it needs:
+        its own part where both stages have the same parts, else every part."""
         for s in cutlass.range_constexpr(1, self.n_stages):
             if stage == s:
-                prev = s - 1
-                base = self.counter_start[prev]
-                if cutlass.const_expr(self.parts[prev] == self.parts[s] and self.parts[s] > 1):
-                    self._poll(counters, base + part, self.per_part[prev])
-                else:
-                    for q in cutlass.range_constexpr(self.parts[prev]):
-                        self._poll(counters, base + q, self.per_part[prev])
+                for w in cutlass.range_constexpr(len(self._targets(s, producer))):
+                    prev = self._targets(s, producer)[w]
+                    base = self.counter_start[prev]
+                    if cutlass.const_expr(self._by_part(prev, s)):
+                        self._poll(counters, base + part, self.per_part[prev])
+                    else:
+                        for q in cutlass.range_constexpr(self.parts[prev]):
+                            self._poll(counters, base + q, self.per_part[prev])
 
     @cute.kernel
     def kernel(self, tma_a: cute.CopyAtom, mW: cute.Tensor, tma_b: cute.CopyAtom,
@@ -366,9 +412,9 @@ class StreamChain:
                         if self._is_late(stage):
                             if cutlass.const_expr(self.flagged):
                                 self._poll_flags(mFlags, stage, piece, u, epoch,
-                                                 cute.arch.lane_idx(), 32, False)
+                                                 cute.arch.lane_idx(), 32, True)
                             else:
-                                self._wait_count(mCounters, stage, piece)
+                                self._wait_count(mCounters, stage, piece, True)
                     for j in cutlass.range(count, unroll=1):
                         put = ring.ring_state(self.stages, self.per, warp, own, True)
                         pipe.producer_acquire(put)
@@ -409,11 +455,11 @@ class StreamChain:
                 stage, piece, counter, first, count = self._unit(u)
                 if counter != entered:
                     if cutlass.const_expr(self.flagged):
-                        self._poll_flags(mFlags, stage, piece, u, epoch, t, 128, True)
+                        self._poll_flags(mFlags, stage, piece, u, epoch, t, 128, False)
                         cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
                     elif cutlass.const_expr(self.deps):
                         if t == 0:
-                            self._wait_count(mCounters, stage, piece)
+                            self._wait_count(mCounters, stage, piece, False)
                         cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
                     if cutlass.const_expr(self.act):
                         scale = mAct[stage]  # the previous stage's output: after the wait
@@ -496,7 +542,7 @@ def main() -> None:
     rows = []
     for arm in arms:
         stages = arm_stages(arm)
-        layer_bytes = sum(t for t, _, _ in stages) * TILE_BYTES
+        layer_bytes = sum(st[0] for st in stages) * TILE_BYTES
         floor_us = layer_bytes / bw * 1e6
         chain, fn = compiled(arm, args.layers, sms)
         # bytes 0x00-0x7e: finite e4m3 of either magnitude, never NaN (0x7f, 0xff)
@@ -528,8 +574,8 @@ def main() -> None:
         rows.append({**arm._asdict(), "arm": "chain" if arm.deps else "stream",
                      "act_read": arm.act, "us_per_layer": us, "floor_us": floor_us,
                      "frac_floor": floor_us / us, "stages_per_layer": len(stages),
-                     "late_stages": sum(late for _, late, _ in stages),
-                     "parts": [parts for _, _, parts in stages],
+                     "late_stages": sum(bool(st[1]) for st in stages),
+                     "parts": [st[2] for st in stages],
                      "layer_bytes": layer_bytes, "ring_slots": chain.stages})
         print(f"{arm.config:22s} {rows[-1]['arm']:6s} g{arm.groups} act{int(arm.act)} "
               f"c{arm.min_chunk:<2d} arrive{int(arm.arrive)} sig{int(arm.signal)} "
@@ -537,7 +583,7 @@ def main() -> None:
               f"{floor_us:5.2f}  {floor_us / us:6.1%}  ({len(stages)} stages)", flush=True)
     meta = {"benchmark": "stream_chain_probe", **run_meta(dev), "bandwidth_TBps": bw / 1e12,
             "layers": args.layers, "nx": NX,
-            "configs": {k: [dict(zip(("stage", "mb", "late", "parts"), s)) for s in v]
+            "configs": {k: [st._asdict() for st in v]
                         for k, v in CONFIGS.items()}}
     write_json("stream_chain_probe", {"meta": meta, "results": rows}, [args.out, args.results])
 
