@@ -123,7 +123,8 @@ def _big(stages):
 # on the experts and the top-k would buy); without the byte-less stages; both; the
 # dependencies alone (each stage one tile); "_parts": each head's (expert's) chain waiting
 # only for its own head (expert) of the stage before, where the math allows; "dag": the
-# layer's own dependencies (LAYER_DAG), with and without the parts
+# layer's own dependencies (LAYER_DAG), with and without the parts, and with the experts'
+# bytes known ahead
 CONFIGS = {
     "layer": _whole(LAYER),
     "no_late": _whole(_known(LAYER)),
@@ -135,6 +136,7 @@ CONFIGS = {
     "no_small_no_late_parts": _known(_big(LAYER)),
     "dag": LAYER_DAG,
     "dag_whole": _whole(LAYER_DAG),
+    "dag_known": _known(LAYER_DAG),
 }
 
 
@@ -179,7 +181,8 @@ ARMS = [Arm("layer"), Arm("layer", deps=False), Arm("layer", groups=1), Arm("no_
         Arm("layer_parts", flagged=True), Arm("no_small_parts", flagged=True),
         Arm("no_small_no_late_parts", flagged=True), Arm("dag"), Arm("dag", flagged=True),
         Arm("dag_whole"), Arm("dag_whole", flagged=True), Arm("dag", fence=False),
-        Arm("dag", deps=False), Arm("dag", flagged=True, min_chunk=16)]
+        Arm("dag", deps=False), Arm("dag", flagged=True, min_chunk=16),
+        Arm("dag", signal=True, fence=False), Arm("dag_known", flagged=True)]
 
 
 def stage_tiles(mb: float, parts: int = 1) -> int:
