@@ -152,7 +152,10 @@ class Arm(NamedTuple):
     words it reads until they are current; no fence, no atomic, no counter, no separate read
     of the activation). A flagged consumer polls one word of every unit of the stage before
     it depends on (all, or its part's: the dependency the counters give) and the 64 words of
-    one of them (its input slice); a late stage's producer warp polls the first."""
+    one of them (its input slice); a late stage's producer warp polls the first. `l2_ahead`
+    D > 0: before each unit's ring loads the producer prefetches into L2 (TMA prefetch) the
+    tiles of its unit D units on in its sequence (about D stages on), unless that unit's bytes
+    are late: the HBM stream runs ahead of the ring, which a consumer's wait fills."""
     config: str
     deps: bool = True
     groups: int = GROUPS
@@ -162,6 +165,7 @@ class Arm(NamedTuple):
     signal: bool = False
     fence: bool = True
     flagged: bool = False
+    l2_ahead: int = 0
 
 
 # measured on 2026-12-04: the first ten in results/stream_chain_probe_20261204T035233Z and
@@ -182,7 +186,10 @@ ARMS = [Arm("layer"), Arm("layer", deps=False), Arm("layer", groups=1), Arm("no_
         Arm("no_small_no_late_parts", flagged=True), Arm("dag"), Arm("dag", flagged=True),
         Arm("dag_whole"), Arm("dag_whole", flagged=True), Arm("dag", fence=False),
         Arm("dag", deps=False), Arm("dag", flagged=True, min_chunk=16),
-        Arm("dag", signal=True, fence=False), Arm("dag_known", flagged=True)]
+        Arm("dag", signal=True, fence=False), Arm("dag_known", flagged=True),
+        Arm("dag", flagged=True, l2_ahead=1), Arm("dag", flagged=True, l2_ahead=2),
+        Arm("dag", flagged=True, l2_ahead=4), Arm("layer", l2_ahead=2),
+        Arm("no_small_no_late", flagged=True, l2_ahead=2)]
 
 
 def stage_tiles(mb: float, parts: int = 1) -> int:
@@ -208,6 +215,7 @@ class StreamChain:
         self.deps, self.act, self.arrive, self.groups = arm.deps, arm.act, arm.arrive, arm.groups
         self.signal, self.fence = arm.signal and arm.arrive, arm.fence
         self.flagged = arm.flagged and arm.deps
+        self.l2_ahead = arm.l2_ahead
         self.arrive = self.arrive and not self.flagged
         assert arm.arrive or not arm.deps, "waits need the arrivals"
         assert 2 * arm.groups <= 4 or not arm.signal, "a producer and a signal warp a worker"
@@ -411,6 +419,14 @@ class StreamChain:
                 own = cutlass.Int32(0)
                 for u in cutlass.range(me, self.total_units, workers, unroll=1):
                     stage, piece, _, first, count = self._unit(u)
+                    if cutlass.const_expr(self.l2_ahead > 0):
+                        v = u + self.l2_ahead * workers
+                        if v < self.total_units:
+                            v_stage, _, _, v_first, v_count = self._unit(v)
+                            if not self._is_late(v_stage):
+                                with cute.arch.elect_one():
+                                    for j in cutlass.range(v_count, unroll=1):
+                                        cute.prefetch(tma_a, t_ga[(None, v_first + j, 0)])
                     if cutlass.const_expr(self.deps):
                         if self._is_late(stage):
                             if cutlass.const_expr(self.flagged):
@@ -582,7 +598,7 @@ def main() -> None:
                      "layer_bytes": layer_bytes, "ring_slots": chain.stages})
         print(f"{arm.config:22s} {rows[-1]['arm']:6s} g{arm.groups} act{int(arm.act)} "
               f"c{arm.min_chunk:<2d} arrive{int(arm.arrive)} sig{int(arm.signal)} "
-              f"fence{int(arm.fence)} ll{int(arm.flagged)} {us:7.2f} us a layer  floor "
+              f"fence{int(arm.fence)} ll{int(arm.flagged)} l2+{arm.l2_ahead} {us:7.2f} us a layer  floor "
               f"{floor_us:5.2f}  {floor_us / us:6.1%}  ({len(stages)} stages)", flush=True)
     meta = {"benchmark": "stream_chain_probe", **run_meta(dev), "bandwidth_TBps": bw / 1e12,
             "layers": args.layers, "nx": NX,
