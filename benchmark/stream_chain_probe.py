@@ -137,6 +137,8 @@ CONFIGS = {
     "dag": LAYER_DAG,
     "dag_whole": _whole(LAYER_DAG),
     "dag_known": _known(LAYER_DAG),
+    # 13 stages of one 8 KB tile a worker each (264 workers): the dependencies at full width
+    "wide_hops": tuple(Stage(f"wide{i}", 264 * TILE_BYTES / 1e6) for i in range(13)),
 }
 
 
@@ -189,7 +191,9 @@ ARMS = [Arm("layer"), Arm("layer", deps=False), Arm("layer", groups=1), Arm("no_
         Arm("dag", signal=True, fence=False), Arm("dag_known", flagged=True),
         Arm("dag", flagged=True, l2_ahead=1), Arm("dag", flagged=True, l2_ahead=2),
         Arm("dag", flagged=True, l2_ahead=4), Arm("layer", l2_ahead=2),
-        Arm("no_small_no_late", flagged=True, l2_ahead=2)]
+        Arm("no_small_no_late", flagged=True, l2_ahead=2), Arm("wide_hops"),
+        Arm("wide_hops", flagged=True), Arm("wide_hops", deps=False),
+        Arm("wide_hops", fence=False)]
 
 
 def stage_tiles(mb: float, parts: int = 1) -> int:
