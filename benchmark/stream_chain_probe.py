@@ -28,19 +28,41 @@ What it leaves out (so it is a lower bound for the stages' own work): the split-
 quantization between stages, the norms', routing's and the attention's arithmetic. What it
 keeps: every byte streamed through shared memory once, each dependency as a grid-wide count,
 the late stages' loads after their dependency. Arms, in one run: ``chain`` (the dependencies),
-``stream`` (none: the machinery's streaming rate), and the copy floor. A stack of LAYERS
+``stream`` (none: the machinery's streaming rate), and the copy floor; how a dependency is
+signalled and waited for is an `Arm`'s, which stages depend on which a `CONFIGS` entry's. A stack of LAYERS
 layers (distinct bytes, several times the L2) is one launch; time per layer = launch / LAYERS.
 
     PYTHONPATH=python:sgl-kernel-ext:. python3 -m benchmark.stream_chain_probe --out $OUT
 
-Measured on an H200 (results/stream_chain_probe_20261204T035233Z, T035521Z; 4 layers, 19.6-
-19.7 us floor a layer): streaming alone 26.8-28.0 us a layer (70-73% of the floor); the layer's
-13 stages with their dependencies 46.1-47.5 (42%); every stage's bytes known ahead 42.7-44.1;
-the byte-less stages folded away (9 stages) 40.6-41.3; both 36.3-37.7 (52-54%); the 13
-dependencies alone (a tile a stage) 17.5-18.5 us, 1.35-1.4 us a dependency. The dependencies
-add to the streaming instead of hiding under it: at each stage's end the workers that finish
-first wait for the last, and its streaming, not the ring, sets when the next stage starts.
-Neither one worker a CTA (twice the ring a worker) nor one fence an arrival changed that.
+Measured on H200s (4 layers; 19.6-19.7 us floor a layer; results/stream_chain_probe_*.json of
+2026-12-04). Compare arms within one run: the first runs (T035233Z, T035521Z) had the chain at
+46.1-47.5 us and the streaming at 26.8-28.0, the later ones (another machine, T071323Z ..
+T080818Z) 53.0-54.0 and 32.0-32.9 for the same arms.
+- The chain: 13 dependent stages take 1.6-1.7x the streaming. Every stage's bytes known
+  ahead: -1.6..-3.4 us; the byte-less stages folded away (9 stages): -6..-8; both: -10
+  (T035233Z, T071323Z).
+- A dependency alone (one tile a stage, `hops_only`): 1.35-1.8 us with counters (the
+  activation read after it: 0.06 us of that, T071323Z); 1.19 flagged (T073532Z). At full width
+  (264 units a stage, `wide_hops`, T080818Z) 1.3 us a dependency with counters and 1.8
+  flagged: each flagged consumer then polls a word of all 264 units.
+- A unit's arrival (barrier, fence, release atomic) on its consumer's path costs the
+  streaming most of its rate: 32.6-32.9 us a layer with it, 26.1 with the arrival handed to a
+  signal warp, 23.6 without (83%), 23.1 with the signal warp and units of at least 16 tiles
+  (85%; T071700Z). The fence before the release atomic repeats the atomic's own release:
+  without it the chain is 48.5-48.8 instead of 53.0-53.9 (T071700Z, T073532Z, T080818Z).
+- Flagged outputs instead of counters: the chain as slow (53.8-54.0 against 53.1-53.9); with the
+  byte-less stages folded and every byte known ahead 39.5-39.7 against 42.8, 37.3 with each
+  head's and expert's chain waiting for its own part (T073532Z, T080433Z). Per-part counters
+  alone changed nothing (54.1 against 53.3, T071323Z).
+- The layer's own dependencies (`dag`: the attention's rows known at the layer's start, the
+  experts' weights waiting for the router only, down for its own expert, norms and sum
+  folded): 53.5-55.1 us with counters, 48.0-50.7 flagged, 43.7-44.1 flagged with the
+  experts known ahead (T075136Z, T080433Z). The producer prefetching into L2 the unit 1, 2
+  or 4 on in its sequence: slower, 53.2-54.8 against 49.0 (T080433Z).
+So one launch a layer, written as this skeleton, costs 44-51 us a layer at one row before any
+stage arithmetic: 39-45% of the floor, not the 70% bar. Its cost is per stage, not per byte:
+13 stages of one 8 KB tile a worker (28 MB) take 34 us to stream with their arrivals, as long
+as the whole layer's 84 MB (T080818Z).
 """
 
 from __future__ import annotations
