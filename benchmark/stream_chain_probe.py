@@ -192,9 +192,8 @@ class Arm(NamedTuple):
     l2_ahead: int = 0
 
 
-# measured on 2026-12-04: the first ten in results/stream_chain_probe_20261204T035233Z and
-# T035521Z, the first sixteen in T071323Z, then the arrivals off the consumers' path and
-# without their repeated fence in T071700Z; then flagged outputs instead of counters
+# every arm has run on an H200 (2026-12-04: results/stream_chain_probe_20261204T035233Z ..
+# T080818Z; each run's log, stream_chain_<commit>.log, names its arms; `--arms` picks some)
 ARMS = [Arm("layer"), Arm("layer", deps=False), Arm("layer", groups=1), Arm("no_late"),
         Arm("no_small"), Arm("no_small_no_late"), Arm("no_small_no_late", groups=1),
         Arm("hops_only"), Arm("hops_only", groups=1), Arm("hops_only", act=False),
