@@ -339,8 +339,11 @@ class StreamChain:
         return late
 
     def _targets(self, s: int, producer: bool) -> tuple:
-        """The stages stage s's producer (its late bytes' chooser) or consumers wait for."""
-        return (self.late[s],) if producer else self.waits[s]
+        """The stages stage s's producer (its late bytes' chooser, if any) or consumers wait
+        for."""
+        if producer:
+            return (self.late[s],) if self.late[s] >= 0 else ()
+        return self.waits[s]
 
     def _by_part(self, w: int, s: int) -> bool:
         """Whether a unit of stage s waits only for its own part of stage w."""
