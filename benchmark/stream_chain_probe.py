@@ -37,7 +37,7 @@ layers (distinct bytes, several times the L2) is one launch; time per layer = la
 Measured on H200s (4 layers; 19.6-19.7 us floor a layer; results/stream_chain_probe_*.json of
 2026-12-04). Compare arms within one run: the first runs (T035233Z, T035521Z) had the chain at
 46.1-47.5 us and the streaming at 26.8-28.0, the later ones (another machine, T071323Z ..
-T080818Z) 53.0-54.0 and 32.0-32.9 for the same arms.
+T082153Z) 53.0-54.0 and 32.0-33.4 for the same arms.
 - The chain: 13 dependent stages take 1.6-1.7x the streaming. Every stage's bytes known
   ahead: -1.6..-3.4 us; the byte-less stages folded away (9 stages): -6..-8; both: -10
   (T035233Z, T071323Z).
@@ -46,10 +46,10 @@ T080818Z) 53.0-54.0 and 32.0-32.9 for the same arms.
   (264 units a stage, `wide_hops`, T080818Z) 1.3 us a dependency with counters and 1.8
   flagged: each flagged consumer then polls a word of all 264 units.
 - A unit's arrival (barrier, fence, release atomic) on its consumer's path costs the
-  streaming most of its rate: 32.6-32.9 us a layer with it, 26.1 with the arrival handed to a
-  signal warp, 23.6 without (83%), 23.1 with the signal warp and units of at least 16 tiles
-  (85%; T071700Z). The fence before the release atomic repeats the atomic's own release:
-  without it the chain is 48.5-48.8 instead of 53.0-53.9 (T071700Z, T073532Z, T080818Z).
+  streaming most of its rate: 32.6-33.4 us a layer with it, 26.1-26.5 with the arrival
+  handed to a signal warp, 23.2-23.6 without (83-84%), 23.1 with the signal warp and units of
+  at least 16 tiles (85%; T071700Z, T082153Z). The fence before the release atomic repeats the atomic's own release:
+  without it the chain is 48.5-48.8 instead of 53.0-53.9 (T071700Z .. T082153Z, four runs).
 - Flagged outputs instead of counters: the chain as slow (53.8-54.0 against 53.1-53.9); with the
   byte-less stages folded and every byte known ahead 39.5-39.7 against 42.8, 37.3 with each
   head's and expert's chain waiting for its own part (T073532Z, T080433Z). Per-part counters
@@ -57,7 +57,7 @@ T080818Z) 53.0-54.0 and 32.0-32.9 for the same arms.
 - The layer's own dependencies (`dag`: the attention's rows known at the layer's start, the
   experts' weights waiting for the router only, down for its own expert, norms and sum
   folded): 53.5-55.1 us with counters, 48.0-50.7 flagged, 43.7-44.1 flagged with the
-  experts known ahead (T075136Z, T080433Z). The producer prefetching into L2 the unit 1, 2
+  experts known ahead (T075136Z .. T082153Z). The producer prefetching into L2 the unit 1, 2
   or 4 on in its sequence: slower, 53.2-54.8 against 49.0 (T080433Z).
 So one launch a layer, written as this skeleton, costs 44-51 us a layer at one row before any
 stage arithmetic: 39-45% of the floor, not the 70% bar. Its cost is per stage, not per byte:
@@ -193,7 +193,7 @@ class Arm(NamedTuple):
 
 
 # every arm has run on an H200 (2026-12-04: results/stream_chain_probe_20261204T035233Z ..
-# T080818Z; each run's log, stream_chain_<commit>.log, names its arms; `--arms` picks some)
+# T082153Z; each run's log, stream_chain_<commit>.log, names its arms; `--arms` picks some)
 ARMS = [Arm("layer"), Arm("layer", deps=False), Arm("layer", groups=1), Arm("no_late"),
         Arm("no_small"), Arm("no_small_no_late"), Arm("no_small_no_late", groups=1),
         Arm("hops_only"), Arm("hops_only", groups=1), Arm("hops_only", act=False),
