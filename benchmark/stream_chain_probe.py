@@ -47,8 +47,8 @@ T082153Z) 53.0-54.0 and 32.0-33.4 for the same arms.
   flagged: each flagged consumer then polls a word of all 264 units.
 - A unit's arrival (barrier, fence, release atomic) on its consumer's path costs the
   streaming most of its rate: 32.6-33.4 us a layer with it, 26.1-26.5 with the arrival
-  handed to a signal warp, 23.2-23.6 without (83-84%), 23.1 with the signal warp and units of
-  at least 16 tiles (85%; T071700Z, T082153Z). The fence before the release atomic repeats the atomic's own release:
+  handed to a signal warp, 23.1-23.6 without (83-85%), 23.1 with the signal warp and units of
+  at least 16 tiles (85%; T071323Z .. T082153Z). The fence before the release atomic repeats the atomic's own release:
   without it the chain is 48.5-48.8 instead of 53.0-53.9 (T071700Z .. T082153Z, four runs).
 - Flagged outputs instead of counters: the chain as slow (53.8-54.0 against 53.1-53.9); with the
   byte-less stages folded and every byte known ahead 39.5-39.7 against 42.8, 37.3 with each
