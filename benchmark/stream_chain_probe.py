@@ -46,7 +46,7 @@ T082153Z) 53.0-54.0 and 32.0-33.4 for the same arms.
   (264 units a stage, `wide_hops`, T080818Z) 1.3 us a dependency with counters and 1.8
   flagged: each flagged consumer then polls a word of all 264 units.
 - A unit's arrival (barrier, fence, release atomic) on its consumer's path costs the
-  streaming most of its rate: 32.6-33.4 us a layer with it, 26.1-26.5 with the arrival
+  streaming most of its rate: 32.0-33.4 us a layer with it, 26.1-26.5 with the arrival
   handed to a signal warp, 23.1-23.6 without (83-85%), 23.1 with the signal warp and units of
   at least 16 tiles (85%; T071323Z .. T082153Z). The fence before the release atomic repeats the atomic's own release:
   without it the chain is 48.5-48.8 instead of 53.0-53.9 (T071700Z .. T082153Z, four runs).
