@@ -91,14 +91,14 @@ FLAG_BASE = 64  # flags[0]: the launch's epoch; then BLOCK_M flag words a unit
 
 class Stage(NamedTuple):
     """A stage of a layer: `mb` MB of weights (or KV rows) streamed; `parts` independent
-    pieces the math splits it into (heads, experts); `deps`: the stages its consumers wait
+    pieces the math splits it into (heads, experts); `waits`: the stages its consumers wait
     for, as distances back (1: the stage before); `late`: the distance back of the stage that
     chooses its bytes (its producer waits for that one first; 0: bytes known ahead)."""
     name: str
     mb: float
     late: int = 0
     parts: int = 1
-    deps: tuple = (1,)
+    waits: tuple = (1,)
 
 
 # one TP8 rank's MoE layer (no indexer) at one row, in 8 KB tiles, as a chain: each stage
@@ -117,12 +117,12 @@ LAYER = (Stage("norm1", 0.0), Stage("q_a|kv_a", 16.12), Stage("latent", 0.0),
 # for its own expert's gate/up; the norms fold into the stages after them (each unit
 # computing its row's norm from the sums of squares), the terms' sum into the next layer's
 # first stage (which waits for both downs).
-LAYER_DAG = (Stage("q_a|kv_a", 16.12, deps=(1, 2)), Stage("q_b", 4.19, parts=8),
+LAYER_DAG = (Stage("q_a|kv_a", 16.12, waits=(1, 2)), Stage("q_b", 4.19, parts=8),
              Stage("absorb", 1.05, parts=8), Stage("attention", 2.36, parts=8),
              Stage("absorb_v", 1.05, parts=8), Stage("o_proj", 12.58, parts=8),
-             Stage("shared", 3.15), Stage("router", 3.15, deps=(2,)),
-             Stage("gate_up", 25.17, late=1, parts=8), Stage("shared_down", 1.57, deps=(3,)),
-             Stage("down", 12.58, late=3, parts=8, deps=(2,)))
+             Stage("shared", 3.15), Stage("router", 3.15, waits=(2,)),
+             Stage("gate_up", 25.17, late=1, parts=8), Stage("shared_down", 1.57, waits=(3,)),
+             Stage("down", 12.58, late=3, parts=8, waits=(2,)))
 
 
 def _whole(stages):
@@ -224,33 +224,33 @@ def stage_tiles(mb: float, parts: int = 1) -> int:
 
 
 def arm_stages(arm: Arm) -> tuple:
-    """(tiles, late, parts, deps) of each stage of the arm's config."""
-    return tuple((stage_tiles(st.mb, st.parts), st.late, st.parts, st.deps)
+    """(tiles, late, parts, waits) of each stage of the arm's config."""
+    return tuple((stage_tiles(st.mb, st.parts), st.late, st.parts, st.waits)
                  for st in CONFIGS[arm.config])
 
 
 class StreamChain:
-    """One compiled chain: per stage (tiles, late, parts, deps), `layers` times, for one `Arm`.
+    """One compiled chain: per stage (tiles, late, parts, waits), `layers` times, for one `Arm`.
 
     A stage of P parts is P equal runs of units; a unit of part p waits for part p of a stage
     it depends on where that stage has P parts too, else for all of it. Each part counts its
     units on its own counter. Dependencies reaching before the first stage are dropped."""
 
     def __init__(self, stages: tuple, layers: int, sms: int, arm: Arm):
-        self.deps, self.act, self.arrive, self.groups = arm.deps, arm.act, arm.arrive, arm.groups
-        self.signal, self.fence = arm.signal and arm.arrive, arm.fence
+        self.deps, self.act, self.groups = arm.deps, arm.act, arm.groups
         self.flagged = arm.flagged and arm.deps
+        self.arrive = arm.arrive and not self.flagged  # flagged outputs need no arrival
+        self.signal, self.fence = arm.signal and self.arrive, arm.fence
         self.l2_ahead = arm.l2_ahead
-        self.arrive = self.arrive and not self.flagged
         assert arm.arrive or not arm.deps, "waits need the arrivals"
         assert 2 * arm.groups <= 4 or not arm.signal, "a producer and a signal warp a worker"
         workers = sms * arm.groups
         self.tiles, self.late, self.parts, self.chunk, self.per_part = [], [], [], [], []
         self.waits = []  # per stage: the stages (absolute) its consumers wait for
         for _ in range(layers):
-            for tiles, late, parts, deps in stages:
+            for tiles, late, parts, waits in stages:
                 here = len(self.tiles)
-                self.waits.append(tuple(here - d for d in deps if here - d >= 0))
+                self.waits.append(tuple(here - d for d in waits if here - d >= 0))
                 # the stage whose output chooses this one's bytes (-1: none)
                 self.late.append(here - late if late and here - late >= 0 else -1)
                 part_tiles = tiles // parts
@@ -613,7 +613,7 @@ def main() -> None:
         torch.cuda.synchronize()
         if chain.flagged:  # every unit's words hold the epoch
             assert bool((flags[FLAG_BASE:] == flags[0]).all()), "a unit's flags not written"
-        elif arm.arrive:
+        elif chain.arrive:
             expected = torch.tensor(chain.expected_counts(), dtype=torch.int32, device=dev)
             assert torch.equal(counters, expected), (counters.tolist(), expected.tolist())
         assert torch.isfinite(out).all()
