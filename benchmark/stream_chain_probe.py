@@ -124,6 +124,19 @@ LAYER_DAG = (Stage("q_a|kv_a", 16.12, waits=(1, 2)), Stage("q_b", 4.19, parts=8)
              Stage("gate_up", 25.17, late=1, parts=8), Stage("shared_down", 1.57, waits=(3,)),
              Stage("down", 12.58, late=3, parts=8, waits=(2,)))
 
+# the same two at 16 rows (the layer benchmarks' step: 79 routed experts touched, as
+# decode_layer's runs count them, and 16 rows' KV rows); the x tiles stay 8 rows (NX): the
+# bytes, not the MMAs, are what is timed
+EXPERTS_16 = 79
+LAYER_16 = tuple(st._replace(mb={"attention": 16 * 2.36, "gate_up": (EXPERTS_16 + 1) * 3.146,
+                                 "down": (EXPERTS_16 + 1) * 1.573}.get(st.name, st.mb),
+                             parts=EXPERTS_16 + 1 if st.name in ("gate_up", "down") else st.parts)
+                 for st in LAYER)
+LAYER_DAG_16 = tuple(st._replace(mb={"attention": 16 * 2.36, "gate_up": EXPERTS_16 * 3.146,
+                                     "down": EXPERTS_16 * 1.573}.get(st.name, st.mb),
+                                 parts=EXPERTS_16 if st.name in ("gate_up", "down") else st.parts)
+                     for st in LAYER_DAG)
+
 
 def _whole(stages):
     """The stages with every dependency on the whole of the stages it names."""
@@ -161,6 +174,10 @@ CONFIGS = {
     "dag_known": _known(LAYER_DAG),
     # 13 stages of one 8 KB tile a worker each (264 workers): the dependencies at full width
     "wide_hops": tuple(Stage(f"wide{i}", 264 * TILE_BYTES / 1e6) for i in range(13)),
+    # 16 rows (LAYER_16, LAYER_DAG_16)
+    "layer_16": _whole(LAYER_16),
+    "dag_16": LAYER_DAG_16,
+    "dag_16_known": _known(LAYER_DAG_16),
 }
 
 
@@ -214,7 +231,9 @@ ARMS = [Arm("layer"), Arm("layer", deps=False), Arm("layer", groups=1), Arm("no_
         Arm("dag", flagged=True, l2_ahead=4), Arm("layer", l2_ahead=2),
         Arm("no_small_no_late", flagged=True, l2_ahead=2), Arm("wide_hops"),
         Arm("wide_hops", flagged=True), Arm("wide_hops", deps=False),
-        Arm("wide_hops", fence=False)]
+        Arm("wide_hops", fence=False), Arm("layer_16", deps=False), Arm("layer_16"),
+        Arm("layer_16", fence=False), Arm("dag_16", flagged=True), Arm("dag_16", fence=False),
+        Arm("dag_16_known", flagged=True), Arm("dag_16", deps=False, signal=True, min_chunk=16)]
 
 
 def stage_tiles(mb: float, parts: int = 1) -> int:
