@@ -124,18 +124,25 @@ LAYER_DAG = (Stage("q_a|kv_a", 16.12, waits=(1, 2)), Stage("q_b", 4.19, parts=8)
              Stage("gate_up", 25.17, late=1, parts=8), Stage("shared_down", 1.57, waits=(3,)),
              Stage("down", 12.58, late=3, parts=8, waits=(2,)))
 
-# the same two at 16 rows (the layer benchmarks' step: 79 routed experts touched, as
-# decode_layer's runs count them, and 16 rows' KV rows); the x tiles stay 8 rows (NX): the
-# bytes, not the MMAs, are what is timed
-EXPERTS_16 = 79
-LAYER_16 = tuple(st._replace(mb={"attention": 16 * 2.36, "gate_up": (EXPERTS_16 + 1) * 3.146,
-                                 "down": (EXPERTS_16 + 1) * 1.573}.get(st.name, st.mb),
-                             parts=EXPERTS_16 + 1 if st.name in ("gate_up", "down") else st.parts)
-                 for st in LAYER)
-LAYER_DAG_16 = tuple(st._replace(mb={"attention": 16 * 2.36, "gate_up": EXPERTS_16 * 3.146,
-                                     "down": EXPERTS_16 * 1.573}.get(st.name, st.mb),
-                                 parts=EXPERTS_16 if st.name in ("gate_up", "down") else st.parts)
-                     for st in LAYER_DAG)
+# routed experts M rows touch in the layer benchmarks (decode_layer's MoE runs count them)
+EXPERTS_AT = {4: 26, 8: 46, 12: 59, 16: 79}
+
+
+def at_rows(stages, rows: int):
+    """The stages at `rows` rows: each row's KV rows, and gate/up's and down's bytes for
+    EXPERTS_AT[rows] routed experts (plus the shared one where the stage holds it: LAYER's
+    gate_up and down), one part each. The x tiles stay NX rows: the bytes, not the MMAs, are
+    what is timed."""
+    routed = EXPERTS_AT[rows]
+
+    def scaled(st):
+        if st.name == "attention":
+            return st._replace(mb=rows * st.mb)
+        if st.name in ("gate_up", "down"):
+            experts = routed + (st.parts - 8)  # LAYER's 9 parts hold the shared expert
+            return st._replace(mb=st.mb / st.parts * experts, parts=experts)
+        return st
+    return tuple(scaled(st) for st in stages)
 
 
 def _whole(stages):
@@ -174,10 +181,11 @@ CONFIGS = {
     "dag_known": _known(LAYER_DAG),
     # 13 stages of one 8 KB tile a worker each (264 workers): the dependencies at full width
     "wide_hops": tuple(Stage(f"wide{i}", 264 * TILE_BYTES / 1e6) for i in range(13)),
-    # 16 rows (LAYER_16, LAYER_DAG_16)
-    "layer_16": _whole(LAYER_16),
-    "dag_16": LAYER_DAG_16,
-    "dag_16_known": _known(LAYER_DAG_16),
+    # at 4-16 rows (at_rows): the chain, the layer's own dependencies, its bytes known ahead
+    **{f"{name}_{rows}": form(at_rows(stages, rows))
+       for rows in EXPERTS_AT for name, stages, form in (
+           ("layer", LAYER, _whole), ("dag", LAYER_DAG, lambda s: s),
+           ("dag_known", LAYER_DAG, _known))},
 }
 
 
@@ -233,7 +241,10 @@ ARMS = [Arm("layer"), Arm("layer", deps=False), Arm("layer", groups=1), Arm("no_
         Arm("wide_hops", flagged=True), Arm("wide_hops", deps=False),
         Arm("wide_hops", fence=False), Arm("layer_16", deps=False), Arm("layer_16"),
         Arm("layer_16", fence=False), Arm("dag_16", flagged=True), Arm("dag_16", fence=False),
-        Arm("dag_16_known", flagged=True), Arm("dag_16", deps=False, signal=True, min_chunk=16)]
+        Arm("dag_known_16", flagged=True), Arm("dag_16", deps=False, signal=True, min_chunk=16),
+        *(arm for rows in (4, 8, 12) for arm in (
+            Arm(f"layer_{rows}", deps=False), Arm(f"layer_{rows}", fence=False),
+            Arm(f"dag_{rows}", flagged=True), Arm(f"dag_known_{rows}", flagged=True)))]
 
 
 def stage_tiles(mb: float, parts: int = 1) -> int:
