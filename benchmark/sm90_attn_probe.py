@@ -1,5 +1,5 @@
 """The sparse attention alone: sm90 sparse_mla (CuTe DSL; 2 or 3 stages, 1 or 2 gathering
-warpgroups, with or without the gather's L2 prefetch-size hint, and its measurement-only forms: no_mma, the gather alone; no_load, the consumer
+warpgroups, and its measurement-only forms: no_mma, the gather alone; no_load, the consumer
 alone) against triton.mla's kernel, the same inputs, one TP8 rank's GLM-5.3 shapes (8 heads,
 576-wide bf16 KV rows, 2048 top-k entries a row), at 1-16 rows. Each arm is a CUDA graph of 8 launches over 4
 KV caches in turn (past the 60 MB L2 from 12 rows with --layout random), timed by CUDA events
@@ -99,17 +99,14 @@ def main():
             "triton": lambda i: mla.sparse_attention(qcat, caches[i], topk, tables[i], scale,
                                                      part_o, part_ml, olat, 512, 64, merge=False),
         }
-        for name, stages, ablate, gatherers, l2 in (
-                ("sm90_2_stages", 2, "", 1, 0), ("sm90_3_stages", 3, "", 1, 0),
-                ("sm90_2_gatherers", 2, "", 2, 0), ("sm90_no_mma", 2, "no_mma", 1, 0),
-                ("sm90_2_gatherers_no_mma", 2, "no_mma", 2, 0), ("sm90_no_load", 2, "no_load", 1, 0),
-                ("sm90_l2_128", 2, "", 1, 128), ("sm90_l2_256", 2, "", 1, 256),
-                ("sm90_2_gatherers_l2_256", 2, "", 2, 256),
-                ("sm90_2_gatherers_l2_256_no_mma", 2, "no_mma", 2, 256)):
-            arms[name] = (lambda i, st=stages, ab=ablate, g=gatherers, l2=l2:
+        for name, stages, ablate, gatherers in (
+                ("sm90_2_stages", 2, "", 1), ("sm90_3_stages", 3, "", 1),
+                ("sm90_2_gatherers", 2, "", 2), ("sm90_no_mma", 2, "no_mma", 1),
+                ("sm90_2_gatherers_no_mma", 2, "no_mma", 2), ("sm90_no_load", 2, "no_load", 1)):
+            arms[name] = (lambda i, st=stages, ab=ablate, g=gatherers:
                           sparse_mla.sparse_attention(qcat, caches[i], topk, tables[i], scale,
                                                       part_o, part_ml, stages=st, ablate=ab,
-                                                      gatherers=g, l2_prefetch=l2))
+                                                      gatherers=g))
         if args.eager:
             for name, fn in arms.items():
                 for i in range(3):

@@ -1,5 +1,5 @@
 """What one persistent launch that streams a decode layer's weights ahead of its dependencies
-would take at one row (CuTe DSL, sm_90): the measurement DESIGN's kernel plan step 2 rests on.
+would take at 1-16 rows (CuTe DSL, sm_90): the measurement DESIGN's kernel plan step 2 rests on.
 
 The stage kernels leave HBM idle for most of a layer at one row (57 us against a 19.8 us
 floor): each of a dozen dependent launches starts its loads only after its wait. Step 2 is
@@ -63,6 +63,25 @@ So one launch a layer, written as this skeleton, costs 44-51 us a layer at one r
 stage arithmetic: 39-45% of the floor, not the 70% bar. Its cost is per stage, not per byte:
 13 stages of one 8 KB tile a worker (28 MB) take 34 us to stream with their arrivals, as long
 as the whole layer's 84 MB (T080818Z).
+
+With more rows the bytes grow (each row's KV rows, the routed experts the rows touch:
+``at_rows``) and the stages do not, so the dependencies cost less of the layer. Per layer
+(T114748Z, T114948Z; the one-row arms in the same runs at 53.7-54.0 us for the chain, 49.2-49.3
+flagged dag, 43.7-44.1 known, as on the slower machine before), against the stage kernels'
+MoE layer (decode_layer_20261203T225814Z: 57.0 / 84.1 / 114.4 / 135.4 / 158.1 us at 1 / 4 / 8 /
+12 / 16 rows):
+
+    rows  floor   stream  chain, no fence  dag flagged   dag known, flagged
+      4    41.2    55.2       70.4             68.7 (60%)     63.9 (65%)
+      8    65.7    72.9       94.4             92.8 (71%)     86.1 (76%)
+     12    82.4    87.7      108.9            106.6 (77%)    103.5 (80%)
+     16   106.8   111-112   136-137           132-135 (80%)  127-130 (82-85%)
+
+The streaming alone is 75 / 90 / 94 / 95-96% of the floor at 4 / 8 / 12 / 16 rows (the
+experts' stages are long enough that their arrivals no longer matter); at 16 rows counters on
+the dag (no fence) take 144-147 us, more than flagged. So the skeleton's flagged dag is 15-29 us
+under the stage kernels at 4-16 rows (15-21%), and reaches the 70% bar from 8 rows, where the
+stage kernels are at 58-68%.
 """
 
 from __future__ import annotations

@@ -480,9 +480,6 @@ VARIANTS = {
     # two gathering warpgroups at every row count, or one (the default: two from 12 rows)
     "sm90_attn_2_gatherers": {("sm90", "ATTN"): True, ("sm90", "ATTN_GATHERERS_FROM_ROWS"): 1},
     "sm90_attn_1_gatherer": {("sm90", "ATTN"): True, ("sm90", "ATTN_GATHERERS_FROM_ROWS"): 99},
-    # the gather's cp.async with the L2 prefetch-size hint (sparse_mla.L2_PREFETCH)
-    "sm90_attn_l2_128": {("sm90", "ATTN"): True, ("sm90", "ATTN_L2_PREFETCH"): 128},
-    "sm90_attn_l2_256": {("sm90", "ATTN"): True, ("sm90", "ATTN_L2_PREFETCH"): 256},
     "sm90_attn_no_pdl": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
                          ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_PDL"): False},
 }

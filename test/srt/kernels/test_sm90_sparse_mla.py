@@ -137,14 +137,12 @@ def test_chunks_match_reference(rows, form):
     _check(part_o, part_ml, _reference(*case, splits))
 
 
-@pytest.mark.parametrize("form", [dict(stages=3), dict(gatherers=2), dict(stages=3, gatherers=2),
-                                  dict(l2_prefetch=128), dict(gatherers=2, l2_prefetch=256)],
-                         ids=["3_stages", "2_gatherers", "3_stages_2_gatherers", "l2_128",
-                              "2_gatherers_l2_256"])
+@pytest.mark.parametrize("form", [dict(stages=3), dict(gatherers=2), dict(stages=3, gatherers=2)],
+                         ids=["3_stages", "2_gatherers", "3_stages_2_gatherers"])
 @pytest.mark.parametrize("rows", [3, 9, 16])
 def test_other_forms_are_bitwise_the_default(rows, form):
-    """3 stages, two gathering warpgroups, the gather's L2 prefetch hint: the same math in
-    the same order, so the same bits."""
+    """3 stages, two gathering warpgroups: the same math in the same order, so the same
+    bits."""
     case = _case(rows, CASES[rows], seed=20 + rows)
     splits = mla.attention_splits(rows, TOPK)
     two = _launch(*case, splits)

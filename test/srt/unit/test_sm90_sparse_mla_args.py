@@ -38,7 +38,6 @@ WRONG = {
     "2 or 3 stages": dict(stages=4),
     "no ablation 'no_pv'": dict(ablate="no_pv"),
     "1 or 2 gathering warpgroups, not 3": dict(gatherers=3),
-    "an L2 prefetch of 64 bytes": dict(l2_prefetch=64),
 }
 
 
@@ -59,10 +58,9 @@ def test_layer_shapes_pass_the_checks(monkeypatch):
 
     monkeypatch.setattr(sparse_mla, "_compiled", stop)
     for form in (dict(stages=2), dict(stages=3, ablate="no_mma"),
-                 dict(slot_rows=torch.zeros(M, dtype=torch.int64)), dict(l2_prefetch=256)):
+                 dict(slot_rows=torch.zeros(M, dtype=torch.int64))):
         with pytest.raises(RuntimeError, match="compile reached"):
             sparse_mla.sparse_attention(**_args(**form))
-    assert seen == [(False, False, 32, 64, 2, "", 1, 0),
-                    (False, False, 32, 64, 3, "no_mma", 1, 0),
-                    (False, True, 32, 64, 2, "", 1, 0),
-                    (False, False, 32, 64, 2, "", 1, 256)]
+    assert seen == [(False, False, 32, 64, 2, "", 1),
+                    (False, False, 32, 64, 3, "no_mma", 1),
+                    (False, True, 32, 64, 2, "", 1)]

@@ -67,8 +67,6 @@ ATTN_GATHERERS_FROM_ROWS = 12
 # sparse_mla launched programmatically dependent (with the layer's overlap); without it the
 # layer is 2.5-3.6 us slower at 1-4 rows, the same at 12-16 (tiling_probe_20261202T201751Z)
 ATTN_PDL = True
-# sparse_mla's gather: the L2 prefetch-size hint of its cp.async in bytes (0: none; 128, 256)
-ATTN_L2_PREFETCH = 0
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
 # (H200, sm90_gemv_probe_20261202T081912Z: 10-12 slots fastest, the whole 200 KB slower)
 RING_SLOTS = 10

@@ -57,7 +57,12 @@ within 0.4 us alone and 0.7 in the layer, with the old lookups and the new (tili
 20261202T204316Z); and, with the old lookups (sm90_attn_probe_20261202T201659Z,
 tiling_probe_20261202T201751Z, at 28b320a), the rows of the steps past the ring asked of L2
 early (0.2-2 us slower alone, up to 3.7 in the layer) and two consumer warpgroups taking the
-steps in turn, merged through the freed ring (within 1 us in the layer). The consumer
+steps in turn, merged through the freed ring (within 1 us in the layer). Tried at ed30bb2 (code
+there): the gather's cp.async with an L2 prefetch-size hint, .L2::128B or .L2::256B (as
+FlashMLA's Hopper gather asks; LDGSTS.E.BYPASS.LTC256B in the SASS): bitwise the same
+(results/pytest_sm90_attn_l2_ed30bb2.log) and slower alone at every row count, 0.1-0.6 us
+with one gathering warpgroup or two, the slots in order or scattered
+(sm90_attn_probe_20261204T114517Z, T114533Z). The consumer
 releases a slot only after issuing the next step's scores, so the producer must signal every
 step it issued before it waits for a slot (d50fe63 did not, and deadlocked from 3 steps a
 CTA). On CPU (sm_90a SASS): the consumer's loop is 565 instructions a step a warp, 68 of them
@@ -75,7 +80,6 @@ import math
 import cutlass
 import cutlass.cute as cute
 import cutlass.utils.hopper_helpers as sm90_utils
-from cutlass._mlir.dialects import llvm
 from cutlass.cute.nvgpu import OperandMajorMode, cpasync, warpgroup
 from cutlass.tensor_utils import LayoutEnum
 
@@ -90,10 +94,6 @@ CHUNKS = WIDTH * 2 // 16
 LOOKUP = 4  # steps whose slots a gathering thread has looked up (a 16-row chunk's all)
 LOG2E = 1.4426950408889634
 ABLATIONS = ("", "no_mma", "no_load")  # SparseMla's measurement-only forms
-# bytes the L2 fetches from HBM for each gather request (cp.async's .L2::128B / .L2::256B
-# prefetch-size hint, as FlashMLA's Hopper gather asks); 0: no hint (the copy atom)
-L2_PREFETCH = 0
-L2_PREFETCHES = (0, 128, 256)
 
 
 class SparseMla:
@@ -102,9 +102,8 @@ class SparseMla:
     the pointers'."""
 
     def __init__(self, pdl: bool, rows: bool, stages: int = 0, ablate: str = "",
-                 gatherers: int = 0, l2_prefetch: int = 0):
+                 gatherers: int = 0):
         self.pdl, self.rows = pdl, rows
-        self.l2_prefetch = l2_prefetch
         self.stages = stages or STAGES
         self.gatherers = gatherers or GATHERERS
         self.producers = 128 * self.gatherers
@@ -178,16 +177,9 @@ class SparseMla:
         if slot >= 0:
             for kb in cutlass.range_constexpr(CHUNKS // 8):
                 c = kb * 8 + c8
-                src = kv + cute.assume(slot * WIDTH + c * 8, divby=8)
-                dst = self._chunk(raw, stage, token, c)
-                if cutlass.const_expr(self.l2_prefetch):
-                    llvm.inline_asm(
-                        None, [dst.iterator.toint().ir_value(), src.toint().ir_value()],
-                        f"cp.async.cg.shared.global.L2::{self.l2_prefetch}B [$0], [$1], 16;",
-                        "r,l", has_side_effects=True, is_align_stack=False,
-                        asm_dialect=llvm.AsmDialect.AD_ATT)
-                else:
-                    cute.copy(atom, cute.make_tensor(src, cute.make_layout(8)), dst)
+                src = cute.make_tensor(kv + cute.assume(slot * WIDTH + c * 8, divby=8),
+                                       cute.make_layout(8))
+                cute.copy(atom, src, self._chunk(raw, stage, token, c))
         else:
             for kb in cutlass.range_constexpr(CHUNKS // 8):
                 self._chunk(raw, stage, token, kb * 8 + c8).fill(cutlass.BFloat16(0.0))
@@ -491,11 +483,11 @@ def _int(bits: int):
 
 @functools.lru_cache(maxsize=None)
 def _compiled(pdl: bool, rows: bool, slot_bits: int, topk_bits: int = 32, stages: int = 0,
-              ablate: str = "", gatherers: int = 0, l2_prefetch: int = 0):
+              ablate: str = "", gatherers: int = 0):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
-    kernel = SparseMla(pdl, rows, stages or STAGES, ablate, gatherers or GATHERERS, l2_prefetch)
+    kernel = SparseMla(pdl, rows, stages or STAGES, ablate, gatherers or GATHERERS)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.BFloat16, 16, gmem, 16), make_ptr(cutlass.BFloat16, 16, gmem, 16),
             make_ptr(_int(topk_bits), 16, gmem, 4), make_ptr(_int(slot_bits), 16, gmem, 4),
@@ -520,15 +512,14 @@ def refusal(qcat, kv_cache, topk) -> str | None:
 
 def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o, part_ml,
                      slot_rows=None, pdl: bool = False, stages: int = 0,
-                     ablate: str = "", gatherers: int = 0, l2_prefetch: int = -1) -> None:
+                     ablate: str = "", gatherers: int = 0) -> None:
     """part_o fp32 [M, S, 8, 512] and part_ml fp32 [M, S, 8, 2] of each row's S top-k chunks
     (the module docstring), on the current torch stream; graph-capturable. qcat bf16
     [M, 8, 576], kv_cache bf16 [slots, 576], topk int32 [M, K] (positions, -1 = none; K a
     multiple of 64, each chunk at least one block; int64 too), token_slots int32/int64
     [M or pool rows, W] with slot_rows int64 [M] for a pool's table (``triton.mla.slot_args``).
     stages: KV tiles in flight (2 or 3; 0: STAGES). ablate: SparseMla's (measurement only).
-    gatherers: warpgroups gathering KV rows (1 or 2; 0: GATHERERS). l2_prefetch: the gather's
-    L2 prefetch-size hint in bytes (0, 128 or 256; -1: L2_PREFETCH)."""
+    gatherers: warpgroups gathering KV rows (1 or 2; 0: GATHERERS)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import make_ptr
@@ -561,15 +552,10 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o,
         raise ValueError(f"sm90 sparse_mla: 2 or 3 stages of 72 KB fit, not {stages}")
     if gatherers not in (0, 1, 2):
         raise ValueError(f"sm90 sparse_mla: 1 or 2 gathering warpgroups, not {gatherers}")
-    if l2_prefetch == -1:
-        l2_prefetch = L2_PREFETCH
-    if l2_prefetch not in L2_PREFETCHES:
-        raise ValueError(f"sm90 sparse_mla: an L2 prefetch of {l2_prefetch} bytes (there are "
-                         f"{L2_PREFETCHES})")
     if ablate not in ABLATIONS:
         raise ValueError(f"sm90 sparse_mla: no ablation {ablate!r} (there are {ABLATIONS})")
     _, fn = _compiled(bool(pdl), slot_rows is not None, slot_bits, topk_bits, stages or STAGES,
-                      ablate, gatherers or GATHERERS, l2_prefetch)
+                      ablate, gatherers or GATHERERS)
     gmem = cute.AddressSpace.gmem
     rows = slot_rows if slot_rows is not None else topk
     stream = cuda.CUstream(torch.cuda.current_stream(qcat.device).cuda_stream)

@@ -453,8 +453,7 @@ class FusedLayer:
                                             cfg.softmax_scale, *attn_parts, slot_rows=rows,
                                             pdl=overlap.enabled() and sm90.ATTN_PDL,
                                             stages=sm90.ATTN_STAGES,
-                                            gatherers=sm90.attn_gatherers(m),
-                                            l2_prefetch=sm90.ATTN_L2_PREFETCH)
+                                            gatherers=sm90.attn_gatherers(m))
             if merge:
                 mla.combine(*attn_parts, v("olat"))
         else:
