@@ -143,6 +143,10 @@ LAYER_DAG = (Stage("q_a|kv_a", 16.12, waits=(1, 2)), Stage("q_b", 4.19, parts=8)
              Stage("gate_up", 25.17, late=1, parts=8), Stage("shared_down", 1.57, waits=(3,)),
              Stage("down", 12.58, late=3, parts=8, waits=(2,)))
 
+# the attention side alone as one launch (DESIGN step 2's first piece: from the first norm
+# through o_proj and the router, the experts' stage kernels after it), LAYER_DAG's stages
+ATTN_SIDE_DAG = (Stage("q_a|kv_a", 16.12), *LAYER_DAG[1:6], Stage("router", 3.15))
+
 # routed experts M rows touch in the layer benchmarks (decode_layer's MoE runs count them)
 EXPERTS_AT = {4: 26, 8: 46, 12: 59, 16: 79}
 
@@ -205,6 +209,9 @@ CONFIGS = {
        for rows in EXPERTS_AT for name, stages, form in (
            ("layer", LAYER, _whole), ("dag", LAYER_DAG, lambda s: s),
            ("dag_known", LAYER_DAG, _known))},
+    # the attention side alone (ATTN_SIDE_DAG) at 1, 8 and 16 rows
+    "attn_dag": ATTN_SIDE_DAG,
+    **{f"attn_dag_{rows}": at_rows(ATTN_SIDE_DAG, rows) for rows in (8, 16)},
 }
 
 
@@ -263,7 +270,9 @@ ARMS = [Arm("layer"), Arm("layer", deps=False), Arm("layer", groups=1), Arm("no_
         Arm("dag_known_16", flagged=True), Arm("dag_16", deps=False, signal=True, min_chunk=16),
         *(arm for rows in (4, 8, 12) for arm in (
             Arm(f"layer_{rows}", deps=False), Arm(f"layer_{rows}", fence=False),
-            Arm(f"dag_{rows}", flagged=True), Arm(f"dag_known_{rows}", flagged=True)))]
+            Arm(f"dag_{rows}", flagged=True), Arm(f"dag_known_{rows}", flagged=True))),
+        *(arm for config in ("attn_dag", "attn_dag_8", "attn_dag_16") for arm in (
+            Arm(config, flagged=True), Arm(config, deps=False), Arm(config, fence=False)))]
 
 
 def stage_tiles(mb: float, parts: int = 1) -> int:

@@ -40,6 +40,13 @@ spills (4 warps: 168-255 registers, 414-426 spilled; 16 warps: 64 registers, 452
 opt-in. What would make it pay: per-stage bodies written for one register budget (e.g. the
 norm rows in chunks, the route's [rows, experts] tile in halves) or a persistent kernel whose
 stages are separate warp-specialized roles (CuTe DSL under nvidia/sm90).
+Again at 2a278fe (2026-12-04; results/decode_layer_20261204T115538Z with the counters polled by
+volatile loads and one acquire, T115841Z with acquire atomics, each beside the stage kernels
+without CuTe DSL): 159.9 / 230.2 / 338.2 / 451.8 us a MoE layer at 1 / 4 / 8 / 16 rows polling
+with loads, 170.8 / 251.9 / 360.4 / 497.9 with atomics (6-9% slower, hence POLL "load"), the
+stage kernels 58.9 / 85.3 / 117.3 / 170.5; 255 registers, 128-206 spilled. The polling is not
+what makes it slow: the one program body is (benchmark/stream_chain_probe.py times the
+warp-specialized structure: 49-54 us at one row, 132-137 at 16, before stage arithmetic).
 """
 
 from __future__ import annotations
