@@ -82,6 +82,14 @@ experts' stages are long enough that their arrivals no longer matter); at 16 row
 the dag (no fence) take 144-147 us, more than flagged. So the skeleton's flagged dag is 15-29 us
 under the stage kernels at 4-16 rows (15-21%), and reaches the 70% bar from 8 rows, where the
 stage kernels are at 58-68%.
+
+The attention side alone as one launch (``ATTN_SIDE_DAG``: q_a|kv_a through o_proj and the
+router, 7 stages, flagged; T120243Z, where the whole layer's dag took 48.7 us at one row and
+126.6 at 16): 23.8 / 26.3 / 30.9 us at 1 / 8 / 16 rows (floors 9.6 / 13.5 / 17.9; streaming
+alone 19.9 / 23.6 / 27.2), where the stage kernels' attention side, the first norm through
+route, adds 36.0 us at one row and 56.3 at 16 (graph_timeline_20261203T230006Z). Most of what
+one launch a layer saves at 16 rows (25 of its 24-31 us) is on the attention side: the
+experts' stage kernels already stream at ~95% of their floor.
 """
 
 from __future__ import annotations
