@@ -40,13 +40,13 @@ spills (4 warps: 168-255 registers, 414-426 spilled; 16 warps: 64 registers, 452
 opt-in. What would make it pay: per-stage bodies written for one register budget (e.g. the
 norm rows in chunks, the route's [rows, experts] tile in halves) or a persistent kernel whose
 stages are separate warp-specialized roles (CuTe DSL under nvidia/sm90).
-Again at 2a278fe (2026-12-04; results/decode_layer_20261204T115538Z with the counters polled by
-volatile loads and one acquire, T115841Z with acquire atomics, each beside the stage kernels
-without CuTe DSL): 159.9 / 230.2 / 338.2 / 451.8 us a MoE layer at 1 / 4 / 8 / 16 rows polling
-with loads, 170.8 / 251.9 / 360.4 / 497.9 with atomics (6-9% slower, hence POLL "load"), the
-stage kernels 58.9 / 85.3 / 117.3 / 170.5; 255 registers, 128-206 spilled. The polling is not
-what makes it slow: the one program body is (benchmark/stream_chain_probe.py times the
-warp-specialized structure: 49-54 us at one row, 132-137 at 16, before stage arithmetic).
+Again at 2a278fe (2026-12-04; results/decode_layer_20261204T115841Z, beside the stage kernels
+without CuTe DSL): 170.8 / 251.9 / 360.4 / 497.9 us a MoE layer at 1 / 4 / 8 / 16 rows, the
+stage kernels 58.9 / 85.3 / 117.3 / 170.5; 255 registers, 128-206 spilled. With the counters
+polled by volatile loads (``_wait``'s note: not correct as written there) 159.9 / 230.2 /
+338.2 / 451.8 (T115538Z): the polling is not what makes it slow, the one program body is
+(benchmark/stream_chain_probe.py times the warp-specialized structure: 49-54 us at one row,
+127-137 at 16, before stage arithmetic).
 """
 
 from __future__ import annotations
@@ -98,12 +98,6 @@ COUNTERS = NUM_STAGES + 1
 # A/B knobs: warps per program, programs per SM
 WARPS = int(os.environ.get("SGL_KERNEL_EXT_PERSISTENT_WARPS", "8"))
 PER_SM = int(os.environ.get("SGL_KERNEL_EXT_PERSISTENT_PER_SM", "1"))
-# how a waiting task polls its stage's counter: "load" (volatile loads, then one acquire once
-# the count is reached) or "atomic" (acquire atomics, every poll a read-modify-write at the
-# counter's L2 slice). The probe of one launch a layer measured atomic polls under contention
-# at 427 us a layer against 47 for acquire loads (stream_chain_probe_20261204T034853Z)
-POLL = os.environ.get("SGL_KERNEL_EXT_PERSISTENT_POLL", "load")
-POLL_LOADS = tl.constexpr(POLL == "load")
 _logged = set()
 
 
@@ -116,17 +110,15 @@ def enabled() -> bool:
 
 @triton.jit
 def _wait(counters_ptr, stage, target):
-    """Block the program until stage's counter reaches target; its writes are then visible
-    (POLL: the acquire is the last poll's, or one atomic after plain polls)."""
-    if POLL_LOADS:
-        c = tl.load(counters_ptr + stage, volatile=True)
-        while c < target:
-            c = tl.load(counters_ptr + stage, volatile=True)
-        tl.atomic_add(counters_ptr + stage, 0, sem="acquire", scope="gpu")
-    else:
+    """Block the program until stage's counter reaches target; its writes are then visible.
+    Tried at 2a278fe: polls by volatile loads, then one acquire atomic whose value nothing
+    read. 6-9% faster a layer (below) but wrong on the H200: 6 of 7 persistent GPU tests
+    failed (results/pytest_persistent_load_poll_b270e8e.log: outputs off, residuals inf),
+    likely because Triton issues a scalar atomic from one thread and, its value unused, no
+    barrier holds the other threads' loads until it has acquired."""
+    c = tl.atomic_add(counters_ptr + stage, 0, sem="acquire", scope="gpu")
+    while c < target:
         c = tl.atomic_add(counters_ptr + stage, 0, sem="acquire", scope="gpu")
-        while c < target:
-            c = tl.atomic_add(counters_ptr + stage, 0, sem="acquire", scope="gpu")
 
 
 @triton.jit
