@@ -89,7 +89,9 @@ router, 7 stages, flagged; T120243Z, where the whole layer's dag took 48.7 us at
 alone 19.9 / 23.6 / 27.2), where the stage kernels' attention side, the first norm through
 route, adds 36.0 us at one row and 56.3 at 16 (graph_timeline_20261203T230006Z). Most of what
 one launch a layer saves at 16 rows (25 of its 24-31 us) is on the attention side: the
-experts' stage kernels already stream at ~95% of their floor.
+experts' stage kernels already stream at ~95% of their floor. (The KV rows stream here as
+contiguous TMA tiles; the real ones are gathered, which sparse_mla does at ~73% of their
+floor at 16 rows: sm90_attn_probe_20261204T114517Z.)
 """
 
 from __future__ import annotations
