@@ -75,12 +75,13 @@ MoE layer (decode_layer_20261203T225814Z: 57.0 / 84.1 / 114.4 / 135.4 / 158.1 us
       4    41.2    55.2       70.4             68.7 (60%)     63.9 (65%)
       8    65.7    72.9       94.4             92.8 (71%)     86.1 (76%)
      12    82.4    87.7      108.9            106.6 (77%)    103.5 (80%)
-     16   106.8   111-112   136-137           132-135 (80%)  127-130 (82-85%)
+     16   106.8   111-112  135.7-136.6        127-135 (79-85%) 127-130 (82-85%)
 
 The streaming alone is 75 / 90 / 94 / 95-96% of the floor at 4 / 8 / 12 / 16 rows (the
 experts' stages are long enough that their arrivals no longer matter); at 16 rows counters on
-the dag (no fence) take 144-147 us, more than flagged. So the skeleton's flagged dag is 15-29 us
-under the stage kernels at 4-16 rows (15-21%), and reaches the 70% bar from 8 rows, where the
+the dag (no fence) take 144-147 us, more than flagged (16 rows' dag flagged: 132.0, 134.6 and,
+in T120243Z, 126.6). So the skeleton's flagged dag is 15-32 us under the stage kernels at 4-16
+rows (15-21%), and reaches the 70% bar from 8 rows, where the
 stage kernels are at 58-68%.
 
 The attention side alone as one launch (``ATTN_SIDE_DAG``: q_a|kv_a through o_proj and the
@@ -88,7 +89,7 @@ router, 7 stages, flagged; T120243Z, where the whole layer's dag took 48.7 us at
 126.6 at 16): 23.8 / 26.3 / 30.9 us at 1 / 8 / 16 rows (floors 9.6 / 13.5 / 17.9; streaming
 alone 19.9 / 23.6 / 27.2), where the stage kernels' attention side, the first norm through
 route, adds 36.0 us at one row and 56.3 at 16 (graph_timeline_20261203T230006Z). Most of what
-one launch a layer saves at 16 rows (25 of its 24-31 us) is on the attention side: the
+one launch a layer saves at 16 rows (25 of its 24-32 us) is on the attention side: the
 experts' stage kernels already stream at ~95% of their floor. (The KV rows stream here as
 contiguous TMA tiles; the real ones are gathered, which sparse_mla does at ~73% of their
 floor at 16 rows: sm90_attn_probe_20261204T114517Z.)
