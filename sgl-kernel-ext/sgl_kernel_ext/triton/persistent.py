@@ -113,8 +113,8 @@ def _wait(counters_ptr, stage, target):
     """Block the program until stage's counter reaches target; its writes are then visible.
     Tried at 2a278fe: polls by volatile loads, then one acquire atomic whose value nothing
     read. 6-9% faster a layer (below) but wrong on the H200: 6 of 7 persistent GPU tests
-    failed (results/pytest_persistent_load_poll_b270e8e.log: outputs off, residuals inf),
-    likely because Triton issues a scalar atomic from one thread and, its value unused, no
+    failed (results/pytest_persistent_load_poll_b270e8e.log: outputs off, residuals inf;
+    all 7 pass with these atomic polls, pytest_persistent_4b33276.log), likely because Triton issues a scalar atomic from one thread and, its value unused, no
     barrier holds the other threads' loads until it has acquired."""
     c = tl.atomic_add(counters_ptr + stage, 0, sem="acquire", scope="gpu")
     while c < target:
