@@ -46,7 +46,7 @@ stage kernels 58.9 / 85.3 / 117.3 / 170.5; 255 registers, 128-206 spilled. With 
 polled by volatile loads (``_wait``'s note: not correct as written there) 159.9 / 230.2 /
 338.2 / 451.8 (T115538Z): the polling is not what makes it slow, the one program body is
 (benchmark/stream_chain_probe.py times the warp-specialized structure: 49-54 us at one row,
-127-137 at 16, before stage arithmetic).
+127-140 at 16, before stage arithmetic).
 """
 
 from __future__ import annotations
@@ -114,8 +114,9 @@ def _wait(counters_ptr, stage, target):
     Tried at 2a278fe: polls by volatile loads, then one acquire atomic whose value nothing
     read. 6-9% faster a layer (below) but wrong on the H200: 6 of 7 persistent GPU tests
     failed (results/pytest_persistent_load_poll_b270e8e.log: outputs off, residuals inf;
-    all 7 pass with these atomic polls, pytest_persistent_4b33276.log), likely because Triton issues a scalar atomic from one thread and, its value unused, no
-    barrier holds the other threads' loads until it has acquired."""
+    all 7 pass with these atomic polls, pytest_persistent_4b33276.log), likely because
+    Triton issues a scalar atomic from one thread and, its value unused, no barrier holds
+    the other threads' loads until it has acquired."""
     c = tl.atomic_add(counters_ptr + stage, 0, sem="acquire", scope="gpu")
     while c < target:
         c = tl.atomic_add(counters_ptr + stage, 0, sem="acquire", scope="gpu")
