@@ -1,0 +1,493 @@
+"""The attention side of a decode layer as one persistent launch (CuTe DSL, sm_90), built stage
+by stage (DESIGN's kernel plan, step 2). Built so far: q_a|kv_a, then q_b on c_q normed and
+quantized inside q_b's own units, for 1-16 rows, in one launch where the stage kernels take
+three (fp8_linear, latent, q_b).
+
+    kv_parts fp32 [S1, M, NKV]  = the K chunks of xq W_kv^T (the latent step's input)
+    q_rows   bf16 [M, NQ]       = c_q = xq W_q^T, summed over its chunks in order
+    qb_parts fp32 [S2, M, NB]   = the K chunks of quant(rms_norm(c_q) * gamma) W_qb^T
+
+with xq e4m3 [>= 8 or 16, K1] and its scales sx [M, K1/128] (the layer's first norm,
+quantized), FP8 block-128 weights, and the reference's numerics: fp32 block dequantization
+(fp8_mma's), c_q rounded to bf16, its norm in fp32 rounded to bf16, then e4m3 with one
+scale per 128 columns (max(amax, 1e-10) / 448).
+
+Structure: one CTA per SM (every CTA resident: the waits below assume it), a producer warp and
+a consumer warpgroup a worker, each worker with its own part of the shared-memory ring (ring.py
+says why). Units are numbered stage by stage, (64-row tile, K chunk) each; worker w takes
+units w, w + W, ... (W workers), so every worker finishes its q_a|kv_a units before its q_b
+units, and its producer streams the q_b weight tiles into the ring without waiting for
+anything but ring space: they are in shared memory before their unit's inputs exist.
+- q_a|kv_a units (fp8_mma's consumer): W tiles and x tiles by TMA, the scratch product scaled
+  into fp32, stored as the unit's K chunk. A c_q tile's last chunk to arrive (one atomic a
+  unit) sums the chunks into bf16 rows and each row's sum of squares over its 64 columns, then
+  sets the tile's flag to the launch's epoch.
+- q_b units: wait for the c_q tiles' flags, then make their own B operand: each row's rms from
+  the tiles' sums of squares, the unit's 128-column groups normed, scaled by gamma, quantized
+  and written into shared memory in wgmma's swizzled layout (with their scales); then the MMAs
+  on the ring's weight tiles.
+Epochs: flags hold the launch's epoch (sync[0]); the last CTA to finish bumps it for the next
+launch, so nothing is reset between launches (graph-capturable; arrival counters go back to
+zero in their tail). A wait that outlasts SPIN_LIMIT polls sets sync[2] and gives up (wrong
+output, no hang); ``check_sync`` turns it into an error where the caller can afford a read.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import NamedTuple
+
+import cutlass
+import cutlass.cute as cute
+import cutlass.memory
+from cutlass.cute.nvgpu import cpasync, warpgroup
+
+from . import ring
+from .fp8_mma import MAX_ROWS, split_for, x_rows
+
+BLOCK_M, BLOCK_K = ring.BLOCK_M, ring.BLOCK_K
+SMEM_BYTES = 200 * 1024
+GROUPS = 2  # workers (consumer warpgroups, producer warps) a CTA
+FP8_MAX = 448.0
+ACT_EPS = 1e-10
+SPIN_LIMIT = 1 << 24  # polls before a wait gives up (seconds on an H200)
+# sync words: 0 the epoch (starts at 1), 1 CTAs done, 2 a wait gave up; c_q tile t's flag
+# at FLAGS + t
+EPOCH, DONE, FAILED, FLAGS = 0, 1, 2, 8
+
+
+class Shape(NamedTuple):
+    """One TP rank's q_a|kv_a then q_b: NQ = q_lora_rank, NKV = kv_lora_rank + rope dims,
+    K1 = hidden, NB = the rank's heads x qk_head_dim."""
+    nq: int = 2048
+    nkv: int = 576
+    k1: int = 6144
+    nb: int = 2048
+
+
+class AttnSide:
+    """One compiled form: m rows of `shape`, q_a|kv_a in split1 K chunks, q_b in split2."""
+
+    def __init__(self, m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
+                 eps: float = 1e-5, groups: int = GROUPS):
+        if not 1 <= m <= MAX_ROWS:
+            raise ValueError(f"attn_side takes 1..{MAX_ROWS} rows, got {m}")
+        nq, nkv, k1, nb = shape
+        if nq % BLOCK_K or k1 % BLOCK_K or nkv % BLOCK_M or nb % BLOCK_M:
+            raise ValueError(f"attn_side: NQ and K1 must be multiples of {BLOCK_K}, NKV and NB "
+                             f"of {BLOCK_M}, got {shape}")
+        self.m, self.shape, self.eps, self.groups = m, shape, eps, groups
+        self.nx = x_rows(m)
+        self.tq, self.tkv = nq // BLOCK_M, nkv // BLOCK_M
+        self.tiles1, self.tiles2 = self.tq + self.tkv, nb // BLOCK_M
+        self.kg1, self.kg2 = k1 // BLOCK_K, nq // BLOCK_K
+        self.split1 = split1 or split_for(nq + nkv, k1)
+        self.split2 = split2 or split_for(nb, nq)
+        for name, s, kg in (("split1", self.split1, self.kg1), ("split2", self.split2, self.kg2)):
+            if kg % s:
+                raise ValueError(f"attn_side: {name} must divide {kg}, got {s}")
+        self.chunk1, self.chunk2 = self.kg1 // self.split1, self.kg2 // self.split2
+        self.units1 = self.tiles1 * self.split1
+        self.units = self.units1 + self.tiles2 * self.split2
+        self.slot_bytes = (BLOCK_M + self.nx) * BLOCK_K
+        xbuf = groups * self.chunk2 * self.nx * BLOCK_K
+        self.per = (SMEM_BYTES - 4096 - xbuf) // self.slot_bytes // groups
+        self.stages = self.per * groups
+        self.threads = 128 * (1 + groups)
+        if groups > 4:
+            raise ValueError("attn_side: at most 4 workers a CTA (one producer warp each)")
+
+    # --- host side -------------------------------------------------------------------------
+    @cute.jit
+    def __call__(self, xq: cute.Tensor, sx: cute.Tensor, wq: cute.Tensor, wsq: cute.Tensor,
+                 wkv: cute.Tensor, wskv: cute.Tensor, gamma: cute.Tensor, wb: cute.Tensor,
+                 wsb: cute.Tensor, kv_parts: cute.Tensor, q_parts: cute.Tensor,
+                 q_rows: cute.Tensor, qb_parts: cute.Tensor, ss: cute.Tensor, arrivals: cute.Tensor,
+                 sync: cute.Tensor, grid: cutlass.Int32, stream):
+        e4m3 = cutlass.Float8E4M3FN
+        tiled_mma, a_layout, b_layout = ring.mma_and_layouts(self.nx, self.stages, self.stages)
+        x2_layout = ring.mma_and_layouts(self.nx, 1, self.groups * self.chunk2)[2]
+        tile_a = cute.slice_(a_layout, (None, None, 0))
+        atoms = [cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), w, tile_a,
+                                             (BLOCK_M, BLOCK_K)) for w in (wq, wkv, wb)]
+        tma_x, g_x = cpasync.make_tiled_tma_atom(
+            cpasync.CopyBulkTensorTileG2SOp(), xq, cute.slice_(b_layout, (None, None, 0)),
+            (self.nx, BLOCK_K))
+
+        @cute.struct
+        class Storage:
+            bars: cute.struct.MemRange[cutlass.Int64, self.stages * 2]
+            sa: cute.struct.Align[cute.struct.MemRange[e4m3, cute.cosize(a_layout)], 1024]
+            sb: cute.struct.Align[cute.struct.MemRange[e4m3, cute.cosize(b_layout)], 1024]
+            sx2: cute.struct.Align[cute.struct.MemRange[e4m3, cute.cosize(x2_layout)], 1024]
+            scales: cute.struct.MemRange[cutlass.Float32, MAX_ROWS * self.chunk2 * self.groups]
+            last: cute.struct.MemRange[cutlass.Int32, self.groups]
+
+        self.storage = Storage
+        self.kernel(atoms[0][0], atoms[0][1], atoms[1][0], atoms[1][1], atoms[2][0],
+                    atoms[2][1], tma_x, g_x, tiled_mma, a_layout, b_layout, x2_layout, sx, wsq,
+                    wskv, gamma, wsb, kv_parts, q_parts, q_rows, qb_parts, ss, arrivals,
+                    sync).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
+                                 smem=Storage.size_in_bytes(), stream=stream)
+
+    # --- unit arithmetic -------------------------------------------------------------------
+    def _stage1(self, u):
+        """(row tile over c_q's tiles then kv's, K chunk) of q_a|kv_a unit u."""
+        return u // self.split1, u % self.split1
+
+    def _stage2(self, u):
+        """(row tile, K chunk) of q_b unit u (numbered after q_a|kv_a's)."""
+        v = u - self.units1
+        return v // self.split2, v % self.split2
+
+
+    # --- producer ----------------------------------------------------------------------------
+    @cute.jit
+    def _produce(self, pipe, grp, w, workers, tma_q, t_gq, tma_kv, t_gkv, tma_b, t_gb, t_sa,
+                 tma_x, t_gx, t_sb):
+        """Worker w's producer warp: every unit's weight tiles in order into its part of the
+        ring; x's tile beside each q_a|kv_a tile (beside a q_b tile a stand-in x tile, so
+        that every slot carries the same bytes: q_b's B operand is made in shared memory)."""
+        own = cutlass.Int32(0)
+        for u in cutlass.range(w, self.units, workers, unroll=1):
+            if u < self.units1:
+                tile, c = self._stage1(u)
+                for s in cutlass.range(self.chunk1, unroll=1):
+                    group = c * self.chunk1 + s
+                    put = ring.ring_state(self.stages, self.per, grp, own, True)
+                    pipe.producer_acquire(put)
+                    bar = pipe.producer_get_barrier(put)
+                    if tile < self.tq:
+                        cute.copy(tma_q, t_gq[(None, tile, group)], t_sa[(None, put.index)],
+                                  tma_bar_ptr=bar)
+                    else:
+                        cute.copy(tma_kv, t_gkv[(None, tile - self.tq, group)],
+                                  t_sa[(None, put.index)], tma_bar_ptr=bar)
+                    cute.copy(tma_x, t_gx[(None, 0, group)], t_sb[(None, put.index)],
+                              tma_bar_ptr=bar)
+                    own = own + 1
+            else:
+                tile, c = self._stage2(u)
+                for s in cutlass.range(self.chunk2, unroll=1):
+                    put = ring.ring_state(self.stages, self.per, grp, own, True)
+                    pipe.producer_acquire(put)
+                    bar = pipe.producer_get_barrier(put)
+                    cute.copy(tma_b, t_gb[(None, tile, c * self.chunk2 + s)],
+                              t_sa[(None, put.index)], tma_bar_ptr=bar)
+                    cute.copy(tma_x, t_gx[(None, 0, 0)], t_sb[(None, put.index)],
+                              tma_bar_ptr=bar)
+                    own = own + 1
+
+    # --- consumers ---------------------------------------------------------------------------
+    @cute.jit
+    def _mma_steps(self, pipe, grp, own, steps: cutlass.Constexpr, tiled_mma, acc, part, scale,
+                   coords, t_ra, t_rb, b_base, ring_b: cutlass.Constexpr, mWs: cute.Tensor,
+                   ws_row, g0, mSx: cute.Tensor, scales: cute.Tensor):
+        """`steps` ring slots from the worker's `own`-th into acc: each slot's product scaled
+        by mWs[ws_row, g0 + step] x its row's x scale (mSx[row, g0 + step] where the slot
+        carries its own x tile (ring_b), else scales[row, step, grp] beside the worker's B
+        tiles b_base + step of t_rb), loaded before the slot is waited for."""
+        acc.fill(0.0)
+        for s in cutlass.range(steps, unroll=1):
+            w_scale = mWs[ws_row, g0 + s]
+            for e in cutlass.range_constexpr(cute.size(acc)):
+                r = cutlass.min(coords[e][1], self.m - 1)
+                if cutlass.const_expr(ring_b):
+                    scale[e] = w_scale * mSx[r, g0 + s]
+                else:
+                    scale[e] = w_scale * scales[r, s, grp]
+            get = ring.ring_state(self.stages, self.per, grp, own + s, False)
+            pipe.consumer_wait(get)
+            warpgroup.fence()
+            b_slot = get.index
+            if cutlass.const_expr(not ring_b):
+                b_slot = b_base + s
+            tiled_mma = ring.group_mma(tiled_mma, part, t_ra, get.index, t_rb, b_slot)
+            warpgroup.commit_group()
+            warpgroup.wait_group(0)
+            pipe.consumer_release(get)
+            for e in cutlass.range_constexpr(cute.size(acc)):
+                acc[e] = acc[e] + part[e] * scale[e]
+        return tiled_mma
+
+    @cute.jit
+    def _store(self, acc, coords, mOut: cute.Tensor, c, tile):
+        for e in cutlass.range_constexpr(cute.size(acc)):
+            if coords[e][1] < self.m:
+                mOut[c, coords[e][1], tile * BLOCK_M + coords[e][0]] = acc[e]
+
+    @cute.jit
+    def _q_tail(self, tile, t, epoch, mQParts: cute.Tensor, mRows: cute.Tensor,
+                mSs: cute.Tensor, mArrivals: cute.Tensor, mSync: cute.Tensor, grp):
+        """The last chunk of c_q tile `tile` to arrive: the chunks summed in order into bf16
+        rows, each row's sum of squares (of the bf16 values) over the tile's two 32-column
+        halves, then the tile's flag (release)."""
+        cute.arch.fence_acq_rel_gpu()
+        lane, warp = t % 32, t // 32
+        n = tile * BLOCK_M + t % BLOCK_M
+        for i in cutlass.range_constexpr((self.m + 1) // 2):
+            r = 2 * i + t // BLOCK_M
+            v = cutlass.Float32(0.0)
+            if r < self.m:
+                v = mQParts[0, r, n]
+                for c in cutlass.range_constexpr(1, self.split1):
+                    v = v + mQParts[c, r, n]
+                mRows[r, n] = v.to(cutlass.BFloat16)
+            v = v.to(cutlass.BFloat16).to(cutlass.Float32)
+            sq = v * v
+            for x in cutlass.range_constexpr(5):
+                sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=16 >> x)
+            if lane == 0 and r < self.m:
+                mSs[2 * tile + warp % 2, r] = sq
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+        if t == 0:
+            mArrivals[tile] = cutlass.Int32(0)
+            cute.arch.fence_acq_rel_gpu()
+            cute.arch.store(mSync.iterator + FLAGS + tile, epoch, sem="relaxed", scope="gpu")
+
+    @cute.jit
+    def _wait_q(self, t, epoch, mSync: cute.Tensor, grp):
+        """Until every c_q tile's flag holds the epoch (acquire, then the warpgroup)."""
+        if t < self.tq:
+            ptr = mSync.iterator + FLAGS + t
+            spins = cutlass.Int32(0)
+            seen = cute.arch.load(ptr, cutlass.Int32, sem="relaxed", scope="gpu")
+            while seen != epoch and spins < SPIN_LIMIT:
+                seen = cute.arch.load(ptr, cutlass.Int32, sem="relaxed", scope="gpu")
+                spins = spins + 1
+            if seen != epoch:
+                mSync[FAILED] = cutlass.Int32(1)
+            cute.arch.fence_acq_rel_gpu()
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+
+    @cute.jit
+    def _make_x2(self, c, t, grp, mRows: cute.Tensor, mSs: cute.Tensor, mGamma: cute.Tensor,
+                 s_x2: cute.Tensor, scales: cute.Tensor):
+        """q_b unit's B operand: its K chunk's 128-column groups of rms_norm(c_q) * gamma,
+        rounded to bf16, as e4m3 with one scale per row and group (rows past M: zeros). Thread
+        t takes row t // 8 and 16 columns of each group; its row's 8 threads reduce together
+        (a butterfly, so each gets the same sum)."""
+        row, j = t // 8, t % 8
+        r = cutlass.min(row, self.m - 1)
+        total = cutlass.Float32(0.0)
+        for i in cutlass.range_constexpr(2 * self.tq // 8):
+            total = total + mSs[j + 8 * i, r]
+        for x in cutlass.range_constexpr(3):
+            total = total + cute.arch.shuffle_sync_bfly(total, offset=4 >> x)
+        rstd = cute.math.rsqrt(total / self.shape.nq + self.eps)
+        vals = cute.make_rmem_tensor((16,), cutlass.Float32)
+        for g in cutlass.range_constexpr(self.chunk2):
+            col0 = (c * self.chunk2 + g) * BLOCK_K + j * 16
+            amax = cutlass.Float32(0.0)
+            for i in cutlass.range_constexpr(16):
+                v = mRows[r, col0 + i].to(cutlass.Float32) * rstd
+                v = (v * mGamma[col0 + i].to(cutlass.Float32)).to(cutlass.BFloat16)
+                vals[i] = v.to(cutlass.Float32)
+                amax = cute.arch.fmax(amax, cute.arch.fmax(vals[i], -vals[i]))
+            for x in cutlass.range_constexpr(3):
+                amax = cute.arch.fmax(amax, cute.arch.shuffle_sync_bfly(amax, offset=4 >> x))
+            s = cute.arch.fmax(amax, ACT_EPS) / FP8_MAX
+            inv = 1.0 / s
+            if row < self.nx:
+                for i in cutlass.range_constexpr(16):
+                    q = cute.arch.fmax(cute.arch.fmin(vals[i] * inv, FP8_MAX), -FP8_MAX)
+                    if row >= self.m:
+                        q = cutlass.Float32(0.0)
+                    s_x2[row, j * 16 + i, grp * self.chunk2 + g] = q.to(cutlass.Float8E4M3FN)
+            if j == 0 and row < self.m:
+                scales[row, g, grp] = s
+        cute.arch.fence_view_async_shared()
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+
+    # --- the kernel ------------------------------------------------------------------------
+    @cute.kernel
+    def kernel(self, tma_q: cute.CopyAtom, mWq: cute.Tensor, tma_kv: cute.CopyAtom,
+               mWkv: cute.Tensor, tma_b: cute.CopyAtom, mWb: cute.Tensor, tma_x: cute.CopyAtom,
+               mX: cute.Tensor, tiled_mma: cute.TiledMma, a_layout: cute.ComposedLayout,
+               b_layout: cute.ComposedLayout, x2_layout: cute.ComposedLayout,
+               mSx: cute.Tensor, mWsq: cute.Tensor, mWskv: cute.Tensor, mGamma: cute.Tensor,
+               mWsb: cute.Tensor, mKvParts: cute.Tensor, mQParts: cute.Tensor, mRows: cute.Tensor,
+               mQbParts: cute.Tensor, mSs: cute.Tensor, mArrivals: cute.Tensor,
+               mSync: cute.Tensor):
+        groups = self.groups
+        tidx, _, _ = cute.arch.thread_idx()
+        bidx, _, _ = cute.arch.block_idx()
+        grid, _, _ = cute.arch.grid_dim()
+        warp = cute.arch.make_warp_uniform(cute.arch.warp_idx())
+        wg = cute.arch.make_warp_uniform(tidx // 128)
+        workers = grid * groups
+        if warp == 0:
+            for atom in (tma_q, tma_kv, tma_b, tma_x):
+                cpasync.prefetch_descriptor(atom)
+        epoch = mSync[EPOCH]
+
+        storage = cutlass.memory.SmemAllocator().allocate(self.storage)
+        s_a = storage.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
+        s_b = storage.sb.get_tensor(b_layout.outer, swizzle=b_layout.inner)
+        s_x2 = storage.sx2.get_tensor(x2_layout.outer, swizzle=x2_layout.inner)
+        scales = storage.scales.get_tensor(cute.make_layout((MAX_ROWS, self.chunk2, groups)))
+        pipe = ring.make_pipe(storage.bars.data_ptr(), self.stages, self.slot_bytes)
+
+        def part_tma(atom, mat, smem, shape):
+            return cpasync.tma_partition(atom, 0, cute.make_layout(1),
+                                         cute.group_modes(smem, 0, 2),
+                                         cute.group_modes(cute.local_tile(mat, shape,
+                                                                          (None, None)), 0, 2))
+
+        t_sa, t_gq = part_tma(tma_q, mWq, s_a, (BLOCK_M, BLOCK_K))
+        _, t_gkv = part_tma(tma_kv, mWkv, s_a, (BLOCK_M, BLOCK_K))
+        _, t_gb = part_tma(tma_b, mWb, s_a, (BLOCK_M, BLOCK_K))
+        t_sb, t_gx = part_tma(tma_x, mX, s_b, (self.nx, BLOCK_K))
+
+        if warp < groups:
+            self._produce(pipe, warp, warp * grid + bidx, workers, tma_q, t_gq, tma_kv, t_gkv,
+                          tma_b, t_gb, t_sa, tma_x, t_gx, t_sb)
+        elif wg >= 1:
+            grp = wg - 1
+            t = tidx % 128
+            w = grp * grid + bidx
+            thr_mma = tiled_mma.get_slice(t)
+            t_ra = tiled_mma.make_fragment_A(thr_mma.partition_A(s_a))
+            t_rb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_b))
+            t_rx2 = tiled_mma.make_fragment_B(thr_mma.partition_B(s_x2))
+            coords = thr_mma.partition_C(cute.make_identity_tensor((BLOCK_M, self.nx)))
+            acc = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
+            part = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
+            scale = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
+            last = storage.last.get_tensor(cute.make_layout(groups))
+            own = cutlass.Int32(0)
+            for u in cutlass.range(w, self.units, workers, unroll=1):
+                if u < self.units1:
+                    tile, c = self._stage1(u)
+                    g0 = c * self.chunk1
+                    if tile < self.tq:
+                        tiled_mma = self._mma_steps(pipe, grp, own, self.chunk1, tiled_mma, acc,
+                                                    part, scale, coords, t_ra, t_rb, 0, True,
+                                                    mWsq, tile // 2, g0, mSx, scales)
+                        self._store(acc, coords, mQParts, c, tile)
+                        ring.arrive(last, grp, t, mArrivals.iterator + tile, self.split1)
+                        if last[grp] == 1:
+                            self._q_tail(tile, t, epoch, mQParts, mRows, mSs, mArrivals,
+                                         mSync, grp)
+                    else:
+                        kt = tile - self.tq
+                        tiled_mma = self._mma_steps(pipe, grp, own, self.chunk1, tiled_mma, acc,
+                                                    part, scale, coords, t_ra, t_rb, 0, True,
+                                                    mWskv, kt // 2, g0, mSx, scales)
+                        self._store(acc, coords, mKvParts, c, kt)
+                    own = own + self.chunk1
+                else:
+                    tile, c = self._stage2(u)
+                    self._wait_q(t, epoch, mSync, grp)
+                    self._make_x2(c, t, grp, mRows, mSs, mGamma, s_x2, scales)
+                    tiled_mma = self._mma_steps(pipe, grp, own, self.chunk2, tiled_mma, acc, part,
+                                                scale, coords, t_ra, t_rx2, grp * self.chunk2,
+                                                False, mWsb, tile // 2, c * self.chunk2, mSx,
+                                                scales)
+                    self._store(acc, coords, mQbParts, c, tile)
+                    own = own + self.chunk2
+        # the last CTA to finish moves the epoch on for the next launch
+        cute.arch.barrier()
+        if tidx == 0:
+            cute.arch.fence_acq_rel_gpu()
+            done = cute.arch.atomic_add(mSync.iterator + DONE, cutlass.Int32(1), sem="acq_rel",
+                                        scope="gpu")
+            if done == grid - 1:
+                mSync[DONE] = cutlass.Int32(0)
+                mSync[EPOCH] = epoch + 1
+
+
+class Work(NamedTuple):
+    """A launch's scratch and outputs besides kv_parts / q_rows / qb_parts (made once, kept:
+    the flags' epochs carry from launch to launch)."""
+    q_parts: "object"  # fp32 [S1, M, NQ]: c_q's K chunks
+    ss: "object"  # fp32 [2 NQ / 64, M]: each c_q half tile's sums of squares
+    arrivals: "object"  # int32 [NQ / 64], zero between launches
+    sync: "object"  # int32 [FLAGS + NQ / 64]: epoch, done count, failure, the tiles' flags
+
+
+def workspace(side: AttnSide, device) -> Work:
+    import torch
+    sync = torch.zeros(FLAGS + side.tq, dtype=torch.int32, device=device)
+    sync[EPOCH] = 1
+    return Work(torch.empty(side.split1, side.m, side.shape.nq, device=device),
+                torch.empty(2 * side.tq, side.m, device=device),
+                torch.zeros(side.tq, dtype=torch.int32, device=device), sync)
+
+
+def check_sync(work: Work) -> None:
+    """Raise if a wait of a launch so far gave up (reads the GPU: not inside a graph)."""
+    if int(work.sync[FAILED].item()):
+        raise RuntimeError("attn_side: a wait for c_q's tiles gave up after SPIN_LIMIT polls "
+                           "(were all CTAs resident? the grid must not exceed the SMs free)")
+
+
+@functools.lru_cache(maxsize=None)
+def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
+             eps: float = 1e-5, groups: int = GROUPS):
+    """(the AttnSide, its compiled launch) for one row count and shape."""
+    import cuda.bindings.driver as cuda
+    import torch
+    from cutlass.cute.runtime import from_dlpack
+
+    side = AttnSide(m, shape, split1, split2, eps, groups)
+    e4m3 = torch.float8_e4m3fn
+    nq, nkv, k1, nb = shape
+    dummy = (torch.empty(side.nx, k1, dtype=e4m3), torch.empty(m, k1 // 128),
+             torch.empty(nq, k1, dtype=e4m3), torch.empty(nq // 128, k1 // 128),
+             torch.empty(nkv, k1, dtype=e4m3), torch.empty(-(-nkv // 128), k1 // 128),
+             torch.empty(nq, dtype=torch.bfloat16), torch.empty(nb, nq, dtype=e4m3),
+             torch.empty(nb // 128 if nb % 128 == 0 else nb // 128 + 1, nq // 128),
+             torch.empty(side.split1, m, nkv), torch.empty(side.split1, m, nq),
+             torch.empty(m, nq, dtype=torch.bfloat16), torch.empty(side.split2, m, nb),
+             torch.empty(2 * side.tq, m), torch.empty(side.tq, dtype=torch.int32),
+             torch.empty(FLAGS + side.tq, dtype=torch.int32))
+    fn = cute.compile(side, *(from_dlpack(t, assumed_align=16) for t in dummy), 1,
+                      cuda.CUstream(0))
+    return side, fn
+
+
+def _check(name: str, t, shape: tuple, dtype) -> None:
+    if tuple(t.shape) != tuple(shape) or t.dtype != dtype or not t.is_contiguous():
+        raise ValueError(f"attn_side: {name} must be a contiguous {dtype} {tuple(shape)}, got "
+                         f"{t.dtype} {tuple(t.shape)}")
+
+
+def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_parts,
+              work: Work, eps: float = 1e-5, grid: int = 0) -> None:
+    """q_a|kv_a then q_b in one launch on the current torch stream (the module docstring);
+    graph-capturable. Shapes: xq e4m3 [>= x_rows(M), K1], sx fp32 [M, K1/128]; wq e4m3
+    [NQ, K1], wkv [NKV, K1], wb [NB, NQ] with fp32 block scales; gamma bf16 [NQ]; outputs
+    kv_parts fp32 [S1, M, NKV], q_rows bf16 [M, NQ], qb_parts fp32 [S2, M, NB]; S1 and S2 are
+    the launch's K splits (``compiled(M, shape)[0].split1 / .split2``); work from
+    ``workspace``. grid: CTAs (default: every SM; each must be resident)."""
+    import cuda.bindings.driver as cuda
+    import torch
+    from cutlass.cute.runtime import from_dlpack
+
+    m, nq = q_rows.shape
+    shape = Shape(nq, wkv.shape[0], wq.shape[1], wb.shape[0])
+    side, fn = compiled(m, shape, kv_parts.shape[0], qb_parts.shape[0], eps)
+    nx, (_, nkv, k1, nb) = side.nx, shape
+    if xq.shape[0] < nx:
+        raise ValueError(f"attn_side: xq needs at least {nx} rows for {m}, got {xq.shape[0]}")
+    xq = xq[:nx]
+    f32, e4m3 = torch.float32, torch.float8_e4m3fn
+    for name, t, shp, dt in (
+            ("xq", xq, (nx, k1), e4m3), ("sx", sx, (m, k1 // 128), f32),
+            ("wq", wq, (nq, k1), e4m3), ("wsq", wsq, (nq // 128, k1 // 128), f32),
+            ("wkv", wkv, (nkv, k1), e4m3), ("wskv", wskv, (-(-nkv // 128), k1 // 128), f32),
+            ("gamma", gamma, (nq,), torch.bfloat16), ("wb", wb, (nb, nq), e4m3),
+            ("wsb", wsb, (-(-nb // 128), nq // 128), f32),
+            ("kv_parts", kv_parts, (side.split1, m, nkv), f32),
+            ("qb_parts", qb_parts, (side.split2, m, nb), f32),
+            ("q_parts", work.q_parts, (side.split1, m, nq), f32),
+            ("ss", work.ss, (2 * side.tq, m), f32),
+            ("arrivals", work.arrivals, (side.tq,), torch.int32),
+            ("sync", work.sync, (FLAGS + side.tq,), torch.int32)):
+        _check(name, t, shp, dt)
+    grid = grid or torch.cuda.get_device_properties(q_rows.device).multi_processor_count
+    stream = cuda.CUstream(torch.cuda.current_stream(q_rows.device).cuda_stream)
+    fn(*(from_dlpack(t, assumed_align=16) for t in (
+        xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, work.q_parts, q_rows, qb_parts,
+        work.ss, work.arrivals, work.sync)), grid, stream)
