@@ -18,6 +18,7 @@
 # sparse_mla's tests and release_run.sh bench (the layer table, step and timeline) with CuTe
 # DSL installed (carry .stage2 and .cache/upstream). `check`: compute-sanitizer memcheck and
 # racecheck on sparse_mla, then release_run.sh tests (the GPU suite) with CuTe DSL installed.
+# `attn_side`: nvidia/sm90/attn_side's GPU tests, then benchmark/attn_side_probe.py.
 set -u
 mode=${1:-all}
 shift || true
@@ -122,6 +123,12 @@ if [ "$mode" = attn_ncu ]; then  # sparse_mla and Triton's attention under Nsigh
     > "$OUT/ncu_attn_${BENCH_COMMIT:-x}.txt" 2>&1
   echo "ncu rc=$?"; grep -E "SparseMla|_sparse_attn|Duration|DRAM Throughput|Memory Throughput|Issued Warp|No Eligible|Stall" \
     "$OUT/ncu_attn_${BENCH_COMMIT:-x}.txt" | head -60
+fi
+if [ "$mode" = attn_side ]; then  # attn_side's GPU tests (ATTN_SIDE_K: a -k), then its probe
+  timeout "${ATTN_SIDE_TEST_S:-300}" python3 -m pytest test/srt/kernels/test_sm90_attn_side.py -q -x \
+    -p no:warnings -k "${ATTN_SIDE_K:-}" 2>&1 | tee "$L/pytest_attn_side_${BENCH_COMMIT:-x}.log" | tail -15
+  timeout 240 python3 -m benchmark.attn_side_probe --out "$OUT" "$@" 2>&1 | grep -v Warn |
+    tee "$L/attn_side_probe_${BENCH_COMMIT:-x}.log"
 fi
 if [ "$mode" = verify ]; then  # the layer's opt-in tests and fp8_moe's cross-checks, quickly
   timeout 120 python3 -m pytest test/srt/kernels/test_sm90_moe.py -q -k "triton_moe or refuses" \

@@ -73,9 +73,10 @@ class AttnSide:
         if not 1 <= m <= MAX_ROWS:
             raise ValueError(f"attn_side takes 1..{MAX_ROWS} rows, got {m}")
         nq, nkv, k1, nb = shape
-        if nq % BLOCK_K or k1 % BLOCK_K or nkv % BLOCK_M or nb % BLOCK_M:
-            raise ValueError(f"attn_side: NQ and K1 must be multiples of {BLOCK_K}, NKV and NB "
-                             f"of {BLOCK_M}, got {shape}")
+        # NQ: whole 128-column groups, its half tiles' sums of squares in steps of 8
+        if nq % 256 or k1 % BLOCK_K or nkv % BLOCK_M or nb % BLOCK_M:
+            raise ValueError(f"attn_side: NQ must be a multiple of 256, K1 of {BLOCK_K}, NKV "
+                             f"and NB of {BLOCK_M}; got {shape}")
         self.m, self.shape, self.eps, self.groups = m, shape, eps, groups
         self.nx = x_rows(m)
         self.tq, self.tkv = nq // BLOCK_M, nkv // BLOCK_M

@@ -1,0 +1,133 @@
+"""Probe: the attention side's one launch so far (``nvidia.sm90.attn_side``: q_a|kv_a, then q_b
+on c_q normed and quantized inside q_b's units) against the Triton stage kernels that do the
+same work in the fused layer, at 1-16 rows, in the same run.
+
+Arms (one GLM-5.3 TP8 rank: q_a|kv_a 2624 x 6144, q_b 2048 x 2048, FP8 block-128):
+- ``attn_side``: one launch.
+- ``stages3``: fp8_linear (q_a|kv_a's K chunks), latent (c_q normed and quantized; the
+  KV-cache row), fp8_linear (q_b): the layer's form from 3 rows.
+- ``stages2``: fp8_linear with row tails (bf16 rows and sums of squares), q_b_normed (c_q
+  normed inside q_b's programs; the KV-cache row): the layer's form at 1-2 rows.
+Both Triton arms run under the layer's overlap (programmatic dependent launches) and also
+write the KV-cache row (c_kv's norm, rope), which attn_side leaves to a later stage. Each arm
+is timed in a CUDA graph cycling through enough weight copies that none stays in L2
+(``gemv_probe.graph_time``); the floor is the weights' bytes over the measured copy bandwidth.
+
+    PYTHONPATH=python:sgl-kernel-ext:. python3 -m benchmark.attn_side_probe --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+from benchmark.gemv_probe import copy_bandwidth, graph_time
+from benchmark.harness import run_meta, write_json
+from sgl_kernel_ext.nvidia.sm90 import attn_side as A
+from sgl_kernel_ext.nvidia.sm90.fp8_mma import x_rows
+from sgl_kernel_ext.triton import fp8_linear, mla, overlap
+
+EPS = 1e-5
+SLOTS = 16 * 512  # a row of slots a step row
+
+
+def weights(shape: A.Shape, dev, copies: int) -> list:
+    nq, nkv, k1, nb = shape
+
+    def one(n, k):
+        return (torch.randn(n, k, device=dev).to(torch.float8_e4m3fn),
+                torch.rand(-(-n // 128), k // 128, device=dev) * 0.02 + 1e-3)
+
+    return [dict(zip(("wq", "wsq", "wkv", "wskv", "wb", "wsb"),
+                     (*one(nq, k1), *one(nkv, k1), *one(nb, nq)))) for _ in range(copies)]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--ms", default="1,2,4,8,12,16")
+    args = ap.parse_args()
+    dev = torch.device("cuda")
+    shape = A.Shape()
+    nq, nkv, k1, nb = shape
+    kv_lora, rope = 512, nkv - 512
+    nbytes = (nq + nkv) * k1 + nb * nq
+    copies = max(8, -(-240 * 2**20 // nbytes))
+    bw = copy_bandwidth(dev)
+    floor = nbytes / bw * 1e6
+    print(f"copy bandwidth {bw / 1e12:.2f} TB/s; {nbytes / 1e6:.1f} MB a launch, floor "
+          f"{floor:.2f} us; {copies} weight copies", flush=True)
+    ws = weights(shape, dev, copies)
+    gamma = (1 + 0.3 * torch.randn(nq, device=dev)).to(torch.bfloat16)
+    kv_norm = (1 + 0.3 * torch.randn(kv_lora, device=dev)).to(torch.bfloat16)
+    inv_freq = 1.0 / (10000 ** (torch.arange(0, rope, 2, device=dev).float() / rope))
+    kv_cache = torch.zeros(SLOTS, nkv, dtype=torch.bfloat16, device=dev)
+    rows = []
+    for m in map(int, args.ms.split(",")):
+        xq = torch.randn(x_rows(m), k1, device=dev).to(torch.float8_e4m3fn)
+        sx = torch.rand(m, k1 // 128, device=dev) * 0.02 + 1e-3
+        positions = torch.arange(100, 100 + m, device=dev)
+        slots = (torch.arange(m, device=dev)[:, None] * 512
+                 + torch.arange(512, device=dev)[None, :]).to(torch.int32)
+        side, _ = A.compiled(m, shape, eps=EPS)
+        kv_parts = torch.empty(side.split1, m, nkv, device=dev)
+        q_rows = torch.empty(m, nq, dtype=torch.bfloat16, device=dev)
+        qb_parts = torch.empty(side.split2, m, nb, device=dev)
+        work = A.workspace(side, dev)
+
+        def one_launch(i):
+            w = ws[i]
+            A.attn_side(xq, sx, w["wq"], w["wsq"], w["wkv"], w["wskv"], gamma, w["wb"],
+                        w["wsb"], kv_parts, q_rows, qb_parts, work, eps=EPS)
+
+        bn1, g1, s1 = fp8_linear.tiling(nq + nkv, k1)
+        bn2, g2, s2 = fp8_linear.tiling(nb, nq)
+        qa = torch.empty(s1, m, nq, device=dev)
+        kva = torch.empty(s1, m, nkv, device=dev)
+        cq_q = torch.empty(m, nq, dtype=torch.float8_e4m3fn, device=dev)
+        cq_s = torch.empty(m, nq // 128, device=dev)
+        qb = torch.empty(s2, m, nb, device=dev)
+        arrivals = torch.zeros(64, dtype=torch.int32, device=dev)
+        rows_q = torch.empty(m, nq, dtype=torch.bfloat16, device=dev)
+        ss_q = torch.empty(m, nq // bn1, device=dev)
+        rows_kv = torch.empty(m, nkv, dtype=torch.bfloat16, device=dev)
+        ss_kv = torch.empty(m, kv_lora // bn1, device=dev)
+
+        def stages3(i):
+            w = ws[i]
+            fp8_linear.fp8_linear(xq[:m], sx, w["wq"], w["wsq"], qa, w["wkv"], w["wskv"], kva,
+                                  bn1, g1)
+            mla.latent(qa, kva, gamma, kv_norm, EPS, positions, slots, inv_freq, cq_q, cq_s,
+                       kv_cache, kv_lora, rope)
+            fp8_linear.fp8_linear(cq_q, cq_s, w["wb"], w["wsb"], qb, block_n=bn2, groups=g2)
+
+        def stages2(i):
+            w = ws[i]
+            fp8_linear.fp8_linear(xq[:m], sx, w["wq"], w["wsq"], qa, w["wkv"], w["wskv"], kva,
+                                  bn1, g1, tails=(arrivals, rows_q, ss_q, rows_kv, ss_kv))
+            mla.q_b_normed(rows_q, ss_q, gamma, rows_kv, ss_kv, kv_norm, EPS, positions, slots,
+                           inv_freq, kv_cache, kv_lora, rope, w["wb"], w["wsb"], qb,
+                           block_n=bn2, groups=g2)
+
+        arms = {"attn_side": graph_time(one_launch, copies)}
+        A.check_sync(work)
+        with overlap.step_rows(m):
+            arms["stages3"] = graph_time(stages3, copies)
+            arms["stages2"] = graph_time(stages2, copies)
+        for arm, us in arms.items():
+            rows.append({"m": m, "arm": arm, "us": us, "floor_us": floor,
+                         "frac_floor": floor / us, "bytes": nbytes,
+                         "splits": [side.split1, side.split2] if arm == "attn_side" else
+                         [s1, s2]})
+        best = min(arms["stages3"], arms["stages2"])
+        print(f"m={m:2d} floor {floor:5.2f}  " + "  ".join(
+            f"{a} {t:6.2f} ({floor / t:4.0%})" for a, t in arms.items())
+            + f"  stages/attn_side {best / arms['attn_side']:.2f}x", flush=True)
+    meta = run_meta(dev)
+    meta.update(benchmark="attn_side_probe", copy_bandwidth_bytes_per_s=bw, shape=list(shape))
+    write_json("attn_side_probe", {"meta": meta, "results": rows}, [args.out])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,179 @@
+"""The attention side's one launch so far (``sgl_kernel_ext.nvidia.sm90.attn_side``: q_a|kv_a,
+then q_b on c_q normed and quantized inside q_b's units) against a float64 torch reference on
+an H200: one GLM-5.3 TP8 rank's shapes at 1-16 rows, a small shape with fewer units than
+workers, and a few CTAs taking many units each (the ring wrapping, units after units); outputs
+and scratch poisoned with NaN before each launch and every element checked; no wait gave up;
+the epoch moved on once a launch; repeated launches and a CUDA-graph replay bitwise equal to
+the first launch.
+
+Run on the GPU machine with CuTe DSL importable (benchmark/sm90_run.sh stages it).
+"""
+
+import pytest
+import torch
+
+if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+    pytest.skip("needs a Hopper GPU (run on the lent H200)", allow_module_level=True)
+pytest.importorskip("cutlass", reason="needs CuTe DSL (nvidia-cutlass-dsl): benchmark/sm90_run.sh")
+
+from sgl_kernel_ext.nvidia.sm90 import attn_side as A  # noqa: E402
+from sgl_kernel_ext.nvidia.sm90.fp8_mma import x_rows  # noqa: E402
+
+# fp8_mma's bound (test_sm90_linear.TOL_MMA): wgmma sums a group's FP8 products at less than
+# fp32 precision, |y - ref| <= 2^-11 sum_k |x_k w_k|
+TOL_MMA = 2.0 ** -11
+EPS = 1e-5
+
+
+def make_case(m: int, shape: A.Shape, seed: int) -> dict:
+    """Random FP8 weights with block scales, the layer's normed hidden quantized (rows past M
+    NaN: they must not reach any output), gamma near 1."""
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    nq, nkv, k1, nb = shape
+
+    def weight(n, k):
+        w = (torch.randn(n, k, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
+        return w, torch.rand(-(-n // 128), k // 128, device="cuda", generator=g) * 0.02 + 1e-3
+
+    xq = torch.full((x_rows(m), k1), 0x7F, dtype=torch.uint8, device="cuda")
+    xq = xq.view(torch.float8_e4m3fn)
+    xq[:m] = (torch.randn(m, k1, device="cuda", generator=g) * 2).to(torch.float8_e4m3fn)
+    sx = torch.rand(m, k1 // 128, device="cuda", generator=g) * 0.02 + 1e-3
+    wq, wsq = weight(nq, k1)
+    wkv, wskv = weight(nkv, k1)
+    wb, wsb = weight(nb, nq)
+    gamma = (1 + 0.3 * torch.randn(nq, device="cuda", generator=g)).to(torch.bfloat16)
+    return dict(xq=xq, sx=sx, wq=wq, wsq=wsq, wkv=wkv, wskv=wskv, gamma=gamma, wb=wb, wsb=wsb)
+
+
+def _deq(w, s):
+    n, k = w.shape
+    return w.double() * s.double().repeat_interleave(128, 0)[:n].repeat_interleave(128, 1)
+
+
+def _chunks(x, w, split):
+    """(x W^T by K chunk [split, M, N], sum |x w| likewise), float64."""
+    m, k = x.shape
+    n = w.shape[0]
+    xc, wc = x.view(m, split, k // split), w.view(n, split, k // split)
+    return (torch.einsum("msk,nsk->smn", xc, wc),
+            torch.einsum("msk,nsk->smn", xc.abs(), wc.abs()))
+
+
+def normed_quant(q_rows, gamma, nq):
+    """c_q (the kernel's bf16 rows) normed in float64, rounded to bf16, quantized per 128
+    columns as the reference's quant_act: (dequantized x [M, NQ] float64)."""
+    q = q_rows.double()
+    y = (q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + EPS) * gamma.double())
+    y = y.to(torch.bfloat16).double().view(q.shape[0], -1, 128)
+    s = y.abs().amax(-1, keepdim=True).clamp_min(1e-10) / 448.0
+    xq = (y / s).clamp(-448, 448).to(torch.float8_e4m3fn).double()
+    return (xq * s).view(q.shape[0], nq)
+
+
+def outputs(side: A.AttnSide, m: int, dev):
+    nq, nkv, _, nb = side.shape
+    return (torch.empty(side.split1, m, nkv, device=dev), torch.empty(m, nq, dtype=torch.bfloat16,
+            device=dev), torch.empty(side.split2, m, nb, device=dev))
+
+
+def _poison(*ts):
+    for t in ts:
+        t.fill_(float("nan"))
+
+
+def _launch(case, outs, work, grid=0):
+    A.attn_side(case["xq"], case["sx"], case["wq"], case["wsq"], case["wkv"], case["wskv"],
+                case["gamma"], case["wb"], case["wsb"], *outs, work, eps=EPS, grid=grid)
+
+
+def check(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 20):
+    side, _ = A.compiled(m, shape, eps=EPS)
+    case = make_case(m, shape, seed)
+    outs = outputs(side, m, "cuda")
+    work = A.workspace(side, "cuda")
+    _poison(*outs, work.q_parts, work.ss)
+    _launch(case, outs, work, grid)
+    torch.cuda.synchronize()
+    A.check_sync(work)
+    assert int(work.sync[A.EPOCH]) == 2, "the epoch did not move on after the launch"
+    assert int(work.sync[A.DONE]) == 0 and not work.arrivals.any(), "counters not back at zero"
+    kv_parts, q_rows, qb_parts = outs
+    for name, t in zip(("kv_parts", "q_rows", "qb_parts"), outs):
+        assert not t.isnan().any(), f"{name}: {int(t.isnan().sum())} elements not written"
+
+    x = case["xq"][:m].double() * case["sx"].double().repeat_interleave(128, 1)
+    ref_kv, sc_kv = _chunks(x, _deq(case["wkv"], case["wskv"]), side.split1)
+    err = (kv_parts.double() - ref_kv).abs()
+    assert (err <= TOL_MMA * sc_kv + 1e-30).all(), f"kv_parts worst {(err / sc_kv).max():.2e}"
+
+    ref_q, sc_q = _chunks(x, _deq(case["wq"], case["wsq"]), 1)
+    ref_q, sc_q = ref_q[0], sc_q[0]
+    err = (q_rows.double() - ref_q).abs()
+    bound = TOL_MMA * sc_q + 2.0 ** -8 * ref_q.abs() + 1e-30
+    assert (err <= bound).all(), f"q_rows worst {(err / bound).max():.2f} of its bound"
+
+    # q_b from the kernel's own c_q: only the norm's and quantization's rounding can differ,
+    # by one e4m3 step of an element where the two roundings land on either side of a tie
+    xb = normed_quant(q_rows, case["gamma"], shape.nq)
+    wb = _deq(case["wb"], case["wsb"])
+    ref_b, sc_b = _chunks(xb, wb, side.split2)
+    err = (qb_parts.double() - ref_b).abs()
+    tight = err <= TOL_MMA * sc_b + 1e-30
+    step = 2.0 ** -3 * (xb.abs().amax(-1)[:, None] * wb.abs().amax(-1)[None, :])
+    assert (err <= TOL_MMA * sc_b + 2 * step[None] + 1e-30).all(), "qb_parts beyond one step"
+    assert tight.float().mean() >= 0.999, f"qb_parts: {int((~tight).sum())} beyond TOL_MMA"
+
+    first = [t.clone() for t in outs]
+    for i in range(repeats):
+        _poison(*outs)
+        _launch(case, outs, work, grid)
+        torch.cuda.synchronize()
+        for a, b in zip(outs, first):
+            assert torch.equal(a, b), f"launch {i + 2} differs from the first"
+    A.check_sync(work)
+    assert int(work.sync[A.EPOCH]) == 2 + repeats
+
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        _launch(case, outs, work, grid)
+    torch.cuda.current_stream().wait_stream(s)
+    with torch.cuda.graph(g):
+        _launch(case, outs, work, grid)
+    for _ in range(3):
+        _poison(*outs)
+        g.replay()
+        torch.cuda.synchronize()
+        for a, b in zip(outs, first):
+            assert torch.equal(a, b), "graph replay differs from the eager launch"
+    A.check_sync(work)
+
+
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 8, 9, 16])
+def test_tp8_rank(m):
+    check(m, A.Shape(), seed=m)
+
+
+def test_small_shape_fewer_units_than_workers():
+    check(3, A.Shape(nq=512, nkv=192, k1=1024, nb=512), seed=11)
+
+
+@pytest.mark.parametrize("m", [1, 16])
+def test_few_ctas_many_units_each(m):
+    check(m, A.Shape(), seed=20 + m, grid=6, repeats=3)
+
+
+def test_refuses_bad_shapes():
+    with pytest.raises(ValueError, match="rows"):
+        A.AttnSide(17)
+    with pytest.raises(ValueError, match="multiple of 256"):
+        A.AttnSide(4, A.Shape(nq=2000))
+    side, _ = A.compiled(2)
+    case = make_case(2, A.Shape(), 0)
+    kv, q, qb = outputs(side, 2, "cuda")
+    with pytest.raises(ValueError, match="gamma"):
+        A.attn_side(case["xq"], case["sx"], case["wq"], case["wsq"], case["wkv"], case["wskv"],
+                    case["gamma"].float(), case["wb"], case["wsb"], kv, q, qb,
+                    A.workspace(side, "cuda"))
