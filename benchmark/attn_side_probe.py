@@ -92,7 +92,7 @@ def main() -> None:
         rows_q = torch.empty(m, nq, dtype=torch.bfloat16, device=dev)
         ss_q = torch.empty(m, nq // bn1, device=dev)
         rows_kv = torch.empty(m, nkv, dtype=torch.bfloat16, device=dev)
-        ss_kv = torch.empty(m, kv_lora // bn1, device=dev)
+        ss_kv = torch.empty(m, nkv // bn1, device=dev)
 
         def stages3(i):
             w = ws[i]

@@ -122,7 +122,12 @@ def check(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 20):
     tight = err <= TOL_MMA * sc_b + 1e-30
     step = 2.0 ** -3 * (xb.abs().amax(-1)[:, None] * wb.abs().amax(-1)[None, :])
     assert (err <= TOL_MMA * sc_b + 2 * step[None] + 1e-30).all(), "qb_parts beyond one step"
-    assert tight.float().mean() >= 0.999, f"qb_parts: {int((~tight).sum())} beyond TOL_MMA"
+    loose = ~tight
+    assert tight.float().mean() >= 0.999, (
+        f"qb_parts: {int(loose.sum())} beyond TOL_MMA; by row {loose.sum((0, 2)).tolist()}, "
+        f"by chunk {loose.sum((1, 2)).tolist()}, by 64-row tile "
+        f"{loose.sum((0, 1)).view(-1, 64).sum(1).tolist()}; worst "
+        f"{(err / (TOL_MMA * sc_b + 1e-30)).max():.1f}x TOL_MMA")
 
     first = [t.clone() for t in outs]
     for i in range(repeats):
