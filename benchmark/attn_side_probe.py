@@ -3,7 +3,9 @@ on c_q normed and quantized inside q_b's units) against the Triton stage kernels
 same work in the fused layer, at 1-16 rows, in the same run.
 
 Arms (one GLM-5.3 TP8 rank: q_a|kv_a 2624 x 6144, q_b 2048 x 2048, FP8 block-128):
-- ``attn_side``: one launch.
+- ``attn_side``: one launch (programmatically dependent on the one before); ``_nopdl``
+  launched plainly; ``q_a|kv_a_only`` its first stage alone (measurement form); ``_hot`` on
+  one weight copy (in L2: the launch's latency without HBM).
 - ``stages3``: fp8_linear (q_a|kv_a's K chunks), latent (c_q normed and quantized; the
   KV-cache row), fp8_linear (q_b): the layer's form from 3 rows.
 - ``stages2``: fp8_linear with row tails (bf16 rows and sums of squares), q_b_normed (c_q
@@ -22,8 +24,8 @@ import argparse
 
 import torch
 
-from benchmark.gemv_probe import copy_bandwidth, graph_time
-from benchmark.harness import run_meta, write_json
+from benchmark.gemv_probe import graph_time
+from benchmark.harness import measure_bandwidth, run_meta, write_json
 from sgl_kernel_ext.nvidia.sm90 import attn_side as A
 from sgl_kernel_ext.nvidia.sm90.fp8_mma import x_rows
 from sgl_kernel_ext.triton import fp8_linear, mla, overlap
@@ -54,7 +56,7 @@ def main() -> None:
     kv_lora, rope = 512, nkv - 512
     nbytes = (nq + nkv) * k1 + nb * nq
     copies = max(8, -(-240 * 2**20 // nbytes))
-    bw = copy_bandwidth(dev)
+    bw = measure_bandwidth(dev)  # as decode_layer's floors
     floor = nbytes / bw * 1e6
     print(f"copy bandwidth {bw / 1e12:.2f} TB/s; {nbytes / 1e6:.1f} MB a launch, floor "
           f"{floor:.2f} us; {copies} weight copies", flush=True)
@@ -76,10 +78,11 @@ def main() -> None:
         qb_parts = torch.empty(side.split2, m, nb, device=dev)
         work = A.workspace(side, dev)
 
-        def one_launch(i):
+        def one_launch(i, pdl=True, first_only=False):
             w = ws[i]
             A.attn_side(xq, sx, w["wq"], w["wsq"], w["wkv"], w["wskv"], gamma, w["wb"],
-                        w["wsb"], kv_parts, q_rows, qb_parts, work, eps=EPS)
+                        w["wsb"], kv_parts, q_rows, qb_parts, work, eps=EPS, pdl=pdl,
+                        first_only=first_only)
 
         bn1, g1, s1 = fp8_linear.tiling(nq + nkv, k1)
         bn2, g2, s2 = fp8_linear.tiling(nb, nq)
@@ -110,7 +113,10 @@ def main() -> None:
                            inv_freq, kv_cache, kv_lora, rope, w["wb"], w["wsb"], qb,
                            block_n=bn2, groups=g2)
 
-        arms = {"attn_side": graph_time(one_launch, copies)}
+        arms = {"attn_side": graph_time(one_launch, copies),
+                "attn_side_nopdl": graph_time(lambda i: one_launch(i, pdl=False), copies),
+                "q_a|kv_a_only": graph_time(lambda i: one_launch(i, first_only=True), copies),
+                "attn_side_hot": graph_time(lambda i: one_launch(0), copies)}
         A.check_sync(work)
         with overlap.step_rows(m):
             arms["stages3"] = graph_time(stages3, copies)

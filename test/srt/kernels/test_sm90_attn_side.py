@@ -61,14 +61,15 @@ def _chunks(x, w, split):
 
 
 def normed_quant(q_rows, gamma, nq):
-    """c_q (the kernel's bf16 rows) normed in float64, rounded to bf16, quantized per 128
-    columns as the reference's quant_act: (dequantized x [M, NQ] float64)."""
-    q = q_rows.double()
-    y = (q * torch.rsqrt(q.pow(2).mean(-1, keepdim=True) + EPS) * gamma.double())
-    y = y.to(torch.bfloat16).double().view(q.shape[0], -1, 128)
+    """c_q (the kernel's bf16 rows) normed, rounded to bf16 and quantized per 128 columns as
+    the reference's rms_norm and quant_act do it in fp32 (the kernel's own arithmetic, but
+    for the order of the sum of squares): the dequantized x [M, NQ], float64."""
+    q = q_rows.float()
+    rstd = torch.rsqrt((q * q).sum(-1, keepdim=True) / nq + EPS)
+    y = ((q * rstd) * gamma.float()).to(torch.bfloat16).float().view(q.shape[0], -1, 128)
     s = y.abs().amax(-1, keepdim=True).clamp_min(1e-10) / 448.0
-    xq = (y / s).clamp(-448, 448).to(torch.float8_e4m3fn).double()
-    return (xq * s).view(q.shape[0], nq)
+    xq = (y * (1.0 / s)).clamp(-448, 448).to(torch.float8_e4m3fn)
+    return (xq.double() * s.double()).view(q.shape[0], nq)
 
 
 def outputs(side: A.AttnSide, m: int, dev):
@@ -82,9 +83,9 @@ def _poison(*ts):
         t.fill_(float("nan"))
 
 
-def _launch(case, outs, work, grid=0):
+def _launch(case, outs, work, grid=0, pdl=True):
     A.attn_side(case["xq"], case["sx"], case["wq"], case["wsq"], case["wkv"], case["wskv"],
-                case["gamma"], case["wb"], case["wsb"], *outs, work, eps=EPS, grid=grid)
+                case["gamma"], case["wb"], case["wsb"], *outs, work, eps=EPS, grid=grid, pdl=pdl)
 
 
 def check(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 20):
@@ -113,8 +114,10 @@ def check(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 20):
     bound = TOL_MMA * sc_q + 2.0 ** -8 * ref_q.abs() + 1e-30
     assert (err <= bound).all(), f"q_rows worst {(err / bound).max():.2f} of its bound"
 
-    # q_b from the kernel's own c_q: only the norm's and quantization's rounding can differ,
-    # by one e4m3 step of an element where the two roundings land on either side of a tie
+    # q_b from the kernel's own c_q: only the norm's and quantization's rounding can differ
+    # (the sum of squares' order, rsqrt), by one e4m3 step of an element where the two land
+    # on either side of a tie. (Against a float64 norm, 2.6% of the outputs at 16 rows were
+    # beyond TOL_MMA: fp32's rstd moves elements across bf16 and then e4m3 ties.)
     xb = normed_quant(q_rows, case["gamma"], shape.nq)
     wb = _deq(case["wb"], case["wsb"])
     ref_b, sc_b = _chunks(xb, wb, side.split2)
@@ -130,6 +133,13 @@ def check(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 20):
         f"{(err / (TOL_MMA * sc_b + 1e-30)).max():.1f}x TOL_MMA")
 
     first = [t.clone() for t in outs]
+    if m in (1, 16) and grid == 0:  # launched plainly: bitwise the same
+        _poison(*outs)
+        _launch(case, outs, work, grid, pdl=False)
+        torch.cuda.synchronize()
+        for a, b in zip(outs, first):
+            assert torch.equal(a, b), "the plain launch differs from the dependent one"
+    epoch = int(work.sync[A.EPOCH])
     for i in range(repeats):
         _poison(*outs)
         _launch(case, outs, work, grid)
@@ -137,7 +147,7 @@ def check(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 20):
         for a, b in zip(outs, first):
             assert torch.equal(a, b), f"launch {i + 2} differs from the first"
     A.check_sync(work)
-    assert int(work.sync[A.EPOCH]) == 2 + repeats
+    assert int(work.sync[A.EPOCH]) == epoch + repeats
 
     g = torch.cuda.CUDAGraph()
     s = torch.cuda.Stream()

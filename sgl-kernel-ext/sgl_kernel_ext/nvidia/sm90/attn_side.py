@@ -65,11 +65,18 @@ class Shape(NamedTuple):
     nb: int = 2048
 
 
+def _acts(mode: str, lap0, later):
+    """(load the weight tile, load the x tile) of a slot in the producer's `mode`."""
+    yes, no = cutlass.Boolean(True), cutlass.Boolean(False)
+    return {"all": (yes, yes), "w0": (lap0, no), "x0": (no, lap0), "rest": (later, later)}[mode]
+
+
 class AttnSide:
     """One compiled form: m rows of `shape`, q_a|kv_a in split1 K chunks, q_b in split2."""
 
     def __init__(self, m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
-                 eps: float = 1e-5, groups: int = GROUPS):
+                 eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True,
+                 first_only: bool = False):
         if not 1 <= m <= MAX_ROWS:
             raise ValueError(f"attn_side takes 1..{MAX_ROWS} rows, got {m}")
         nq, nkv, k1, nb = shape
@@ -90,6 +97,12 @@ class AttnSide:
         self.chunk1, self.chunk2 = self.kg1 // self.split1, self.kg2 // self.split2
         self.units1 = self.tiles1 * self.split1
         self.units = self.units1 + self.tiles2 * self.split2
+        # launched programmatically dependent: the producers stream their first lap of weight
+        # tiles before waiting for the previous kernel (its outputs, and its epoch bump)
+        self.pdl = pdl
+        # measurement only: q_a|kv_a's units alone (c_q's tails still run)
+        if first_only:
+            self.units = self.units1
         self.slot_bytes = (BLOCK_M + self.nx) * BLOCK_K
         xbuf = groups * self.chunk2 * self.nx * BLOCK_K
         self.per = (SMEM_BYTES - 4096 - xbuf) // self.slot_bytes // groups
@@ -129,7 +142,8 @@ class AttnSide:
                     atoms[2][1], tma_x, g_x, tiled_mma, a_layout, b_layout, x2_layout, sx, wsq,
                     wskv, gamma, wsb, kv_parts, q_parts, q_rows, qb_parts, ss, arrivals,
                     sync).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
-                                 smem=Storage.size_in_bytes(), stream=stream)
+                                 smem=Storage.size_in_bytes(), stream=stream,
+                                 use_pdl=self.pdl)
 
     # --- unit arithmetic -------------------------------------------------------------------
     def _stage1(self, u):
@@ -145,39 +159,45 @@ class AttnSide:
     # --- producer ----------------------------------------------------------------------------
     @cute.jit
     def _produce(self, pipe, grp, w, workers, tma_q, t_gq, tma_kv, t_gkv, tma_b, t_gb, t_sa,
-                 tma_x, t_gx, t_sb):
+                 tma_x, t_gx, t_sb, mode: cutlass.Constexpr):
         """Worker w's producer warp: every unit's weight tiles in order into its part of the
         ring; x's tile beside each q_a|kv_a tile (beside a q_b tile a stand-in x tile, so
-        that every slot carries the same bytes: q_b's B operand is made in shared memory)."""
+        that every slot carries the same bytes: q_b's B operand is made in shared memory).
+        mode "all": every slot; launched dependent, "w0": the first lap's weight tiles (before
+        the previous kernel is waited for), "x0": its x tiles (after), "rest": the slots
+        after the first lap."""
         own = cutlass.Int32(0)
         for u in cutlass.range(w, self.units, workers, unroll=1):
-            if u < self.units1:
-                tile, c = self._stage1(u)
-                for s in cutlass.range(self.chunk1, unroll=1):
-                    group = c * self.chunk1 + s
-                    put = ring.ring_state(self.stages, self.per, grp, own, True)
+            first = u < self.units1
+            steps = self.chunk1 if first else self.chunk2
+            tile, c = self._stage1(u)
+            if not first:
+                tile, c = self._stage2(u)
+            for s in cutlass.range(steps, unroll=1):
+                put = ring.ring_state(self.stages, self.per, grp, own, True)
+                do_w, do_x = _acts(mode, own < self.per, own >= self.per)
+                if do_w:
                     pipe.producer_acquire(put)
-                    bar = pipe.producer_get_barrier(put)
-                    if tile < self.tq:
-                        cute.copy(tma_q, t_gq[(None, tile, group)], t_sa[(None, put.index)],
-                                  tma_bar_ptr=bar)
+                bar = pipe.producer_get_barrier(put)
+                if do_w:
+                    if first:
+                        group = c * self.chunk1 + s
+                        if tile < self.tq:
+                            cute.copy(tma_q, t_gq[(None, tile, group)], t_sa[(None, put.index)],
+                                      tma_bar_ptr=bar)
+                        else:
+                            cute.copy(tma_kv, t_gkv[(None, tile - self.tq, group)],
+                                      t_sa[(None, put.index)], tma_bar_ptr=bar)
                     else:
-                        cute.copy(tma_kv, t_gkv[(None, tile - self.tq, group)],
+                        cute.copy(tma_b, t_gb[(None, tile, c * self.chunk2 + s)],
                                   t_sa[(None, put.index)], tma_bar_ptr=bar)
+                if do_x:
+                    group = 0
+                    if first:
+                        group = c * self.chunk1 + s
                     cute.copy(tma_x, t_gx[(None, 0, group)], t_sb[(None, put.index)],
                               tma_bar_ptr=bar)
-                    own = own + 1
-            else:
-                tile, c = self._stage2(u)
-                for s in cutlass.range(self.chunk2, unroll=1):
-                    put = ring.ring_state(self.stages, self.per, grp, own, True)
-                    pipe.producer_acquire(put)
-                    bar = pipe.producer_get_barrier(put)
-                    cute.copy(tma_b, t_gb[(None, tile, c * self.chunk2 + s)],
-                              t_sa[(None, put.index)], tma_bar_ptr=bar)
-                    cute.copy(tma_x, t_gx[(None, 0, 0)], t_sb[(None, put.index)],
-                              tma_bar_ptr=bar)
-                    own = own + 1
+                own = own + 1
 
     # --- consumers ---------------------------------------------------------------------------
     @cute.jit
@@ -320,7 +340,8 @@ class AttnSide:
         if warp == 0:
             for atom in (tma_q, tma_kv, tma_b, tma_x):
                 cpasync.prefetch_descriptor(atom)
-        epoch = mSync[EPOCH]
+        if cutlass.const_expr(self.pdl):
+            cute.arch.griddepcontrol_launch_dependents()
 
         storage = cutlass.memory.SmemAllocator().allocate(self.storage)
         s_a = storage.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
@@ -340,10 +361,21 @@ class AttnSide:
         _, t_gb = part_tma(tma_b, mWb, s_a, (BLOCK_M, BLOCK_K))
         t_sb, t_gx = part_tma(tma_x, mX, s_b, (self.nx, BLOCK_K))
 
+        epoch = cutlass.Int32(0)
         if warp < groups:
-            self._produce(pipe, warp, warp * grid + bidx, workers, tma_q, t_gq, tma_kv, t_gkv,
-                          tma_b, t_gb, t_sa, tma_x, t_gx, t_sb)
+            args = (pipe, warp, warp * grid + bidx, workers, tma_q, t_gq, tma_kv, t_gkv, tma_b,
+                    t_gb, t_sa, tma_x, t_gx, t_sb)
+            if cutlass.const_expr(self.pdl):
+                self._produce(*args, "w0")
+                cute.arch.griddepcontrol_wait()
+                self._produce(*args, "x0")
+                self._produce(*args, "rest")
+            else:
+                self._produce(*args, "all")
         elif wg >= 1:
+            if cutlass.const_expr(self.pdl):
+                cute.arch.griddepcontrol_wait()
+            epoch = mSync[EPOCH]
             grp = wg - 1
             t = tidx % 128
             w = grp * grid + bidx
@@ -395,7 +427,7 @@ class AttnSide:
                                         scope="gpu")
             if done == grid - 1:
                 mSync[DONE] = cutlass.Int32(0)
-                mSync[EPOCH] = epoch + 1
+                mSync[EPOCH] = mSync[EPOCH] + 1
 
 
 class Work(NamedTuple):
@@ -425,13 +457,13 @@ def check_sync(work: Work) -> None:
 
 @functools.lru_cache(maxsize=None)
 def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
-             eps: float = 1e-5, groups: int = GROUPS):
+             eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True, first_only: bool = False):
     """(the AttnSide, its compiled launch) for one row count and shape."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
 
-    side = AttnSide(m, shape, split1, split2, eps, groups)
+    side = AttnSide(m, shape, split1, split2, eps, groups, pdl, first_only)
     e4m3 = torch.float8_e4m3fn
     nq, nkv, k1, nb = shape
     dummy = (torch.empty(side.nx, k1, dtype=e4m3), torch.empty(m, k1 // 128),
@@ -455,20 +487,24 @@ def _check(name: str, t, shape: tuple, dtype) -> None:
 
 
 def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_parts,
-              work: Work, eps: float = 1e-5, grid: int = 0) -> None:
+              work: Work, eps: float = 1e-5, grid: int = 0, pdl: bool = True,
+              first_only: bool = False) -> None:
     """q_a|kv_a then q_b in one launch on the current torch stream (the module docstring);
     graph-capturable. Shapes: xq e4m3 [>= x_rows(M), K1], sx fp32 [M, K1/128]; wq e4m3
     [NQ, K1], wkv [NKV, K1], wb [NB, NQ] with fp32 block scales; gamma bf16 [NQ]; outputs
     kv_parts fp32 [S1, M, NKV], q_rows bf16 [M, NQ], qb_parts fp32 [S2, M, NB]; S1 and S2 are
     the launch's K splits (``compiled(M, shape)[0].split1 / .split2``); work from
-    ``workspace``. grid: CTAs (default: every SM; each must be resident)."""
+    ``workspace``. grid: CTAs (default: every SM; each must be resident). pdl: launched
+    programmatically dependent on the previous kernel (weights stream before its wait).
+    first_only: measurement only, q_a|kv_a's units alone (qb_parts not written)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
 
     m, nq = q_rows.shape
     shape = Shape(nq, wkv.shape[0], wq.shape[1], wb.shape[0])
-    side, fn = compiled(m, shape, kv_parts.shape[0], qb_parts.shape[0], eps)
+    side, fn = compiled(m, shape, kv_parts.shape[0], qb_parts.shape[0], eps, GROUPS, pdl,
+                        first_only)
     nx, (_, nkv, k1, nb) = side.nx, shape
     if xq.shape[0] < nx:
         raise ValueError(f"attn_side: xq needs at least {nx} rows for {m}, got {xq.shape[0]}")
