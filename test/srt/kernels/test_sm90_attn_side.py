@@ -93,14 +93,17 @@ def check(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 20):
     case = make_case(m, shape, seed)
     outs = outputs(side, m, "cuda")
     work = A.workspace(side, "cuda")
+    dump = torch.full((m, shape.nq), float("nan"), device="cuda")
     _poison(*outs, work.q_parts, work.ss)
-    _launch(case, outs, work, grid)
+    A.attn_side(case["xq"], case["sx"], case["wq"], case["wsq"], case["wkv"], case["wskv"],
+                case["gamma"], case["wb"], case["wsb"], *outs, work, eps=EPS, grid=grid,
+                dump=dump)
     torch.cuda.synchronize()
     A.check_sync(work)
     assert int(work.sync[A.EPOCH]) == 2, "the epoch did not move on after the launch"
     assert int(work.sync[A.DONE]) == 0 and not work.arrivals.any(), "counters not back at zero"
     kv_parts, q_rows, qb_parts = outs
-    for name, t in zip(("kv_parts", "q_rows", "qb_parts"), outs):
+    for name, t in zip(("kv_parts", "q_rows", "qb_parts", "dump"), (*outs, dump)):
         assert not t.isnan().any(), f"{name}: {int(t.isnan().sum())} elements not written"
 
     x = case["xq"][:m].double() * case["sx"].double().repeat_interleave(128, 1)
@@ -114,25 +117,35 @@ def check(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 20):
     bound = TOL_MMA * sc_q + 2.0 ** -8 * ref_q.abs() + 1e-30
     assert (err <= bound).all(), f"q_rows worst {(err / bound).max():.2f} of its bound"
 
-    # q_b from the kernel's own c_q: only the norm's and quantization's rounding can differ
-    # (the sum of squares' order, rsqrt), by one e4m3 step of an element where the two land
-    # on either side of a tie. (Against a float64 norm, 2.6% of the outputs at 16 rows were
-    # beyond TOL_MMA: fp32's rstd moves elements across bf16 and then e4m3 ties.)
-    xb = normed_quant(q_rows, case["gamma"], shape.nq)
+    # q_b's B operand (the kernel's own, dumped) against c_q normed and quantized in fp32
+    # from the kernel's c_q: the sum of squares' order and rsqrt may move an element across
+    # a bf16, then an e4m3 tie (one e4m3 step), rarely
+    xb = dump.double()
+    ref_x = normed_quant(q_rows, case["gamma"], shape.nq)
+    off = xb != ref_x
+    groups = off.view(m, -1, 128).any(-1)
+    ref_s = ref_x.view(m, -1, 128).abs().amax(-1) / 448
+    got_s = xb.view(m, -1, 128).abs().amax(-1) / 448
+    assert off.double().mean() <= 1e-3, (
+        f"q_b's x: {int(off.sum())} of {off.numel()} elements differ, in {int(groups.sum())} "
+        f"(row, group)s {groups.nonzero().tolist()[:8]}; their amax/448 {got_s[groups].tolist()[:4]} "
+        f"against {ref_s[groups].tolist()[:4]}; first values {xb[off].tolist()[:6]} against "
+        f"{ref_x[off].tolist()[:6]}")
+    assert ((xb - ref_x).abs() <= 2.0 ** -3 * ref_x.abs() + 2.0 ** -9 * ref_s.repeat_interleave(
+        128, 1) + 1e-30).all(), "q_b's x: an element beyond one e4m3 step"
+    # q_b on that operand: fp8_mma's bound
     wb = _deq(case["wb"], case["wsb"])
     ref_b, sc_b = _chunks(xb, wb, side.split2)
     err = (qb_parts.double() - ref_b).abs()
-    tight = err <= TOL_MMA * sc_b + 1e-30
-    step = 2.0 ** -3 * (xb.abs().amax(-1)[:, None] * wb.abs().amax(-1)[None, :])
-    assert (err <= TOL_MMA * sc_b + 2 * step[None] + 1e-30).all(), "qb_parts beyond one step"
-    loose = ~tight
-    assert tight.float().mean() >= 0.999, (
-        f"qb_parts: {int(loose.sum())} beyond TOL_MMA; by row {loose.sum((0, 2)).tolist()}, "
-        f"by chunk {loose.sum((1, 2)).tolist()}, by 64-row tile "
-        f"{loose.sum((0, 1)).view(-1, 64).sum(1).tolist()}; worst "
-        f"{(err / (TOL_MMA * sc_b + 1e-30)).max():.1f}x TOL_MMA")
+    assert (err <= TOL_MMA * sc_b + 1e-30).all(), \
+        f"qb_parts worst {(err / (TOL_MMA * sc_b + 1e-30)).max():.1f}x TOL_MMA"
 
     first = [t.clone() for t in outs]
+    _poison(*outs)
+    _launch(case, outs, work, grid)  # without the dump
+    torch.cuda.synchronize()
+    for a, b in zip(outs, first):
+        assert torch.equal(a, b), "the launch without the dump differs from the one with it"
     if m in (1, 16) and grid == 0:  # launched plainly: bitwise the same
         _poison(*outs)
         _launch(case, outs, work, grid, pdl=False)

@@ -76,7 +76,7 @@ class AttnSide:
 
     def __init__(self, m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
                  eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True,
-                 first_only: bool = False):
+                 first_only: bool = False, dump: bool = False):
         if not 1 <= m <= MAX_ROWS:
             raise ValueError(f"attn_side takes 1..{MAX_ROWS} rows, got {m}")
         nq, nkv, k1, nb = shape
@@ -103,6 +103,8 @@ class AttnSide:
         # measurement only: q_a|kv_a's units alone (c_q's tails still run)
         if first_only:
             self.units = self.units1
+        # testing only: q_b's B operand, dequantized, into dump [M, NQ] (fp32)
+        self.dump = dump
         self.slot_bytes = (BLOCK_M + self.nx) * BLOCK_K
         xbuf = groups * self.chunk2 * self.nx * BLOCK_K
         self.per = (SMEM_BYTES - 4096 - xbuf) // self.slot_bytes // groups
@@ -117,7 +119,7 @@ class AttnSide:
                  wkv: cute.Tensor, wskv: cute.Tensor, gamma: cute.Tensor, wb: cute.Tensor,
                  wsb: cute.Tensor, kv_parts: cute.Tensor, q_parts: cute.Tensor,
                  q_rows: cute.Tensor, qb_parts: cute.Tensor, ss: cute.Tensor, arrivals: cute.Tensor,
-                 sync: cute.Tensor, grid: cutlass.Int32, stream):
+                 sync: cute.Tensor, dump: cute.Tensor, grid: cutlass.Int32, stream):
         e4m3 = cutlass.Float8E4M3FN
         tiled_mma, a_layout, b_layout = ring.mma_and_layouts(self.nx, self.stages, self.stages)
         x2_layout = ring.mma_and_layouts(self.nx, 1, self.groups * self.chunk2)[2]
@@ -141,7 +143,7 @@ class AttnSide:
         self.kernel(atoms[0][0], atoms[0][1], atoms[1][0], atoms[1][1], atoms[2][0],
                     atoms[2][1], tma_x, g_x, tiled_mma, a_layout, b_layout, x2_layout, sx, wsq,
                     wskv, gamma, wsb, kv_parts, q_parts, q_rows, qb_parts, ss, arrivals,
-                    sync).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
+                    sync, dump).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
                                  smem=Storage.size_in_bytes(), stream=stream,
                                  use_pdl=self.pdl)
 
@@ -283,7 +285,7 @@ class AttnSide:
 
     @cute.jit
     def _make_x2(self, c, t, grp, mRows: cute.Tensor, mSs: cute.Tensor, mGamma: cute.Tensor,
-                 s_x2: cute.Tensor, scales: cute.Tensor):
+                 s_x2: cute.Tensor, scales: cute.Tensor, mDump: cute.Tensor, dump):
         """q_b unit's B operand: its K chunk's 128-column groups of rms_norm(c_q) * gamma,
         rounded to bf16, as e4m3 with one scale per row and group (rows past M: zeros). Thread
         t takes row t // 8 and 16 columns of each group; its row's 8 threads reduce together
@@ -314,7 +316,11 @@ class AttnSide:
                     q = cute.arch.fmax(cute.arch.fmin(vals[i] * inv, FP8_MAX), -FP8_MAX)
                     if row >= self.m:
                         q = cutlass.Float32(0.0)
-                    s_x2[row, j * 16 + i, grp * self.chunk2 + g] = q.to(cutlass.Float8E4M3FN)
+                    q8 = q.to(cutlass.Float8E4M3FN)
+                    s_x2[row, j * 16 + i, grp * self.chunk2 + g] = q8
+                    if cutlass.const_expr(self.dump):
+                        if dump and row < self.m:
+                            mDump[row, col0 + i] = q8.to(cutlass.Float32) * s
             if j == 0 and row < self.m:
                 scales[row, g, grp] = s
         cute.arch.fence_view_async_shared()
@@ -329,7 +335,7 @@ class AttnSide:
                mSx: cute.Tensor, mWsq: cute.Tensor, mWskv: cute.Tensor, mGamma: cute.Tensor,
                mWsb: cute.Tensor, mKvParts: cute.Tensor, mQParts: cute.Tensor, mRows: cute.Tensor,
                mQbParts: cute.Tensor, mSs: cute.Tensor, mArrivals: cute.Tensor,
-               mSync: cute.Tensor):
+               mSync: cute.Tensor, mDump: cute.Tensor):
         groups = self.groups
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
@@ -412,7 +418,7 @@ class AttnSide:
                 else:
                     tile, c = self._stage2(u)
                     self._wait_q(t, epoch, mSync, grp)
-                    self._make_x2(c, t, grp, mRows, mSs, mGamma, s_x2, scales)
+                    self._make_x2(c, t, grp, mRows, mSs, mGamma, s_x2, scales, mDump, tile == 0)
                     tiled_mma = self._mma_steps(pipe, grp, own, self.chunk2, tiled_mma, acc, part,
                                                 scale, coords, t_ra, t_rx2, grp * self.chunk2,
                                                 False, mWsb, tile // 2, c * self.chunk2, mSx,
@@ -457,13 +463,14 @@ def check_sync(work: Work) -> None:
 
 @functools.lru_cache(maxsize=None)
 def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
-             eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True, first_only: bool = False):
+             eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True, first_only: bool = False,
+             dump: bool = False):
     """(the AttnSide, its compiled launch) for one row count and shape."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
 
-    side = AttnSide(m, shape, split1, split2, eps, groups, pdl, first_only)
+    side = AttnSide(m, shape, split1, split2, eps, groups, pdl, first_only, dump)
     e4m3 = torch.float8_e4m3fn
     nq, nkv, k1, nb = shape
     dummy = (torch.empty(side.nx, k1, dtype=e4m3), torch.empty(m, k1 // 128),
@@ -474,7 +481,7 @@ def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
              torch.empty(side.split1, m, nkv), torch.empty(side.split1, m, nq),
              torch.empty(m, nq, dtype=torch.bfloat16), torch.empty(side.split2, m, nb),
              torch.empty(2 * side.tq, m), torch.empty(side.tq, dtype=torch.int32),
-             torch.empty(FLAGS + side.tq, dtype=torch.int32))
+             torch.empty(FLAGS + side.tq, dtype=torch.int32), torch.empty(m, nq))
     fn = cute.compile(side, *(from_dlpack(t, assumed_align=16) for t in dummy), 1,
                       cuda.CUstream(0))
     return side, fn
@@ -488,7 +495,7 @@ def _check(name: str, t, shape: tuple, dtype) -> None:
 
 def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_parts,
               work: Work, eps: float = 1e-5, grid: int = 0, pdl: bool = True,
-              first_only: bool = False) -> None:
+              first_only: bool = False, dump=None) -> None:
     """q_a|kv_a then q_b in one launch on the current torch stream (the module docstring);
     graph-capturable. Shapes: xq e4m3 [>= x_rows(M), K1], sx fp32 [M, K1/128]; wq e4m3
     [NQ, K1], wkv [NKV, K1], wb [NB, NQ] with fp32 block scales; gamma bf16 [NQ]; outputs
@@ -496,7 +503,8 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     the launch's K splits (``compiled(M, shape)[0].split1 / .split2``); work from
     ``workspace``. grid: CTAs (default: every SM; each must be resident). pdl: launched
     programmatically dependent on the previous kernel (weights stream before its wait).
-    first_only: measurement only, q_a|kv_a's units alone (qb_parts not written)."""
+    first_only: measurement only, q_a|kv_a's units alone (qb_parts not written).
+    dump: testing only, fp32 [M, NQ]: q_b's B operand (c_q normed and quantized), dequantized."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
@@ -504,7 +512,7 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     m, nq = q_rows.shape
     shape = Shape(nq, wkv.shape[0], wq.shape[1], wb.shape[0])
     side, fn = compiled(m, shape, kv_parts.shape[0], qb_parts.shape[0], eps, GROUPS, pdl,
-                        first_only)
+                        first_only, dump is not None)
     nx, (_, nkv, k1, nb) = side.nx, shape
     if xq.shape[0] < nx:
         raise ValueError(f"attn_side: xq needs at least {nx} rows for {m}, got {xq.shape[0]}")
@@ -523,8 +531,11 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
             ("arrivals", work.arrivals, (side.tq,), torch.int32),
             ("sync", work.sync, (FLAGS + side.tq,), torch.int32)):
         _check(name, t, shp, dt)
+    if dump is not None:
+        _check("dump", dump, (m, nq), f32)
     grid = grid or torch.cuda.get_device_properties(q_rows.device).multi_processor_count
     stream = cuda.CUstream(torch.cuda.current_stream(q_rows.device).cuda_stream)
     fn(*(from_dlpack(t, assumed_align=16) for t in (
         xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, work.q_parts, q_rows, qb_parts,
-        work.ss, work.arrivals, work.sync)), grid, stream)
+        work.ss, work.arrivals, work.sync, dump if dump is not None else work.q_parts[0])),
+       grid, stream)
