@@ -125,7 +125,7 @@ if [ "$mode" = attn_ncu ]; then  # sparse_mla and Triton's attention under Nsigh
     "$OUT/ncu_attn_${BENCH_COMMIT:-x}.txt" | head -60
 fi
 if [ "$mode" = attn_side ]; then  # attn_side's GPU tests (ATTN_SIDE_K: a -k), then its probe
-  timeout "${ATTN_SIDE_TEST_S:-300}" python3 -m pytest test/srt/kernels/test_sm90_attn_side.py -q \
+  timeout "${ATTN_SIDE_TEST_S:-300}" python3 -m pytest test/srt/kernels/test_sm90_attn_side.py -q -s \
     -p no:warnings -k "${ATTN_SIDE_K:-}" 2>&1 | tee "$L/pytest_attn_side_${BENCH_COMMIT:-x}.log" | tail -15
   timeout 240 python3 -m benchmark.attn_side_probe --out "$OUT" "$@" 2>&1 | grep -v Warn |
     tee "$L/attn_side_probe_${BENCH_COMMIT:-x}.log"
