@@ -45,10 +45,26 @@ def weights(shape: A.Shape, dev, copies: int) -> list:
                      (*one(nq, k1), *one(nkv, k1), *one(nb, nq)))) for _ in range(copies)]
 
 
+def timeline(marks) -> dict:
+    """{point: (min, median, max) us after the first worker's start} over the workers that
+    reached it."""
+    marks = marks.cpu().double()
+    t0 = marks[:, 0][marks[:, 0] > 0].min()
+    out = {}
+    for i, name in enumerate(A.TRACE_POINTS):
+        col = marks[:, i][marks[:, i] > 0]
+        if col.numel():
+            us = (col - t0) / 1e3
+            out[name] = (float(us.min()), float(us.median()), float(us.max()))
+    return out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=".")
     ap.add_argument("--ms", default="1,2,4,8,12,16")
+    ap.add_argument("--trace", action="store_true",
+                    help="also one traced launch a row count: where each worker's time goes")
     args = ap.parse_args()
     dev = torch.device("cuda")
     shape = A.Shape()
@@ -118,9 +134,25 @@ def main() -> None:
                 "q_a|kv_a_only": graph_time(lambda i: one_launch(i, first_only=True), copies),
                 "attn_side_hot": graph_time(lambda i: one_launch(0), copies)}
         A.check_sync(work)
+        trace = None
+        if args.trace:  # one launch, cold weights, each worker's points
+            marks = torch.zeros(A.TRACE_WORKERS, len(A.TRACE_POINTS), dtype=torch.int64,
+                                device=dev)
+            for i in (1, 2):
+                w = ws[i]
+                A.attn_side(xq, sx, w["wq"], w["wsq"], w["wkv"], w["wskv"], gamma, w["wb"],
+                            w["wsb"], kv_parts, q_rows, qb_parts, work, eps=EPS,
+                            trace=marks if i == 2 else None)
+            torch.cuda.synchronize()
+            trace = timeline(marks)
+            print(f"m={m:2d} trace (us from the first worker's start: min / median / max over "
+                  "workers): " + "; ".join(f"{k} {v[0]:.2f} / {v[1]:.2f} / {v[2]:.2f}"
+                                           for k, v in trace.items()), flush=True)
         with overlap.step_rows(m):
             arms["stages3"] = graph_time(stages3, copies)
             arms["stages2"] = graph_time(stages2, copies)
+        if trace is not None:
+            rows.append({"m": m, "arm": "attn_side trace", "points_us": trace})
         for arm, us in arms.items():
             rows.append({"m": m, "arm": arm, "us": us, "floor_us": floor,
                          "frac_floor": floor / us, "bytes": nbytes,

@@ -54,6 +54,11 @@ SPIN_LIMIT = 1 << 24  # polls before a wait gives up (seconds on an H200)
 # sync words: 0 the epoch (starts at 1), 1 CTAs done, 2 a wait gave up; c_q tile t's flag
 # at FLAGS + t
 EPOCH, DONE, FAILED, FLAGS = 0, 1, 2, 8
+# measurement only (trace=True): each worker's %globaltimer (ns) at these points of its last
+# units, into trace int64 [TRACE_WORKERS, len(TRACE_POINTS)] (0: not reached)
+TRACE_POINTS = ("start", "q_a|kv_a mma", "arrived", "c_q tail", "c_q seen", "x made",
+                "q_b mma", "end")
+TRACE_WORKERS = 1024
 
 
 class Shape(NamedTuple):
@@ -76,7 +81,7 @@ class AttnSide:
 
     def __init__(self, m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
                  eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True,
-                 first_only: bool = False, dump: bool = False):
+                 first_only: bool = False, dump: bool = False, trace: bool = False):
         if not 1 <= m <= MAX_ROWS:
             raise ValueError(f"attn_side takes 1..{MAX_ROWS} rows, got {m}")
         nq, nkv, k1, nb = shape
@@ -105,6 +110,7 @@ class AttnSide:
             self.units = self.units1
         # testing only: q_b's B operand, dequantized, into dump [M, NQ] (fp32)
         self.dump = dump
+        self.trace = trace
         self.slot_bytes = (BLOCK_M + self.nx) * BLOCK_K
         xbuf = groups * self.chunk2 * self.nx * BLOCK_K
         self.per = (SMEM_BYTES - 4096 - xbuf) // self.slot_bytes // groups
@@ -119,7 +125,8 @@ class AttnSide:
                  wkv: cute.Tensor, wskv: cute.Tensor, gamma: cute.Tensor, wb: cute.Tensor,
                  wsb: cute.Tensor, kv_parts: cute.Tensor, q_parts: cute.Tensor,
                  q_rows: cute.Tensor, qb_parts: cute.Tensor, ss: cute.Tensor, arrivals: cute.Tensor,
-                 sync: cute.Tensor, dump: cute.Tensor, grid: cutlass.Int32, stream):
+                 sync: cute.Tensor, dump: cute.Tensor, trace: cute.Tensor,
+                 grid: cutlass.Int32, stream):
         e4m3 = cutlass.Float8E4M3FN
         tiled_mma, a_layout, b_layout = ring.mma_and_layouts(self.nx, self.stages, self.stages)
         x2_layout = ring.mma_and_layouts(self.nx, 1, self.groups * self.chunk2)[2]
@@ -143,7 +150,7 @@ class AttnSide:
         self.kernel(atoms[0][0], atoms[0][1], atoms[1][0], atoms[1][1], atoms[2][0],
                     atoms[2][1], tma_x, g_x, tiled_mma, a_layout, b_layout, x2_layout, sx, wsq,
                     wskv, gamma, wsb, kv_parts, q_parts, q_rows, qb_parts, ss, arrivals,
-                    sync, dump).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
+                    sync, dump, trace).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
                                  smem=Storage.size_in_bytes(), stream=stream,
                                  use_pdl=self.pdl)
 
@@ -326,6 +333,12 @@ class AttnSide:
         cute.arch.fence_view_async_shared()
         cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
 
+    @cute.jit
+    def _mark(self, mTrace: cute.Tensor, w, t, point: cutlass.Constexpr):
+        if cutlass.const_expr(self.trace):
+            if t == 0 and w < TRACE_WORKERS:
+                mTrace[w, point] = cute.arch.globaltimer().to(cutlass.Int64)
+
     # --- the kernel ------------------------------------------------------------------------
     @cute.kernel
     def kernel(self, tma_q: cute.CopyAtom, mWq: cute.Tensor, tma_kv: cute.CopyAtom,
@@ -335,7 +348,7 @@ class AttnSide:
                mSx: cute.Tensor, mWsq: cute.Tensor, mWskv: cute.Tensor, mGamma: cute.Tensor,
                mWsb: cute.Tensor, mKvParts: cute.Tensor, mQParts: cute.Tensor, mRows: cute.Tensor,
                mQbParts: cute.Tensor, mSs: cute.Tensor, mArrivals: cute.Tensor,
-               mSync: cute.Tensor, mDump: cute.Tensor):
+               mSync: cute.Tensor, mDump: cute.Tensor, mTrace: cute.Tensor):
         groups = self.groups
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
@@ -382,6 +395,7 @@ class AttnSide:
             if cutlass.const_expr(self.pdl):
                 cute.arch.griddepcontrol_wait()
             epoch = mSync[EPOCH]
+            self._mark(mTrace, (wg - 1) * grid + bidx, tidx % 128, 0)
             grp = wg - 1
             t = tidx % 128
             w = grp * grid + bidx
@@ -403,30 +417,39 @@ class AttnSide:
                         tiled_mma = self._mma_steps(pipe, grp, own, self.chunk1, tiled_mma, acc,
                                                     part, scale, coords, t_ra, t_rb, 0, True,
                                                     mWsq, tile // 2, g0, mSx, scales)
+                        self._mark(mTrace, w, t, 1)
                         self._store(acc, coords, mQParts, c, tile)
                         ring.arrive(last, grp, t, mArrivals.iterator + tile, self.split1)
+                        self._mark(mTrace, w, t, 2)
                         if last[grp] == 1:
                             self._q_tail(tile, t, epoch, mQParts, mRows, mSs, mArrivals,
                                          mSync, grp)
+                            self._mark(mTrace, w, t, 3)
                     else:
                         kt = tile - self.tq
                         tiled_mma = self._mma_steps(pipe, grp, own, self.chunk1, tiled_mma, acc,
                                                     part, scale, coords, t_ra, t_rb, 0, True,
                                                     mWskv, kt // 2, g0, mSx, scales)
+                        self._mark(mTrace, w, t, 1)
                         self._store(acc, coords, mKvParts, c, kt)
                     own = own + self.chunk1
                 else:
                     tile, c = self._stage2(u)
                     self._wait_q(t, epoch, mSync, grp)
+                    self._mark(mTrace, w, t, 4)
                     self._make_x2(c, t, grp, mRows, mSs, mGamma, s_x2, scales, mDump, tile == 0)
+                    self._mark(mTrace, w, t, 5)
                     tiled_mma = self._mma_steps(pipe, grp, own, self.chunk2, tiled_mma, acc, part,
                                                 scale, coords, t_ra, t_rx2, grp * self.chunk2,
                                                 False, mWsb, tile // 2, c * self.chunk2, mSx,
                                                 scales)
                     self._store(acc, coords, mQbParts, c, tile)
+                    self._mark(mTrace, w, t, 6)
                     own = own + self.chunk2
         # the last CTA to finish moves the epoch on for the next launch
         cute.arch.barrier()
+        if wg >= 1:
+            self._mark(mTrace, (wg - 1) * grid + bidx, tidx % 128, 7)
         if tidx == 0:
             cute.arch.fence_acq_rel_gpu()
             done = cute.arch.atomic_add(mSync.iterator + DONE, cutlass.Int32(1), sem="acq_rel",
@@ -464,13 +487,13 @@ def check_sync(work: Work) -> None:
 @functools.lru_cache(maxsize=None)
 def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
              eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True, first_only: bool = False,
-             dump: bool = False):
+             dump: bool = False, trace: bool = False):
     """(the AttnSide, its compiled launch) for one row count and shape."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
 
-    side = AttnSide(m, shape, split1, split2, eps, groups, pdl, first_only, dump)
+    side = AttnSide(m, shape, split1, split2, eps, groups, pdl, first_only, dump, trace)
     e4m3 = torch.float8_e4m3fn
     nq, nkv, k1, nb = shape
     dummy = (torch.empty(side.nx, k1, dtype=e4m3), torch.empty(m, k1 // 128),
@@ -481,7 +504,8 @@ def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
              torch.empty(side.split1, m, nkv), torch.empty(side.split1, m, nq),
              torch.empty(m, nq, dtype=torch.bfloat16), torch.empty(side.split2, m, nb),
              torch.empty(2 * side.tq, m), torch.empty(side.tq, dtype=torch.int32),
-             torch.empty(FLAGS + side.tq, dtype=torch.int32), torch.empty(m, nq))
+             torch.empty(FLAGS + side.tq, dtype=torch.int32), torch.empty(m, nq),
+             torch.empty(TRACE_WORKERS, len(TRACE_POINTS), dtype=torch.int64))
     fn = cute.compile(side, *(from_dlpack(t, assumed_align=16) for t in dummy), 1,
                       cuda.CUstream(0))
     return side, fn
@@ -495,7 +519,7 @@ def _check(name: str, t, shape: tuple, dtype) -> None:
 
 def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_parts,
               work: Work, eps: float = 1e-5, grid: int = 0, pdl: bool = True,
-              first_only: bool = False, dump=None) -> None:
+              first_only: bool = False, dump=None, trace=None) -> None:
     """q_a|kv_a then q_b in one launch on the current torch stream (the module docstring);
     graph-capturable. Shapes: xq e4m3 [>= x_rows(M), K1], sx fp32 [M, K1/128]; wq e4m3
     [NQ, K1], wkv [NKV, K1], wb [NB, NQ] with fp32 block scales; gamma bf16 [NQ]; outputs
@@ -504,7 +528,8 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     ``workspace``. grid: CTAs (default: every SM; each must be resident). pdl: launched
     programmatically dependent on the previous kernel (weights stream before its wait).
     first_only: measurement only, q_a|kv_a's units alone (qb_parts not written).
-    dump: testing only, fp32 [M, NQ]: q_b's B operand (c_q normed and quantized), dequantized."""
+    dump: testing only, fp32 [M, NQ]: q_b's B operand (c_q normed and quantized), dequantized.
+    trace: measurement only, int64 [TRACE_WORKERS, len(TRACE_POINTS)] (TRACE_POINTS)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
@@ -512,7 +537,7 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     m, nq = q_rows.shape
     shape = Shape(nq, wkv.shape[0], wq.shape[1], wb.shape[0])
     side, fn = compiled(m, shape, kv_parts.shape[0], qb_parts.shape[0], eps, GROUPS, pdl,
-                        first_only, dump is not None)
+                        first_only, dump is not None, trace is not None)
     nx, (_, nkv, k1, nb) = side.nx, shape
     if xq.shape[0] < nx:
         raise ValueError(f"attn_side: xq needs at least {nx} rows for {m}, got {xq.shape[0]}")
@@ -533,9 +558,21 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
         _check(name, t, shp, dt)
     if dump is not None:
         _check("dump", dump, (m, nq), f32)
+    if trace is not None:
+        _check("trace", trace, (TRACE_WORKERS, len(TRACE_POINTS)), torch.int64)
+    else:
+        trace = _untraced(q_rows.device)
     grid = grid or torch.cuda.get_device_properties(q_rows.device).multi_processor_count
     stream = cuda.CUstream(torch.cuda.current_stream(q_rows.device).cuda_stream)
     fn(*(from_dlpack(t, assumed_align=16) for t in (
         xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, work.q_parts, q_rows, qb_parts,
-        work.ss, work.arrivals, work.sync, dump if dump is not None else work.q_parts[0])),
-       grid, stream)
+        work.ss, work.arrivals, work.sync, dump if dump is not None else work.q_parts[0],
+        trace)), grid, stream)
+
+
+@functools.lru_cache(maxsize=None)
+def _untraced(device):
+    """The trace argument of a launch without it (never written; made once, outside any
+    graph capture)."""
+    import torch
+    return torch.zeros(TRACE_WORKERS, len(TRACE_POINTS), dtype=torch.int64, device=device)
