@@ -212,14 +212,19 @@ class AttnSide:
     @cute.jit
     def _mma_steps(self, pipe, grp, own, steps: cutlass.Constexpr, tiled_mma, acc, part, scale,
                    coords, t_ra, t_rb, b_base, ring_b: cutlass.Constexpr, mWs: cute.Tensor,
-                   ws_row, g0, mSx: cute.Tensor, scales: cute.Tensor):
+                   ws_row, g0, mSx: cute.Tensor, scales: cute.Tensor, wsc: cute.Tensor):
         """`steps` ring slots from the worker's `own`-th into acc: each slot's product scaled
         by mWs[ws_row, g0 + step] x its row's x scale (mSx[row, g0 + step] where the slot
         carries its own x tile (ring_b), else scales[row, step, grp] beside the worker's B
-        tiles b_base + step of t_rb), loaded before the slot is waited for."""
+        tiles b_base + step of t_rb, the weight scales then already in wsc), loaded before
+        the slot is waited for."""
         acc.fill(0.0)
         for s in cutlass.range(steps, unroll=1):
-            w_scale = mWs[ws_row, g0 + s]
+            w_scale = cutlass.Float32(0.0)
+            if cutlass.const_expr(ring_b):
+                w_scale = mWs[ws_row, g0 + s]
+            else:
+                w_scale = wsc[s]
             for e in cutlass.range_constexpr(cute.size(acc)):
                 r = cutlass.min(coords[e][1], self.m - 1)
                 if cutlass.const_expr(ring_b):
@@ -247,6 +252,19 @@ class AttnSide:
                 mOut[c, coords[e][1], tile * BLOCK_M + coords[e][0]] = acc[e]
 
     @cute.jit
+    def _arrive(self, last: cute.Tensor, grp, t, counter):
+        """ring.arrive without its fence in every thread: the barrier orders the warpgroup's
+        stores before thread 0's acq_rel atomic, whose release at gpu scope is cumulative
+        (stream_chain_probe measured the fence as a repeat of the atomic's own release)."""
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+        if t == 0:
+            old = cute.arch.atomic_add(counter, cutlass.Int32(1), sem="acq_rel", scope="gpu")
+            last[grp] = cutlass.Int32(0)
+            if old == self.split1 - 1:
+                last[grp] = cutlass.Int32(1)
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+
+    @cute.jit
     def _q_tail(self, tile, t, epoch, mQParts: cute.Tensor, mRows: cute.Tensor,
                 mSs: cute.Tensor, mArrivals: cute.Tensor, mSync: cute.Tensor, grp):
         """The last chunk of c_q tile `tile` to arrive: the chunks summed in order into bf16
@@ -255,16 +273,23 @@ class AttnSide:
         cute.arch.fence_acq_rel_gpu()
         lane, warp = t % 32, t // 32
         n = tile * BLOCK_M + t % BLOCK_M
+        half = t // BLOCK_M
+        # every load before any store (a store between them could alias, for all the
+        # compiler knows, and would hold the next row's loads back a round trip)
+        sums = cute.make_rmem_tensor(((self.m + 1) // 2,), cutlass.Float32)
         for i in cutlass.range_constexpr((self.m + 1) // 2):
-            r = 2 * i + t // BLOCK_M
-            v = cutlass.Float32(0.0)
+            r = cutlass.min(2 * i + half, self.m - 1)
+            sums[i] = mQParts[0, r, n]
+        for c in cutlass.range_constexpr(1, self.split1):
+            for i in cutlass.range_constexpr((self.m + 1) // 2):
+                r = cutlass.min(2 * i + half, self.m - 1)
+                sums[i] = sums[i] + mQParts[c, r, n]
+        for i in cutlass.range_constexpr((self.m + 1) // 2):
+            r = 2 * i + half
+            v = sums[i].to(cutlass.BFloat16)
             if r < self.m:
-                v = mQParts[0, r, n]
-                for c in cutlass.range_constexpr(1, self.split1):
-                    v = v + mQParts[c, r, n]
-                mRows[r, n] = v.to(cutlass.BFloat16)
-            v = v.to(cutlass.BFloat16).to(cutlass.Float32)
-            sq = v * v
+                mRows[r, n] = v
+            sq = v.to(cutlass.Float32) * v.to(cutlass.Float32)
             for x in cutlass.range_constexpr(5):
                 sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=16 >> x)
             if lane == 0 and r < self.m:
@@ -291,36 +316,54 @@ class AttnSide:
         cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
 
     @cute.jit
-    def _make_x2(self, c, t, grp, mRows: cute.Tensor, mSs: cute.Tensor, mGamma: cute.Tensor,
+    def _gamma(self, c, t, gam: cute.Tensor, mGamma: cute.Tensor):
+        """gamma of the columns thread t norms in q_b unit chunk c (``_make_x2``): read before
+        the unit waits for c_q."""
+        j = t % 8
+        for g in cutlass.range_constexpr(self.chunk2):
+            for i in cutlass.range_constexpr(16):
+                gam[g * 16 + i] = mGamma[(c * self.chunk2 + g) * BLOCK_K + j * 16 + i].to(
+                    cutlass.Float32)
+
+    @cute.jit
+    def _make_x2(self, c, t, grp, mRows: cute.Tensor, mSs: cute.Tensor, gam: cute.Tensor,
                  s_x2: cute.Tensor, scales: cute.Tensor, mDump: cute.Tensor, dump):
         """q_b unit's B operand: its K chunk's 128-column groups of rms_norm(c_q) * gamma,
         rounded to bf16, as e4m3 with one scale per row and group (rows past M: zeros). Thread
         t takes row t // 8 and 16 columns of each group; its row's 8 threads reduce together
-        (a butterfly, so each gets the same sum)."""
+        (a butterfly, so each gets the same sum). Every load is issued before any use."""
         row, j = t // 8, t % 8
         r = cutlass.min(row, self.m - 1)
+        parts = cute.make_rmem_tensor((2 * self.tq // 8,), cutlass.Float32)
+        vals = cute.make_rmem_tensor((self.chunk2 * 16,), cutlass.Float32)
+        for i in cutlass.range_constexpr(2 * self.tq // 8):
+            parts[i] = mSs[j + 8 * i, r]
+        for g in cutlass.range_constexpr(self.chunk2):
+            for i in cutlass.range_constexpr(16):
+                vals[g * 16 + i] = mRows[r, (c * self.chunk2 + g) * BLOCK_K + j * 16 + i].to(
+                    cutlass.Float32)
         total = cutlass.Float32(0.0)
         for i in cutlass.range_constexpr(2 * self.tq // 8):
-            total = total + mSs[j + 8 * i, r]
+            total = total + parts[i]
         for x in cutlass.range_constexpr(3):
             total = total + cute.arch.shuffle_sync_bfly(total, offset=4 >> x)
         rstd = cute.math.rsqrt(total / self.shape.nq + self.eps)
-        vals = cute.make_rmem_tensor((16,), cutlass.Float32)
         for g in cutlass.range_constexpr(self.chunk2):
             col0 = (c * self.chunk2 + g) * BLOCK_K + j * 16
             amax = cutlass.Float32(0.0)
             for i in cutlass.range_constexpr(16):
-                v = mRows[r, col0 + i].to(cutlass.Float32) * rstd
-                v = (v * mGamma[col0 + i].to(cutlass.Float32)).to(cutlass.BFloat16)
-                vals[i] = v.to(cutlass.Float32)
-                amax = cute.arch.fmax(amax, cute.arch.fmax(vals[i], -vals[i]))
+                v = vals[g * 16 + i] * rstd
+                v = (v * gam[g * 16 + i]).to(cutlass.BFloat16).to(cutlass.Float32)
+                vals[g * 16 + i] = v
+                amax = cute.arch.fmax(amax, cute.arch.fmax(v, -v))
             for x in cutlass.range_constexpr(3):
                 amax = cute.arch.fmax(amax, cute.arch.shuffle_sync_bfly(amax, offset=4 >> x))
             s = cute.arch.fmax(amax, ACT_EPS) / FP8_MAX
             inv = 1.0 / s
             if row < self.nx:
                 for i in cutlass.range_constexpr(16):
-                    q = cute.arch.fmax(cute.arch.fmin(vals[i] * inv, FP8_MAX), -FP8_MAX)
+                    q = cute.arch.fmax(cute.arch.fmin(vals[g * 16 + i] * inv, FP8_MAX),
+                                       -FP8_MAX)
                     if row >= self.m:
                         q = cutlass.Float32(0.0)
                     q8 = q.to(cutlass.Float8E4M3FN)
@@ -408,6 +451,8 @@ class AttnSide:
             part = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
             scale = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
             last = storage.last.get_tensor(cute.make_layout(groups))
+            gam = cute.make_rmem_tensor((self.chunk2 * 16,), cutlass.Float32)
+            wsc = cute.make_rmem_tensor((self.chunk2,), cutlass.Float32)
             own = cutlass.Int32(0)
             for u in cutlass.range(w, self.units, workers, unroll=1):
                 if u < self.units1:
@@ -416,10 +461,10 @@ class AttnSide:
                     if tile < self.tq:
                         tiled_mma = self._mma_steps(pipe, grp, own, self.chunk1, tiled_mma, acc,
                                                     part, scale, coords, t_ra, t_rb, 0, True,
-                                                    mWsq, tile // 2, g0, mSx, scales)
+                                                    mWsq, tile // 2, g0, mSx, scales, wsc)
                         self._mark(mTrace, w, t, 1)
                         self._store(acc, coords, mQParts, c, tile)
-                        ring.arrive(last, grp, t, mArrivals.iterator + tile, self.split1)
+                        self._arrive(last, grp, t, mArrivals.iterator + tile)
                         self._mark(mTrace, w, t, 2)
                         if last[grp] == 1:
                             self._q_tail(tile, t, epoch, mQParts, mRows, mSs, mArrivals,
@@ -429,20 +474,24 @@ class AttnSide:
                         kt = tile - self.tq
                         tiled_mma = self._mma_steps(pipe, grp, own, self.chunk1, tiled_mma, acc,
                                                     part, scale, coords, t_ra, t_rb, 0, True,
-                                                    mWskv, kt // 2, g0, mSx, scales)
+                                                    mWskv, kt // 2, g0, mSx, scales, wsc)
                         self._mark(mTrace, w, t, 1)
                         self._store(acc, coords, mKvParts, c, kt)
                     own = own + self.chunk1
                 else:
                     tile, c = self._stage2(u)
+                    # what does not depend on c_q, before its wait
+                    self._gamma(c, t, gam, mGamma)
+                    for s in cutlass.range_constexpr(self.chunk2):
+                        wsc[s] = mWsb[tile // 2, c * self.chunk2 + s]
                     self._wait_q(t, epoch, mSync, grp)
                     self._mark(mTrace, w, t, 4)
-                    self._make_x2(c, t, grp, mRows, mSs, mGamma, s_x2, scales, mDump, tile == 0)
+                    self._make_x2(c, t, grp, mRows, mSs, gam, s_x2, scales, mDump, tile == 0)
                     self._mark(mTrace, w, t, 5)
                     tiled_mma = self._mma_steps(pipe, grp, own, self.chunk2, tiled_mma, acc, part,
                                                 scale, coords, t_ra, t_rx2, grp * self.chunk2,
                                                 False, mWsb, tile // 2, c * self.chunk2, mSx,
-                                                scales)
+                                                scales, wsc)
                     self._store(acc, coords, mQbParts, c, tile)
                     self._mark(mTrace, w, t, 6)
                     own = own + self.chunk2
