@@ -70,10 +70,16 @@ class Shape(NamedTuple):
     nb: int = 2048
 
 
-def _acts(mode: str, lap0, later):
-    """(load the weight tile, load the x tile) of a slot in the producer's `mode`."""
+def _acts(mode: str, lap0, later, first, second, late_q_b: bool):
+    """(load the weight tile, load the x tile) of a slot in the producer's `mode`: in its
+    first lap (lap0) or after (later), of a q_a|kv_a unit (first) or a q_b unit (second).
+    late_q_b: q_b's slots all wait for "rest" (after the worker's q_a|kv_a tiles landed)."""
     yes, no = cutlass.Boolean(True), cutlass.Boolean(False)
-    return {"all": (yes, yes), "w0": (lap0, no), "x0": (no, lap0), "rest": (later, later)}[mode]
+    if late_q_b:
+        early, rest = first & lap0, later | second
+    else:
+        early, rest = lap0, later
+    return {"all": (yes, yes), "w0": (early, no), "x0": (no, early), "rest": (rest, rest)}[mode]
 
 
 class AttnSide:
@@ -81,7 +87,8 @@ class AttnSide:
 
     def __init__(self, m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
                  eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True,
-                 first_only: bool = False, dump: bool = False, trace: bool = False):
+                 first_only: bool = False, dump: bool = False, trace: bool = False,
+                 late_q_b: bool = True):
         if not 1 <= m <= MAX_ROWS:
             raise ValueError(f"attn_side takes 1..{MAX_ROWS} rows, got {m}")
         nq, nkv, k1, nb = shape
@@ -111,6 +118,9 @@ class AttnSide:
         # testing only: q_b's B operand, dequantized, into dump [M, NQ] (fp32)
         self.dump = dump
         self.trace = trace
+        # q_b's weight tiles asked of HBM only after the worker's q_a|kv_a tiles landed (they
+        # have c_q's reduction and norm to arrive in), so q_a|kv_a's stream alone
+        self.late_q_b = late_q_b
         self.slot_bytes = (BLOCK_M + self.nx) * BLOCK_K
         xbuf = groups * self.chunk2 * self.nx * BLOCK_K
         self.per = (SMEM_BYTES - 4096 - xbuf) // self.slot_bytes // groups
@@ -174,8 +184,10 @@ class AttnSide:
         that every slot carries the same bytes: q_b's B operand is made in shared memory).
         mode "all": every slot; launched dependent, "w0": the first lap's weight tiles (before
         the previous kernel is waited for), "x0": its x tiles (after), "rest": the slots
-        after the first lap."""
+        after the first lap (with late_q_b, "w0" and "x0" take q_a|kv_a's slots only)."""
         own = cutlass.Int32(0)
+        # the worker's q_a|kv_a slots
+        done1 = (self.units1 - w + workers - 1) // workers * self.chunk1
         for u in cutlass.range(w, self.units, workers, unroll=1):
             first = u < self.units1
             steps = self.chunk1 if first else self.chunk2
@@ -184,7 +196,14 @@ class AttnSide:
                 tile, c = self._stage2(u)
             for s in cutlass.range(steps, unroll=1):
                 put = ring.ring_state(self.stages, self.per, grp, own, True)
-                do_w, do_x = _acts(mode, own < self.per, own >= self.per)
+                do_w, do_x = _acts(mode, own < self.per, own >= self.per, u < self.units1,
+                                   u >= self.units1, self.late_q_b)
+                if cutlass.const_expr(self.late_q_b and mode != "w0" and mode != "x0"):
+                    if u >= self.units1 and s == 0 and own > 0 and own == done1:
+                        # q_b's weights only once this worker's q_a|kv_a tiles have landed:
+                        # they are not needed before c_q is, and HBM serves what is asked
+                        pipe.consumer_wait(ring.ring_state(self.stages, self.per, grp, own - 1,
+                                                           False))
                 if do_w:
                     pipe.producer_acquire(put)
                 bar = pipe.producer_get_barrier(put)
@@ -536,13 +555,14 @@ def check_sync(work: Work) -> None:
 @functools.lru_cache(maxsize=None)
 def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
              eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True, first_only: bool = False,
-             dump: bool = False, trace: bool = False):
+             dump: bool = False, trace: bool = False, late_q_b: bool = True):
     """(the AttnSide, its compiled launch) for one row count and shape."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
 
-    side = AttnSide(m, shape, split1, split2, eps, groups, pdl, first_only, dump, trace)
+    side = AttnSide(m, shape, split1, split2, eps, groups, pdl, first_only, dump, trace,
+                    late_q_b)
     e4m3 = torch.float8_e4m3fn
     nq, nkv, k1, nb = shape
     dummy = (torch.empty(side.nx, k1, dtype=e4m3), torch.empty(m, k1 // 128),
@@ -568,7 +588,7 @@ def _check(name: str, t, shape: tuple, dtype) -> None:
 
 def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_parts,
               work: Work, eps: float = 1e-5, grid: int = 0, pdl: bool = True,
-              first_only: bool = False, dump=None, trace=None) -> None:
+              first_only: bool = False, dump=None, trace=None, late_q_b: bool = True) -> None:
     """q_a|kv_a then q_b in one launch on the current torch stream (the module docstring);
     graph-capturable. Shapes: xq e4m3 [>= x_rows(M), K1], sx fp32 [M, K1/128]; wq e4m3
     [NQ, K1], wkv [NKV, K1], wb [NB, NQ] with fp32 block scales; gamma bf16 [NQ]; outputs
@@ -578,7 +598,8 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     programmatically dependent on the previous kernel (weights stream before its wait).
     first_only: measurement only, q_a|kv_a's units alone (qb_parts not written).
     dump: testing only, fp32 [M, NQ]: q_b's B operand (c_q normed and quantized), dequantized.
-    trace: measurement only, int64 [TRACE_WORKERS, len(TRACE_POINTS)] (TRACE_POINTS)."""
+    trace: measurement only, int64 [TRACE_WORKERS, len(TRACE_POINTS)] (TRACE_POINTS).
+    late_q_b: q_b's weights asked for after q_a|kv_a's (AttnSide.late_q_b)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
@@ -586,7 +607,7 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     m, nq = q_rows.shape
     shape = Shape(nq, wkv.shape[0], wq.shape[1], wb.shape[0])
     side, fn = compiled(m, shape, kv_parts.shape[0], qb_parts.shape[0], eps, GROUPS, pdl,
-                        first_only, dump is not None, trace is not None)
+                        first_only, dump is not None, trace is not None, late_q_b)
     nx, (_, nkv, k1, nb) = side.nx, shape
     if xq.shape[0] < nx:
         raise ValueError(f"attn_side: xq needs at least {nx} rows for {m}, got {xq.shape[0]}")
