@@ -122,6 +122,11 @@ class AttnSide:
         # have c_q's reduction and norm to arrive in), so q_a|kv_a's stream alone
         self.late_q_b = late_q_b
         self.slot_bytes = (BLOCK_M + self.nx) * BLOCK_K
+        # q_b's prologue: `lanes` threads a row (M rounded up to a power of two, >= 4), each
+        # norming `cols` columns of each group
+        rows_pad = max(4, 1 << (m - 1).bit_length())
+        self.lanes, self.cols = 128 // rows_pad, rows_pad
+        self.lane_bits = self.lanes.bit_length() - 1
         xbuf = groups * self.chunk2 * self.nx * BLOCK_K
         self.per = (SMEM_BYTES - 4096 - xbuf) // self.slot_bytes // groups
         self.stages = self.per * groups
@@ -338,60 +343,74 @@ class AttnSide:
     def _gamma(self, c, t, gam: cute.Tensor, mGamma: cute.Tensor):
         """gamma of the columns thread t norms in q_b unit chunk c (``_make_x2``): read before
         the unit waits for c_q."""
-        j = t % 8
+        j = t % self.lanes
         for g in cutlass.range_constexpr(self.chunk2):
-            for i in cutlass.range_constexpr(16):
-                gam[g * 16 + i] = mGamma[(c * self.chunk2 + g) * BLOCK_K + j * 16 + i].to(
-                    cutlass.Float32)
+            for i in cutlass.range_constexpr(self.cols):
+                gam[g * self.cols + i] = mGamma[(c * self.chunk2 + g) * BLOCK_K + j * self.cols
+                                                + i].to(cutlass.Float32)
+
+    @cute.jit
+    def _zero_pad_rows(self, t, grp, s_x2: cute.Tensor):
+        """x rows M..nx-1 of the worker's B tiles, zero once: the MMA reads them, no output
+        keeps their columns, and _make_x2 writes real rows only."""
+        pad = (self.nx - self.m) * BLOCK_K
+        for g in cutlass.range_constexpr(self.chunk2):
+            for i in cutlass.range(t, pad, 128, unroll=1):
+                s_x2[self.m + i // BLOCK_K, i % BLOCK_K, grp * self.chunk2 + g] = \
+                    cutlass.Float32(0.0).to(cutlass.Float8E4M3FN)
 
     @cute.jit
     def _make_x2(self, c, t, grp, mRows: cute.Tensor, mSs: cute.Tensor, gam: cute.Tensor,
                  s_x2: cute.Tensor, scales: cute.Tensor, mDump: cute.Tensor, dump):
         """q_b unit's B operand: its K chunk's 128-column groups of rms_norm(c_q) * gamma,
-        rounded to bf16, as e4m3 with one scale per row and group (rows past M: zeros). Thread
-        t takes row t // 8 and 16 columns of each group; its row's 8 threads reduce together
-        (a butterfly, so each gets the same sum). Every load is issued before any use."""
-        row, j = t // 8, t % 8
+        rounded to bf16, as e4m3 with one scale per row and group (rows past M stay zero).
+        Thread t takes row t // lanes and `cols` columns of each group (lanes = 128 / M
+        rounded up to a power of two, at most 32: few rows, few columns a thread); its row's
+        lanes reduce together (a butterfly, so each gets the same sum). Every load is issued
+        before any use."""
+        lanes, cols = self.lanes, self.cols
+        row, j = t // lanes, t % lanes
         r = cutlass.min(row, self.m - 1)
-        parts = cute.make_rmem_tensor((2 * self.tq // 8,), cutlass.Float32)
-        vals = cute.make_rmem_tensor((self.chunk2 * 16,), cutlass.Float32)
-        for i in cutlass.range_constexpr(2 * self.tq // 8):
-            parts[i] = mSs[j + 8 * i, r]
+        n_ss = -(-2 * self.tq // lanes)
+        parts = cute.make_rmem_tensor((n_ss,), cutlass.Float32)
+        vals = cute.make_rmem_tensor((self.chunk2 * cols,), cutlass.Float32)
+        for i in cutlass.range_constexpr(n_ss):
+            parts[i] = mSs[cutlass.min(j + lanes * i, 2 * self.tq - 1), r]
         for g in cutlass.range_constexpr(self.chunk2):
-            for i in cutlass.range_constexpr(16):
-                vals[g * 16 + i] = mRows[r, (c * self.chunk2 + g) * BLOCK_K + j * 16 + i].to(
-                    cutlass.Float32)
+            for i in cutlass.range_constexpr(cols):
+                vals[g * cols + i] = mRows[r, (c * self.chunk2 + g) * BLOCK_K + j * cols
+                                           + i].to(cutlass.Float32)
         total = cutlass.Float32(0.0)
-        for i in cutlass.range_constexpr(2 * self.tq // 8):
-            total = total + parts[i]
-        for x in cutlass.range_constexpr(3):
-            total = total + cute.arch.shuffle_sync_bfly(total, offset=4 >> x)
+        for i in cutlass.range_constexpr(n_ss):
+            if j + lanes * i < 2 * self.tq:
+                total = total + parts[i]
+        for x in cutlass.range_constexpr(self.lane_bits):
+            total = total + cute.arch.shuffle_sync_bfly(total, offset=(lanes // 2) >> x)
         rstd = cute.math.rsqrt(total / self.shape.nq + self.eps)
         for g in cutlass.range_constexpr(self.chunk2):
-            col0 = (c * self.chunk2 + g) * BLOCK_K + j * 16
+            col0 = (c * self.chunk2 + g) * BLOCK_K + j * cols
             amax = cutlass.Float32(0.0)
-            for i in cutlass.range_constexpr(16):
-                v = vals[g * 16 + i] * rstd
-                v = (v * gam[g * 16 + i]).to(cutlass.BFloat16).to(cutlass.Float32)
-                vals[g * 16 + i] = v
+            for i in cutlass.range_constexpr(cols):
+                v = vals[g * cols + i] * rstd
+                v = (v * gam[g * cols + i]).to(cutlass.BFloat16).to(cutlass.Float32)
+                vals[g * cols + i] = v
                 amax = cute.arch.fmax(amax, cute.arch.fmax(v, -v))
-            for x in cutlass.range_constexpr(3):
-                amax = cute.arch.fmax(amax, cute.arch.shuffle_sync_bfly(amax, offset=4 >> x))
+            for x in cutlass.range_constexpr(self.lane_bits):
+                amax = cute.arch.fmax(amax, cute.arch.shuffle_sync_bfly(
+                    amax, offset=(lanes // 2) >> x))
             s = cute.arch.fmax(amax, ACT_EPS) / FP8_MAX
             inv = 1.0 / s
-            if row < self.nx:
-                for i in cutlass.range_constexpr(16):
-                    q = cute.arch.fmax(cute.arch.fmin(vals[g * 16 + i] * inv, FP8_MAX),
+            if row < self.m:
+                for i in cutlass.range_constexpr(cols):
+                    q = cute.arch.fmax(cute.arch.fmin(vals[g * cols + i] * inv, FP8_MAX),
                                        -FP8_MAX)
-                    if row >= self.m:
-                        q = cutlass.Float32(0.0)
                     q8 = q.to(cutlass.Float8E4M3FN)
-                    s_x2[row, j * 16 + i, grp * self.chunk2 + g] = q8
+                    s_x2[row, j * cols + i, grp * self.chunk2 + g] = q8
                     if cutlass.const_expr(self.dump):
-                        if dump and row < self.m:
+                        if dump:
                             mDump[row, col0 + i] = q8.to(cutlass.Float32) * s
-            if j == 0 and row < self.m:
-                scales[row, g, grp] = s
+                if j == 0:
+                    scales[row, g, grp] = s
         cute.arch.fence_view_async_shared()
         cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
 
@@ -470,9 +489,11 @@ class AttnSide:
             part = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
             scale = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
             last = storage.last.get_tensor(cute.make_layout(groups))
-            gam = cute.make_rmem_tensor((self.chunk2 * 16,), cutlass.Float32)
+            gam = cute.make_rmem_tensor((self.chunk2 * self.cols,), cutlass.Float32)
             wsc = cute.make_rmem_tensor((self.chunk2,), cutlass.Float32)
             own = cutlass.Int32(0)
+            if cutlass.const_expr(self.nx > self.m):
+                self._zero_pad_rows(t, grp, s_x2)
             for u in cutlass.range(w, self.units, workers, unroll=1):
                 if u < self.units1:
                     tile, c = self._stage1(u)
