@@ -4,7 +4,7 @@ an H200: one GLM-5.3 TP8 rank's shapes at 1-16 rows, a small shape with fewer un
 workers, and a few CTAs taking many units each (the ring wrapping, units after units); outputs
 and scratch poisoned with NaN before each launch and every element checked; no wait gave up;
 the epoch moved on once a launch; repeated launches and a CUDA-graph replay bitwise equal to
-the first launch; c_q handed over as LL words (the default) and by flags.
+the first launch.
 
 Run on the GPU machine with CuTe DSL importable (benchmark/sm90_run.sh stages it).
 """
@@ -83,14 +83,13 @@ def _poison(*ts):
         t.fill_(float("nan"))
 
 
-def _launch(case, outs, work, grid=0, pdl=True, ll=True):
+def _launch(case, outs, work, grid=0, pdl=True):
     A.attn_side(case["xq"], case["sx"], case["wq"], case["wsq"], case["wkv"], case["wskv"],
-                case["gamma"], case["wb"], case["wsb"], *outs, work, eps=EPS, grid=grid, pdl=pdl,
-                ll=ll)
+                case["gamma"], case["wb"], case["wsb"], *outs, work, eps=EPS, grid=grid, pdl=pdl)
 
 
-def check(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 20, ll: bool = True):
-    side, _ = A.compiled(m, shape, eps=EPS, ll=ll)
+def check(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 20):
+    side, _ = A.compiled(m, shape, eps=EPS)
     case = make_case(m, shape, seed)
     outs = outputs(side, m, "cuda")
     work = A.workspace(side, "cuda")
@@ -98,7 +97,7 @@ def check(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 20, l
     _poison(*outs, work.q_parts, work.ss)
     A.attn_side(case["xq"], case["sx"], case["wq"], case["wsq"], case["wkv"], case["wskv"],
                 case["gamma"], case["wb"], case["wsb"], *outs, work, eps=EPS, grid=grid,
-                dump=dump, ll=ll)
+                dump=dump)
     torch.cuda.synchronize()
     A.check_sync(work)
     assert int(work.sync[A.EPOCH]) == 2, "the epoch did not move on after the launch"
@@ -145,20 +144,20 @@ def check(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 20, l
 
     first = [t.clone() for t in outs]
     _poison(*outs)
-    _launch(case, outs, work, grid, ll=ll)  # without the dump
+    _launch(case, outs, work, grid)  # without the dump
     torch.cuda.synchronize()
     for a, b in zip(outs, first):
         assert torch.equal(a, b), "the launch without the dump differs from the one with it"
     if m in (1, 16) and grid == 0:  # launched plainly: bitwise the same
         _poison(*outs)
-        _launch(case, outs, work, grid, pdl=False, ll=ll)
+        _launch(case, outs, work, grid, pdl=False)
         torch.cuda.synchronize()
         for a, b in zip(outs, first):
             assert torch.equal(a, b), "the plain launch differs from the dependent one"
     epoch = int(work.sync[A.EPOCH])
     for i in range(repeats):
         _poison(*outs)
-        _launch(case, outs, work, grid, ll=ll)
+        _launch(case, outs, work, grid)
         torch.cuda.synchronize()
         for a, b in zip(outs, first):
             assert torch.equal(a, b), f"launch {i + 2} differs from the first"
@@ -169,10 +168,10 @@ def check(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 20, l
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        _launch(case, outs, work, grid, ll=ll)
+        _launch(case, outs, work, grid)
     torch.cuda.current_stream().wait_stream(s)
     with torch.cuda.graph(g):
-        _launch(case, outs, work, grid, ll=ll)
+        _launch(case, outs, work, grid)
     for _ in range(3):
         _poison(*outs)
         g.replay()
@@ -185,12 +184,6 @@ def check(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 20, l
 @pytest.mark.parametrize("m", [1, 2, 3, 4, 8, 9, 16])
 def test_tp8_rank(m):
     check(m, A.Shape(), seed=m)
-
-
-@pytest.mark.parametrize("m", [1, 16])
-def test_flagged_form(m):
-    """c_q handed to q_b by a fence and a flag a tile (ll=False) rather than LL words."""
-    check(m, A.Shape(), seed=40 + m, ll=False)
 
 
 def test_small_shape_fewer_units_than_workers():

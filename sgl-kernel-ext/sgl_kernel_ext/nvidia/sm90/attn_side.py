@@ -70,24 +70,6 @@ class Shape(NamedTuple):
     nb: int = 2048
 
 
-@cute.jit
-def _ll_word(value, epoch):
-    """An LL word: the epoch in the high 32 bits, the fp32 value's bits in the low (one
-    64-bit store is single-copy atomic: a reader that sees the epoch sees the value)."""
-    r = cute.make_rmem_tensor((1,), cutlass.Float32)
-    r[0] = value
-    bits = cute.recast_tensor(r, cutlass.Int32)[0]
-    return (epoch.to(cutlass.Int64) << 32) | (bits.to(cutlass.Int64) & 0xFFFFFFFF)
-
-
-@cute.jit
-def _ll_value(word):
-    """The fp32 value of an LL word."""
-    r = cute.make_rmem_tensor((1,), cutlass.Int32)
-    r[0] = (word & 0xFFFFFFFF).to(cutlass.Int32)
-    return cute.recast_tensor(r, cutlass.Float32)[0]
-
-
 def _acts(mode: str, lap0, later, first, second, late_q_b: bool):
     """(load the weight tile, load the x tile) of a slot in the producer's `mode`: in its
     first lap (lap0) or after (later), of a q_a|kv_a unit (first) or a q_b unit (second).
@@ -106,7 +88,7 @@ class AttnSide:
     def __init__(self, m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
                  eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True,
                  first_only: bool = False, dump: bool = False, trace: bool = False,
-                 late_q_b: bool = True, ll: bool = True):
+                 late_q_b: bool = True):
         if not 1 <= m <= MAX_ROWS:
             raise ValueError(f"attn_side takes 1..{MAX_ROWS} rows, got {m}")
         nq, nkv, k1, nb = shape
@@ -139,10 +121,6 @@ class AttnSide:
         # q_b's weight tiles asked of HBM only after the worker's q_a|kv_a tiles landed (they
         # have c_q's reduction and norm to arrive in), so q_a|kv_a's stream alone
         self.late_q_b = late_q_b
-        # c_q's rows and sums of squares handed to q_b as LL words (value and epoch in one
-        # 64-bit store, polled by the loads that read them) instead of a fence and a flag a
-        # tile that q_b's units wait for before reading
-        self.ll = ll
         self.slot_bytes = (BLOCK_M + self.nx) * BLOCK_K
         # q_b's prologue: `lanes` threads a row (M rounded up to a power of two, >= 4), each
         # norming `cols` columns of each group
@@ -163,7 +141,7 @@ class AttnSide:
                  wsb: cute.Tensor, kv_parts: cute.Tensor, q_parts: cute.Tensor,
                  q_rows: cute.Tensor, qb_parts: cute.Tensor, ss: cute.Tensor, arrivals: cute.Tensor,
                  sync: cute.Tensor, dump: cute.Tensor, trace: cute.Tensor,
-                 ll_rows: cute.Tensor, ll_ss: cute.Tensor, grid: cutlass.Int32, stream):
+                 grid: cutlass.Int32, stream):
         e4m3 = cutlass.Float8E4M3FN
         tiled_mma, a_layout, b_layout = ring.mma_and_layouts(self.nx, self.stages, self.stages)
         x2_layout = ring.mma_and_layouts(self.nx, 1, self.groups * self.chunk2)[2]
@@ -187,7 +165,7 @@ class AttnSide:
         self.kernel(atoms[0][0], atoms[0][1], atoms[1][0], atoms[1][1], atoms[2][0],
                     atoms[2][1], tma_x, g_x, tiled_mma, a_layout, b_layout, x2_layout, sx, wsq,
                     wskv, gamma, wsb, kv_parts, q_parts, q_rows, qb_parts, ss, arrivals,
-                    sync, dump, trace, ll_rows, ll_ss).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
+                    sync, dump, trace).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
                                  smem=Storage.size_in_bytes(), stream=stream,
                                  use_pdl=self.pdl)
 
@@ -312,12 +290,10 @@ class AttnSide:
 
     @cute.jit
     def _q_tail(self, tile, t, epoch, mQParts: cute.Tensor, mRows: cute.Tensor,
-                mSs: cute.Tensor, mArrivals: cute.Tensor, mSync: cute.Tensor, grp,
-                mLLRows: cute.Tensor, mLLSs: cute.Tensor):
+                mSs: cute.Tensor, mArrivals: cute.Tensor, mSync: cute.Tensor, grp):
         """The last chunk of c_q tile `tile` to arrive: the chunks summed in order into bf16
         rows, each row's sum of squares (of the bf16 values) over the tile's two 32-column
-        halves, then the tile's flag (release); with `ll`, the rows and sums also as LL
-        words, which carry their own flag (no fence, no flag)."""
+        halves, then the tile's flag (release)."""
         cute.arch.fence_acq_rel_gpu()
         lane, warp = t % 32, t // 32
         n = tile * BLOCK_M + t % BLOCK_M
@@ -337,29 +313,16 @@ class AttnSide:
             v = sums[i].to(cutlass.BFloat16)
             if r < self.m:
                 mRows[r, n] = v
-                if cutlass.const_expr(self.ll):
-                    cute.arch.store(mLLRows.iterator + r * self.shape.nq + n,
-                                    _ll_word(v.to(cutlass.Float32), epoch), sem="relaxed",
-                                    scope="gpu")
             sq = v.to(cutlass.Float32) * v.to(cutlass.Float32)
             for x in cutlass.range_constexpr(5):
                 sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=16 >> x)
             if lane == 0 and r < self.m:
-                if cutlass.const_expr(self.ll):
-                    cute.arch.store(mLLSs.iterator + (2 * tile + warp % 2) * self.m + r,
-                                    _ll_word(sq, epoch), sem="relaxed", scope="gpu")
-                else:
-                    mSs[2 * tile + warp % 2, r] = sq
-        if cutlass.const_expr(self.ll):
-            if t == 0:
-                mArrivals[tile] = cutlass.Int32(0)
-        else:
-            cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
-            if t == 0:
-                mArrivals[tile] = cutlass.Int32(0)
-                cute.arch.fence_acq_rel_gpu()
-                cute.arch.store(mSync.iterator + FLAGS + tile, epoch, sem="relaxed",
-                                scope="gpu")
+                mSs[2 * tile + warp % 2, r] = sq
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+        if t == 0:
+            mArrivals[tile] = cutlass.Int32(0)
+            cute.arch.fence_acq_rel_gpu()
+            cute.arch.store(mSync.iterator + FLAGS + tile, epoch, sem="relaxed", scope="gpu")
 
     @cute.jit
     def _wait_q(self, t, epoch, mSync: cute.Tensor, grp):
@@ -398,8 +361,7 @@ class AttnSide:
 
     @cute.jit
     def _make_x2(self, c, t, grp, mRows: cute.Tensor, mSs: cute.Tensor, gam: cute.Tensor,
-                 s_x2: cute.Tensor, scales: cute.Tensor, mDump: cute.Tensor, dump, epoch,
-                 mLLRows: cute.Tensor, mLLSs: cute.Tensor, mSync: cute.Tensor):
+                 s_x2: cute.Tensor, scales: cute.Tensor, mDump: cute.Tensor, dump):
         """q_b unit's B operand: its K chunk's 128-column groups of rms_norm(c_q) * gamma,
         rounded to bf16, as e4m3 with one scale per row and group (rows past M stay zero).
         Thread t takes row t // lanes and `cols` columns of each group (lanes = 128 / M
@@ -412,40 +374,12 @@ class AttnSide:
         n_ss = -(-2 * self.tq // lanes)
         parts = cute.make_rmem_tensor((n_ss,), cutlass.Float32)
         vals = cute.make_rmem_tensor((self.chunk2 * cols,), cutlass.Float32)
-        if cutlass.const_expr(self.ll):
-            # poll the words themselves: each carries the epoch it was written in
-            words = cute.make_rmem_tensor((n_ss + self.chunk2 * cols,), cutlass.Int64)
-            stale = cutlass.Int32(1)
-            spins = cutlass.Int32(0)
-            while stale != 0 and spins < SPIN_LIMIT:
-                for i in cutlass.range_constexpr(n_ss):
-                    words[i] = cute.arch.load(
-                        mLLSs.iterator + cutlass.min(j + lanes * i, 2 * self.tq - 1) * self.m
-                        + r, cutlass.Int64, sem="relaxed", scope="gpu")
-                for g in cutlass.range_constexpr(self.chunk2):
-                    for i in cutlass.range_constexpr(cols):
-                        words[n_ss + g * cols + i] = cute.arch.load(
-                            mLLRows.iterator + r * self.shape.nq
-                            + (c * self.chunk2 + g) * BLOCK_K + j * cols + i, cutlass.Int64,
-                            sem="relaxed", scope="gpu")
-                stale = cutlass.Int32(0)
-                for i in cutlass.range_constexpr(n_ss + self.chunk2 * cols):
-                    if (words[i] >> 32).to(cutlass.Int32) != epoch:
-                        stale = cutlass.Int32(1)
-                spins = spins + 1
-            if stale != 0:
-                mSync[FAILED] = cutlass.Int32(1)
-            for i in cutlass.range_constexpr(n_ss):
-                parts[i] = _ll_value(words[i])
-            for i in cutlass.range_constexpr(self.chunk2 * cols):
-                vals[i] = _ll_value(words[n_ss + i])
-        else:
-            for i in cutlass.range_constexpr(n_ss):
-                parts[i] = mSs[cutlass.min(j + lanes * i, 2 * self.tq - 1), r]
-            for g in cutlass.range_constexpr(self.chunk2):
-                for i in cutlass.range_constexpr(cols):
-                    vals[g * cols + i] = mRows[r, (c * self.chunk2 + g) * BLOCK_K + j * cols
-                                               + i].to(cutlass.Float32)
+        for i in cutlass.range_constexpr(n_ss):
+            parts[i] = mSs[cutlass.min(j + lanes * i, 2 * self.tq - 1), r]
+        for g in cutlass.range_constexpr(self.chunk2):
+            for i in cutlass.range_constexpr(cols):
+                vals[g * cols + i] = mRows[r, (c * self.chunk2 + g) * BLOCK_K + j * cols
+                                           + i].to(cutlass.Float32)
         total = cutlass.Float32(0.0)
         for i in cutlass.range_constexpr(n_ss):
             if j + lanes * i < 2 * self.tq:
@@ -495,8 +429,7 @@ class AttnSide:
                mSx: cute.Tensor, mWsq: cute.Tensor, mWskv: cute.Tensor, mGamma: cute.Tensor,
                mWsb: cute.Tensor, mKvParts: cute.Tensor, mQParts: cute.Tensor, mRows: cute.Tensor,
                mQbParts: cute.Tensor, mSs: cute.Tensor, mArrivals: cute.Tensor,
-               mSync: cute.Tensor, mDump: cute.Tensor, mTrace: cute.Tensor,
-               mLLRows: cute.Tensor, mLLSs: cute.Tensor):
+               mSync: cute.Tensor, mDump: cute.Tensor, mTrace: cute.Tensor):
         groups = self.groups
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
@@ -575,7 +508,7 @@ class AttnSide:
                         self._mark(mTrace, w, t, 2)
                         if last[grp] == 1:
                             self._q_tail(tile, t, epoch, mQParts, mRows, mSs, mArrivals,
-                                         mSync, grp, mLLRows, mLLSs)
+                                         mSync, grp)
                             self._mark(mTrace, w, t, 3)
                     else:
                         kt = tile - self.tq
@@ -591,11 +524,9 @@ class AttnSide:
                     self._gamma(c, t, gam, mGamma)
                     for s in cutlass.range_constexpr(self.chunk2):
                         wsc[s] = mWsb[tile // 2, c * self.chunk2 + s]
-                    if cutlass.const_expr(not self.ll):
-                        self._wait_q(t, epoch, mSync, grp)
+                    self._wait_q(t, epoch, mSync, grp)
                     self._mark(mTrace, w, t, 4)
-                    self._make_x2(c, t, grp, mRows, mSs, gam, s_x2, scales, mDump, tile == 0,
-                                  epoch, mLLRows, mLLSs, mSync)
+                    self._make_x2(c, t, grp, mRows, mSs, gam, s_x2, scales, mDump, tile == 0)
                     self._mark(mTrace, w, t, 5)
                     tiled_mma = self._mma_steps(pipe, grp, own, self.chunk2, tiled_mma, acc, part,
                                                 scale, coords, t_ra, t_rx2, grp * self.chunk2,
@@ -624,8 +555,6 @@ class Work(NamedTuple):
     ss: "object"  # fp32 [2 NQ / 64, M]: each c_q half tile's sums of squares
     arrivals: "object"  # int32 [NQ / 64], zero between launches
     sync: "object"  # int32 [FLAGS + NQ / 64]: epoch, done count, failure, the tiles' flags
-    ll_rows: "object"  # int64 [M, NQ]: c_q's rows as LL words (epoch 0 at first)
-    ll_ss: "object"  # int64 [2 NQ / 64, M]: the sums of squares as LL words
 
 
 def workspace(side: AttnSide, device) -> Work:
@@ -634,9 +563,7 @@ def workspace(side: AttnSide, device) -> Work:
     sync[EPOCH] = 1
     return Work(torch.empty(side.split1, side.m, side.shape.nq, device=device),
                 torch.empty(2 * side.tq, side.m, device=device),
-                torch.zeros(side.tq, dtype=torch.int32, device=device), sync,
-                torch.zeros(side.m, side.shape.nq, dtype=torch.int64, device=device),
-                torch.zeros(2 * side.tq, side.m, dtype=torch.int64, device=device))
+                torch.zeros(side.tq, dtype=torch.int32, device=device), sync)
 
 
 def check_sync(work: Work) -> None:
@@ -649,14 +576,14 @@ def check_sync(work: Work) -> None:
 @functools.lru_cache(maxsize=None)
 def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
              eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True, first_only: bool = False,
-             dump: bool = False, trace: bool = False, late_q_b: bool = True, ll: bool = True):
+             dump: bool = False, trace: bool = False, late_q_b: bool = True):
     """(the AttnSide, its compiled launch) for one row count and shape."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
 
     side = AttnSide(m, shape, split1, split2, eps, groups, pdl, first_only, dump, trace,
-                    late_q_b, ll)
+                    late_q_b)
     e4m3 = torch.float8_e4m3fn
     nq, nkv, k1, nb = shape
     dummy = (torch.empty(side.nx, k1, dtype=e4m3), torch.empty(m, k1 // 128),
@@ -668,8 +595,7 @@ def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
              torch.empty(m, nq, dtype=torch.bfloat16), torch.empty(side.split2, m, nb),
              torch.empty(2 * side.tq, m), torch.empty(side.tq, dtype=torch.int32),
              torch.empty(FLAGS + side.tq, dtype=torch.int32), torch.empty(m, nq),
-             torch.empty(TRACE_WORKERS, len(TRACE_POINTS), dtype=torch.int64),
-             torch.empty(m, nq, dtype=torch.int64), torch.empty(2 * side.tq, m, dtype=torch.int64))
+             torch.empty(TRACE_WORKERS, len(TRACE_POINTS), dtype=torch.int64))
     fn = cute.compile(side, *(from_dlpack(t, assumed_align=16) for t in dummy), 1,
                       cuda.CUstream(0))
     return side, fn
@@ -683,8 +609,7 @@ def _check(name: str, t, shape: tuple, dtype) -> None:
 
 def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_parts,
               work: Work, eps: float = 1e-5, grid: int = 0, pdl: bool = True,
-              first_only: bool = False, dump=None, trace=None, late_q_b: bool = True,
-              ll: bool = True) -> None:
+              first_only: bool = False, dump=None, trace=None, late_q_b: bool = True) -> None:
     """q_a|kv_a then q_b in one launch on the current torch stream (the module docstring);
     graph-capturable. Shapes: xq e4m3 [>= x_rows(M), K1], sx fp32 [M, K1/128]; wq e4m3
     [NQ, K1], wkv [NKV, K1], wb [NB, NQ] with fp32 block scales; gamma bf16 [NQ]; outputs
@@ -695,8 +620,7 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     first_only: measurement only, q_a|kv_a's units alone (qb_parts not written).
     dump: testing only, fp32 [M, NQ]: q_b's B operand (c_q normed and quantized), dequantized.
     trace: measurement only, int64 [TRACE_WORKERS, len(TRACE_POINTS)] (TRACE_POINTS).
-    late_q_b: q_b's weights asked for after q_a|kv_a's (AttnSide.late_q_b); ll: c_q handed
-    to q_b as LL words (AttnSide.ll)."""
+    late_q_b: q_b's weights asked for after q_a|kv_a's (AttnSide.late_q_b)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
@@ -704,7 +628,7 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     m, nq = q_rows.shape
     shape = Shape(nq, wkv.shape[0], wq.shape[1], wb.shape[0])
     side, fn = compiled(m, shape, kv_parts.shape[0], qb_parts.shape[0], eps, GROUPS, pdl,
-                        first_only, dump is not None, trace is not None, late_q_b, ll)
+                        first_only, dump is not None, trace is not None, late_q_b)
     nx, (_, nkv, k1, nb) = side.nx, shape
     if xq.shape[0] < nx:
         raise ValueError(f"attn_side: xq needs at least {nx} rows for {m}, got {xq.shape[0]}")
@@ -721,9 +645,7 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
             ("q_parts", work.q_parts, (side.split1, m, nq), f32),
             ("ss", work.ss, (2 * side.tq, m), f32),
             ("arrivals", work.arrivals, (side.tq,), torch.int32),
-            ("sync", work.sync, (FLAGS + side.tq,), torch.int32),
-            ("ll_rows", work.ll_rows, (m, nq), torch.int64),
-            ("ll_ss", work.ll_ss, (2 * side.tq, m), torch.int64)):
+            ("sync", work.sync, (FLAGS + side.tq,), torch.int32)):
         _check(name, t, shp, dt)
     if dump is not None:
         _check("dump", dump, (m, nq), f32)
@@ -736,7 +658,7 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     fn(*(from_dlpack(t, assumed_align=16) for t in (
         xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, work.q_parts, q_rows, qb_parts,
         work.ss, work.arrivals, work.sync, dump if dump is not None else work.q_parts[0],
-        trace, work.ll_rows, work.ll_ss)), grid, stream)
+        trace)), grid, stream)
 
 
 @functools.lru_cache(maxsize=None)
