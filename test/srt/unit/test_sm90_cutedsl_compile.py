@@ -48,6 +48,23 @@ MOE_FORMS = [("gate_up", 1, 256, 6144, 256, 9, 1, 0, 2, True),
              ("experts", 4, 1024, 512, 8, 9, 3, 0, 2, False)]
 
 
+ATTN_SIDE_SCRIPT = """
+import sys
+sys.path.insert(0, {ext!r})
+from sgl_kernel_ext.nvidia.sm90 import attn_side as Q
+for m, shape, kw in {forms!r}:
+    side, _ = Q.compiled(m, Q.Shape(*shape), **kw)
+    print("compiled", m, shape, kw, side.split1, side.split2, side.stages)
+"""
+# attn_side (rows, Shape, options): one TP8 rank at 1 and 16 rows (launched dependent, with
+# the test's dump and the probe's trace), plainly launched with q_b's weights asked for
+# beside q_a|kv_a's, and a small shape whose sums of squares fill fewer lanes than a row's
+ATTN_SIDE_FORMS = [(1, (2048, 576, 6144, 2048), {"dump": True}),
+                   (16, (2048, 576, 6144, 2048), {"trace": True}),
+                   (9, (2048, 576, 6144, 2048), {"pdl": False, "late_q_b": False}),
+                   (3, (512, 192, 1024, 512), {})]
+
+
 ATTN_SCRIPT = """
 import sys
 sys.path.insert(0, {ext!r})
@@ -128,6 +145,16 @@ def test_fp8_mma_compiles_for_sm90a(tmp_path):
     cubins = _compile(tmp_path, SCRIPT, SHAPES)
     assert len(cubins) == len(SHAPES), [p.name for p in tmp_path.iterdir()]
     _check_sass(cubins)
+
+
+def test_attn_side_compiles_for_sm90a(tmp_path):
+    """The attention side's one launch (q_a|kv_a, then q_b on c_q normed in its units): the
+    TMA weight ring and the FP8 wgmma (64x8 and 64x16) in each form's SASS."""
+    for i, form in enumerate(ATTN_SIDE_FORMS):  # one folder each: the cubins' names are alike
+        (tmp_path / str(i)).mkdir()
+        cubins = _compile(tmp_path / str(i), ATTN_SIDE_SCRIPT, [form])
+        assert len(cubins) == 1, [p.name for p in (tmp_path / str(i)).iterdir()]
+        _check_sass(cubins, wgmma="QGMMA.64x16x32" if form[0] > 8 else "QGMMA.64x8x32")
 
 
 def test_sparse_mla_compiles_for_sm90a(tmp_path):

@@ -627,8 +627,10 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
 
     m, nq = q_rows.shape
     shape = Shape(nq, wkv.shape[0], wq.shape[1], wb.shape[0])
-    side, fn = compiled(m, shape, kv_parts.shape[0], qb_parts.shape[0], eps, GROUPS, pdl,
-                        first_only, dump is not None, trace is not None, late_q_b)
+    # the form's derived sizes (and its refusals) before anything is compiled
+    options = (kv_parts.shape[0], qb_parts.shape[0], eps, GROUPS, pdl, first_only,
+               dump is not None, trace is not None, late_q_b)
+    side = AttnSide(m, shape, *options)
     nx, (_, nkv, k1, nb) = side.nx, shape
     if xq.shape[0] < nx:
         raise ValueError(f"attn_side: xq needs at least {nx} rows for {m}, got {xq.shape[0]}")
@@ -639,6 +641,7 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
             ("wq", wq, (nq, k1), e4m3), ("wsq", wsq, (nq // 128, k1 // 128), f32),
             ("wkv", wkv, (nkv, k1), e4m3), ("wskv", wskv, (-(-nkv // 128), k1 // 128), f32),
             ("gamma", gamma, (nq,), torch.bfloat16), ("wb", wb, (nb, nq), e4m3),
+            ("q_rows", q_rows, (m, nq), torch.bfloat16),
             ("wsb", wsb, (-(-nb // 128), nq // 128), f32),
             ("kv_parts", kv_parts, (side.split1, m, nkv), f32),
             ("qb_parts", qb_parts, (side.split2, m, nb), f32),
@@ -653,7 +656,12 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
         _check("trace", trace, (TRACE_WORKERS, len(TRACE_POINTS)), torch.int64)
     else:
         trace = _untraced(q_rows.device)
-    grid = grid or torch.cuda.get_device_properties(q_rows.device).multi_processor_count
+    sms = torch.cuda.get_device_properties(q_rows.device).multi_processor_count
+    if grid > sms:
+        raise ValueError(f"attn_side: grid {grid} > the {sms} SMs: its waits need every CTA "
+                         "resident at once")
+    _, fn = compiled(m, shape, *options)
+    grid = grid or sms
     stream = cuda.CUstream(torch.cuda.current_stream(q_rows.device).cuda_stream)
     fn(*(from_dlpack(t, assumed_align=16) for t in (
         xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, work.q_parts, q_rows, qb_parts,

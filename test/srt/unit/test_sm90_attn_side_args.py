@@ -1,0 +1,67 @@
+"""sm90 attn_side's host side, on CPU: its derived sizes for one GLM-5.3 TP8 rank (K splits,
+units, the ring within shared memory, q_b's prologue lanes), and each wrong argument refused
+with a message naming it before anything is compiled or launched."""
+
+import pytest
+import torch
+
+pytest.importorskip("cutlass.cute", reason="CuTe DSL (nvidia-cutlass-dsl) is not installed")
+
+from sgl_kernel_ext.nvidia.sm90 import attn_side as A  # noqa: E402
+
+SMALL = A.Shape(nq=512, nkv=192, k1=1024, nb=512)
+M = 3
+
+
+def test_tp8_rank_sizes():
+    for m, nx, lanes in ((1, 8, 32), (4, 8, 32), (8, 8, 16), (9, 16, 8), (16, 16, 8)):
+        side = A.AttnSide(m)
+        assert (side.split1, side.split2, side.chunk1, side.chunk2) == (6, 8, 8, 2)
+        assert (side.units1, side.units) == (41 * 6, 41 * 6 + 32 * 8)
+        assert side.nx == nx and side.lanes == lanes and side.lanes * side.cols == 128
+        # each worker's ring holds a q_a|kv_a unit's slots and q_b's B tiles fit beside it
+        assert side.per >= side.chunk1 and side.stages * side.slot_bytes < A.SMEM_BYTES
+
+
+def _args(**over):
+    e4m3 = torch.float8_e4m3fn
+    side = A.AttnSide(M, SMALL)
+    nq, nkv, k1, nb = SMALL
+    work = A.Work(torch.zeros(side.split1, M, nq), torch.zeros(2 * side.tq, M),
+                  torch.zeros(side.tq, dtype=torch.int32),
+                  torch.zeros(A.FLAGS + side.tq, dtype=torch.int32))
+    a = dict(xq=torch.zeros(8, k1, dtype=e4m3), sx=torch.zeros(M, k1 // 128),
+             wq=torch.zeros(nq, k1, dtype=e4m3), wsq=torch.zeros(nq // 128, k1 // 128),
+             wkv=torch.zeros(nkv, k1, dtype=e4m3), wskv=torch.zeros(2, k1 // 128),
+             gamma=torch.zeros(nq, dtype=torch.bfloat16), wb=torch.zeros(nb, nq, dtype=e4m3),
+             wsb=torch.zeros(nb // 128, nq // 128),
+             kv_parts=torch.zeros(side.split1, M, nkv),
+             q_rows=torch.zeros(M, nq, dtype=torch.bfloat16),
+             qb_parts=torch.zeros(side.split2, M, nb), work=work)
+    a.update(over)
+    return a
+
+
+WRONG = {
+    "1..16 rows": dict(q_rows=torch.zeros(17, 512, dtype=torch.bfloat16)),
+    "NQ must be a multiple of 256": dict(q_rows=torch.zeros(M, 384, dtype=torch.bfloat16)),
+    "split1 must divide 8": dict(kv_parts=torch.zeros(3, M, 192)),
+    "xq needs at least 8 rows": dict(xq=torch.zeros(4, 1024, dtype=torch.float8_e4m3fn)),
+    "gamma must be a contiguous torch.bfloat16": dict(gamma=torch.zeros(512)),
+    "q_rows must be": dict(q_rows=torch.zeros(M, 512)),
+    "wsb must be": dict(wsb=torch.zeros(4, 3)),
+    "sx must be": dict(sx=torch.zeros(M + 1, 8)),
+}
+
+
+@pytest.mark.parametrize("message", list(WRONG))
+def test_refuses(message):
+    with pytest.raises(ValueError, match=message):
+        A.attn_side(**_args(**WRONG[message]))
+
+
+def test_refuses_another_steps_work():
+    other = A.Work(torch.zeros(4, M, 512), torch.zeros(16, M), torch.zeros(8, dtype=torch.int32),
+                   torch.zeros(A.FLAGS + 8, dtype=torch.int32))
+    with pytest.raises(ValueError, match="q_parts must be"):
+        A.attn_side(**_args(work=other))
