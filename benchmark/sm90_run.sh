@@ -18,7 +18,8 @@
 # sparse_mla's tests and release_run.sh bench (the layer table, step and timeline) with CuTe
 # DSL installed (carry .stage2 and .cache/upstream). `check`: compute-sanitizer memcheck and
 # racecheck on sparse_mla, then release_run.sh tests (the GPU suite) with CuTe DSL installed.
-# `attn_side`: nvidia/sm90/attn_side's GPU tests, then benchmark/attn_side_probe.py.
+# `attn_side`: nvidia/sm90/attn_side's GPU tests, then benchmark/attn_side_probe.py (and with
+# ATTN_SIDE_SANITIZE=1 compute-sanitizer memcheck and racecheck on its small-shape test).
 set -u
 mode=${1:-all}
 shift || true
@@ -129,6 +130,16 @@ if [ "$mode" = attn_side ]; then  # attn_side's GPU tests (ATTN_SIDE_K: a -k), t
     -p no:warnings -k "${ATTN_SIDE_K:-}" 2>&1 | tee "$L/pytest_attn_side_${BENCH_COMMIT:-x}.log" | tail -15
   timeout 240 python3 -m benchmark.attn_side_probe --out "$OUT" "$@" 2>&1 | grep -v Warn |
     tee "$L/attn_side_probe_${BENCH_COMMIT:-x}.log"
+  if [ "${ATTN_SIDE_SANITIZE:-0}" = 1 ]; then  # memcheck and racecheck on the small shape
+    san="compute-sanitizer --report-api-errors no --error-exitcode 9"
+    for tool in memcheck racecheck; do
+      timeout 150 $san --tool $tool python3 -m pytest -q -x -p no:warnings \
+        test/srt/kernels/test_sm90_attn_side.py -k small \
+        > "$L/sanitizer_attn_side_${tool}_${BENCH_COMMIT:-x}.log" 2>&1
+      echo "compute-sanitizer $tool (attn_side, small shape) rc=$?"
+      grep -v "^$" "$L/sanitizer_attn_side_${tool}_${BENCH_COMMIT:-x}.log" | tail -2
+    done
+  fi
 fi
 if [ "$mode" = verify ]; then  # the layer's opt-in tests and fp8_moe's cross-checks, quickly
   timeout 120 python3 -m pytest test/srt/kernels/test_sm90_moe.py -q -k "triton_moe or refuses" \
