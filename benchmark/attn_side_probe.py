@@ -14,9 +14,26 @@ Arms (one GLM-5.3 TP8 rank: q_a|kv_a 2624 x 6144, q_b 2048 x 2048, FP8 block-128
 Both Triton arms run under the layer's overlap (programmatic dependent launches) and also
 write the KV-cache row (c_kv's norm, rope), which attn_side leaves to a later stage. Each arm
 is timed in a CUDA graph cycling through enough weight copies that none stays in L2
-(``gemv_probe.graph_time``); the floor is the weights' bytes over the measured copy bandwidth.
+(``gemv_probe.graph_time``); the floor is the weights' bytes over the copy bandwidth that
+decode_layer's floors use (``harness.measure_bandwidth``). ``--trace`` adds one cold launch
+a row count with each worker's phases timed (``attn_side.TRACE_POINTS``).
 
     PYTHONPATH=python:sgl-kernel-ext:. python3 -m benchmark.attn_side_probe --out $OUT
+
+On an H200 (results/attn_side_probe_20261204T145411Z, acd07c0; floor 4.83 us):
+
+    rows          1      2      4      8     12     16
+    attn_side  11.52  11.75  11.74  11.99  12.75  13.62
+    _nopdl     13.17  12.71  12.95  13.11  14.02  14.41
+    _early_q_b 12.83  12.34  12.60  12.80  13.38  14.21
+    q_a|kv_a    8.64   8.88   9.19   9.17   8.77   9.04   (its first stage alone)
+    _hot        9.89  10.08  10.20  10.62  11.16  11.86   (weights in L2)
+    stages3    11.14  11.14  11.44  11.70  11.80  12.33
+    stages2    13.20  13.22  13.35  13.52  13.83  14.48
+
+attn_side's module docstring has its trace and what each change bought. Alone like this,
+stages2 (the layer's form at 1-2 rows, mla.LATENT_IN_Q_B_MAX_ROWS) is ~2 us slower than
+stages3; the layer chose it from a layer-level A/B, which this probe does not repeat.
 """
 
 from __future__ import annotations

@@ -16,8 +16,10 @@ Structure: one CTA per SM (every CTA resident: the waits below assume it), a pro
 a consumer warpgroup a worker, each worker with its own part of the shared-memory ring (ring.py
 says why). Units are numbered stage by stage, (64-row tile, K chunk) each; worker w takes
 units w, w + W, ... (W workers), so every worker finishes its q_a|kv_a units before its q_b
-units, and its producer streams the q_b weight tiles into the ring without waiting for
-anything but ring space: they are in shared memory before their unit's inputs exist.
+units. Launched programmatically dependent, the producers issue their first lap of q_a|kv_a
+weight tiles before waiting for the previous kernel, x's tiles after; q_b's weight tiles
+only once the worker's q_a|kv_a tiles have landed (``late_q_b``: HBM then serves q_a|kv_a's
+16 MB alone, and q_b's 4 MB arrive during c_q's reduction and norm).
 - q_a|kv_a units (fp8_mma's consumer): W tiles and x tiles by TMA, the scratch product scaled
   into fp32, stored as the unit's K chunk. A c_q tile's last chunk to arrive (one atomic a
   unit) sums the chunks into bf16 rows and each row's sum of squares over its 64 columns, then
@@ -30,6 +32,35 @@ Epochs: flags hold the launch's epoch (sync[0]); the last CTA to finish bumps it
 launch, so nothing is reset between launches (graph-capturable; arrival counters go back to
 zero in their tail). A wait that outlasts SPIN_LIMIT polls sets sync[2] and gives up (wrong
 output, no hang); ``check_sync`` turns it into an error where the caller can afford a read.
+
+Measured on an H200 (``benchmark/attn_side_probe.py``, weights cycled through 13 copies so
+none stays in L2; results/attn_side_probe_20261204T145411Z at acd07c0, the stage kernels in
+the same run under the layer's overlap; floor 4.83 us for the 20.3 MB):
+
+    rows               1      2      4      8     12     16
+    attn_side      11.52  11.75  11.74  11.99  12.75  13.62 us  (42-35% of the floor)
+    stage kernels  11.14  11.14  11.44  11.70  11.80  12.33 us  (fp8_linear, latent, q_b)
+
+so the one launch is 3-10% slower than the three stage kernels it replaces (which also write
+the KV-cache row). Its trace (``--trace``: each worker's %globaltimer at its phases, one cold
+launch; medians, us after the first worker's start, one row / 16 rows): q_a|kv_a's MMAs done
+5.1 / 5.6 (its 16 MB at ~3.2 TB/s from the start), arrived 5.9 / 6.4, c_q's tails done
+7.2 / 7.9 (max 7.4 / 8.2), the tails' flags seen 8.2 / 9.0, q_b's x made 9.0 / 11.0, q_b
+done 9.5 / 11.5: after q_a|kv_a's stream, one split-K reduction, the norm and the next linear
+cost ~4.4 us at one row (arrival 0.8, tail 1.3, flag 1.0, prologue 0.8, MMA 0.5) and ~6 at 16,
+where the probe's skeleton charged a dependency 1.2-1.8 us. Each measured step, in the same
+runs (T143538Z .. T145411Z): the tail's and the prologue's loads issued together rather than
+row by row (the tail 3.3 -> 1.8 us at 16 rows), gamma and q_b's weight scales read before the
+wait, the arrival without a fence a thread (-0.9 / -2.8 us a launch at 1 / 16 rows, c6a5195
+against f329e10); q_b's weights after q_a|kv_a's (-0.6..-1.3 us: the ``_early_q_b`` arm,
+T144145Z, T145411Z); the prologue with 128 / M lanes a row (its step 1.5 -> 1.0 us at one
+row in the trace, the launch within noise: 477ba4b against 4ae4153); launched dependent
+-0.8..-1.7 us (``_nopdl`` arm; its CTAs cannot sit beside the previous launch's:
+123 registers x 384 threads and ~200 KB of shared memory a CTA). Tried and reverted (code
+at f15e81a, T144940Z): c_q's rows and sums of squares as LL words (value and epoch in one
+64-bit store) polled by the q_b units' own loads, no fence and no flag: correct, but 11.45
+-> 18.0 us at one row and 27 at 8, every q_b unit's threads polling ~10 words each starving
+the tails' stores.
 """
 
 from __future__ import annotations
