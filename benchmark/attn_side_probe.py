@@ -5,8 +5,7 @@ same work in the fused layer, at 1-16 rows, in the same run.
 Arms (one GLM-5.3 TP8 rank: q_a|kv_a 2624 x 6144, q_b 2048 x 2048, FP8 block-128):
 - ``attn_side``: one launch (programmatically dependent on the one before); ``_nopdl``
   launched plainly; ``_early_q_b`` with q_b's weights asked for beside q_a|kv_a's (not after
-  them); ``_packed`` with c_q tiles' arrival counters and flags in consecutive words (one or
-  two 128-byte lines for all); ``q_a|kv_a_only`` its first stage alone (measurement form); ``_hot`` on
+  them); ``q_a|kv_a_only`` its first stage alone (measurement form); ``_hot`` on
   one weight copy (in L2: the launch's latency without HBM).
 - ``stages3``: fp8_linear (q_a|kv_a's K chunks), latent (c_q normed and quantized; the
   KV-cache row), fp8_linear (q_b): the layer's form from 3 rows.
@@ -113,11 +112,11 @@ def main() -> None:
         qb_parts = torch.empty(side.split2, m, nb, device=dev)
         work = A.workspace(side, dev)
 
-        def one_launch(i, pdl=True, first_only=False, late_q_b=True, spread=True):
+        def one_launch(i, pdl=True, first_only=False, late_q_b=True):
             w = ws[i]
             A.attn_side(xq, sx, w["wq"], w["wsq"], w["wkv"], w["wskv"], gamma, w["wb"],
                         w["wsb"], kv_parts, q_rows, qb_parts, work, eps=EPS, pdl=pdl,
-                        first_only=first_only, late_q_b=late_q_b, spread=spread)
+                        first_only=first_only, late_q_b=late_q_b)
 
         bn1, g1, s1 = fp8_linear.tiling(nq + nkv, k1)
         bn2, g2, s2 = fp8_linear.tiling(nb, nq)
@@ -152,7 +151,6 @@ def main() -> None:
                 "attn_side_nopdl": graph_time(lambda i: one_launch(i, pdl=False), copies),
                 "attn_side_early_q_b": graph_time(lambda i: one_launch(i, late_q_b=False),
                                                   copies),
-                "attn_side_packed": graph_time(lambda i: one_launch(i, spread=False), copies),
                 "q_a|kv_a_only": graph_time(lambda i: one_launch(i, first_only=True), copies),
                 "attn_side_hot": graph_time(lambda i: one_launch(0), copies)}
         A.check_sync(work)

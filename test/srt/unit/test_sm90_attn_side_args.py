@@ -28,8 +28,8 @@ def _args(**over):
     side = A.AttnSide(M, SMALL)
     nq, nkv, k1, nb = SMALL
     work = A.Work(torch.zeros(side.split1, M, nq), torch.zeros(2 * side.tq, M),
-                  torch.zeros(side.tq * A.SPREAD, dtype=torch.int32),
-                  torch.zeros(A.FLAGS + side.tq * A.SPREAD, dtype=torch.int32))
+                  torch.zeros(side.tq, dtype=torch.int32),
+                  torch.zeros(A.FLAGS + side.tq, dtype=torch.int32))
     a = dict(xq=torch.zeros(8, k1, dtype=e4m3), sx=torch.zeros(M, k1 // 128),
              wq=torch.zeros(nq, k1, dtype=e4m3), wsq=torch.zeros(nq // 128, k1 // 128),
              wkv=torch.zeros(nkv, k1, dtype=e4m3), wskv=torch.zeros(2, k1 // 128),

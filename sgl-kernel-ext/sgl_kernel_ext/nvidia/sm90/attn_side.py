@@ -85,9 +85,6 @@ SPIN_LIMIT = 1 << 24  # polls before a wait gives up (seconds on an H200)
 # sync words: 0 the epoch (starts at 1), 1 CTAs done, 2 a wait gave up; c_q tile t's flag
 # at FLAGS + t
 EPOCH, DONE, FAILED, FLAGS = 0, 1, 2, 8
-# words a c_q tile's arrival counter and flag take (the buffers' sizes): with `spread` each on
-# a 128-byte line of its own, away from the lines the other tiles' atomics and polls hammer
-SPREAD = 32
 # measurement only (trace=True): each worker's %globaltimer (ns) at these points of its last
 # units, into trace int64 [TRACE_WORKERS, len(TRACE_POINTS)] (0: not reached)
 TRACE_POINTS = ("start", "q_a|kv_a mma", "arrived", "c_q tail", "c_q seen", "x made",
@@ -122,7 +119,7 @@ class AttnSide:
     def __init__(self, m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
                  eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True,
                  first_only: bool = False, dump: bool = False, trace: bool = False,
-                 late_q_b: bool = True, spread: bool = True):
+                 late_q_b: bool = True):
         if not 1 <= m <= MAX_ROWS:
             raise ValueError(f"attn_side takes 1..{MAX_ROWS} rows, got {m}")
         nq, nkv, k1, nb = shape
@@ -155,8 +152,6 @@ class AttnSide:
         # q_b's weight tiles asked of HBM only after the worker's q_a|kv_a tiles landed (they
         # have c_q's reduction and norm to arrive in), so q_a|kv_a's stream alone
         self.late_q_b = late_q_b
-        # c_q tiles' arrival counters and flags a line each (SPREAD words apart), or packed
-        self.spread = SPREAD if spread else 1
         self.slot_bytes = (BLOCK_M + self.nx) * BLOCK_K
         # q_b's prologue: `lanes` threads a row (M rounded up to a power of two, >= 4), each
         # norming `cols` columns of each group
@@ -356,16 +351,15 @@ class AttnSide:
                 mSs[2 * tile + warp % 2, r] = sq
         cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
         if t == 0:
-            mArrivals[tile * self.spread] = cutlass.Int32(0)
+            mArrivals[tile] = cutlass.Int32(0)
             cute.arch.fence_acq_rel_gpu()
-            cute.arch.store(mSync.iterator + FLAGS + tile * self.spread, epoch, sem="relaxed",
-                            scope="gpu")
+            cute.arch.store(mSync.iterator + FLAGS + tile, epoch, sem="relaxed", scope="gpu")
 
     @cute.jit
     def _wait_q(self, t, epoch, mSync: cute.Tensor, grp):
         """Until every c_q tile's flag holds the epoch (acquire, then the warpgroup)."""
         if t < self.tq:
-            ptr = mSync.iterator + FLAGS + t * self.spread
+            ptr = mSync.iterator + FLAGS + t
             spins = cutlass.Int32(0)
             seen = cute.arch.load(ptr, cutlass.Int32, sem="relaxed", scope="gpu")
             while seen != epoch and spins < SPIN_LIMIT:
@@ -541,7 +535,7 @@ class AttnSide:
                                                     mWsq, tile // 2, g0, mSx, scales, wsc)
                         self._mark(mTrace, w, t, 1)
                         self._store(acc, coords, mQParts, c, tile)
-                        self._arrive(last, grp, t, mArrivals.iterator + tile * self.spread)
+                        self._arrive(last, grp, t, mArrivals.iterator + tile)
                         self._mark(mTrace, w, t, 2)
                         if last[grp] == 1:
                             self._q_tail(tile, t, epoch, mQParts, mRows, mSs, mArrivals,
@@ -590,17 +584,17 @@ class Work(NamedTuple):
     the flags' epochs carry from launch to launch)."""
     q_parts: "object"  # fp32 [S1, M, NQ]: c_q's K chunks
     ss: "object"  # fp32 [2 NQ / 64, M]: each c_q half tile's sums of squares
-    arrivals: "object"  # int32 [NQ / 64 x SPREAD], zero between launches
-    sync: "object"  # int32 [FLAGS + NQ / 64 x SPREAD]: epoch, done count, failure, the flags
+    arrivals: "object"  # int32 [NQ / 64], zero between launches
+    sync: "object"  # int32 [FLAGS + NQ / 64]: epoch, done count, failure, the tiles' flags
 
 
 def workspace(side: AttnSide, device) -> Work:
     import torch
-    sync = torch.zeros(FLAGS + side.tq * SPREAD, dtype=torch.int32, device=device)
+    sync = torch.zeros(FLAGS + side.tq, dtype=torch.int32, device=device)
     sync[EPOCH] = 1
     return Work(torch.empty(side.split1, side.m, side.shape.nq, device=device),
                 torch.empty(2 * side.tq, side.m, device=device),
-                torch.zeros(side.tq * SPREAD, dtype=torch.int32, device=device), sync)
+                torch.zeros(side.tq, dtype=torch.int32, device=device), sync)
 
 
 def check_sync(work: Work) -> None:
@@ -613,15 +607,14 @@ def check_sync(work: Work) -> None:
 @functools.lru_cache(maxsize=None)
 def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
              eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True, first_only: bool = False,
-             dump: bool = False, trace: bool = False, late_q_b: bool = True,
-             spread: bool = True):
+             dump: bool = False, trace: bool = False, late_q_b: bool = True):
     """(the AttnSide, its compiled launch) for one row count and shape."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
 
     side = AttnSide(m, shape, split1, split2, eps, groups, pdl, first_only, dump, trace,
-                    late_q_b, spread)
+                    late_q_b)
     e4m3 = torch.float8_e4m3fn
     nq, nkv, k1, nb = shape
     dummy = (torch.empty(side.nx, k1, dtype=e4m3), torch.empty(m, k1 // 128),
@@ -631,8 +624,8 @@ def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
              torch.empty(nb // 128 if nb % 128 == 0 else nb // 128 + 1, nq // 128),
              torch.empty(side.split1, m, nkv), torch.empty(side.split1, m, nq),
              torch.empty(m, nq, dtype=torch.bfloat16), torch.empty(side.split2, m, nb),
-             torch.empty(2 * side.tq, m), torch.empty(side.tq * SPREAD, dtype=torch.int32),
-             torch.empty(FLAGS + side.tq * SPREAD, dtype=torch.int32), torch.empty(m, nq),
+             torch.empty(2 * side.tq, m), torch.empty(side.tq, dtype=torch.int32),
+             torch.empty(FLAGS + side.tq, dtype=torch.int32), torch.empty(m, nq),
              torch.empty(TRACE_WORKERS, len(TRACE_POINTS), dtype=torch.int64))
     fn = cute.compile(side, *(from_dlpack(t, assumed_align=16) for t in dummy), 1,
                       cuda.CUstream(0))
@@ -647,8 +640,7 @@ def _check(name: str, t, shape: tuple, dtype) -> None:
 
 def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_parts,
               work: Work, eps: float = 1e-5, grid: int = 0, pdl: bool = True,
-              first_only: bool = False, dump=None, trace=None, late_q_b: bool = True,
-              spread: bool = True) -> None:
+              first_only: bool = False, dump=None, trace=None, late_q_b: bool = True) -> None:
     """q_a|kv_a then q_b in one launch on the current torch stream (the module docstring);
     graph-capturable. Shapes: xq e4m3 [>= x_rows(M), K1], sx fp32 [M, K1/128]; wq e4m3
     [NQ, K1], wkv [NKV, K1], wb [NB, NQ] with fp32 block scales; gamma bf16 [NQ]; outputs
@@ -659,8 +651,7 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     first_only: measurement only, q_a|kv_a's units alone (qb_parts not written).
     dump: testing only, fp32 [M, NQ]: q_b's B operand (c_q normed and quantized), dequantized.
     trace: measurement only, int64 [TRACE_WORKERS, len(TRACE_POINTS)] (TRACE_POINTS).
-    late_q_b: q_b's weights asked for after q_a|kv_a's (AttnSide.late_q_b); spread: the
-    tiles' counters and flags a line each (AttnSide.spread)."""
+    late_q_b: q_b's weights asked for after q_a|kv_a's (AttnSide.late_q_b)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
@@ -669,7 +660,7 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     shape = Shape(nq, wkv.shape[0], wq.shape[1], wb.shape[0])
     # the form's derived sizes (and its refusals) before anything is compiled
     options = (kv_parts.shape[0], qb_parts.shape[0], eps, GROUPS, pdl, first_only,
-               dump is not None, trace is not None, late_q_b, spread)
+               dump is not None, trace is not None, late_q_b)
     side = AttnSide(m, shape, *options)
     nx, (_, nkv, k1, nb) = side.nx, shape
     if xq.shape[0] < nx:
@@ -687,8 +678,8 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
             ("qb_parts", qb_parts, (side.split2, m, nb), f32),
             ("q_parts", work.q_parts, (side.split1, m, nq), f32),
             ("ss", work.ss, (2 * side.tq, m), f32),
-            ("arrivals", work.arrivals, (side.tq * SPREAD,), torch.int32),
-            ("sync", work.sync, (FLAGS + side.tq * SPREAD,), torch.int32)):
+            ("arrivals", work.arrivals, (side.tq,), torch.int32),
+            ("sync", work.sync, (FLAGS + side.tq,), torch.int32)):
         _check(name, t, shp, dt)
     if dump is not None:
         _check("dump", dump, (m, nq), f32)
