@@ -509,10 +509,10 @@ class AttnSide:
             if cutlass.const_expr(self.pdl):
                 cute.arch.griddepcontrol_wait()
             epoch = mSync[EPOCH]
-            self._mark(mTrace, (wg - 1) * grid + bidx, tidx % 128, 0)
             grp = wg - 1
             t = tidx % 128
             w = grp * grid + bidx
+            self._mark(mTrace, w, t, 0)
             thr_mma = tiled_mma.get_slice(t)
             t_ra = tiled_mma.make_fragment_A(thr_mma.partition_A(s_a))
             t_rb = tiled_mma.make_fragment_B(thr_mma.partition_B(s_b))
