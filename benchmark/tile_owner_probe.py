@@ -11,6 +11,9 @@ halves / thirds on 41 / 82 / 123 CTAs with one consumer warpgroup holding the wh
 (the most bytes in flight an SM), over weight copies that leave none in L2.
 
     PYTHONPATH=python:sgl-kernel-ext:. python3 -m benchmark.tile_owner_probe --out $OUT
+
+Not yet run: written 2026-12-04 when that session's device time ran out (its fp8_mma forms
+compile for sm_90a on CPU). Run it before building on the idea: one CuTe DSL call, ~2 min.
 """
 
 from __future__ import annotations
