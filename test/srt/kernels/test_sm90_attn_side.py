@@ -130,8 +130,9 @@ def check(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 20):
           f"{off.numel()} elements, {int(groups.sum())} (row, group)s")
     assert off.double().mean() <= 1e-2, (
         f"q_b's x: {int(off.sum())} of {off.numel()} elements differ, in {int(groups.sum())} "
-        f"(row, group)s {groups.nonzero().tolist()[:8]}; their amax/448 {got_s[groups].tolist()[:4]} "
-        f"against {ref_s[groups].tolist()[:4]}; first values {xb[off].tolist()[:6]} against "
+        f"(row, group)s {groups.nonzero().tolist()[:8]}; their amax/448 "
+        f"{got_s[groups].tolist()[:4]} against {ref_s[groups].tolist()[:4]}; first values "
+        f"{xb[off].tolist()[:6]} against "
         f"{ref_x[off].tolist()[:6]}")
     assert ((xb - ref_x).abs() <= 2.0 ** -3 * ref_x.abs() + 2.0 ** -9 * ref_s.repeat_interleave(
         128, 1) + 1e-30).all(), "q_b's x: an element beyond one e4m3 step"

@@ -124,6 +124,8 @@ class AttnSide:
                  late_q_b: bool = True):
         if not 1 <= m <= MAX_ROWS:
             raise ValueError(f"attn_side takes 1..{MAX_ROWS} rows, got {m}")
+        if not 1 <= groups <= 4:
+            raise ValueError("attn_side: 1-4 workers a CTA (one producer warp each)")
         nq, nkv, k1, nb = shape
         # NQ: whole 128-column groups, its half tiles' sums of squares in steps of 8
         if nq % 256 or k1 % BLOCK_K or nkv % BLOCK_M or nb % BLOCK_M:
@@ -164,17 +166,15 @@ class AttnSide:
         self.per = (SMEM_BYTES - 4096 - xbuf) // self.slot_bytes // groups
         self.stages = self.per * groups
         self.threads = 128 * (1 + groups)
-        if groups > 4:
-            raise ValueError("attn_side: at most 4 workers a CTA (one producer warp each)")
 
     # --- host side -------------------------------------------------------------------------
     @cute.jit
     def __call__(self, xq: cute.Tensor, sx: cute.Tensor, wq: cute.Tensor, wsq: cute.Tensor,
                  wkv: cute.Tensor, wskv: cute.Tensor, gamma: cute.Tensor, wb: cute.Tensor,
                  wsb: cute.Tensor, kv_parts: cute.Tensor, q_parts: cute.Tensor,
-                 q_rows: cute.Tensor, qb_parts: cute.Tensor, ss: cute.Tensor, arrivals: cute.Tensor,
-                 sync: cute.Tensor, dump: cute.Tensor, trace: cute.Tensor,
-                 grid: cutlass.Int32, stream):
+                 q_rows: cute.Tensor, qb_parts: cute.Tensor, ss: cute.Tensor,
+                 arrivals: cute.Tensor, sync: cute.Tensor, dump: cute.Tensor,
+                 trace: cute.Tensor, grid: cutlass.Int32, stream):
         e4m3 = cutlass.Float8E4M3FN
         tiled_mma, a_layout, b_layout = ring.mma_and_layouts(self.nx, self.stages, self.stages)
         x2_layout = ring.mma_and_layouts(self.nx, 1, self.groups * self.chunk2)[2]
