@@ -212,7 +212,6 @@ class AttnSide:
         v = u - self.units1
         return v // self.split2, v % self.split2
 
-
     # --- producer ----------------------------------------------------------------------------
     @cute.jit
     def _produce(self, pipe, grp, w, workers, tma_q, t_gq, tma_kv, t_gkv, tma_b, t_gb, t_sa,
@@ -449,6 +448,7 @@ class AttnSide:
 
     @cute.jit
     def _mark(self, mTrace: cute.Tensor, w, t, point: cutlass.Constexpr):
+        """Measurement only: worker w's %globaltimer at TRACE_POINTS[point] (thread 0)."""
         if cutlass.const_expr(self.trace):
             if t == 0 and w < TRACE_WORKERS:
                 mTrace[w, point] = cute.arch.globaltimer().to(cutlass.Int64)
