@@ -39,9 +39,14 @@ def main() -> None:
     ws, ss, base = weight_copies(N, K, bw, dev)
     tiles = -(-N // 64)
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    # (K chunks, CTAs, consumer warpgroups): the default, then tiles owned by fewer CTAs
-    forms = [(fp8_mma.split_for(N, K), sms, 2), (6, sms, 1), (3, min(3 * tiles, sms), 1),
-             (2, 2 * tiles, 1), (1, tiles, 1), (1, tiles, 2)]
+    # (K chunks, CTAs, consumer warpgroups, unit scales): the default, then tiles owned by
+    # fewer CTAs (two consumer warpgroups a CTA each on its own half tile: 2 x tiles / 2),
+    # each with the unit's scales staged at its start and loaded slot by slot
+    forms = [(split, grid, groups, unit)
+             for split, grid, groups in ((fp8_mma.split_for(N, K), sms, 2),
+                                         (3, min(3 * tiles, sms), 1), (2, 2 * tiles, 1),
+                                         (2, tiles, 2), (1, tiles, 1))
+             for unit in (True, False)]
     rows = []
     print(f"bandwidth {bw / 1e12:.2f} TB/s; q_a|kv_a {N} x {K}: {base['bytes'] / 1e6:.1f} MB, "
           f"floor {base['floor_us']:.2f} us; {len(ws)} weight copies", flush=True)
@@ -49,16 +54,17 @@ def main() -> None:
         xq = torch.randn(fp8_mma.x_rows(m), K, device=dev).to(torch.float8_e4m3fn)
         sx = torch.rand(m, K // 128, device=dev) + 0.5
         line = []
-        for split, grid, groups in forms:
+        for split, grid, groups, unit in forms:
             parts = torch.empty(split, m, N, device=dev)
             us = graph_time(lambda i: fp8_mma.fp8_mma(xq, sx, ws[i], ss[i], parts, grid=grid,
-                                                      groups=groups), len(ws))
-            rows.append(dict(base, m=m, split=split, grid=grid, groups=groups, us=us,
-                             frac_floor=base["floor_us"] / us,
+                                                      groups=groups, unit_scales=unit), len(ws))
+            rows.append(dict(base, m=m, split=split, grid=grid, groups=groups, unit_scales=unit,
+                             us=us, frac_floor=base["floor_us"] / us,
                              per_sm_gb_s=base["bytes"] / min(grid, split * tiles) / us / 1e3))
-            line.append(f"split {split} x {grid} CTAs x {groups} wg {us:6.2f} us "
+            line.append(f"split {split} x {grid} CTAs x {groups} wg, "
+                        f"{'unit' if unit else 'slot'} scales {us:6.2f} us "
                         f"({base['floor_us'] / us:4.0%})")
-        print(f"m={m:2d}  " + "  ".join(line), flush=True)
+        print(f"m={m:2d}\n  " + "\n  ".join(line), flush=True)
     meta = run_meta(dev)
     meta.update(benchmark="tile_owner_probe", bandwidth_bytes_per_s=bw)
     write_json("tile_owner_probe", {"meta": meta, "results": rows}, [args.out])
