@@ -7,13 +7,24 @@ tile owned whole by one CTA would reduce in its own registers or shared memory i
 q_a|kv_a then has only 41 units for 132 SMs, so it pays only if an SM can pull its 393 KB at
 ~4x its fair share of HBM. This times fp8_mma (its K chunks, one CTA a unit) on the q_a|kv_a
 matrix at one row with the default split over every SM, and with whole tiles (split 1) or
-halves / thirds on 41 / 82 / 123 CTAs with one consumer warpgroup holding the whole ring
-(the most bytes in flight an SM), over weight copies that leave none in L2.
+halves / thirds on 41 / 82 / 123 CTAs (one consumer warpgroup holding the whole ring, or two
+a CTA on two half tiles), over weight copies that leave none in L2.
 
     PYTHONPATH=python:sgl-kernel-ext:. python3 -m benchmark.tile_owner_probe --out $OUT
 
-Not yet run: written 2026-12-04 when that session's device time ran out (its fp8_mma forms
-compile for sm_90a on CPU). Run it before building on the idea: one CuTe DSL call, ~2 min.
+Measured on an H200 (results/tile_owner_probe_20261204T160730Z at 70e5e04, T161510Z at
+3f039dc; floor 3.80 us), at 1 and 16 rows alike:
+
+    K chunks x CTAs x warpgroups   6 x 132 x 2   3 x 123 x 1   2 x 82 x 1   2 x 41 x 2   1 x 41 x 1
+    us                             7.1-7.3       7.2-7.4       9.2-9.5      15.8-15.9    14.8-15.6
+
+i.e. ~3.7 us of fixed cost plus each CTA's bytes at ~35 GB/s, which is about 1/132 of HBM:
+an SM does not stream faster when fewer share HBM, and a second consumer warpgroup on the
+same SM adds nothing, so whole tiles on 41 SMs take twice the time and the split-K reduction
+across SMs stays. Nor was it the consumer's scale loads (each slot's weight and x scales
+loaded from global memory just before the slot is waited for): staged into shared memory at
+each unit's start, all in flight together, every form was within 0.3 us (the `unit_scales`
+arm at 3f039dc, T161510Z; not kept).
 """
 
 from __future__ import annotations
@@ -39,14 +50,10 @@ def main() -> None:
     ws, ss, base = weight_copies(N, K, bw, dev)
     tiles = -(-N // 64)
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
-    # (K chunks, CTAs, consumer warpgroups, unit scales): the default, then tiles owned by
-    # fewer CTAs (two consumer warpgroups a CTA each on its own half tile: 2 x tiles / 2),
-    # each with the unit's scales staged at its start and loaded slot by slot
-    forms = [(split, grid, groups, unit)
-             for split, grid, groups in ((fp8_mma.split_for(N, K), sms, 2),
-                                         (3, min(3 * tiles, sms), 1), (2, 2 * tiles, 1),
-                                         (2, tiles, 2), (1, tiles, 1))
-             for unit in (True, False)]
+    # (K chunks, CTAs, consumer warpgroups): the default, then tiles owned by fewer CTAs (two
+    # consumer warpgroups a CTA each on its own half tile: 2 x tiles / 2)
+    forms = [(fp8_mma.split_for(N, K), sms, 2), (3, min(3 * tiles, sms), 1), (2, 2 * tiles, 1),
+             (2, tiles, 2), (1, tiles, 1)]
     rows = []
     print(f"bandwidth {bw / 1e12:.2f} TB/s; q_a|kv_a {N} x {K}: {base['bytes'] / 1e6:.1f} MB, "
           f"floor {base['floor_us']:.2f} us; {len(ws)} weight copies", flush=True)
@@ -54,15 +61,14 @@ def main() -> None:
         xq = torch.randn(fp8_mma.x_rows(m), K, device=dev).to(torch.float8_e4m3fn)
         sx = torch.rand(m, K // 128, device=dev) + 0.5
         line = []
-        for split, grid, groups, unit in forms:
+        for split, grid, groups in forms:
             parts = torch.empty(split, m, N, device=dev)
             us = graph_time(lambda i: fp8_mma.fp8_mma(xq, sx, ws[i], ss[i], parts, grid=grid,
-                                                      groups=groups, unit_scales=unit), len(ws))
-            rows.append(dict(base, m=m, split=split, grid=grid, groups=groups, unit_scales=unit,
-                             us=us, frac_floor=base["floor_us"] / us,
+                                                      groups=groups), len(ws))
+            rows.append(dict(base, m=m, split=split, grid=grid, groups=groups, us=us,
+                             frac_floor=base["floor_us"] / us,
                              per_sm_gb_s=base["bytes"] / min(grid, split * tiles) / us / 1e3))
-            line.append(f"split {split} x {grid} CTAs x {groups} wg, "
-                        f"{'unit' if unit else 'slot'} scales {us:6.2f} us "
+            line.append(f"split {split} x {grid} CTAs x {groups} wg {us:6.2f} us "
                         f"({base['floor_us'] / us:4.0%})")
         print(f"m={m:2d}\n  " + "\n  ".join(line), flush=True)
     meta = run_meta(dev)

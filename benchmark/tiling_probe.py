@@ -108,9 +108,11 @@ VARIANTS = {
     "norm_8_warps": {("norm", "NUM_WARPS"): 8},
     "norm_16_warps": {("norm", "NUM_WARPS"): 16},
     "latent_4_warps": {("mla", "LATENT_WARPS"): 4},
-    # the latent kernel at every row count, or q_b norming c_q itself up to 1 or 4 rows
+    # the latent kernel at every row count (the default), or q_b norming c_q itself up to 1,
+    # 2 (the default to 3f039dc) or 4 rows
     "latent_kernel": {("mla", "LATENT_IN_Q_B_MAX_ROWS"): 0},
     "latent_in_q_b_to_1": {("mla", "LATENT_IN_Q_B_MAX_ROWS"): 1},
+    "latent_in_q_b_to_2": {("mla", "LATENT_IN_Q_B_MAX_ROWS"): 2},
     "latent_in_q_b_to_4": {("mla", "LATENT_IN_Q_B_MAX_ROWS"): 4},
     "latent_8_warps": {("mla", "LATENT_WARPS"): 8},
     "latent_32_warps": {("mla", "LATENT_WARPS"): 32},

@@ -34,8 +34,12 @@ from .quant import store_row_groups, sum_parts, to_e4m3
 # KV-cache rows (q_b_normed). On an H200 the MoE layer is 0.6-0.9 us faster at 1-2 rows, the
 # same at 4; layers with the indexer (q_b's launch carries wq_b: 264 programs of 6 groups, each
 # norming its groups) 3.0-3.6 us slower at 1-2 rows, 4 at 4: they keep the latent kernel
-# (tiling_probe_20261201T111007Z: latent_kernel, latent_in_q_b_to_*)
-LATENT_IN_Q_B_MAX_ROWS = 2
+# (tiling_probe_20261201T111007Z: latent_kernel, latent_in_q_b_to_*). Since then (every stage
+# kernel overlapped, CuTe DSL's attention) the latent kernel is the faster at one row: a MoE
+# layer 1.9 and 1.4 us at 70e5e04 and 3f039dc, the same at 2 rows and on the other kinds
+# (tiling_probe_20261204T160734Z, T161646Z: latent_kernel), so no step takes this form now
+# (tiling_probe's latent_in_q_b_to_2 is the former default).
+LATENT_IN_Q_B_MAX_ROWS = 0
 # launch shapes of the latent and absorb stages (benchmark/tiling_probe.py). Warps of a latent
 # program (a row's c_q or its KV-cache row): on an H200 16 are 0.5-1.0 us faster a layer than 4
 # at 1, 2 and 16 rows on the MoE and dense kinds, 8 about as fast, 32 0.1-0.5

@@ -1212,11 +1212,16 @@ def test_persistent_layer_is_bitwise_the_stage_kernels(layer_id):
     (0, [30, 0, 12, 40], False), (2, [30, 0, 12, 40], False), (2, [30, 41], False),
     (1, [30, 0, 12, 40], True)], ids=["dense_indexer", "moe_latent_kernel", "moe_latent_in_q_b",
                                       "moe_indexer_one_launch"])
-def test_slots_read_from_a_pool_table_are_bitwise_a_table_a_row(layer_id, contexts, persistent):
+def test_slots_read_from_a_pool_table_are_bitwise_a_table_a_row(layer_id, contexts, persistent,
+                                                                monkeypatch):
     """The layer's slots read in place from a server's pool table (int32, wider than the
     step, each row's request at a shuffled row: runtime.step_rows' form) against the same
-    step on a table a row: KV writes (latent, or q_b's extra program at 1-2 rows), the
-    index cache and scores, the attention and the one-launch layer's tasks, bitwise."""
+    step on a table a row: KV writes (latent, or q_b's extra program with
+    mla.LATENT_IN_Q_B_MAX_ROWS at 2), the index cache and scores, the attention and the
+    one-launch layer's tasks, bitwise."""
+    from sgl_kernel_ext.triton import mla
+
+    monkeypatch.setattr(mla, "LATENT_IN_Q_B_MAX_ROWS", 2)
     case = make_case(CFG, layer_id, contexts, seed=50 + layer_id, tp_size=2)
     checks = pool_table_checks(case, len(contexts), seed=layer_id,
                                persistent_launch=persistent)

@@ -24,14 +24,13 @@ for shape in {shapes!r}:
     mma, _ = Q._compiled(*shape)
     print("compiled", shape, mma.stages, mma.threads)
 """
-# (rows, N, K, K chunks, ring slots, consumer warpgroups, pdl, row tails, second matrix's N
-# [, unit scales]): 8- and 16-column MMAs, the full ring and the programmatically dependent
-# form with a 10-slot ring, q_a|kv_a as two matrices in one launch, whole 64-row tiles at 16
-# rows (the most unit scales: 17 x 48), and the scales loaded slot by slot
+# (rows, N, K, K chunks, ring slots, consumer warpgroups, pdl, row tails, second matrix's N):
+# 8- and 16-column MMAs, the full ring and the programmatically dependent form with a
+# 10-slot ring, q_a|kv_a as two matrices in one launch, whole 64-row tiles at 16 rows
+# (benchmark/tile_owner_probe's)
 SHAPES = [(1, 6144, 2048, 2, 0, 2, False, True, 0), (16, 2624, 6144, 6, 10, 2, True, False, 0),
           (9, 40, 384, 3, 0, 3, False, True, 0), (3, 2048, 6144, 6, 10, 2, True, False, 576),
-          (16, 2624, 6144, 1, 0, 1, False, False, 0),
-          (1, 2624, 6144, 6, 0, 2, False, False, 0, False)]
+          (16, 2624, 6144, 1, 0, 1, False, False, 0)]
 
 
 MOE_SCRIPT = """

@@ -37,11 +37,6 @@ MAX_ROWS = 16
 BLOCK_M, BLOCK_K = ring.BLOCK_M, ring.BLOCK_K  # a ring slot: 64 weight rows, one scale group
 SMEM_BYTES = 200 * 1024
 GROUPS = 2  # consumer warpgroups
-# Whether a consumer warpgroup loads its unit's scales (the weight tile's and x's, every group
-# of the K chunk) into shared memory at the unit's start, all in flight together, rather than
-# each slot's from global memory just before waiting for the slot: those loads' latency then
-# held each slot (benchmark/tile_owner_probe.py).
-UNIT_SCALES = True
 
 
 def x_rows(m: int) -> int:
@@ -66,8 +61,7 @@ class Fp8SkinnyMma:
     """One compiled shape: m rows, an [n, k] matrix in `split` K chunks."""
 
     def __init__(self, m: int, n: int, k: int, split: int, stages: int = 0, groups: int = 0,
-                 pdl: bool = False, tails: bool = False, n2: int = 0,
-                 unit_scales: bool = UNIT_SCALES):
+                 pdl: bool = False, tails: bool = False, n2: int = 0):
         if not 1 <= m <= MAX_ROWS:
             raise ValueError(f"fp8_mma takes 1..{MAX_ROWS} rows, got {m}")
         if k % BLOCK_K:
@@ -85,16 +79,12 @@ class Fp8SkinnyMma:
         self.units = self.tiles * split
         self.slot_bytes = (BLOCK_M + self.nx) * BLOCK_K
         self.groups = groups or GROUPS
-        self.unit_scales = unit_scales
-        # each consumer warpgroup's unit scales: the weight tile's, then x's m rows, a group each
-        self.scale_rows = 1 + m
-        scale_bytes = 4 * self.scale_rows * self.chunk * self.groups if unit_scales else 0
         # each consumer warpgroup has its own `per` slots of the ring (ring.py says why)
         if stages and stages % self.groups:
             raise ValueError(f"fp8_mma: stages ({stages}) must be a multiple of the consumer "
                              f"warpgroups ({self.groups})")
         self.per = (stages // self.groups if stages
-                    else (SMEM_BYTES - 2048 - scale_bytes) // self.slot_bytes // self.groups)
+                    else (SMEM_BYTES - 2048) // self.slot_bytes // self.groups)
         self.stages = self.per * self.groups
         self.threads = 128 * (1 + self.groups)  # warpgroup 0: the producer warp
         # launched programmatically dependent on the previous kernel: the producer fills the
@@ -127,8 +117,6 @@ class Fp8SkinnyMma:
             sa: cute.struct.Align[cute.struct.MemRange[e4m3, cute.cosize(a_layout)], 1024]
             sb: cute.struct.Align[cute.struct.MemRange[e4m3, cute.cosize(b_layout)], 1024]
             last: cute.struct.MemRange[cutlass.Int32, self.groups]
-            sc: cute.struct.MemRange[cutlass.Float32, self.scale_rows * self.chunk
-                                     * self.groups if self.unit_scales else 1]
 
         self.storage = Storage
         self.kernel(tma_a, tma_w, tma_b, tma_x, tiled_mma, a_layout, b_layout, ws, sx,
@@ -156,32 +144,6 @@ class Fp8SkinnyMma:
         else:
             scale = mWs2[(row_tile - self.tiles1) * BLOCK_M // 128, group]
         return scale
-
-    @cute.jit
-    def _stage_scales(self, sc: cute.Tensor, grp, t, row_tile, c, mWs: cute.Tensor,
-                      mWs2: cute.Tensor, mSx: cute.Tensor):
-        """A unit's scales into shared memory, sc[0, s, grp] the weight tile's and
-        sc[1 + row, s, grp] x's of its s-th group: every load issued before the first is
-        stored, so the unit waits one latency for them, not one a slot."""
-        n = self.scale_rows * self.chunk
-        loads = -(-n // 128)
-        vals = cute.make_rmem_tensor(cute.make_layout(loads), cutlass.Float32)
-        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)  # the last unit's reads
-        for j in cutlass.range_constexpr(loads):
-            i = t + 128 * j
-            what, s = i // self.chunk, i % self.chunk
-            v = cutlass.Float32(0.0)
-            if i < n:
-                if what == 0:
-                    v = self._w_scale(mWs, mWs2, row_tile, c * self.chunk + s)
-                else:
-                    v = mSx[what - 1, c * self.chunk + s]
-            vals[j] = v
-        for j in cutlass.range_constexpr(loads):
-            i = t + 128 * j
-            if i < n:
-                sc[i // self.chunk, i % self.chunk, grp] = vals[j]
-        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
 
     @cute.jit
     def _store(self, acc: cute.Tensor, coords: cute.Tensor, c, row_tile, n_rows,
@@ -305,30 +267,22 @@ class Fp8SkinnyMma:
             coords = thr_mma.partition_C(cute.make_identity_tensor((BLOCK_M, self.nx)))
             acc = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
             part = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
-            sc = storage.sc.get_tensor(cute.make_layout((self.scale_rows, chunk, groups)))
             for rnd in cutlass.range(rounds, unroll=1):
                 in_round = cutlass.min(groups, my_units - rnd * groups)
                 if grp < in_round:
                     unit = bidx + (rnd * groups + grp) * grid
                     row_tile = unit // self.split
                     c = unit % self.split
-                    if cutlass.const_expr(self.unit_scales):
-                        self._stage_scales(sc, grp, tidx % 128, row_tile, c, mWs, mWs2, mSx)
                     acc.fill(0.0)
                     for s in cutlass.range(chunk, unroll=1):
                         get = ring.ring_state(stages, self.per, grp, rnd * chunk + s, False)
                         group = c * chunk + s
+                        # the slot's scales, loaded before its data is waited for
+                        w_scale = self._w_scale(mWs, mWs2, row_tile, group)
                         scale = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
-                        if cutlass.const_expr(self.unit_scales):
-                            for e in cutlass.range_constexpr(cute.size(acc)):
-                                scale[e] = sc[0, s, grp] * sc[
-                                    1 + cutlass.min(coords[e][1], self.m - 1), s, grp]
-                        else:
-                            # the slot's scales, loaded before its data is waited for
-                            w_scale = self._w_scale(mWs, mWs2, row_tile, group)
-                            for e in cutlass.range_constexpr(cute.size(acc)):
-                                scale[e] = w_scale * mSx[cutlass.min(coords[e][1], self.m - 1),
-                                                         group]
+                        for e in cutlass.range_constexpr(cute.size(acc)):
+                            scale[e] = w_scale * mSx[cutlass.min(coords[e][1], self.m - 1),
+                                                     group]
                         pipe.consumer_wait(get)
                         warpgroup.fence()
                         tiled_mma = ring.group_mma(tiled_mma, part, t_ra, get.index, t_rb,
@@ -353,12 +307,12 @@ class Fp8SkinnyMma:
 
 @functools.lru_cache(maxsize=None)
 def _compiled(m: int, n: int, k: int, split: int, stages: int, groups: int, pdl: bool = False,
-              tails: bool = False, n2: int = 0, unit_scales: bool = UNIT_SCALES):
+              tails: bool = False, n2: int = 0):
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
 
-    mma = Fp8SkinnyMma(m, n, k, split, stages, groups, pdl, tails, n2, unit_scales)
+    mma = Fp8SkinnyMma(m, n, k, split, stages, groups, pdl, tails, n2)
     e4m3 = torch.float8_e4m3fn
     second = n2 or n  # without a second matrix the first stands in (never read as one)
     dummy = (torch.empty(n, k, dtype=e4m3), torch.empty(-(-n // 128), k // 128),
@@ -387,8 +341,7 @@ def _check(name: str, t, shape: tuple, dtype) -> None:
 
 
 def fp8_mma(xq, sx, wq, ws, parts, stages: int = 0, grid: int = 0, groups: int = 0,
-            pdl: bool = False, tails=None, wq2=None, ws2=None, parts2=None,
-            unit_scales: bool = UNIT_SCALES) -> None:
+            pdl: bool = False, tails=None, wq2=None, ws2=None, parts2=None) -> None:
     """parts fp32 [SPLIT, M, N] = the K chunks of xq W^T (the module docstring) on the current
     torch stream; graph-capturable. xq e4m3 [R >= x_rows(M), K] (rows past M are read and
     ignored), sx fp32 [M, K/128], wq e4m3 [N, K], ws fp32 [ceil(N/128), K/128], all
@@ -399,9 +352,7 @@ def fp8_mma(xq, sx, wq, ws, parts, stages: int = 0, grid: int = 0, groups: int =
     64-row tile to finish also sums the tile's chunks (in order, fp32) into rows, as
     ``fp8_linear``'s row tails do, and leaves arrivals at zero.
     wq2, ws2, parts2: a second matrix [N2, K] of the same x in the same launch (q_a|kv_a),
-    parts2 [SPLIT, M, N2]; not with tails.
-    unit_scales: each unit's scales staged in shared memory at its start (UNIT_SCALES) or
-    loaded slot by slot (the form measured before it)."""
+    parts2 [SPLIT, M, N2]; not with tails."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
@@ -433,8 +384,7 @@ def fp8_mma(xq, sx, wq, ws, parts, stages: int = 0, grid: int = 0, groups: int =
     else:
         wq2, ws2, parts2 = wq, ws, parts
     grid = grid or torch.cuda.get_device_properties(parts.device).multi_processor_count
-    _, fn = _compiled(m, n, k, split, stages, groups, pdl, tails is not None, n2,
-                      bool(unit_scales))
+    _, fn = _compiled(m, n, k, split, stages, groups, pdl, tails is not None, n2)
     stream = cuda.CUstream(torch.cuda.current_stream(parts.device).cuda_stream)
     fn(*(from_dlpack(t, assumed_align=16)
          for t in (wq, ws, xq, sx, parts, arrivals, rows, wq2, ws2, parts2)), grid, stream)
