@@ -37,7 +37,8 @@ from .quant import store_row_groups, sum_parts, to_e4m3
 # (tiling_probe_20261201T111007Z: latent_kernel, latent_in_q_b_to_*). Since then (every stage
 # kernel overlapped, CuTe DSL's attention) the latent kernel is the faster at one row: a MoE
 # layer 1.9 and 1.4 us at 70e5e04 and 3f039dc, the same at 2 rows and on the other kinds
-# (tiling_probe_20261204T160734Z, T161646Z: latent_kernel), so no step takes this form now
+# (tiling_probe_20261204T160734Z, T161646Z: latent_kernel; T162154Z at b749cc7: its
+# latent_in_q_b_to_2 +1.9 us at one row), so no step takes this form now
 # (tiling_probe's latent_in_q_b_to_2 is the former default).
 LATENT_IN_Q_B_MAX_ROWS = 0
 # launch shapes of the latent and absorb stages (benchmark/tiling_probe.py). Warps of a latent
