@@ -567,8 +567,9 @@ def main():
 
     modules = {"bf16_linear": bf16_linear, "fp8_linear": fp8_linear, "indexer": indexer, "mla": mla, "moe": moe, "norm": norm, "overlap": overlap,
                "topk": topk, "probe": sys.modules[__name__], "sm90": sm90}
-    derived = {"no_split_k": _no_split_k(moe.gate_up_tiling), "down_64": lambda m: 64,
-               "down_128": lambda m: 128, "down_256": lambda m: 256,
+    derived = {"no_split_k": _no_split_k(moe.gate_up_tiling), "down_64": lambda m, dense=False: 64,
+               "down_128": lambda m, dense=False: 128,
+               "down_256": lambda m, dense=False: 256,
                **{f"gu_{n}_{g}_{s}": _few_rows_tiling(moe.gate_up_tiling, (n, g, s))
                   for n, g, s in ((16, 2, 4), (64, 2, 4), (32, 1, 4), (32, 4, 4), (16, 4, 2),
                                   (32, 2, 2), (64, 2, 2))},
