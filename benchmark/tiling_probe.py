@@ -482,8 +482,6 @@ VARIANTS = {
     # two gathering warpgroups at every row count, or one (the default: two from 12 rows)
     "sm90_attn_2_gatherers": {("sm90", "ATTN"): True, ("sm90", "ATTN_GATHERERS_FROM_ROWS"): 1},
     "sm90_attn_1_gatherer": {("sm90", "ATTN"): True, ("sm90", "ATTN_GATHERERS_FROM_ROWS"): 99},
-    # the Triton combine after sparse_mla rather than its own merge (sm90.ATTN_MERGE)
-    "sm90_attn_combine": {("sm90", "ATTN_MERGE"): False},
     "sm90_attn_no_pdl": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
                          ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_PDL"): False},
 }

@@ -6,8 +6,7 @@ shorter than the top-k (entries -1, chunks with none), int32 and int64 slot tabl
 table read through slot_rows. The cache slots no entry selects hold NaN, outputs are poisoned
 with NaN before each launch and every element is checked; repeated launches, a CUDA-graph
 replay and the programmatically dependent launch are bitwise the first launch; merged by the
-Triton combine, the rows match the Triton kernel's; merged in the launch (merge=), within one
-bf16 step of the combine.
+Triton combine, the rows match the Triton kernel's.
 
 Run on the GPU machine with CuTe DSL importable (benchmark/sm90_run.sh stages it).
 """
@@ -188,71 +187,6 @@ def test_merged_rows_match_the_triton_kernel(rows):
                          torch.empty_like(part_ml), want, LATENT, ROPE)
     diff = (olat.float() - want.float()).abs().max().item()
     assert diff <= 2e-2 * want.float().abs().max().item(), diff
-
-
-def _merged(case, splits, pdl=False, gatherers=0):
-    """(part_o, part_ml, olat, counters) of a launch merging its chunks, outputs poisoned."""
-    rows = case[0].shape[0]
-    part_o = torch.full((rows, splits, HEADS, LATENT), float("nan"), device="cuda")
-    part_ml = torch.full((rows, splits, HEADS, 2), float("nan"), device="cuda")
-    olat = torch.full((rows, HEADS, LATENT), float("nan"), dtype=torch.bfloat16, device="cuda")
-    counters = sparse_mla.merge_counters(rows, "cuda")
-    sparse_mla.sparse_attention(*case[:4], SCALE, part_o, part_ml, slot_rows=case[4], pdl=pdl,
-                                gatherers=gatherers, merge=(counters, olat))
-    return part_o, part_ml, olat, counters
-
-
-@pytest.mark.parametrize("rows, form", [(1, "int32"), (3, "int32"), (9, "pool"), (16, "int32"),
-                                        (16, "2_gatherers_pool")])
-def test_merge_in_the_launch_matches_the_combine(rows, form):
-    """The launch merging each row's chunks itself (merge=): its parts bitwise the plain
-    launch's, every olat element within one bf16 step of the Triton combine of the same parts
-    (the same arithmetic, summed in another order), its counters back at zero and no wait
-    given up; 20 repeats, the dependent launch and a graph replay bitwise the first."""
-    case = _case(rows, CASES[rows], seed=90 + rows, pool=form.endswith("pool"))
-    splits = mla.attention_splits(rows, TOPK)
-    gatherers = 2 if form.startswith("2_") else 0
-    plain = _launch(*case, splits, gatherers=gatherers)
-    first = _merged(case, splits, gatherers=gatherers)
-    part_o, part_ml, olat, counters = first
-    assert torch.equal(part_o, plain[0]) and torch.equal(part_ml, plain[1])
-    assert not counters.any() and not sparse_mla.merge_failed(counters), counters
-    want = torch.empty_like(olat)
-    mla.combine(part_o, part_ml, want)
-    assert not olat.isnan().any(), "an output left unwritten"
-    step = (olat.float() - want.float()).abs() / want.float().abs().clamp_min(1e-30)
-    assert bool(((step <= 2.0 ** -7) | (olat == want)).all()), step.max().item()
-    for _ in range(20):
-        again = _merged(case, splits, gatherers=gatherers)
-        assert all(torch.equal(a, b) for a, b in zip(first[:3], again[:3]))
-    assert all(torch.equal(a, b) for a, b in zip(first[:3], _merged(case, splits, pdl=True,
-                                                                    gatherers=gatherers)[:3]))
-    outs = [torch.full_like(t, float("nan")) for t in first[:3]]
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        sparse_mla.sparse_attention(*case[:4], SCALE, outs[0], outs[1], slot_rows=case[4],
-                                    pdl=True, gatherers=gatherers, merge=(counters, outs[2]))
-    for _ in range(3):
-        for t in outs:
-            t.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert all(torch.equal(a, b) for a, b in zip(first[:3], outs))
-    assert not counters.any(), counters
-
-
-def test_merge_refuses_more_ctas_than_sms():
-    rows = 5
-    case = _case(rows, [3000] * rows, seed=5)
-    splits = 32  # 160 CTAs
-    sms = torch.cuda.get_device_properties(0).multi_processor_count
-    assert rows * splits > sms
-    olat = torch.empty(rows, HEADS, LATENT, dtype=torch.bfloat16, device="cuda")
-    with pytest.raises(ValueError, match="resident together"):
-        sparse_mla.sparse_attention(*case[:4], SCALE, torch.empty(rows, splits, HEADS, LATENT,
-                                                                  device="cuda"),
-                                    torch.empty(rows, splits, HEADS, 2, device="cuda"),
-                                    merge=(sparse_mla.merge_counters(rows, "cuda"), olat))
 
 
 def test_refuses_other_head_counts():

@@ -76,15 +76,12 @@ for form in {forms!r}:
     print("compiled", form)
 """
 # sparse_mla (pdl, a pool's table through slot_rows, slot bits, top-k bits, stages, ablate:
-# the probe's measurement-only forms; gathering warpgroups; the chunks merged in the launch,
-# that many: the layer's at 13-16, 9-12 and 1-4 rows)
+# the probe's measurement-only forms; gathering warpgroups)
 ATTN_FORMS = [(True, False, 32, 64, 2, ""),
               (False, True, 64, 32, 3, ""),
               (True, True, 32, 64, 2, "no_mma"),
               (True, False, 32, 64, 2, "no_load"),
-              (True, True, 32, 64, 2, "", 2),
-              (True, False, 32, 32, 2, "", 1, 8), (True, True, 32, 32, 2, "", 2, 11),
-              (True, False, 32, 32, 2, "", 1, 32)]
+              (True, True, 32, 64, 2, "", 2)]
 
 
 def _compile(tmp_path, script: str, forms: list) -> list:

@@ -64,22 +64,12 @@ ATTN_STAGES = 2
 # sm90_attn_probe_20261203T042806Z) but in the layer only from 12 rows: a MoE layer -1.2 / -1.5
 # us at 12 / 16 rows, a dense one -1.3 / -1.3; at 4-8 rows +0.2..+2.3 (tiling_probe_20261203T042925Z)
 ATTN_GATHERERS_FROM_ROWS = 12
-# whether sparse_mla merges each row's chunks itself where the Triton combine would follow
-# (every CTA of a row waits for the row's chunks, then merges its share of the outputs:
-# sparse_mla._merge), with all of the launch's CTAs resident together (attn_merges)
-ATTN_MERGE = True
 # sparse_mla launched programmatically dependent (with the layer's overlap); without it the
 # layer is 2.5-3.6 us slower at 1-4 rows, the same at 12-16 (tiling_probe_20261202T201751Z)
 ATTN_PDL = True
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
 # (H200, sm90_gemv_probe_20261202T081912Z: 10-12 slots fastest, the whole 200 KB slower)
 RING_SLOTS = 10
-
-
-def attn_merges(rows: int, splits: int, sms: int) -> bool:
-    """Whether sparse_mla merges the chunks in its launch (ATTN_MERGE) for `rows` rows of
-    `splits` chunks on a GPU of `sms` multiprocessors (its CTAs all resident: one a SM)."""
-    return ATTN_MERGE and rows * splits <= sms
 
 
 def attn_gatherers(rows: int) -> int:

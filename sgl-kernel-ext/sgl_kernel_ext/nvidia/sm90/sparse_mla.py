@@ -94,10 +94,6 @@ CHUNKS = WIDTH * 2 // 16
 LOOKUP = 4  # steps whose slots a gathering thread has looked up (a 16-row chunk's all)
 LOG2E = 1.4426950408889634
 ABLATIONS = ("", "no_mma", "no_load")  # SparseMla's measurement-only forms
-SPIN_LIMIT = 1 << 24  # polls of a row's arrivals before its merge gives up (seconds)
-# the merge's counters (int32): [FAILED] set where a wait gave up, then per row m
-# [ARRIVED + 2 m] its chunks in, [ARRIVED + 2 m + 1] its CTAs past the wait
-FAILED, ARRIVED = 0, 1
 
 
 class SparseMla:
@@ -106,11 +102,8 @@ class SparseMla:
     the pointers'."""
 
     def __init__(self, pdl: bool, rows: bool, stages: int = 0, ablate: str = "",
-                 gatherers: int = 0, merge_splits: int = 0):
+                 gatherers: int = 0):
         self.pdl, self.rows = pdl, rows
-        # merge_splits > 0: the row's chunks (exactly that many) merged into olat in the
-        # launch (``_merge``), so no combine kernel follows
-        self.merge_splits = merge_splits
         self.stages = stages or STAGES
         self.gatherers = gatherers or GATHERERS
         self.producers = 128 * self.gatherers
@@ -126,8 +119,7 @@ class SparseMla:
     @cute.jit
     def __call__(self, q: cute.Pointer, kv: cute.Pointer, topk: cute.Pointer,
                  slots: cute.Pointer, slot_rows: cute.Pointer, part_o: cute.Pointer,
-                 part_ml: cute.Pointer, arrivals: cute.Pointer, olat: cute.Pointer,
-                 m_rows: cutlass.Int32, splits: cutlass.Int32,
+                 part_ml: cute.Pointer, m_rows: cutlass.Int32, splits: cutlass.Int32,
                  blocks: cutlass.Int32, stride_topk: cutlass.Int32,
                  stride_slots: cutlass.Int32, scale_log2: cutlass.Float32, stream):
         bf16 = cutlass.BFloat16
@@ -158,9 +150,9 @@ class SparseMla:
             sq: cute.struct.Align[cute.struct.MemRange[bf16, cute.cosize(q_layout)], 1024]
 
         self.storage = Storage
-        self.kernel(q, kv, topk, slots, slot_rows, part_o, part_ml, arrivals, olat, splits,
-                    blocks, stride_topk, stride_slots, scale_log2, mma_qk0, mma_qk, mma_pv,
-                    kv_layout, vt_layout, q_layout, p_layout).launch(grid=[m_rows, splits, 1],
+        self.kernel(q, kv, topk, slots, slot_rows, part_o, part_ml, splits, blocks, stride_topk,
+                    stride_slots, scale_log2, mma_qk0, mma_qk, mma_pv, kv_layout, vt_layout,
+                    q_layout, p_layout).launch(grid=[m_rows, splits, 1],
                                                block=[self.threads, 1, 1],
                                                smem=Storage.size_in_bytes(), stream=stream,
                                                use_pdl=self.pdl)
@@ -309,102 +301,10 @@ class SparseMla:
         cute.arch.cp_async_wait_group(0)
         cute.arch.fence_view_async_shared()
 
-    @cute.jit
-    def _merge(self, m, sp, t, part_o: cute.Pointer, part_ml: cute.Pointer,
-               arrivals: cute.Pointer, olat: cute.Pointer, scratch: cute.Pointer):
-        """Row m's chunks merged once all of them are in: every CTA of the row waits for the
-        row's arrivals, then merges its own share of the row's 8 x 512 outputs into olat
-        bf16 [M, 8, 512], the Triton combine's arithmetic (mla._merge_columns). The waits
-        need every CTA of the row resident (the host allows one wave); the last CTA past its
-        wait leaves the row's counters at zero. scratch: the KV ring's shared memory (its
-        steps are all consumed)."""
-        nsp = self.merge_splits
-        arrived = arrivals + (ARRIVED + 2 * m)
-        # the barrier orders the warpgroup's part stores before thread 0's acq_rel atomic,
-        # whose release at gpu scope is cumulative
-        cute.arch.barrier(barrier_id=1, number_of_threads=128)
-        if t == 0:
-            cute.arch.atomic_add(arrived, cutlass.Int32(1), sem="acq_rel", scope="gpu")
-            spins = cutlass.Int32(0)
-            seen = cute.arch.load(arrived, cutlass.Int32, sem="relaxed", scope="gpu")
-            while seen < nsp and spins < SPIN_LIMIT:
-                seen = cute.arch.load(arrived, cutlass.Int32, sem="relaxed", scope="gpu")
-                spins = spins + 1
-            if seen < nsp:
-                cute.arch.store(arrivals + FAILED, cutlass.Int32(1), sem="relaxed",
-                                scope="gpu")
-            cute.arch.fence_acq_rel_gpu()
-        cute.arch.barrier(barrier_id=1, number_of_threads=128)
-        # each chunk's (max, sum) a head, then each head's weights exp(max_s - max) and
-        # their sum of sums
-        ml = cute.make_tensor(part_ml + m * nsp * HEADS * 2,
-                              cute.make_layout((2, HEADS, nsp), stride=(1, 2, 2 * HEADS)))
-        f32 = cute.recast_ptr(scratch, dtype=cutlass.Float32)
-        s_ml = cute.make_tensor(f32, cute.make_layout((2, HEADS, nsp), stride=(1, 2, 2 * HEADS)))
-        s_w = cute.make_tensor(f32 + 2 * HEADS * nsp, cute.make_layout((HEADS, nsp),
-                                                                     stride=(1, HEADS)))
-        s_den = cute.make_tensor(f32 + 3 * HEADS * nsp, cute.make_layout(HEADS))
-        n_ml = 2 * HEADS * nsp
-        got = cute.make_rmem_tensor(cute.make_layout(-(-n_ml // 128)), cutlass.Float32)
-        for j in cutlass.range_constexpr(-(-n_ml // 128)):  # every load before any store
-            i = cutlass.min(t + 128 * j, n_ml - 1)
-            got[j] = ml[i % 2, (i // 2) % HEADS, i // (2 * HEADS)]
-        for j in cutlass.range_constexpr(-(-n_ml // 128)):
-            i = t + 128 * j
-            if i < n_ml:
-                s_ml[i % 2, (i // 2) % HEADS, i // (2 * HEADS)] = got[j]
-        cute.arch.barrier(barrier_id=1, number_of_threads=128)
-        if t < HEADS:
-            mx = s_ml[0, t, 0]
-            for c in cutlass.range_constexpr(1, nsp):
-                mx = cute.arch.fmax(mx, s_ml[0, t, c])
-            if mx == -math.inf:
-                mx = cutlass.Float32(0.0)
-            den = cutlass.Float32(0.0)
-            for c in cutlass.range_constexpr(nsp):
-                w = cute.arch.exp2((s_ml[0, t, c] - mx) * LOG2E)
-                s_w[t, c] = w
-                den = den + s_ml[1, t, c] * w
-            s_den[t] = den
-        cute.arch.barrier(barrier_id=1, number_of_threads=128)
-        # this CTA's share of the row's outputs: every load before any store
-        n_out = HEADS * LATENT
-        lo = sp * n_out // nsp
-        hi = (sp + 1) * n_out // nsp
-        share = -(-n_out // nsp)  # the most outputs a CTA merges
-        per = -(-share // 128)
-        g_o = cute.make_tensor(part_o + m * nsp * n_out,
-                               cute.make_layout((n_out, nsp), stride=(1, n_out)))
-        vals = cute.make_rmem_tensor(cute.make_layout((per, nsp)), cutlass.Float32)
-        for j in cutlass.range_constexpr(per):
-            i = cutlass.min(lo + t + 128 * j, hi - 1)
-            for c in cutlass.range_constexpr(nsp):
-                vals[j, c] = g_o[i, c]
-        out = cute.make_tensor(olat + m * n_out, cute.make_layout(n_out))
-        for j in cutlass.range_constexpr(per):
-            i = lo + t + 128 * j
-            if i < hi:
-                h = i // LATENT
-                num = cutlass.Float32(0.0)
-                for c in cutlass.range_constexpr(nsp):
-                    num = num + vals[j, c] * s_w[h, c]
-                den = s_den[h]
-                v = cutlass.Float32(0.0)
-                if den > 0.0:
-                    v = num / den
-                out[i] = v.to(cutlass.BFloat16)
-        cute.arch.barrier(barrier_id=1, number_of_threads=128)
-        if t == 0:
-            old = cute.arch.atomic_add(arrived + 1, cutlass.Int32(1), sem="relaxed", scope="gpu")
-            if old == nsp - 1:  # every CTA of the row is past its wait
-                cute.arch.store(arrived, cutlass.Int32(0), sem="relaxed", scope="gpu")
-                cute.arch.store(arrived + 1, cutlass.Int32(0), sem="relaxed", scope="gpu")
-
     @cute.kernel
     def kernel(self, q: cute.Pointer, kv: cute.Pointer, topk: cute.Pointer,
                slots: cute.Pointer, slot_rows: cute.Pointer, part_o: cute.Pointer,
-               part_ml: cute.Pointer, arrivals: cute.Pointer, olat: cute.Pointer,
-               splits: cutlass.Int32, blocks: cutlass.Int32,
+               part_ml: cute.Pointer, splits: cutlass.Int32, blocks: cutlass.Int32,
                stride_topk: cutlass.Int32, stride_slots: cutlass.Int32,
                scale_log2: cutlass.Float32, mma_qk0: cute.TiledMma, mma_qk: cute.TiledMma,
                mma_pv: cute.TiledMma,
@@ -575,9 +475,6 @@ class SparseMla:
                             mx = mx * math.log(2.0)
                         g_ml[col0 + j, 0] = mx
                         g_ml[col0 + j, 1] = total
-                if cutlass.const_expr(self.merge_splits > 0):
-                    self._merge(m, sp, t, part_o, part_ml, arrivals, olat,
-                                storage.skv.data_ptr())
 
 
 def _int(bits: int):
@@ -586,18 +483,16 @@ def _int(bits: int):
 
 @functools.lru_cache(maxsize=None)
 def _compiled(pdl: bool, rows: bool, slot_bits: int, topk_bits: int = 32, stages: int = 0,
-              ablate: str = "", gatherers: int = 0, merge_splits: int = 0):
+              ablate: str = "", gatherers: int = 0):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
-    kernel = SparseMla(pdl, rows, stages or STAGES, ablate, gatherers or GATHERERS,
-                       merge_splits)
+    kernel = SparseMla(pdl, rows, stages or STAGES, ablate, gatherers or GATHERERS)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.BFloat16, 16, gmem, 16), make_ptr(cutlass.BFloat16, 16, gmem, 16),
             make_ptr(_int(topk_bits), 16, gmem, 4), make_ptr(_int(slot_bits), 16, gmem, 4),
             make_ptr(cutlass.Int64, 16, gmem, 8), make_ptr(cutlass.Float32, 16, gmem, 16),
-            make_ptr(cutlass.Float32, 16, gmem, 8), make_ptr(cutlass.Int32, 16, gmem, 4),
-            make_ptr(cutlass.BFloat16, 16, gmem, 2))
+            make_ptr(cutlass.Float32, 16, gmem, 8))
     fn = cute.compile(kernel, *ptrs, 1, 1, 1, 1, 1, 1.0, cuda.CUstream(0))
     return kernel, fn
 
@@ -617,18 +512,14 @@ def refusal(qcat, kv_cache, topk) -> str | None:
 
 def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o, part_ml,
                      slot_rows=None, pdl: bool = False, stages: int = 0,
-                     ablate: str = "", gatherers: int = 0, merge=None) -> None:
+                     ablate: str = "", gatherers: int = 0) -> None:
     """part_o fp32 [M, S, 8, 512] and part_ml fp32 [M, S, 8, 2] of each row's S top-k chunks
     (the module docstring), on the current torch stream; graph-capturable. qcat bf16
     [M, 8, 576], kv_cache bf16 [slots, 576], topk int32 [M, K] (positions, -1 = none; K a
     multiple of 64, each chunk at least one block; int64 too), token_slots int32/int64
     [M or pool rows, W] with slot_rows int64 [M] for a pool's table (``triton.mla.slot_args``).
     stages: KV tiles in flight (2 or 3; 0: STAGES). ablate: SparseMla's (measurement only).
-    gatherers: warpgroups gathering KV rows (1 or 2; 0: GATHERERS).
-    merge = (counters int32 [>= 1 + 2 M] at zero, olat bf16 [M, 8, 512]): the launch also
-    merges each row's chunks into olat (``SparseMla._merge``; the counters are left at zero,
-    but for counters[0], set where a row's wait gave up: ``merge_failed``), so no combine
-    follows; its M x S CTAs must all be resident at once (at most the GPU's SMs)."""
+    gatherers: warpgroups gathering KV rows (1 or 2; 0: GATHERERS)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import make_ptr
@@ -663,23 +554,8 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o,
         raise ValueError(f"sm90 sparse_mla: 1 or 2 gathering warpgroups, not {gatherers}")
     if ablate not in ABLATIONS:
         raise ValueError(f"sm90 sparse_mla: no ablation {ablate!r} (there are {ABLATIONS})")
-    counters, olat = merge if merge is not None else (part_ml, part_ml)
-    if merge is not None:
-        sms = torch.cuda.get_device_properties(qcat.device).multi_processor_count
-        if m * splits > sms:
-            raise ValueError(f"sm90 sparse_mla: merging in the launch needs its {m} x {splits} "
-                             f"CTAs resident together, more than the {sms} SMs")
-        if ablate:
-            raise ValueError("sm90 sparse_mla: a measurement-only form does not merge")
-        if counters.dtype != torch.int32 or counters.numel() < ARRIVED + 2 * m:
-            raise ValueError(f"sm90 sparse_mla: merge counters must be int32 [>= "
-                             f"{ARRIVED + 2 * m}], got {counters.dtype} {tuple(counters.shape)}")
-        if (olat.dtype != torch.bfloat16 or not olat.is_contiguous()
-                or tuple(olat.shape) != (m, HEADS, LATENT)):
-            raise ValueError(f"sm90 sparse_mla: olat must be a contiguous bf16 "
-                             f"[{m}, {HEADS}, {LATENT}], got {olat.dtype} {tuple(olat.shape)}")
     _, fn = _compiled(bool(pdl), slot_rows is not None, slot_bits, topk_bits, stages or STAGES,
-                      ablate, gatherers or GATHERERS, splits if merge is not None else 0)
+                      ablate, gatherers or GATHERERS)
     gmem = cute.AddressSpace.gmem
     rows = slot_rows if slot_rows is not None else topk
     stream = cuda.CUstream(torch.cuda.current_stream(qcat.device).cuda_stream)
@@ -690,18 +566,5 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale: float, part_o,
        make_ptr(cutlass.Int64, rows.data_ptr(), gmem, 8),
        make_ptr(cutlass.Float32, part_o.data_ptr(), gmem, 16),
        make_ptr(cutlass.Float32, part_ml.data_ptr(), gmem, 8),
-       make_ptr(cutlass.Int32, counters.data_ptr(), gmem, 4),
-       make_ptr(cutlass.BFloat16, olat.data_ptr(), gmem, 2),
        m, splits, blocks, topk.stride(0), token_slots.stride(0), float(sm_scale) * LOG2E,
        stream)
-
-
-def merge_counters(rows: int, device):
-    """The counters ``sparse_attention(merge=...)`` takes for up to `rows` rows, zeroed."""
-    import torch
-    return torch.zeros(ARRIVED + 2 * rows, dtype=torch.int32, device=device)
-
-
-def merge_failed(counters) -> bool:
-    """Whether a launch's merge gave up waiting for a row's chunks (reads the GPU)."""
-    return bool(int(counters[FAILED].item()))

@@ -193,9 +193,6 @@ class FusedLayer:
         self.buf["q_arrivals"] = arrival.counters(-(-a.q_b.q.shape[0] // self.tile_q_b[0]), dev)
         self.buf["o_arrivals"] = arrival.counters(-(-h // self.tile_o[0]), dev)
         self.buf["vc_arrivals"] = arrival.counters(self.heads * (cfg.v_head_dim // 128), dev)
-        if self.sm90_attn is not None:  # sparse_mla merging the chunks itself (sm90.ATTN_MERGE)
-            self.buf["attn_merge"] = self.sm90_attn.merge_counters(m, dev)
-            self.sms = torch.cuda.get_device_properties(dev).multi_processor_count
         specs["gu_parts"] = e(split_k, few * cfg.num_experts_per_tok + 1 if self.experts else 1,
                               few, 2, inter, dt=f32)
         if self.fp8_moe is not None:  # flat: viewed at each step's shapes (_moe_sm90_views)
@@ -452,13 +449,12 @@ class FusedLayer:
         vc = (self.buf["vc_parts"], self.buf["vc_arrivals"])
         merge = not mla.absorb_v_merges(*vc, m)
         if self.sm90_attn is not None and sm90.ATTN_FROM_ROWS <= m <= sm90.ATTN_MAX_ROWS:
-            in_launch = merge and sm90.attn_merges(m, attn_parts[0].shape[1], self.sms)
-            self.sm90_attn.sparse_attention(
-                v("qcat"), self.kv_cache, topk, slots, cfg.softmax_scale, *attn_parts,
-                slot_rows=rows, pdl=overlap.enabled() and sm90.ATTN_PDL,
-                stages=sm90.ATTN_STAGES, gatherers=sm90.attn_gatherers(m),
-                merge=(self.buf["attn_merge"], v("olat")) if in_launch else None)
-            if merge and not in_launch:
+            self.sm90_attn.sparse_attention(v("qcat"), self.kv_cache, topk, slots,
+                                            cfg.softmax_scale, *attn_parts, slot_rows=rows,
+                                            pdl=overlap.enabled() and sm90.ATTN_PDL,
+                                            stages=sm90.ATTN_STAGES,
+                                            gatherers=sm90.attn_gatherers(m))
+            if merge:
                 mla.combine(*attn_parts, v("olat"))
         else:
             mla.sparse_attention(v("qcat"), self.kv_cache, topk, slots, cfg.softmax_scale,
