@@ -62,7 +62,16 @@ there): the gather's cp.async with an L2 prefetch-size hint, .L2::128B or .L2::2
 FlashMLA's Hopper gather asks; LDGSTS.E.BYPASS.LTC256B in the SASS): bitwise the same
 (results/pytest_sm90_attn_l2_ed30bb2.log) and slower alone at every row count, 0.1-0.6 us
 with one gathering warpgroup or two, the slots in order or scattered
-(sm90_attn_probe_20261204T114517Z, T114533Z). The consumer
+(sm90_attn_probe_20261204T114517Z, T114533Z). Tried at 8687160 (code there): each row's
+chunks merged in the launch, so no combine kernel follows (every CTA of the row counted in,
+waited for the row's last chunk, then merged its share of the 8 x 512 outputs; the launch's
+M x S CTAs all resident). Correct at 1-9 rows in its GPU tests (at 16 a few outputs were more
+than a bf16 step from the combine's, where terms cancel and the order of their sum differs;
+results/pytest_sm90_attn_merge_8687160.log), but slower in the layer wherever the combine
+runs: a MoE layer +0.5 / +0.7 / +2.8 / +3.8 / +3.3 us at 2 / 4 / 8 / 12 / 16 rows, a dense
+one +1.5 / +0.5 / +0.7 / +4.2 / +4.7 (tiling_probe_20261204T164015Z: sm90_attn_combine
+against it): every CTA of a row then waits for the row's slowest chunk and one more round
+trip, where the combine's programs start as the last chunks end. The consumer
 releases a slot only after issuing the next step's scores, so the producer must signal every
 step it issued before it waits for a slot (d50fe63 did not, and deadlocked from 3 steps a
 CTA). On CPU (sm_90a SASS): the consumer's loop is 565 instructions a step a warp, 68 of them
