@@ -3,7 +3,7 @@ then q_b on c_q normed and quantized inside q_b's units) against a float64 torch
 an H200: one GLM-5.3 TP8 rank's shapes at 1-16 rows, a small shape with fewer units than
 workers, and a few CTAs taking many units each (the ring wrapping, units after units); outputs
 and scratch poisoned with NaN before each launch and every element checked; no wait gave up;
-the epoch moved on once a launch; repeated launches and a CUDA-graph replay bitwise equal to
+the epoch moved on once a launch; 100 repeated launches and a CUDA-graph replay bitwise equal to
 the first launch.
 
 Run on the GPU machine with CuTe DSL importable (benchmark/sm90_run.sh stages it).
@@ -88,7 +88,7 @@ def _launch(case, outs, work, grid=0, pdl=True):
                 case["gamma"], case["wb"], case["wsb"], *outs, work, eps=EPS, grid=grid, pdl=pdl)
 
 
-def check(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 20):
+def check(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 100):
     side, _ = A.compiled(m, shape, eps=EPS)
     case = make_case(m, shape, seed)
     outs = outputs(side, m, "cuda")
