@@ -137,6 +137,37 @@ def test_stream_chain_probe_compiles_for_sm90a(tmp_path):
     _check_sass(cubins)
 
 
+HOP_SCRIPT = """
+import sys
+sys.path[:0] = [{root!r}, {ext!r}]
+from benchmark import cluster_hop_probe as P
+for mode, m, chunks, tiles in {forms!r}:
+    probe, _ = P.compiled(mode, m, chunks, tiles)
+    print("compiled", mode, m, chunks, probe.grid)
+"""
+
+
+def test_cluster_hop_probe_compiles_for_sm90a(tmp_path):
+    """benchmark/cluster_hop_probe's two hops (global memory; a cluster's distributed shared
+    memory: st.async into the leader's shared memory, STAS in the SASS)."""
+    env = dict(os.environ, CUTE_DSL_ARCH="sm_90a", CUTE_DSL_KEEP="cubin",
+               CUTE_DSL_DUMP_DIR=str(tmp_path))
+    for i, form in enumerate([("global", 16, 6, 22), ("dsmem", 1, 3, 32)]):
+        (tmp_path / str(i)).mkdir()
+        env["CUTE_DSL_DUMP_DIR"] = str(tmp_path / str(i))
+        code = HOP_SCRIPT.format(root=str(ROOT), ext=str(ROOT / "sgl-kernel-ext"), forms=[form])
+        run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                             timeout=600, env=env, cwd=tmp_path / str(i))
+        assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-4000:]
+        assert "compiled" in run.stdout
+        cubins = sorted((tmp_path / str(i)).glob("*.cubin"))
+        assert len(cubins) == 1, [p.name for p in (tmp_path / str(i)).iterdir()]
+        if CUOBJDUMP.exists():
+            sass = subprocess.run([str(CUOBJDUMP), "-sass", str(cubins[0])],
+                                  capture_output=True, text=True, timeout=120).stdout
+            assert ("STAS" in sass) == (form[0] == "dsmem"), form
+
+
 def test_fp8_moe_compiles_for_sm90a(tmp_path):
     cubins = _compile(tmp_path, MOE_SCRIPT, MOE_FORMS)
     assert cubins, [p.name for p in tmp_path.iterdir()]
