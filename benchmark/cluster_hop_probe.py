@@ -267,13 +267,15 @@ def main() -> None:
     ap.add_argument("--ms", default="1,16")
     ap.add_argument("--chunks", default="2,3,4,6")
     ap.add_argument("--launches", type=int, default=23)
+    ap.add_argument("--tiles", type=int, default=32,
+                    help="tiles (at most the SMs / chunks; 0: as many as fit the SMs)")
     args = ap.parse_args()
     dev = torch.device("cuda")
     sms = torch.cuda.get_device_properties(dev).multi_processor_count
     rows = []
     for m in map(int, args.ms.split(",")):
         for chunks in map(int, args.chunks.split(",")):
-            tiles = min(32, sms // chunks)
+            tiles = min(args.tiles or sms, sms // chunks)
             for mode in MODES:
                 r = run_form(mode, m, chunks, tiles, args.launches, dev)
                 rows.append(r)
