@@ -533,6 +533,35 @@ def table(rows: list) -> str:
     return "\n".join(lines)
 
 
+def knob_modules() -> dict:
+    """The modules whose attributes VARIANTS set, by the names VARIANTS use."""
+    from sgl_kernel_ext.nvidia import sm90
+    from sgl_kernel_ext.triton import (bf16_linear, fp8_linear, indexer, mla, moe, norm, overlap,
+                                       topk)
+
+    return {"bf16_linear": bf16_linear, "fp8_linear": fp8_linear, "indexer": indexer, "mla": mla,
+            "moe": moe, "norm": norm, "overlap": overlap, "topk": topk,
+            "probe": sys.modules[__name__], "sm90": sm90}
+
+
+def derived_values(modules: dict) -> dict:
+    """The callables a variant's string value names (each replaces a function of the same
+    signature: gate_up_tiling(m, dense), down_block(m, dense), fp8_linear.tiling(n, k))."""
+    moe, fp8_linear = modules["moe"], modules["fp8_linear"]
+    return {"no_split_k": _no_split_k(moe.gate_up_tiling), "down_64": lambda m, dense=False: 64,
+            "down_128": lambda m, dense=False: 128,
+            "down_256": lambda m, dense=False: 256,
+            **{f"gu_{n}_{g}_{s}": _few_rows_tiling(moe.gate_up_tiling, (n, g, s))
+               for n, g, s in ((16, 2, 4), (64, 2, 4), (32, 1, 4), (32, 4, 4), (16, 4, 2),
+                               (32, 2, 2), (64, 2, 2))},
+            **{f"wide_gu_{n}_{g}_{k}": _wide_tiling(moe.gate_up_tiling, (n, g, k))
+               for n, g, k in WIDE_GATE_UP},
+            "linear_128_2": _linear_tiles(128, 2), "linear_128_1": _linear_tiles(128, 1),
+            "linear_64_1": _linear_tiles(64, 1), "linear_64_4": _linear_tiles(64, 4),
+            **{f"{name}_split_{s}": _linear_split(fp8_linear.tiling, *shape, s)
+               for name, (shape, splits) in LINEAR_SPLITS.items() for s in splits}}
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--kinds", default="moe,moe_idx")
@@ -559,26 +588,11 @@ def main():
 
     for setting in args.set:
         numerics_probe.apply(setting)
-    from sgl_kernel_ext.nvidia import sm90
-    from sgl_kernel_ext.triton import (bf16_linear, fp8_linear, indexer, mla, moe, norm, overlap,
-                                       topk)
     from sglang.srt.layers.fused_decode.layer import FusedLayer, chain_prefetch
     from sglang.srt.layers.fused_decode.reference.config import glm53_config
 
-    modules = {"bf16_linear": bf16_linear, "fp8_linear": fp8_linear, "indexer": indexer, "mla": mla, "moe": moe, "norm": norm, "overlap": overlap,
-               "topk": topk, "probe": sys.modules[__name__], "sm90": sm90}
-    derived = {"no_split_k": _no_split_k(moe.gate_up_tiling), "down_64": lambda m, dense=False: 64,
-               "down_128": lambda m, dense=False: 128,
-               "down_256": lambda m, dense=False: 256,
-               **{f"gu_{n}_{g}_{s}": _few_rows_tiling(moe.gate_up_tiling, (n, g, s))
-                  for n, g, s in ((16, 2, 4), (64, 2, 4), (32, 1, 4), (32, 4, 4), (16, 4, 2),
-                                  (32, 2, 2), (64, 2, 2))},
-               **{f"wide_gu_{n}_{g}_{k}": _wide_tiling(moe.gate_up_tiling, (n, g, k))
-                  for n, g, k in WIDE_GATE_UP},
-               "linear_128_2": _linear_tiles(128, 2), "linear_128_1": _linear_tiles(128, 1),
-               "linear_64_1": _linear_tiles(64, 1), "linear_64_4": _linear_tiles(64, 4),
-               **{f"{name}_split_{s}": _linear_split(fp8_linear.tiling, *shape, s)
-                  for name, (shape, splits) in LINEAR_SPLITS.items() for s in splits}}
+    modules = knob_modules()
+    derived = derived_values(modules)
     dev = torch.device("cuda")
     cfg = glm53_config()
     ms = [int(v) for v in args.ms.split(",")]

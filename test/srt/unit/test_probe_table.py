@@ -59,3 +59,23 @@ def test_no_variant_is_written_twice():
     names = [k.value for k in dicts[0].keys if isinstance(k, ast.Constant)]
     assert len(names) > 50 and len(names) == len(set(names)), \
         sorted(n for n in set(names) if names.count(n) > 1)
+
+
+def test_every_variant_sets_a_knob_that_exists():
+    """Each variant's (module, attribute) exists, and a callable it puts in place of a
+    function takes that function's positional arguments (down_block_64 took one argument
+    after down_block gained `dense`, and crashed a device call on 2026-12-04)."""
+    import inspect
+
+    modules = tp.knob_modules()
+    derived = tp.derived_values(modules)
+    for name, sets in tp.VARIANTS.items():
+        for (mod, attr), value in sets.items():
+            assert mod in modules and hasattr(modules[mod], attr), (name, mod, attr)
+            original = getattr(modules[mod], attr)
+            if isinstance(value, str) and callable(original):
+                assert value in derived, (name, value)
+                want = [p for p in inspect.signature(original).parameters.values()
+                        if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+                got = inspect.signature(derived[value])
+                got.bind(*range(len(want)))  # raises if it cannot take them
