@@ -6,7 +6,8 @@ Arms (one GLM-5.3 TP8 rank: q_a|kv_a 2624 x 6144, q_b 2048 x 2048, FP8 block-128
 - ``attn_side``: one launch (programmatically dependent on the one before); ``_nopdl``
   launched plainly; ``_early_q_b`` with q_b's weights asked for beside q_a|kv_a's (not after
   them); ``q_a|kv_a_only`` its first stage alone (measurement form); ``_hot`` on
-  one weight copy (in L2: the launch's latency without HBM).
+  one weight copy (in L2: the launch's latency without HBM); ``_fixed`` (1-2 rows) with c_q's
+  chunks added as integers, no tails (``AttnSide.fixed``).
 - ``stages3``: fp8_linear (q_a|kv_a's K chunks), latent (c_q normed and quantized; the
   KV-cache row), fp8_linear (q_b): the layer's form from 3 rows.
 - ``stages2``: fp8_linear with row tails (bf16 rows and sums of squares), q_b_normed (c_q
@@ -111,12 +112,16 @@ def main() -> None:
         q_rows = torch.empty(m, nq, dtype=torch.bfloat16, device=dev)
         qb_parts = torch.empty(side.split2, m, nb, device=dev)
         work = A.workspace(side, dev)
+        fixed = m <= A.FIXED_MAX_ROWS
+        work_fixed = A.workspace(A.compiled(m, shape, eps=EPS, fixed=True)[0], dev) \
+            if fixed else None
 
-        def one_launch(i, pdl=True, first_only=False, late_q_b=True):
+        def one_launch(i, pdl=True, first_only=False, late_q_b=True, fixed=False, trace=None):
             w = ws[i]
             A.attn_side(xq, sx, w["wq"], w["wsq"], w["wkv"], w["wskv"], gamma, w["wb"],
-                        w["wsb"], kv_parts, q_rows, qb_parts, work, eps=EPS, pdl=pdl,
-                        first_only=first_only, late_q_b=late_q_b)
+                        w["wsb"], kv_parts, q_rows, qb_parts, work_fixed if fixed else work,
+                        eps=EPS, pdl=pdl, first_only=first_only, late_q_b=late_q_b, fixed=fixed,
+                        trace=trace)
 
         bn1, g1, s1 = fp8_linear.tiling(nq + nkv, k1)
         bn2, g2, s2 = fp8_linear.tiling(nb, nq)
@@ -153,26 +158,30 @@ def main() -> None:
                                                   copies),
                 "q_a|kv_a_only": graph_time(lambda i: one_launch(i, first_only=True), copies),
                 "attn_side_hot": graph_time(lambda i: one_launch(0), copies)}
+        if fixed:
+            arms["attn_side_fixed"] = graph_time(lambda i: one_launch(i, fixed=True), copies)
+            arms["attn_side_fixed_hot"] = graph_time(lambda i: one_launch(0, fixed=True), copies)
+            A.check_sync(work_fixed)
         A.check_sync(work)
-        trace = None
-        if args.trace:  # one launch, cold weights, each worker's points
+        traces = {}
+        for form in ("attn_side", "attn_side_fixed") if args.trace else ():
+            if form == "attn_side_fixed" and not fixed:
+                continue
+            # one launch, cold weights, each worker's points
             marks = torch.zeros(A.TRACE_WORKERS, len(A.TRACE_POINTS), dtype=torch.int64,
                                 device=dev)
             for i in (1, 2):
-                w = ws[i]
-                A.attn_side(xq, sx, w["wq"], w["wsq"], w["wkv"], w["wskv"], gamma, w["wb"],
-                            w["wsb"], kv_parts, q_rows, qb_parts, work, eps=EPS,
-                            trace=marks if i == 2 else None)
+                one_launch(i, fixed=form == "attn_side_fixed", trace=marks if i == 2 else None)
             torch.cuda.synchronize()
-            trace = timeline(marks)
-            print(f"m={m:2d} trace (us from the first worker's start: min / median / max over "
-                  "workers): " + "; ".join(f"{k} {v[0]:.2f} / {v[1]:.2f} / {v[2]:.2f}"
-                                           for k, v in trace.items()), flush=True)
+            traces[form] = timeline(marks)
+            print(f"m={m:2d} {form} trace (us from the first worker's start: min / median / "
+                  "max over workers): " + "; ".join(f"{k} {v[0]:.2f} / {v[1]:.2f} / {v[2]:.2f}"
+                                                    for k, v in traces[form].items()), flush=True)
         with overlap.step_rows(m):
             arms["stages3"] = graph_time(stages3, copies)
             arms["stages2"] = graph_time(stages2, copies)
-        if trace is not None:
-            rows.append({"m": m, "arm": "attn_side trace", "points_us": trace})
+        for form, trace in traces.items():
+            rows.append({"m": m, "arm": f"{form} trace", "points_us": trace})
         for arm, us in arms.items():
             rows.append({"m": m, "arm": arm, "us": us, "floor_us": floor,
                          "frac_floor": floor / us, "bytes": nbytes,

@@ -4,7 +4,8 @@ an H200: one GLM-5.3 TP8 rank's shapes at 1-16 rows, a small shape with fewer un
 workers, and a few CTAs taking many units each (the ring wrapping, units after units); outputs
 and scratch poisoned with NaN before each launch and every element checked; no wait gave up;
 the epoch moved on once a launch; 100 repeated launches and a CUDA-graph replay bitwise equal to
-the first launch.
+the first launch. The fixed form (c_q's chunks added as integers, no tails) likewise at 1-2
+rows, its other parity's sums and counts poisoned before the first launch (it must zero them).
 
 Run on the GPU machine with CuTe DSL importable (benchmark/sm90_run.sh stages it).
 """
@@ -83,25 +84,37 @@ def _poison(*ts):
         t.fill_(float("nan"))
 
 
-def _launch(case, outs, work, grid=0, pdl=True):
+def _launch(case, outs, work, grid=0, pdl=True, fixed=False):
     A.attn_side(case["xq"], case["sx"], case["wq"], case["wsq"], case["wkv"], case["wskv"],
-                case["gamma"], case["wb"], case["wsb"], *outs, work, eps=EPS, grid=grid, pdl=pdl)
+                case["gamma"], case["wb"], case["wsb"], *outs, work, eps=EPS, grid=grid, pdl=pdl,
+                fixed=fixed)
 
 
-def check(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 100):
-    side, _ = A.compiled(m, shape, eps=EPS)
+def check(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 100,
+          fixed: bool = False):
+    side, _ = A.compiled(m, shape, eps=EPS, fixed=fixed)
     case = make_case(m, shape, seed)
     outs = outputs(side, m, "cuda")
     work = A.workspace(side, "cuda")
     dump = torch.full((m, shape.nq), float("nan"), device="cuda")
     _poison(*outs, work.q_parts, work.ss)
+    if fixed:  # the first launch adds into parity 1 and must zero parity 0 for the next
+        work.acc[0].fill_(12345)
+        work.arrivals[:side.tq].fill_(7)
     A.attn_side(case["xq"], case["sx"], case["wq"], case["wsq"], case["wkv"], case["wskv"],
                 case["gamma"], case["wb"], case["wsb"], *outs, work, eps=EPS, grid=grid,
-                dump=dump)
+                dump=dump, fixed=fixed)
     torch.cuda.synchronize()
     A.check_sync(work)
     assert int(work.sync[A.EPOCH]) == 2, "the epoch did not move on after the launch"
-    assert int(work.sync[A.DONE]) == 0 and not work.arrivals.any(), "counters not back at zero"
+    if fixed:
+        counts = work.arrivals.view(2, side.tq)
+        assert int(work.sync[A.DONE]) == 0 and not counts[0].any() and not work.acc[0].any(), \
+            "the next launch's sums and counts not zeroed"
+        assert (counts[1] == side.split1).all(), f"c_q tiles' counts {counts[1].tolist()}"
+    else:
+        assert int(work.sync[A.DONE]) == 0 and not work.arrivals.any(), \
+            "counters not back at zero"
     kv_parts, q_rows, qb_parts = outs
     for name, t in zip(("kv_parts", "q_rows", "qb_parts", "dump"), (*outs, dump)):
         assert not t.isnan().any(), f"{name}: {int(t.isnan().sum())} elements not written"
@@ -145,20 +158,20 @@ def check(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 100):
 
     first = [t.clone() for t in outs]
     _poison(*outs)
-    _launch(case, outs, work, grid)  # without the dump
+    _launch(case, outs, work, grid, fixed=fixed)  # without the dump
     torch.cuda.synchronize()
     for a, b in zip(outs, first):
         assert torch.equal(a, b), "the launch without the dump differs from the one with it"
     if m in (1, 16) and grid == 0:  # launched plainly: bitwise the same
         _poison(*outs)
-        _launch(case, outs, work, grid, pdl=False)
+        _launch(case, outs, work, grid, pdl=False, fixed=fixed)
         torch.cuda.synchronize()
         for a, b in zip(outs, first):
             assert torch.equal(a, b), "the plain launch differs from the dependent one"
     epoch = int(work.sync[A.EPOCH])
     for i in range(repeats):
         _poison(*outs)
-        _launch(case, outs, work, grid)
+        _launch(case, outs, work, grid, fixed=fixed)
         torch.cuda.synchronize()
         for a, b in zip(outs, first):
             assert torch.equal(a, b), f"launch {i + 2} differs from the first"
@@ -169,10 +182,10 @@ def check(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 100):
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
-        _launch(case, outs, work, grid)
+        _launch(case, outs, work, grid, fixed=fixed)
     torch.cuda.current_stream().wait_stream(s)
     with torch.cuda.graph(g):
-        _launch(case, outs, work, grid)
+        _launch(case, outs, work, grid, fixed=fixed)
     for _ in range(3):
         _poison(*outs)
         g.replay()
@@ -191,6 +204,15 @@ def test_small_shape_fewer_units_than_workers():
     check(3, A.Shape(nq=512, nkv=192, k1=1024, nb=512), seed=11)
 
 
+@pytest.mark.parametrize("m", [1, 2])
+def test_fixed_tp8_rank(m):
+    check(m, A.Shape(), seed=40 + m, fixed=True)
+
+
+def test_fixed_small_shape_few_ctas():
+    check(2, A.Shape(nq=512, nkv=192, k1=1024, nb=512), seed=43, grid=5, repeats=5, fixed=True)
+
+
 @pytest.mark.parametrize("m", [1, 16])
 def test_few_ctas_many_units_each(m):
     check(m, A.Shape(), seed=20 + m, grid=6, repeats=3)
@@ -201,6 +223,8 @@ def test_refuses_bad_shapes():
         A.AttnSide(17)
     with pytest.raises(ValueError, match="multiple of 256"):
         A.AttnSide(4, A.Shape(nq=2000))
+    with pytest.raises(ValueError, match="fixed form takes 1..2 rows"):
+        A.AttnSide(3, fixed=True)
     side, _ = A.compiled(2)
     case = make_case(2, A.Shape(), 0)
     kv, q, qb = outputs(side, 2, "cuda")

@@ -65,3 +65,22 @@ def test_refuses_another_steps_work():
                    torch.zeros(A.FLAGS + 8, dtype=torch.int32))
     with pytest.raises(ValueError, match="q_parts must be"):
         A.attn_side(**_args(work=other))
+
+
+def test_fixed_form_sizes_and_refusals():
+    side = A.AttnSide(2, fixed=True)
+    assert (side.lanes, side.cols) == (128, 1) and side.fixed
+    assert A.workspace(side, "cpu").acc.shape == (2, 2, 2048)
+    assert A.workspace(side, "cpu").arrivals.shape == (2 * 32,)
+    with pytest.raises(ValueError, match="fixed form takes 1..2 rows"):
+        A.AttnSide(3, fixed=True)
+    # a workspace of the tail form has no sums and one count a tile
+    a = _args(q_rows=torch.zeros(2, 512, dtype=torch.bfloat16), sx=torch.zeros(2, 8),
+              kv_parts=torch.zeros(8, 2, 192), qb_parts=torch.zeros(4, 2, 512))
+    side2 = A.AttnSide(2, SMALL)
+    a["work"] = A.workspace(side2, "cpu")
+    with pytest.raises(ValueError, match="arrivals must be"):
+        A.attn_side(**a, fixed=True)
+    a["work"] = a["work"]._replace(arrivals=torch.zeros(2 * side2.tq, dtype=torch.int32))
+    with pytest.raises(ValueError, match="acc must be"):
+        A.attn_side(**a, fixed=True)

@@ -60,11 +60,13 @@ for m, shape, kw in {forms!r}:
 """
 # attn_side (rows, Shape, options): one TP8 rank at 1 and 16 rows (launched dependent, with
 # the test's dump and the probe's trace), plainly launched with q_b's weights asked for
-# beside q_a|kv_a's, and a small shape whose sums of squares fill fewer lanes than a row's
+# beside q_a|kv_a's, a small shape whose sums of squares fill fewer lanes than a row's, and
+# the fixed form (c_q's chunks added as 64-bit integers: ATOMG.E.ADD.64 in its SASS)
 ATTN_SIDE_FORMS = [(1, (2048, 576, 6144, 2048), {"dump": True}),
                    (16, (2048, 576, 6144, 2048), {"trace": True}),
                    (9, (2048, 576, 6144, 2048), {"pdl": False, "late_q_b": False}),
-                   (3, (512, 192, 1024, 512), {})]
+                   (3, (512, 192, 1024, 512), {}),
+                   (2, (2048, 576, 6144, 2048), {"fixed": True, "dump": True})]
 
 
 ATTN_SCRIPT = """
@@ -183,6 +185,8 @@ def test_attn_side_compiles_for_sm90a(tmp_path):
         cubins = _compile(tmp_path / str(i), ATTN_SIDE_SCRIPT, [form])
         assert len(cubins) == 1, [p.name for p in (tmp_path / str(i)).iterdir()]
         _check_sass(cubins, wgmma="QGMMA.64x16x32" if form[0] > 8 else "QGMMA.64x8x32")
+        if form[2].get("fixed"):
+            _check_sass(cubins, wgmma="QGMMA.64x8x32", load="ATOMG.E.ADD.64")
 
 
 def test_sparse_mla_compiles_for_sm90a(tmp_path):

@@ -84,6 +84,10 @@ GROUPS = 2  # workers (consumer warpgroups, producer warps) a CTA
 FP8_MAX = 448.0
 ACT_EPS = 1e-10
 SPIN_LIMIT = 1 << 24  # polls before a wait gives up (seconds on an H200)
+# the fixed form (``AttnSide.fixed``): c_q's K chunks added as integers in units of
+# 2^-FIXED_BITS, at most FIXED_MAX_ROWS rows (each q_b unit reads its rows whole)
+FIXED_BITS = 32
+FIXED_MAX_ROWS = 2
 # sync words: 0 the epoch (starts at 1), 1 CTAs done, 2 a wait gave up; c_q tile t's flag
 # at FLAGS + t
 EPOCH, DONE, FAILED, FLAGS = 0, 1, 2, 8
@@ -121,9 +125,12 @@ class AttnSide:
     def __init__(self, m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
                  eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True,
                  first_only: bool = False, dump: bool = False, trace: bool = False,
-                 late_q_b: bool = True):
+                 late_q_b: bool = True, fixed: bool = False):
         if not 1 <= m <= MAX_ROWS:
             raise ValueError(f"attn_side takes 1..{MAX_ROWS} rows, got {m}")
+        if fixed and m > FIXED_MAX_ROWS:
+            raise ValueError(f"attn_side: the fixed form takes 1..{FIXED_MAX_ROWS} rows (each q_b "
+                             f"unit reads c_q's rows whole), got {m}")
         if not 1 <= groups <= 4:
             raise ValueError("attn_side: 1-4 workers a CTA (one producer warp each)")
         nq, nkv, k1, nb = shape
@@ -156,11 +163,17 @@ class AttnSide:
         # q_b's weight tiles asked of HBM only after the worker's q_a|kv_a tiles landed (they
         # have c_q's reduction and norm to arrive in), so q_a|kv_a's stream alone
         self.late_q_b = late_q_b
+        # c_q reduced without tails: each q_a unit adds its chunk into int64 sums (2^-FIXED_BITS
+        # units: integer adds, so the order of arrival cannot change a bit) and counts itself
+        # in; q_b's units wait for the counts and norm from the sums (module docstring)
+        self.fixed = fixed
         self.slot_bytes = (BLOCK_M + self.nx) * BLOCK_K
         # q_b's prologue: `lanes` threads a row (M rounded up to a power of two, >= 4), each
         # norming `cols` columns of each group
         rows_pad = max(4, 1 << (m - 1).bit_length())
         self.lanes, self.cols = 128 // rows_pad, rows_pad
+        if fixed:  # every thread of the warpgroup on each row, a column of each group
+            self.lanes, self.cols = 128, 1
         self.lane_bits = self.lanes.bit_length() - 1
         xbuf = groups * self.chunk2 * self.nx * BLOCK_K
         self.per = (SMEM_BYTES - 4096 - xbuf) // self.slot_bytes // groups
@@ -173,7 +186,7 @@ class AttnSide:
                  wkv: cute.Tensor, wskv: cute.Tensor, gamma: cute.Tensor, wb: cute.Tensor,
                  wsb: cute.Tensor, kv_parts: cute.Tensor, q_parts: cute.Tensor,
                  q_rows: cute.Tensor, qb_parts: cute.Tensor, ss: cute.Tensor,
-                 arrivals: cute.Tensor, sync: cute.Tensor, dump: cute.Tensor,
+                 arrivals: cute.Tensor, sync: cute.Tensor, acc: cute.Tensor, dump: cute.Tensor,
                  trace: cute.Tensor, grid: cutlass.Int32, stream):
         e4m3 = cutlass.Float8E4M3FN
         tiled_mma, a_layout, b_layout = ring.mma_and_layouts(self.nx, self.stages, self.stages)
@@ -193,12 +206,15 @@ class AttnSide:
             sx2: cute.struct.Align[cute.struct.MemRange[e4m3, cute.cosize(x2_layout)], 1024]
             scales: cute.struct.MemRange[cutlass.Float32, MAX_ROWS * self.chunk2 * self.groups]
             last: cute.struct.MemRange[cutlass.Int32, self.groups]
+            # the fixed form's cross-warp sums and maxima: (row, 1 + chunk2, warp, worker)
+            red: cute.struct.MemRange[cutlass.Float32,
+                                      FIXED_MAX_ROWS * (1 + self.chunk2) * 4 * self.groups]
 
         self.storage = Storage
         self.kernel(atoms[0][0], atoms[0][1], atoms[1][0], atoms[1][1], atoms[2][0],
                     atoms[2][1], tma_x, g_x, tiled_mma, a_layout, b_layout, x2_layout, sx, wsq,
                     wskv, gamma, wsb, kv_parts, q_parts, q_rows, qb_parts, ss, arrivals,
-                    sync, dump, trace).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
+                    sync, acc, dump, trace).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
                                  smem=Storage.size_in_bytes(), stream=stream,
                                  use_pdl=self.pdl)
 
@@ -357,18 +373,115 @@ class AttnSide:
             cute.arch.store(mSync.iterator + FLAGS + tile, epoch, sem="relaxed", scope="gpu")
 
     @cute.jit
-    def _wait_q(self, t, epoch, mSync: cute.Tensor, grp):
-        """Until every c_q tile's flag holds the epoch (acquire, then the warpgroup)."""
+    def _wait_q(self, t, words, target, mSync: cute.Tensor, grp):
+        """Until each c_q tile's word (words + tile: its flag, or in the fixed form its count)
+        holds `target` (acquire, then the warpgroup)."""
         if t < self.tq:
-            ptr = mSync.iterator + FLAGS + t
+            ptr = words + t
             spins = cutlass.Int32(0)
             seen = cute.arch.load(ptr, cutlass.Int32, sem="relaxed", scope="gpu")
-            while seen != epoch and spins < SPIN_LIMIT:
+            while seen != target and spins < SPIN_LIMIT:
                 seen = cute.arch.load(ptr, cutlass.Int32, sem="relaxed", scope="gpu")
                 spins = spins + 1
-            if seen != epoch:
+            if seen != target:
                 mSync[FAILED] = cutlass.Int32(1)
             cute.arch.fence_acq_rel_gpu()
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+
+    # --- the fixed form ----------------------------------------------------------------------
+    @cute.jit
+    def _zero_next(self, w, workers, t, p, mAcc: cute.Tensor, mArrivals: cute.Tensor):
+        """The other parity's sums and counts, zeroed for the next launch: this launch's wait
+        saw the previous one (their last reader) finish, and the next one adds into them only
+        after its own wait sees this one finish."""
+        nq = self.shape.nq
+        for i in cutlass.range(w * 128 + t, self.m * nq, workers * 128, unroll=1):
+            mAcc[1 - p, i // nq, i % nq] = cutlass.Int64(0)
+        if w == 0 and t < self.tq:
+            mArrivals[(1 - p) * self.tq + t] = cutlass.Int32(0)
+
+    @cute.jit
+    def _q_add(self, acc, coords, mAcc: cute.Tensor, mArrivals: cute.Tensor, p, tile, t, grp):
+        """A c_q unit's chunk added into the sums in 2^-FIXED_BITS units (relaxed atomics: any
+        order gives the same integers), then the tile's count (release, after the warpgroup's
+        barrier: cumulative, as ``_arrive``)."""
+        nq = self.shape.nq
+        for e in cutlass.range_constexpr(cute.size(acc)):
+            r = coords[e][1]
+            if r < self.m:
+                v = (acc[e] * float(2 ** FIXED_BITS)).to(cutlass.Int64)
+                at = (p * self.m + r) * nq + tile * BLOCK_M + coords[e][0]
+                cute.arch.atomic_add(mAcc.iterator + at, v, sem="relaxed", scope="gpu")
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+        if t == 0:
+            cute.arch.atomic_add(mArrivals.iterator + p * self.tq + tile, cutlass.Int32(1),
+                                 sem="release", scope="gpu")
+
+    @cute.jit
+    def _make_x2_fixed(self, c, t, grp, p, mAcc: cute.Tensor, mRows: cute.Tensor,
+                       gam: cute.Tensor, s_x2: cute.Tensor, scales: cute.Tensor,
+                       red: cute.Tensor, mDump: cute.Tensor, first):
+        """``_make_x2`` from the fixed sums: thread t reads column t of every 128-column group
+        of each row (the whole row: its sum of squares) and of the unit's groups (loaded apart,
+        so no register array is indexed by the unit's chunk), all before any use; c_q rounded
+        to bf16 from the sums; the row's sums and each group's amax reduced across the
+        warpgroup's four warps through shared memory. The first tile's units (first) also
+        write their columns of c_q's bf16 rows (and the dump)."""
+        nq = self.shape.nq
+        ng = nq // BLOCK_K
+        lane, wi = t % 32, t // 32
+        unit = 1.0 / float(2 ** FIXED_BITS)
+        whole = cute.make_rmem_tensor((self.m * ng,), cutlass.Int64)
+        own = cute.make_rmem_tensor((self.m * self.chunk2,), cutlass.Int64)
+        for r in cutlass.range_constexpr(self.m):
+            for i in cutlass.range_constexpr(ng):
+                whole[r * ng + i] = mAcc[p, r, i * BLOCK_K + t]
+            for g in cutlass.range_constexpr(self.chunk2):
+                own[r * self.chunk2 + g] = mAcc[p, r, (c * self.chunk2 + g) * BLOCK_K + t]
+        for r in cutlass.range_constexpr(self.m):
+            sq = cutlass.Float32(0.0)
+            for i in cutlass.range_constexpr(ng):
+                v = (whole[r * ng + i].to(cutlass.Float32) * unit).to(cutlass.BFloat16)
+                sq = sq + v.to(cutlass.Float32) * v.to(cutlass.Float32)
+            for x in cutlass.range_constexpr(5):
+                sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=16 >> x)
+            if lane == 0:
+                red[r, 0, wi, grp] = sq
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+        ys = cute.make_rmem_tensor((self.m * self.chunk2,), cutlass.Float32)
+        for r in cutlass.range_constexpr(self.m):
+            total = red[r, 0, 0, grp] + red[r, 0, 1, grp] + red[r, 0, 2, grp] + red[r, 0, 3, grp]
+            rstd = cute.math.rsqrt(total / nq + self.eps)
+            for g in cutlass.range_constexpr(self.chunk2):
+                col = (c * self.chunk2 + g) * BLOCK_K + t
+                v = (own[r * self.chunk2 + g].to(cutlass.Float32) * unit).to(cutlass.BFloat16)
+                if first:
+                    mRows[r, col] = v
+                y = (v.to(cutlass.Float32) * rstd * gam[g]).to(cutlass.BFloat16)
+                ys[r * self.chunk2 + g] = y.to(cutlass.Float32)
+                amax = cute.arch.fmax(ys[r * self.chunk2 + g], -ys[r * self.chunk2 + g])
+                for x in cutlass.range_constexpr(5):
+                    amax = cute.arch.fmax(amax, cute.arch.shuffle_sync_bfly(amax,
+                                                                             offset=16 >> x))
+                if lane == 0:
+                    red[r, 1 + g, wi, grp] = amax
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+        for r in cutlass.range_constexpr(self.m):
+            for g in cutlass.range_constexpr(self.chunk2):
+                amax = cute.arch.fmax(cute.arch.fmax(red[r, 1 + g, 0, grp], red[r, 1 + g, 1, grp]),
+                                      cute.arch.fmax(red[r, 1 + g, 2, grp], red[r, 1 + g, 3, grp]))
+                s = cute.arch.fmax(amax, ACT_EPS) / FP8_MAX
+                inv = 1.0 / s
+                q = cute.arch.fmax(cute.arch.fmin(ys[r * self.chunk2 + g] * inv, FP8_MAX),
+                                   -FP8_MAX)
+                q8 = q.to(cutlass.Float8E4M3FN)
+                s_x2[r, t, grp * self.chunk2 + g] = q8
+                if cutlass.const_expr(self.dump):
+                    if first:
+                        mDump[r, (c * self.chunk2 + g) * BLOCK_K + t] = q8.to(cutlass.Float32) * s
+                if t == 0:
+                    scales[r, g, grp] = s
+        cute.arch.fence_view_async_shared()
         cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
 
     @cute.jit
@@ -462,7 +575,7 @@ class AttnSide:
                mSx: cute.Tensor, mWsq: cute.Tensor, mWskv: cute.Tensor, mGamma: cute.Tensor,
                mWsb: cute.Tensor, mKvParts: cute.Tensor, mQParts: cute.Tensor, mRows: cute.Tensor,
                mQbParts: cute.Tensor, mSs: cute.Tensor, mArrivals: cute.Tensor,
-               mSync: cute.Tensor, mDump: cute.Tensor, mTrace: cute.Tensor):
+               mSync: cute.Tensor, mAcc: cute.Tensor, mDump: cute.Tensor, mTrace: cute.Tensor):
         groups = self.groups
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
@@ -527,6 +640,11 @@ class AttnSide:
             own = cutlass.Int32(0)
             if cutlass.const_expr(self.nx > self.m):
                 self._zero_pad_rows(t, grp, s_x2)
+            red = storage.red.get_tensor(cute.make_layout((FIXED_MAX_ROWS, 1 + self.chunk2, 4,
+                                                           groups)))
+            p = epoch % 2  # the fixed form's parity: this launch's sums and counts
+            if cutlass.const_expr(self.fixed):
+                self._zero_next(w, workers, t, p, mAcc, mArrivals)
             for u in cutlass.range(w, self.units, workers, unroll=1):
                 if u < self.units1:
                     tile, c = self._stage1(u)
@@ -536,13 +654,17 @@ class AttnSide:
                                                     part, scale, coords, t_ra, t_rb, 0, True,
                                                     mWsq, tile // 2, g0, mSx, scales, wsc)
                         self._mark(mTrace, w, t, 1)
-                        self._store(acc, coords, mQParts, c, tile)
-                        self._arrive(last, grp, t, mArrivals.iterator + tile)
-                        self._mark(mTrace, w, t, 2)
-                        if last[grp] == 1:
-                            self._q_tail(tile, t, epoch, mQParts, mRows, mSs, mArrivals,
-                                         mSync, grp)
-                            self._mark(mTrace, w, t, 3)
+                        if cutlass.const_expr(self.fixed):
+                            self._q_add(acc, coords, mAcc, mArrivals, p, tile, t, grp)
+                            self._mark(mTrace, w, t, 2)
+                        else:
+                            self._store(acc, coords, mQParts, c, tile)
+                            self._arrive(last, grp, t, mArrivals.iterator + tile)
+                            self._mark(mTrace, w, t, 2)
+                            if last[grp] == 1:
+                                self._q_tail(tile, t, epoch, mQParts, mRows, mSs, mArrivals,
+                                             mSync, grp)
+                                self._mark(mTrace, w, t, 3)
                     else:
                         kt = tile - self.tq
                         tiled_mma = self._mma_steps(pipe, grp, own, self.chunk1, tiled_mma, acc,
@@ -557,9 +679,17 @@ class AttnSide:
                     self._gamma(c, t, gam, mGamma)
                     for s in cutlass.range_constexpr(self.chunk2):
                         wsc[s] = mWsb[tile // 2, c * self.chunk2 + s]
-                    self._wait_q(t, epoch, mSync, grp)
-                    self._mark(mTrace, w, t, 4)
-                    self._make_x2(c, t, grp, mRows, mSs, gam, s_x2, scales, mDump, tile == 0)
+                    if cutlass.const_expr(self.fixed):
+                        self._wait_q(t, mArrivals.iterator + p * self.tq, self.split1, mSync,
+                                     grp)
+                        self._mark(mTrace, w, t, 4)
+                        self._make_x2_fixed(c, t, grp, p, mAcc, mRows, gam, s_x2, scales, red,
+                                            mDump, tile == 0)
+                    else:
+                        self._wait_q(t, mSync.iterator + FLAGS, epoch, mSync, grp)
+                        self._mark(mTrace, w, t, 4)
+                        self._make_x2(c, t, grp, mRows, mSs, gam, s_x2, scales, mDump,
+                                      tile == 0)
                     self._mark(mTrace, w, t, 5)
                     tiled_mma = self._mma_steps(pipe, grp, own, self.chunk2, tiled_mma, acc, part,
                                                 scale, coords, t_ra, t_rx2, grp * self.chunk2,
@@ -588,15 +718,25 @@ class Work(NamedTuple):
     ss: "object"  # fp32 [2 NQ / 64, M]: each c_q half tile's sums of squares
     arrivals: "object"  # int32 [NQ / 64], zero between launches
     sync: "object"  # int32 [FLAGS + NQ / 64]: epoch, done count, failure, the tiles' flags
+    # the fixed form: int64 [2, M, NQ], c_q's sums in 2^-FIXED_BITS units by the epoch's
+    # parity (zero at first; arrivals then int32 [2 NQ / 64], the tiles' counts likewise);
+    # otherwise int64 [1, 1, 1], never read
+    acc: "object" = None
 
 
 def workspace(side: AttnSide, device) -> Work:
     import torch
     sync = torch.zeros(FLAGS + side.tq, dtype=torch.int32, device=device)
     sync[EPOCH] = 1
+    parities = 2 if side.fixed else 1
     return Work(torch.empty(side.split1, side.m, side.shape.nq, device=device),
                 torch.empty(2 * side.tq, side.m, device=device),
-                torch.zeros(side.tq, dtype=torch.int32, device=device), sync)
+                torch.zeros(parities * side.tq, dtype=torch.int32, device=device), sync,
+                torch.zeros(_acc_shape(side), dtype=torch.int64, device=device))
+
+
+def _acc_shape(side: AttnSide) -> tuple:
+    return (2, side.m, side.shape.nq) if side.fixed else (1, 1, 1)
 
 
 def check_sync(work: Work) -> None:
@@ -609,14 +749,15 @@ def check_sync(work: Work) -> None:
 @functools.lru_cache(maxsize=None)
 def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
              eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True, first_only: bool = False,
-             dump: bool = False, trace: bool = False, late_q_b: bool = True):
+             dump: bool = False, trace: bool = False, late_q_b: bool = True,
+             fixed: bool = False):
     """(the AttnSide, its compiled launch) for one row count and shape."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
 
     side = AttnSide(m, shape, split1, split2, eps, groups, pdl, first_only, dump, trace,
-                    late_q_b)
+                    late_q_b, fixed)
     e4m3 = torch.float8_e4m3fn
     nq, nkv, k1, nb = shape
     dummy = (torch.empty(side.nx, k1, dtype=e4m3), torch.empty(m, k1 // 128),
@@ -626,8 +767,10 @@ def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
              torch.empty(nb // 128 if nb % 128 == 0 else nb // 128 + 1, nq // 128),
              torch.empty(side.split1, m, nkv), torch.empty(side.split1, m, nq),
              torch.empty(m, nq, dtype=torch.bfloat16), torch.empty(side.split2, m, nb),
-             torch.empty(2 * side.tq, m), torch.empty(side.tq, dtype=torch.int32),
-             torch.empty(FLAGS + side.tq, dtype=torch.int32), torch.empty(m, nq),
+             torch.empty(2 * side.tq, m),
+             torch.empty((2 if fixed else 1) * side.tq, dtype=torch.int32),
+             torch.empty(FLAGS + side.tq, dtype=torch.int32),
+             torch.empty(_acc_shape(side), dtype=torch.int64), torch.empty(m, nq),
              torch.empty(TRACE_WORKERS, len(TRACE_POINTS), dtype=torch.int64))
     fn = cute.compile(side, *(from_dlpack(t, assumed_align=16) for t in dummy), 1,
                       cuda.CUstream(0))
@@ -642,7 +785,8 @@ def _check(name: str, t, shape: tuple, dtype) -> None:
 
 def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_parts,
               work: Work, eps: float = 1e-5, grid: int = 0, pdl: bool = True,
-              first_only: bool = False, dump=None, trace=None, late_q_b: bool = True) -> None:
+              first_only: bool = False, dump=None, trace=None, late_q_b: bool = True,
+              fixed: bool = False) -> None:
     """q_a|kv_a then q_b in one launch on the current torch stream (the module docstring);
     graph-capturable. Shapes: xq e4m3 [>= x_rows(M), K1], sx fp32 [M, K1/128]; wq e4m3
     [NQ, K1], wkv [NKV, K1], wb [NB, NQ] with fp32 block scales; gamma bf16 [NQ]; outputs
@@ -653,7 +797,9 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     first_only: measurement only, q_a|kv_a's units alone (qb_parts not written).
     dump: testing only, fp32 [M, NQ]: q_b's B operand (c_q normed and quantized), dequantized.
     trace: measurement only, int64 [TRACE_WORKERS, len(TRACE_POINTS)] (TRACE_POINTS).
-    late_q_b: q_b's weights asked for after q_a|kv_a's (AttnSide.late_q_b)."""
+    late_q_b: q_b's weights asked for after q_a|kv_a's (AttnSide.late_q_b).
+    fixed: c_q reduced in fixed point, no tails (AttnSide.fixed; 1..FIXED_MAX_ROWS rows; work
+    from ``workspace`` of that form)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack
@@ -662,7 +808,7 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     shape = Shape(nq, wkv.shape[0], wq.shape[1], wb.shape[0])
     # the form's derived sizes (and its refusals) before anything is compiled
     options = (kv_parts.shape[0], qb_parts.shape[0], eps, GROUPS, pdl, first_only,
-               dump is not None, trace is not None, late_q_b)
+               dump is not None, trace is not None, late_q_b, fixed)
     side = AttnSide(m, shape, *options)
     nx, (_, nkv, k1, nb) = side.nx, shape
     if xq.shape[0] < nx:
@@ -680,9 +826,11 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
             ("qb_parts", qb_parts, (side.split2, m, nb), f32),
             ("q_parts", work.q_parts, (side.split1, m, nq), f32),
             ("ss", work.ss, (2 * side.tq, m), f32),
-            ("arrivals", work.arrivals, (side.tq,), torch.int32),
+            ("arrivals", work.arrivals, ((2 if fixed else 1) * side.tq,), torch.int32),
             ("sync", work.sync, (FLAGS + side.tq,), torch.int32)):
         _check(name, t, shp, dt)
+    acc = work.acc if work.acc is not None else _no_acc(q_rows.device)
+    _check("acc", acc, _acc_shape(side), torch.int64)
     if dump is not None:
         _check("dump", dump, (m, nq), f32)
     if trace is not None:
@@ -698,8 +846,15 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     stream = cuda.CUstream(torch.cuda.current_stream(q_rows.device).cuda_stream)
     fn(*(from_dlpack(t, assumed_align=16) for t in (
         xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, work.q_parts, q_rows, qb_parts,
-        work.ss, work.arrivals, work.sync, dump if dump is not None else work.q_parts[0],
+        work.ss, work.arrivals, work.sync, acc, dump if dump is not None else work.q_parts[0],
         trace)), grid, stream)
+
+
+@functools.lru_cache(maxsize=None)
+def _no_acc(device):
+    """The acc argument of a launch without the fixed form (never read)."""
+    import torch
+    return torch.zeros(1, 1, 1, dtype=torch.int64, device=device)
 
 
 @functools.lru_cache(maxsize=None)
