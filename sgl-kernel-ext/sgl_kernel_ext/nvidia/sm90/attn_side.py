@@ -438,6 +438,9 @@ class AttnSide:
                 whole[r * ng + i] = mAcc[p, r, i * BLOCK_K + t]
             for g in cutlass.range_constexpr(self.chunk2):
                 own[r * self.chunk2 + g] = mAcc[p, r, (c * self.chunk2 + g) * BLOCK_K + t]
+        # no load moves across a fence: without it each load was sunk to its conversion and
+        # the later loads waited (m=2: ~6 in flight, the prologue 2.8 us in the trace)
+        cute.arch.fence_acq_rel_cta()
         for r in cutlass.range_constexpr(self.m):
             sq = cutlass.Float32(0.0)
             for i in cutlass.range_constexpr(ng):
