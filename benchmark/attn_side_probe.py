@@ -6,8 +6,9 @@ Arms (one GLM-5.3 TP8 rank: q_a|kv_a 2624 x 6144, q_b 2048 x 2048, FP8 block-128
 - ``attn_side``: one launch (programmatically dependent on the one before); ``_nopdl``
   launched plainly; ``_early_q_b`` with q_b's weights asked for beside q_a|kv_a's (not after
   them); ``q_a|kv_a_only`` its first stage alone (measurement form); ``_hot`` on
-  one weight copy (in L2: the launch's latency without HBM); ``_fixed`` (1-2 rows) with c_q's
-  chunks added as integers, no tails (``AttnSide.fixed``).
+  one weight copy (in L2: the launch's latency without HBM); ``_fixed`` (1-2 rows) with
+  q_a|kv_a's chunks added as integers, no tails, and the KV-cache row written as stages3 does
+  (``AttnSide.fixed``).
 - ``stages3``: fp8_linear (q_a|kv_a's K chunks), latent (c_q normed and quantized; the
   KV-cache row), fp8_linear (q_b): the layer's form from 3 rows.
 - ``stages2``: fp8_linear with row tails (bf16 rows and sums of squares), q_b_normed (c_q
@@ -116,12 +117,15 @@ def main() -> None:
         work_fixed = A.workspace(A.compiled(m, shape, eps=EPS, fixed=True)[0], dev) \
             if fixed else None
 
+        kv_args = dict(kv_norm=kv_norm, positions=positions, token_slots=slots,
+                       inv_freq=inv_freq, kv_cache=kv_cache)
+
         def one_launch(i, pdl=True, first_only=False, late_q_b=True, fixed=False, trace=None):
             w = ws[i]
             A.attn_side(xq, sx, w["wq"], w["wsq"], w["wkv"], w["wskv"], gamma, w["wb"],
                         w["wsb"], kv_parts, q_rows, qb_parts, work_fixed if fixed else work,
                         eps=EPS, pdl=pdl, first_only=first_only, late_q_b=late_q_b, fixed=fixed,
-                        trace=trace)
+                        trace=trace, **(kv_args if fixed else {}))
 
         bn1, g1, s1 = fp8_linear.tiling(nq + nkv, k1)
         bn2, g2, s2 = fp8_linear.tiling(nb, nq)
@@ -170,8 +174,11 @@ def main() -> None:
             # one launch, cold weights, each worker's points
             marks = torch.zeros(A.TRACE_WORKERS, len(A.TRACE_POINTS), dtype=torch.int64,
                                 device=dev)
-            for i in (1, 2):
-                one_launch(i, fixed=form == "attn_side_fixed", trace=marks if i == 2 else None)
+            # each form on weight copies of its own, cold (the one before it left its in L2)
+            first = 1 if form == "attn_side" else 3
+            for i in (first, first + 1):
+                one_launch(i, fixed=form == "attn_side_fixed",
+                           trace=marks if i == first + 1 else None)
             torch.cuda.synchronize()
             traces[form] = timeline(marks)
             print(f"m={m:2d} {form} trace (us from the first worker's start: min / median / "

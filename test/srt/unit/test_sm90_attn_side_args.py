@@ -70,8 +70,8 @@ def test_refuses_another_steps_work():
 def test_fixed_form_sizes_and_refusals():
     side = A.AttnSide(2, fixed=True)
     assert (side.lanes, side.cols) == (128, 1) and side.fixed
-    assert A.workspace(side, "cpu").acc.shape == (2, 2, 2048)
-    assert A.workspace(side, "cpu").arrivals.shape == (2 * 32,)
+    assert A.workspace(side, "cpu").acc.shape == (2, 2, 2048 + 576)
+    assert A.workspace(side, "cpu").arrivals.shape == (2 * 41,) and side.kv_tasks == 2
     with pytest.raises(ValueError, match="fixed form takes 1..2 rows"):
         A.AttnSide(3, fixed=True)
     # a workspace of the tail form has no sums and one count a tile
@@ -81,6 +81,23 @@ def test_fixed_form_sizes_and_refusals():
     a["work"] = A.workspace(side2, "cpu")
     with pytest.raises(ValueError, match="arrivals must be"):
         A.attn_side(**a, fixed=True)
-    a["work"] = a["work"]._replace(arrivals=torch.zeros(2 * side2.tq, dtype=torch.int32))
+    fixed = A.AttnSide(2, SMALL, fixed=True)
+    a["work"] = a["work"]._replace(arrivals=torch.zeros(2 * fixed.tiles1, dtype=torch.int32))
     with pytest.raises(ValueError, match="acc must be"):
         A.attn_side(**a, fixed=True)
+    # the fixed form writes the KV-cache rows: their inputs are required and checked
+    a["work"] = A.workspace(fixed, "cpu")
+    with pytest.raises(ValueError, match="pass \\['kv_norm', 'positions'"):
+        A.attn_side(**a, fixed=True, token_slots=torch.zeros(2, 8, dtype=torch.int32),
+                    inv_freq=torch.zeros(32), kv_cache=torch.zeros(16, 192, dtype=torch.bfloat16))
+    kv = dict(kv_norm=torch.zeros(128, dtype=torch.bfloat16),
+              positions=torch.zeros(2, dtype=torch.int64),
+              token_slots=torch.zeros(2, 8, dtype=torch.int32), inv_freq=torch.zeros(32),
+              kv_cache=torch.zeros(16, 192, dtype=torch.bfloat16))
+    for name, bad, message in (
+            ("kv_norm", torch.zeros(192, dtype=torch.bfloat16), "kv_norm must be"),
+            ("positions", torch.zeros(2, dtype=torch.int32), "positions must be"),
+            ("token_slots", torch.zeros(2, 8, dtype=torch.int64), "token_slots must be int32"),
+            ("kv_cache", torch.zeros(16, 576, dtype=torch.bfloat16), "kv_cache must be")):
+        with pytest.raises(ValueError, match=message):
+            A.attn_side(**a, fixed=True, **{**kv, name: bad})

@@ -88,6 +88,7 @@ SPIN_LIMIT = 1 << 24  # polls before a wait gives up (seconds on an H200)
 # 2^-FIXED_BITS, at most FIXED_MAX_ROWS rows (each q_b unit reads its rows whole)
 FIXED_BITS = 32
 FIXED_MAX_ROWS = 2
+ROPE = 64  # the rope columns at the end of kv_a's output (the rest is c_kv)
 # sync words: 0 the epoch (starts at 1), 1 CTAs done, 2 a wait gave up; c_q tile t's flag
 # at FLAGS + t
 EPOCH, DONE, FAILED, FLAGS = 0, 1, 2, 8
@@ -167,6 +168,13 @@ class AttnSide:
         # units: integer adds, so the order of arrival cannot change a bit) and counts itself
         # in; q_b's units wait for the counts and norm from the sums (module docstring)
         self.fixed = fixed
+        # the fixed form also writes each row's KV-cache row (c_kv normed, k_pe roped): M tasks
+        # numbered after q_b's units (so they fall to workers that took one unit)
+        self.kv_c = nkv - ROPE
+        self.kv_tasks = m if fixed else 0
+        if fixed and (self.kv_c <= 0 or self.kv_c % 128 or ROPE // 2 > 128):
+            raise ValueError(f"attn_side: the fixed form needs NKV - {ROPE} a positive multiple "
+                             f"of 128, got NKV {nkv}")
         self.slot_bytes = (BLOCK_M + self.nx) * BLOCK_K
         # q_b's prologue: `lanes` threads a row (M rounded up to a power of two, >= 4), each
         # norming `cols` columns of each group
@@ -187,7 +195,9 @@ class AttnSide:
                  wsb: cute.Tensor, kv_parts: cute.Tensor, q_parts: cute.Tensor,
                  q_rows: cute.Tensor, qb_parts: cute.Tensor, ss: cute.Tensor,
                  arrivals: cute.Tensor, sync: cute.Tensor, acc: cute.Tensor, dump: cute.Tensor,
-                 trace: cute.Tensor, grid: cutlass.Int32, stream):
+                 trace: cute.Tensor, kvn: cute.Pointer, positions: cute.Pointer,
+                 slots: cute.Pointer, inv_freq: cute.Pointer, cache: cute.Pointer,
+                 stride_slots: cutlass.Int32, grid: cutlass.Int32, stream):
         e4m3 = cutlass.Float8E4M3FN
         tiled_mma, a_layout, b_layout = ring.mma_and_layouts(self.nx, self.stages, self.stages)
         x2_layout = ring.mma_and_layouts(self.nx, 1, self.groups * self.chunk2)[2]
@@ -214,7 +224,8 @@ class AttnSide:
         self.kernel(atoms[0][0], atoms[0][1], atoms[1][0], atoms[1][1], atoms[2][0],
                     atoms[2][1], tma_x, g_x, tiled_mma, a_layout, b_layout, x2_layout, sx, wsq,
                     wskv, gamma, wsb, kv_parts, q_parts, q_rows, qb_parts, ss, arrivals,
-                    sync, acc, dump, trace).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
+                    sync, acc, dump, trace, kvn, positions, slots, inv_freq, cache,
+                    stride_slots).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
                                  smem=Storage.size_in_bytes(), stream=stream,
                                  use_pdl=self.pdl)
 
@@ -373,10 +384,10 @@ class AttnSide:
             cute.arch.store(mSync.iterator + FLAGS + tile, epoch, sem="relaxed", scope="gpu")
 
     @cute.jit
-    def _wait_q(self, t, words, target, mSync: cute.Tensor, grp):
-        """Until each c_q tile's word (words + tile: its flag, or in the fixed form its count)
-        holds `target` (acquire, then the warpgroup)."""
-        if t < self.tq:
+    def _wait_q(self, t, words, n: cutlass.Constexpr, target, mSync: cute.Tensor, grp):
+        """Until each of n tiles' words (words + tile: a c_q tile's flag, or in the fixed form
+        a tile's count) holds `target` (acquire, then the warpgroup)."""
+        if t < n:
             ptr = words + t
             spins = cutlass.Int32(0)
             seen = cute.arch.load(ptr, cutlass.Int32, sem="relaxed", scope="gpu")
@@ -394,27 +405,29 @@ class AttnSide:
         """The other parity's sums and counts, zeroed for the next launch: this launch's wait
         saw the previous one (their last reader) finish, and the next one adds into them only
         after its own wait sees this one finish."""
-        nq = self.shape.nq
-        for i in cutlass.range(w * 128 + t, self.m * nq, workers * 128, unroll=1):
-            mAcc[1 - p, i // nq, i % nq] = cutlass.Int64(0)
-        if w == 0 and t < self.tq:
-            mArrivals[(1 - p) * self.tq + t] = cutlass.Int32(0)
+        width = self.shape.nq + self.shape.nkv
+        for i in cutlass.range(w * 128 + t, self.m * width, workers * 128, unroll=1):
+            mAcc[1 - p, i // width, i % width] = cutlass.Int64(0)
+        if w == 0 and t < self.tiles1:
+            mArrivals[(1 - p) * self.tiles1 + t] = cutlass.Int32(0)
 
     @cute.jit
-    def _q_add(self, acc, coords, mAcc: cute.Tensor, mArrivals: cute.Tensor, p, tile, t, grp):
-        """A c_q unit's chunk added into the sums in 2^-FIXED_BITS units (relaxed atomics: any
-        order gives the same integers), then the tile's count (release, after the warpgroup's
-        barrier: cumulative, as ``_arrive``)."""
-        nq = self.shape.nq
+    def _chunk_add(self, acc, coords, mAcc: cute.Tensor, mArrivals: cute.Tensor, p, tile, t,
+                   grp):
+        """A q_a|kv_a unit's chunk added into the sums in 2^-FIXED_BITS units (relaxed atomics:
+        any order gives the same integers), then its tile's count (release, after the
+        warpgroup's barrier: cumulative, as ``_arrive``). Tile t's columns are t * 64.. of
+        the sums' c_q | kv_a row."""
+        width = self.shape.nq + self.shape.nkv
         for e in cutlass.range_constexpr(cute.size(acc)):
             r = coords[e][1]
             if r < self.m:
                 v = (acc[e] * float(2 ** FIXED_BITS)).to(cutlass.Int64)
-                at = (p * self.m + r) * nq + tile * BLOCK_M + coords[e][0]
+                at = (p * self.m + r) * width + tile * BLOCK_M + coords[e][0]
                 cute.arch.atomic_add(mAcc.iterator + at, v, sem="relaxed", scope="gpu")
         cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
         if t == 0:
-            cute.arch.atomic_add(mArrivals.iterator + p * self.tq + tile, cutlass.Int32(1),
+            cute.arch.atomic_add(mArrivals.iterator + p * self.tiles1 + tile, cutlass.Int32(1),
                                  sem="release", scope="gpu")
 
     @cute.jit
@@ -563,6 +576,67 @@ class AttnSide:
         cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
 
     @cute.jit
+    def _kv_row(self, r, t, grp, p, mAcc: cute.Tensor, mArrivals: cute.Tensor,
+                mSync: cute.Tensor, kvn: cute.Pointer, positions: cute.Pointer,
+                slots: cute.Pointer, stride_slots, inv_freq: cute.Pointer, cache: cute.Pointer,
+                red: cute.Tensor):
+        """Row r's KV-cache row (the latent kernel's, ``mla._latent_row`` part 1), once kv_a's
+        tiles are counted in: c_kv rounded to bf16 from the sums, divided by its rms, times
+        the norm weight, k_pe's interleaved pairs rotated by the row's position; into the slot
+        the row's table holds at its position. A pad row (position -1) writes nothing. Thread t
+        takes column t of each 128 of c_kv and (t < ROPE / 2) k_pe's pair t."""
+        nq, c_cols = self.shape.nq, self.kv_c
+        width = c_cols + ROPE
+        lane, wi = t % 32, t // 32
+        unit = 1.0 / float(2 ** FIXED_BITS)
+        pos = cute.make_tensor(positions, cute.make_layout(self.m))[r]
+        at = cutlass.Int64(0)
+        if pos >= 0:
+            table = cute.make_tensor(slots + r * stride_slots, cute.make_layout(stride_slots))
+            at = table[pos.to(cutlass.Int32)].to(cutlass.Int64) * width
+        gam = cute.make_rmem_tensor((c_cols // 128,), cutlass.Float32)
+        for j in cutlass.range_constexpr(c_cols // 128):
+            gam[j] = cute.make_tensor(kvn, cute.make_layout(c_cols))[j * 128 + t].to(
+                cutlass.Float32)
+        half = t % (ROPE // 2)
+        freq = cute.make_tensor(inv_freq, cute.make_layout(ROPE // 2))[half]
+        self._wait_q(t, mArrivals.iterator + p * self.tiles1 + self.tq, self.tkv, self.split1,
+                     mSync, grp)
+        raw = cute.make_rmem_tensor((c_cols // 128 + 2,), cutlass.Int64)
+        for j in cutlass.range_constexpr(c_cols // 128):
+            raw[j] = mAcc[p, r, nq + j * 128 + t]
+        raw[c_cols // 128] = mAcc[p, r, nq + c_cols + 2 * half]
+        raw[c_cols // 128 + 1] = mAcc[p, r, nq + c_cols + 2 * half + 1]
+        cute.arch.fence_acq_rel_cta()  # every load in flight before any use (_make_x2_fixed)
+        sq = cutlass.Float32(0.0)
+        cv = cute.make_rmem_tensor((c_cols // 128,), cutlass.Float32)
+        for j in cutlass.range_constexpr(c_cols // 128):
+            v = (raw[j].to(cutlass.Float32) * unit).to(cutlass.BFloat16).to(cutlass.Float32)
+            cv[j] = v
+            sq = sq + v * v
+        for x in cutlass.range_constexpr(5):
+            sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=16 >> x)
+        if lane == 0:
+            red[0, 0, wi, grp] = sq
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+        total = red[0, 0, 0, grp] + red[0, 0, 1, grp] + red[0, 0, 2, grp] + red[0, 0, 3, grp]
+        rms = cute.math.sqrt(total / c_cols + self.eps)
+        if pos >= 0:
+            row = cute.make_tensor(cache + at, cute.make_layout(width))
+            for j in cutlass.range_constexpr(c_cols // 128):
+                row[j * 128 + t] = (cv[j] / rms * gam[j]).to(cutlass.BFloat16)
+            if t < ROPE // 2:
+                x1 = (raw[c_cols // 128].to(cutlass.Float32) * unit).to(cutlass.BFloat16).to(
+                    cutlass.Float32)
+                x2 = (raw[c_cols // 128 + 1].to(cutlass.Float32) * unit).to(
+                    cutlass.BFloat16).to(cutlass.Float32)
+                f = pos.to(cutlass.Float32) * freq
+                cs, sn = cute.math.cos(f), cute.math.sin(f)
+                row[c_cols + 2 * t] = (x1 * cs - x2 * sn).to(cutlass.BFloat16)
+                row[c_cols + 2 * t + 1] = (x2 * cs + x1 * sn).to(cutlass.BFloat16)
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+
+    @cute.jit
     def _mark(self, mTrace: cute.Tensor, w, t, point: cutlass.Constexpr):
         """Measurement only: worker w's %globaltimer at TRACE_POINTS[point] (thread 0)."""
         if cutlass.const_expr(self.trace):
@@ -578,7 +652,9 @@ class AttnSide:
                mSx: cute.Tensor, mWsq: cute.Tensor, mWskv: cute.Tensor, mGamma: cute.Tensor,
                mWsb: cute.Tensor, mKvParts: cute.Tensor, mQParts: cute.Tensor, mRows: cute.Tensor,
                mQbParts: cute.Tensor, mSs: cute.Tensor, mArrivals: cute.Tensor,
-               mSync: cute.Tensor, mAcc: cute.Tensor, mDump: cute.Tensor, mTrace: cute.Tensor):
+               mSync: cute.Tensor, mAcc: cute.Tensor, mDump: cute.Tensor, mTrace: cute.Tensor,
+               kvn: cute.Pointer, positions: cute.Pointer, slots: cute.Pointer,
+               inv_freq: cute.Pointer, cache: cute.Pointer, stride_slots: cutlass.Int32):
         groups = self.groups
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
@@ -648,8 +724,12 @@ class AttnSide:
             p = epoch % 2  # the fixed form's parity: this launch's sums and counts
             if cutlass.const_expr(self.fixed):
                 self._zero_next(w, workers, t, p, mAcc, mArrivals)
-            for u in cutlass.range(w, self.units, workers, unroll=1):
-                if u < self.units1:
+            for u in cutlass.range(w, self.units + self.kv_tasks, workers, unroll=1):
+                if u >= self.units:
+                    if cutlass.const_expr(self.fixed):
+                        self._kv_row(u - self.units, t, grp, p, mAcc, mArrivals, mSync, kvn,
+                                     positions, slots, stride_slots, inv_freq, cache, red)
+                elif u < self.units1:
                     tile, c = self._stage1(u)
                     g0 = c * self.chunk1
                     if tile < self.tq:
@@ -658,7 +738,7 @@ class AttnSide:
                                                     mWsq, tile // 2, g0, mSx, scales, wsc)
                         self._mark(mTrace, w, t, 1)
                         if cutlass.const_expr(self.fixed):
-                            self._q_add(acc, coords, mAcc, mArrivals, p, tile, t, grp)
+                            self._chunk_add(acc, coords, mAcc, mArrivals, p, tile, t, grp)
                             self._mark(mTrace, w, t, 2)
                         else:
                             self._store(acc, coords, mQParts, c, tile)
@@ -674,7 +754,10 @@ class AttnSide:
                                                     part, scale, coords, t_ra, t_rb, 0, True,
                                                     mWskv, kt // 2, g0, mSx, scales, wsc)
                         self._mark(mTrace, w, t, 1)
-                        self._store(acc, coords, mKvParts, c, kt)
+                        if cutlass.const_expr(self.fixed):
+                            self._chunk_add(acc, coords, mAcc, mArrivals, p, tile, t, grp)
+                        else:
+                            self._store(acc, coords, mKvParts, c, kt)
                     own = own + self.chunk1
                 else:
                     tile, c = self._stage2(u)
@@ -683,13 +766,13 @@ class AttnSide:
                     for s in cutlass.range_constexpr(self.chunk2):
                         wsc[s] = mWsb[tile // 2, c * self.chunk2 + s]
                     if cutlass.const_expr(self.fixed):
-                        self._wait_q(t, mArrivals.iterator + p * self.tq, self.split1, mSync,
-                                     grp)
+                        self._wait_q(t, mArrivals.iterator + p * self.tiles1, self.tq,
+                                     self.split1, mSync, grp)
                         self._mark(mTrace, w, t, 4)
                         self._make_x2_fixed(c, t, grp, p, mAcc, mRows, gam, s_x2, scales, red,
                                             mDump, tile == 0)
                     else:
-                        self._wait_q(t, mSync.iterator + FLAGS, epoch, mSync, grp)
+                        self._wait_q(t, mSync.iterator + FLAGS, self.tq, epoch, mSync, grp)
                         self._mark(mTrace, w, t, 4)
                         self._make_x2(c, t, grp, mRows, mSs, gam, s_x2, scales, mDump,
                                       tile == 0)
@@ -721,9 +804,9 @@ class Work(NamedTuple):
     ss: "object"  # fp32 [2 NQ / 64, M]: each c_q half tile's sums of squares
     arrivals: "object"  # int32 [NQ / 64], zero between launches
     sync: "object"  # int32 [FLAGS + NQ / 64]: epoch, done count, failure, the tiles' flags
-    # the fixed form: int64 [2, M, NQ], c_q's sums in 2^-FIXED_BITS units by the epoch's
-    # parity (zero at first; arrivals then int32 [2 NQ / 64], the tiles' counts likewise);
-    # otherwise int64 [1, 1, 1], never read
+    # the fixed form: int64 [2, M, NQ + NKV], q_a|kv_a's sums in 2^-FIXED_BITS units by the
+    # epoch's parity (zero at first; arrivals then int32 [2 (NQ + NKV) / 64], the tiles'
+    # counts likewise); otherwise int64 [1, 1, 1], never read
     acc: "object" = None
 
 
@@ -731,15 +814,19 @@ def workspace(side: AttnSide, device) -> Work:
     import torch
     sync = torch.zeros(FLAGS + side.tq, dtype=torch.int32, device=device)
     sync[EPOCH] = 1
-    parities = 2 if side.fixed else 1
     return Work(torch.empty(side.split1, side.m, side.shape.nq, device=device),
                 torch.empty(2 * side.tq, side.m, device=device),
-                torch.zeros(parities * side.tq, dtype=torch.int32, device=device), sync,
+                torch.zeros(_counts(side), dtype=torch.int32, device=device), sync,
                 torch.zeros(_acc_shape(side), dtype=torch.int64, device=device))
 
 
 def _acc_shape(side: AttnSide) -> tuple:
-    return (2, side.m, side.shape.nq) if side.fixed else (1, 1, 1)
+    return (2, side.m, side.shape.nq + side.shape.nkv) if side.fixed else (1, 1, 1)
+
+
+def _counts(side: AttnSide) -> int:
+    """arrivals' length: the c_q tiles' counters, or (fixed) every tile's count by parity."""
+    return 2 * side.tiles1 if side.fixed else side.tq
 
 
 def check_sync(work: Work) -> None:
@@ -757,7 +844,7 @@ def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
     """(the AttnSide, its compiled launch) for one row count and shape."""
     import cuda.bindings.driver as cuda
     import torch
-    from cutlass.cute.runtime import from_dlpack
+    from cutlass.cute.runtime import from_dlpack, make_ptr
 
     side = AttnSide(m, shape, split1, split2, eps, groups, pdl, first_only, dump, trace,
                     late_q_b, fixed)
@@ -771,13 +858,20 @@ def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
              torch.empty(side.split1, m, nkv), torch.empty(side.split1, m, nq),
              torch.empty(m, nq, dtype=torch.bfloat16), torch.empty(side.split2, m, nb),
              torch.empty(2 * side.tq, m),
-             torch.empty((2 if fixed else 1) * side.tq, dtype=torch.int32),
+             torch.empty(_counts(side), dtype=torch.int32),
              torch.empty(FLAGS + side.tq, dtype=torch.int32),
              torch.empty(_acc_shape(side), dtype=torch.int64), torch.empty(m, nq),
              torch.empty(TRACE_WORKERS, len(TRACE_POINTS), dtype=torch.int64))
-    fn = cute.compile(side, *(from_dlpack(t, assumed_align=16) for t in dummy), 1,
-                      cuda.CUstream(0))
+    fn = cute.compile(side, *(from_dlpack(t, assumed_align=16) for t in dummy),
+                      *(make_ptr(dt, 16, cute.AddressSpace.gmem, align) for dt, align in _KV_PTRS),
+                      1, 1, cuda.CUstream(0))
     return side, fn
+
+
+# the KV-row arguments as pointers (kv_norm, positions, the slot table, inv_freq, the cache:
+# any cache and table sizes under one compiled form), with their alignments in bytes
+_KV_PTRS = ((cutlass.BFloat16, 2), (cutlass.Int64, 8), (cutlass.Int32, 4), (cutlass.Float32, 4),
+            (cutlass.BFloat16, 2))
 
 
 def _check(name: str, t, shape: tuple, dtype) -> None:
@@ -789,7 +883,8 @@ def _check(name: str, t, shape: tuple, dtype) -> None:
 def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_parts,
               work: Work, eps: float = 1e-5, grid: int = 0, pdl: bool = True,
               first_only: bool = False, dump=None, trace=None, late_q_b: bool = True,
-              fixed: bool = False) -> None:
+              fixed: bool = False, kv_norm=None, positions=None, token_slots=None,
+              inv_freq=None, kv_cache=None) -> None:
     """q_a|kv_a then q_b in one launch on the current torch stream (the module docstring);
     graph-capturable. Shapes: xq e4m3 [>= x_rows(M), K1], sx fp32 [M, K1/128]; wq e4m3
     [NQ, K1], wkv [NKV, K1], wb [NB, NQ] with fp32 block scales; gamma bf16 [NQ]; outputs
@@ -801,11 +896,14 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     dump: testing only, fp32 [M, NQ]: q_b's B operand (c_q normed and quantized), dequantized.
     trace: measurement only, int64 [TRACE_WORKERS, len(TRACE_POINTS)] (TRACE_POINTS).
     late_q_b: q_b's weights asked for after q_a|kv_a's (AttnSide.late_q_b).
-    fixed: c_q reduced in fixed point, no tails (AttnSide.fixed; 1..FIXED_MAX_ROWS rows; work
-    from ``workspace`` of that form)."""
+    fixed: q_a|kv_a reduced in fixed point, no tails (AttnSide.fixed; 1..FIXED_MAX_ROWS rows;
+    work from ``workspace`` of that form); it writes each row's KV-cache row rather than
+    kv_parts (not written): kv_norm bf16 [NKV - ROPE], positions int64 [M] (-1: a pad row),
+    token_slots int32 [M, >= max position + 1] (row m's cache slot of each position), inv_freq
+    fp32 [ROPE / 2], kv_cache bf16 [slots, NKV], as ``mla.latent`` takes them."""
     import cuda.bindings.driver as cuda
     import torch
-    from cutlass.cute.runtime import from_dlpack
+    from cutlass.cute.runtime import from_dlpack, make_ptr
 
     m, nq = q_rows.shape
     shape = Shape(nq, wkv.shape[0], wq.shape[1], wb.shape[0])
@@ -829,11 +927,30 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
             ("qb_parts", qb_parts, (side.split2, m, nb), f32),
             ("q_parts", work.q_parts, (side.split1, m, nq), f32),
             ("ss", work.ss, (2 * side.tq, m), f32),
-            ("arrivals", work.arrivals, ((2 if fixed else 1) * side.tq,), torch.int32),
+            ("arrivals", work.arrivals, (_counts(side),), torch.int32),
             ("sync", work.sync, (FLAGS + side.tq,), torch.int32)):
         _check(name, t, shp, dt)
     acc = work.acc if work.acc is not None else _no_acc(q_rows.device)
     _check("acc", acc, _acc_shape(side), torch.int64)
+    kv = (kv_norm, positions, token_slots, inv_freq, kv_cache)
+    if fixed:
+        names = ("kv_norm", "positions", "token_slots", "inv_freq", "kv_cache")
+        missing = [n for n, v in zip(names, kv) if v is None]
+        if missing:
+            raise ValueError(f"attn_side: the fixed form writes the KV-cache rows: pass {missing}")
+        _check("kv_norm", kv_norm, (side.kv_c,), torch.bfloat16)
+        _check("positions", positions, (m,), torch.int64)
+        if token_slots.dtype != torch.int32 or token_slots.dim() != 2 or \
+                token_slots.shape[0] != m or token_slots.stride(1) != 1:
+            raise ValueError(f"attn_side: token_slots must be int32 [{m}, W] with rows "
+                             f"contiguous, got {token_slots.dtype} {tuple(token_slots.shape)}")
+        _check("inv_freq", inv_freq, (ROPE // 2,), f32)
+        if kv_cache.dtype != torch.bfloat16 or kv_cache.dim() != 2 or \
+                kv_cache.shape[1] != nkv or not kv_cache.is_contiguous():
+            raise ValueError(f"attn_side: kv_cache must be a contiguous bf16 [slots, {nkv}], "
+                             f"got {kv_cache.dtype} {tuple(kv_cache.shape)}")
+    else:
+        kv = (gamma, sx, sx, sx, gamma)  # never read: stand-ins for the pointers
     if dump is not None:
         _check("dump", dump, (m, nq), f32)
     if trace is not None:
@@ -847,10 +964,13 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     _, fn = compiled(m, shape, *options)
     grid = grid or sms
     stream = cuda.CUstream(torch.cuda.current_stream(q_rows.device).cuda_stream)
+    gmem = cute.AddressSpace.gmem
     fn(*(from_dlpack(t, assumed_align=16) for t in (
         xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, work.q_parts, q_rows, qb_parts,
         work.ss, work.arrivals, work.sync, acc, dump if dump is not None else work.q_parts[0],
-        trace)), grid, stream)
+        trace)),
+       *(make_ptr(dt, t.data_ptr(), gmem, align) for (dt, align), t in zip(_KV_PTRS, kv)),
+       token_slots.stride(0) if fixed else 1, grid, stream)
 
 
 @functools.lru_cache(maxsize=None)
