@@ -33,6 +33,10 @@ On an H200 (results/attn_side_probe_20261204T145411Z, acd07c0; floor 4.83 us):
     stages3    11.14  11.14  11.44  11.70  11.80  12.33
     stages2    13.20  13.22  13.35  13.52  13.83  14.48
 
+At 6eeb3fa (results/attn_side_probe_20261204T182239Z, two passes of 1-2 rows): attn_side_fixed
+10.34 / 10.35 us against stages3's 11.09 / 11.16 at one row, 11.48 / 11.11 against 11.51 /
+11.21 at two.
+
 attn_side's module docstring has its trace and what each change bought. Alone like this,
 stages2 (the layer's form at 1-2 rows, mla.LATENT_IN_Q_B_MAX_ROWS) is ~2 us slower than
 stages3; the layer chose it from a layer-level A/B, which this probe does not repeat.

@@ -28,6 +28,16 @@ only once the worker's q_a|kv_a tiles have landed (``late_q_b``: HBM then serves
   the tiles' sums of squares, the unit's 128-column groups normed, scaled by gamma, quantized
   and written into shared memory in wgmma's swizzled layout (with their scales); then the MMAs
   on the ring's weight tiles.
+The fixed form (``fixed``, 1-2 rows): no tails. Each q_a|kv_a unit adds its chunk into int64
+sums [M, NQ + NKV] in 2^-32 units (relaxed atomics with no returned value; integer adds in any
+order give the same bits) and counts itself into its tile's count; q_b's units wait for the
+c_q tiles' counts and make their operand from the sums (each thread a column of every 128 of
+its rows: the rms from the whole row), and M tasks numbered after q_b's units (they fall to
+workers with one unit) wait for kv_a's tiles and write each row's KV-cache row as the latent
+kernel does (c_kv normed, k_pe roped, into the row's slot; nothing for a pad row), so the
+launch does all that fp8_linear + latent + fp8_linear do; kv_parts are not written. Sums and
+counts come in two sets by the epoch's parity: a launch adds into one and zeroes the other for
+the next (its wait saw the previous launch, their last reader, finish).
 Epochs: flags hold the launch's epoch (sync[0]); the last CTA to finish bumps it for the next
 launch, so nothing is reset between launches (graph-capturable; arrival counters go back to
 zero in their tail). A wait that outlasts SPIN_LIMIT polls sets sync[2] and gives up (wrong
@@ -42,7 +52,14 @@ the same run under the layer's overlap; floor 4.83 us for the 20.3 MB):
     stage kernels  11.14  11.14  11.44  11.70  11.80  12.33 us  (fp8_linear, latent, q_b)
 
 so the one launch is 3-10% slower than the three stage kernels it replaces (which also write
-the KV-cache row). Its trace (``--trace``: each worker's %globaltimer at its phases, one cold
+the KV-cache row). The fixed form, which writes it too, is faster at one row and level at two
+(results/attn_side_probe_20261204T182239Z at 6eeb3fa, two passes, the stage kernels in the
+same runs): 10.34 / 10.35 us against 11.09 / 11.16 at one row, 11.48 / 11.11 against 11.51 /
+11.21 at two (the tail form 11.49-11.62). Its cold trace at one row: q_a|kv_a's MMAs done 5.4,
+counted 5.9, the counts seen 6.9, q_b's x made 7.9, q_b done 8.5: ~3.1 us from the MMAs to
+q_b's, against ~4.6 with the tails. At two rows its operand takes ~2 us (32 KB of sums a unit).
+Its prologue's loads needed a fence (``_make_x2_fixed``): without it each was sunk next to its
+conversion and ~6 were in flight, 2.8 us at two rows (results/attn_side_probe_20261204T181410Z). Its trace (``--trace``: each worker's %globaltimer at its phases, one cold
 launch; medians, us after the first worker's start, one row / 16 rows): q_a|kv_a's MMAs done
 5.1 / 5.6 (its 16 MB at ~3.2 TB/s from the start), arrived 5.9 / 6.4, c_q's tails done
 7.2 / 7.9 (max 7.4 / 8.2), the tails' flags seen 8.2 / 9.0, q_b's x made 9.0 / 11.0, q_b
