@@ -32,7 +32,7 @@ import triton.language as tl
 from . import overlap
 from .arrival import arrive_last
 from .overlap import prefetch_rows, stage_begin
-from .quant import sum_parts, to_e4m3
+from .quant import add_fixed, sum_parts, to_e4m3
 
 GROUP = 128
 # warps per program (benchmark/tiling_probe.py: fp8_linear_8_warps). On an H200 8 warps are
@@ -251,10 +251,13 @@ def _gemv_step(acc, w, xq_ptr, sx_ptr, M, K, s_ptr, n_block, k, k_ok, BLOCK_M: t
 def _tile(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, part_ptr, N, tile, split, k_chunk,
           BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
           INTERPRET: tl.constexpr, GEMV: tl.constexpr, XNORM: tl.constexpr, nw_ptr, eps,
-          SS_TILES: tl.constexpr, SWAP: tl.constexpr, SCALES: tl.constexpr = True):
+          SS_TILES: tl.constexpr, SWAP: tl.constexpr, SCALES: tl.constexpr = True,
+          FIXED: tl.constexpr = False):
     """With XNORM, x is bf16 rows at xq_ptr, RMS-normed here (``_normed_group_dot``) with
     their per-tile sums of squares at sx_ptr [M, SS_TILES] and the norm weight at nw_ptr.
-    With SWAP the MMAs run transposed (``swap``) and the tile is transposed once at the end."""
+    With SWAP the MMAs run transposed (``swap``) and the tile is transposed once at the end.
+    FIXED: the K chunk is added into int64 sums [M, N] at part_ptr in 2^-FIXED_BITS units
+    (``add_fixed``) instead of stored as partial `split`."""
     offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     if SWAP:
         acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
@@ -299,8 +302,11 @@ def _tile(xq_ptr, sx_ptr, M, K, w_ptr, s_ptr, part_ptr, N, tile, split, k_chunk,
     if SWAP:
         acc = tl.trans(acc)
     offs_m = tl.arange(0, BLOCK_M)
-    out = part_ptr + (split * M + offs_m[:, None]) * N + offs_n[None, :]
-    tl.store(out, acc, mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
+    ok = (offs_m[:, None] < M) & (offs_n[None, :] < N)
+    if FIXED:
+        add_fixed(part_ptr + offs_m[:, None] * N + offs_n[None, :], acc, ok)
+    else:
+        tl.store(part_ptr + (split * M + offs_m[:, None]) * N + offs_n[None, :], acc, mask=ok)
 
 
 @triton.jit
@@ -322,7 +328,7 @@ def _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk,
                      BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                      INTERPRET: tl.constexpr, GEMV: tl.constexpr, XNORM: tl.constexpr = False,
                      nw_ptr=None, eps=0.0, SS_TILES: tl.constexpr = 1, SWAP: tl.constexpr = False,
-                     SCALES: tl.constexpr = True):
+                     SCALES: tl.constexpr = True, FIXED: tl.constexpr = False):
     """Program (pid, split): one BLOCK_N tile of W_a (pid < tiles_a) or W_b, one K chunk
     (XNORM: x made from normed bf16 rows, ``_tile``). One ``_tile`` for both matrices, so
     the program holds one set of pipeline buffers."""
@@ -330,7 +336,8 @@ def _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk,
     tile = tl.where(on_a, pid, pid - tiles_a)
     _tile(xq_ptr, sx_ptr, M, K, tl.where(on_a, wa_ptr, wb_ptr), tl.where(on_a, sa_ptr, sb_ptr),
           tl.where(on_a, pa_ptr, pb_ptr), tl.where(on_a, NA, NB), tile, split, k_chunk,
-          BLOCK_M, BLOCK_N, GROUPS, INTERPRET, GEMV, XNORM, nw_ptr, eps, SS_TILES, SWAP, SCALES)
+          BLOCK_M, BLOCK_N, GROUPS, INTERPRET, GEMV, XNORM, nw_ptr, eps, SS_TILES, SWAP, SCALES,
+          FIXED)
 
 
 @triton.jit
@@ -341,7 +348,8 @@ def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                        INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
                        TAILS: tl.constexpr, SPLIT: tl.constexpr, SUMSQ: tl.constexpr,
-                       SWAP: tl.constexpr, SCALES: tl.constexpr, PREFETCH: tl.constexpr):
+                       SWAP: tl.constexpr, SCALES: tl.constexpr, PREFETCH: tl.constexpr,
+                       FIXED: tl.constexpr = False):
     pid = tl.program_id(0)
     split = tl.program_id(1)
     _fp8_linear_prefetch(pid, split, K, k_chunk, wa_ptr, NA, tiles_a, wb_ptr, NB, BLOCK_N,
@@ -349,7 +357,7 @@ def _fp8_linear_kernel(xq_ptr, sx_ptr, M, K, k_chunk,
     stage_begin(PDL)
     _fp8_linear_task(pid, split, xq_ptr, sx_ptr, M, K, k_chunk, wa_ptr, sa_ptr, pa_ptr, NA,
                      tiles_a, wb_ptr, sb_ptr, pb_ptr, NB, BLOCK_M, BLOCK_N, GROUPS, INTERPRET,
-                     GEMV, SWAP=SWAP, SCALES=SCALES)
+                     GEMV, SWAP=SWAP, SCALES=SCALES, FIXED=FIXED)
     # the tile's last K chunk to finish sums the tile (``_row_tail``); tiles from tail_tiles
     # on (W_b's, when only W_a has rows) have none
     if TAILS and pid < tail_tiles:
@@ -425,7 +433,8 @@ def grid_shape(n_a: int, n_b: int, k: int, split: int, block_n: int, groups: int
 def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.Tensor,
                parts: torch.Tensor, wq_b: Optional[torch.Tensor] = None,
                ws_b: Optional[torch.Tensor] = None, parts_b: Optional[torch.Tensor] = None,
-               block_n: int = 64, groups: int = 2, pdl: bool = True, tails=None) -> None:
+               block_n: int = 64, groups: int = 2, pdl: bool = True, tails=None,
+               sums: Optional[torch.Tensor] = None) -> None:
     """parts[s] = the K chunk s of xq W^T, fp32 [SPLIT, M, N] (and parts_b for W_b in the same
     launch, with the same SPLIT). xq e4m3 [M, K] contiguous, sx fp32 [M, ceil(K/128)],
     wq e4m3 [N, K] contiguous, ws fp32 [ceil(N/128), ceil(K/128)].
@@ -433,7 +442,12 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
     tails = (arrivals, rows_a, ss_a, rows_b, ss_b): the last K chunk of each column tile to
     finish also sums the tile's partials into bf16 rows [M, N] and their per-tile sums of
     squares ss [M, tiles] (for ``mla.q_b_normed``); arrivals int32 [tiles], left at zero.
-    ss_a and ss_b None: rows only; rows_b None: W_a's tiles only (mla.ABSORB_Q_ROWS_FROM)."""
+    ss_a and ss_b None: rows only; rows_b None: W_a's tiles only (mla.ABSORB_Q_ROWS_FROM).
+
+    sums: int64 [M, N], zero before the launch: each K chunk is added into it in
+    2^-FIXED_BITS units (``add_fixed``; no W_b, no tails) and parts (its SPLIT) is not
+    written; the consumer reads it with ``quant.load_fixed`` and zeroes it for the next
+    use."""
     m, k = xq.shape
     split = parts.shape[0]
     assert xq.is_contiguous() and sx.is_contiguous() and wq.is_contiguous() and ws.is_contiguous()
@@ -466,17 +480,23 @@ def fp8_linear(xq: torch.Tensor, sx: torch.Tensor, wq: torch.Tensor, ws: torch.T
         ss_b = ss_b if ss_b is not None else ss_a
     else:
         arrivals = rows_a = ss_a = rows_b = ss_b = parts
+    if sums is not None:
+        assert wq_b is None and tails is None, "sums: one matrix, no tails"
+        assert sums.dtype == torch.int64 and sums.shape == (m, wq.shape[0])
+        assert sums.is_contiguous()
+    out_a = sums if sums is not None else parts
     if wq_b is None:
-        wq_b, ws_b, parts_b = wq, ws, parts
+        wq_b, ws_b, parts_b = wq, ws, out_a
     use_pdl = pdl and overlap.enabled()
     launch = overlap.launch_kw() if use_pdl else {}
     _fp8_linear_kernel[(tiles, split)](
         xq, sx, m, k, k_chunk,
-        wq, ws, parts, wq.shape[0], tiles_a,
+        wq, ws, out_a, wq.shape[0], tiles_a,
         wq_b, ws_b, parts_b, wq_b.shape[0], arrivals, rows_a, ss_a, rows_b, ss_b, tail_tiles,
         BLOCK_M=block_m(m, gemv), BLOCK_N=block_n, GROUPS=groups, INTERPRET=interpreting(),
         PDL=use_pdl, GEMV=gemv, TAILS=tails is not None, SPLIT=split if tails is not None else 1,
         SUMSQ=sumsq, SWAP=swap(block_n, gemv), SCALES=SCALES_AHEAD,
-        PREFETCH=overlap.prefetches("fp8_linear"), num_warps=NUM_WARPS, num_stages=3, **launch,
+        PREFETCH=overlap.prefetches("fp8_linear"), FIXED=sums is not None, num_warps=NUM_WARPS,
+        num_stages=3, **launch,
     )
 

@@ -26,7 +26,7 @@ from .bf16_linear import _bf16_linear_task
 from .fp8_linear import _fp8_linear_prefetch, _fp8_linear_task, interpreting, row_rms
 from .arrival import arrive_last
 from .overlap import prefetch_l2, prefetch_rows, stage_begin
-from .quant import store_row_groups, sum_parts, to_e4m3
+from .quant import load_fixed, store_row_groups, sum_parts, to_e4m3
 
 # steps of at most this many rows run no latent kernel in a layer without the indexer:
 # q_a|kv_a's last K chunk of each column tile sums the tile (fp8_linear.fp8_linear tails), and
@@ -97,6 +97,13 @@ ABSORB_Q_ROWS_FROM = 3
 # +0.5..+1.6 us at 4-16 rows; 2 chunks +0.3..+0.5). On 2026-12-01 the same was within noise
 # (T133650Z, T135322Z: -2.0 and +0.3 us at 16 rows), before the overlap reached 9-16 rows.
 Q_B_SPLIT_WITH_ROWS = 4
+# rows from which, in a layer without the indexer, q_b adds its K chunks into int64 sums in
+# 2^-32 units (fp8_linear's sums: relaxed atomics, so any order gives the same bits) that
+# absorb reads, instead of its last-arriving chunk of each column tile summing bf16 rows
+# (ABSORB_Q_ROWS_FROM): no tail, no reload of the partials; absorb_v zeroes the sums for the
+# next layer. 0: never. (The one-launch attention side's fixed form measured the same
+# trade at q_a|kv_a: nvidia/sm90/attn_side.py.)
+Q_FIXED_FROM_ROWS = 0
 ABSORB_GEMV_BLOCK_C = 16
 # rows from which absorb ropes each head's q_pe in a program of its own (one more
 # latent-column index) rather than in the head's first column program after its w_kc
@@ -449,6 +456,16 @@ def _q_b_normed_kernel(rows_q_ptr, ss_q_ptr, qn_w_ptr, M, Q, k_chunk, eps,
 
 
 @triton.jit
+def _q_load(q_ptr, SPLIT: tl.constexpr, stride_split, offs, mask, FIXED: tl.constexpr):
+    """q_b's output at offs as fp32: its SPLIT partials summed in order, or (FIXED) its int64
+    sums (``fp8_linear``'s sums, Q_FIXED_FROM_ROWS)."""
+    if FIXED:
+        return load_fixed(q_ptr, offs, mask)
+    else:
+        return sum_parts(q_ptr, SPLIT, stride_split, offs, mask)
+
+
+@triton.jit
 def _absorb_prefetch(h, ct, kvb_ptr, NH, C, NOPE: tl.constexpr, V: tl.constexpr,
                      BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr, PDL: tl.constexpr):
     prefetch_rows(kvb_ptr, h * (NOPE + V), NOPE, NH * (NOPE + V), C * 2, ct * BLOCK_C * 2,
@@ -470,7 +487,7 @@ def _absorb_w_tile(h, ct, kvb_ptr, C, NOPE: tl.constexpr, V: tl.constexpr,
 def _absorb_with_w(w, h, ct, q_ptr, SPLIT: tl.constexpr, qcat_ptr, pos_ptr, inv_freq_ptr, M,
                    NH, C, NOPE: tl.constexpr, ROPE: tl.constexpr, BLOCK_M: tl.constexpr,
                    BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr, INTERPRET: tl.constexpr,
-                   GEMV: tl.constexpr, PE: tl.constexpr):
+                   GEMV: tl.constexpr, PE: tl.constexpr, FIXED_Q: tl.constexpr = False):
     """``_absorb_task`` (GEMV: ``_absorb_gemv_task``) given the program's whole w_kc tile
     (``_absorb_w_tile``, loaded before the wait): q_nope in one piece, one product."""
     om = tl.arange(0, BLOCK_M)
@@ -478,8 +495,8 @@ def _absorb_with_w(w, h, ct, q_ptr, SPLIT: tl.constexpr, qcat_ptr, pos_ptr, inv_
     od = tl.arange(0, BLOCK_D)
     m_ok = om < M
     qk = NOPE + ROPE
-    q = sum_parts(q_ptr, SPLIT, M * NH * qk, (om[:, None] * NH + h) * qk + od[None, :],
-                  m_ok[:, None] & (od[None, :] < NOPE)).to(tl.bfloat16)
+    q = _q_load(q_ptr, SPLIT, M * NH * qk, (om[:, None] * NH + h) * qk + od[None, :],
+                m_ok[:, None] & (od[None, :] < NOPE), FIXED_Q).to(tl.bfloat16)
     if GEMV:
         lat = tl.sum(q.to(tl.float32)[:, :, None] * w.to(tl.float32)[None, :, :], axis=1)
     elif INTERPRET:
@@ -490,14 +507,15 @@ def _absorb_with_w(w, h, ct, q_ptr, SPLIT: tl.constexpr, qcat_ptr, pos_ptr, inv_
     tl.store(out + oc[None, :], lat.to(tl.bfloat16), mask=m_ok[:, None] & (oc[None, :] < C))
     if PE and ct == 0:
         _absorb_q_pe(h, q_ptr, SPLIT, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE, ROPE,
-                     BLOCK_M)
+                     BLOCK_M, FIXED_Q)
 
 
 @triton.jit
 def _absorb_task(h, ct, q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M,
                  NH, C, NOPE: tl.constexpr, ROPE: tl.constexpr, V: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
-                 INTERPRET: tl.constexpr, CHUNK_D: tl.constexpr = 0, PE: tl.constexpr = True):
+                 INTERPRET: tl.constexpr, CHUNK_D: tl.constexpr = 0, PE: tl.constexpr = True,
+                 FIXED_Q: tl.constexpr = False):
     """Program (head, BLOCK_C latent columns). CHUNK_D > 0 takes q_nope and w_kc in CHUNK_D
     slices (fewer live registers when q comes as many split-K partials). PE: the head's
     first program also ropes its q_pe (else programs of their own do: ``_absorb_kernel``'s
@@ -508,8 +526,8 @@ def _absorb_task(h, ct, q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, 
     qk = NOPE + ROPE
     if CHUNK_D == 0:
         od = tl.arange(0, BLOCK_D)
-        q = sum_parts(q_ptr, SPLIT, M * NH * qk, (om[:, None] * NH + h) * qk + od[None, :],
-                      m_ok[:, None] & (od[None, :] < NOPE)).to(tl.bfloat16)
+        q = _q_load(q_ptr, SPLIT, M * NH * qk, (om[:, None] * NH + h) * qk + od[None, :],
+                    m_ok[:, None] & (od[None, :] < NOPE), FIXED_Q).to(tl.bfloat16)
         w = tl.load(kvb_ptr + (h * (NOPE + V) + od[:, None]) * C + oc[None, :],
                     mask=(od[:, None] < NOPE) & (oc[None, :] < C), other=0.0)
         if INTERPRET:
@@ -520,8 +538,8 @@ def _absorb_task(h, ct, q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, 
         lat = tl.zeros((BLOCK_M, BLOCK_C), tl.float32)
         for d0 in range(0, NOPE, CHUNK_D):
             od = d0 + tl.arange(0, CHUNK_D)
-            q = sum_parts(q_ptr, SPLIT, M * NH * qk, (om[:, None] * NH + h) * qk + od[None, :],
-                          m_ok[:, None] & (od[None, :] < NOPE)).to(tl.bfloat16)
+            q = _q_load(q_ptr, SPLIT, M * NH * qk, (om[:, None] * NH + h) * qk + od[None, :],
+                        m_ok[:, None] & (od[None, :] < NOPE), FIXED_Q).to(tl.bfloat16)
             w = tl.load(kvb_ptr + (h * (NOPE + V) + od[:, None]) * C + oc[None, :],
                         mask=(od[:, None] < NOPE) & (oc[None, :] < C), other=0.0)
             if INTERPRET:
@@ -532,12 +550,13 @@ def _absorb_task(h, ct, q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, 
     tl.store(out + oc[None, :], lat.to(tl.bfloat16), mask=m_ok[:, None] & (oc[None, :] < C))
     if PE and ct == 0:
         _absorb_q_pe(h, q_ptr, SPLIT, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE, ROPE,
-                     BLOCK_M)
+                     BLOCK_M, FIXED_Q)
 
 
 @triton.jit
 def _absorb_q_pe(h, q_ptr, SPLIT: tl.constexpr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C,
-                 NOPE: tl.constexpr, ROPE: tl.constexpr, BLOCK_M: tl.constexpr):
+                 NOPE: tl.constexpr, ROPE: tl.constexpr, BLOCK_M: tl.constexpr,
+                 FIXED_Q: tl.constexpr = False):
     """Head h's q_pe of every row, summed over q_b's partials and roped, into qcat."""
     om = tl.arange(0, BLOCK_M)
     m_ok = om < M
@@ -545,8 +564,8 @@ def _absorb_q_pe(h, q_ptr, SPLIT: tl.constexpr, qcat_ptr, pos_ptr, inv_freq_ptr,
     out = qcat_ptr + (om[:, None] * NH + h) * (C + ROPE)
     i = tl.arange(0, ROPE // 2)
     base = (om[:, None] * NH + h) * qk + NOPE + 2 * i[None, :]
-    x1 = sum_parts(q_ptr, SPLIT, M * NH * qk, base, m_ok[:, None])
-    x2 = sum_parts(q_ptr, SPLIT, M * NH * qk, base + 1, m_ok[:, None])
+    x1 = _q_load(q_ptr, SPLIT, M * NH * qk, base, m_ok[:, None], FIXED_Q)
+    x2 = _q_load(q_ptr, SPLIT, M * NH * qk, base + 1, m_ok[:, None], FIXED_Q)
     x1 = x1.to(tl.bfloat16).to(tl.float32)
     x2 = x2.to(tl.bfloat16).to(tl.float32)
     pos = tl.maximum(tl.load(pos_ptr + om, mask=m_ok, other=0), 0)
@@ -559,7 +578,8 @@ def _absorb_q_pe(h, q_ptr, SPLIT: tl.constexpr, qcat_ptr, pos_ptr, inv_freq_ptr,
 def _absorb_gemv_task(h, ct, q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr,
                       inv_freq_ptr, M, NH, C, NOPE: tl.constexpr, ROPE: tl.constexpr,
                       V: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_C: tl.constexpr,
-                      CHUNK_D: tl.constexpr, PE: tl.constexpr = True):
+                      CHUNK_D: tl.constexpr, PE: tl.constexpr = True,
+                      FIXED_Q: tl.constexpr = False):
     """``_absorb_task`` for a few rows without the tensor cores: w_kc in [CHUNK_D, BLOCK_C]
     slices, each multiplied into the rows' q_nope slice and summed over its CHUNK_D (fp32),
     so a program holds a few small tiles instead of a [16, 256] x [256, BLOCK_C] dot's
@@ -572,8 +592,8 @@ def _absorb_gemv_task(h, ct, q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_
     for d0 in tl.static_range(0, NOPE, CHUNK_D):
         od = d0 + tl.arange(0, CHUNK_D)
         d_ok = od < NOPE
-        q = sum_parts(q_ptr, SPLIT, M * NH * qk, (om[:, None] * NH + h) * qk + od[None, :],
-                      m_ok[:, None] & d_ok[None, :]).to(tl.bfloat16).to(tl.float32)
+        q = _q_load(q_ptr, SPLIT, M * NH * qk, (om[:, None] * NH + h) * qk + od[None, :],
+                    m_ok[:, None] & d_ok[None, :], FIXED_Q).to(tl.bfloat16).to(tl.float32)
         w = tl.load(kvb_ptr + (h * (NOPE + V) + od[:, None]) * C + oc[None, :],
                     mask=d_ok[:, None] & (oc[None, :] < C), other=0.0).to(tl.float32)
         lat += tl.sum(q[:, :, None] * w[None, :, :], axis=1)
@@ -581,7 +601,7 @@ def _absorb_gemv_task(h, ct, q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_
     tl.store(out + oc[None, :], lat.to(tl.bfloat16), mask=m_ok[:, None] & (oc[None, :] < C))
     if PE and ct == 0:
         _absorb_q_pe(h, q_ptr, SPLIT, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE, ROPE,
-                     BLOCK_M)
+                     BLOCK_M, FIXED_Q)
 
 
 @triton.jit
@@ -590,7 +610,7 @@ def _absorb_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_f
                    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
                    INTERPRET: tl.constexpr, PDL: tl.constexpr, CHUNK_D: tl.constexpr,
                    PE_OWN: tl.constexpr, GEMV: tl.constexpr, PREFETCH: tl.constexpr,
-                   W_EARLY: tl.constexpr = False):
+                   W_EARLY: tl.constexpr = False, FIXED_Q: tl.constexpr = False):
     """Programs (head, latent-column tile): ``_absorb_task`` (GEMV: ``_absorb_gemv_task``;
     W_EARLY: ``_absorb_with_w``, the w_kc tile loaded before the wait); with PE_OWN a last
     column index whose programs rope their head's q_pe only."""
@@ -599,22 +619,23 @@ def _absorb_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_f
     if PE_OWN and ct == tl.num_programs(1) - 1:
         stage_begin(PDL)
         _absorb_q_pe(h, q_ptr, SPLIT, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE, ROPE,
-                     BLOCK_M)
+                     BLOCK_M, FIXED_Q)
     elif W_EARLY:
         w = _absorb_w_tile(h, ct, kvb_ptr, C, NOPE, V, BLOCK_D, BLOCK_C)
         stage_begin(PDL)
         _absorb_with_w(w, h, ct, q_ptr, SPLIT, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE,
-                       ROPE, BLOCK_M, BLOCK_D, BLOCK_C, INTERPRET, GEMV, not PE_OWN)
+                       ROPE, BLOCK_M, BLOCK_D, BLOCK_C, INTERPRET, GEMV, not PE_OWN, FIXED_Q)
     else:
         _absorb_prefetch(h, ct, kvb_ptr, NH, C, NOPE, V, BLOCK_D, BLOCK_C, PDL and PREFETCH)
         stage_begin(PDL)
         if GEMV:
             _absorb_gemv_task(h, ct, q_ptr, SPLIT, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M,
-                              NH, C, NOPE, ROPE, V, BLOCK_M, BLOCK_C, CHUNK_D, not PE_OWN)
+                              NH, C, NOPE, ROPE, V, BLOCK_M, BLOCK_C, CHUNK_D, not PE_OWN,
+                              FIXED_Q)
         else:
             _absorb_task(h, ct, q_ptr, SPLIT, kvb_ptr, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH,
                          C, NOPE, ROPE, V, BLOCK_M, BLOCK_D, BLOCK_C, INTERPRET, CHUNK_D,
-                         not PE_OWN)
+                         not PE_OWN, FIXED_Q)
 
 
 @triton.jit
@@ -907,18 +928,33 @@ def _absorb_v_task(h, vt, olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C: tl.conste
 
 
 @triton.jit
+def _zero_sums(zero_ptr, ZERO_N):
+    """This program's share of the ZERO_N int64 sums at zero_ptr, set to zero (absorb_v's
+    ``zero``): programs numbered over the whole grid, 512 elements at a time."""
+    pid = (tl.program_id(0) * tl.num_programs(1) + tl.program_id(1)) * tl.num_programs(2) \
+        + tl.program_id(2)
+    step = tl.num_programs(0) * tl.num_programs(1) * tl.num_programs(2) * 512
+    for z in range(pid * 512, ZERO_N, step):
+        oz = z + tl.arange(0, 512)
+        tl.store(zero_ptr + oz, tl.zeros((512,), tl.int64), mask=oz < ZERO_N)
+
+
+@triton.jit
 def _absorb_v_split_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, parts_ptr, arrivals_ptr,
                            part_o_ptr, part_ml_ptr, NSP, M, NH, C: tl.constexpr,
                            NOPE: tl.constexpr, V: tl.constexpr, SPLIT_C: tl.constexpr,
                            BLOCK_M: tl.constexpr, MERGE: tl.constexpr, BLOCK_S: tl.constexpr,
                            INTERPRET: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
-                           W_EARLY: tl.constexpr = False):
+                           W_EARLY: tl.constexpr = False, zero_ptr=None, ZERO_N=0,
+                           ZERO: tl.constexpr = False):
     """Program (head, 128 outputs, latent chunk): the chunk's fp32 partial of o_lat . w_vc
     into parts [SPLIT_C, M, NH * V]; the last of the head's SPLIT_C programs for those
     outputs sums them in chunk order, rounds to bf16 and quantizes for o_proj. With MERGE
     the program merges its o_lat columns from the attention's chunks itself (the first
     128 outputs' program also stores them in olat), so no merge kernel runs before. W_EARLY:
-    the w_vc tile is loaded before the wait (a weight), not after the merge's loads."""
+    the w_vc tile is loaded before the wait (a weight), not after the merge's loads. ZERO: the
+    programs also zero the ZERO_N int64 sums at zero_ptr (q_b's, which absorb, two kernels
+    back, has read) for their next use."""
     h = tl.program_id(0)
     vt = tl.program_id(1)
     cs = tl.program_id(2)
@@ -934,6 +970,8 @@ def _absorb_v_split_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, parts_ptr, arrival
         prefetch_rows(kvb_ptr, rows, 128, NH * (NOPE + V), C * 2, cs * CC * 2, CC * 2,
                       PDL and PREFETCH, 128, 1)
     stage_begin(PDL)
+    if ZERO:
+        _zero_sums(zero_ptr, ZERO_N)
     if MERGE:
         a = tl.zeros((BLOCK_M, CC), tl.float32)
         for m in range(M):
@@ -968,11 +1006,14 @@ def _absorb_v_split_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, parts_ptr, arrival
 @triton.jit
 def _absorb_v_kernel(olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C: tl.constexpr,
                      NOPE: tl.constexpr, V: tl.constexpr, BLOCK_M: tl.constexpr,
-                     INTERPRET: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr):
+                     INTERPRET: tl.constexpr, PDL: tl.constexpr, PREFETCH: tl.constexpr,
+                     zero_ptr=None, ZERO_N=0, ZERO: tl.constexpr = False):
     h = tl.program_id(0)
     vt = tl.program_id(1)
     _absorb_v_prefetch(h, vt, kvb_ptr, NH, C, NOPE, V, PDL and PREFETCH)
     stage_begin(PDL)
+    if ZERO:
+        _zero_sums(zero_ptr, ZERO_N)
     _absorb_v_task(h, vt, olat_ptr, kvb_ptr, oq_ptr, os_ptr, M, NH, C, NOPE, V, BLOCK_M,
                    INTERPRET)
 
@@ -1054,13 +1095,16 @@ def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions
 def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: int,
            block_c: int = 0, indexer: bool = True) -> None:
     """q_b's split-K partials [S, M, heads * (nope + rope)] (fp32; or S = 1 and the summed
-    bf16 rows, ABSORB_Q_ROWS_FROM) -> qcat bf16 [M, heads, kv_lora + rope] (q_nope . w_kc,
-    then the roped q_pe). indexer: whether the layer computes its top-k (absorb then follows
-    the top-k's launch: ABSORB_W_EARLY_MAX_ROWS)."""
+    bf16 rows, ABSORB_Q_ROWS_FROM; or S = 1 and int64, q_b's fixed-point sums,
+    Q_FIXED_FROM_ROWS) -> qcat bf16 [M, heads, kv_lora + rope] (q_nope . w_kc, then the
+    roped q_pe). indexer: whether the layer computes its top-k (absorb then follows the
+    top-k's launch: ABSORB_W_EARLY_MAX_ROWS)."""
     split, m, _ = q_parts.shape
     _, nh, _ = qcat.shape
     c = kv_b.shape[1]
     assert q_parts.is_contiguous() and kv_b.is_contiguous() and qcat.is_contiguous()
+    fixed = q_parts.dtype == torch.int64
+    assert split == 1 or not fixed, "q_b's fixed-point sums come as one [1, M, N]"
     pe_own = int(m >= ABSORB_PE_OWN_FROM_ROWS)
     gemv = m <= ABSORB_GEMV_MAX_ROWS
     block_c = block_c or (ABSORB_GEMV_BLOCK_C if gemv else ABSORB_BLOCK_C)
@@ -1074,7 +1118,7 @@ def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: in
         q_parts, split, kv_b, qcat, positions, inv_freq, m, nh, c, NOPE=nope, ROPE=rope, V=v,
         BLOCK_D=triton.next_power_of_2(nope), BLOCK_C=block_c, INTERPRET=interpreting(),
         PDL=overlap.enabled(), PE_OWN=pe_own, GEMV=gemv, PREFETCH=overlap.prefetches("absorb"),
-        W_EARLY=absorb_w_early(m, indexer),
+        W_EARLY=absorb_w_early(m, indexer), FIXED_Q=fixed,
         **shape, **overlap.launch_kw())
 
 
@@ -1172,12 +1216,13 @@ def absorb_v_merges(parts, arrivals, m: int) -> bool:
 # count, +5 us a MoE layer at 1 row and +22 at 16: the 16 tails each read a 128 KB w_vc tile
 # (results/tiling_probe_20261130T170454Z, merge_kernel = today's form).
 def absorb_v(olat, kv_b, oq, os, nope: int, v: int, parts=None, arrivals=None,
-             attn_parts=None) -> None:
+             attn_parts=None, zero=None) -> None:
     """o = o_lat . w_vc per head (bf16), quantized for o_proj: oq e4m3 [M, heads * v],
     os fp32 [M, heads * v / 128]. Given fp32 `parts` (>= ABSORB_V_SPLIT_C * M * heads * v)
     and int32 `arrivals` (>= heads * v / 128, zeroed), in ABSORB_V_SPLIT_C latent chunks;
     at most ABSORB_V_MERGE_MAX_ROWS rows, it also merges the attention's unmerged chunks
-    `attn_parts` (part_o, part_ml) into olat itself."""
+    `attn_parts` (part_o, part_ml) into olat itself. zero: int64 sums (q_b's, Q_FIXED_FROM_ROWS)
+    its programs set to zero after their wait."""
     m, nh, c = olat.shape
     assert olat.is_contiguous() and oq.is_contiguous() and os.is_contiguous() and v % 128 == 0
     split = absorb_v_chunks(parts, arrivals)
@@ -1192,11 +1237,13 @@ def absorb_v(olat, kv_b, oq, os, nope: int, v: int, parts=None, arrivals=None,
             V=v, SPLIT_C=split, BLOCK_M=max(16, triton.next_power_of_2(m)), MERGE=merge,
             BLOCK_S=max(2, triton.next_power_of_2(nsp)), INTERPRET=interpreting(),
             PDL=overlap.enabled(), PREFETCH=overlap.prefetches("absorb_v"),
-            W_EARLY=ABSORB_V_W_EARLY, num_warps=ABSORB_V_WARPS,
-            **overlap.launch_kw())
+            W_EARLY=ABSORB_V_W_EARLY, zero_ptr=zero if zero is not None else parts,
+            ZERO_N=zero.numel() if zero is not None else 0, ZERO=zero is not None,
+            num_warps=ABSORB_V_WARPS, **overlap.launch_kw())
         return
     _absorb_v_kernel[(nh, v // 128)](
         olat, kv_b, oq, os, m, nh, C=c, NOPE=nope, V=v, BLOCK_M=max(16, triton.next_power_of_2(m)),
         INTERPRET=interpreting(), PDL=overlap.enabled(), PREFETCH=overlap.prefetches("absorb_v"),
-        num_warps=ABSORB_V_WARPS,
+        zero_ptr=zero if zero is not None else oq, ZERO_N=zero.numel() if zero is not None else 0,
+        ZERO=zero is not None, num_warps=ABSORB_V_WARPS,
         **overlap.launch_kw())

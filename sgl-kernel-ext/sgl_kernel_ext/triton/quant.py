@@ -43,3 +43,22 @@ def sum_parts(part_ptr, SPLIT: tl.constexpr, stride_split, offs, mask):
     for s in tl.static_range(1, SPLIT):
         acc += tl.load(part_ptr + s * stride_split + offs, mask=mask, other=0.0)
     return acc
+
+
+# Split-K sums as 64-bit integers in 2^-FIXED_BITS units: each K chunk adds its part with a
+# relaxed atomic, and integer adds in any order give the same bits (so launches stay bitwise
+# repeatable); the consumer reads the sum once and rounds it to fp32. Magnitudes up to 2^31.
+FIXED_BITS: tl.constexpr = tl.constexpr(32)
+_FIXED_ONE: tl.constexpr = tl.constexpr(2.0 ** 32)
+
+
+@triton.jit
+def add_fixed(ptr, v, mask):
+    """Add fp32 v into the int64 sums at ptr (where mask), in 2^-FIXED_BITS units."""
+    tl.atomic_add(ptr, (v * _FIXED_ONE).to(tl.int64), mask=mask, sem="relaxed")
+
+
+@triton.jit
+def load_fixed(ptr, offs, mask):
+    """The int64 sums at ptr + offs as fp32 (0 where not mask)."""
+    return tl.load(ptr + offs, mask=mask, other=0).to(tl.float32) * (1.0 / _FIXED_ONE)

@@ -480,6 +480,31 @@ def test_absorb_on_q_b_tail_rows_is_bitwise_the_partials(kind, rows, monkeypatch
         assert torch.equal(c_a.index[lid], c_b.index[lid])
 
 
+@pytest.mark.parametrize("rows", [3, 8, 16])
+def test_absorb_on_q_b_fixed_sums_matches_reference(rows, monkeypatch):
+    """absorb reading q_b's fixed-point sums (mla.Q_FIXED_FROM_ROWS; a layer without the
+    indexer) instead of its tails' bf16 rows: the layer within NUMERICS of the reference,
+    absorb handed the int64 sums, q_b's counters untouched, the sums back at zero after the
+    layer (absorb_v zeroes them) and a second call bitwise the first."""
+    from sgl_kernel_ext.triton import mla
+
+    monkeypatch.setattr(mla, "Q_FIXED_FROM_ROWS", 3)
+    seen = []
+    original = mla.absorb
+    monkeypatch.setattr(mla, "absorb", lambda q, *a, **k: seen.append(q.dtype)
+                        or original(q, *a, **k))
+    assert_within_numerics(check("moe_shared_topk", rows, 3000), 3000)
+    assert seen and all(dt == torch.int64 for dt in seen), seen
+    lid = KINDS["moe_shared_topk"]
+    case = make_case(CFG, lid, _contexts(rows, 3000, pad=True), seed=19, device="cuda",
+                     lw=_weights(lid))
+    layer = FusedLayer(CFG, case.lw, clone_caches(case.caches), rows, 3000)
+    args = (case.hidden, case.residual, case.batch, case.topk_prev)
+    first = [t.clone() for t in layer(*args)]
+    assert not layer.buf["q_sums"].any() and not layer.buf["q_arrivals"].any()
+    assert all(torch.equal(a, b) for a, b in zip(layer(*args), first))
+
+
 @pytest.mark.parametrize("rows", [1, 3, 16])
 @pytest.mark.parametrize("kind", ["dense_indexer", "moe_indexer"])
 @pytest.mark.parametrize("knob", ["KW_IN_LATENT", "SCORE_SKIP_SHORT_ROWS"])

@@ -201,7 +201,7 @@ def _drive_real(persistent_too: bool = True) -> None:
              (mla, "ATTN_PARTS"), (mla, "ATTN_QK_CHAINS"), (mla, "ATTN_PARTS_FROM_STEPS"),
              (moe, "DOWN_TABLE_EARLY"), (mla, "ABSORB_V_W_EARLY"),
              (moe, "SUM_POS_EARLY"), (mla, "ABSORB_PE_OWN_FROM_ROWS"),
-             (mla, "KV_SLOT_EARLY"))
+             (mla, "KV_SLOT_EARLY"), (mla, "Q_FIXED_FROM_ROWS"))
     default = tuple(getattr(mod, name) for mod, name in knobs)
     # the stage kernels also with absorb_v in one latent chunk, and in the most chunks merging
     # the attention's at every row count (mla.ABSORB_V_SPLIT_C, _MERGE_MAX_ROWS); absorb's dot
@@ -214,9 +214,11 @@ def _drive_real(persistent_too: bool = True) -> None:
     # (ATTN_PARTS, _QK_CHAINS, _PARTS_FROM_STEPS); down's table, absorb_v's w_vc and the
     # sum's positions read after the wait in the other (DOWN_TABLE_EARLY, ABSORB_V_W_EARLY,
     # SUM_POS_EARLY); absorb's q_pe in programs of its own at every row count in one, in the
-    # head's first program in the other (ABSORB_PE_OWN_FROM_ROWS)
-    other_forms = ((1, 0, 0, 2, 2, 2, 1, 0, 8, 2, 1, True, True, True, 1, True),
-                   (8, 16, 4, 0, 0, 0, 2, 1 << 30, 4, 1, 1, False, False, False, 1 << 30, False))
+    # head's first program in the other (ABSORB_PE_OWN_FROM_ROWS); q_b's fixed-point sums for
+    # absorb (Q_FIXED_FROM_ROWS) at every row count in one, from 3 rows in the other
+    other_forms = ((1, 0, 0, 2, 2, 2, 1, 0, 8, 2, 1, True, True, True, 1, True, 1),
+                   (8, 16, 4, 0, 0, 0, 2, 1 << 30, 4, 1, 1, False, False, False, 1 << 30, False,
+                    3))
     for kind, lid in kinds.items():
         lw = weights.gen_layer(cfg, 0, lid, tp_size=8, tp_rank=0)
         caches = alloc_caches(cfg, rows * ctx, "cpu", torch.bfloat16, layers=[lid])

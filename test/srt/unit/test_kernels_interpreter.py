@@ -150,6 +150,29 @@ def test_fp8_linear_tails_sum_each_column_tile(both):
             assert torch.isnan(ss_a).all()
 
 
+def test_fp8_linear_fixed_sums_are_the_partials_summed():
+    """With sums each K chunk is added into int64 sums in 2^-32 units (quant.add_fixed) and
+    no partial is stored: the sums, read back (quant.load_fixed's arithmetic), are the split
+    partials' total to fp32 rounding; a partial last tile, a ragged last K chunk."""
+    rows, split = 3, 3
+    g = torch.Generator().manual_seed(9)
+    x = torch.randn(rows, 640, generator=g).bfloat16()
+    w = quant_block(torch.randn(200, 640, generator=g) * 0.05)
+    xq, sx = quant_act(x)
+    parts = torch.full((split, rows, 200), float("nan"))
+    fp8_linear.fp8_linear(xq, sx.contiguous(), w.q, w.s, parts)
+    total = (parts[0] + parts[1]) + parts[2]
+    unused = torch.full((split, rows, 200), float("nan"))
+    sums = torch.zeros(rows, 200, dtype=torch.int64)
+    fp8_linear.fp8_linear(xq, sx.contiguous(), w.q, w.s, unused, sums=sums)
+    assert torch.isnan(unused).all(), "a partial stored beside the sums"
+    got = sums.double() * 2.0 ** -32
+    err = (got - total.double()).abs()
+    assert float(err.max()) <= 4 * 2.0 ** -24 * float(total.abs().max()) + split * 2.0 ** -32
+    with pytest.raises(AssertionError, match="one matrix, no tails"):
+        fp8_linear.fp8_linear(xq, sx.contiguous(), w.q, w.s, unused, w.q, w.s, unused, sums=sums)
+
+
 @pytest.mark.parametrize("rows, gemv", [(5, False), (1, True), (2, True)])
 def test_bf16_split_k_sums_to_the_product(rows, gemv, monkeypatch):
     """On the tensor cores, or (gemv) each K chunk as one load multiplied and summed in fp32
@@ -1154,6 +1177,41 @@ def test_absorb_on_q_b_tail_rows_is_bitwise_the_partials(layer_id, monkeypatch):
     assert torch.equal(a_c.kv[layer_id].view(torch.int16), b_c.kv[layer_id].view(torch.int16))
     if layer_id in a_c.index:
         assert torch.equal(a_c.index[layer_id], b_c.index[layer_id])
+
+
+def test_absorb_on_q_b_fixed_sums_matches_reference(monkeypatch):
+    """absorb reading q_b's fixed-point sums (mla.Q_FIXED_FROM_ROWS, a layer without the
+    indexer; from 1 row here) against the reference within numerics, with a pad row among 3:
+    absorb handed the int64 sums, q_b no tails (its counters untouched), and the sums back
+    at zero after the layer (absorb_v zeroes them), so a second call is bitwise the first."""
+    from sgl_kernel_ext.triton import fp8_linear, mla
+
+    monkeypatch.setattr(fp8_linear, "tiling", lambda n, k: (64, 1, max(1, k // 128)))
+    monkeypatch.setattr(mla, "Q_FIXED_FROM_ROWS", 1)
+    seen = []
+    original = mla.absorb
+    monkeypatch.setattr(mla, "absorb", lambda q, *a, **k: seen.append((q.dtype, q.shape[0]))
+                        or original(q, *a, **k))
+    case = make_case(CFG, 2, [30, 0, 12], seed=91, tp_size=2)
+    layers = []
+
+    def build(cfg, lw, caches, rows, context):
+        layers.append(FusedLayer(cfg, lw, caches, rows, context, persistent_launch=False))
+        return layers[-1]
+
+    r = compare_with_reference(case, build)
+    layer = layers[0]
+    assert not layer.runs_indexer and seen and all(q == (torch.int64, 1) for q in seen), seen
+    assert not layer.buf["q_sums"].any() and not layer.buf["q_arrivals"].any()
+    tol = NUMERICS["fused_layer_interpreter"]
+    assert not r["y_nan"] and r["y_rel"] <= tol["y_rel"], r
+    assert r["residual_rel"] <= tol["residual_rel"] and r["routing_flips"] <= 1, r
+    caches = clone_caches(case.caches)
+    again = FusedLayer(CFG, case.lw, caches, 3, case.batch.token_slots.shape[1],
+                       persistent_launch=False)
+    args = (case.hidden, case.residual, case.batch, case.topk_prev)
+    first = [t.clone() for t in again(*args)]
+    assert all(torch.equal(a, b) for a, b in zip(again(*args), first))
 
 
 @pytest.mark.parametrize("layer_id", [1, 2], ids=["moe_indexer", "moe_shared"])

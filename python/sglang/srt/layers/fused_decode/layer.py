@@ -191,6 +191,8 @@ class FusedLayer:
         self.buf["qkv_arrivals"] = arrival.counters(
             self._tails(cfg.q_lora_rank) + self._tails(c + rope), dev)
         self.buf["q_arrivals"] = arrival.counters(-(-a.q_b.q.shape[0] // self.tile_q_b[0]), dev)
+        # q_b's fixed-point sums for absorb (mla.Q_FIXED_FROM_ROWS): zero between uses
+        self.buf["q_sums"] = torch.zeros(m, a.q_b.q.shape[0], dtype=torch.int64, device=dev)
         self.buf["o_arrivals"] = arrival.counters(-(-h // self.tile_o[0]), dev)
         self.buf["vc_arrivals"] = arrival.counters(self.heads * (cfg.v_head_dim // 128), dev)
         specs["gu_parts"] = e(split_k, few * cfg.num_experts_per_tok + 1 if self.experts else 1,
@@ -394,10 +396,14 @@ class FusedLayer:
                        kw=(v("x"), self.wk_proj, v("kw_parts")) if kw_in_latent else None,
                        slot_rows=rows)
 
-        # absorb's q: summed by q_b's tails into bf16 rows, or q_b's partials
-        q_rows = not fused_latent and m >= mla.ABSORB_Q_ROWS_FROM
+        # absorb's q: q_b's fixed-point sums, summed by q_b's tails into bf16 rows, or q_b's
+        # partials
+        q_fixed = (not fused_latent and not self.runs_indexer
+                   and 0 < mla.Q_FIXED_FROM_ROWS <= m)
+        q_rows = not fused_latent and m >= mla.ABSORB_Q_ROWS_FROM and not q_fixed
         q_tails = (self.buf["q_arrivals"], v("q_rows"), None, None, None) if q_rows else None
-        q_parts = self._q_b_parts(m, q_rows)
+        q_parts = self._q_b_parts(m, q_rows or q_fixed)
+        q_sums = self.buf["q_sums"][:m] if q_fixed else None
 
         def q_b(*more):  # q_b (| the indexer's wq_b) on the normed c_q
             if fused_latent:
@@ -407,7 +413,7 @@ class FusedLayer:
                                slot_rows=rows)
             else:
                 fp8_linear.fp8_linear(v("cq_q"), v("cq_s"), a.q_b.q, a.q_b.s, q_parts, *more,
-                                      *self.tile_q_b[:2], tails=q_tails)
+                                      *self.tile_q_b[:2], tails=q_tails, sums=q_sums)
 
         if indexing:
             ix = a.indexer
@@ -443,7 +449,8 @@ class FusedLayer:
                 raise ValueError(f"layer {lw.layer_id} reuses the previous top-k but none was given")
             q_b(None, None, None)
             topk = topk_prev
-        mla.absorb(v("q_rows")[None] if q_rows else q_parts, a.kv_b, pos, self.inv_freq,
+        q_in = q_sums[None] if q_fixed else v("q_rows")[None] if q_rows else q_parts
+        mla.absorb(q_in, a.kv_b, pos, self.inv_freq,
                    v("qcat"), cfg.qk_nope_head_dim, rope, cfg.v_head_dim, indexer=indexing)
         attn_parts = self._attention_parts(m)
         vc = (self.buf["vc_parts"], self.buf["vc_arrivals"])
@@ -460,7 +467,7 @@ class FusedLayer:
             mla.sparse_attention(v("qcat"), self.kv_cache, topk, slots, cfg.softmax_scale,
                                  *attn_parts, v("olat"), c, rope, merge=merge, slot_rows=rows)
         mla.absorb_v(v("olat"), a.kv_b, v("oq"), v("os"), cfg.qk_nope_head_dim, cfg.v_head_dim,
-                     *vc, attn_parts)
+                     *vc, attn_parts, zero=q_sums)
         o_tails = (self.buf["o_arrivals"], v("attn_rows"), None, None, None)
         if self.sm90_o:
             self.sm90.fp8_mma(self.buf["oq"][:self.sm90.x_rows(m)], v("os"), a.o_proj.q,
