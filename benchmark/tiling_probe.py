@@ -94,9 +94,10 @@ VARIANTS = {
     **{f"route_in_gate_up_{n}": {("moe", "ROUTE_IN_GATE_UP_MAX_ROWS"): n} for n in (0, 1, 2, 3, 6, 8)},
     # q_b's split K from 3 rows as the one-wave default (8) rather than mla.Q_B_SPLIT_WITH_ROWS
     "q_b_rows_default_split": {("mla", "Q_B_SPLIT_WITH_ROWS"): 0},
-    # q_b's K chunks added into int64 sums that absorb reads (no tails), from 3 rows in a
-    # layer without the indexer (mla.Q_FIXED_FROM_ROWS; default 0: never)
+    # q_b's K chunks added into int64 sums that absorb reads (no tails), in a layer without
+    # the indexer from 3 rows, or never (mla.Q_FIXED_FROM_ROWS; default 5)
     "q_fixed_3": {("mla", "Q_FIXED_FROM_ROWS"): 3},
+    "q_fixed_off": {("mla", "Q_FIXED_FROM_ROWS"): 0},
     "q_b_rows_split_2": {("mla", "Q_B_SPLIT_WITH_ROWS"): 2},
     # routing tiles of at least 2 rows (a masked-off one at 1 row and in route's programs)
     "route_rows_tile_2": {("moe", "ROUTE_ROW_TILE_MIN"): 2},

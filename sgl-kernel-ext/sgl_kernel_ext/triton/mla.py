@@ -102,8 +102,12 @@ Q_B_SPLIT_WITH_ROWS = 4
 # absorb reads, instead of its last-arriving chunk of each column tile summing bf16 rows
 # (ABSORB_Q_ROWS_FROM): no tail, no reload of the partials; absorb_v zeroes the sums for the
 # next layer. 0: never. (The one-launch attention side's fixed form measured the same
-# trade at q_a|kv_a: nvidia/sm90/attn_side.py.)
-Q_FIXED_FROM_ROWS = 0
+# trade at q_a|kv_a: nvidia/sm90/attn_side.py.) On an H200 a MoE layer is 0.3-1.0 us faster
+# from 5 rows, every pair of arms (-0.6 / -1.0 / -0.3 / -0.6 at 5 / 8 / 12 / 16 rows, three
+# pairs each; tiling_probe_20261204T184312Z), mixed at 4 (+0.4, -1.0) and 0.6-1.0 slower at
+# 3 (T184140Z; q_fixed_3 is from 3 rows): the tail it removes is worth more than the int64
+# loads absorb's programs make only with more rows.
+Q_FIXED_FROM_ROWS = 5
 ABSORB_GEMV_BLOCK_C = 16
 # rows from which absorb ropes each head's q_pe in a program of its own (one more
 # latent-column index) rather than in the head's first column program after its w_kc

@@ -1160,6 +1160,7 @@ def test_absorb_on_q_b_tail_rows_is_bitwise_the_partials(layer_id, monkeypatch):
     original = mla.absorb
     monkeypatch.setattr(mla, "absorb", lambda q, *a, **k: seen.append((q.dtype, q.shape[0]))
                         or original(q, *a, **k))
+    monkeypatch.setattr(mla, "Q_FIXED_FROM_ROWS", 0)  # the tails' form, not the sums'
     runs = []
     for first in (1 << 30, 1):
         monkeypatch.setattr(mla, "ABSORB_Q_ROWS_FROM", first)
@@ -1224,6 +1225,7 @@ def test_q_b_split_with_tail_rows(layer_id, monkeypatch):
     monkeypatch.setattr(fp8_linear, "tiling", lambda n, k: (64, 1, max(1, k // 128)))
     monkeypatch.setattr(mla, "Q_B_SPLIT_WITH_ROWS", 1)
     monkeypatch.setattr(mla, "ABSORB_Q_ROWS_FROM", 1)
+    monkeypatch.setattr(mla, "Q_FIXED_FROM_ROWS", 0)
     splits = []
     original = fp8_linear.fp8_linear
     monkeypatch.setattr(fp8_linear, "fp8_linear", lambda xq, sx, wq, ws, parts, *a, **k: (
