@@ -106,7 +106,11 @@ Q_B_SPLIT_WITH_ROWS = 4
 # from 5 rows, every pair of arms (-0.6 / -1.0 / -0.3 / -0.6 at 5 / 8 / 12 / 16 rows, three
 # pairs each; tiling_probe_20261204T184312Z), mixed at 4 (+0.4, -1.0) and 0.6-1.0 slower at
 # 3 (T184140Z; q_fixed_3 is from 3 rows): the tail it removes is worth more than the int64
-# loads absorb's programs make only with more rows.
+# loads absorb's programs make only with more rows. In the layer's timeline at 16 rows
+# (graph_timeline_20261204T184723Z at cc5e795, against T163131Z) q_b adds 4.2 us where it
+# added 4.9, absorb 3.5 where 2.9 (its q now 8 bytes an element): the tail's cost moved
+# rather than vanished there; decode_layer_20261204T184615Z: 111.4 / 156.0 us at 8 / 16 rows
+# against 113.3 / 155.9 at 24fd66e.
 Q_FIXED_FROM_ROWS = 5
 ABSORB_GEMV_BLOCK_C = 16
 # rows from which absorb ropes each head's q_pe in a program of its own (one more
