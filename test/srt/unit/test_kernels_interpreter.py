@@ -1180,6 +1180,23 @@ def test_absorb_on_q_b_tail_rows_is_bitwise_the_partials(layer_id, monkeypatch):
         assert torch.equal(a_c.index[layer_id], b_c.index[layer_id])
 
 
+def _stage_kernels_against_reference(case):
+    """(compare_with_reference's metrics, the layer) for the stage kernels' layer of case."""
+    layers = []
+
+    def build(cfg, lw, caches, rows, context):
+        layers.append(FusedLayer(cfg, lw, caches, rows, context, persistent_launch=False))
+        return layers[-1]
+
+    return compare_with_reference(case, build), layers[0]
+
+
+def _assert_interpreter_numerics(r):
+    tol = NUMERICS["fused_layer_interpreter"]
+    assert not r["y_nan"] and r["y_rel"] <= tol["y_rel"], r
+    assert r["residual_rel"] <= tol["residual_rel"] and r["routing_flips"] <= 1, r
+
+
 def test_absorb_on_q_b_fixed_sums_matches_reference(monkeypatch):
     """absorb reading q_b's fixed-point sums (mla.Q_FIXED_FROM_ROWS, a layer without the
     indexer; from 1 row here) against the reference within numerics, with a pad row among 3:
@@ -1194,19 +1211,10 @@ def test_absorb_on_q_b_fixed_sums_matches_reference(monkeypatch):
     monkeypatch.setattr(mla, "absorb", lambda q, *a, **k: seen.append((q.dtype, q.shape[0]))
                         or original(q, *a, **k))
     case = make_case(CFG, 2, [30, 0, 12], seed=91, tp_size=2)
-    layers = []
-
-    def build(cfg, lw, caches, rows, context):
-        layers.append(FusedLayer(cfg, lw, caches, rows, context, persistent_launch=False))
-        return layers[-1]
-
-    r = compare_with_reference(case, build)
-    layer = layers[0]
+    r, layer = _stage_kernels_against_reference(case)
     assert not layer.runs_indexer and seen and all(q == (torch.int64, 1) for q in seen), seen
     assert not layer.buf["q_sums"].any() and not layer.buf["q_arrivals"].any()
-    tol = NUMERICS["fused_layer_interpreter"]
-    assert not r["y_nan"] and r["y_rel"] <= tol["y_rel"], r
-    assert r["residual_rel"] <= tol["residual_rel"] and r["routing_flips"] <= 1, r
+    _assert_interpreter_numerics(r)
     caches = clone_caches(case.caches)
     again = FusedLayer(CFG, case.lw, caches, 3, case.batch.token_slots.shape[1],
                        persistent_launch=False)
@@ -1231,20 +1239,11 @@ def test_q_b_split_with_tail_rows(layer_id, monkeypatch):
     monkeypatch.setattr(fp8_linear, "fp8_linear", lambda xq, sx, wq, ws, parts, *a, **k: (
         splits.append((wq.shape[0], parts.shape[0])), original(xq, sx, wq, ws, parts, *a, **k)))
     case = make_case(CFG, layer_id, [30, 0, 12], seed=80 + layer_id, tp_size=2)
-    layers = []
-
-    def build(cfg, lw, caches, rows, context):
-        layers.append(FusedLayer(cfg, lw, caches, rows, context, persistent_launch=False))
-        return layers[-1]
-
-    r = compare_with_reference(case, build)
-    layer = layers[0]
+    r, layer = _stage_kernels_against_reference(case)
     q_b_split = dict(splits)[case.lw.attn.q_b.q.shape[0]]
     assert layer.split_q_b == 2 and q_b_split == (2 if layer.runs_indexer else 1), splits
     assert not layer.buf["q_arrivals"].any()
-    tol = NUMERICS["fused_layer_interpreter"]
-    assert not r["y_nan"] and r["y_rel"] <= tol["y_rel"], r
-    assert r["residual_rel"] <= tol["residual_rel"] and r["routing_flips"] <= 1, r
+    _assert_interpreter_numerics(r)
 
 
 @pytest.mark.parametrize("layer_id", [0, 1, 2], ids=["dense_indexer", "moe_indexer", "moe_shared"])
