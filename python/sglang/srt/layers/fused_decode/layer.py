@@ -191,8 +191,8 @@ class FusedLayer:
         self.buf["qkv_arrivals"] = arrival.counters(
             self._tails(cfg.q_lora_rank) + self._tails(c + rope), dev)
         self.buf["q_arrivals"] = arrival.counters(-(-a.q_b.q.shape[0] // self.tile_q_b[0]), dev)
-        # q_b's fixed-point sums for absorb (mla.Q_FIXED_FROM_ROWS): zero between uses
-        self.buf["q_sums"] = torch.zeros(m, a.q_b.q.shape[0], dtype=torch.int64, device=dev)
+        # q_b's fixed-point sums for absorb (mla.Q_FIXED_FROM_ROWS), left at zero by absorb_v
+        specs["q_sums"] = workspace_mod.Spec((m, a.q_b.q.shape[0]), torch.int64, zeroed=True)
         self.buf["o_arrivals"] = arrival.counters(-(-h // self.tile_o[0]), dev)
         self.buf["vc_arrivals"] = arrival.counters(self.heads * (cfg.v_head_dim // 128), dev)
         specs["gu_parts"] = e(split_k, few * cfg.num_experts_per_tok + 1 if self.experts else 1,
@@ -403,7 +403,7 @@ class FusedLayer:
         q_rows = not fused_latent and m >= mla.ABSORB_Q_ROWS_FROM and not q_fixed
         q_tails = (self.buf["q_arrivals"], v("q_rows"), None, None, None) if q_rows else None
         q_parts = self._q_b_parts(m, q_rows or q_fixed)
-        q_sums = self.buf["q_sums"][:m] if q_fixed else None
+        q_sums = _prefix(self.buf["q_sums"], m, a.q_b.q.shape[0]) if q_fixed else None
 
         def q_b(*more):  # q_b (| the indexer's wq_b) on the normed c_q
             if fused_latent:
