@@ -481,6 +481,50 @@ def test_absorb_on_q_b_tail_rows_is_bitwise_the_partials(kind, rows, monkeypatch
         assert torch.equal(c_a.index[lid], c_b.index[lid])
 
 
+def _attn_side_on(monkeypatch, rows: int) -> list:
+    """Insist on attn_side's one launch up to `rows` rows; the list its launches append to."""
+    pytest.importorskip("cutlass.cute", reason="needs CuTe DSL: benchmark/sm90_run.sh stages it")
+    from sgl_kernel_ext.nvidia import sm90
+    from sgl_kernel_ext.nvidia.sm90 import attn_side
+
+    monkeypatch.setattr(sm90, "ATTN_SIDE", True)
+    monkeypatch.setattr(sm90, "ATTN_SIDE_MAX_ROWS", rows)
+    seen, original = [], attn_side.attn_side
+    monkeypatch.setattr(attn_side, "attn_side",
+                        lambda *a, **k: seen.append(k.get("slot_rows")) or original(*a, **k))
+    return seen
+
+
+@pytest.mark.parametrize("rows,context,pad", [(1, 1000, False), (1, 3000, False),
+                                              (2, 3000, False), (2, 1000, True)])
+def test_attn_side_launch_matches_reference(rows, context, pad, monkeypatch):
+    """q_a|kv_a, the latent step and q_b as attn_side's one fixed-form launch (sm90.ATTN_SIDE,
+    a layer without the indexer): the layer within NUMERICS of the reference (the KV-cache
+    rows written, every other row untouched, a pad row writing nothing) and the launch taken;
+    a layer with the indexer keeps the stage kernels."""
+    seen = _attn_side_on(monkeypatch, 2)
+    assert_within_numerics(check("moe_shared_topk", rows, context, pad=pad), context)
+    assert len(seen) == 1, seen
+    assert_within_numerics(check("moe_indexer", rows, context, pad=pad), context)
+    assert len(seen) == 1, seen
+
+
+@pytest.mark.parametrize("rows", [1, 2])
+def test_attn_side_launch_replays_and_reads_a_pool_table(rows, monkeypatch):
+    """The attn_side layer captured in a CUDA graph: bitwise eager and 100 replays identical
+    (its sums zeroed by parity, its epochs carried); on a server's pool table (int32, read
+    through slot_rows, a pad row) bitwise the same step on a table a row."""
+    seen = _attn_side_on(monkeypatch, 2)
+    r = replay_checks("moe_shared_topk", rows)
+    assert r["graph_equals_eager"] and r["repeats_identical"], r
+    lid = KINDS["moe_shared_topk"]
+    case = make_case(CFG, lid, _contexts(rows, 3000, pad=True), seed=13 + rows, device="cuda",
+                     lw=_weights(lid))
+    checks = pool_table_checks(case, rows, seed=rows, extra_width=(1 << 20) - 3000)
+    assert all(checks.values()), checks
+    assert any(s is not None for s in seen) and any(s is None for s in seen), seen
+
+
 @pytest.mark.parametrize("rows", [3, 8, 16])
 def test_absorb_on_q_b_fixed_sums_matches_reference(rows, monkeypatch):
     """absorb reading q_b's fixed-point sums (mla.Q_FIXED_FROM_ROWS; a layer without the

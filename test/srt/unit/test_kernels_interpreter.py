@@ -1008,7 +1008,8 @@ def test_persistent_layer_refuses_a_tp_all_reduce():
 
 
 @pytest.mark.parametrize("env", ["SGL_KERNEL_EXT_SM90_O_PROJ", "SGL_KERNEL_EXT_SM90_QKV_A",
-                                 "SGL_KERNEL_EXT_SM90_MOE", "SGL_KERNEL_EXT_SM90_ATTN"])
+                                 "SGL_KERNEL_EXT_SM90_MOE", "SGL_KERNEL_EXT_SM90_ATTN",
+                                 "SGL_KERNEL_EXT_SM90_ATTN_SIDE"])
 def test_sm90_linears_refuse_to_build_where_they_cannot_run(monkeypatch, env):
     """An sm90 opt-in names why a layer cannot take it (here: no CUDA device; with the
     persistent layer: that one runs no stage kernels), rather than falling back."""
@@ -1046,6 +1047,25 @@ def test_sm90_attention_by_default_logs_why_it_runs_triton(monkeypatch, caplog):
         layer = FusedLayer(CFG, case.lw, case.caches, 2, case.batch.token_slots.shape[1],
                            persistent_launch=False)
     assert layer.sm90_attn is None and "Triton's kernel" not in caplog.text
+
+
+def test_sm90_attn_side_by_default_logs_why_it_runs_the_stage_kernels(monkeypatch, caplog):
+    """Unset, SGL_KERNEL_EXT_SM90_ATTN_SIDE takes attn_side's launch wherever it can run; where
+    it cannot (here: no CUDA device) the layer builds on the stage kernels and logs why."""
+    import logging
+
+    from sgl_kernel_ext.nvidia import sm90
+
+    from sglang.srt.layers.fused_decode import layer as layer_mod
+
+    case = make_case(CFG, 2, [30, 12], seed=2, tp_size=1)
+    monkeypatch.delenv(sm90.ATTN_SIDE_ENV, raising=False)
+    layer_mod._log_once.cache_clear()
+    with caplog.at_level(logging.INFO, logger=layer_mod.__name__):
+        layer = FusedLayer(CFG, case.lw, case.caches, 2, case.batch.token_slots.shape[1],
+                           persistent_launch=False)
+    assert layer.attn_side is None and not layer.attn_side_work
+    assert "run the stage kernels: sm90 attn_side needs a CUDA device" in caplog.text
 
 
 def test_layer_calls_sparse_mla_as_it_is_declared(monkeypatch):

@@ -97,7 +97,30 @@ def test_fixed_form_sizes_and_refusals():
     for name, bad, message in (
             ("kv_norm", torch.zeros(192, dtype=torch.bfloat16), "kv_norm must be"),
             ("positions", torch.zeros(2, dtype=torch.int32), "positions must be"),
-            ("token_slots", torch.zeros(2, 8, dtype=torch.int64), "token_slots must be int32"),
+            ("token_slots", torch.zeros(2, 8, dtype=torch.int16),
+             "token_slots must be int32 or int64"),
+            ("token_slots", torch.zeros(3, 8, dtype=torch.int32), "token_slots must be"),
             ("kv_cache", torch.zeros(16, 576, dtype=torch.bfloat16), "kv_cache must be")):
         with pytest.raises(ValueError, match=message):
             A.attn_side(**a, fixed=True, **{**kv, name: bad})
+    # a pool's table read in place: any number of table rows, slot_rows int64 [M]
+    pool = dict(kv, token_slots=torch.zeros(5, 8, dtype=torch.int64))
+    with pytest.raises(ValueError, match="slot_rows must be"):
+        A.attn_side(**a, fixed=True, **pool, slot_rows=torch.zeros(2, dtype=torch.int32))
+    with pytest.raises(ValueError, match="token_slots must be"):
+        A.attn_side(**a, fixed=True, **pool)  # 5 table rows for 2 step rows, no slot_rows
+
+
+def test_fixed_form_stands_in_for_kv_parts_and_only_it_takes_slot_rows():
+    fixed = A.AttnSide(2, SMALL, fixed=True)
+    work = A.workspace(fixed, "cpu")
+    assert work.kv_stub.shape == (fixed.split1, 2, 192)
+    assert A.workspace(A.AttnSide(2, SMALL), "cpu").kv_stub is None
+    a = _args(q_rows=torch.zeros(2, 512, dtype=torch.bfloat16), sx=torch.zeros(2, 8),
+              kv_parts=None, qb_parts=torch.zeros(4, 2, 512))
+    a["work"] = A.workspace(A.AttnSide(2, SMALL), "cpu")
+    with pytest.raises(ValueError, match="kv_parts may be None only in the fixed form"):
+        A.attn_side(**a)
+    a["kv_parts"] = torch.zeros(8, 2, 192)
+    with pytest.raises(ValueError, match="slot_rows is the fixed form's"):
+        A.attn_side(**a, slot_rows=torch.zeros(2, dtype=torch.int64))

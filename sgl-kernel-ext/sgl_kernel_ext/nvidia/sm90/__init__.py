@@ -67,6 +67,18 @@ ATTN_GATHERERS_FROM_ROWS = 12
 # sparse_mla launched programmatically dependent (with the layer's overlap); without it the
 # layer is 2.5-3.6 us slower at 1-4 rows, the same at 12-16 (tiling_probe_20261202T201751Z)
 ATTN_PDL = True
+# q_a|kv_a, the latent step and q_b as attn_side's fixed-form launch (attn_side.py: one
+# persistent launch, c_q's and c_kv's K chunks added as 64-bit integers, q_b's units norming
+# c_q from the sums, the KV-cache rows written inside it) at 1..ATTN_SIDE_MAX_ROWS rows of a
+# layer without the indexer, instead of fp8_linear + latent + fp8_linear. On by default
+# wherever it can run (a Hopper GPU, CuTe DSL, the stage kernels; elsewhere the layer logs why
+# it runs the stage kernels); "1" insists (refused by name where the device cannot), "0" turns
+# it off; a layer with the indexer keeps the stage kernels (its wq_b shares q_b's launch).
+# Alone on an H200 the launch is 10.3 us at one row against the three kernels' 11.1-11.4, level
+# at two (results/attn_side_probe_20261204T182239Z, T182524Z).
+ATTN_SIDE_ENV = "SGL_KERNEL_EXT_SM90_ATTN_SIDE"
+ATTN_SIDE: Optional[bool] = None
+ATTN_SIDE_MAX_ROWS = 1
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
 # (H200, sm90_gemv_probe_20261202T081912Z: 10-12 slots fastest, the whole 200 KB slower)
 RING_SLOTS = 10
@@ -95,6 +107,15 @@ def attn_setting() -> Optional[bool]:
     if ATTN is not None:
         return ATTN
     value = os.environ.get(ATTN_ENV, "")
+    return None if value == "" else value == "1"
+
+
+def attn_side_setting() -> Optional[bool]:
+    """q_a|kv_a + latent + q_b on attn_side: True insists (ATTN_SIDE_ENV=1), False is off
+    (=0), None (unset) takes it wherever it can run."""
+    if ATTN_SIDE is not None:
+        return ATTN_SIDE
+    value = os.environ.get(ATTN_SIDE_ENV, "")
     return None if value == "" else value == "1"
 
 

@@ -143,7 +143,7 @@ class AttnSide:
     def __init__(self, m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
                  eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True,
                  first_only: bool = False, dump: bool = False, trace: bool = False,
-                 late_q_b: bool = True, fixed: bool = False):
+                 late_q_b: bool = True, fixed: bool = False, by_rows: bool = False):
         if not 1 <= m <= MAX_ROWS:
             raise ValueError(f"attn_side takes 1..{MAX_ROWS} rows, got {m}")
         if fixed and m > FIXED_MAX_ROWS:
@@ -189,6 +189,9 @@ class AttnSide:
         # numbered after q_b's units (so they fall to workers that took one unit)
         self.kv_c = nkv - ROPE
         self.kv_tasks = m if fixed else 0
+        # the fixed form's slot table is a pool's ([R, W]: upstream's req_to_token read in
+        # place), row m's being rows[m], rather than one table row a step row
+        self.by_rows = by_rows
         if fixed and (self.kv_c <= 0 or self.kv_c % 128 or ROPE // 2 > 128):
             raise ValueError(f"attn_side: the fixed form needs NKV - {ROPE} a positive multiple "
                              f"of 128, got NKV {nkv}")
@@ -214,7 +217,8 @@ class AttnSide:
                  arrivals: cute.Tensor, sync: cute.Tensor, acc: cute.Tensor, dump: cute.Tensor,
                  trace: cute.Tensor, kvn: cute.Pointer, positions: cute.Pointer,
                  slots: cute.Pointer, inv_freq: cute.Pointer, cache: cute.Pointer,
-                 stride_slots: cutlass.Int32, grid: cutlass.Int32, stream):
+                 rows: cute.Pointer, stride_slots: cutlass.Int32, grid: cutlass.Int32,
+                 stream):
         e4m3 = cutlass.Float8E4M3FN
         tiled_mma, a_layout, b_layout = ring.mma_and_layouts(self.nx, self.stages, self.stages)
         x2_layout = ring.mma_and_layouts(self.nx, 1, self.groups * self.chunk2)[2]
@@ -241,7 +245,7 @@ class AttnSide:
         self.kernel(atoms[0][0], atoms[0][1], atoms[1][0], atoms[1][1], atoms[2][0],
                     atoms[2][1], tma_x, g_x, tiled_mma, a_layout, b_layout, x2_layout, sx, wsq,
                     wskv, gamma, wsb, kv_parts, q_parts, q_rows, qb_parts, ss, arrivals,
-                    sync, acc, dump, trace, kvn, positions, slots, inv_freq, cache,
+                    sync, acc, dump, trace, kvn, positions, slots, inv_freq, cache, rows,
                     stride_slots).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
                                  smem=Storage.size_in_bytes(), stream=stream,
                                  use_pdl=self.pdl)
@@ -595,12 +599,13 @@ class AttnSide:
     @cute.jit
     def _kv_row(self, r, t, grp, p, mAcc: cute.Tensor, mArrivals: cute.Tensor,
                 mSync: cute.Tensor, kvn: cute.Pointer, positions: cute.Pointer,
-                slots: cute.Pointer, stride_slots, inv_freq: cute.Pointer, cache: cute.Pointer,
-                red: cute.Tensor):
+                slots: cute.Pointer, rows: cute.Pointer, stride_slots, inv_freq: cute.Pointer,
+                cache: cute.Pointer, red: cute.Tensor):
         """Row r's KV-cache row (the latent kernel's, ``mla._latent_row`` part 1), once kv_a's
         tiles are counted in: c_kv rounded to bf16 from the sums, divided by its rms, times
         the norm weight, k_pe's interleaved pairs rotated by the row's position; into the slot
-        the row's table holds at its position. A pad row (position -1) writes nothing. Thread t
+        the row's table row (``by_rows``: the pool table's row rows[r]) holds at its position.
+        A pad row (position -1) writes nothing. Thread t
         takes column t of each 128 of c_kv and (t < ROPE / 2) k_pe's pair t."""
         nq, c_cols = self.shape.nq, self.kv_c
         width = c_cols + ROPE
@@ -609,7 +614,11 @@ class AttnSide:
         pos = cute.make_tensor(positions, cute.make_layout(self.m))[r]
         at = cutlass.Int64(0)
         if pos >= 0:
-            table = cute.make_tensor(slots + r * stride_slots, cute.make_layout(stride_slots))
+            tr = cutlass.Int64(r)
+            if cutlass.const_expr(self.by_rows):
+                tr = cute.make_tensor(rows, cute.make_layout(self.m))[r]
+            table = cute.make_tensor(slots + tr * stride_slots.to(cutlass.Int64),
+                                     cute.make_layout(stride_slots))
             at = table[pos.to(cutlass.Int32)].to(cutlass.Int64) * width
         gam = cute.make_rmem_tensor((c_cols // 128,), cutlass.Float32)
         for j in cutlass.range_constexpr(c_cols // 128):
@@ -671,7 +680,8 @@ class AttnSide:
                mQbParts: cute.Tensor, mSs: cute.Tensor, mArrivals: cute.Tensor,
                mSync: cute.Tensor, mAcc: cute.Tensor, mDump: cute.Tensor, mTrace: cute.Tensor,
                kvn: cute.Pointer, positions: cute.Pointer, slots: cute.Pointer,
-               inv_freq: cute.Pointer, cache: cute.Pointer, stride_slots: cutlass.Int32):
+               inv_freq: cute.Pointer, cache: cute.Pointer, rows: cute.Pointer,
+               stride_slots: cutlass.Int32):
         groups = self.groups
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
@@ -745,7 +755,8 @@ class AttnSide:
                 if u >= self.units:
                     if cutlass.const_expr(self.fixed):
                         self._kv_row(u - self.units, t, grp, p, mAcc, mArrivals, mSync, kvn,
-                                     positions, slots, stride_slots, inv_freq, cache, red)
+                                     positions, slots, rows, stride_slots, inv_freq, cache,
+                                     red)
                 elif u < self.units1:
                     tile, c = self._stage1(u)
                     g0 = c * self.chunk1
@@ -825,16 +836,21 @@ class Work(NamedTuple):
     # epoch's parity (zero at first; arrivals then int32 [2 (NQ + NKV) / 64], the tiles'
     # counts likewise); otherwise int64 [1, 1, 1], never read
     acc: "object" = None
+    # the fixed form: fp32 [S1, M, NKV], the kv_parts argument it never writes (a caller may
+    # pass None for kv_parts); otherwise None
+    kv_stub: "object" = None
 
 
 def workspace(side: AttnSide, device) -> Work:
     import torch
     sync = torch.zeros(FLAGS + side.tq, dtype=torch.int32, device=device)
     sync[EPOCH] = 1
+    stub = (torch.empty(side.split1, side.m, side.shape.nkv, device=device) if side.fixed
+            else None)
     return Work(torch.empty(side.split1, side.m, side.shape.nq, device=device),
                 torch.empty(2 * side.tq, side.m, device=device),
                 torch.zeros(_counts(side), dtype=torch.int32, device=device), sync,
-                torch.zeros(_acc_shape(side), dtype=torch.int64, device=device))
+                torch.zeros(_acc_shape(side), dtype=torch.int64, device=device), stub)
 
 
 def _acc_shape(side: AttnSide) -> tuple:
@@ -857,14 +873,15 @@ def check_sync(work: Work) -> None:
 def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
              eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True, first_only: bool = False,
              dump: bool = False, trace: bool = False, late_q_b: bool = True,
-             fixed: bool = False):
-    """(the AttnSide, its compiled launch) for one row count and shape."""
+             fixed: bool = False, by_rows: bool = False, table_bits: int = 32):
+    """(the AttnSide, its compiled launch) for one row count and shape (table_bits: the
+    slot table's integer width, 32 or 64)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack, make_ptr
 
     side = AttnSide(m, shape, split1, split2, eps, groups, pdl, first_only, dump, trace,
-                    late_q_b, fixed)
+                    late_q_b, fixed, by_rows)
     e4m3 = torch.float8_e4m3fn
     nq, nkv, k1, nb = shape
     dummy = (torch.empty(side.nx, k1, dtype=e4m3), torch.empty(m, k1 // 128),
@@ -880,15 +897,19 @@ def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
              torch.empty(_acc_shape(side), dtype=torch.int64), torch.empty(m, nq),
              torch.empty(TRACE_WORKERS, len(TRACE_POINTS), dtype=torch.int64))
     fn = cute.compile(side, *(from_dlpack(t, assumed_align=16) for t in dummy),
-                      *(make_ptr(dt, 16, cute.AddressSpace.gmem, align) for dt, align in _KV_PTRS),
+                      *(make_ptr(dt, 16, cute.AddressSpace.gmem, align)
+                        for dt, align in _kv_ptrs(table_bits)),
                       1, 1, cuda.CUstream(0))
     return side, fn
 
 
-# the KV-row arguments as pointers (kv_norm, positions, the slot table, inv_freq, the cache:
-# any cache and table sizes under one compiled form), with their alignments in bytes
-_KV_PTRS = ((cutlass.BFloat16, 2), (cutlass.Int64, 8), (cutlass.Int32, 4), (cutlass.Float32, 4),
-            (cutlass.BFloat16, 2))
+def _kv_ptrs(table_bits: int) -> tuple:
+    """The KV-row arguments as pointers (kv_norm, positions, the slot table, inv_freq, the
+    cache, the pool table's rows: any cache and table sizes under one compiled form), with
+    their alignments in bytes."""
+    table = (cutlass.Int32, 4) if table_bits == 32 else (cutlass.Int64, 8)
+    return ((cutlass.BFloat16, 2), (cutlass.Int64, 8), table, (cutlass.Float32, 4),
+            (cutlass.BFloat16, 2), (cutlass.Int64, 8))
 
 
 def _check(name: str, t, shape: tuple, dtype) -> None:
@@ -901,7 +922,7 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
               work: Work, eps: float = 1e-5, grid: int = 0, pdl: bool = True,
               first_only: bool = False, dump=None, trace=None, late_q_b: bool = True,
               fixed: bool = False, kv_norm=None, positions=None, token_slots=None,
-              inv_freq=None, kv_cache=None) -> None:
+              inv_freq=None, kv_cache=None, slot_rows=None) -> None:
     """q_a|kv_a then q_b in one launch on the current torch stream (the module docstring);
     graph-capturable. Shapes: xq e4m3 [>= x_rows(M), K1], sx fp32 [M, K1/128]; wq e4m3
     [NQ, K1], wkv [NKV, K1], wb [NB, NQ] with fp32 block scales; gamma bf16 [NQ]; outputs
@@ -917,17 +938,30 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     work from ``workspace`` of that form); it writes each row's KV-cache row rather than
     kv_parts (not written): kv_norm bf16 [NKV - ROPE], positions int64 [M] (-1: a pad row),
     token_slots int32 [M, >= max position + 1] (row m's cache slot of each position), inv_freq
-    fp32 [ROPE / 2], kv_cache bf16 [slots, NKV], as ``mla.latent`` takes them."""
+    fp32 [ROPE / 2], kv_cache bf16 [slots, NKV], as ``mla.latent`` takes them; or, with
+    slot_rows int64 [M], token_slots int32 or int64 [R, W] is a pool's table (upstream's
+    req_to_token, read in place) whose row slot_rows[m] is row m's. kv_parts may be None
+    there (work.kv_stub stands in)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack, make_ptr
 
     m, nq = q_rows.shape
     shape = Shape(nq, wkv.shape[0], wq.shape[1], wb.shape[0])
+    if kv_parts is None:
+        if not fixed or work.kv_stub is None:
+            raise ValueError("attn_side: kv_parts may be None only in the fixed form, with a "
+                             "workspace of that form")
+        kv_parts = work.kv_stub
+    if slot_rows is not None and not fixed:
+        raise ValueError("attn_side: slot_rows is the fixed form's (it writes the cache rows)")
+    table_bits = 64 if fixed and token_slots is not None and token_slots.dtype == torch.int64 \
+        else 32
     # the form's derived sizes (and its refusals) before anything is compiled
     options = (kv_parts.shape[0], qb_parts.shape[0], eps, GROUPS, pdl, first_only,
-               dump is not None, trace is not None, late_q_b, fixed)
-    side = AttnSide(m, shape, *options)
+               dump is not None, trace is not None, late_q_b, fixed, slot_rows is not None,
+               table_bits)
+    side = AttnSide(m, shape, *options[:-1])
     nx, (_, nkv, k1, nb) = side.nx, shape
     if xq.shape[0] < nx:
         raise ValueError(f"attn_side: xq needs at least {nx} rows for {m}, got {xq.shape[0]}")
@@ -957,10 +991,14 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
             raise ValueError(f"attn_side: the fixed form writes the KV-cache rows: pass {missing}")
         _check("kv_norm", kv_norm, (side.kv_c,), torch.bfloat16)
         _check("positions", positions, (m,), torch.int64)
-        if token_slots.dtype != torch.int32 or token_slots.dim() != 2 or \
-                token_slots.shape[0] != m or token_slots.stride(1) != 1:
-            raise ValueError(f"attn_side: token_slots must be int32 [{m}, W] with rows "
-                             f"contiguous, got {token_slots.dtype} {tuple(token_slots.shape)}")
+        table_rows = "R" if slot_rows is not None else m
+        if token_slots.dtype not in (torch.int32, torch.int64) or token_slots.dim() != 2 or \
+                (slot_rows is None and token_slots.shape[0] != m) or token_slots.stride(1) != 1:
+            raise ValueError(f"attn_side: token_slots must be int32 or int64 [{table_rows}, W] "
+                             f"with rows contiguous, got {token_slots.dtype} "
+                             f"{tuple(token_slots.shape)}")
+        if slot_rows is not None:
+            _check("slot_rows", slot_rows, (m,), torch.int64)
         _check("inv_freq", inv_freq, (ROPE // 2,), f32)
         if kv_cache.dtype != torch.bfloat16 or kv_cache.dim() != 2 or \
                 kv_cache.shape[1] != nkv or not kv_cache.is_contiguous():
@@ -968,6 +1006,8 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
                              f"got {kv_cache.dtype} {tuple(kv_cache.shape)}")
     else:
         kv = (gamma, sx, sx, sx, gamma)  # never read: stand-ins for the pointers
+    # the pool table's rows (never read without slot_rows: positions stands in)
+    kv = kv + (slot_rows if slot_rows is not None else kv[1],)
     if dump is not None:
         _check("dump", dump, (m, nq), f32)
     if trace is not None:
@@ -986,7 +1026,8 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
         xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, work.q_parts, q_rows, qb_parts,
         work.ss, work.arrivals, work.sync, acc, dump if dump is not None else work.q_parts[0],
         trace)),
-       *(make_ptr(dt, t.data_ptr(), gmem, align) for (dt, align), t in zip(_KV_PTRS, kv)),
+       *(make_ptr(dt, t.data_ptr(), gmem, align)
+         for (dt, align), t in zip(_kv_ptrs(table_bits), kv)),
        token_slots.stride(0) if fixed else 1, grid, stream)
 
 

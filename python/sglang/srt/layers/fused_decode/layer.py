@@ -13,7 +13,9 @@ layer kernel (``persistent_step``), which runs the same task bodies in one resid
 
 Launch sequence (stage kernels from ``sgl_kernel_ext.triton``): add+RMSNorm (+ e4m3 of the
 row); q_a|kv_a (split-K partials); latent norms + rope + KV write (+ e4m3 of c_q); q_b
-(| wq_b); indexer keys/queries, scores, top-k; absorb; sparse attention + combine; w_vc
+(| wq_b) (on Hopper with CuTe DSL, at 1..sm90.ATTN_SIDE_MAX_ROWS rows of a layer without the
+indexer, these three are attn_side's one launch, its K chunks summed as 64-bit integers in
+any order); indexer keys/queries, scores, top-k; absorb; sparse attention + combine; w_vc
 (+ e4m3); o_proj (on a TP shard its last-arriving K chunks sum each column tile into bf16
 rows, which the TP group's all-reduce, ``reduce``, sums across ranks); add+RMSNorm; MLP
 (the router's GEMV, then up to 4 rows gate/up routing every row itself, ``moe.Routing``, and
@@ -110,7 +112,13 @@ class FusedLayer:
         self.sm90_moe = sm90.moe_enabled()
         self.sm90 = self._sm90_linear(dev)
         self.sm90_attn = self._sm90_attention(dev)
+        # q_a|kv_a + latent + q_b as one attn_side launch at its rows (sm90.ATTN_SIDE)
+        self.attn_side, self.attn_side_work = self._sm90_attn_side(dev)
         o_rows = x_rows = max_rows
+        q_b_split = self.split_q_b
+        if self.attn_side_work:
+            x_rows = max(x_rows, self.attn_side.x_rows(max(self.attn_side_work)))
+            q_b_split = max(q_b_split, max(w.split2 for w in self.attn_side_work.values()))
         if self.sm90_o:
             self.split_o = self.sm90.split_for(h, self.heads * cfg.v_head_dim)
             o_rows = max(max_rows, self.sm90.x_rows(max_rows))
@@ -153,7 +161,7 @@ class FusedLayer:
             rows_q=e(m, cfg.q_lora_rank), rows_kv=e(m, c + rope),
             ss_q=e(m, self._tails(cfg.q_lora_rank), dt=f32),
             ss_kv=e(m, self._tails(c + rope), dt=f32),
-            q=e(self.split_q_b, m, a.q_b.q.shape[0], dt=f32),
+            q=e(q_b_split, m, a.q_b.q.shape[0], dt=f32),
             # q summed by q_b's tails, for absorb (mla.ABSORB_Q_ROWS_FROM)
             q_rows=e(m, a.q_b.q.shape[0]),
             qcat=e(m, self.heads, c + rope),
@@ -308,6 +316,56 @@ class FusedLayer:
         _log_once(f"the sparse attention runs Triton's kernel: {reason}")
         return None
 
+    def _sm90_attn_side(self, dev):
+        """(attn_side's module, {rows: its fixed form's workspace}) where this layer's q_a|kv_a,
+        latent step and q_b run as its one launch (``sm90.ATTN_SIDE``), else (None, {}): by
+        default wherever it can, logging once why not elsewhere; insisted on, refusing by name
+        where the device cannot (a layer with the indexer keeps the stage kernels either way)."""
+        setting = sm90.attn_side_setting()
+        rows = min(self.max_rows, sm90.ATTN_SIDE_MAX_ROWS)
+        if setting is False or rows < 1:
+            return None, {}
+        what = f"{sm90.ATTN_SIDE_ENV}=1" if setting else "sm90 attn_side"
+        reason = sm90.refusal(dev, what)
+        if reason is None and self.persistent:
+            reason = f"{what} runs the stage kernels, not the persistent layer"
+        if reason is not None and setting:
+            raise ValueError(f"layer {self.lw.layer_id}: {reason}")
+        if reason is None and self.runs_indexer:
+            return None, {}  # its wq_b shares q_b's launch: the stage kernels, by design
+        if reason is None:
+            from sgl_kernel_ext.nvidia.sm90 import attn_side as side_mod
+            a = self.lw.attn
+            shape = side_mod.Shape(a.q_a.q.shape[0], a.kv_a.q.shape[0], a.q_a.q.shape[1],
+                                   a.q_b.q.shape[0])
+            try:
+                forms = {r: side_mod.AttnSide(r, shape, eps=self.cfg.rms_norm_eps, fixed=True)
+                         for r in range(1, rows + 1)}
+            except ValueError as exc:
+                reason = str(exc)
+        if reason is not None:
+            if setting:
+                raise ValueError(f"layer {self.lw.layer_id}: {reason}")
+            _log_once(f"q_a|kv_a, the latent step and q_b run the stage kernels: {reason}")
+            return None, {}
+        _log_once(f"q_a|kv_a, the latent step and q_b run as one attn_side launch at 1..{rows} "
+                  "rows of the layers without the indexer")
+        return side_mod, {r: _SideWork(f, side_mod.workspace(f, dev)) for r, f in forms.items()}
+
+    def _run_attn_side(self, m: int, pos, slots, rows) -> torch.Tensor:
+        """q_a|kv_a, the latent step (the KV-cache rows) and q_b as attn_side's one launch;
+        returns q_b's split-K partials [split2, m, N] for absorb."""
+        a, v = self.lw.attn, (lambda name: self._view(name, m))
+        sw = self.attn_side_work[m]
+        q_parts = _prefix(self.buf["q"], sw.split2, m, a.q_b.q.shape[0])
+        self.attn_side.attn_side(
+            self.buf["xq"][:self.attn_side.x_rows(m)], v("xs"), a.q_a.q, a.q_a.s, a.kv_a.q,
+            a.kv_a.s, a.q_a_norm, a.q_b.q, a.q_b.s, None, v("rows_q"), q_parts, sw.work,
+            eps=self.cfg.rms_norm_eps, pdl=overlap.enabled(), fixed=True, kv_norm=a.kv_a_norm,
+            positions=pos, token_slots=slots, inv_freq=self.inv_freq, kv_cache=self.kv_cache,
+            slot_rows=rows)
+        return q_parts
+
     def _tails(self, n: int) -> int:
         """Column tiles of q_a|kv_a's matrices of n rows."""
         return -(-n // self.tile_qkv_a[0])
@@ -375,9 +433,13 @@ class FusedLayer:
         x = v("x") if self.runs_indexer else None
         norm.add_rms_norm(hidden, residual, lw.input_norm, eps, x, res, v("xq"), v("xs"),
                           self.prefetch_regions if overlap.LAYER_PREFETCH else None)
-        fused_latent = self._latent_in_q_b(m)
+        side = m in self.attn_side_work  # q_a|kv_a + latent + q_b: one attn_side launch
+        fused_latent = not side and self._latent_in_q_b(m)
         tails = (self.buf["qkv_arrivals"], v("rows_q"), v("ss_q"), v("rows_kv"), v("ss_kv"))
-        if self.sm90_qkv and not fused_latent:
+        q_side = None
+        if side:
+            q_side = self._run_attn_side(m, pos, slots, rows)
+        elif self.sm90_qkv and not fused_latent:
             self.sm90.fp8_mma(self.buf["xq"][:self.sm90.x_rows(m)], v("xs"), a.q_a.q, a.q_a.s,
                               v("qa"), stages=sm90.RING_SLOTS, pdl=overlap.enabled(),
                               wq2=a.kv_a.q, ws2=a.kv_a.s, parts2=v("kva"))
@@ -390,7 +452,7 @@ class FusedLayer:
         # the overlap's rows, where they run before its wait), or a launch of its own
         kw_in_latent = (indexing and not fused_latent and mla.KW_IN_LATENT
                         and m <= overlap.MAX_ROWS)
-        if not fused_latent:
+        if not fused_latent and not side:
             mla.latent(v("qa"), v("kva"), a.q_a_norm, a.kv_a_norm, eps, pos, slots, self.inv_freq,
                        v("cq_q"), v("cq_s"), self.kv_cache, c, rope,
                        kw=(v("x"), self.wk_proj, v("kw_parts")) if kw_in_latent else None,
@@ -398,9 +460,9 @@ class FusedLayer:
 
         # absorb's q: q_b's fixed-point sums, summed by q_b's tails into bf16 rows, or q_b's
         # partials
-        q_fixed = (not fused_latent and not self.runs_indexer
+        q_fixed = (not fused_latent and not side and not self.runs_indexer
                    and 0 < mla.Q_FIXED_FROM_ROWS <= m)
-        q_rows = not fused_latent and m >= mla.ABSORB_Q_ROWS_FROM and not q_fixed
+        q_rows = not fused_latent and not side and m >= mla.ABSORB_Q_ROWS_FROM and not q_fixed
         q_tails = (self.buf["q_arrivals"], v("q_rows"), None, None, None) if q_rows else None
         q_parts = self._q_b_parts(m, q_rows or q_fixed)
         q_sums = _prefix(self.buf["q_sums"], m, a.q_b.q.shape[0]) if q_fixed else None
@@ -447,9 +509,11 @@ class FusedLayer:
         else:
             if topk_prev is None:
                 raise ValueError(f"layer {lw.layer_id} reuses the previous top-k but none was given")
-            q_b(None, None, None)
+            if not side:
+                q_b(None, None, None)
             topk = topk_prev
-        q_in = q_sums[None] if q_fixed else v("q_rows")[None] if q_rows else q_parts
+        q_in = (q_side if side else q_sums[None] if q_fixed else v("q_rows")[None] if q_rows
+                else q_parts)
         mla.absorb(q_in, a.kv_b, pos, self.inv_freq,
                    v("qcat"), cfg.qk_nope_head_dim, rope, cfg.v_head_dim, indexer=indexing)
         attn_parts = self._attention_parts(m)
@@ -578,6 +642,14 @@ class FusedLayer:
                    table, b["num_slots"], v("slot_weight"), v("slot_rank"), v("terms"),
                    pdl=pdl)
         moe.sum_terms(v("terms"), pos, v("y"))
+
+
+class _SideWork:
+    """One row count's attn_side form in a layer: its q_b split and its workspace (made once:
+    the flags' epochs and the fixed sums' parity carry from launch to launch)."""
+
+    def __init__(self, form, work):
+        self.split2, self.work = form.split2, work
 
 
 def chain_prefetch(layers) -> None:
