@@ -488,6 +488,11 @@ VARIANTS = {
     "sm90_attn_1_gatherer": {("sm90", "ATTN"): True, ("sm90", "ATTN_GATHERERS_FROM_ROWS"): 99},
     "sm90_attn_no_pdl": {("sm90", "ATTN"): True, ("sm90", "ATTN_FROM_ROWS"): 1,
                          ("sm90", "ATTN_MAX_ROWS"): 16, ("sm90", "ATTN_PDL"): False},
+    # q_a|kv_a + latent + q_b as attn_side's fixed-form launch (sm90.ATTN_SIDE, a layer without
+    # the indexer; default up to sm90.ATTN_SIDE_MAX_ROWS rows where CuTe DSL is installed): off
+    # (the three stage kernels), or up to 2 rows
+    "attn_side_off": {("sm90", "ATTN_SIDE"): False},
+    "attn_side_2": {("sm90", "ATTN_SIDE"): True, ("sm90", "ATTN_SIDE_MAX_ROWS"): 2},
 }
 
 
