@@ -493,6 +493,10 @@ VARIANTS = {
     # (the three stage kernels), or up to 2 rows
     "attn_side_off": {("sm90", "ATTN_SIDE"): False},
     "attn_side_2": {("sm90", "ATTN_SIDE"): True, ("sm90", "ATTN_SIDE_MAX_ROWS"): 2},
+    # attn_side launched without programmatic dependence, or letting the next kernel (absorb)
+    # launch only as it ends
+    "attn_side_no_pdl": {("sm90", "ATTN_SIDE_PDL"): False},
+    "attn_side_late_dependents": {("sm90", "ATTN_SIDE_EARLY_DEPENDENTS"): False},
 }
 
 

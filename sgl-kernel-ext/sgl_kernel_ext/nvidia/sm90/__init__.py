@@ -79,6 +79,10 @@ ATTN_PDL = True
 ATTN_SIDE_ENV = "SGL_KERNEL_EXT_SM90_ATTN_SIDE"
 ATTN_SIDE: Optional[bool] = None
 ATTN_SIDE_MAX_ROWS = 1
+# attn_side launched programmatically dependent (its weights streaming before the previous
+# kernel ends), and letting the next kernel launch as it starts (else as it ends)
+ATTN_SIDE_PDL = True
+ATTN_SIDE_EARLY_DEPENDENTS = True
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
 # (H200, sm90_gemv_probe_20261202T081912Z: 10-12 slots fastest, the whole 200 KB slower)
 RING_SLOTS = 10

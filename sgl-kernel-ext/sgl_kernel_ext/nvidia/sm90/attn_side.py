@@ -143,7 +143,8 @@ class AttnSide:
     def __init__(self, m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
                  eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True,
                  first_only: bool = False, dump: bool = False, trace: bool = False,
-                 late_q_b: bool = True, fixed: bool = False, by_rows: bool = False):
+                 late_q_b: bool = True, fixed: bool = False, by_rows: bool = False,
+                 early_dependents: bool = True):
         if not 1 <= m <= MAX_ROWS:
             raise ValueError(f"attn_side takes 1..{MAX_ROWS} rows, got {m}")
         if fixed and m > FIXED_MAX_ROWS:
@@ -172,6 +173,9 @@ class AttnSide:
         # launched programmatically dependent: the producers stream their first lap of weight
         # tiles before waiting for the previous kernel (its outputs, and its epoch bump)
         self.pdl = pdl
+        # launched dependent: let the next kernel launch as this one starts (its programs then
+        # sit beside these CTAs where they fit), or only as it ends
+        self.early_dependents = early_dependents
         # measurement only: q_a|kv_a's units alone (c_q's tails still run)
         if first_only:
             self.units = self.units1
@@ -692,7 +696,7 @@ class AttnSide:
         if warp == 0:
             for atom in (tma_q, tma_kv, tma_b, tma_x):
                 cpasync.prefetch_descriptor(atom)
-        if cutlass.const_expr(self.pdl):
+        if cutlass.const_expr(self.pdl and self.early_dependents):
             cute.arch.griddepcontrol_launch_dependents()
 
         storage = cutlass.memory.SmemAllocator().allocate(self.storage)
@@ -873,7 +877,8 @@ def check_sync(work: Work) -> None:
 def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
              eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True, first_only: bool = False,
              dump: bool = False, trace: bool = False, late_q_b: bool = True,
-             fixed: bool = False, by_rows: bool = False, table_bits: int = 32):
+             fixed: bool = False, by_rows: bool = False, table_bits: int = 32,
+             early_dependents: bool = True):
     """(the AttnSide, its compiled launch) for one row count and shape (table_bits: the
     slot table's integer width, 32 or 64)."""
     import cuda.bindings.driver as cuda
@@ -881,7 +886,7 @@ def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
     from cutlass.cute.runtime import from_dlpack, make_ptr
 
     side = AttnSide(m, shape, split1, split2, eps, groups, pdl, first_only, dump, trace,
-                    late_q_b, fixed, by_rows)
+                    late_q_b, fixed, by_rows, early_dependents)
     e4m3 = torch.float8_e4m3fn
     nq, nkv, k1, nb = shape
     dummy = (torch.empty(side.nx, k1, dtype=e4m3), torch.empty(m, k1 // 128),
@@ -922,7 +927,8 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
               work: Work, eps: float = 1e-5, grid: int = 0, pdl: bool = True,
               first_only: bool = False, dump=None, trace=None, late_q_b: bool = True,
               fixed: bool = False, kv_norm=None, positions=None, token_slots=None,
-              inv_freq=None, kv_cache=None, slot_rows=None) -> None:
+              inv_freq=None, kv_cache=None, slot_rows=None,
+              early_dependents: bool = True) -> None:
     """q_a|kv_a then q_b in one launch on the current torch stream (the module docstring);
     graph-capturable. Shapes: xq e4m3 [>= x_rows(M), K1], sx fp32 [M, K1/128]; wq e4m3
     [NQ, K1], wkv [NKV, K1], wb [NB, NQ] with fp32 block scales; gamma bf16 [NQ]; outputs
@@ -941,7 +947,8 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     fp32 [ROPE / 2], kv_cache bf16 [slots, NKV], as ``mla.latent`` takes them; or, with
     slot_rows int64 [M], token_slots int32 or int64 [R, W] is a pool's table (upstream's
     req_to_token, read in place) whose row slot_rows[m] is row m's. kv_parts may be None
-    there (work.kv_stub stands in)."""
+    there (work.kv_stub stands in). early_dependents: with pdl, the next kernel may launch as
+    this one starts (AttnSide.early_dependents)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack, make_ptr
@@ -960,8 +967,8 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     # the form's derived sizes (and its refusals) before anything is compiled
     options = (kv_parts.shape[0], qb_parts.shape[0], eps, GROUPS, pdl, first_only,
                dump is not None, trace is not None, late_q_b, fixed, slot_rows is not None,
-               table_bits)
-    side = AttnSide(m, shape, *options[:-1])
+               table_bits, early_dependents)
+    side = AttnSide(m, shape, *options[:-2], early_dependents=early_dependents)
     nx, (_, nkv, k1, nb) = side.nx, shape
     if xq.shape[0] < nx:
         raise ValueError(f"attn_side: xq needs at least {nx} rows for {m}, got {xq.shape[0]}")

@@ -361,9 +361,10 @@ class FusedLayer:
         self.attn_side.attn_side(
             self.buf["xq"][:self.attn_side.x_rows(m)], v("xs"), a.q_a.q, a.q_a.s, a.kv_a.q,
             a.kv_a.s, a.q_a_norm, a.q_b.q, a.q_b.s, None, v("rows_q"), q_parts, sw.work,
-            eps=self.cfg.rms_norm_eps, pdl=overlap.enabled(), fixed=True, kv_norm=a.kv_a_norm,
-            positions=pos, token_slots=slots, inv_freq=self.inv_freq, kv_cache=self.kv_cache,
-            slot_rows=rows)
+            eps=self.cfg.rms_norm_eps, pdl=overlap.enabled() and sm90.ATTN_SIDE_PDL, fixed=True,
+            kv_norm=a.kv_a_norm, positions=pos, token_slots=slots, inv_freq=self.inv_freq,
+            kv_cache=self.kv_cache, slot_rows=rows,
+            early_dependents=sm90.ATTN_SIDE_EARLY_DEPENDENTS)
         return q_parts
 
     def _tails(self, n: int) -> int:
