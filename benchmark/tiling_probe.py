@@ -497,6 +497,12 @@ VARIANTS = {
     # launch only as it ends
     "attn_side_no_pdl": {("sm90", "ATTN_SIDE_PDL"): False},
     "attn_side_late_dependents": {("sm90", "ATTN_SIDE_EARLY_DEPENDENTS"): False},
+    # the stage kernels with absorb's early w_kc tile; attn_side with absorb prefetching it
+    "attn_side_off_w_early": {("sm90", "ATTN_SIDE"): False,
+                              ("mla", "ABSORB_W_EARLY_WITHOUT_INDEXER"): True},
+    "attn_side_absorb_prefetch": {("sm90", "ATTN_SIDE_ABSORB_W_EARLY"): False},
+    # the weight slots an attn_side worker asks for before its wait (default: its first lap)
+    **{f"attn_side_early_{n}": {("sm90", "ATTN_SIDE_EARLY_SLOTS"): n} for n in (0, 2, 4)},
 }
 
 

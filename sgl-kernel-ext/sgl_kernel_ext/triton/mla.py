@@ -1101,12 +1101,13 @@ def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions
 
 
 def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: int,
-           block_c: int = 0, indexer: bool = True) -> None:
+           block_c: int = 0, indexer: bool = True, w_early=None) -> None:
     """q_b's split-K partials [S, M, heads * (nope + rope)] (fp32; or S = 1 and the summed
     bf16 rows, ABSORB_Q_ROWS_FROM; or S = 1 and int64, q_b's fixed-point sums,
     Q_FIXED_FROM_ROWS) -> qcat bf16 [M, heads, kv_lora + rope] (q_nope . w_kc, then the
     roped q_pe). indexer: whether the layer computes its top-k (absorb then follows the
-    top-k's launch: ABSORB_W_EARLY_MAX_ROWS)."""
+    top-k's launch: ABSORB_W_EARLY_MAX_ROWS). w_early: whether its programs load their w_kc
+    tile before the wait (None: ``absorb_w_early``)."""
     split, m, _ = q_parts.shape
     _, nh, _ = qcat.shape
     c = kv_b.shape[1]
@@ -1126,7 +1127,8 @@ def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: in
         q_parts, split, kv_b, qcat, positions, inv_freq, m, nh, c, NOPE=nope, ROPE=rope, V=v,
         BLOCK_D=triton.next_power_of_2(nope), BLOCK_C=block_c, INTERPRET=interpreting(),
         PDL=overlap.enabled(), PE_OWN=pe_own, GEMV=gemv, PREFETCH=overlap.prefetches("absorb"),
-        W_EARLY=absorb_w_early(m, indexer), FIXED_Q=fixed,
+        W_EARLY=absorb_w_early(m, indexer) if w_early is None else bool(w_early),
+        FIXED_Q=fixed,
         **shape, **overlap.launch_kw())
 
 

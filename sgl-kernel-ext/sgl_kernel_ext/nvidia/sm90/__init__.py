@@ -83,6 +83,14 @@ ATTN_SIDE_MAX_ROWS = 1
 # kernel ends), and letting the next kernel launch as it starts (else as it ends)
 ATTN_SIDE_PDL = True
 ATTN_SIDE_EARLY_DEPENDENTS = True
+# after attn_side, absorb's programs load their w_kc tile before the wait (up to
+# mla.ABSORB_W_EARLY_MAX_ROWS rows) rather than prefetching it into L2: on an H200 a MoE layer
+# at one row is 2.8-3.1 us faster with it than with the prefetch, 2.3-2.8 with neither
+# (results/tiling_probe_20261204T200329Z: absorb_w_early, absorb_no_prefetch)
+ATTN_SIDE_ABSORB_W_EARLY = True
+# the weight slots each attn_side worker asks for before its programmatic wait (None: its
+# ring's whole first lap, all of q_a|kv_a at a TP8 rank's shapes)
+ATTN_SIDE_EARLY_SLOTS = None
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
 # (H200, sm90_gemv_probe_20261202T081912Z: 10-12 slots fastest, the whole 200 KB slower)
 RING_SLOTS = 10

@@ -144,7 +144,7 @@ class AttnSide:
                  eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True,
                  first_only: bool = False, dump: bool = False, trace: bool = False,
                  late_q_b: bool = True, fixed: bool = False, by_rows: bool = False,
-                 early_dependents: bool = True):
+                 early_dependents: bool = True, early_slots=None):
         if not 1 <= m <= MAX_ROWS:
             raise ValueError(f"attn_side takes 1..{MAX_ROWS} rows, got {m}")
         if fixed and m > FIXED_MAX_ROWS:
@@ -210,6 +210,8 @@ class AttnSide:
         xbuf = groups * self.chunk2 * self.nx * BLOCK_K
         self.per = (SMEM_BYTES - 4096 - xbuf) // self.slot_bytes // groups
         self.stages = self.per * groups
+        # launched dependent: the slots a worker asks for before the wait (its first lap)
+        self.lap = self.per if early_slots is None else max(0, min(self.per, early_slots))
         self.threads = 128 * (1 + groups)
 
     # --- host side -------------------------------------------------------------------------
@@ -285,7 +287,7 @@ class AttnSide:
                 tile, c = self._stage2(u)
             for s in cutlass.range(steps, unroll=1):
                 put = ring.ring_state(self.stages, self.per, grp, own, True)
-                do_w, do_x = _acts(mode, own < self.per, own >= self.per, u < self.units1,
+                do_w, do_x = _acts(mode, own < self.lap, own >= self.lap, u < self.units1,
                                    u >= self.units1, self.late_q_b)
                 if cutlass.const_expr(self.late_q_b and mode != "w0" and mode != "x0"):
                     if u >= self.units1 and s == 0 and own > 0 and own == done1:
@@ -878,7 +880,7 @@ def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
              eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True, first_only: bool = False,
              dump: bool = False, trace: bool = False, late_q_b: bool = True,
              fixed: bool = False, by_rows: bool = False, table_bits: int = 32,
-             early_dependents: bool = True):
+             early_dependents: bool = True, early_slots=None):
     """(the AttnSide, its compiled launch) for one row count and shape (table_bits: the
     slot table's integer width, 32 or 64)."""
     import cuda.bindings.driver as cuda
@@ -886,7 +888,7 @@ def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
     from cutlass.cute.runtime import from_dlpack, make_ptr
 
     side = AttnSide(m, shape, split1, split2, eps, groups, pdl, first_only, dump, trace,
-                    late_q_b, fixed, by_rows, early_dependents)
+                    late_q_b, fixed, by_rows, early_dependents, early_slots)
     e4m3 = torch.float8_e4m3fn
     nq, nkv, k1, nb = shape
     dummy = (torch.empty(side.nx, k1, dtype=e4m3), torch.empty(m, k1 // 128),
@@ -928,7 +930,7 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
               first_only: bool = False, dump=None, trace=None, late_q_b: bool = True,
               fixed: bool = False, kv_norm=None, positions=None, token_slots=None,
               inv_freq=None, kv_cache=None, slot_rows=None,
-              early_dependents: bool = True) -> None:
+              early_dependents: bool = True, early_slots=None) -> None:
     """q_a|kv_a then q_b in one launch on the current torch stream (the module docstring);
     graph-capturable. Shapes: xq e4m3 [>= x_rows(M), K1], sx fp32 [M, K1/128]; wq e4m3
     [NQ, K1], wkv [NKV, K1], wb [NB, NQ] with fp32 block scales; gamma bf16 [NQ]; outputs
@@ -948,7 +950,8 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     slot_rows int64 [M], token_slots int32 or int64 [R, W] is a pool's table (upstream's
     req_to_token, read in place) whose row slot_rows[m] is row m's. kv_parts may be None
     there (work.kv_stub stands in). early_dependents: with pdl, the next kernel may launch as
-    this one starts (AttnSide.early_dependents)."""
+    this one starts (AttnSide.early_dependents). early_slots: with pdl, the weight slots each
+    worker asks for before its wait (None: its ring's first lap; AttnSide.lap)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack, make_ptr
@@ -967,8 +970,9 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     # the form's derived sizes (and its refusals) before anything is compiled
     options = (kv_parts.shape[0], qb_parts.shape[0], eps, GROUPS, pdl, first_only,
                dump is not None, trace is not None, late_q_b, fixed, slot_rows is not None,
-               table_bits, early_dependents)
-    side = AttnSide(m, shape, *options[:-2], early_dependents=early_dependents)
+               table_bits, early_dependents, early_slots)
+    side = AttnSide(m, shape, *options[:-3], early_dependents=early_dependents,
+                    early_slots=early_slots)
     nx, (_, nkv, k1, nb) = side.nx, shape
     if xq.shape[0] < nx:
         raise ValueError(f"attn_side: xq needs at least {nx} rows for {m}, got {xq.shape[0]}")

@@ -364,7 +364,8 @@ class FusedLayer:
             eps=self.cfg.rms_norm_eps, pdl=overlap.enabled() and sm90.ATTN_SIDE_PDL, fixed=True,
             kv_norm=a.kv_a_norm, positions=pos, token_slots=slots, inv_freq=self.inv_freq,
             kv_cache=self.kv_cache, slot_rows=rows,
-            early_dependents=sm90.ATTN_SIDE_EARLY_DEPENDENTS)
+            early_dependents=sm90.ATTN_SIDE_EARLY_DEPENDENTS,
+            early_slots=sm90.ATTN_SIDE_EARLY_SLOTS)
         return q_parts
 
     def _tails(self, n: int) -> int:
@@ -515,8 +516,11 @@ class FusedLayer:
             topk = topk_prev
         q_in = (q_side if side else q_sums[None] if q_fixed else v("q_rows")[None] if q_rows
                 else q_parts)
+        w_early = (m <= mla.ABSORB_W_EARLY_MAX_ROWS and sm90.ATTN_SIDE_ABSORB_W_EARLY
+                   if side else None)
         mla.absorb(q_in, a.kv_b, pos, self.inv_freq,
-                   v("qcat"), cfg.qk_nope_head_dim, rope, cfg.v_head_dim, indexer=indexing)
+                   v("qcat"), cfg.qk_nope_head_dim, rope, cfg.v_head_dim, indexer=indexing,
+                   w_early=w_early)
         attn_parts = self._attention_parts(m)
         vc = (self.buf["vc_parts"], self.buf["vc_arrivals"])
         merge = not mla.absorb_v_merges(*vc, m)
