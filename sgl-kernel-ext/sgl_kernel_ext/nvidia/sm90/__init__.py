@@ -78,7 +78,12 @@ ATTN_PDL = True
 # at two (results/attn_side_probe_20261204T182239Z, T182524Z).
 ATTN_SIDE_ENV = "SGL_KERNEL_EXT_SM90_ATTN_SIDE"
 ATTN_SIDE: Optional[bool] = None
-ATTN_SIDE_MAX_ROWS = 1
+# In a MoE layer (absorb's early w_kc tile after it, ATTN_SIDE_ABSORB_W_EARLY) -0.9 / -1.0 us
+# at two rows, level at one (-0.2 / 0.0; results/tiling_probe_20261204T200536Z, T200609Z:
+# attn_side_off, attn_side_2): the first kernel's adds grow by ~1.7 us while the launch
+# streams q_a|kv_a's 16 MB before its wait, the three stages' shrink by 1.9
+# (graph_timeline_20261204T200020Z against T200040Z, before absorb's early tile)
+ATTN_SIDE_MAX_ROWS = 2
 # attn_side launched programmatically dependent (its weights streaming before the previous
 # kernel ends), and letting the next kernel launch as it starts (else as it ends)
 ATTN_SIDE_PDL = True
