@@ -523,6 +523,14 @@ def test_attn_side_launch_replays_and_reads_a_pool_table(rows, monkeypatch):
     checks = pool_table_checks(case, rows, seed=rows, extra_width=(1 << 20) - 3000)
     assert all(checks.values()), checks
     assert any(s is not None for s in seen) and any(s is None for s in seen), seen
+    # check mode's health word: no wait gave up; a set failure word is reported by name
+    layer = FusedLayer(CFG, case.lw, clone_caches(case.caches), rows, 3000)
+    layer(case.hidden, case.residual, case.batch, case.topk_prev)
+    assert layer.health() == []
+    from sgl_kernel_ext.nvidia.sm90 import attn_side
+
+    layer.attn_side_work[rows].work.sync[attn_side.FAILED] = 1
+    assert any("gave up" in p for p in layer.health()), layer.health()
 
 
 @pytest.mark.parametrize("rows", [3, 8, 16])

@@ -613,10 +613,17 @@ class FusedLayer:
 
     def health(self) -> List[str]:
         """What the kernels' own error words say after a step (check mode; syncs with the
-        host): fp8_moe.experts' flags, which a completed launch leaves at zero."""
-        if self.fp8_moe is None or not sm90.MOE_ONE_LAUNCH:
-            return []
-        return self.fp8_moe.flags_problems(self.buf["moe_flags"])
+        host): fp8_moe.experts' flags, which a completed launch leaves at zero, and attn_side's
+        failure word (set where one of its waits gave up: wrong output rather than a hang)."""
+        problems = []
+        for rows, sw in sorted(self.attn_side_work.items()):
+            try:
+                self.attn_side.check_sync(sw.work)
+            except RuntimeError as exc:
+                problems.append(f"layer {self.lw.layer_id}, {rows} rows: {exc}")
+        if self.fp8_moe is not None and sm90.MOE_ONE_LAUNCH:
+            problems += self.fp8_moe.flags_problems(self.buf["moe_flags"])
+        return problems
 
     def _experts_sm90(self, pos: torch.Tensor, m: int) -> None:
         """The experts on fp8_moe, launched programmatically dependent: gate/up with SwiGLU
