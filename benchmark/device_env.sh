@@ -23,7 +23,10 @@ sanitize_fused_layer() {
   if ! command -v compute-sanitizer >/dev/null; then echo "compute-sanitizer not found"; return; fi
   local tool
   for tool in memcheck racecheck; do
-    timeout "$1" compute-sanitizer --tool $tool --error-exitcode 9 \
+    # --report-api-errors no: CuTe DSL's driver bindings (cuda-python) probe cuGetProcAddress
+    # for symbols this driver lacks, host API errors that are not the kernels' (34 of them
+    # made memcheck's rc 9 at 7c3d111, no device error among them)
+    timeout "$1" compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 \
       python3 test/srt/kernels/sanitize_fused_layer.py > "$L/sanitizer_$tool.log" 2>&1
     echo "compute-sanitizer $tool rc=$?"; tail -3 "$L/sanitizer_$tool.log"
   done
