@@ -58,6 +58,14 @@ same runs): 10.34 / 10.35 us against 11.09 / 11.16 at one row, 11.48 / 11.11 aga
 11.21 at two (the tail form 11.49-11.62). Its cold trace at one row: q_a|kv_a's MMAs done 5.4,
 counted 5.9, the counts seen 6.9, q_b's x made 7.9, q_b done 8.5: ~3.1 us from the MMAs to
 q_b's, against ~4.6 with the tails. At two rows its operand takes ~2 us (32 KB of sums a unit).
+
+In the layer (``sm90.ATTN_SIDE``: the fixed form at 1..ATTN_SIDE_MAX_ROWS rows of a layer
+without the indexer, a server's pool table through ``slot_rows``): a MoE layer -0.9 / -1.0 us
+at two rows and level at one (results/tiling_probe_20261204T200536Z, T200609Z), once absorb
+after it loads its w_kc tile before its wait instead of prefetching it into L2 (that cost
+~3 us: T200329Z); the kernel before it adds ~1.7 us while these CTAs stream q_a|kv_a's 16 MB
+before their wait (graph_timeline_20261204T200020Z against T200040Z).
+
 Its prologue's loads needed a fence (``_make_x2_fixed``): without it each was sunk next to its
 conversion and ~6 were in flight, 2.8 us at two rows (results/attn_side_probe_20261204T181410Z). Its trace (``--trace``: each worker's %globaltimer at its phases, one cold
 launch; medians, us after the first worker's start, one row / 16 rows): q_a|kv_a's MMAs done
