@@ -79,10 +79,12 @@ ATTN_PDL = True
 ATTN_SIDE_ENV = "SGL_KERNEL_EXT_SM90_ATTN_SIDE"
 ATTN_SIDE: Optional[bool] = None
 # In a MoE layer (absorb's early w_kc tile after it, ATTN_SIDE_ABSORB_W_EARLY) -0.9 / -1.0 us
-# at two rows, level at one (-0.2 / 0.0; results/tiling_probe_20261204T200536Z, T200609Z:
-# attn_side_off, attn_side_2): the first kernel's adds grow by ~1.7 us while the launch
-# streams q_a|kv_a's 16 MB before its wait, the three stages' shrink by 1.9
-# (graph_timeline_20261204T200020Z against T200040Z, before absorb's early tile)
+# at two rows and -0.2 / 0.0 at one (results/tiling_probe_20261204T200536Z, T200609Z:
+# attn_side_off, attn_side_2); in a third run -0.3 at two rows in four pairs, +0.0..+0.5 at
+# one (T202555Z): level at one row, a little faster at two. Its neighbours take what the
+# launch saves: the first kernel adds ~1.6 us more while the launch streams q_a|kv_a's 16 MB
+# before its wait, and sparse_mla ~1.3 more after absorb's early tile (graph_timeline_
+# 20261204T202645Z against T200040Z, the stage kernels: the three stages 12.7 -> 8.8 us)
 ATTN_SIDE_MAX_ROWS = 2
 # attn_side launched programmatically dependent (its weights streaming before the previous
 # kernel ends), and letting the next kernel launch as it starts (else as it ends)
