@@ -1023,49 +1023,48 @@ def test_sm90_linears_refuse_to_build_where_they_cannot_run(monkeypatch, env):
                persistent_launch=False)
 
 
-def test_sm90_attention_by_default_logs_why_it_runs_triton(monkeypatch, caplog):
-    """Unset, SGL_KERNEL_EXT_SM90_ATTN takes sparse_mla wherever it can run; where it cannot
-    (here: no CUDA device) the layer builds on Triton's attention and logs why; "0" is off."""
+def _build_logging(case, caplog):
+    """A layer of `case` built for 2 rows on the stage kernels, its build's INFO log in caplog
+    (the layer's once-a-process messages cleared first)."""
     import logging
-
-    from sgl_kernel_ext.nvidia import sm90
 
     from sglang.srt.layers.fused_decode import layer as layer_mod
 
-    case = make_case(CFG, 2, [30, 12], seed=2, tp_size=1)
-    monkeypatch.delenv(sm90.ATTN_ENV, raising=False)
-    layer_mod._log_once.cache_clear()
-    with caplog.at_level(logging.INFO, logger=layer_mod.__name__):
-        layer = FusedLayer(CFG, case.lw, case.caches, 2, case.batch.token_slots.shape[1],
-                           persistent_launch=False)
-    assert layer.sm90_attn is None
-    assert "runs Triton's kernel: sm90 sparse_mla needs a CUDA device" in caplog.text
-    monkeypatch.setenv(sm90.ATTN_ENV, "0")
     caplog.clear()
     layer_mod._log_once.cache_clear()
     with caplog.at_level(logging.INFO, logger=layer_mod.__name__):
-        layer = FusedLayer(CFG, case.lw, case.caches, 2, case.batch.token_slots.shape[1],
-                           persistent_launch=False)
-    assert layer.sm90_attn is None and "Triton's kernel" not in caplog.text
+        return FusedLayer(CFG, case.lw, case.caches, 2, case.batch.token_slots.shape[1],
+                          persistent_launch=False)
+
+
+def test_sm90_attention_by_default_logs_why_it_runs_triton(monkeypatch, caplog):
+    """Unset, SGL_KERNEL_EXT_SM90_ATTN takes sparse_mla wherever it can run; where it cannot
+    (here: no CUDA device) the layer builds on Triton's attention and logs why; "0" is off."""
+    from sgl_kernel_ext.nvidia import sm90
+
+    case = make_case(CFG, 2, [30, 12], seed=2, tp_size=1)
+    monkeypatch.delenv(sm90.ATTN_ENV, raising=False)
+    assert _build_logging(case, caplog).sm90_attn is None
+    assert "runs Triton's kernel: sm90 sparse_mla needs a CUDA device" in caplog.text
+    monkeypatch.setenv(sm90.ATTN_ENV, "0")
+    assert _build_logging(case, caplog).sm90_attn is None
+    assert "Triton's kernel" not in caplog.text
 
 
 def test_sm90_attn_side_by_default_logs_why_it_runs_the_stage_kernels(monkeypatch, caplog):
     """Unset, SGL_KERNEL_EXT_SM90_ATTN_SIDE takes attn_side's launch wherever it can run; where
-    it cannot (here: no CUDA device) the layer builds on the stage kernels and logs why."""
-    import logging
-
+    it cannot (here: no CUDA device) the layer builds on the stage kernels and logs why; "0" is
+    off."""
     from sgl_kernel_ext.nvidia import sm90
-
-    from sglang.srt.layers.fused_decode import layer as layer_mod
 
     case = make_case(CFG, 2, [30, 12], seed=2, tp_size=1)
     monkeypatch.delenv(sm90.ATTN_SIDE_ENV, raising=False)
-    layer_mod._log_once.cache_clear()
-    with caplog.at_level(logging.INFO, logger=layer_mod.__name__):
-        layer = FusedLayer(CFG, case.lw, case.caches, 2, case.batch.token_slots.shape[1],
-                           persistent_launch=False)
+    layer = _build_logging(case, caplog)
     assert layer.attn_side is None and not layer.attn_side_work
     assert "run the stage kernels: sm90 attn_side needs a CUDA device" in caplog.text
+    monkeypatch.setenv(sm90.ATTN_SIDE_ENV, "0")
+    assert not _build_logging(case, caplog).attn_side_work
+    assert "attn_side" not in caplog.text
 
 
 def test_layer_calls_sparse_mla_as_it_is_declared(monkeypatch):
