@@ -30,7 +30,7 @@ from __future__ import annotations
 
 import functools
 import logging
-from typing import Callable, List, Optional, Tuple
+from typing import Callable, List, NamedTuple, Optional, Tuple
 
 import torch
 
@@ -329,8 +329,6 @@ class FusedLayer:
         reason = sm90.refusal(dev, what)
         if reason is None and self.persistent:
             reason = f"{what} runs the stage kernels, not the persistent layer"
-        if reason is not None and setting:
-            raise ValueError(f"layer {self.lw.layer_id}: {reason}")
         if reason is None and self.runs_indexer:
             return None, {}  # its wq_b shares q_b's launch: the stage kernels, by design
         if reason is None:
@@ -350,7 +348,8 @@ class FusedLayer:
             return None, {}
         _log_once(f"q_a|kv_a, the latent step and q_b run as one attn_side launch at 1..{rows} "
                   "rows of the layers without the indexer")
-        return side_mod, {r: _SideWork(f, side_mod.workspace(f, dev)) for r, f in forms.items()}
+        return side_mod, {r: _SideWork(f.split2, side_mod.workspace(f, dev))
+                          for r, f in forms.items()}
 
     def _run_attn_side(self, m: int, pos, slots, rows) -> torch.Tensor:
         """q_a|kv_a, the latent step (the KV-cache rows) and q_b as attn_side's one launch;
@@ -656,12 +655,12 @@ class FusedLayer:
         moe.sum_terms(v("terms"), pos, v("y"))
 
 
-class _SideWork:
+class _SideWork(NamedTuple):
     """One row count's attn_side form in a layer: its q_b split and its workspace (made once:
     the flags' epochs and the fixed sums' parity carry from launch to launch)."""
 
-    def __init__(self, form, work):
-        self.split2, self.work = form.split2, work
+    split2: int
+    work: object
 
 
 def chain_prefetch(layers) -> None:
