@@ -501,6 +501,14 @@ VARIANTS = {
     "attn_side_off_w_early": {("sm90", "ATTN_SIDE"): False,
                               ("mla", "ABSORB_W_EARLY_WITHOUT_INDEXER"): True},
     "attn_side_absorb_prefetch": {("sm90", "ATTN_SIDE_ABSORB_W_EARLY"): False},
+    # in a layer that reuses the top-k, the attention launched as absorb's programs start
+    # (its gather before its wait then runs during q_b), from 3 rows; with two gathering
+    # warpgroups from 4 rows, or three KV tiles in flight
+    "absorb_early_dependents": {("mla", "ABSORB_EARLY_DEPENDENTS_FROM_ROWS"): 3},
+    "absorb_early_dependents_2_gatherers": {("mla", "ABSORB_EARLY_DEPENDENTS_FROM_ROWS"): 3,
+                                            ("sm90", "ATTN_GATHERERS_FROM_ROWS"): 4},
+    "absorb_early_dependents_3_stages": {("mla", "ABSORB_EARLY_DEPENDENTS_FROM_ROWS"): 3,
+                                         ("sm90", "ATTN_STAGES"): 3},
     # the weight slots an attn_side worker asks for before its wait (default: its first lap)
     **{f"attn_side_early_{n}": {("sm90", "ATTN_SIDE_EARLY_SLOTS"): n} for n in (0, 2, 4)},
 }

@@ -25,7 +25,7 @@ from . import bf16_linear, fp8_linear, overlap
 from .bf16_linear import _bf16_linear_task
 from .fp8_linear import _fp8_linear_prefetch, _fp8_linear_task, interpreting, row_rms
 from .arrival import arrive_last
-from .overlap import prefetch_l2, prefetch_rows, stage_begin
+from .overlap import launch_dependents, prefetch_l2, prefetch_rows, stage_begin
 from .quant import load_fixed, store_row_groups, sum_parts, to_e4m3
 
 # steps of at most this many rows run no latent kernel in a layer without the indexer:
@@ -131,6 +131,11 @@ ABSORB_GEMV_WARPS = 4
 # programs (tiling_probe_20261203T125540Z: absorb_w_early, every kind at every row count)
 ABSORB_W_EARLY_MAX_ROWS = 2
 ABSORB_W_EARLY_WITHOUT_INDEXER = False
+# rows from which, in a layer that reuses the previous top-k, absorb's programs let the
+# attention launch as they start rather than after their wait, so its gather (before its own
+# wait) starts one kernel earlier, during q_b (0: never; absorb_early_dependents says where
+# it is safe)
+ABSORB_EARLY_DEPENDENTS_FROM_ROWS = 0
 # warps of absorb_v: its [128, 512] bf16 w_vc tile spills 60 B per program at 4 (ptxas -v,
 # CPU) and none at 8; on an H200 8 warps is within noise (tiling_probe_20261130T143119Z)
 ABSORB_V_WARPS = 4
@@ -618,12 +623,16 @@ def _absorb_kernel(q_ptr, SPLIT: tl.constexpr, kvb_ptr, qcat_ptr, pos_ptr, inv_f
                    BLOCK_M: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_C: tl.constexpr,
                    INTERPRET: tl.constexpr, PDL: tl.constexpr, CHUNK_D: tl.constexpr,
                    PE_OWN: tl.constexpr, GEMV: tl.constexpr, PREFETCH: tl.constexpr,
-                   W_EARLY: tl.constexpr = False, FIXED_Q: tl.constexpr = False):
+                   W_EARLY: tl.constexpr = False, FIXED_Q: tl.constexpr = False,
+                   EARLY_DEPENDENTS: tl.constexpr = False):
     """Programs (head, latent-column tile): ``_absorb_task`` (GEMV: ``_absorb_gemv_task``;
     W_EARLY: ``_absorb_with_w``, the w_kc tile loaded before the wait); with PE_OWN a last
-    column index whose programs rope their head's q_pe only."""
+    column index whose programs rope their head's q_pe only. EARLY_DEPENDENTS: the attention
+    launches as these programs start (ABSORB_EARLY_DEPENDENTS_FROM_ROWS)."""
     h = tl.program_id(0)
     ct = tl.program_id(1)
+    if EARLY_DEPENDENTS:
+        launch_dependents(PDL)
     if PE_OWN and ct == tl.num_programs(1) - 1:
         stage_begin(PDL)
         _absorb_q_pe(h, q_ptr, SPLIT, qcat_ptr, pos_ptr, inv_freq_ptr, M, NH, C, NOPE, ROPE,
@@ -1101,13 +1110,16 @@ def q_b_normed(rows_q, ss_q, q_a_norm, rows_kv, ss_kv, kv_a_norm, eps, positions
 
 
 def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: int,
-           block_c: int = 0, indexer: bool = True, w_early=None) -> None:
+           block_c: int = 0, indexer: bool = True, w_early=None,
+           early_dependents: bool = False) -> None:
     """q_b's split-K partials [S, M, heads * (nope + rope)] (fp32; or S = 1 and the summed
     bf16 rows, ABSORB_Q_ROWS_FROM; or S = 1 and int64, q_b's fixed-point sums,
     Q_FIXED_FROM_ROWS) -> qcat bf16 [M, heads, kv_lora + rope] (q_nope . w_kc, then the
     roped q_pe). indexer: whether the layer computes its top-k (absorb then follows the
     top-k's launch: ABSORB_W_EARLY_MAX_ROWS). w_early: whether its programs load their w_kc
-    tile before the wait (None: ``absorb_w_early``)."""
+    tile before the wait (None: ``absorb_w_early``). early_dependents: the attention after it
+    launches as its programs start (the caller vouches for the attention's early reads:
+    ``absorb_early_dependents``)."""
     split, m, _ = q_parts.shape
     _, nh, _ = qcat.shape
     c = kv_b.shape[1]
@@ -1128,8 +1140,17 @@ def absorb(q_parts, kv_b, positions, inv_freq, qcat, nope: int, rope: int, v: in
         BLOCK_D=triton.next_power_of_2(nope), BLOCK_C=block_c, INTERPRET=interpreting(),
         PDL=overlap.enabled(), PE_OWN=pe_own, GEMV=gemv, PREFETCH=overlap.prefetches("absorb"),
         W_EARLY=absorb_w_early(m, indexer) if w_early is None else bool(w_early),
-        FIXED_Q=fixed,
+        FIXED_Q=fixed, EARLY_DEPENDENTS=bool(early_dependents),
         **shape, **overlap.launch_kw())
+
+
+def absorb_early_dependents(m: int, indexer: bool, kv_row_before_q_b: bool) -> bool:
+    """Whether the attention launches as absorb's programs start (ABSORB_EARLY_DEPENDENTS_
+    FROM_ROWS). Its reads before its wait (the top-k entries, the slots, the KV rows) must then
+    be complete when absorb starts, i.e. two kernels before absorb: so not with the indexer
+    (its top-k is absorb's predecessor), and only where the step's KV rows were written before
+    q_b's launch (kv_row_before_q_b: the latent kernel's, not q_b_normed's or attn_side's)."""
+    return (0 < ABSORB_EARLY_DEPENDENTS_FROM_ROWS <= m and not indexer and kv_row_before_q_b)
 
 
 def absorb_w_early(m: int, indexer: bool) -> bool:

@@ -187,6 +187,16 @@ def launch_kw() -> dict:
 
 
 @triton.jit
+def launch_dependents(PDL: tl.constexpr):
+    """Let the next kernel launch now, before this one waits (``stage_begin`` lets it only
+    after the wait). Only for a kernel whose successor reads nothing before its own wait that
+    this kernel's predecessor may still be writing: that successor then starts while this
+    kernel's predecessor can still run."""
+    if PDL:
+        gdc_launch_dependents()
+
+
+@triton.jit
 def stage_begin(PDL: tl.constexpr):
     """Wait until the previous kernel of the stream has finished (its writes visible), then
     allow the next one to launch."""

@@ -353,6 +353,26 @@ def test_absorb_w_kc_early_or_late_matches_reference(early, rows, monkeypatch):
     assert_within_numerics(check("moe_shared_topk", rows, 3000), 3000)
 
 
+@pytest.mark.parametrize("rows", [3, 8, 16])
+def test_attention_launched_as_absorb_starts_is_bitwise_the_late_launch(rows, monkeypatch):
+    """The attention launched as absorb's programs start (mla.ABSORB_EARLY_DEPENDENTS_FROM_ROWS,
+    a layer reusing the top-k: its gather before its wait then runs beside q_b) on both sides
+    of 2048 tokens: the layer's output bitwise the late launch's, the step's KV-cache rows
+    read as written, within NUMERICS of the reference."""
+    from sgl_kernel_ext.triton import mla
+
+    lid = KINDS["moe_shared_topk"]
+    ctx = _contexts(rows, 3000)
+    case = make_case(CFG, lid, ctx, seed=7, device="cuda", lw=_weights(lid))
+    outs = []
+    for from_rows in (0, 3):
+        monkeypatch.setattr(mla, "ABSORB_EARLY_DEPENDENTS_FROM_ROWS", from_rows)
+        layer = FusedLayer(CFG, case.lw, clone_caches(case.caches), rows, 3000)
+        outs.append(layer(case.hidden, case.residual, case.batch, case.topk_prev)[0].clone())
+    assert torch.equal(outs[0], outs[1])
+    assert_within_numerics(check("moe_shared_topk", rows, 3000), 3000)
+
+
 @pytest.mark.parametrize("rows", [1, 5, 16])  # 32, 16 and 8 attention chunks a row
 @pytest.mark.parametrize("ahead, preload", [(1, False), (2, False), (1, True)])
 def test_attention_loading_ahead_is_bitwise_the_plain_loop(ahead, preload, rows, monkeypatch):

@@ -999,6 +999,40 @@ def test_shard_attention_rows_are_bitwise_the_partials(layer_id, monkeypatch):
     assert all(r.values()), r
 
 
+def test_absorb_lets_the_attention_launch_early_only_where_its_early_reads_are_done(
+        monkeypatch):
+    """mla.absorb_early_dependents: from its rows bound, never with the indexer (its top-k is
+    absorb's predecessor) nor where the step's KV rows come from q_b's launch or attn_side's;
+    and the layer asks for it in a layer reusing the top-k only (layer 2 here), its output
+    the late launch's (the interpreter runs no programmatic launch: the wiring only)."""
+    from sgl_kernel_ext.triton import mla
+
+    monkeypatch.setattr(mla, "ABSORB_EARLY_DEPENDENTS_FROM_ROWS", 3)
+    early = mla.absorb_early_dependents
+    assert early(3, False, True) and early(16, False, True)
+    assert not early(2, False, True)
+    assert not early(16, True, True)
+    assert not early(16, False, False)
+    asked, absorb = [], mla.absorb
+
+    def spy(*args, **kwargs):
+        asked.append(kwargs["early_dependents"])
+        return absorb(*args, **kwargs)
+
+    monkeypatch.setattr(mla, "absorb", spy)
+    outs = []
+    for layer_id in (1, 2, 2):
+        case = make_case(CFG, layer_id, [30, 12, 40], seed=layer_id, tp_size=2)
+        layer = FusedLayer(CFG, case.lw, case.caches, 3, case.batch.token_slots.shape[1],
+                           persistent_launch=False)
+        outs.append(layer(case.hidden, case.residual, case.batch, case.topk_prev)[0].clone())
+        monkeypatch.setattr(mla, "ABSORB_EARLY_DEPENDENTS_FROM_ROWS", 0 if len(outs) == 2 else 3)
+    assert asked == [False, True, False]
+    assert torch.equal(outs[1], outs[2])
+    monkeypatch.setattr(mla, "ABSORB_EARLY_DEPENDENTS_FROM_ROWS", 0)
+    assert not early(16, False, True)
+
+
 def test_persistent_layer_refuses_a_tp_all_reduce():
     case = make_case(CFG, 2, [30, 12], seed=2, tp_size=2)
     layer = FusedLayer(CFG, case.lw, case.caches, 2, case.batch.token_slots.shape[1],

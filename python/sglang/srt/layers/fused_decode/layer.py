@@ -519,7 +519,9 @@ class FusedLayer:
                    if side else None)
         mla.absorb(q_in, a.kv_b, pos, self.inv_freq,
                    v("qcat"), cfg.qk_nope_head_dim, rope, cfg.v_head_dim, indexer=indexing,
-                   w_early=w_early)
+                   w_early=w_early,
+                   early_dependents=mla.absorb_early_dependents(
+                       m, indexing, kv_row_before_q_b=not (side or fused_latent)))
         attn_parts = self._attention_parts(m)
         vc = (self.buf["vc_parts"], self.buf["vc_arrivals"])
         merge = not mla.absorb_v_merges(*vc, m)
