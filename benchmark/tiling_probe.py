@@ -502,9 +502,11 @@ VARIANTS = {
                               ("mla", "ABSORB_W_EARLY_WITHOUT_INDEXER"): True},
     "attn_side_absorb_prefetch": {("sm90", "ATTN_SIDE_ABSORB_W_EARLY"): False},
     # in a layer that reuses the top-k, the attention launched as absorb's programs start
-    # (its gather before its wait then runs during q_b), from 3 rows; with two gathering
-    # warpgroups from 4 rows, or three KV tiles in flight
+    # (its gather before its wait then runs during q_b; the default from
+    # mla.ABSORB_EARLY_DEPENDENTS_FROM_ROWS rows), or only after absorb's wait; with two
+    # gathering warpgroups from 4 rows, or three KV tiles in flight
     "absorb_early_dependents": {("mla", "ABSORB_EARLY_DEPENDENTS_FROM_ROWS"): 3},
+    "absorb_late_dependents": {("mla", "ABSORB_EARLY_DEPENDENTS_FROM_ROWS"): 0},
     "absorb_early_dependents_2_gatherers": {("mla", "ABSORB_EARLY_DEPENDENTS_FROM_ROWS"): 3,
                                             ("sm90", "ATTN_GATHERERS_FROM_ROWS"): 4},
     "absorb_early_dependents_3_stages": {("mla", "ABSORB_EARLY_DEPENDENTS_FROM_ROWS"): 3,

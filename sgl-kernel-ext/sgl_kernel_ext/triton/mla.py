@@ -134,8 +134,12 @@ ABSORB_W_EARLY_WITHOUT_INDEXER = False
 # rows from which, in a layer that reuses the previous top-k, absorb's programs let the
 # attention launch as they start rather than after their wait, so its gather (before its own
 # wait) starts one kernel earlier, during q_b (0: never; absorb_early_dependents says where
-# it is safe)
-ABSORB_EARLY_DEPENDENTS_FROM_ROWS = 0
+# it is safe). On an H200 a MoE layer is 1.5-1.7 us faster at 3-8 rows, 1.2-1.3 at 12 and 0.6
+# at 16 (two pairs each, baselines within 0.2 us; results/tiling_probe_20261204T212352Z at
+# 0ba3f83: absorb_early_dependents); the outputs bitwise the late launch's
+# (pytest_absorb_early_0ba3f83.log). With it, two gathering warpgroups from 4 rows were
+# +0.8..+0.9 us at 4-8 rows; three KV tiles in flight +0.6..+2.6 at 3-8, -0.9 at 12.
+ABSORB_EARLY_DEPENDENTS_FROM_ROWS = 3
 # warps of absorb_v: its [128, 512] bf16 w_vc tile spills 60 B per program at 4 (ptxas -v,
 # CPU) and none at 8; on an H200 8 warps is within noise (tiling_probe_20261130T143119Z)
 ABSORB_V_WARPS = 4
