@@ -507,11 +507,6 @@ VARIANTS = {
     # gathering warpgroups from 4 rows, or three KV tiles in flight
     "absorb_early_dependents": {("mla", "ABSORB_EARLY_DEPENDENTS_FROM_ROWS"): 3},
     "absorb_late_dependents": {("mla", "ABSORB_EARLY_DEPENDENTS_FROM_ROWS"): 0},
-    # the next kernel launched as the layer's first norm, its norm after the attention, or
-    # route's per-row programs start (q_a|kv_a or attn_side; the router; gate/up)
-    "norm1_early_dependents": {("norm", "EARLY_DEPENDENTS_FIRST"): True},
-    "norm2_early_dependents": {("norm", "EARLY_DEPENDENTS_AFTER_ATTN"): True},
-    "route_early_dependents": {("moe", "ROUTE_EARLY_DEPENDENTS"): True},
     "absorb_early_dependents_2_gatherers": {("mla", "ABSORB_EARLY_DEPENDENTS_FROM_ROWS"): 3,
                                             ("sm90", "ATTN_GATHERERS_FROM_ROWS"): 4},
     "absorb_early_dependents_3_stages": {("mla", "ABSORB_EARLY_DEPENDENTS_FROM_ROWS"): 3,

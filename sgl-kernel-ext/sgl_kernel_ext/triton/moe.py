@@ -38,7 +38,7 @@ from .arrival import arrive_last
 from .bf16_linear import _bf16_linear_prefetch, _bf16_linear_task
 from .fp8_linear import (_fp8_group_dot, _gemv_step, _scaled_dot, block_m, grid_shape,
                          group_tiles, group_x, interpreting, step_scales)
-from .overlap import launch_dependents, prefetch_rows, stage_begin
+from .overlap import prefetch_rows, stage_begin
 from .quant import sum_parts, to_e4m3
 
 
@@ -174,15 +174,11 @@ def _route_per_row_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_pt
                           chosen_ptr, weight_ptr, arrival_ptr, slot_expert_ptr, slot_weight_ptr,
                           slot_rank_ptr, num_slots_ptr, scale, BLOCK_M: tl.constexpr,
                           BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
-                          PDL: tl.constexpr, SORT: tl.constexpr, R_ROWS: tl.constexpr = 2,
-                          EARLY: tl.constexpr = False):
+                          PDL: tl.constexpr, SORT: tl.constexpr, R_ROWS: tl.constexpr = 2):
     """Program r: row r's top-k into the [M, E] chosen / weight scratch; the last row to
     finish builds the slot list from every row's. R_ROWS: the rows of its tiles, row r then
-    masked-off ones (ROUTE_ROW_TILE_MIN). EARLY: gate/up launches as these programs start
-    (ROUTE_EARLY_DEPENDENTS)."""
+    masked-off ones (ROUTE_ROW_TILE_MIN)."""
     r = tl.program_id(0)
-    if EARLY:
-        launch_dependents(PDL)
     stage_begin(PDL)
     offs_r = r + tl.arange(0, R_ROWS)
     r_ok = offs_r == r
@@ -755,10 +751,6 @@ ROUTE_PER_ROW_MIN_ROWS = 3
 # warps of that one-program-per-row form (its last program also builds the slot list); with
 # ROUTE_SORT 1 or 2 are 0.3-13 us slower a MoE layer at 4-16 rows (the same run)
 ROUTE_PER_ROW_WARPS = 4  # 8: -1.2..+0.8 us at 4-16 rows, mixed (T223138Z)
-# whether that form lets gate/up launch as its programs start (gate/up's shared-expert
-# programs then multiply, before their wait, beside route: their x is the norm's, two
-# kernels back) rather than after their wait
-ROUTE_EARLY_DEPENDENTS = False
 # the fewest rows of a routing tile ([rows, experts]: route's one program a row, gate/up's
 # routing): 1 sorts one row's 256 keys where 2 sorted a masked-off row's too. On an H200 a
 # MoE layer is 0.6-1.2 us faster at one row, 0.1-0.5 at 8-16 (results/tiling_probe_
@@ -804,14 +796,12 @@ ROUTE_IN_GATE_UP_MAX_ROWS = 4
 
 def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tensor, topk: int,
           scale: float, renorm: bool, slot_expert: torch.Tensor, slot_weight: torch.Tensor,
-          slot_rank: torch.Tensor, num_slots: torch.Tensor, scratch=None,
-          early_dependents: bool = False) -> None:
+          slot_rank: torch.Tensor, num_slots: torch.Tensor, scratch=None) -> None:
     """router_parts fp32 [SPLIT, M, E]; writes slot_expert int32 [>= M*topk+1], slot_weight
     fp32 and slot_rank int32 [>= M*topk+1, M] (the expert's place in the row's ascending
     choice; -1 where the row did not choose it) and num_slots int32 [1]. scratch: (chosen
     int32 [>= M*E], weight fp32 [>= M*E], an int32 arrival counter at zero) for the
-    one-program-per-row form from ROUTE_PER_ROW_MIN_ROWS rows. early_dependents: in that form
-    the next kernel launches as its programs start (the caller vouches for its early reads)."""
+    one-program-per-row form from ROUTE_PER_ROW_MIN_ROWS rows."""
     split, m, e = router_parts.shape
     assert router_parts.is_contiguous() and slot_weight.shape[1] == m
     assert slot_expert.numel() >= m * topk + 1 and slot_weight.is_contiguous()
@@ -826,7 +816,7 @@ def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tenso
                                     arrival, slot_expert, slot_weight, slot_rank, num_slots,
                                     float(scale), BLOCK_M=max(2, triton.next_power_of_2(m)),
                                     num_warps=ROUTE_PER_ROW_WARPS, R_ROWS=ROUTE_ROW_TILE_MIN,
-                                    EARLY=bool(early_dependents), **common)
+                                    **common)
         return
     _route_kernel[(1,)](router_parts, split, m, e, bias, positions, slot_expert, slot_weight,
                         slot_rank, num_slots, float(scale), BLOCK_M=max(2, triton.next_power_of_2(m)),
@@ -838,20 +828,19 @@ def router_route(x: torch.Tensor, router_w: torch.Tensor, router_parts: torch.Te
                  bias: torch.Tensor, positions: torch.Tensor, topk: int, scale: float,
                  renorm: bool, slot_expert: torch.Tensor, slot_weight: torch.Tensor,
                  slot_rank: torch.Tensor, num_slots: torch.Tensor,
-                 arrival: torch.Tensor, scratch=None, routes: bool = True,
-                 early_dependents: bool = False) -> None:
+                 arrival: torch.Tensor, scratch=None, routes: bool = True) -> None:
     """The router's logits (bf16 x [M, K] . router_w [E, K]^T as fp32 split-K partials
     router_parts [SPLIT, M, E]) then ``route``: one launch up to ROUTE_TAIL_MAX_ROWS rows
     (the last GEMV program routes; `arrival` an int32 counter left at zero), two above (route
     given `scratch`, see ``route``). routes=False: the logits only (the expert kernels route,
-    ``Routing``). early_dependents: route's launch's (``route``)."""
+    ``Routing``)."""
     m, k = x.shape
     split, pm, e = router_parts.shape
     if m > ROUTE_TAIL_MAX_ROWS:
         bf16_linear.bf16_linear_splitk(x, router_w, router_parts)
         if routes:
             route(router_parts, bias, positions, topk, scale, renorm, slot_expert, slot_weight,
-                  slot_rank, num_slots, scratch, early_dependents=early_dependents)
+                  slot_rank, num_slots, scratch)
         return
     assert x.stride(1) == 1 and router_w.is_contiguous() and router_w.shape == (e, k) and pm == m
     assert router_parts.is_contiguous() and router_parts.dtype == torch.float32

@@ -16,19 +16,13 @@ import triton.language as tl
 
 from . import overlap
 from .fp8_linear import interpreting
-from .overlap import launch_dependents, prefetch_table, stage_begin
+from .overlap import prefetch_table, stage_begin
 from .quant import store_row_groups, sum_parts
 
 # warps per row program: 16 were 0.5-1.3 us faster than 8 (results/tiling_probe_20261130T132821Z),
 # 32 were 0.8-1.0 us faster a MoE layer than 16 at one row, 0.4-1.0 at two, the same for the
 # dense one (tiling_probe_20261201T053337Z)
 NUM_WARPS = 32
-# whether a layer's first norm (whose successor, q_a|kv_a's launch or attn_side, reads only
-# weights before its wait) and its norm after the attention (whose successor, the router or
-# the dense gate/up, only prefetches weights before its wait) let the next kernel launch as
-# their programs start rather than after their wait
-EARLY_DEPENDENTS_FIRST = False
-EARLY_DEPENDENTS_AFTER_ATTN = False
 
 
 @triton.jit
@@ -56,10 +50,7 @@ def _add_rms_norm_row(m, x_ptr, x_split: tl.constexpr, res_ptr, w_ptr, out_ptr, 
 def _add_rms_norm_kernel(x_ptr, x_split: tl.constexpr, res_ptr, w_ptr, out_ptr, res_out_ptr, xq_ptr, sx_ptr,
                          M, H, eps, table_ptr, n_regions, HAS_RES: tl.constexpr,
                          HAS_OUT: tl.constexpr, QUANT: tl.constexpr, BLOCK: tl.constexpr,
-                         INTERPRET: tl.constexpr, PDL: tl.constexpr, PF_TABLE: tl.constexpr,
-                         EARLY: tl.constexpr = False):
-    if EARLY:  # the next kernel launches as these programs start (``add_rms_norm``)
-        launch_dependents(PDL)
+                         INTERPRET: tl.constexpr, PDL: tl.constexpr, PF_TABLE: tl.constexpr):
     if PF_TABLE:  # weights of later stages (overlap.region_table): read-only, so before the wait
         prefetch_table(table_ptr, n_regions, tl.program_id(0), tl.num_programs(0), PDL,
                        PF_TABLE)
@@ -73,15 +64,12 @@ def _add_rms_norm_kernel(x_ptr, x_split: tl.constexpr, res_ptr, w_ptr, out_ptr, 
 def add_rms_norm(x: torch.Tensor, residual: Optional[torch.Tensor], weight: torch.Tensor,
                  eps: float, out: Optional[torch.Tensor], residual_out: torch.Tensor,
                  out_q: Optional[torch.Tensor] = None, out_s: Optional[torch.Tensor] = None,
-                 prefetch: Optional[torch.Tensor] = None,
-                 early_dependents: bool = False) -> None:
+                 prefetch: Optional[torch.Tensor] = None) -> None:
     """out = RMSNorm(x + residual) * weight (bf16, and/or e4m3 out_q with scales out_s);
     residual_out = x + residual (x alone if None); may alias residual. x is bf16 [M, H] or
     fp32 split-K partials [SPLIT, M, H]. prefetch: an ``overlap.region_table`` whose regions
     the programs prefetch into L2 before waiting (with the overlap on), spread over one
-    program per SM (those past the rows only prefetch). early_dependents: the next kernel
-    launches as these programs start, not after their wait (the caller vouches that it reads
-    nothing before its own wait that the kernel before this one writes)."""
+    program per SM (those past the rows only prefetch)."""
     parts = x if x.dim() == 3 else x.unsqueeze(0)
     split, m, h = parts.shape
     assert parts.is_contiguous() and residual_out.is_contiguous()
@@ -95,8 +83,8 @@ def add_rms_norm(x: torch.Tensor, residual: Optional[torch.Tensor], weight: torc
         0 if prefetch is None else prefetch.shape[0], HAS_RES=residual is not None,
         HAS_OUT=out is not None, QUANT=out_q is not None, BLOCK=triton.next_power_of_2(h),
         INTERPRET=interpreting(), PDL=pdl,
-        PF_TABLE=0 if prefetch is None else 32 * NUM_WARPS, EARLY=bool(early_dependents),
-        num_warps=NUM_WARPS, **overlap.launch_kw())
+        PF_TABLE=0 if prefetch is None else 32 * NUM_WARPS, num_warps=NUM_WARPS,
+        **overlap.launch_kw())
 
 
 # Tried: a layer's first add+RMSNorm inside its q_a|kv_a launch at 1-2 rows (no indexer), every

@@ -373,30 +373,6 @@ def test_attention_launched_as_absorb_starts_is_bitwise_the_late_launch(rows, mo
     assert_within_numerics(check("moe_shared_topk", rows, 3000), 3000)
 
 
-@pytest.mark.parametrize("rows", [1, 16])
-@pytest.mark.parametrize("kind", ["moe_shared_topk", "dense_indexer"])
-@pytest.mark.parametrize("module, knob", [("norm", "EARLY_DEPENDENTS_FIRST"),
-                                          ("norm", "EARLY_DEPENDENTS_AFTER_ATTN"),
-                                          ("moe", "ROUTE_EARLY_DEPENDENTS")])
-def test_next_kernel_launched_early_is_bitwise_the_late_launch(module, knob, kind, rows,
-                                                              monkeypatch):
-    """The kernel after the layer's first norm, after its norm after the attention, or after
-    route's per-row programs launched as they start rather than after their wait: the
-    layer's output and residual bitwise the late launch's."""
-    import importlib
-
-    mod = importlib.import_module(f"sgl_kernel_ext.triton.{module}")
-    lid = KINDS[kind]
-    case = make_case(CFG, lid, _contexts(rows, 3000), seed=11, device="cuda", lw=_weights(lid))
-    outs = []
-    for early in (False, True):
-        monkeypatch.setattr(mod, knob, early)
-        layer = FusedLayer(CFG, case.lw, clone_caches(case.caches), rows, 3000)
-        y, res, _ = layer(case.hidden, case.residual, case.batch, case.topk_prev)
-        outs.append((y.clone(), res.clone()))
-    assert torch.equal(outs[0][0], outs[1][0]) and torch.equal(outs[0][1], outs[1][1])
-
-
 @pytest.mark.parametrize("rows", [1, 5, 16])  # 32, 16 and 8 attention chunks a row
 @pytest.mark.parametrize("ahead, preload", [(1, False), (2, False), (1, True)])
 def test_attention_loading_ahead_is_bitwise_the_plain_loop(ahead, preload, rows, monkeypatch):

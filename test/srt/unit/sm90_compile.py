@@ -159,21 +159,13 @@ def _drive() -> None:
     FusedLayer(cfg, case.lw, case.caches, 2, case.batch.token_slots.shape[1],
                persistent_launch=False)(case.hidden, case.residual, case.batch, case.topk_prev)
     topk.SCORES_HISTOGRAM = False
-    # the next kernel launched as these start: absorb (a layer reusing the top-k), both
-    # norms, route's one program a row (9 rows)
-    from sgl_kernel_ext.triton import moe, norm
-
-    early0 = (mla.ABSORB_EARLY_DEPENDENTS_FROM_ROWS, norm.EARLY_DEPENDENTS_FIRST,
-              norm.EARLY_DEPENDENTS_AFTER_ATTN, moe.ROUTE_EARLY_DEPENDENTS)
+    # absorb letting the attention launch as its programs start (a layer reusing the top-k)
+    early0 = mla.ABSORB_EARLY_DEPENDENTS_FROM_ROWS
     mla.ABSORB_EARLY_DEPENDENTS_FROM_ROWS = 1
-    norm.EARLY_DEPENDENTS_FIRST = norm.EARLY_DEPENDENTS_AFTER_ATTN = True
-    moe.ROUTE_EARLY_DEPENDENTS = True
-    contexts = [30, 12, 40, 5, 7, 9, 11, 13, 15]
-    case = make_case(cfg, 2, contexts, seed=2, tp_size=2)
-    FusedLayer(cfg, case.lw, case.caches, len(contexts), case.batch.token_slots.shape[1],
+    case = make_case(cfg, 2, [30, 12, 40], seed=2, tp_size=2)
+    FusedLayer(cfg, case.lw, case.caches, 3, case.batch.token_slots.shape[1],
                persistent_launch=False)(case.hidden, case.residual, case.batch, case.topk_prev)
-    (mla.ABSORB_EARLY_DEPENDENTS_FROM_ROWS, norm.EARLY_DEPENDENTS_FIRST,
-     norm.EARLY_DEPENDENTS_AFTER_ATTN, moe.ROUTE_EARLY_DEPENDENTS) = early0
+    mla.ABSORB_EARLY_DEPENDENTS_FROM_ROWS = early0
     # the kernels reading their slots in place from a server's pool table (slot_rows)
     from sglang.srt.layers.fused_decode.testing import in_a_pool
 

@@ -433,8 +433,7 @@ class FusedLayer:
         # the indexer's bf16 [wk; weights_proj] GEMM also reads the normed row unquantized
         x = v("x") if self.runs_indexer else None
         norm.add_rms_norm(hidden, residual, lw.input_norm, eps, x, res, v("xq"), v("xs"),
-                          self.prefetch_regions if overlap.LAYER_PREFETCH else None,
-                          early_dependents=norm.EARLY_DEPENDENTS_FIRST)
+                          self.prefetch_regions if overlap.LAYER_PREFETCH else None)
         side = m in self.attn_side_work  # q_a|kv_a + latent + q_b: one attn_side launch
         fused_latent = not side and self._latent_in_q_b(m)
         tails = (self.buf["qkv_arrivals"], v("rows_q"), v("ss_q"), v("rows_kv"), v("ss_kv"))
@@ -556,8 +555,7 @@ class FusedLayer:
                                  f"the norm reads bf16 [{m}, {cfg.hidden_size}]")
         norm.add_rms_norm(attn.contiguous(), res, lw.post_attention_norm, eps, v("x2"), res,
                           v("x2q"), v("x2s"),
-                          self.next_regions if overlap.NEXT_LAYER_PREFETCH else None,
-                          early_dependents=norm.EARLY_DEPENDENTS_AFTER_ATTN)
+                          self.next_regions if overlap.NEXT_LAYER_PREFETCH else None)
         self._mlp(pos, m)
         return v("y"), res, topk
 
@@ -588,8 +586,7 @@ class FusedLayer:
                              cfg.norm_topk_prob, b["slot_expert"], v("slot_weight"),
                              v("slot_rank"), b["num_slots"], b["route_arrival"],
                              (b["route_chosen"], b["route_weight"], b["route_arrival"]),
-                             routes=routing is None,
-                             early_dependents=moe.ROUTE_EARLY_DEPENDENTS and self.fp8_moe is None)
+                             routes=routing is None)
             routed, shared = mlp, mlp.shared
         else:
             routed = shared = mlp  # the dense MLP is the single shared slot
