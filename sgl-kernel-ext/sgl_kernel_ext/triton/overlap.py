@@ -196,6 +196,15 @@ def launch_dependents(PDL: tl.constexpr):
         gdc_launch_dependents()
 
 
+# Where it pays: absorb -> the attention (mla.ABSORB_EARLY_DEPENDENTS_FROM_ROWS), whose
+# gather is real work before its wait. Tried and not kept (code at e5420c7; the outputs
+# bitwise the late launch's, results/pytest_early_deps_e5420c7.log): the layer's first norm
+# letting q_a|kv_a or attn_side launch early, +0.5 us a MoE layer at one row, 0 elsewhere; its
+# norm after the attention letting the router launch early, +0.3..+2.4 us at 1-16 rows; route's
+# per-row programs letting gate/up launch early, within noise at 1-16 rows
+# (tiling_probe_20261204T212844Z, two pairs each: norm1_, norm2_, route_early_dependents).
+
+
 @triton.jit
 def stage_begin(PDL: tl.constexpr):
     """Wait until the previous kernel of the stream has finished (its writes visible), then
