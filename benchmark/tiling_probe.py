@@ -507,6 +507,11 @@ VARIANTS = {
     # gathering warpgroups from 4 rows, or three KV tiles in flight
     "absorb_early_dependents": {("mla", "ABSORB_EARLY_DEPENDENTS_FROM_ROWS"): 3},
     "absorb_late_dependents": {("mla", "ABSORB_EARLY_DEPENDENTS_FROM_ROWS"): 0},
+    # with the attention beside it, absorb's w_kc tile loaded before its wait at every row
+    # count (default: up to mla.ABSORB_W_EARLY_MAX_ROWS, with the indexer), or not prefetched
+    "absorb_w_early_16": {("mla", "ABSORB_W_EARLY_MAX_ROWS"): 16,
+                          ("mla", "ABSORB_W_EARLY_WITHOUT_INDEXER"): True},
+    "absorb_no_prefetch": {("overlap", "PREFETCH_OFF"): PREFETCH_OFF | {"absorb"}},
     "absorb_early_dependents_2_gatherers": {("mla", "ABSORB_EARLY_DEPENDENTS_FROM_ROWS"): 3,
                                             ("sm90", "ATTN_GATHERERS_FROM_ROWS"): 4},
     "absorb_early_dependents_3_stages": {("mla", "ABSORB_EARLY_DEPENDENTS_FROM_ROWS"): 3,
