@@ -128,10 +128,7 @@ def main():
             for m in ms:
                 batch = H.make_batch(m, ctx, dev)
                 rows = Rows.from_batch(batch)
-                g = torch.Generator(device=dev).manual_seed(m * 1000 + ctx)
-                hid = torch.randn(m, cfg.hidden_size, generator=g, device=dev).to(torch.bfloat16)
-                res = torch.randn(m, cfg.hidden_size, generator=g, device=dev).to(torch.bfloat16)
-                tprev = H.random_topk(cfg, m, ctx, dev)
+                hid, res, tprev = H.layer_inputs(cfg, m, ctx, dev)
                 record = {}
 
                 def run_stock(op=ops["stock"], rec=None):

@@ -23,7 +23,7 @@ import time
 import torch
 
 from benchmark import roofline
-from benchmark.harness import git_commit, measure_bandwidth, pool_batch
+from benchmark.harness import experts_touched, git_commit, measure_bandwidth, pool_batch
 from sglang.srt.layers.fused_decode.layer import FusedLayer
 from sglang.srt.layers.fused_decode.reference.config import glm53_config
 from sglang.srt.layers.fused_decode.reference.weights import gen_layer
@@ -86,6 +86,7 @@ def run(kinds, rows_list, context, copies, replays, out_dir, pool_width=0, pool_
 
             step()
             torch.cuda.synchronize()
+            touched = experts_touched(layers, rows)
             g = torch.cuda.CUDAGraph()
             with torch.cuda.graph(g):
                 step()
@@ -100,12 +101,17 @@ def run(kinds, rows_list, context, copies, replays, out_dir, pool_width=0, pool_
             table = chain_table(spans, per_layer, copies)
             layer_us = sum(r["adds_us"] for r in table)
             floor = roofline.floor_us(roofline.layer_bytes(kind, 8, rows, context), bw)
+            # the floor of the experts these steps touched (``floor_us``: the expected number)
+            floor_touched = roofline.floor_us(
+                roofline.layer_bytes(kind, 8, rows, context, experts=touched), bw)
             results.append({"kind": kind, "rows": rows, "context": context,
                             "pool_width": pool_width, "pool_dtype": pool_dtype,
                             "kernels_per_layer": per_layer, "layer_us": layer_us,
-                            "floor_us": floor, "chain": table})
+                            "floor_us": floor, "experts_touched": touched,
+                            "floor_touched_us": floor_touched, "chain": table})
             print(f"{kind} M={rows}: {layer_us:.1f} us a layer (sum of adds), floor "
-                  f"{floor:.1f} us, {per_layer} kernels", flush=True)
+                  f"{floor:.1f} us ({floor_touched:.1f} for the experts touched: "
+                  f"{touched}), {per_layer} kernels", flush=True)
             for r in table:
                 print(f"    adds {r['adds_us']:6.2f}  start {r['start_us']:7.2f}  "
                       f"dur {r['dur_us']:6.2f}  {r['name']}")

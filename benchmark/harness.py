@@ -160,6 +160,28 @@ def pool_batch(batch, width: int, dtype=torch.int32):
     return in_a_pool(batch, 0, max(width - batch.token_slots.shape[1], 0), dtype)
 
 
+def layer_inputs(cfg, m: int, ctx: int, device):
+    """(hidden, residual, the previous layer's top-k) of a layer benchmark's step of m rows at
+    context ctx: every layer benchmark takes these, so tiling_probe's baseline routes as
+    decode_layer's table does (the same experts touched) and reads against its floor."""
+    g = torch.Generator(device=device).manual_seed(m * 1000 + ctx)
+    hid = torch.randn(m, cfg.hidden_size, generator=g, device=device).to(torch.bfloat16)
+    res = torch.randn(m, cfg.hidden_size, generator=g, device=device).to(torch.bfloat16)
+    return hid, res, random_topk(cfg, m, ctx, device)
+
+
+def experts_touched(layers, m: int) -> Optional[float]:
+    """The mean number of distinct routed experts the last step of m rows chose in each MoE
+    layer of `layers` (fused layers: ``routed_experts``; reads them back, so not while
+    timing); None where none is a MoE layer."""
+    counts = []
+    for layer in layers:
+        if getattr(layer, "experts", False):
+            chosen = layer.routed_experts(m)
+            counts.append(int(torch.unique(chosen[chosen >= 0]).numel()))
+    return sum(counts) / len(counts) if counts else None
+
+
 def random_topk(cfg, m: int, ctx: int, device, seed: int = 7):
     """A previous layer's top-k for a 'shared' layer: index_topk distinct positions per row."""
     g = torch.Generator(device="cpu").manual_seed(seed)

@@ -12,6 +12,13 @@ alternative, kept so the next change to the kernels can re-measure it.
 ``--table results.json`` (CPU) prints a probe's verdict: each variant's time minus the mean of
 the baselines run just before and after it in the same process, per layer kind and rows,
 beside how far those baselines spread (the noise a difference must beat).
+
+Since 2026-12-04 (fifth session) the inputs are decode_layer's (``harness.layer_inputs``: the same hidden rows,
+so the same routing and experts touched), and each row carries that step's floor and the
+fraction of it reached, so a baseline reads against the release table and its bars. Earlier
+probes seeded the hidden rows by M alone: their absolute times differ from the table's where
+their routing touched other experts (at 16 rows ~153 us against the table's ~157); their
+same-run differences stand.
 """
 
 from __future__ import annotations
@@ -23,6 +30,7 @@ import torch
 
 from . import harness as H
 from . import numerics_probe
+from . import roofline as RL
 
 
 def _no_split_k(original):
@@ -630,9 +638,11 @@ def main():
     dev = torch.device("cuda")
     cfg = glm53_config()
     ms = [int(v) for v in args.ms.split(",")]
+    geom = RL.Geometry.from_config(cfg)
+    bw = H.measure_bandwidth(dev)
     meta = {"benchmark": "tiling_probe", "set": args.set, "ctx": args.ctx,
             "width": args.width or args.ctx, "copies": args.copies,
-            "replays": args.replays, **H.run_meta(dev)}
+            "replays": args.replays, "bandwidth_Bps": bw, **H.run_meta(dev)}
     rows = []
     stamp = H.stamp_now()  # one file, rewritten after each row count (a killed run keeps them)
     for kind in args.kinds.split(","):
@@ -653,16 +663,19 @@ def main():
         fused = build()
         for m in ms:
             batch = H.make_batch(m, args.ctx, dev, args.width)
-            g = torch.Generator(device=dev).manual_seed(m)
-            hid = torch.randn(m, cfg.hidden_size, generator=g, device=dev).to(torch.bfloat16)
-            res = torch.randn(m, cfg.hidden_size, generator=g, device=dev).to(torch.bfloat16)
-            tprev = H.random_topk(cfg, m, args.ctx, dev)
+            hid, res, tprev = H.layer_inputs(cfg, m, args.ctx, dev)  # decode_layer's
 
             def run():
                 h, r, t = hid, res, tprev
                 for layer in current:
                     h, r, t = layer(h, r, pool, t)
                 return h
+
+            # the floor of this step's bytes (the experts its routing touched: decode_layer's)
+            current, pool = fused, batch
+            run()
+            experts = H.experts_touched(fused, m)
+            floor = RL.floor_us(RL.layer_bytes(kind, 8, m, args.ctx, "bf16", geom, experts), bw)
 
             for name in args.variants.split(","):
                 sets = VARIANTS[name]
@@ -681,7 +694,9 @@ def main():
                     for (mod, attr), value in saved.items():
                         setattr(modules[mod], attr, value)
                     del current
-                rows.append({"kind": kind, "M": m, "variant": name, "us": us / len(fused)})
+                rows.append({"kind": kind, "M": m, "variant": name, "us": us / len(fused),
+                             "experts_touched": experts, "floor_us": floor,
+                             "fraction_of_floor": floor / (us / len(fused))})
                 H.log(f"{kind} M={m} {name}: {rows[-1]['us']:.1f} us")
             H.write_json("tiling_probe", {"meta": meta, "results": rows},
                          [args.results, args.out], stamp)

@@ -1,4 +1,7 @@
-"""tiling_probe's verdict (CPU): each variant against the baselines beside it in run order."""
+"""tiling_probe's verdict (CPU): each variant against the baselines beside it in run order;
+the inputs and floor it shares with decode_layer."""
+
+from pathlib import Path
 
 from benchmark import tiling_probe as tp
 
@@ -79,3 +82,46 @@ def test_every_variant_sets_a_knob_that_exists():
                         if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
                 got = inspect.signature(derived[value])
                 got.bind(*range(len(want)))  # raises if it cannot take them
+
+
+def test_layer_benchmarks_share_their_inputs():
+    """harness.layer_inputs: decode_layer's and tiling_probe's step inputs, one function, a
+    seed per (rows, context), so the probe's baseline routes as the release table does."""
+    import torch
+
+    from benchmark import harness as H
+    from sglang.srt.layers.fused_decode.reference.config import tiny_config
+
+    cfg, cpu = tiny_config(), torch.device("cpu")
+    hid, res, tprev = H.layer_inputs(cfg, 3, 40, cpu)
+    assert hid.shape == res.shape == (3, cfg.hidden_size) and hid.dtype == torch.bfloat16
+    assert tprev.shape == (3, cfg.index_topk)
+    again = H.layer_inputs(cfg, 3, 40, cpu)
+    assert all(torch.equal(a, b) for a, b in zip((hid, res, tprev), again))
+    assert not torch.equal(H.layer_inputs(cfg, 3, 41, cpu)[0], hid)
+    assert not torch.equal(H.layer_inputs(cfg, 4, 40, cpu)[0][:3], hid)
+    source = (Path(tp.__file__).parent / "decode_layer.py").read_text()
+    probe = Path(tp.__file__).read_text()
+    assert "H.layer_inputs(" in source and "H.layer_inputs(" in probe
+    assert "manual_seed(m)" not in probe
+
+
+class _Layer:
+    def __init__(self, chosen):
+        self.experts = chosen is not None
+        self.chosen = chosen
+
+    def routed_experts(self, m):
+        import torch
+
+        return torch.tensor(self.chosen)[:m]
+
+
+def test_experts_touched_is_the_mean_of_each_moe_layers_distinct_choices():
+    from benchmark import harness as H
+
+    a = _Layer([[1, 2, -1], [2, 5, 7]])  # a row that chose fewer: -1 pads
+    b = _Layer([[3, 4, 5], [3, 4, 6]])
+    assert H.experts_touched([a, _Layer(None), b], 2) == (4 + 4) / 2
+    assert H.experts_touched([a], 1) == 2
+    assert H.experts_touched([_Layer(None)], 2) is None
