@@ -31,7 +31,9 @@ run_tests() {
   timeout 330 python3 -m pytest $k/test_fused_layer.py -q \
     -k "not test_matches_reference and not sanitize and not ($tp) and not ($slow) and not ($optin)" \
     > "$L/pytest_other.log" 2>&1 &
-  timeout 330 python3 -m pytest $k/test_fused_layer.py -q -k "$slow" > "$L/pytest_slow.log" 2>&1 &
+  # the slow group ran 257 s with warm compile caches (7c3d111) and past 330 s on a fresh
+  # machine (2145256: 33 of its 34): 420 s still leaves the install and the rest in one call
+  timeout 420 python3 -m pytest $k/test_fused_layer.py -q -k "$slow" > "$L/pytest_slow.log" 2>&1 &
   timeout 330 python3 -m pytest $k/test_fused_layer.py -q -k "$tp" > "$L/pytest_tp.log" 2>&1 &
   timeout 330 python3 -m pytest $k -q --ignore=$k/test_fused_layer.py -k "not sanitize" \
     > "$L/pytest_draft.log" 2>&1 &

@@ -61,7 +61,8 @@ q_b's, against ~4.6 with the tails. At two rows its operand takes ~2 us (32 KB o
 
 In the layer (``sm90.ATTN_SIDE``: the fixed form at 1..ATTN_SIDE_MAX_ROWS rows of a layer
 without the indexer, a server's pool table through ``slot_rows``): a MoE layer -0.9 / -1.0 us
-at two rows and level at one (results/tiling_probe_20261204T200536Z, T200609Z), once absorb
+at two rows and level at one (results/tiling_probe_20261204T200536Z, T200609Z; a third run,
+four pairs each, -0.3 at two rows and +0.0..+0.5 at one: T202555Z), once absorb
 after it loads its w_kc tile before its wait instead of prefetching it into L2 (that cost
 ~3 us: T200329Z); the kernel before it adds ~1.7 us while these CTAs stream q_a|kv_a's 16 MB
 before their wait (graph_timeline_20261204T200020Z against T200040Z).
