@@ -125,3 +125,49 @@ def test_experts_touched_is_the_mean_of_each_moe_layers_distinct_choices():
     assert H.experts_touched([a, _Layer(None), b], 2) == (4 + 4) / 2
     assert H.experts_touched([a], 1) == 2
     assert H.experts_touched([_Layer(None)], 2) is None
+
+
+def test_probe_runs_its_variants_through_on_cpu(tmp_path, monkeypatch):
+    """tiling_probe's main path (layers, decode_layer's inputs, the floor of the experts the
+    step touched, a variant's knobs set and restored, the results file) at the tiny config
+    under the interpreter, the GPU's calls stubbed: a mistake here would otherwise cost a
+    device call to find."""
+    import json
+
+    import pytest
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("GPU present: the probe itself runs there")
+    from benchmark import harness as H
+    from sglang.srt.layers.fused_decode.reference import config as C
+    from sgl_kernel_ext.triton import mla
+
+    class OnCpu:  # the probe's torch, its "cuda" device the CPU
+        def __getattr__(self, name):
+            return getattr(torch, name)
+
+        @staticmethod
+        def device(kind):
+            return torch.device("cpu" if kind == "cuda" else kind)
+
+    monkeypatch.setattr(tp, "torch", OnCpu())
+    monkeypatch.setattr(C, "glm53_config", C.tiny_config)
+    monkeypatch.setattr(H, "measure_bandwidth", lambda dev, *a, **k: 4.0e12)
+    monkeypatch.setattr(H, "time_graph", lambda fn, replays: (2.0, None))
+    monkeypatch.setattr(H, "run_meta", lambda dev: {})
+    gen_base = H.gen_base
+    monkeypatch.setattr(H, "gen_base", lambda cfg, lid, seed, tp_size, dev:
+                        gen_base(cfg, lid, seed, 1, dev))  # the tiny config splits 1 way
+    before = mla.ABSORB_EARLY_DEPENDENTS_FROM_ROWS
+    monkeypatch.setattr("sys.argv", ["tiling_probe", "--kinds", "moe", "--ms", "2",
+                                     "--variants", "baseline,absorb_late_dependents",
+                                     "--ctx", "40", "--copies", "1", "--out", str(tmp_path),
+                                     "--results", str(tmp_path)])
+    tp.main()
+    assert mla.ABSORB_EARLY_DEPENDENTS_FROM_ROWS == before
+    rows = json.loads(next(tmp_path.glob("tiling_probe_*.json")).read_text())["results"]
+    assert [r["variant"] for r in rows] == ["baseline", "absorb_late_dependents"]
+    for r in rows:
+        assert r["us"] == 2.0 and 4 <= r["experts_touched"] <= 8  # 2 rows x top-4 of 16
+        assert r["floor_us"] > 0 and r["fraction_of_floor"] == r["floor_us"] / 2.0
