@@ -13,9 +13,9 @@ alternative, kept so the next change to the kernels can re-measure it.
 the baselines run just before and after it in the same process, per layer kind and rows,
 beside how far those baselines spread (the noise a difference must beat).
 
-Since 2026-12-04 (fifth session) the inputs are decode_layer's (``harness.layer_inputs``: the same hidden rows,
-so the same routing and experts touched), and each row carries that step's floor and the
-fraction of it reached, so a baseline reads against the release table and its bars. Earlier
+Since 2026-12-04 (fifth session) the inputs are decode_layer's (``harness.layer_inputs``:
+the same hidden rows, so the same routing and experts touched), and each row carries that
+step's floor and the fraction of it reached, so a baseline reads against the release table and its bars. Earlier
 probes seeded the hidden rows by M alone, so they routed otherwise than the table (their
 experts touched were not recorded): at 16 rows their MoE baseline read ~153 us where the
 table read ~157; their same-run differences stand.

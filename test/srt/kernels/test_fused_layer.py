@@ -357,8 +357,8 @@ def test_absorb_w_kc_early_or_late_matches_reference(early, rows, monkeypatch):
 def test_attention_launched_as_absorb_starts_is_bitwise_the_late_launch(rows, monkeypatch):
     """The attention launched as absorb's programs start (mla.ABSORB_EARLY_DEPENDENTS_FROM_ROWS,
     a layer reusing the top-k: its gather before its wait then runs beside q_b) on both sides
-    of 2048 tokens: the layer's output bitwise the late launch's, the step's KV-cache rows
-    read as written, within NUMERICS of the reference."""
+    of 2048 tokens: the layer's output bitwise the late launch's, and (the default) within
+    NUMERICS of the reference (output, residual, the KV-cache rows)."""
     from sgl_kernel_ext.triton import mla
 
     lid = KINDS["moe_shared_topk"]

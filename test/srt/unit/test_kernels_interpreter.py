@@ -1021,16 +1021,15 @@ def test_absorb_lets_the_attention_launch_early_only_where_its_early_reads_are_d
 
     monkeypatch.setattr(mla, "absorb", spy)
     outs = []
-    for layer_id in (1, 2, 2):
+    for layer_id, from_rows in ((1, 3), (2, 3), (2, 0)):
+        monkeypatch.setattr(mla, "ABSORB_EARLY_DEPENDENTS_FROM_ROWS", from_rows)
         case = make_case(CFG, layer_id, [30, 12, 40], seed=layer_id, tp_size=2)
         layer = FusedLayer(CFG, case.lw, case.caches, 3, case.batch.token_slots.shape[1],
                            persistent_launch=False)
         outs.append(layer(case.hidden, case.residual, case.batch, case.topk_prev)[0].clone())
-        monkeypatch.setattr(mla, "ABSORB_EARLY_DEPENDENTS_FROM_ROWS", 0 if len(outs) == 2 else 3)
     assert asked == [False, True, False]
     assert torch.equal(outs[1], outs[2])
-    monkeypatch.setattr(mla, "ABSORB_EARLY_DEPENDENTS_FROM_ROWS", 0)
-    assert not early(16, False, True)
+    assert not early(16, False, True)  # the bound at 0: never
 
 
 def test_persistent_layer_refuses_a_tp_all_reduce():
