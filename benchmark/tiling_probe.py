@@ -524,6 +524,12 @@ VARIANTS = {
                                             ("sm90", "ATTN_GATHERERS_FROM_ROWS"): 4},
     "absorb_early_dependents_3_stages": {("mla", "ABSORB_EARLY_DEPENDENTS_FROM_ROWS"): 3,
                                          ("sm90", "ATTN_STAGES"): 3},
+    # absorb_v and o_proj as one launch (attn_out): programs of 256 output columns (two a
+    # multiprocessor), of 512 (one), or of 256 with the weights prefetched into L2 instead of
+    # loaded before the wait
+    "vo_one_launch": {("attn_out", "MAX_ROWS"): 16},
+    "vo_one_launch_512": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "BLOCK_N"): 512},
+    "vo_one_launch_l2": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "W_EARLY"): False},
     # the weight slots an attn_side worker asks for before its wait (default: its first lap)
     **{f"attn_side_early_{n}": {("sm90", "ATTN_SIDE_EARLY_SLOTS"): n} for n in (0, 2, 4)},
 }
@@ -578,10 +584,10 @@ def table(rows: list) -> str:
 def knob_modules() -> dict:
     """The modules whose attributes VARIANTS set, by the names VARIANTS use."""
     from sgl_kernel_ext.nvidia import sm90
-    from sgl_kernel_ext.triton import (bf16_linear, fp8_linear, indexer, mla, moe, norm, overlap,
-                                       topk)
+    from sgl_kernel_ext.triton import (attn_out, bf16_linear, fp8_linear, indexer, mla, moe,
+                                       norm, overlap, topk)
 
-    return {"bf16_linear": bf16_linear, "fp8_linear": fp8_linear, "indexer": indexer, "mla": mla,
+    return {"attn_out": attn_out, "bf16_linear": bf16_linear, "fp8_linear": fp8_linear, "indexer": indexer, "mla": mla,
             "moe": moe, "norm": norm, "overlap": overlap, "topk": topk,
             "probe": sys.modules[__name__], "sm90": sm90}
 

@@ -373,6 +373,31 @@ def test_attention_launched_as_absorb_starts_is_bitwise_the_late_launch(rows, mo
     assert_within_numerics(check("moe_shared_topk", rows, 3000), 3000)
 
 
+@pytest.mark.parametrize("rows", [1, 2, 4, 16])
+@pytest.mark.parametrize("block_n, w_early", [(256, True), (512, True), (256, False)])
+def test_absorb_v_and_o_proj_as_one_launch(block_n, w_early, rows, monkeypatch):
+    """absorb_v and o_proj as one launch (attn_out.MAX_ROWS; its programs wait inside it for
+    the absorbed values' sums) on a MoE layer reusing the top-k, both sides of 2048 tokens:
+    within NUMERICS of the reference (one row merges the attention's chunks inside); CUDA-graph
+    replay bitwise eager and 100 replays identical; its sums and counters left at zero."""
+    from sgl_kernel_ext.triton import attn_out
+
+    monkeypatch.setattr(attn_out, "MAX_ROWS", 16)
+    monkeypatch.setattr(attn_out, "BLOCK_N", block_n)
+    monkeypatch.setattr(attn_out, "W_EARLY", w_early)
+    for context in CONTEXTS:
+        assert_within_numerics(check("moe_shared_topk", rows, context), context)
+    r = replay_checks("moe_shared_topk", rows)
+    assert r["graph_equals_eager"] and r["repeats_identical"], r
+    lid = KINDS["moe_shared_topk"]
+    case = make_case(CFG, lid, _contexts(rows, 3000), seed=9, device="cuda", lw=_weights(lid))
+    layer = FusedLayer(CFG, case.lw, clone_caches(case.caches), rows, 3000)
+    layer(case.hidden, case.residual, case.batch, case.topk_prev)
+    torch.cuda.synchronize()
+    assert not layer.buf["vo_sums"].any() and not layer.buf["vo_counts"].any()
+    assert not layer.buf["o_arrivals"].any()
+
+
 @pytest.mark.parametrize("rows", [1, 5, 16])  # 32, 16 and 8 attention chunks a row
 @pytest.mark.parametrize("ahead, preload", [(1, False), (2, False), (1, True)])
 def test_attention_loading_ahead_is_bitwise_the_plain_loop(ahead, preload, rows, monkeypatch):

@@ -243,6 +243,24 @@ def _drive_real(persistent_too: bool = True) -> None:
             for (mod, name), value in zip(knobs, default):
                 setattr(mod, name, value)
         print(f"recorded {kind} (layer {lid})", flush=True)
+    # absorb_v and o_proj as one launch (attn_out), in its GPU form, on a MoE layer: its
+    # default tile and the wider one, the weights early and late
+    from sgl_kernel_ext.triton import attn_out
+
+    lw = weights.gen_layer(cfg, 0, kinds["moe"], tp_size=8, tp_rank=0)
+    caches = alloc_caches(cfg, rows * ctx, "cpu", torch.bfloat16, layers=[kinds["moe"]])
+    layer = FusedLayer(cfg, lw, caches, rows, ctx, persistent_launch=False)
+    vo_default = attn_out.MAX_ROWS, attn_out.BLOCK_N, attn_out.W_EARLY
+    attn_out.MAX_ROWS, attn_out.INTERPRETER_PHASES = 16, (3,)
+    for attn_out.BLOCK_N, attn_out.W_EARLY in ((256, True), (512, True), (256, False)):
+        for m in (1, 2, 16):
+            slots = torch.arange(m * ctx).view(m, ctx)
+            hid = torch.zeros(m, cfg.hidden_size, dtype=torch.bfloat16)
+            layer(hid, hid.clone(), RowBatch(torch.full((m,), ctx - 1), slots),
+                  torch.zeros(m, cfg.index_topk, dtype=torch.int64))
+    attn_out.MAX_ROWS, attn_out.BLOCK_N, attn_out.W_EARLY = vo_default
+    attn_out.INTERPRETER_PHASES = (1, 2)
+    print("recorded absorb_v and o_proj as one launch", flush=True)
     # the one-launch split top-k (the layers above stop at a 2048 context): 1 row at 32K, 16
     # rows at 8K (16 and 4 chunks a row) on 132 multiprocessors
     from sgl_kernel_ext.triton import topk as topk_kernel

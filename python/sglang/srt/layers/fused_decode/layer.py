@@ -34,7 +34,8 @@ from typing import Callable, List, NamedTuple, Optional, Tuple
 
 import torch
 
-from sgl_kernel_ext.triton import arrival, bf16_linear, fp8_linear, indexer, mla, moe, norm, overlap
+from sgl_kernel_ext.triton import arrival, attn_out, bf16_linear, fp8_linear, indexer, mla, moe
+from sgl_kernel_ext.triton import norm, overlap
 from sgl_kernel_ext.triton import persistent
 from sgl_kernel_ext.nvidia import sm90
 from sgl_kernel_ext.triton import topk as topk_kernel
@@ -53,7 +54,8 @@ INDEX_KW_SPLIT = 8
 VC_SPLIT_MAX = 8  # the most latent chunks absorb_v's partials buffer holds (mla.ABSORB_V_SPLIT_C)
 Reduce = Callable[[torch.Tensor], torch.Tensor]  # the TP group's all-reduce
 # buffers whose rows are the second dimension (split-K partials, [slot, row] tables)
-_ROWS_SECOND = {"qa", "kva", "q", "q_index", "kw_parts", "y_attn", "router_parts"}
+_ROWS_SECOND = {"qa", "kva", "q", "q_index", "kw_parts", "y_attn", "vo_parts",
+                "router_parts"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -203,6 +205,12 @@ class FusedLayer:
         specs["q_sums"] = workspace_mod.Spec((m, a.q_b.q.shape[0]), torch.int64, zeroed=True)
         self.buf["o_arrivals"] = arrival.counters(-(-h // self.tile_o[0]), dev)
         self.buf["vc_arrivals"] = arrival.counters(self.heads * (cfg.v_head_dim // 128), dev)
+        # absorb_v and o_proj as one launch (attn_out.MAX_ROWS): the heads' partials of y, the
+        # absorbed values' int64 sums and their counters (both left at zero)
+        specs["vo_parts"] = e(self.heads, m, h, dt=f32)
+        specs["vo_sums"] = workspace_mod.Spec((m * self.heads * cfg.v_head_dim,), torch.int64,
+                                              zeroed=True)
+        self.buf["vo_counts"] = arrival.counters(2 * self.heads, dev)
         specs["gu_parts"] = e(split_k, few * cfg.num_experts_per_tok + 1 if self.experts else 1,
                               few, 2, inter, dt=f32)
         if self.fp8_moe is not None:  # flat: viewed at each step's shapes (_moe_sm90_views)
@@ -524,7 +532,8 @@ class FusedLayer:
                        m, indexing, kv_row_before_q_b=not (side or fused_latent)))
         attn_parts = self._attention_parts(m)
         vc = (self.buf["vc_parts"], self.buf["vc_arrivals"])
-        merge = not mla.absorb_v_merges(*vc, m)
+        vo = attn_out.applies(m) and not self.sm90_o
+        merge = not (attn_out.merges(m) if vo else mla.absorb_v_merges(*vc, m))
         if self.sm90_attn is not None and sm90.ATTN_FROM_ROWS <= m <= sm90.ATTN_MAX_ROWS:
             self.sm90_attn.sparse_attention(v("qcat"), self.kv_cache, topk, slots,
                                             cfg.softmax_scale, *attn_parts, slot_rows=rows,
@@ -536,18 +545,26 @@ class FusedLayer:
         else:
             mla.sparse_attention(v("qcat"), self.kv_cache, topk, slots, cfg.softmax_scale,
                                  *attn_parts, v("olat"), c, rope, merge=merge, slot_rows=rows)
-        mla.absorb_v(v("olat"), a.kv_b, v("oq"), v("os"), cfg.qk_nope_head_dim, cfg.v_head_dim,
-                     *vc, attn_parts, zero=q_sums)
         o_tails = (self.buf["o_arrivals"], v("attn_rows"), None, None, None)
-        if self.sm90_o:
-            self.sm90.fp8_mma(self.buf["oq"][:self.sm90.x_rows(m)], v("os"), a.o_proj.q,
-                              a.o_proj.s, v("y_attn"), stages=sm90.RING_SLOTS,
-                              pdl=overlap.enabled(), tails=o_tails[:2] if self.sharded else None)
+        if vo:  # one launch; on one rank the heads' partials, summed by the norm
+            attn = v("vo_parts")
+            attn_out.absorb_v_o_proj(v("olat"), attn_parts, not merge, a.kv_b,
+                                     cfg.qk_nope_head_dim, cfg.v_head_dim, a.o_proj.q,
+                                     a.o_proj.s, self.buf["vo_sums"], self.buf["vo_counts"],
+                                     attn, o_tails[:2] if self.sharded else None, zero=q_sums)
         else:
-            fp8_linear.fp8_linear(v("oq"), v("os"), a.o_proj.q, a.o_proj.s, v("y_attn"),
-                                  *(None,) * 3, *self.tile_o[:2],
-                                  tails=o_tails if self.sharded else None)
-        attn = v("y_attn")  # one rank holds every head: the split-K partials, summed by the norm
+            mla.absorb_v(v("olat"), a.kv_b, v("oq"), v("os"), cfg.qk_nope_head_dim,
+                         cfg.v_head_dim, *vc, attn_parts, zero=q_sums)
+            if self.sm90_o:
+                self.sm90.fp8_mma(self.buf["oq"][:self.sm90.x_rows(m)], v("os"), a.o_proj.q,
+                                  a.o_proj.s, v("y_attn"), stages=sm90.RING_SLOTS,
+                                  pdl=overlap.enabled(),
+                                  tails=o_tails[:2] if self.sharded else None)
+            else:
+                fp8_linear.fp8_linear(v("oq"), v("os"), a.o_proj.q, a.o_proj.s, v("y_attn"),
+                                      *(None,) * 3, *self.tile_o[:2],
+                                      tails=o_tails if self.sharded else None)
+            attn = v("y_attn")  # one rank holds every head: the split-K partials
         if self.sharded:
             attn = v("attn_rows") if reduce is None else reduce(v("attn_rows"))
             if attn.shape != (m, cfg.hidden_size) or attn.dtype != torch.bfloat16:
