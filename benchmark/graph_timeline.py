@@ -9,7 +9,7 @@ start relative to that end (negative: it was launched early and prefetched or wa
 its duration. Medians over the replays and over COPIES layers with distinct weights.
 
     PYTHONPATH=python:sgl-kernel-ext:. python3 -m benchmark.graph_timeline --out DIR \
-        [--kinds moe --rows 1 2 16]
+        [--kinds moe --rows 1 2 16] [--variant NAME: one of tiling_probe's VARIANTS]
 """
 
 from __future__ import annotations
@@ -65,7 +65,8 @@ def chain_table(spans, per_layer: int, copies: int):
     return rows
 
 
-def run(kinds, rows_list, context, copies, replays, out_dir, pool_width=0, pool_dtype="int32"):
+def run(kinds, rows_list, context, copies, replays, out_dir, pool_width=0, pool_dtype="int32",
+        variant="baseline"):
     cfg = glm53_config()
     bw = measure_bandwidth("cuda")
     results = []
@@ -123,7 +124,8 @@ def run(kinds, rows_list, context, copies, replays, out_dir, pool_width=0, pool_
             "commit": os.environ.get("BENCH_COMMIT") or git_commit(),
             "date": time.strftime("%Y-%m-%d %H:%M:%S"), "gpu": torch.cuda.get_device_name(),
             "torch": torch.__version__, "triton": __import__("triton").__version__,
-            "copy_bandwidth_bytes_per_s": bw, "copies": copies, "replays": replays}
+            "copy_bandwidth_bytes_per_s": bw, "copies": copies, "replays": replays,
+            "variant": variant}
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
     path = os.path.join(out_dir, f"graph_timeline_{stamp}.json")
     with open(path, "w") as f:
@@ -142,8 +144,15 @@ def main():
     p.add_argument("--pool-width", type=int, default=0,
                    help="read the slots from a server's pool table this wide (runtime.StepRows)")
     p.add_argument("--pool-dtype", default="int32", choices=["int32", "int64"])
+    p.add_argument("--variant", default="baseline",
+                   help="run with one of tiling_probe's VARIANTS' knob settings")
     a = p.parse_args()
-    run(a.kinds, a.rows, a.context, a.copies, a.replays, a.out, a.pool_width, a.pool_dtype)
+    from benchmark import tiling_probe
+
+    modules = tiling_probe.knob_modules()
+    with tiling_probe.applied(a.variant, modules, tiling_probe.derived_values(modules)):
+        run(a.kinds, a.rows, a.context, a.copies, a.replays, a.out, a.pool_width, a.pool_dtype,
+            a.variant)
 
 
 if __name__ == "__main__":

@@ -17,6 +17,9 @@
 #   bash benchmark/release_run.sh pending # what the opt-in forms wait for before they become
 #                                         # defaults: tiling_probe's variants of them against
 #                                         # the baseline (PENDING), then their GPU tests
+#   bash benchmark/release_run.sh vo      # absorb_v and o_proj as one launch (attn_out): its
+#                                         # GPU test, its forms against the baseline (VO), its
+#                                         # timeline (about 6 minutes)
 # Logs go into $OUT/logs.tgz; JSON results into $OUT. SANITIZE_S=0 skips compute-sanitizer in
 # `tests` (default: 90 s a tool).
 set -u
@@ -27,7 +30,8 @@ run_tests() {
     > "$L/pytest_reference.log" 2>&1 &
   local tp="sums_its_attention or shard_attention_rows"
   local slow="persistent or graph_replay or overlap"  # the persistent kernel's compiles
-  local optin="scores_histogram or swapped_index_scores"  # opt-in forms: pending_long runs them
+  # opt-in forms: pending_long and vo run them
+  local optin="scores_histogram or swapped_index_scores or absorb_v_and_o_proj"
   timeout 330 python3 -m pytest $k/test_fused_layer.py -q \
     -k "not test_matches_reference and not sanitize and not ($tp) and not ($slow) and not ($optin)" \
     > "$L/pytest_other.log" 2>&1 &
@@ -118,6 +122,28 @@ run_pending() {  # the probe first: if the call runs out of time, the timings ar
     > "$L/pytest_pending.log" 2>&1
   echo "pytest rc=$?"; tail -3 "$L/pytest_pending.log"
 }
+# absorb_v and o_proj as one launch (attn_out, opt-in; written 2026-12-04 without a GPU): its
+# GPU test first (a wait inside the launch: a wrong one would hang the probe), then its forms
+# against the baseline, then the timeline of its default form
+VO_TESTS="absorb_v_and_o_proj"
+VO="vo_one_launch,vo_one_launch_512,vo_one_launch_l2,vo_one_launch_late"
+run_vo() {
+  timeout 240 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "$VO_TESTS" \
+    > "$L/pytest_vo.log" 2>&1
+  local rc=$?
+  echo "pytest rc=$rc"; tail -3 "$L/pytest_vo.log"
+  [ "$rc" -eq 0 ] || return 1
+  local variants="baseline,${VO//,/,baseline,},baseline"
+  timeout 240 python3 -m benchmark.tiling_probe --kinds moe --ms 1,2,4,8,16 \
+    --variants "$variants" --out "$OUT" > "$L/tiling_probe_vo.log" 2>&1
+  echo "tiling_probe rc=$?"
+  local probe
+  probe=$(ls -t "$OUT"/tiling_probe_*.json 2>/dev/null | head -1)
+  if [ -n "$probe" ]; then python3 -m benchmark.tiling_probe --table "$probe"; fi
+  timeout 90 python3 -m benchmark.graph_timeline --out "$OUT" --kinds moe --rows 1 16 \
+    --variant vo_one_launch > "$L/graph_timeline_vo.log" 2>&1
+  echo "graph_timeline rc=$?"; tail -40 "$L/graph_timeline_vo.log" | grep -v "^\s*$"
+}
 case "${1:-}" in
   tests) run_tests ;;
   bench) run_bench ;;
@@ -125,7 +151,8 @@ case "${1:-}" in
   long) run_long ;;
   pending) run_pending ;;
   pending_long) run_pending_long ;;
-  *) echo "usage: release_run.sh tests|bench|all|long|pending|pending_long" >&2; exit 2 ;;
+  vo) run_vo ;;
+  *) echo "usage: release_run.sh tests|bench|all|long|pending|pending_long|vo" >&2; exit 2 ;;
 esac
 tar czf "$OUT/logs.tgz" -C .cache logs
 tar czf "$OUT/triton.tgz" -C .cache triton 2>/dev/null

@@ -24,6 +24,7 @@ table read ~157; their same-run differences stand.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 
 import torch
@@ -526,10 +527,13 @@ VARIANTS = {
                                          ("sm90", "ATTN_STAGES"): 3},
     # absorb_v and o_proj as one launch (attn_out): programs of 256 output columns (two a
     # multiprocessor), of 512 (one), or of 256 with the weights prefetched into L2 instead of
-    # loaded before the wait
+    # loaded before the wait (the merge kernel before it letting it launch as it starts)
     "vo_one_launch": {("attn_out", "MAX_ROWS"): 16},
     "vo_one_launch_512": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "BLOCK_N"): 512},
     "vo_one_launch_l2": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "W_EARLY"): False},
+    # ... launched only after the attention's merge kernel's wait (from 2 rows)
+    "vo_one_launch_late": {("attn_out", "MAX_ROWS"): 16,
+                           ("attn_out", "EARLY_AFTER_COMBINE"): False},
     # the weight slots an attn_side worker asks for before its wait (default: its first lap)
     **{f"attn_side_early_{n}": {("sm90", "ATTN_SIDE_EARLY_SLOTS"): n} for n in (0, 2, 4)},
 }
@@ -590,6 +594,21 @@ def knob_modules() -> dict:
     return {"attn_out": attn_out, "bf16_linear": bf16_linear, "fp8_linear": fp8_linear, "indexer": indexer, "mla": mla,
             "moe": moe, "norm": norm, "overlap": overlap, "topk": topk,
             "probe": sys.modules[__name__], "sm90": sm90}
+
+
+@contextlib.contextmanager
+def applied(name: str, modules: dict, derived: dict):
+    """The variant's knob settings (VARIANTS[name]) in effect inside the block, restored after
+    (a string value names one of ``derived_values``)."""
+    sets = VARIANTS[name]
+    saved = {k: getattr(modules[k[0]], k[1]) for k in sets}
+    for (mod, attr), value in sets.items():
+        setattr(modules[mod], attr, derived.get(value, value) if isinstance(value, str) else value)
+    try:
+        yield
+    finally:
+        for (mod, attr), value in saved.items():
+            setattr(modules[mod], attr, value)
 
 
 def derived_values(modules: dict) -> dict:
@@ -684,22 +703,16 @@ def main():
             floor = RL.floor_us(RL.layer_bytes(kind, 8, m, args.ctx, "bf16", geom, experts), bw)
 
             for name in args.variants.split(","):
-                sets = VARIANTS[name]
-                saved = {k: getattr(modules[k[0]], k[1]) for k in sets}
-                for (mod, attr), value in sets.items():
-                    setattr(modules[mod], attr, derived.get(value, value) if isinstance(value, str)
-                            else value)
-                # a knob read when a layer is built (its buffers, its GEMMs' split K) gets
-                # layers of its own
-                current = build() if name in BUILD_VARIANTS else fused
-                pool = H.pool_batch(batch, POOL_SLOTS, POOL_DTYPE) if POOL_SLOTS else batch
-                try:
-                    run()
-                    us, _ = H.time_graph(run, args.replays)
-                finally:
-                    for (mod, attr), value in saved.items():
-                        setattr(modules[mod], attr, value)
-                    del current
+                with applied(name, modules, derived):
+                    # a knob read when a layer is built (its buffers, its GEMMs' split K) gets
+                    # layers of its own
+                    current = build() if name in BUILD_VARIANTS else fused
+                    pool = H.pool_batch(batch, POOL_SLOTS, POOL_DTYPE) if POOL_SLOTS else batch
+                    try:
+                        run()
+                        us, _ = H.time_graph(run, args.replays)
+                    finally:
+                        del current
                 rows.append({"kind": kind, "M": m, "variant": name, "us": us / len(fused),
                              "experts_touched": experts, "floor_us": floor,
                              "fraction_of_floor": floor / (us / len(fused))})

@@ -56,6 +56,10 @@ BLOCK_N = 256
 WARPS = 8
 # whether the weight tiles are loaded into registers before the wait (else prefetched into L2)
 W_EARLY = True
+# whether the attention's merge kernel before this launch (from 2 rows) lets it launch as the
+# merge's programs start (``mla.combine``'s early_dependents), so the weight tiles stream
+# during the attention too, not only during the merge
+EARLY_AFTER_COMBINE = True
 # the launches under the interpreter, by PHASE (1: the products, 2: the rest; 3, the GPU's one
 # launch, would wait forever there): test/srt/unit/sm90_compile.py records (3,) unrun
 INTERPRETER_PHASES = (1, 2)

@@ -912,7 +912,10 @@ def _combine_task(m, h, part_o_ptr, part_ml_ptr, olat_ptr, NH, NSP, C: tl.conste
 
 @triton.jit
 def _combine_kernel(part_o_ptr, part_ml_ptr, olat_ptr, NH, NSP,
-                    C: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr):
+                    C: tl.constexpr, BLOCK_S: tl.constexpr, PDL: tl.constexpr,
+                    EARLY: tl.constexpr = False):
+    if EARLY:
+        launch_dependents(PDL)
     stage_begin(PDL)
     _combine_task(tl.program_id(0), tl.program_id(1), part_o_ptr, part_ml_ptr, olat_ptr, NH,
                   NSP, C, BLOCK_S)
@@ -1226,13 +1229,16 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
         combine(part_o, part_ml, olat)
 
 
-def combine(part_o, part_ml, olat) -> None:
+def combine(part_o, part_ml, olat, early_dependents: bool = False) -> None:
     """olat bf16 [M, heads, kv_lora]: each row's chunks (part_o fp32 [M, S, heads, kv_lora],
-    part_ml [M, S, heads, 2]: unnormalized output, max and sum) merged."""
+    part_ml [M, S, heads, 2]: unnormalized output, max and sum) merged. early_dependents: the
+    next kernel launches as these programs start, not after their wait (only for a successor
+    that reads nothing but weights before its own wait: ``attn_out``)."""
     m, splits, nh, kv_lora = part_o.shape
     _combine_kernel[(m, nh)](part_o, part_ml, olat, nh, splits, C=kv_lora,
                              BLOCK_S=triton.next_power_of_2(splits),
-                             PDL=overlap.enabled(), num_warps=4, **overlap.launch_kw())
+                             PDL=overlap.enabled(), EARLY=early_dependents, num_warps=4,
+                             **overlap.launch_kw())
 
 
 def absorb_v_chunks(parts, arrivals) -> int:

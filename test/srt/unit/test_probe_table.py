@@ -3,6 +3,8 @@ the inputs and floor it shares with decode_layer."""
 
 from pathlib import Path
 
+import pytest
+
 from benchmark import tiling_probe as tp
 
 
@@ -26,16 +28,33 @@ def test_each_variant_is_measured_against_its_neighbouring_baselines():
 
 
 def test_every_pending_variant_of_release_run_exists():
-    """release_run.sh pending's and pending_long's variants are tiling_probe's (a typo would
-    cost a device call)."""
+    """release_run.sh pending's, pending_long's and vo's variants are tiling_probe's (a typo
+    would cost a device call)."""
     import re
     from pathlib import Path
 
     script = (Path(tp.__file__).parent / "release_run.sh").read_text()
-    for var in ("PENDING", "PENDING_LONG"):
+    for var in ("PENDING", "PENDING_LONG", "VO"):
         names = [n for line in re.findall(rf'^{var}="(.*)"$', script, re.M)
                  for n in line.replace(f"${var}", "").split(",") if n]
         assert len(names) >= 2 and all(n in tp.VARIANTS for n in names), (var, names)
+
+
+def test_a_variant_applied_is_restored_after_its_block():
+    """tiling_probe.applied (the probe's loop and graph_timeline --variant): the variant's knobs
+    set inside the block, every one back to its value after it, an error inside included."""
+    from sgl_kernel_ext.triton import attn_out
+
+    modules = tp.knob_modules()
+    derived = tp.derived_values(modules)
+    before = attn_out.MAX_ROWS, attn_out.BLOCK_N
+    with tp.applied("vo_one_launch_512", modules, derived):
+        assert (attn_out.MAX_ROWS, attn_out.BLOCK_N) == (16, 512)
+    assert (attn_out.MAX_ROWS, attn_out.BLOCK_N) == before
+    with pytest.raises(RuntimeError):
+        with tp.applied("vo_one_launch", modules, derived):
+            raise RuntimeError("a failed run")
+    assert (attn_out.MAX_ROWS, attn_out.BLOCK_N) == before
 
 
 def test_variants_of_build_time_knobs_build_their_own_layers():

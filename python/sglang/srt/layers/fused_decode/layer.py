@@ -541,7 +541,8 @@ class FusedLayer:
                                             stages=sm90.ATTN_STAGES,
                                             gatherers=sm90.attn_gatherers(m))
             if merge:
-                mla.combine(*attn_parts, v("olat"))
+                mla.combine(*attn_parts, v("olat"),
+                            early_dependents=vo and attn_out.EARLY_AFTER_COMBINE)
         else:
             mla.sparse_attention(v("qcat"), self.kv_cache, topk, slots, cfg.softmax_scale,
                                  *attn_parts, v("olat"), c, rope, merge=merge, slot_rows=rows)
