@@ -19,15 +19,19 @@ if [ -f .cache/triton.tgz ]; then tar xzf .cache/triton.tgz -C .cache && echo "t
 
 # compute-sanitizer memcheck and racecheck on the fused layer at small shapes, each within
 # $1 seconds (logs in $L)
-sanitize_fused_layer() {
+sanitize_fused_layer() {  # seconds a tool [, the script's arguments]
   if ! command -v compute-sanitizer >/dev/null; then echo "compute-sanitizer not found"; return; fi
   local tool
+  local limit=$1
+  shift
   for tool in memcheck racecheck; do
     # --report-api-errors no: CuTe DSL's driver bindings (cuda-python) probe cuGetProcAddress
     # for symbols this driver lacks, host API errors that are not the kernels' (34 of them
     # made memcheck's rc 9 at 7c3d111, no device error among them)
-    timeout "$1" compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 \
-      python3 test/srt/kernels/sanitize_fused_layer.py > "$L/sanitizer_$tool.log" 2>&1
-    echo "compute-sanitizer $tool rc=$?"; tail -3 "$L/sanitizer_$tool.log"
+    local tag="$*"
+    local log="$L/sanitizer_$tool${tag:+_${tag// /_}}.log"
+    timeout "$limit" compute-sanitizer --tool $tool --report-api-errors no --error-exitcode 9 \
+      python3 test/srt/kernels/sanitize_fused_layer.py "$@" > "$log" 2>&1
+    echo "compute-sanitizer $tool $* rc=$?"; tail -3 "$log"
   done
 }

@@ -531,6 +531,9 @@ VARIANTS = {
     "vo_one_launch": {("attn_out", "MAX_ROWS"): 16},
     "vo_one_launch_512": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "BLOCK_N"): 512},
     "vo_one_launch_l2": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "W_EARLY"): False},
+    # ... with at most 4 or 8 programs a head multiplying a latent slice (fewer atomics)
+    **{f"vo_one_launch_ls{n}": {("attn_out", "MAX_ROWS"): 16,
+                                ("attn_out", "MAX_LATENT_SLICES"): n} for n in (4, 8)},
     # ... launched only after the attention's merge kernel's wait (from 2 rows)
     "vo_one_launch_late": {("attn_out", "MAX_ROWS"): 16,
                            ("attn_out", "EARLY_AFTER_COMBINE"): False},

@@ -54,6 +54,10 @@ MAX_ROWS = 0
 # N = 6144, 256 gives 192 programs (two a multiprocessor), 512 gives 96
 BLOCK_N = 256
 WARPS = 8
+# the most programs of a head that multiply a latent slice: each adds its [M, V] product into
+# the sums with M * V 64-bit atomics (M * V * heads * LS a launch: 524K at 16 rows, 16 slices
+# and 8 heads, where fewer slices mean larger w_vc slices a program)
+MAX_LATENT_SLICES = 16
 # whether the weight tiles are loaded into registers before the wait (else prefetched into L2)
 W_EARLY = True
 # whether the attention's merge kernel before this launch (from 2 rows) lets it launch as the
@@ -65,11 +69,11 @@ EARLY_AFTER_COMBINE = True
 INTERPRETER_PHASES = (1, 2)
 
 
-def latent_slices(tiles: int, c: int) -> int:
+def latent_slices(tiles: int, c: int, most: int = 1 << 30) -> int:
     """Programs of a head that multiply a latent slice (LS): the largest power of two at most
-    `tiles` that leaves slices of C / LS >= 16 columns (tl.dot's K) dividing C."""
+    `tiles` and `most` that leaves slices of C / LS >= 16 columns (tl.dot's K) dividing C."""
     ls = 1
-    while ls * 2 <= tiles and c % (ls * 2) == 0 and c // (ls * 2) >= 16:
+    while ls * 2 <= min(tiles, most) and c % (ls * 2) == 0 and c // (ls * 2) >= 16:
         ls *= 2
     return ls
 
@@ -83,6 +87,15 @@ def merges(m: int) -> bool:
     """Whether the launch merges the attention's chunks itself at m rows (absorb_v's bound,
     ``mla.ABSORB_V_MERGE_MAX_ROWS``): the attention then leaves them unmerged."""
     return m <= mla.ABSORB_V_MERGE_MAX_ROWS
+
+
+@triton.jit
+def _x_group(sums, INTERPRET: tl.constexpr):
+    """One 128-column group of the head's int64 sums [rows, 128] as o_proj's x: rounded to
+    bf16 (absorb_v's output), then e4m3 with one scale a row (max(amax, 1e-10) / 448)."""
+    o = (sums.to(tl.float32) * (1.0 / _FIXED_ONE)).to(tl.bfloat16).to(tl.float32)
+    sx = tl.maximum(tl.max(tl.abs(o), axis=1), 1e-10) / 448.0
+    return to_e4m3(tl.clamp(o * (1.0 / sx)[:, None], -448.0, 448.0), INTERPRET), sx
 
 
 @triton.jit
@@ -143,16 +156,14 @@ def _vo_kernel(olat_ptr, part_o_ptr, part_ml_ptr, NSP, kvb_ptr, wo_ptr, wos_ptr,
     if PHASE >= 2:
         wait_for(counts_ptr + h, LS)
         sums = sums_ptr + om[:, None] * K + col0
+        # both groups' loads issued before either is used (one L2 round trip, not two)
         o = tl.load(sums + og[None, :], mask=m_ok[:, None], other=0, cache_modifier=".cg")
-        o = (o.to(tl.float32) * (1.0 / _FIXED_ONE)).to(tl.bfloat16).to(tl.float32)
-        sx = tl.maximum(tl.max(tl.abs(o), axis=1), 1e-10) / 448.0
-        xq = to_e4m3(tl.clamp(o * (1.0 / sx)[:, None], -448.0, 448.0), INTERPRET)
         if V > 128:
             o2 = tl.load(sums + 128 + og[None, :], mask=m_ok[:, None], other=0,
                          cache_modifier=".cg")
-            o2 = (o2.to(tl.float32) * (1.0 / _FIXED_ONE)).to(tl.bfloat16).to(tl.float32)
-            sx2 = tl.maximum(tl.max(tl.abs(o2), axis=1), 1e-10) / 448.0
-            xq2 = to_e4m3(tl.clamp(o2 * (1.0 / sx2)[:, None], -448.0, 448.0), INTERPRET)
+        xq, sx = _x_group(o, INTERPRET)
+        if V > 128:
+            xq2, sx2 = _x_group(o2, INTERPRET)
         # every program of the head has its x once this counts the last: that one zeroes
         if arrive_last(counts_ptr + NH + h, tiles):
             tl.store(sums + ov[None, :], tl.zeros((BLOCK_M, V), tl.int64), mask=m_ok[:, None])
@@ -192,9 +203,12 @@ def _check_resident(kernel, programs: int, warps: int, device) -> None:
     """Refuse a compiled shape whose programs cannot all be resident at once (its in-launch
     wait would then never end)."""
     sms, regs, smem, threads = _multiprocessors(device.index or 0)
+    kernel._init_handles()  # loads the binary: its register count is known only then
     n_regs, shared = int(kernel.n_regs), int(kernel.metadata.shared)
-    per_sm = min(threads // (32 * warps), regs // max(1, n_regs * 32 * warps),
-                 smem // shared if shared else programs)
+    warp_regs = -(-n_regs * 32 // 256) * 256  # registers are allocated a warp, 256 at a time
+    # (each program also holds 1 KB of shared memory the driver reserves)
+    per_sm = min(threads // (32 * warps), regs // max(1, warp_regs * warps),
+                 smem // (shared + 1024))
     if per_sm * sms < programs:
         raise RuntimeError(
             f"absorb_v_o_proj: {programs} programs ({n_regs} registers x {32 * warps} threads, "
@@ -227,7 +241,7 @@ def absorb_v_o_proj(olat, attn_parts, merge: bool, kv_b, nope: int, v: int, wo, 
                          "int32 [>= 2 * heads]")
     block_n = min(BLOCK_N, triton.next_power_of_2(n))
     tiles = triton.cdiv(n, block_n)
-    ls = latent_slices(tiles, c)
+    ls = latent_slices(tiles, c, MAX_LATENT_SLICES)
     part_o, part_ml = attn_parts if merge else (parts, parts)
     nsp = part_o.shape[1] if merge else 1
     if tails is not None:

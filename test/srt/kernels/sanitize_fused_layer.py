@@ -5,7 +5,8 @@ with one context past the split top-k's threshold; then one row (the GEMV forms 
 the bf16 GEMVs and absorb). An optional argument runs absorb_v in
 that many latent chunks (mla.ABSORB_V_SPLIT_C, its last-arrival sum; default 4); a second,
 "merge", has those programs merge the attention's chunks at every row count (by default only
-at one row: mla.ABSORB_V_MERGE_MAX_ROWS).
+at one row: mla.ABSORB_V_MERGE_MAX_ROWS); "vo" runs absorb_v and o_proj as one launch
+(attn_out.MAX_ROWS) at every row count.
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 test/srt/kernels/sanitize_fused_layer.py
 """
@@ -14,17 +15,19 @@ import sys
 
 import torch
 
-from sgl_kernel_ext.triton import mla, topk
+from sgl_kernel_ext.triton import attn_out, mla, topk
 
 from sglang.srt.layers.fused_decode.layer import FusedLayer
 from sglang.srt.layers.fused_decode.reference.config import tiny_config
 from sglang.srt.layers.fused_decode.testing import make_case
 
 
-def main(absorb_v_split: int = mla.ABSORB_V_SPLIT_C, merge: bool = False):
+def main(absorb_v_split: int = mla.ABSORB_V_SPLIT_C, merge: bool = False, vo: bool = False):
     mla.ABSORB_V_SPLIT_C = absorb_v_split
     if merge:
         mla.ABSORB_V_MERGE_MAX_ROWS = 16
+    if vo:
+        attn_out.MAX_ROWS = 16
     cfg = tiny_config()
     contexts = ([30, 0, 12, 40], [topk.SPLIT_MIN_WIDTH + 100, 40], [300])
     for ctx in contexts:
@@ -38,4 +41,5 @@ def main(absorb_v_split: int = mla.ABSORB_V_SPLIT_C, merge: bool = False):
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]) if len(sys.argv) > 1 else mla.ABSORB_V_SPLIT_C, sys.argv[2:3] == ["merge"])
+    main(int(sys.argv[1]) if len(sys.argv) > 1 else mla.ABSORB_V_SPLIT_C, "merge" in sys.argv[2:],
+         "vo" in sys.argv[2:])

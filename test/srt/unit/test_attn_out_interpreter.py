@@ -62,14 +62,17 @@ def _run(a, nope, v, nh, attn_parts, olat, merge, tails, zero=None):
     return parts, rows
 
 
-@pytest.mark.parametrize("m, block_n, w_early", [(1, 64, True), (3, 128, False), (5, 256, True)])
-def test_one_launch_is_the_torch_product(m, block_n, w_early, monkeypatch):
+@pytest.mark.parametrize("m, block_n, w_early, slices",
+                         [(1, 64, True, 16), (3, 128, False, 16), (5, 256, True, 16),
+                          (2, 64, True, 2)])
+def test_one_launch_is_the_torch_product(m, block_n, w_early, slices, monkeypatch):
     """y's head partials summed against the stage kernels (absorb_v, then fp8_linear): within
     1e-3 of max |y| (fp32 order; an e4m3 code of x a step apart where it moved a bf16
     rounding), and near the torch product; every partial written; the tails' rows exactly
     the partials summed in head order and rounded once; two launches bitwise the same."""
     monkeypatch.setattr(attn_out, "BLOCK_N", block_n)
     monkeypatch.setattr(attn_out, "W_EARLY", w_early)
+    monkeypatch.setattr(attn_out, "MAX_LATENT_SLICES", slices)
     a, nope, v, nh, attn_parts, olat = _inputs(m, seed=m)
     two = _two_kernels(a, nope, v, nh, olat)
     w_vc = a.kv_b.view(nh, nope + v, -1)[:, nope:].float()
@@ -111,7 +114,7 @@ def test_latent_slices_and_refusals():
     wider than 256 columns or buffers of the wrong shape are refused by name."""
     assert attn_out.latent_slices(24, 512) == 16 and attn_out.latent_slices(12, 512) == 8
     assert attn_out.latent_slices(4, 128) == 4 and attn_out.latent_slices(64, 128) == 8
-    assert attn_out.latent_slices(1, 512) == 1
+    assert attn_out.latent_slices(1, 512) == 1 and attn_out.latent_slices(24, 512, 4) == 4
     a, nope, v, nh, attn_parts, olat = _inputs(1, seed=3)
     n = a.o_proj.q.shape[0]
     sums, counts = torch.zeros(nh * v, dtype=torch.int64), torch.zeros(2 * nh, dtype=torch.int32)
@@ -164,3 +167,25 @@ def test_layer_with_the_one_launch_matches_reference(layer_id, contexts, monkeyp
             for _ in range(2)]
     assert all(torch.equal(x, y) for x, y in zip(*runs))
     assert not layer.buf["vo_sums"].any() and not layer.buf["vo_counts"].any()
+
+
+def test_a_shape_whose_programs_cannot_all_be_resident_is_refused(monkeypatch):
+    """The check before the first launch on a GPU: H200-like multiprocessors (132, 64K
+    registers, 228 KB shared memory, 2048 threads); 192 programs of 80 registers and 96 KB
+    fit two a multiprocessor, of 200 registers only one (refused, naming the knobs), 96 of
+    186 registers and 160 KB one each."""
+    from types import SimpleNamespace
+
+    monkeypatch.setattr(attn_out, "_multiprocessors", lambda index: (132, 65536, 233472, 2048))
+
+    def kernel(n_regs, shared):
+        return SimpleNamespace(n_regs=n_regs, metadata=SimpleNamespace(shared=shared),
+                               _init_handles=lambda: None)
+
+    dev = torch.device("cpu")
+    attn_out._check_resident(kernel(80, 96 << 10), 192, 8, dev)
+    attn_out._check_resident(kernel(186, 160 << 10), 96, 8, dev)
+    with pytest.raises(RuntimeError, match="BLOCK_N"):
+        attn_out._check_resident(kernel(200, 96 << 10), 192, 8, dev)
+    with pytest.raises(RuntimeError, match="resident"):
+        attn_out._check_resident(kernel(80, 160 << 10), 192, 8, dev)
