@@ -126,7 +126,7 @@ run_pending() {  # the probe first: if the call runs out of time, the timings ar
 # GPU test first (a wait inside the launch: a wrong one would hang the probe), then its forms
 # against the baseline, then the timeline of its default form
 VO_TESTS="absorb_v_and_o_proj"
-VO="vo_one_launch,vo_one_launch_512,vo_one_launch_l2,vo_one_launch_late,vo_one_launch_ls4"
+VO="vo_one_launch,vo_one_launch_512,vo_one_launch_l2,vo_one_launch_combine,vo_one_launch_ls8"
 run_vo() {
   timeout 240 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "$VO_TESTS" \
     > "$L/pytest_vo.log" 2>&1

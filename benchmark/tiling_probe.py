@@ -527,16 +527,19 @@ VARIANTS = {
                                          ("sm90", "ATTN_STAGES"): 3},
     # absorb_v and o_proj as one launch (attn_out): programs of 256 output columns (two a
     # multiprocessor), of 512 (one), or of 256 with the weights prefetched into L2 instead of
-    # loaded before the wait (the merge kernel before it letting it launch as it starts)
+    # loaded before the wait
     "vo_one_launch": {("attn_out", "MAX_ROWS"): 16},
     "vo_one_launch_512": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "BLOCK_N"): 512},
     "vo_one_launch_l2": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "W_EARLY"): False},
-    # ... with at most 4 or 8 programs a head multiplying a latent slice (fewer atomics)
-    **{f"vo_one_launch_ls{n}": {("attn_out", "MAX_ROWS"): 16,
-                                ("attn_out", "MAX_LATENT_SLICES"): n} for n in (4, 8)},
-    # ... launched only after the attention's merge kernel's wait (from 2 rows)
-    "vo_one_launch_late": {("attn_out", "MAX_ROWS"): 16,
-                           ("attn_out", "EARLY_AFTER_COMBINE"): False},
+    # ... with at most 8 programs a head multiplying a latent slice (half the atomics; 4 would
+    # take 134-162 registers, one program a multiprocessor: not all 192 resident)
+    "vo_one_launch_ls8": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "MAX_LATENT_SLICES"): 8},
+    # ... after the attention's merge kernel from 2 rows (default: merged inside at every
+    # row count), launched as the merge starts or only after its wait
+    "vo_one_launch_combine": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "MERGE_MAX_ROWS"): 1},
+    "vo_one_launch_combine_late": {("attn_out", "MAX_ROWS"): 16,
+                                   ("attn_out", "MERGE_MAX_ROWS"): 1,
+                                   ("attn_out", "EARLY_AFTER_COMBINE"): False},
     # the weight slots an attn_side worker asks for before its wait (default: its first lap)
     **{f"attn_side_early_{n}": {("sm90", "ATTN_SIDE_EARLY_SLOTS"): n} for n in (0, 2, 4)},
 }

@@ -12,7 +12,8 @@ layer for ~3 us of floor (graph_timeline_20261204T214011Z). Here one launch does
   loads them into registers before its programmatic wait, so they stream while the attention
   still runs (otherwise it prefetches them into L2 there).
 - After the wait: a program with a latent slice multiplies its o_lat columns (merged from
-  the attention's chunks itself at the rows ``mla.absorb_v_merges`` names) by its w_vc slice
+  the attention's chunks itself, every row's loads at once, up to MERGE_MAX_ROWS rows; from
+  the merge kernel's o_lat beyond) by its w_vc slice
   and adds the fp32 product [M, V] into int64 sums in 2^-32 units (``quant.add_fixed``:
   relaxed atomics, any order the same bits), then counts itself in h's counter.
 - Every program of h waits for LS counts, reads h's sums [M, V], rounds them to bf16 and
@@ -40,10 +41,10 @@ import torch
 import triton
 import triton.language as tl
 
-from . import mla, overlap
+from . import overlap
 from .arrival import arrive, arrive_last, wait_for
 from .fp8_linear import _row_tail, _scaled_dot, interpreting
-from .mla import _merge_columns, _zero_sums
+from .mla import _zero_sums
 from .overlap import prefetch_rows, stage_begin
 from .quant import _FIXED_ONE, add_fixed, to_e4m3
 
@@ -60,8 +61,11 @@ WARPS = 8
 MAX_LATENT_SLICES = 16
 # whether the weight tiles are loaded into registers before the wait (else prefetched into L2)
 W_EARLY = True
-# whether the attention's merge kernel before this launch (from 2 rows) lets it launch as the
-# merge's programs start (``mla.combine``'s early_dependents), so the weight tiles stream
+# rows up to which the launch merges the attention's chunks itself (its slice programs, every
+# row's chunks loaded at once), so no merge kernel runs before it
+MERGE_MAX_ROWS = 16
+# whether the attention's merge kernel before this launch (past MERGE_MAX_ROWS) lets it
+# launch as the merge's programs start (``mla.combine``'s early_dependents), so the weight tiles stream
 # during the attention too, not only during the merge
 EARLY_AFTER_COMBINE = True
 # the launches under the interpreter, by PHASE (1: the products, 2: the rest; 3, the GPU's one
@@ -84,9 +88,36 @@ def applies(m: int) -> bool:
 
 
 def merges(m: int) -> bool:
-    """Whether the launch merges the attention's chunks itself at m rows (absorb_v's bound,
-    ``mla.ABSORB_V_MERGE_MAX_ROWS``): the attention then leaves them unmerged."""
-    return m <= mla.ABSORB_V_MERGE_MAX_ROWS
+    """Whether the launch merges the attention's chunks itself at m rows (MERGE_MAX_ROWS): the
+    attention then leaves them unmerged."""
+    return m <= MERGE_MAX_ROWS
+
+
+@triton.jit
+def _merged_rows(h, part_o_ptr, part_ml_ptr, NH, NSP, M, oc, C: tl.constexpr, CL: tl.constexpr,
+                 BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, ROWS: tl.constexpr):
+    """bf16 [BLOCK_M, CL]: head h's o_lat at the CL latent columns oc of the first M (<=
+    ROWS) rows, each merged over its NSP chunks with the merge kernel's arithmetic
+    (``mla.combine``; bitwise the same under the interpreter, while on a GPU the order of a
+    sum over chunks follows the register layout), zero past M. The rows are unrolled, so
+    every row's loads can be in flight together."""
+    om = tl.arange(0, BLOCK_M)
+    osp = tl.arange(0, BLOCK_S)
+    a = tl.zeros((BLOCK_M, CL), tl.float32)
+    for m in tl.static_range(ROWS):
+        ok = (osp < NSP) & (m < M)
+        base = (m * NSP + osp) * NH + h
+        mi = tl.load(part_ml_ptr + base * 2, mask=ok, other=float("-inf"))
+        li = tl.load(part_ml_ptr + base * 2 + 1, mask=ok, other=0.0)
+        o = tl.load(part_o_ptr + base[:, None] * C + oc[None, :], mask=ok[:, None], other=0.0)
+        mx = tl.max(mi, axis=0)
+        mx = tl.where(mx == float("-inf"), 0.0, mx)
+        scale = tl.where(ok, tl.exp(mi - mx), 0.0)
+        num = tl.sum(o * scale[:, None], axis=0)
+        den = tl.sum(li * scale, axis=0)
+        row = tl.where(den > 0, num / den, 0.0)
+        a = tl.where(om[:, None] == m, row.to(tl.bfloat16).to(tl.float32)[None, :], a)
+    return a.to(tl.bfloat16)
 
 
 @triton.jit
@@ -103,7 +134,7 @@ def _vo_kernel(olat_ptr, part_o_ptr, part_ml_ptr, NSP, kvb_ptr, wo_ptr, wos_ptr,
                counts_ptr, parts_ptr, arrivals_ptr, rows_ptr, zero_ptr, ZERO_N, M, N,
                NH: tl.constexpr, C: tl.constexpr, NOPE: tl.constexpr, V: tl.constexpr, LS: tl.constexpr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-               MERGE: tl.constexpr, TAILS: tl.constexpr, ZERO: tl.constexpr,
+               MERGE: tl.constexpr, MERGE_ROWS: tl.constexpr, TAILS: tl.constexpr, ZERO: tl.constexpr,
                W_EARLY: tl.constexpr, PHASE: tl.constexpr, INTERPRET: tl.constexpr,
                PDL: tl.constexpr):
     h = tl.program_id(0)
@@ -137,11 +168,8 @@ def _vo_kernel(olat_ptr, part_o_ptr, part_ml_ptr, NSP, kvb_ptr, wo_ptr, wos_ptr,
         _zero_sums(zero_ptr, ZERO_N)
     if PHASE % 2 == 1 and t < LS:
         if MERGE:
-            a = tl.zeros((BLOCK_M, CL), tl.float32)
-            for m in range(M):
-                row = _merge_columns(m, h, part_o_ptr, part_ml_ptr, NH, NSP, oc, C, BLOCK_S)
-                a = tl.where(om[:, None] == m, row.to(tl.bfloat16).to(tl.float32)[None, :], a)
-            a = a.to(tl.bfloat16)
+            a = _merged_rows(h, part_o_ptr, part_ml_ptr, NH, NSP, M, oc, C, CL, BLOCK_M,
+                             BLOCK_S, MERGE_ROWS)
         else:
             a = tl.load(olat_ptr + (om[:, None] * NH + h) * C + oc[None, :], mask=m_ok[:, None],
                         other=0.0)
@@ -256,6 +284,7 @@ def absorb_v_o_proj(olat, attn_parts, merge: bool, kv_b, nope: int, v: int, wo, 
             zero if zero is not None else sums, zero.numel() if zero is not None else 0, m, n)
     consts = dict(NH=nh, C=c, NOPE=nope, V=v, LS=ls, BLOCK_M=max(16, triton.next_power_of_2(m)),
                   BLOCK_N=block_n, BLOCK_S=max(2, triton.next_power_of_2(nsp)), MERGE=merge,
+                  MERGE_ROWS=triton.next_power_of_2(m) if merge else 1,
                   TAILS=tails is not None, ZERO=zero is not None, W_EARLY=W_EARLY,
                   INTERPRET=interpret, num_warps=WARPS)
     grid = (nh, tiles)

@@ -374,19 +374,23 @@ def test_attention_launched_as_absorb_starts_is_bitwise_the_late_launch(rows, mo
 
 
 @pytest.mark.parametrize("rows", [1, 2, 4, 16])
-@pytest.mark.parametrize("block_n, w_early, slices", [(256, True, 16), (512, True, 16),
-                                                      (256, False, 16), (256, True, 4)])
-def test_absorb_v_and_o_proj_as_one_launch(block_n, w_early, slices, rows, monkeypatch):
+@pytest.mark.parametrize("block_n, w_early, slices, merge_rows",
+                         [(256, True, 16, 16), (512, True, 16, 16), (256, False, 16, 16),
+                          (256, True, 8, 16), (256, True, 16, 1)])
+def test_absorb_v_and_o_proj_as_one_launch(block_n, w_early, slices, merge_rows, rows,
+                                           monkeypatch):
     """absorb_v and o_proj as one launch (attn_out.MAX_ROWS; its programs wait inside it for
     the absorbed values' sums) on a MoE layer reusing the top-k, both sides of 2048 tokens:
-    within NUMERICS of the reference (one row merges the attention's chunks inside); CUDA-graph
-    replay bitwise eager and 100 replays identical; its sums and counters left at zero."""
+    within NUMERICS of the reference (merging the attention's chunks inside up to
+    `merge_rows`, after the merge kernel, launched early, beyond); CUDA-graph replay bitwise
+    eager and 100 replays identical; its sums and counters left at zero."""
     from sgl_kernel_ext.triton import attn_out
 
     monkeypatch.setattr(attn_out, "MAX_ROWS", 16)
     monkeypatch.setattr(attn_out, "BLOCK_N", block_n)
     monkeypatch.setattr(attn_out, "W_EARLY", w_early)
     monkeypatch.setattr(attn_out, "MAX_LATENT_SLICES", slices)
+    monkeypatch.setattr(attn_out, "MERGE_MAX_ROWS", merge_rows)
     for context in CONTEXTS:
         assert_within_numerics(check("moe_shared_topk", rows, context), context)
     r = replay_checks("moe_shared_topk", rows)

@@ -244,22 +244,28 @@ def _drive_real(persistent_too: bool = True) -> None:
                 setattr(mod, name, value)
         print(f"recorded {kind} (layer {lid})", flush=True)
     # absorb_v and o_proj as one launch (attn_out), in its GPU form, on a MoE layer: its
-    # default tile and the wider one, the weights early and late
+    # default tile and the wider one, the weights early and late, 8 latent slices, after the
+    # merge kernel (launched early) from 2 rows
     from sgl_kernel_ext.triton import attn_out
 
     lw = weights.gen_layer(cfg, 0, kinds["moe"], tp_size=8, tp_rank=0)
     caches = alloc_caches(cfg, rows * ctx, "cpu", torch.bfloat16, layers=[kinds["moe"]])
     layer = FusedLayer(cfg, lw, caches, rows, ctx, persistent_launch=False)
-    vo_default = attn_out.MAX_ROWS, attn_out.BLOCK_N, attn_out.W_EARLY
+    vo_knobs = ("BLOCK_N", "W_EARLY", "MAX_LATENT_SLICES", "MERGE_MAX_ROWS")
+    vo_default = [getattr(attn_out, k) for k in vo_knobs]
     attn_out.MAX_ROWS, attn_out.INTERPRETER_PHASES = 16, (3,)
-    for attn_out.BLOCK_N, attn_out.W_EARLY in ((256, True), (512, True), (256, False)):
+    for values in ((256, True, 16, 16), (512, True, 16, 16), (256, False, 16, 16),
+                   (256, True, 8, 16), (256, True, 16, 1)):
+        for k, value in zip(vo_knobs, values):
+            setattr(attn_out, k, value)
         for m in (1, 2, 16):
             slots = torch.arange(m * ctx).view(m, ctx)
             hid = torch.zeros(m, cfg.hidden_size, dtype=torch.bfloat16)
             layer(hid, hid.clone(), RowBatch(torch.full((m,), ctx - 1), slots),
                   torch.zeros(m, cfg.index_topk, dtype=torch.int64))
-    attn_out.MAX_ROWS, attn_out.BLOCK_N, attn_out.W_EARLY = vo_default
-    attn_out.INTERPRETER_PHASES = (1, 2)
+    for k, value in zip(vo_knobs, vo_default):
+        setattr(attn_out, k, value)
+    attn_out.MAX_ROWS, attn_out.INTERPRETER_PHASES = 0, (1, 2)
     print("recorded absorb_v and o_proj as one launch", flush=True)
     # the one-launch split top-k (the layers above stop at a 2048 context): 1 row at 32K, 16
     # rows at 8K (16 and 4 chunks a row) on 132 multiprocessors

@@ -95,11 +95,12 @@ def test_one_launch_is_the_torch_product(m, block_n, w_early, slices, monkeypatc
     assert torch.equal(again, parts)
 
 
-@pytest.mark.parametrize("m", [1, 2])
+@pytest.mark.parametrize("m", [1, 2, 5])
 def test_merging_the_attention_inside_is_the_merged_olat(m, monkeypatch):
     """With merge, the programs merge their latent columns from the attention's chunks (one
-    empty) and o_lat is not read: bitwise the launch on the merge kernel's o_lat; q_b's
-    int64 sums passed as `zero` come back zeroed."""
+    empty) and o_lat is not read: bitwise the launch on the merge kernel's o_lat (the same
+    arithmetic; the interpreter's sums have one order); q_b's int64 sums passed as `zero`
+    come back zeroed."""
     monkeypatch.setattr(attn_out, "BLOCK_N", 64)
     a, nope, v, nh, attn_parts, olat = _inputs(m, seed=10 + m)
     plain, _ = _run(a, nope, v, nh, attn_parts, olat, merge=False, tails=False)
@@ -126,13 +127,17 @@ def test_latent_slices_and_refusals():
                                  a.o_proj.s, sums.int(), counts, torch.zeros(nh, 1, n))
 
 
-@pytest.mark.parametrize("layer_id, contexts", [(0, [30, 0, 12, 40]), (2, [30]), (2, [30, 12, 40])],
-                         ids=["dense_indexer_4_rows", "moe_shared_1_row", "moe_shared_3_rows"])
-def test_layer_with_the_one_launch_matches_reference(layer_id, contexts, monkeypatch):
+@pytest.mark.parametrize("layer_id, contexts, merge_rows",
+                         [(0, [30, 0, 12, 40], 16), (2, [30], 16), (2, [30, 12, 40], 1)],
+                         ids=["dense_indexer_4_rows", "moe_shared_1_row",
+                              "moe_shared_3_rows_merge_kernel"])
+def test_layer_with_the_one_launch_matches_reference(layer_id, contexts, merge_rows,
+                                                     monkeypatch):
     """The fused layer with absorb_v and o_proj as one launch (attn_out.MAX_ROWS) against the
-    reference, within the interpreter's tolerances (one row: it merges the attention's chunks
-    itself); on a TP shard its tails' rows are bitwise the norm summing its partials, and a
-    second step is bitwise the first (its sums and counters left at zero)."""
+    reference, within the interpreter's tolerances (merging the attention's chunks itself up to
+    `merge_rows`, after the merge kernel beyond); on a TP shard its tails' rows are bitwise the
+    norm summing its partials, and a second step is bitwise the first (its sums and counters
+    left at zero)."""
     from sglang.srt.layers.fused_decode.layer import FusedLayer
     from sglang.srt.layers.fused_decode.spec import NUMERICS
     from sglang.srt.layers.fused_decode.testing import (
@@ -144,6 +149,7 @@ def test_layer_with_the_one_launch_matches_reference(layer_id, contexts, monkeyp
 
     monkeypatch.setattr(attn_out, "MAX_ROWS", 16)
     monkeypatch.setattr(attn_out, "BLOCK_N", 64)
+    monkeypatch.setattr(attn_out, "MERGE_MAX_ROWS", merge_rows)
     launched = []
     real = attn_out.absorb_v_o_proj
     monkeypatch.setattr(attn_out, "absorb_v_o_proj",
@@ -155,7 +161,7 @@ def test_layer_with_the_one_launch_matches_reference(layer_id, contexts, monkeyp
 
     r = compare_with_reference(case, build)
     tol = NUMERICS["fused_layer_interpreter"]
-    assert launched == [len(contexts) == 1]  # merging the attention's chunks at one row
+    assert launched == [len(contexts) <= merge_rows]  # merging the attention's chunks itself
     assert not r["y_nan"] and r["kv_untouched_bitwise"], r
     assert r["y_rel"] <= tol["y_rel"] and r["residual_rel"] <= tol["residual_rel"], r
     assert r["routing_flips"] <= tol["max_routing_flips"], r
