@@ -26,11 +26,13 @@ layer for ~3 us of floor (graph_timeline_20261204T214011Z). Here one launch does
 
 The wait inside the launch needs every program resident at once: ``absorb_v_o_proj`` checks
 the compiled kernel's registers and shared memory against the GPU's multiprocessors once and
-refuses a shape that would not fit (rather than risk a hang). Under the Triton interpreter,
-whose programs run one after another, the launch is two: every product first, then the rest.
+refuses a shape that would not fit; a wait that still outlasts SPIN_LIMIT polls gives up and
+sets a failure word (``failed``, the layer's ``health``): wrong output, never a hang. Under
+the Triton interpreter, whose programs run one after another, the launch is two: every
+product first, then the rest.
 
 Not yet measured on a GPU (written 2026-12-04 while no device was lent): opt-in through
-``mla``-style module knobs read at each launch (MAX_ROWS = 0 keeps the two stage kernels).
+module knobs read at each launch (MAX_ROWS = 0 keeps the two stage kernels).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ import triton
 import triton.language as tl
 
 from . import overlap
-from .arrival import arrive, arrive_last, wait_for
+from .arrival import arrive, arrive_last
 from .fp8_linear import _row_tail, _scaled_dot, interpreting
 from .mla import _zero_sums
 from .overlap import prefetch_rows, stage_begin
@@ -68,6 +70,9 @@ MERGE_MAX_ROWS = 16
 # launch as the merge's programs start (``mla.combine``'s early_dependents), so the weight tiles stream
 # during the attention too, not only during the merge
 EARLY_AFTER_COMBINE = True
+# polls of a head's count before a program gives up waiting (seconds on an H200): it then
+# sets the failure word (counts[2 * heads]; ``failed``) and goes on, wrong output, no hang
+SPIN_LIMIT = 1 << 24
 # the launches under the interpreter, by PHASE (1: the products, 2: the rest; 3, the GPU's one
 # launch, would wait forever there): test/srt/unit/sm90_compile.py records (3,) unrun
 INTERPRETER_PHASES = (1, 2)
@@ -120,6 +125,24 @@ def _merged_rows(h, part_o_ptr, part_ml_ptr, NH, NSP, M, oc, C: tl.constexpr, CL
     return a.to(tl.bfloat16)
 
 
+def failed(counts: torch.Tensor, heads: int) -> bool:
+    """Whether a wait of a launch since the word was last cleared gave up (syncs the host)."""
+    return bool(counts[2 * heads].item())
+
+
+@triton.jit
+def _wait_bounded(counter_ptr, target, failed_ptr, LIMIT: tl.constexpr):
+    """``arrival.wait_for`` that gives up after LIMIT polls, setting the failure word."""
+    seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+    polls = 0
+    while (seen < target) & (polls < LIMIT):
+        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
+        polls += 1
+    if seen < target:
+        tl.atomic_xchg(failed_ptr, 1, sem="relaxed", scope="gpu")
+    tl.debug_barrier()
+
+
 @triton.jit
 def _x_group(sums, INTERPRET: tl.constexpr):
     """One 128-column group of the head's int64 sums [rows, 128] as o_proj's x: rounded to
@@ -136,7 +159,7 @@ def _vo_kernel(olat_ptr, part_o_ptr, part_ml_ptr, NSP, kvb_ptr, wo_ptr, wos_ptr,
                BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
                MERGE: tl.constexpr, MERGE_ROWS: tl.constexpr, TAILS: tl.constexpr, ZERO: tl.constexpr,
                W_EARLY: tl.constexpr, PHASE: tl.constexpr, INTERPRET: tl.constexpr,
-               PDL: tl.constexpr):
+               PDL: tl.constexpr, SPIN_LIMIT: tl.constexpr):
     h = tl.program_id(0)
     t = tl.program_id(1)
     tiles = tl.num_programs(1)
@@ -182,7 +205,7 @@ def _vo_kernel(olat_ptr, part_o_ptr, part_ml_ptr, NSP, kvb_ptr, wo_ptr, wos_ptr,
         add_fixed(sums_ptr + om[:, None] * K + col0 + ov[None, :], p, m_ok[:, None])
         arrive(counts_ptr + h)
     if PHASE >= 2:
-        wait_for(counts_ptr + h, LS)
+        _wait_bounded(counts_ptr + h, LS, counts_ptr + 2 * NH, SPIN_LIMIT)
         sums = sums_ptr + om[:, None] * K + col0
         # both groups' loads issued before either is used (one L2 round trip, not two)
         o = tl.load(sums + og[None, :], mask=m_ok[:, None], other=0, cache_modifier=".cg")
@@ -252,9 +275,9 @@ def absorb_v_o_proj(olat, attn_parts, merge: bool, kv_b, nope: int, v: int, wo, 
     olat bf16 [M, heads, C] (read unless `merge`: then the attention's unmerged chunks
     attn_parts = (part_o [M, S, heads, C], part_ml [M, S, heads, 2]) are merged here); kv_b
     bf16 [heads * (nope + v), C]; wo e4m3 [N, heads * v], wos fp32 its block scales. sums int64
-    [>= M * heads * v] and counts int32 [>= 2 * heads], both zero before the launch and left
-    at zero. parts fp32 [heads, M, N]: the heads' partials of y (the norm sums them in head
-    order). tails = (arrivals int32 [>= N / BLOCK_N] zeroed, rows bf16 [M, N]): each column
+    [>= M * heads * v] and counts int32 [>= 2 * heads + 1], zero before the launch and left
+    at zero (counts[2 * heads]: the failure word, set where a wait gave up: ``failed``).
+    parts fp32 [heads, M, N]: the heads' partials of y (the norm sums them in head order). tails = (arrivals int32 [>= N / BLOCK_N] zeroed, rows bf16 [M, N]): each column
     tile's last head sums the partials into rows. zero: int64 sums to set to zero after the
     wait (q_b's, as absorb_v does)."""
     m, nh, c = olat.shape
@@ -264,9 +287,9 @@ def absorb_v_o_proj(olat, attn_parts, merge: bool, kv_b, nope: int, v: int, wo, 
     if k != nh * v or parts.shape != (nh, m, n) or not parts.is_contiguous():
         raise ValueError(f"absorb_v_o_proj: W_o [{n}, {k}] and parts {tuple(parts.shape)} do "
                          f"not fit {nh} heads of {v} columns at {m} rows")
-    if sums.dtype != torch.int64 or sums.numel() < m * k or counts.numel() < 2 * nh:
+    if sums.dtype != torch.int64 or sums.numel() < m * k or counts.numel() < 2 * nh + 1:
         raise ValueError("absorb_v_o_proj: sums must be int64 [>= M * heads * v] and counts "
-                         "int32 [>= 2 * heads]")
+                         "int32 [>= 2 * heads + 1]")
     block_n = min(BLOCK_N, triton.next_power_of_2(n))
     tiles = triton.cdiv(n, block_n)
     ls = latent_slices(tiles, c, MAX_LATENT_SLICES)
@@ -286,7 +309,7 @@ def absorb_v_o_proj(olat, attn_parts, merge: bool, kv_b, nope: int, v: int, wo, 
                   BLOCK_N=block_n, BLOCK_S=max(2, triton.next_power_of_2(nsp)), MERGE=merge,
                   MERGE_ROWS=triton.next_power_of_2(m) if merge else 1,
                   TAILS=tails is not None, ZERO=zero is not None, W_EARLY=W_EARLY,
-                  INTERPRET=interpret, num_warps=WARPS)
+                  INTERPRET=interpret, SPIN_LIMIT=SPIN_LIMIT, num_warps=WARPS)
     grid = (nh, tiles)
     if interpret:  # programs run one after another: every product, then the rest
         for phase in INTERPRETER_PHASES:

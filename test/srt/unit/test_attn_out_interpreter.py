@@ -51,7 +51,7 @@ def _two_kernels(a, nope, v, nh, olat):
 def _run(a, nope, v, nh, attn_parts, olat, merge, tails, zero=None):
     m, n = olat.shape[0], a.o_proj.q.shape[0]
     sums = torch.zeros(m * nh * v, dtype=torch.int64)
-    counts = torch.zeros(2 * nh, dtype=torch.int32)
+    counts = torch.zeros(2 * nh + 1, dtype=torch.int32)
     parts = torch.full((nh, m, n), float("nan"))
     rows = torch.full((m, n), float("nan"), dtype=torch.bfloat16)
     arrivals = torch.zeros(8, dtype=torch.int32)
@@ -118,7 +118,8 @@ def test_latent_slices_and_refusals():
     assert attn_out.latent_slices(1, 512) == 1 and attn_out.latent_slices(24, 512, 4) == 4
     a, nope, v, nh, attn_parts, olat = _inputs(1, seed=3)
     n = a.o_proj.q.shape[0]
-    sums, counts = torch.zeros(nh * v, dtype=torch.int64), torch.zeros(2 * nh, dtype=torch.int32)
+    sums = torch.zeros(nh * v, dtype=torch.int64)
+    counts = torch.zeros(2 * nh + 1, dtype=torch.int32)
     with pytest.raises(ValueError, match="parts"):
         attn_out.absorb_v_o_proj(olat, attn_parts, False, a.kv_b, nope, v, a.o_proj.q,
                                  a.o_proj.s, sums, counts, torch.zeros(nh + 1, 1, n))
@@ -173,6 +174,9 @@ def test_layer_with_the_one_launch_matches_reference(layer_id, contexts, merge_r
             for _ in range(2)]
     assert all(torch.equal(x, y) for x, y in zip(*runs))
     assert not layer.buf["vo_sums"].any() and not layer.buf["vo_counts"].any()
+    assert layer.health() == []
+    layer.buf["vo_counts"][-1] = 1  # the failure word, as a wait that gave up leaves it
+    assert any("absorb_v_o_proj gave up" in p for p in layer.health())
 
 
 def test_a_shape_whose_programs_cannot_all_be_resident_is_refused(monkeypatch):
@@ -195,3 +199,19 @@ def test_a_shape_whose_programs_cannot_all_be_resident_is_refused(monkeypatch):
         attn_out._check_resident(kernel(200, 96 << 10), 192, 8, dev)
     with pytest.raises(RuntimeError, match="resident"):
         attn_out._check_resident(kernel(80, 160 << 10), 192, 8, dev)
+
+
+def test_a_wait_that_outlasts_its_polls_gives_up_and_says_so(monkeypatch):
+    """With the products never made (the interpreter's second phase alone), each program's
+    wait gives up after SPIN_LIMIT polls: the launch returns and the failure word is set
+    (the layer's health naming it: test_layer_with_the_one_launch_matches_reference)."""
+    monkeypatch.setattr(attn_out, "INTERPRETER_PHASES", (2,))
+    monkeypatch.setattr(attn_out, "SPIN_LIMIT", 3)
+    monkeypatch.setattr(attn_out, "BLOCK_N", 128)
+    a, nope, v, nh, attn_parts, olat = _inputs(1, seed=4)
+    n = a.o_proj.q.shape[0]
+    counts = torch.zeros(2 * nh + 1, dtype=torch.int32)
+    attn_out.absorb_v_o_proj(olat, attn_parts, False, a.kv_b, nope, v, a.o_proj.q, a.o_proj.s,
+                             torch.zeros(nh * v, dtype=torch.int64), counts,
+                             torch.zeros(nh, 1, n))
+    assert attn_out.failed(counts, nh) and not counts[:nh].any()

@@ -210,7 +210,7 @@ class FusedLayer:
         specs["vo_parts"] = e(self.heads, m, h, dt=f32)
         specs["vo_sums"] = workspace_mod.Spec((m * self.heads * cfg.v_head_dim,), torch.int64,
                                               zeroed=True)
-        self.buf["vo_counts"] = arrival.counters(2 * self.heads, dev)
+        self.buf["vo_counts"] = arrival.counters(2 * self.heads + 1, dev)
         specs["gu_parts"] = e(split_k, few * cfg.num_experts_per_tok + 1 if self.experts else 1,
                               few, 2, inter, dt=f32)
         if self.fp8_moe is not None:  # flat: viewed at each step's shapes (_moe_sm90_views)
@@ -633,8 +633,11 @@ class FusedLayer:
     def health(self) -> List[str]:
         """What the kernels' own error words say after a step (check mode; syncs with the
         host): fp8_moe.experts' flags, which a completed launch leaves at zero, and attn_side's
-        failure word (set where one of its waits gave up: wrong output rather than a hang)."""
+        and attn_out's failure words (set where one of its waits gave up: wrong output rather
+        than a hang)."""
         problems = []
+        if attn_out.failed(self.buf["vo_counts"], self.heads):
+            problems.append(f"layer {self.lw.layer_id}: a wait of absorb_v_o_proj gave up")
         for rows, sw in sorted(self.attn_side_work.items()):
             try:
                 self.attn_side.check_sync(sw.work)
