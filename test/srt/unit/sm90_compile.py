@@ -21,6 +21,9 @@ machine's). Pointers compile as 16-byte aligned, as the GPU's JIT sees torch's t
     TRITON_INTERPRET=1 python sm90_compile.py record-real real.json
     python sm90_compile.py resources real.json
 
+``resident real.json`` checks that every recorded form of attn_out's one launch (whose
+programs wait for each other inside it) fits an H200 all at once, from ptxas' counts.
+
 ``loops`` (optionally ``loops real.json _sparse_attn_kernel``) disassembles each launch's
 sm_90a cubin with Triton's bundled nvdisasm and prints, for every loop, its instructions a
 warp per iteration by class (MMAs, asynchronous copies, global loads, barriers, integer
@@ -348,9 +351,10 @@ def _drive_real(persistent_too: bool = True) -> None:
     print("recorded the layers on a pool's slot table", flush=True)
 
 
-def resources(path: str) -> None:
-    """Compile each recorded launch for sm_90a as the GPU's JIT would (pointers 16-byte
-    aligned) and print ptxas' registers and spills, spilling kernels first."""
+def resource_rows(path: str, name: str = "") -> list:
+    """(bytes spilled, registers, shared memory, kernel, options, constexprs) of each recorded
+    launch (of the kernel `name`, or every one) compiled for sm_90a as the GPU's JIT would
+    (pointers 16-byte aligned), ptxas' counts."""
     import subprocess
     import tempfile
     from pathlib import Path
@@ -360,7 +364,7 @@ def resources(path: str) -> None:
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
     rows = []
     with open(path) as f:
-        specs = json.load(f)
+        specs = [s for s in json.load(f) if not name or s["name"] == name]
     for spec in specs:
         kernel, options = compile_for_sm90(spec)
         with tempfile.TemporaryDirectory() as tmp:
@@ -373,12 +377,44 @@ def resources(path: str) -> None:
         spill = int(info.split("bytes spill stores")[0].split(",")[-1].strip().split()[-1])
         rows.append((spill, regs, kernel.metadata.shared, spec["name"], options, {
             k: v for k, v in spec["constexprs"].items() if k not in ("INTERPRET", "PDL", "PF")}))
+    return rows
+
+
+def resources(path: str) -> None:
+    """Print ``resource_rows``, spilling kernels first."""
+    rows = resource_rows(path)
     rows.sort(key=lambda r: (-r[0], r[3]))
     for spill, regs, shared, name, options, consts in rows:
         opts = " ".join(f"{k}={options[k]}" for k in ("num_warps", "num_stages", "maxnreg")
                         if options.get(k) is not None)
         print(f"{spill:6d} B spilled  {regs:3d} regs  {shared // 1024:3d} KB shared  {opts}  {name} "
               f"{consts}")
+
+
+def resident(path: str) -> None:
+    """attn_out's one launch at one GLM-5.3 TP8 rank's shapes, each recorded form against an
+    H200 (132 multiprocessors, 64K registers, 228 KB of shared memory, 2048 threads each):
+    its programs must all be resident at once (``attn_out._check_resident``, which would
+    refuse the form at its first launch on the GPU). Prints one line a form, then "resident
+    N of N"; raises on the first that would not fit."""
+    from types import SimpleNamespace
+
+    import torch
+
+    from sgl_kernel_ext.triton import attn_out
+    from sglang.srt.layers.fused_decode.reference.config import glm53_config
+
+    hidden = glm53_config().hidden_size
+    attn_out._multiprocessors = lambda index: (132, 65536, 233472, 2048)
+    rows = resource_rows(path, "_vo_kernel")
+    for spill, regs, shared, name, options, consts in rows:
+        programs = consts["NH"] * (hidden // consts["BLOCK_N"])
+        kernel = SimpleNamespace(n_regs=regs, metadata=SimpleNamespace(shared=shared),
+                                 _init_handles=lambda: None)
+        attn_out._check_resident(kernel, programs, options["num_warps"], torch.device("cpu"))
+        print(f"{programs} programs of {regs} registers and {shared // 1024} KB resident: "
+              f"{consts}")
+    print(f"resident {len(rows)} of {len(rows)}")
 
 
 # SASS opcodes by class, for ``loops``
@@ -560,6 +596,8 @@ if __name__ == "__main__":
         record(path, real=mode != "record", persistent_too=mode == "record-real")
     elif mode == "resources":
         resources(path)
+    elif mode == "resident":
+        resident(path)
     elif mode == "loops":
         loops(path, sys.argv[3] if len(sys.argv) > 3 else "")
     elif mode == "sass":

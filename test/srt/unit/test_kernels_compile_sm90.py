@@ -65,6 +65,16 @@ def test_every_real_shape_stage_launch_fits_sm90(real_stage_specs):
     _compile(real_stage_specs)
 
 
+def test_every_real_shape_form_of_the_one_launch_fits_an_h200_at_once(real_stage_specs):
+    """attn_out's programs wait for each other inside the launch: each of its recorded forms
+    at one TP8 rank must have every program resident at once on an H200 (ptxas' registers and
+    the shared memory against its multiprocessors), or its first launch on the GPU refuses."""
+    checked = _run("resident", real_stage_specs, interpret=False)
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-3000:]
+    summary = checked.stdout.strip().splitlines()[-1]
+    assert summary.startswith("resident ") and int(summary.split()[1]) >= 5, summary
+
+
 @pytest.mark.skipif(not (DEVICE_TRITON_DIR / "triton").is_dir(),
                     reason=f"the GPU machine's Triton {DEVICE_TRITON} is not installed at "
                            f"{DEVICE_TRITON_DIR.relative_to(ROOT)} (.ci/run installs it)")
