@@ -46,7 +46,7 @@ import triton.language as tl
 from . import overlap
 from .arrival import arrive, arrive_last
 from .fp8_linear import _row_tail, _scaled_dot, interpreting
-from .mla import _zero_sums
+from .mla import _merge_columns, _zero_sums
 from .overlap import prefetch_rows, stage_begin
 from .quant import _FIXED_ONE, add_fixed, to_e4m3
 
@@ -61,14 +61,15 @@ WARPS = 8
 # the sums with M * V 64-bit atomics (M * V * heads * LS a launch: 524K at 16 rows, 16 slices
 # and 8 heads, where fewer slices mean larger w_vc slices a program)
 MAX_LATENT_SLICES = 16
-# whether the weight tiles are loaded into registers before the wait (else prefetched into L2)
+# whether the weight tiles are loaded before the wait (sm_90a: staged into shared memory for
+# the MMAs) rather than prefetched into L2 there and loaded after it
 W_EARLY = True
 # rows up to which the launch merges the attention's chunks itself (its slice programs, every
 # row's chunks loaded at once), so no merge kernel runs before it
 MERGE_MAX_ROWS = 16
 # whether the attention's merge kernel before this launch (past MERGE_MAX_ROWS) lets it
-# launch as the merge's programs start (``mla.combine``'s early_dependents), so the weight tiles stream
-# during the attention too, not only during the merge
+# launch as the merge's programs start (``mla.combine``'s early_dependents), so the weight
+# tiles stream during the attention too, not only during the merge
 EARLY_AFTER_COMBINE = True
 # polls of a head's count before a program gives up waiting (seconds on an H200): it then
 # sets the failure word (counts[2 * heads]; ``failed``) and goes on, wrong output, no hang
@@ -102,25 +103,14 @@ def merges(m: int) -> bool:
 def _merged_rows(h, part_o_ptr, part_ml_ptr, NH, NSP, M, oc, C: tl.constexpr, CL: tl.constexpr,
                  BLOCK_M: tl.constexpr, BLOCK_S: tl.constexpr, ROWS: tl.constexpr):
     """bf16 [BLOCK_M, CL]: head h's o_lat at the CL latent columns oc of the first M (<=
-    ROWS) rows, each merged over its NSP chunks with the merge kernel's arithmetic
-    (``mla.combine``; bitwise the same under the interpreter, while on a GPU the order of a
+    ROWS) rows, each merged over its NSP chunks by the merge kernel's own function
+    (``mla.combine``; bitwise its output under the interpreter, while on a GPU the order of a
     sum over chunks follows the register layout), zero past M. The rows are unrolled, so
     every row's loads can be in flight together."""
     om = tl.arange(0, BLOCK_M)
-    osp = tl.arange(0, BLOCK_S)
     a = tl.zeros((BLOCK_M, CL), tl.float32)
     for m in tl.static_range(ROWS):
-        ok = (osp < NSP) & (m < M)
-        base = (m * NSP + osp) * NH + h
-        mi = tl.load(part_ml_ptr + base * 2, mask=ok, other=float("-inf"))
-        li = tl.load(part_ml_ptr + base * 2 + 1, mask=ok, other=0.0)
-        o = tl.load(part_o_ptr + base[:, None] * C + oc[None, :], mask=ok[:, None], other=0.0)
-        mx = tl.max(mi, axis=0)
-        mx = tl.where(mx == float("-inf"), 0.0, mx)
-        scale = tl.where(ok, tl.exp(mi - mx), 0.0)
-        num = tl.sum(o * scale[:, None], axis=0)
-        den = tl.sum(li * scale, axis=0)
-        row = tl.where(den > 0, num / den, 0.0)
+        row = _merge_columns(m, h, part_o_ptr, part_ml_ptr, NH, NSP, oc, C, BLOCK_S, m < M)
         a = tl.where(om[:, None] == m, row.to(tl.bfloat16).to(tl.float32)[None, :], a)
     return a.to(tl.bfloat16)
 
@@ -155,11 +145,13 @@ def _x_group(sums, INTERPRET: tl.constexpr):
 @triton.jit
 def _vo_kernel(olat_ptr, part_o_ptr, part_ml_ptr, NSP, kvb_ptr, wo_ptr, wos_ptr, sums_ptr,
                counts_ptr, parts_ptr, arrivals_ptr, rows_ptr, zero_ptr, ZERO_N, M, N,
-               NH: tl.constexpr, C: tl.constexpr, NOPE: tl.constexpr, V: tl.constexpr, LS: tl.constexpr,
-               BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_S: tl.constexpr,
-               MERGE: tl.constexpr, MERGE_ROWS: tl.constexpr, TAILS: tl.constexpr, ZERO: tl.constexpr,
+               NH: tl.constexpr, C: tl.constexpr, NOPE: tl.constexpr, V: tl.constexpr,
+               LS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+               BLOCK_S: tl.constexpr, MERGE: tl.constexpr, MERGE_ROWS: tl.constexpr,
+               TAILS: tl.constexpr, ZERO: tl.constexpr,
                W_EARLY: tl.constexpr, PHASE: tl.constexpr, INTERPRET: tl.constexpr,
                PDL: tl.constexpr, SPIN_LIMIT: tl.constexpr):
+    """Program (head h, column tile t): the module docstring's steps, PHASE 1 and/or 2."""
     h = tl.program_id(0)
     t = tl.program_id(1)
     tiles = tl.num_programs(1)
@@ -277,8 +269,9 @@ def absorb_v_o_proj(olat, attn_parts, merge: bool, kv_b, nope: int, v: int, wo, 
     bf16 [heads * (nope + v), C]; wo e4m3 [N, heads * v], wos fp32 its block scales. sums int64
     [>= M * heads * v] and counts int32 [>= 2 * heads + 1], zero before the launch and left
     at zero (counts[2 * heads]: the failure word, set where a wait gave up: ``failed``).
-    parts fp32 [heads, M, N]: the heads' partials of y (the norm sums them in head order). tails = (arrivals int32 [>= N / BLOCK_N] zeroed, rows bf16 [M, N]): each column
-    tile's last head sums the partials into rows. zero: int64 sums to set to zero after the
+    parts fp32 [heads, M, N]: the heads' partials of y (the norm sums them in head order).
+    tails = (arrivals int32 [>= N / BLOCK_N] zeroed, rows bf16 [M, N]): each column tile's
+    last head sums the partials into rows. zero: int64 sums to set to zero after the
     wait (q_b's, as absorb_v does)."""
     m, nh, c = olat.shape
     n, k = wo.shape

@@ -885,11 +885,11 @@ def _sparse_attn_kernel(qcat_ptr, kv_cache_ptr, topk_ptr, stride_topk, slots_ptr
 
 @triton.jit
 def _merge_columns(m, h, part_o_ptr, part_ml_ptr, NH, NSP, oc, C: tl.constexpr,
-                   BLOCK_S: tl.constexpr):
+                   BLOCK_S: tl.constexpr, row_ok=True):
     """Row m's head h merged over its NSP chunks at the latent columns oc (fp32): each
-    column's merge is independent of the others."""
+    column's merge is independent of the others (zero where not row_ok: nothing read)."""
     osp = tl.arange(0, BLOCK_S)
-    s_ok = osp < NSP
+    s_ok = (osp < NSP) & row_ok
     base = (m * NSP + osp) * NH + h
     mi = tl.load(part_ml_ptr + base * 2, mask=s_ok, other=float("-inf"))
     li = tl.load(part_ml_ptr + base * 2 + 1, mask=s_ok, other=0.0)
