@@ -19,7 +19,9 @@
 #                                         # the baseline (PENDING), then their GPU tests
 #   bash benchmark/release_run.sh vo      # absorb_v and o_proj as one launch (attn_out): its
 #                                         # GPU test, its forms against the baseline (VO), its
-#                                         # timeline (about 6 minutes)
+#                                         # timeline, compute-sanitizer on it (about 9 minutes
+#                                         # after the install, a call of its own: the
+#                                         # sanitizer last, the part a short call loses)
 # Logs go into $OUT/logs.tgz; JSON results into $OUT. SANITIZE_S=0 skips compute-sanitizer in
 # `tests` (default: 90 s a tool).
 set -u
