@@ -215,3 +215,27 @@ def test_a_wait_that_outlasts_its_polls_gives_up_and_says_so(monkeypatch):
                              torch.zeros(nh * v, dtype=torch.int64), counts,
                              torch.zeros(nh, 1, n))
     assert attn_out.failed(counts, nh) and not counts[:nh].any()
+
+
+def test_tp2_rank_with_the_one_launch_sums_its_attention_across_the_ranks(monkeypatch):
+    """Rank 0 of a TP2 MoE layer with the one launch (its tails' rows the all-reduce's input,
+    rank 1's attention output added by the reduce) against the reference over both shards."""
+    from sglang.srt.layers.fused_decode.layer import FusedLayer
+    from sglang.srt.layers.fused_decode.spec import NUMERICS
+    from sglang.srt.layers.fused_decode.testing import compare_two_ranks
+
+    monkeypatch.setattr(attn_out, "MAX_ROWS", 16)
+    monkeypatch.setattr(attn_out, "BLOCK_N", 64)
+    launched = []
+    real = attn_out.absorb_v_o_proj
+    monkeypatch.setattr(attn_out, "absorb_v_o_proj",
+                        lambda *a, **k: (launched.append(k), real(*a, **k)))
+
+    def build(cfg, lw, caches, rows, context):
+        return FusedLayer(cfg, lw, caches, rows, context, persistent_launch=False)
+
+    r = compare_two_ranks(CFG, 2, [40, 9], 52, build)
+    tol = NUMERICS["fused_layer_interpreter"]
+    assert len(launched) == 1 and r["reduce_calls"] == 1 and r["reduced_shape_ok"], r
+    assert not r["y_nan"] and r["routing_flips"] <= tol["max_routing_flips"], r
+    assert r["y_rel"] <= tol["y_rel"] and r["residual_rel"] <= tol["residual_rel"], r
