@@ -111,6 +111,9 @@ class FusedLayer:
         # o_proj and q_a|kv_a on Hopper's CuTe DSL linear (opt-in, sgl_kernel_ext.nvidia.sm90):
         # its K chunks, and x read as whole 8- or 16-row tiles
         self.sm90_o, self.sm90_qkv = sm90.o_proj_enabled(), sm90.qkv_a_enabled()
+        if self.sm90_o and attn_out.MAX_ROWS:
+            _log_once(f"absorb_v and o_proj run as two launches: {sm90.O_PROJ_ENV}=1 puts "
+                      "o_proj on fp8_mma, which attn_out's one launch does not use")
         self.sm90_moe = sm90.moe_enabled()
         self.sm90 = self._sm90_linear(dev)
         self.sm90_attn = self._sm90_attention(dev)
