@@ -235,7 +235,8 @@ def _vo_kernel(olat_ptr, part_o_ptr, part_ml_ptr, NSP, kvb_ptr, wo_ptr, wos_ptr,
 @functools.lru_cache(maxsize=None)
 def _multiprocessors(index: int) -> tuple:
     p = torch.cuda.get_device_properties(index)
-    return (p.multi_processor_count, p.regs_per_multiprocessor,
+    # (not every torch names the register file: 64K 32-bit registers on every sm_70 and later)
+    return (p.multi_processor_count, getattr(p, "regs_per_multiprocessor", 65536),
             p.shared_memory_per_multiprocessor, p.max_threads_per_multi_processor)
 
 
