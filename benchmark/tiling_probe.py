@@ -530,6 +530,8 @@ VARIANTS = {
     # loaded before the wait
     "vo_one_launch": {("attn_out", "MAX_ROWS"): 16},
     "vo_one_launch_512": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "BLOCK_N"): 512},
+    # ... of 128 columns (384 programs of 64 KB: one fits beside an attention CTA's 144 KB)
+    "vo_one_launch_128": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "BLOCK_N"): 128},
     "vo_one_launch_l2": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "W_EARLY"): False},
     # ... with at most 8 programs a head multiplying a latent slice (half the atomics; 4 would
     # take 134-162 registers, one program a multiprocessor: not all 192 resident)

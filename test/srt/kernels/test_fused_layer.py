@@ -373,10 +373,16 @@ def test_attention_launched_as_absorb_starts_is_bitwise_the_late_launch(rows, mo
     assert_within_numerics(check("moe_shared_topk", rows, 3000), 3000)
 
 
-@pytest.mark.parametrize("rows", [1, 2, 4, 16])
-@pytest.mark.parametrize("block_n, w_early, slices, merge_rows",
-                         [(256, True, 16, 16), (512, True, 16, 16), (256, False, 16, 16),
-                          (256, True, 8, 16), (256, True, 16, 1)])
+# the default form at 1, 2, 4 and 16 rows; each of tiling_probe's vo_* forms at 1 and 16
+# (the merge kernel's form at 2 and 16: it merges inside at one row)
+_VO_FORMS = ([(256, True, 16, 16, r) for r in (1, 2, 4, 16)]
+             + [(*form, r) for form in ((512, True, 16, 16), (128, True, 16, 16),
+                                        (256, False, 16, 16), (256, True, 8, 16))
+                for r in (1, 16)]
+             + [(256, True, 16, 1, r) for r in (2, 16)])
+
+
+@pytest.mark.parametrize("block_n, w_early, slices, merge_rows, rows", _VO_FORMS)
 def test_absorb_v_and_o_proj_as_one_launch(block_n, w_early, slices, merge_rows, rows,
                                            monkeypatch):
     """absorb_v and o_proj as one launch (attn_out.MAX_ROWS; its programs wait inside it for

@@ -247,8 +247,8 @@ def _drive_real(persistent_too: bool = True) -> None:
                 setattr(mod, name, value)
         print(f"recorded {kind} (layer {lid})", flush=True)
     # absorb_v and o_proj as one launch (attn_out), in its GPU form, on a MoE layer: its
-    # default tile and the wider one, the weights early and late, 8 latent slices, after the
-    # merge kernel (launched early) from 2 rows
+    # default tile, a wider and a narrower one, the weights early and late, 8 latent slices,
+    # after the merge kernel (launched early) from 2 rows
     from sgl_kernel_ext.triton import attn_out
 
     lw = weights.gen_layer(cfg, 0, kinds["moe"], tp_size=8, tp_rank=0)
@@ -257,8 +257,8 @@ def _drive_real(persistent_too: bool = True) -> None:
     vo_knobs = ("BLOCK_N", "W_EARLY", "MAX_LATENT_SLICES", "MERGE_MAX_ROWS")
     vo_default = [getattr(attn_out, k) for k in vo_knobs]
     attn_out.MAX_ROWS, attn_out.INTERPRETER_PHASES = 16, (3,)
-    for values in ((256, True, 16, 16), (512, True, 16, 16), (256, False, 16, 16),
-                   (256, True, 8, 16), (256, True, 16, 1)):
+    for values in ((256, True, 16, 16), (512, True, 16, 16), (128, True, 16, 16),
+                   (256, False, 16, 16), (256, True, 8, 16), (256, True, 16, 1)):
         for k, value in zip(vo_knobs, values):
             setattr(attn_out, k, value)
         for m in (1, 2, 16):
