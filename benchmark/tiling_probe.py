@@ -525,12 +525,12 @@ VARIANTS = {
                                             ("sm90", "ATTN_GATHERERS_FROM_ROWS"): 4},
     "absorb_early_dependents_3_stages": {("mla", "ABSORB_EARLY_DEPENDENTS_FROM_ROWS"): 3,
                                          ("sm90", "ATTN_STAGES"): 3},
-    # absorb_v and o_proj as one launch (attn_out): programs of 256 output columns (two a
-    # multiprocessor), of 512 (one), or of 256 with the weights prefetched into L2 instead of
-    # loaded before the wait
+    # absorb_v and o_proj as one launch (attn_out): programs of 256 output columns (192 of
+    # 96 KB, two a multiprocessor), of 512 (96, one), of 128 (384 of 64 KB: one fits beside an
+    # attention CTA's 144 KB), or of 256 with the weights prefetched into L2 before the wait
+    # and loaded after it
     "vo_one_launch": {("attn_out", "MAX_ROWS"): 16},
     "vo_one_launch_512": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "BLOCK_N"): 512},
-    # ... of 128 columns (384 programs of 64 KB: one fits beside an attention CTA's 144 KB)
     "vo_one_launch_128": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "BLOCK_N"): 128},
     "vo_one_launch_l2": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "W_EARLY"): False},
     # ... with at most 8 programs a head multiplying a latent slice (half the atomics; 4 would
@@ -599,9 +599,9 @@ def knob_modules() -> dict:
     from sgl_kernel_ext.triton import (attn_out, bf16_linear, fp8_linear, indexer, mla, moe,
                                        norm, overlap, topk)
 
-    return {"attn_out": attn_out, "bf16_linear": bf16_linear, "fp8_linear": fp8_linear, "indexer": indexer, "mla": mla,
-            "moe": moe, "norm": norm, "overlap": overlap, "topk": topk,
-            "probe": sys.modules[__name__], "sm90": sm90}
+    return {"attn_out": attn_out, "bf16_linear": bf16_linear, "fp8_linear": fp8_linear,
+            "indexer": indexer, "mla": mla, "moe": moe, "norm": norm, "overlap": overlap,
+            "topk": topk, "probe": sys.modules[__name__], "sm90": sm90}
 
 
 @contextlib.contextmanager
