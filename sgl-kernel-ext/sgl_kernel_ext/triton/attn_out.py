@@ -143,6 +143,17 @@ def _x_group(sums, INTERPRET: tl.constexpr):
 
 
 @triton.jit
+def _wo_tiles(wo_ptr, on, n_ok, K, col0, V: tl.constexpr):
+    """W_o's rows `on` at the head's two 128-column groups from col0 (the second all zero
+    where V is 128)."""
+    og = tl.arange(0, 128)
+    w_o = tl.load(wo_ptr + on[:, None] * K + col0 + og[None, :], mask=n_ok[:, None], other=0.0)
+    w_o2 = tl.load(wo_ptr + on[:, None] * K + col0 + 128 + og[None, :],
+                   mask=n_ok[:, None] & (V > 128), other=0.0)
+    return w_o, w_o2
+
+
+@triton.jit
 def _vo_kernel(olat_ptr, part_o_ptr, part_ml_ptr, NSP, kvb_ptr, wo_ptr, wos_ptr, sums_ptr,
                counts_ptr, parts_ptr, arrivals_ptr, rows_ptr, zero_ptr, ZERO_N, M, N,
                NH: tl.constexpr, C: tl.constexpr, NOPE: tl.constexpr, V: tl.constexpr,
@@ -166,13 +177,10 @@ def _vo_kernel(olat_ptr, part_o_ptr, part_ml_ptr, NSP, kvb_ptr, wo_ptr, wos_ptr,
     n_ok = on < N
     og = tl.arange(0, 128)
     col0 = h * V
+    w_vc_ptrs = kvb_ptr + (vc_rows + ov[:, None]) * C + oc[None, :]
     if W_EARLY:
-        w_vc = tl.load(kvb_ptr + (vc_rows + ov[:, None]) * C + oc[None, :],
-                       mask=(t < LS) & (ov[:, None] < V), other=0.0)
-        w_o = tl.load(wo_ptr + on[:, None] * K + col0 + og[None, :], mask=n_ok[:, None],
-                      other=0.0)
-        w_o2 = tl.load(wo_ptr + on[:, None] * K + col0 + 128 + og[None, :],
-                       mask=n_ok[:, None] & (V > 128), other=0.0)
+        w_vc = tl.load(w_vc_ptrs, mask=(t < LS) & (ov[:, None] < V), other=0.0)
+        w_o, w_o2 = _wo_tiles(wo_ptr, on, n_ok, K, col0, V)
     else:
         if t < LS:
             prefetch_rows(kvb_ptr, vc_rows, V, NH * (NOPE + V), C * 2, (t % LS) * CL * 2,
@@ -189,7 +197,7 @@ def _vo_kernel(olat_ptr, part_o_ptr, part_ml_ptr, NSP, kvb_ptr, wo_ptr, wos_ptr,
             a = tl.load(olat_ptr + (om[:, None] * NH + h) * C + oc[None, :], mask=m_ok[:, None],
                         other=0.0)
         if not W_EARLY:
-            w_vc = tl.load(kvb_ptr + (vc_rows + ov[:, None]) * C + oc[None, :])
+            w_vc = tl.load(w_vc_ptrs)
         if INTERPRET:
             p = tl.dot(a.to(tl.float32), tl.trans(w_vc.to(tl.float32)))
         else:
@@ -212,10 +220,7 @@ def _vo_kernel(olat_ptr, part_o_ptr, part_ml_ptr, NSP, kvb_ptr, wo_ptr, wos_ptr,
             tl.store(sums + ov[None, :], tl.zeros((BLOCK_M, V), tl.int64), mask=m_ok[:, None])
             tl.atomic_xchg(counts_ptr + h, 0, sem="relaxed")
         if not W_EARLY:
-            w_o = tl.load(wo_ptr + on[:, None] * K + col0 + og[None, :], mask=n_ok[:, None],
-                          other=0.0)
-            w_o2 = tl.load(wo_ptr + on[:, None] * K + col0 + 128 + og[None, :],
-                           mask=n_ok[:, None] & (V > 128), other=0.0)
+            w_o, w_o2 = _wo_tiles(wo_ptr, on, n_ok, K, col0, V)
         kb = col0 // 128
         kblocks = K // 128
         sw = tl.load(wos_ptr + (on // 128) * kblocks + kb, mask=n_ok, other=0.0)
