@@ -251,6 +251,10 @@ _checked: set = set()
 def _check_resident(kernel, programs: int, warps: int, device) -> None:
     """Refuse a compiled shape whose programs cannot all be resident at once (its in-launch
     wait would then never end)."""
+    if torch.version.hip is not None:
+        raise RuntimeError("absorb_v_o_proj: its residency check counts NVIDIA's "
+                           "multiprocessors (32-thread warps, 64K registers); on ROCm keep "
+                           "attn_out.MAX_ROWS = 0")
     sms, regs, smem, threads = _multiprocessors(device.index or 0)
     kernel._init_handles()  # loads the binary: its register count is known only then
     n_regs, shared = int(kernel.n_regs), int(kernel.metadata.shared)

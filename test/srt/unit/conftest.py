@@ -1,8 +1,10 @@
 """Fixtures shared by the CPU unit tests: a tiny GLM-5.3 model directory for upstream's
-argument pipeline, and a CPU process that answers upstream's one GPU-capability query."""
+argument pipeline, a CPU process that answers upstream's one GPU-capability query, and the
+fused layer's recorded Triton launches that the compile tests compile for each target."""
 
 import pytest
 
+from compile_runs import record
 from model_dirs import write_model_dir
 
 
@@ -17,3 +19,15 @@ def hopper_capability(monkeypatch):
     import torch
 
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *a, **k: (9, 0))
+
+
+@pytest.fixture(scope="session")
+def tiny_launch_specs(tmp_path_factory):
+    """Every distinct launch of the tiny-config fused layer (sm90_compile.py record)."""
+    return record("record", tmp_path_factory.mktemp("tiny") / "specs.json")
+
+
+@pytest.fixture(scope="session")
+def real_stage_specs(tmp_path_factory):
+    """The stage kernels' launches at one GLM-5.3 TP8 rank's shapes, 1-16 rows."""
+    return record("record-real-stages", tmp_path_factory.mktemp("real") / "specs.json")

@@ -8,7 +8,11 @@ constants; ``compile`` (no interpreter) compiles each one for an H100/H200 targe
 Triton's own compiler and bundled ptxas.
 
     TRITON_INTERPRET=1 python sm90_compile.py record specs.json
-    python sm90_compile.py compile specs.json
+    python sm90_compile.py compile specs.json [sm90|sm100|gfx950]
+
+The same sources must serve the next backends' GPUs: ``compile`` takes a target (``TARGETS``:
+B200's sm_100, and MI355X's gfx950 without the overlap, as an AMD build runs them), each with
+its own per-block shared memory limit.
 
 ``record-real`` records the launches of real-shape layers (one GLM-5.3 TP8 rank, every kind,
 1-16 rows) without running them (``record-real-stages``: the stage kernels only, not the
@@ -43,6 +47,7 @@ import inspect
 import json
 import re
 import sys
+from typing import NamedTuple
 
 _TYPES = {
     "torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16",
@@ -366,7 +371,7 @@ def resource_rows(path: str, name: str = "") -> list:
     with open(path) as f:
         specs = [s for s in json.load(f) if not name or s["name"] == name]
     for spec in specs:
-        kernel, options = compile_for_sm90(spec)
+        kernel, options = compile_for(spec)
         with tempfile.TemporaryDirectory() as tmp:
             ptx = Path(tmp) / "k.ptx"
             ptx.write_text(kernel.asm["ptx"])
@@ -462,7 +467,7 @@ def loops(path: str, name: str = "") -> None:
     with open(path) as f:
         specs = [s for s in json.load(f) if not name or s["name"] == name]
     for spec in specs:
-        kernel, options = compile_for_sm90(spec)
+        kernel, options = compile_for(spec)
         sass = _disassemble(kernel)
         consts = {k: v for k, v in spec["constexprs"].items() if k not in ("INTERPRET", "PDL")}
         print(f"{spec['name']} {options} {consts}")
@@ -502,23 +507,39 @@ def write_sass(path: str, out_dir: str) -> None:
     with open(path) as f:
         specs = json.load(f)
     for i, spec in enumerate(specs):
-        kernel, _ = compile_for_sm90(spec)
+        kernel, _ = compile_for(spec)
         lines = sass_instructions(_disassemble(kernel))
         (out / f"{i:03d}_{spec['name']}.sass").write_text("\n".join(lines) + "\n")
         print(f"{i:03d} {spec['name']}: {len(lines)} instructions")
 
 
-def compile_for_sm90(spec) -> tuple:
-    """(Triton's compiled kernel, its options) of one recorded launch, for sm_90a as the GPU's
+class Target(NamedTuple):
+    gpu: tuple  # Triton's GPUTarget (backend, arch, warp size)
+    shared_bytes: int  # the most shared memory (LDS) one block may use
+    nvidia: bool  # compiled with the overlap (PDL) and the persistent kernel's prefetch
+
+
+# H100/H200 (this project's GPUs); B200, where the portable Triton path runs as it is (the
+# sm90 CuTe DSL kernels are Hopper-only); MI355X, the declared AMD target (amd/gfx950), where
+# the overlap is off (``overlap.enabled``): the same sources, no vendor-only intrinsic
+TARGETS = {
+    "sm90": Target(("cuda", 90, 32), 232448, True),
+    "sm100": Target(("cuda", 100, 32), 232448, True),
+    "gfx950": Target(("hip", "gfx950", 64), 163840, False),
+}
+
+
+def compile_for(spec, target: str = "sm90") -> tuple:
+    """(Triton's compiled kernel, its options) of one recorded launch, for a TARGETS GPU as its
     JIT would compile it."""
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource, compile as triton_compile
 
     fn = getattr(importlib.import_module(spec["module"]), spec["name"])
-    constexprs, options = _gpu_constexprs(spec)
+    constexprs, options = _gpu_constexprs(spec, TARGETS[target].nvidia)
     src = ASTSource(fn=fn, signature=spec["signature"], constexprs=constexprs,
                     attrs=_aligned_pointers(fn, spec))
-    return triton_compile(src, target=GPUTarget("cuda", 90, 32), options=options), options
+    return triton_compile(src, target=GPUTarget(*TARGETS[target].gpu), options=options), options
 
 
 def _aligned_pointers(fn, spec) -> dict:
@@ -532,12 +553,15 @@ def _aligned_pointers(fn, spec) -> dict:
             if spec["signature"].get(n, "constexpr").startswith("*") or n in divisible}
 
 
-def _gpu_constexprs(spec) -> tuple:
-    """The recorded compile-time constants and options as the GPU compiles them."""
+def _gpu_constexprs(spec, nvidia: bool = True) -> tuple:
+    """The recorded compile-time constants and options as the GPU compiles them (off NVIDIA
+    the overlap and the prefetch stay off, as recorded under the interpreter)."""
     constexprs = dict(spec["constexprs"])
     options = dict(spec["options"])
     if "INTERPRET" in constexprs:  # recorded under the interpreter: compile the GPU path
         constexprs["INTERPRET"] = False
+    if not nvidia:
+        return constexprs, options
     if "PDL" in constexprs:  # and with the overlap the GPU turns on (overlap.enabled)
         constexprs["PDL"] = True
         options["launch_pdl"] = True
@@ -547,27 +571,27 @@ def _gpu_constexprs(spec) -> tuple:
     return constexprs, options
 
 
-# the most dynamic shared memory one block may use (H100/H200)
-SM90_SHARED_BYTES = 232448
-
-
-def compile_all(path: str) -> int:
+def compile_all(path: str, target: str = "sm90") -> int:
+    """Compile every recorded launch for the target, each refused as its launch would be
+    where it asks more shared memory than a block may use; prints a line each and returns
+    the failures."""
     failures = 0
+    limit = TARGETS[target].shared_bytes
     with open(path) as f:
         specs = json.load(f)
     for spec in specs:
         try:
-            kernel, _ = compile_for_sm90(spec)
-            if kernel.metadata.shared > SM90_SHARED_BYTES:  # the launch would be refused
-                raise RuntimeError(f"{kernel.metadata.shared} B of shared memory > "
-                                   f"{SM90_SHARED_BYTES} per block on sm_90")
+            kernel, _ = compile_for(spec, target)
+            if kernel.metadata.shared > limit:  # the launch would be refused
+                raise RuntimeError(f"{kernel.metadata.shared} B of shared memory > {limit} "
+                                   f"per block on {target}")
             print(f"ok   {spec['name']} {spec['constexprs']}")
         except Exception as exc:  # noqa: BLE001 - every failure is reported by name
             failures += 1
             print(f"FAIL {spec['name']} {spec['constexprs']}: {type(exc).__name__}: {exc}")
     import triton
 
-    print(f"compiled {len(specs) - failures} of {len(specs)} for sm_90 with Triton "
+    print(f"compiled {len(specs) - failures} of {len(specs)} for {target} with Triton "
           f"{triton.__version__}")
     return failures
 
@@ -602,5 +626,7 @@ if __name__ == "__main__":
         loops(path, sys.argv[3] if len(sys.argv) > 3 else "")
     elif mode == "sass":
         write_sass(path, sys.argv[3])
+    elif mode == "compile":
+        sys.exit(1 if compile_all(path, sys.argv[3] if len(sys.argv) > 3 else "sm90") else 0)
     else:
-        sys.exit(1 if compile_all(path) else 0)
+        sys.exit(f"unknown mode {mode!r}")

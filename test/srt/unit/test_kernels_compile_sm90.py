@@ -8,13 +8,12 @@ Both with this venv's Triton and, when installed (``.ci/run`` installs it), with
 machine's (``DEVICE_TRITON``): the two versions accept different code, and a kernel that
 only the GPU's rejects would otherwise cost a device call to find."""
 
-import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from compile_runs import compile_every, run
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
@@ -23,53 +22,19 @@ DEVICE_TRITON = "3.6.0"
 DEVICE_TRITON_DIR = ROOT / ".cache" / f"triton-{DEVICE_TRITON}"
 
 
-def _run(mode, specs, interpret, triton_dir=None):
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    if interpret:
-        env["TRITON_INTERPRET"] = "1"
-    if triton_dir is not None:
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(triton_dir),
-                                                          env.get("PYTHONPATH")]))
-    return subprocess.run([sys.executable, str(HERE / "sm90_compile.py"), mode, str(specs)],
-                          capture_output=True, text=True, timeout=900, env=env)
-
-
-def _record(record_mode, path):
-    recorded = _run(record_mode, path, interpret=True)
-    assert recorded.returncode == 0, recorded.stderr[-3000:]
-    assert "distinct launches" in recorded.stdout
-    return path
-
-
-def _compile(specs, triton_dir=None):
-    """Compile every recorded launch; returns the Triton version that compiled them."""
-    compiled = _run("compile", specs, interpret=False, triton_dir=triton_dir)
-    assert compiled.returncode == 0, compiled.stdout[-4000:] + compiled.stderr[-2000:]
-    assert "FAIL" not in compiled.stdout
-    n = len(json.loads(specs.read_text()))
-    summary = compiled.stdout.strip().splitlines()[-1]
-    assert summary.startswith(f"compiled {n} of {n} for sm_90 with Triton "), summary
-    return summary.rsplit(" ", 1)[-1]
-
-
-@pytest.fixture(scope="module")
-def real_stage_specs(tmp_path_factory):
-    return _record("record-real-stages", tmp_path_factory.mktemp("real") / "specs.json")
-
-
-def test_every_launch_compiles_for_sm90(tmp_path):
-    _compile(_record("record", tmp_path / "specs.json"))
+def test_every_launch_compiles_for_sm90(tiny_launch_specs):
+    compile_every(tiny_launch_specs)
 
 
 def test_every_real_shape_stage_launch_fits_sm90(real_stage_specs):
-    _compile(real_stage_specs)
+    compile_every(real_stage_specs)
 
 
 def test_every_real_shape_form_of_the_one_launch_fits_an_h200_at_once(real_stage_specs):
     """attn_out's programs wait for each other inside the launch: each of its recorded forms
     at one TP8 rank must have every program resident at once on an H200 (ptxas' registers and
     the shared memory against its multiprocessors), or its first launch on the GPU refuses."""
-    checked = _run("resident", real_stage_specs, interpret=False)
+    checked = run("resident", real_stage_specs)
     assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-3000:]
     summary = checked.stdout.strip().splitlines()[-1]
     assert summary.startswith("resident ") and int(summary.split()[1]) >= 5, summary
@@ -79,7 +44,7 @@ def test_every_real_shape_form_of_the_one_launch_fits_an_h200_at_once(real_stage
                     reason=f"the GPU machine's Triton {DEVICE_TRITON} is not installed at "
                            f"{DEVICE_TRITON_DIR.relative_to(ROOT)} (.ci/run installs it)")
 def test_every_real_shape_stage_launch_compiles_with_the_gpu_machines_triton(real_stage_specs):
-    assert _compile(real_stage_specs, triton_dir=DEVICE_TRITON_DIR) == DEVICE_TRITON
+    assert compile_every(real_stage_specs, triton_dir=DEVICE_TRITON_DIR) == DEVICE_TRITON
 
 
 def test_sass_loops_counts_each_loop_body_by_class():
