@@ -25,8 +25,9 @@ machine's). Pointers compile as 16-byte aligned, as the GPU's JIT sees torch's t
     TRITON_INTERPRET=1 python sm90_compile.py record-real real.json
     python sm90_compile.py resources real.json
 
-``resident real.json`` checks that every recorded form of attn_out's one launch (whose
-programs wait for each other inside it) fits an H200 all at once, from ptxas' counts.
+``resident real.json [sm90|sm100]`` checks that every recorded form of attn_out's one launch
+(whose programs wait for each other inside it) fits an H200 (or a B200) all at once, from
+ptxas' counts.
 
 ``loops`` (optionally ``loops real.json _sparse_attn_kernel``) disassembles each launch's
 sm_90a cubin with Triton's bundled nvdisasm and prints, for every loop, its instructions a
@@ -356,26 +357,27 @@ def _drive_real(persistent_too: bool = True) -> None:
     print("recorded the layers on a pool's slot table", flush=True)
 
 
-def resource_rows(path: str, name: str = "") -> list:
+def resource_rows(path: str, name: str = "", target: str = "sm90") -> list:
     """(bytes spilled, registers, shared memory, kernel, options, constexprs) of each recorded
-    launch (of the kernel `name`, or every one) compiled for sm_90a as the GPU's JIT would
-    (pointers 16-byte aligned), ptxas' counts."""
+    launch (of the kernel `name`, or every one) compiled for an NVIDIA target (sm_90a unless
+    named) as the GPU's JIT would (pointers 16-byte aligned), ptxas' counts."""
     import subprocess
     import tempfile
     from pathlib import Path
 
     import triton
 
-    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "ptxas"
+    binary, gpu_name = TARGETS[target].ptxas
+    ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / binary
     rows = []
     with open(path) as f:
         specs = [s for s in json.load(f) if not name or s["name"] == name]
     for spec in specs:
-        kernel, options = compile_for(spec)
+        kernel, options = compile_for(spec, target)
         with tempfile.TemporaryDirectory() as tmp:
             ptx = Path(tmp) / "k.ptx"
             ptx.write_text(kernel.asm["ptx"])
-            out = subprocess.run([str(ptxas), "-v", "--gpu-name", "sm_90a", str(ptx), "-o",
+            out = subprocess.run([str(ptxas), "-v", "--gpu-name", gpu_name, str(ptx), "-o",
                                   str(Path(tmp) / "k.cubin")], capture_output=True, text=True)
         info = " ".join(out.stderr.split())
         regs = int(info.split("Used ")[1].split(" registers")[0])
@@ -396,12 +398,13 @@ def resources(path: str) -> None:
               f"{consts}")
 
 
-def resident(path: str) -> None:
-    """attn_out's one launch at one GLM-5.3 TP8 rank's shapes, each recorded form against an
-    H200 (132 multiprocessors, 64K registers, 228 KB of shared memory, 2048 threads each):
-    its programs must all be resident at once (``attn_out._check_resident``, which would
-    refuse the form at its first launch on the GPU). Prints one line a form, then "resident
-    N of N"; raises on the first that would not fit."""
+def resident(path: str, target: str = "sm90") -> None:
+    """attn_out's one launch at one GLM-5.3 TP8 rank's shapes, each recorded form against the
+    target's GPU (an H200: 132 multiprocessors, 64K registers, 228 KB of shared memory, 2048
+    threads each; a B200: 148 of the same): its programs must all be resident at once
+    (``attn_out._check_resident``, which would refuse the form at its first launch on the
+    GPU). Prints one line a form, then "resident N of N"; raises on the first that would not
+    fit."""
     from types import SimpleNamespace
 
     import torch
@@ -410,8 +413,8 @@ def resident(path: str) -> None:
     from sglang.srt.layers.fused_decode.reference.config import glm53_config
 
     hidden = glm53_config().hidden_size
-    attn_out._multiprocessors = lambda index: (132, 65536, 233472, 2048)
-    rows = resource_rows(path, "_vo_kernel")
+    attn_out._multiprocessors = lambda index: TARGETS[target].multiprocessors
+    rows = resource_rows(path, "_vo_kernel", target)
     for spill, regs, shared, name, options, consts in rows:
         programs = consts["NH"] * (hidden // consts["BLOCK_N"])
         kernel = SimpleNamespace(n_regs=regs, metadata=SimpleNamespace(shared=shared),
@@ -517,14 +520,19 @@ class Target(NamedTuple):
     gpu: tuple  # Triton's GPUTarget (backend, arch, warp size)
     shared_bytes: int  # the most shared memory (LDS) one block may use
     nvidia: bool  # compiled with the overlap (PDL) and the persistent kernel's prefetch
+    ptxas: tuple = ()  # (Triton's bundled ptxas for it, its --gpu-name): register counts
+    # a named GPU's multiprocessors: (count, 32-bit registers, shared memory, threads) each
+    multiprocessors: tuple = ()
 
 
 # H100/H200 (this project's GPUs); B200, where the portable Triton path runs as it is (the
 # sm90 CuTe DSL kernels are Hopper-only); MI355X, the declared AMD target (amd/gfx950), where
 # the overlap is off (``overlap.enabled``): the same sources, no vendor-only intrinsic
 TARGETS = {
-    "sm90": Target(("cuda", 90, 32), 232448, True),
-    "sm100": Target(("cuda", 100, 32), 232448, True),
+    "sm90": Target(("cuda", 90, 32), 232448, True, ("ptxas", "sm_90a"),
+                   (132, 65536, 233472, 2048)),  # an H200
+    "sm100": Target(("cuda", 100, 32), 232448, True, ("ptxas-blackwell", "sm_100a"),
+                    (148, 65536, 233472, 2048)),  # a B200
     "gfx950": Target(("hip", "gfx950", 64), 163840, False),
 }
 
@@ -621,7 +629,7 @@ if __name__ == "__main__":
     elif mode == "resources":
         resources(path)
     elif mode == "resident":
-        resident(path)
+        resident(path, sys.argv[3] if len(sys.argv) > 3 else "sm90")
     elif mode == "loops":
         loops(path, sys.argv[3] if len(sys.argv) > 3 else "")
     elif mode == "sass":

@@ -6,7 +6,8 @@ compiler: every launch of the fused layer (the tiny config's, the knobs' other f
 persistent kernel included) and every stage kernel at one GLM-5.3 TP8 rank's real shapes
 compiles with this venv's Triton for B200 (sm_100, with the overlap, as on Hopper) and for
 MI355X (gfx950, the declared ``amd/gfx950`` target, without it: ``overlap.enabled`` is off
-there), each launch within that GPU's shared memory (LDS) a block. Nothing here runs them.
+there), each launch within that GPU's shared memory (LDS) a block, and attn_out's one launch
+(its programs wait for each other) all resident at once on a B200. Nothing here runs them.
 """
 
 import json
@@ -26,6 +27,16 @@ def test_every_launch_compiles_for(target, tiny_launch_specs):
 @pytest.mark.parametrize("target", TARGETS)
 def test_every_real_shape_stage_launch_fits(target, real_stage_specs):
     compile_every(real_stage_specs, target)
+
+
+def test_every_real_shape_form_of_the_one_launch_fits_a_b200_at_once(real_stage_specs):
+    """attn_out's programs wait for each other inside the launch, so on Blackwell too each
+    recorded form at one TP8 rank must have every program resident at once (ptxas' sm_100a
+    registers and the shared memory against a B200's 148 multiprocessors)."""
+    checked = run("resident", real_stage_specs, "sm100")
+    assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-3000:]
+    summary = checked.stdout.strip().splitlines()[-1]
+    assert summary.startswith("resident ") and int(summary.split()[1]) >= 5, summary
 
 
 def test_an_nvidia_only_form_is_refused_for_amd(real_stage_specs, tmp_path):
