@@ -12,6 +12,8 @@ with the routed experts the run really touched).
     PYTHONPATH=python:sgl-kernel-ext python3 -m benchmark.decode_layer --out $OUT
 
 `--dry` runs the tiny config on the CPU (no timing; needs TRITON_INTERPRET=1) to check wiring.
+`--variant NAME` times the fused arms under one of tiling_probe's VARIANTS (an opt-in form's
+release table before it becomes the default; meta.variant says which).
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from .stock import STOCK_OPS, Rows, stock_forward
 ARMS = ("stock", "upstream", "fused", "fused_stages")
 
 
-def parse():
+def parse(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--kinds", default="dense,moe_idx,moe")
     p.add_argument("--ms", default="1,2,4,8,16")
@@ -44,7 +46,10 @@ def parse():
     p.add_argument("--results", default=str(H.REPO / "benchmark" / "results"))
     p.add_argument("--dry", action="store_true", help="tiny config on the CPU, no timing")
     p.add_argument("--seed", type=int, default=0)
-    return p.parse_args()
+    p.add_argument("--variant", default="baseline",
+                   help="the fused arms under one of tiling_probe's VARIANTS' knob settings "
+                        "(the stock and upstream arms use none of those knobs)")
+    return p.parse_args(argv)
 
 
 def rel_err(a, b):
@@ -52,8 +57,17 @@ def rel_err(a, b):
     return ((a - b).norm() / b.norm().clamp_min(1e-30)).item()
 
 
-def main():
-    args = parse()
+def main(argv=None):
+    args = parse(argv)
+    from . import tiling_probe
+
+    modules = tiling_probe.knob_modules()
+    with tiling_probe.applied(args.variant, modules, tiling_probe.derived_values(modules)):
+        run(args)
+
+
+def run(args):
+    """The table of parse()'s arguments, written as decode_layer_<stamp>.json."""
     from sglang.srt.layers.fused_decode.reference.config import glm53_config, tiny_config
     from sglang.srt.layers.fused_decode.reference.model import layer_forward
 
@@ -66,7 +80,7 @@ def main():
     ls = [int(v) for v in args.ls.split(",")] if not args.dry else [40]
     arms = [a for a in args.arms.split(",") if a]
     meta = {"benchmark": "decode_layer", "tp": tp, "kv_dtype": "bf16", "copies": args.copies,
-            "replays": args.replays, "args": H.portable_args(args)}
+            "replays": args.replays, "variant": args.variant, "args": H.portable_args(args)}
     if not args.dry:
         meta.update(H.run_meta(dev))
         bw = H.measure_bandwidth(dev)

@@ -18,10 +18,11 @@
 #                                         # defaults: tiling_probe's variants of them against
 #                                         # the baseline (PENDING), then their GPU tests
 #   bash benchmark/release_run.sh vo      # absorb_v and o_proj as one launch (attn_out): its
-#                                         # GPU test, its forms against the baseline (VO), its
-#                                         # timeline, compute-sanitizer on it (about 9 minutes
-#                                         # after the install, a call of its own: the
-#                                         # sanitizer last, the part a short call loses)
+#                                         # GPU test, then its forms against the baseline (VO;
+#                                         # about 8 minutes after the install, a call of its own)
+#   bash benchmark/release_run.sh vo_bench VARIANT # the form the probe chose: its release
+#                                         # table beside stock, its timeline, compute-sanitizer
+#                                         # with it on (the part a short call loses)
 # Logs go into $OUT/logs.tgz; JSON results into $OUT. SANITIZE_S=0 skips compute-sanitizer in
 # `tests` (default: 90 s a tool).
 set -u
@@ -126,8 +127,7 @@ run_pending() {  # the probe first: if the call runs out of time, the timings ar
 }
 # absorb_v and o_proj as one launch (attn_out, opt-in; written 2026-12-04 without a GPU): its
 # GPU test first (a wait inside the launch: a wrong one gives up only after seconds a
-# program), then its forms against the baseline at 1, 2, 4 and 16 rows, then the timeline of
-# its default form
+# program), then its forms against the baseline at 1, 2, 4 and 16 rows
 VO_TESTS="absorb_v_and_o_proj"
 VO="vo_one_launch,vo_one_launch_512,vo_one_launch_128,vo_one_launch_l2,vo_one_launch_combine"
 VO="$VO,vo_one_launch_ls8"
@@ -144,9 +144,18 @@ run_vo() {
   local probe
   probe=$(ls -t "$OUT"/tiling_probe_*.json 2>/dev/null | head -1)
   if [ -n "$probe" ]; then python3 -m benchmark.tiling_probe --table "$probe"; fi
+}
+# the form the probe chose ($1, a tiling_probe variant): its release table beside the stock
+# arm (decode_layer --variant), its timeline, then compute-sanitizer with it on
+run_vo_bench() {
+  local variant=${1:?"vo_bench needs the variant the probe chose, e.g. vo_one_launch"}
+  timeout 150 python3 -m benchmark.decode_layer --replays 10 --check --ls 2048 \
+    --ms 1,2,4,8,12,16 --arms stock,fused --variant "$variant" --out "$OUT" \
+    > "$L/decode_layer_$variant.log" 2>&1
+  echo "decode_layer rc=$?"; grep -E "^\|" "$L/decode_layer_$variant.log" | tail -20
   timeout 90 python3 -m benchmark.graph_timeline --out "$OUT" --kinds moe --rows 1 16 \
-    --variant vo_one_launch > "$L/graph_timeline_vo.log" 2>&1
-  echo "graph_timeline rc=$?"; tail -40 "$L/graph_timeline_vo.log" | grep -v "^\s*$"
+    --variant "$variant" > "$L/graph_timeline_$variant.log" 2>&1
+  echo "graph_timeline rc=$?"; tail -40 "$L/graph_timeline_$variant.log" | grep -v "^\s*$"
   sanitize_fused_layer 90 4 vo
 }
 case "${1:-}" in
@@ -157,7 +166,9 @@ case "${1:-}" in
   pending) run_pending ;;
   pending_long) run_pending_long ;;
   vo) run_vo ;;
-  *) echo "usage: release_run.sh tests|bench|all|long|pending|pending_long|vo" >&2; exit 2 ;;
+  vo_bench) run_vo_bench "${2:-}" ;;
+  *) echo "usage: release_run.sh tests|bench|all|long|pending|pending_long|vo|vo_bench VARIANT" >&2
+     exit 2 ;;
 esac
 tar czf "$OUT/logs.tgz" -C .cache logs
 tar czf "$OUT/triton.tgz" -C .cache triton 2>/dev/null

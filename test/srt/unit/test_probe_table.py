@@ -190,3 +190,18 @@ def test_probe_runs_its_variants_through_on_cpu(tmp_path, monkeypatch):
     for r in rows:
         assert r["us"] == 2.0 and 4 <= r["experts_touched"] <= 8  # 2 rows x top-4 of 16
         assert r["floor_us"] > 0 and r["fraction_of_floor"] == r["floor_us"] / 2.0
+
+
+def test_decode_layer_times_its_fused_arms_under_a_variant(monkeypatch):
+    """decode_layer --variant: its run sees the variant's knobs (an opt-in form's release
+    table, e.g. attn_out's one launch), restored after it; the default is the baseline."""
+    from benchmark import decode_layer
+    from sgl_kernel_ext.triton import attn_out
+
+    before = attn_out.MAX_ROWS
+    seen = []
+    monkeypatch.setattr(decode_layer, "run",
+                        lambda args: seen.append((args.variant, attn_out.MAX_ROWS)))
+    decode_layer.main(["--variant", "vo_one_launch"])
+    decode_layer.main([])
+    assert seen == [("vo_one_launch", 16), ("baseline", before)] and attn_out.MAX_ROWS == before
