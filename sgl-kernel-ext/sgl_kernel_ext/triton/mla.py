@@ -1203,11 +1203,12 @@ def attention_step(topk: int, splits: int) -> tuple:
 
 
 def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_ml, olat,
-                     kv_lora: int, rope: int, merge: bool = True, slot_rows=None) -> None:
+                     kv_lora: int, rope: int, merge: bool = True, slot_rows=None,
+                     early_dependents: bool = False) -> None:
     """olat bf16 [M, heads, kv_lora] = softmax(scale * qcat . K) . c_kv over each row's top-k
     (context positions, -1 = none); part_o fp32 [M, S, heads, kv_lora], part_ml [M, S, heads, 2].
     merge=False leaves the chunks unmerged (``absorb_v_merges``). token_slots, slot_rows:
-    ``slot_args``."""
+    ``slot_args``. early_dependents: the merge kernel's (``combine``)."""
     m, nh, _ = qcat.shape
     splits = part_o.shape[1]
     k = topk.shape[1]
@@ -1226,7 +1227,7 @@ def sparse_attention(qcat, kv_cache, topk, token_slots, sm_scale, part_o, part_m
         **({"maxnreg": ATTN_MAXNREG} if ATTN_MAXNREG else {}),
         **overlap.launch_kw())
     if merge:
-        combine(part_o, part_ml, olat)
+        combine(part_o, part_ml, olat, early_dependents)
 
 
 def combine(part_o, part_ml, olat, early_dependents: bool = False) -> None:

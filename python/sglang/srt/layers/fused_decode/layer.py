@@ -537,6 +537,8 @@ class FusedLayer:
         vc = (self.buf["vc_parts"], self.buf["vc_arrivals"])
         vo = attn_out.applies(m) and not self.sm90_o
         merge = not (attn_out.merges(m) if vo else mla.absorb_v_merges(*vc, m))
+        # the merge kernel before the one launch lets it start as the merge starts
+        vo_early = vo and attn_out.EARLY_AFTER_COMBINE
         if self.sm90_attn is not None and sm90.ATTN_FROM_ROWS <= m <= sm90.ATTN_MAX_ROWS:
             self.sm90_attn.sparse_attention(v("qcat"), self.kv_cache, topk, slots,
                                             cfg.softmax_scale, *attn_parts, slot_rows=rows,
@@ -544,11 +546,11 @@ class FusedLayer:
                                             stages=sm90.ATTN_STAGES,
                                             gatherers=sm90.attn_gatherers(m))
             if merge:
-                mla.combine(*attn_parts, v("olat"),
-                            early_dependents=vo and attn_out.EARLY_AFTER_COMBINE)
+                mla.combine(*attn_parts, v("olat"), early_dependents=vo_early)
         else:
             mla.sparse_attention(v("qcat"), self.kv_cache, topk, slots, cfg.softmax_scale,
-                                 *attn_parts, v("olat"), c, rope, merge=merge, slot_rows=rows)
+                                 *attn_parts, v("olat"), c, rope, merge=merge, slot_rows=rows,
+                                 early_dependents=vo_early)
         o_tails = (self.buf["o_arrivals"], v("attn_rows"), None, None, None)
         if vo:  # one launch; on one rank the heads' partials, summed by the norm
             attn = v("vo_parts")
