@@ -32,6 +32,16 @@ def _add_rms_norm_row(m, x_ptr, x_split: tl.constexpr, res_ptr, w_ptr, out_ptr, 
     offs = tl.arange(0, BLOCK)
     ok = offs < H
     x = sum_parts(x_ptr, x_split, M * H, m * H + offs, ok)
+    _add_rms_norm_values(m, x, offs, ok, res_ptr, w_ptr, out_ptr, res_out_ptr, xq_ptr, sx_ptr,
+                         H, eps, HAS_RES, HAS_OUT, QUANT, BLOCK, INTERPRET)
+
+
+@triton.jit
+def _add_rms_norm_values(m, x, offs, ok, res_ptr, w_ptr, out_ptr, res_out_ptr, xq_ptr, sx_ptr,
+                         H, eps, HAS_RES: tl.constexpr, HAS_OUT: tl.constexpr,
+                         QUANT: tl.constexpr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
+    """``_add_rms_norm_row`` of row m's input already summed (fp32 x [BLOCK], offs its
+    columns, ok those < H)."""
     s = x.to(tl.bfloat16).to(tl.float32)
     if HAS_RES:
         s += tl.load(res_ptr + m * H + offs, mask=ok, other=0.0).to(tl.float32)

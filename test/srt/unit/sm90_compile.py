@@ -276,6 +276,7 @@ def _drive_real(persistent_too: bool = True) -> None:
         setattr(attn_out, k, value)
     attn_out.MAX_ROWS, attn_out.INTERPRETER_PHASES = 0, (1, 2)
     print("recorded absorb_v and o_proj as one launch", flush=True)
+    _record_peer_norm(cfg.hidden_size)
     # the one-launch split top-k (the layers above stop at a 2048 context): 1 row at 32K, 16
     # rows at 8K (16 and 4 chunks a row) on 132 multiprocessors
     from sgl_kernel_ext.triton import topk as topk_kernel
@@ -355,6 +356,30 @@ def _drive_real(persistent_too: bool = True) -> None:
                 hid = torch.zeros(m, cfg.hidden_size, dtype=torch.bfloat16)
                 layer(hid, hid.clone(), batch, torch.zeros(m, cfg.index_topk, dtype=torch.int64))
     print("recorded the layers on a pool's slot table", flush=True)
+
+
+def _record_peer_norm(h: int) -> None:
+    """The TP all-reduce fused with the norm after it (peer_norm), in its GPU form: 8 ranks of
+    one node at 1 and 16 rows, bf16 and FP8 out (the post-attention norm), bf16 alone without
+    a residual (a first layer's)."""
+    import torch
+
+    from sgl_kernel_ext.triton import peer_norm
+
+    world = 8
+    recv, flags, state = peer_norm.buffers(world, 16, h, "cpu")
+    ptrs = torch.zeros(world, dtype=torch.int64)
+    peers = peer_norm.PeerRows(3, world, recv, flags, ptrs, ptrs, state)
+    peer_norm.INTERPRETER_PHASES = (3,)
+    w = torch.ones(h, dtype=torch.bfloat16)
+    for m in (1, 16):
+        rows = torch.zeros(m, h, dtype=torch.bfloat16)
+        xq = torch.empty(m, h, dtype=torch.float8_e4m3fn)
+        peer_norm.run_ranks_interpreted([(rows, peers, rows, w, 1e-5, rows, rows, xq,
+                                          torch.empty(m, h // 128))])
+        peer_norm.run_ranks_interpreted([(rows, peers, None, w, 1e-5, rows, rows)])
+    peer_norm.INTERPRETER_PHASES = (1, 2)
+    print("recorded the all-reduce with its norm", flush=True)
 
 
 def resource_rows(path: str, name: str = "", target: str = "sm90") -> list:
