@@ -135,7 +135,8 @@ def _peer_norm_kernel(x_ptr, recv_ptrs, flag_ptrs, recv_ptr, flags_ptr, state_pt
     if PHASE % 2 == 1:
         row = tl.load(x_ptr + m * H + offs, mask=ok, other=0.0)
         for p in tl.static_range(WORLD):
-            dst = tl.load(recv_ptrs + p).to(tl.pointer_type(tl.bfloat16))
+            # (symmetric memory is 16-byte aligned: the row's stores vectorize)
+            dst = tl.multiple_of(tl.load(recv_ptrs + p).to(tl.pointer_type(tl.bfloat16)), 16)
             tl.store(dst + ((half * WORLD + RANK) * ROWS + m) * H + offs, row, mask=ok)
         tl.debug_barrier()  # every thread's stores before the flags (cumulative release)
         for p in tl.static_range(WORLD):
