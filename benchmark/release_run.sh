@@ -23,6 +23,9 @@
 #   bash benchmark/release_run.sh vo_bench VARIANT # the form the probe chose: its release
 #                                         # table beside stock, its timeline, compute-sanitizer
 #                                         # with it on (the part a short call loses)
+#   bash benchmark/release_run.sh peer_norm # on nvidia-h200-x2: the fused all-reduce + norm's
+#                                         # two-GPU test, then its probe against torch's
+#                                         # symmetric-memory one-shot and NCCL (each + the norm)
 # Logs go into $OUT/logs.tgz; JSON results into $OUT. SANITIZE_S=0 skips compute-sanitizer in
 # `tests` (default: 90 s a tool).
 set -u
@@ -158,6 +161,17 @@ run_vo_bench() {
   echo "graph_timeline rc=$?"; tail -40 "$L/graph_timeline_$variant.log" | grep -v "^\s*$"
   sanitize_fused_layer 90 4 vo
 }
+# the TP all-reduce fused with the norm (triton.peer_norm; written 2026-12-05 without a GPU):
+# its test first (a wrong protocol gives up after seconds a program, not a hang), then the probe
+run_peer_norm() {
+  timeout 240 python3 -m pytest test/srt/kernels/test_peer_norm.py -q > "$L/pytest_peer_norm.log" 2>&1
+  local rc=$?
+  echo "pytest rc=$rc"; tail -3 "$L/pytest_peer_norm.log"
+  [ "$rc" -eq 0 ] || return 1
+  timeout 240 python3 -m benchmark.peer_norm_probe --world 2 --out "$OUT" \
+    > "$L/peer_norm_probe.log" 2>&1
+  echo "peer_norm_probe rc=$?"; grep -E "M=" "$L/peer_norm_probe.log" | tail -20
+}
 case "${1:-}" in
   tests) run_tests ;;
   bench) run_bench ;;
@@ -167,7 +181,8 @@ case "${1:-}" in
   pending_long) run_pending_long ;;
   vo) run_vo ;;
   vo_bench) run_vo_bench "${2:-}" ;;
-  *) echo "usage: release_run.sh tests|bench|all|long|pending|pending_long|vo|vo_bench VARIANT" >&2
+  peer_norm) run_peer_norm ;;
+  *) echo "usage: release_run.sh tests|bench|all|long|pending|pending_long|vo|vo_bench VARIANT|peer_norm" >&2
      exit 2 ;;
 esac
 tar czf "$OUT/logs.tgz" -C .cache logs
