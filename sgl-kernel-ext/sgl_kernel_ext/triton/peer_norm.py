@@ -28,8 +28,9 @@ so, never a hang. The peers' buffers are addressed through a table of their base
 process under the interpreter, whose programs run one after another, so there the launch runs
 as two, every rank's pushes first).
 
-Not yet run on a GPU (written 2026-12-05 while no device was lent), and not yet called by the
-layer: the layer still takes the all-reduce as a callable (``layer.Reduce``).
+Not yet run on a GPU (written 2026-12-05 while no device was lent). The fused layers call it
+where their all-reduce is a ``fused_decode.peer_reduce.PeerReduce`` (opt-in: the served model
+still hands them upstream's all-reduce).
 """
 
 from __future__ import annotations
@@ -166,11 +167,14 @@ def all_reduce_add_rms_norm(x: torch.Tensor, peers: PeerRows, residual: Optional
     """``norm.add_rms_norm`` of the sum over the group's ranks of x (bf16 [M, H], this
     rank's rows), summed in rank order in fp32 and rounded once to bf16. Every rank of the
     group calls it with the same M, in the same order of launches."""
+    call = (x, peers, residual, weight, eps, out, residual_out, out_q, out_s)
     if interpreting():
-        raise RuntimeError("under the interpreter the ranks' launches run phase by phase: "
-                           "use run_ranks_interpreted")
-    _launch(3, overlap.enabled(), x, peers, residual, weight, eps, out, residual_out, out_q,
-            out_s)
+        if peers.world != 1:
+            raise RuntimeError("under the interpreter the ranks' launches run phase by phase: "
+                               "use run_ranks_interpreted")
+        run_ranks_interpreted([call])  # a lone rank waits on nobody but itself
+        return
+    _launch(3, overlap.enabled(), *call)
 
 
 def run_ranks_interpreted(calls: list) -> None:

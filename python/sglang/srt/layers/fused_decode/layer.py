@@ -41,6 +41,7 @@ from sgl_kernel_ext.nvidia import sm90
 from sgl_kernel_ext.triton import topk as topk_kernel
 
 from . import persistent_step
+from .peer_reduce import fuses_norm
 from . import workspace as workspace_mod
 from .reference.batch import RowBatch
 from .reference.cache import Caches
@@ -406,7 +407,7 @@ class FusedLayer:
 
     def __call__(self, hidden: torch.Tensor, residual: Optional[torch.Tensor], batch: RowBatch,
                  topk_prev: Optional[torch.Tensor] = None, reuse_topk: bool = False,
-                 reduce: Optional[Reduce] = None
+                 reduce: Optional[Reduce] = None, hidden_is_partial: bool = False
                  ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """One step of m rows: (y, residual, top-k positions). A layer without an indexer
         attends `topk_prev`; with `reuse_topk` an indexer layer does too (the MTP draft's
@@ -417,8 +418,14 @@ class FusedLayer:
         `reduce` (the TP group's all-reduce, bf16 [m, H] in and out) sums the attention
         output across the ranks before the post-attention norm, as a served step needs
         (``runtime.run_layers`` passes it); None: this rank's part alone, the reference's
-        one-shard layer (tests and benchmarks: the same kernels, no exchange)."""
+        one-shard layer (tests and benchmarks: the same kernels, no exchange). A `reduce`
+        that takes the norm after it into its launch (``peer_reduce.PeerReduce``) does so
+        here; with `hidden_is_partial` (``runtime.run_layers``) `hidden` is this rank's part
+        of the previous layer's MLP output, summed in the input norm's launch."""
         m = batch.num_rows
+        if hidden_is_partial and not fuses_norm(reduce):
+            raise ValueError("hidden_is_partial needs a reduce that takes the input norm into "
+                             "its launch (a PeerReduce)")
         if "y" not in self.buf:
             raise RuntimeError("this layer's step buffers come from a Workspace that is not "
                                "finalized yet: build every layer, then call finalize()")
@@ -431,11 +438,16 @@ class FusedLayer:
                     f"{self.cfg.num_attention_heads} attention heads (a TP shard) and the "
                     "persistent one-launch layer has no all-reduce inside its launch: run "
                     "TP > 1 on the stage kernels (SGL_KERNEL_EXT_PERSISTENT=0)")
+            if hidden_is_partial:
+                raise RuntimeError("the persistent one-launch layer has no all-reduce inside "
+                                   "its launch: a partial hidden needs the stage kernels")
             return persistent_step.step(self, hidden, residual, batch, topk_prev, m, reuse_topk)
         with overlap.step_rows(m):
-            return self._step(hidden, residual, batch, topk_prev, m, reuse_topk, reduce)
+            return self._step(hidden, residual, batch, topk_prev, m, reuse_topk, reduce,
+                              hidden_is_partial)
 
-    def _step(self, hidden, residual, batch, topk_prev, m, reuse_topk=False, reduce=None):
+    def _step(self, hidden, residual, batch, topk_prev, m, reuse_topk=False, reduce=None,
+              hidden_is_partial=False):
         cfg, lw, a = self.cfg, self.lw, self.lw.attn
         v = lambda name: self._view(name, m)  # noqa: E731
         pos, slots, rows = batch.positions, batch.slot_table, batch.slot_rows
@@ -443,8 +455,11 @@ class FusedLayer:
         res = v("residual")
         # the indexer's bf16 [wk; weights_proj] GEMM also reads the normed row unquantized
         x = v("x") if self.runs_indexer else None
-        norm.add_rms_norm(hidden, residual, lw.input_norm, eps, x, res, v("xq"), v("xs"),
-                          self.prefetch_regions if overlap.LAYER_PREFETCH else None)
+        if hidden_is_partial:
+            reduce.add_rms_norm(hidden, residual, lw.input_norm, eps, x, res, v("xq"), v("xs"))
+        else:
+            norm.add_rms_norm(hidden, residual, lw.input_norm, eps, x, res, v("xq"), v("xs"),
+                              self.prefetch_regions if overlap.LAYER_PREFETCH else None)
         side = m in self.attn_side_work  # q_a|kv_a + latent + q_b: one attn_side launch
         fused_latent = not side and self._latent_in_q_b(m)
         tails = (self.buf["qkv_arrivals"], v("rows_q"), v("ss_q"), v("rows_kv"), v("ss_kv"))
@@ -571,14 +586,18 @@ class FusedLayer:
                                       *(None,) * 3, *self.tile_o[:2],
                                       tails=o_tails if self.sharded else None)
             attn = v("y_attn")  # one rank holds every head: the split-K partials
-        if self.sharded:
-            attn = v("attn_rows") if reduce is None else reduce(v("attn_rows"))
-            if attn.shape != (m, cfg.hidden_size) or attn.dtype != torch.bfloat16:
-                raise ValueError(f"the all-reduce returned {tuple(attn.shape)} {attn.dtype}; "
-                                 f"the norm reads bf16 [{m}, {cfg.hidden_size}]")
-        norm.add_rms_norm(attn.contiguous(), res, lw.post_attention_norm, eps, v("x2"), res,
-                          v("x2q"), v("x2s"),
-                          self.next_regions if overlap.NEXT_LAYER_PREFETCH else None)
+        if self.sharded and fuses_norm(reduce):  # the all-reduce and the norm: one launch
+            reduce.add_rms_norm(v("attn_rows"), res, lw.post_attention_norm, eps, v("x2"), res,
+                                v("x2q"), v("x2s"))
+        else:
+            if self.sharded:
+                attn = v("attn_rows") if reduce is None else reduce(v("attn_rows"))
+                if attn.shape != (m, cfg.hidden_size) or attn.dtype != torch.bfloat16:
+                    raise ValueError(f"the all-reduce returned {tuple(attn.shape)} "
+                                     f"{attn.dtype}; the norm reads bf16 [{m}, {cfg.hidden_size}]")
+            norm.add_rms_norm(attn.contiguous(), res, lw.post_attention_norm, eps, v("x2"), res,
+                              v("x2q"), v("x2s"),
+                              self.next_regions if overlap.NEXT_LAYER_PREFETCH else None)
         self._mlp(pos, m)
         return v("y"), res, topk
 

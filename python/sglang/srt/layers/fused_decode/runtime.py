@@ -39,6 +39,7 @@ from typing import Callable, Dict, Optional, Sequence
 
 import torch
 
+from .peer_reduce import fuses_norm
 from .reference.batch import RowBatch
 from .reference.cache import INDEX_PAGE_BYTES, Caches
 from .reference.config import INDEX_PAGE_SIZE
@@ -111,17 +112,25 @@ def run_layers(layers: Sequence, hidden: torch.Tensor, batch: RowBatch, reduce: 
     """Every fused layer in order, then the final norm: the post-norm hidden state [M, H].
     `carried` (the MTP draft's top-k carried across its iterations) is attended by the first
     layer in place of its indexer. `reduce` runs twice a layer: inside it on the attention
-    output, and here on its MLP output."""
+    output, and here on its MLP output. A `reduce` that takes the norm after it into its
+    launch (``peer_reduce.PeerReduce``) sums a layer's MLP output in the next layer's input
+    norm instead (not under a hook: check mode compares each layer from its summed input);
+    the last layer's is summed here, before the final norm."""
     residual, topk = None, carried
+    across = fuses_norm(reduce) and hook is None
+    partial = False
     for i, layer in enumerate(layers):
         kw = {"reduce": reduce}
         if carried is not None and i == 0:
             kw["reuse_topk"] = True
+        if partial:
+            kw["hidden_is_partial"] = True
         if hook is None:
             y, residual, topk = layer(hidden, residual, batch, topk, **kw)
         else:
             y, residual, topk = hook(i, layer, hidden, residual, batch, topk, **kw)
-        hidden = reduce(y)
+        partial = across and i + 1 < len(layers)
+        hidden = y if partial else reduce(y)
     return final_norm(hidden, residual)
 
 
