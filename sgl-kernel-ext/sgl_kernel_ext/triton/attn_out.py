@@ -51,11 +51,16 @@ from .overlap import prefetch_rows, stage_begin
 from .quant import _FIXED_ONE, add_fixed, to_e4m3
 
 # steps of at most this many rows run absorb_v and o_proj as this one launch (0: never; the
-# layer also keeps the two stage kernels where o_proj runs on sm90's fp8_mma)
-MAX_ROWS = 0
+# layer also keeps the two stage kernels where o_proj runs on sm90's fp8_mma). On an H200 at
+# one TP8 rank (tiling_probe_20261205T044923Z, T044837Z at c01c8f7) it takes 1.3-1.6 us off a
+# MoE layer at 1 row, nothing at 2, and adds 6.8 / 15.4 / 20.0 / 15.5 us at 4 / 8 / 12 / 16
+# (the stage kernels' many programs stream o_proj faster than its few resident ones); the
+# 256- and 128-column forms at 16 rows compile to too many registers to be all resident
+MAX_ROWS = 1
 # o_proj's output columns a program (a power of two, a multiple of 64): with 8 heads a rank and
-# N = 6144, 256 gives 192 programs (two a multiprocessor), 512 gives 96
-BLOCK_N = 256
+# N = 6144, 256 gives 192 programs (two a multiprocessor), 512 gives 96 (-1.5 / -1.6 us at one
+# row, where 256 gave -1.3: same runs)
+BLOCK_N = 512
 WARPS = 8
 # the most programs of a head that multiply a latent slice: each adds its [M, V] product into
 # the sums with M * V 64-bit atomics (M * V * heads * LS a launch: 524K at 16 rows, 16 slices
