@@ -525,21 +525,27 @@ VARIANTS = {
                                             ("sm90", "ATTN_GATHERERS_FROM_ROWS"): 4},
     "absorb_early_dependents_3_stages": {("mla", "ABSORB_EARLY_DEPENDENTS_FROM_ROWS"): 3,
                                          ("sm90", "ATTN_STAGES"): 3},
-    # absorb_v and o_proj as one launch (attn_out): programs of 256 output columns (192 of
-    # 96 KB, two a multiprocessor), of 512 (96, one), of 128 (384 of 64 KB: one fits beside an
-    # attention CTA's 144 KB), or of 256 with the weights prefetched into L2 before the wait
-    # and loaded after it
-    "vo_one_launch": {("attn_out", "MAX_ROWS"): 16},
+    # absorb_v and o_proj as one launch (attn_out) at every row count (default: 1 row, 512
+    # columns a program): programs of 256 output columns (192 of 96 KB, two a
+    # multiprocessor), of 512 (96, one), of 128 (384 of 64 KB: one fits beside an attention
+    # CTA's 144 KB), or of 256 with the weights prefetched into L2 before the wait and loaded
+    # after it. At c01c8f7 on an H200: -1.3..-1.6 us at 1 row, +0.1 at 2, +6.8..+20 from 4
+    # (512), and the 256- and 128-column forms refused at 16 rows (not all resident):
+    # tiling_probe_20261205T044837Z, T044923Z
+    "vo_one_launch": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "BLOCK_N"): 256},
     "vo_one_launch_512": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "BLOCK_N"): 512},
     "vo_one_launch_128": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "BLOCK_N"): 128},
-    "vo_one_launch_l2": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "W_EARLY"): False},
+    "vo_one_launch_l2": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "BLOCK_N"): 256,
+                         ("attn_out", "W_EARLY"): False},
     # ... with at most 8 programs a head multiplying a latent slice (half the atomics; 4 would
     # take 134-162 registers, one program a multiprocessor: not all 192 resident)
-    "vo_one_launch_ls8": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "MAX_LATENT_SLICES"): 8},
+    "vo_one_launch_ls8": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "BLOCK_N"): 256,
+                          ("attn_out", "MAX_LATENT_SLICES"): 8},
     # ... after the attention's merge kernel from 2 rows (default: merged inside at every
     # row count), launched as the merge starts or only after its wait
-    "vo_one_launch_combine": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "MERGE_MAX_ROWS"): 1},
-    "vo_one_launch_combine_late": {("attn_out", "MAX_ROWS"): 16,
+    "vo_one_launch_combine": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "BLOCK_N"): 256,
+                              ("attn_out", "MERGE_MAX_ROWS"): 1},
+    "vo_one_launch_combine_late": {("attn_out", "MAX_ROWS"): 16, ("attn_out", "BLOCK_N"): 256,
                                    ("attn_out", "MERGE_MAX_ROWS"): 1,
                                    ("attn_out", "EARLY_AFTER_COMBINE"): False},
     # the weight slots an attn_side worker asks for before its wait (default: its first lap)

@@ -48,8 +48,8 @@ def test_a_variant_applied_is_restored_after_its_block():
     modules = tp.knob_modules()
     derived = tp.derived_values(modules)
     before = attn_out.MAX_ROWS, attn_out.BLOCK_N
-    with tp.applied("vo_one_launch_512", modules, derived):
-        assert (attn_out.MAX_ROWS, attn_out.BLOCK_N) == (16, 512)
+    with tp.applied("vo_one_launch_128", modules, derived):
+        assert (attn_out.MAX_ROWS, attn_out.BLOCK_N) == (16, 128)
     assert (attn_out.MAX_ROWS, attn_out.BLOCK_N) == before
     with pytest.raises(RuntimeError):
         with tp.applied("vo_one_launch", modules, derived):
