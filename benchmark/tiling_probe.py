@@ -517,7 +517,10 @@ VARIANTS = {
     "absorb_early_dependents": {("mla", "ABSORB_EARLY_DEPENDENTS_FROM_ROWS"): 3},
     "absorb_late_dependents": {("mla", "ABSORB_EARLY_DEPENDENTS_FROM_ROWS"): 0},
     # with the attention beside it, absorb's w_kc tile loaded before its wait at every row
-    # count (default: up to mla.ABSORB_W_EARLY_MAX_ROWS, with the indexer), or not prefetched
+    # count (default: up to mla.ABSORB_W_EARLY_MAX_ROWS, with the indexer), or not prefetched.
+    # At 78f0b17 on an H200 neither pays: the first -0.4..+2.4 us on a MoE layer and
+    # -0.2..+0.7 dense at 2-16 rows (tiling_probe_20261205T051451Z), the second +0.8 / +1.5 at
+    # 4 / 16 rows (T051419Z)
     "absorb_w_early_16": {("mla", "ABSORB_W_EARLY_MAX_ROWS"): 16,
                           ("mla", "ABSORB_W_EARLY_WITHOUT_INDEXER"): True},
     "absorb_no_prefetch": {("overlap", "PREFETCH_OFF"): PREFETCH_OFF | {"absorb"}},
