@@ -25,9 +25,10 @@ machine's). Pointers compile as 16-byte aligned, as the GPU's JIT sees torch's t
     TRITON_INTERPRET=1 python sm90_compile.py record-real real.json
     python sm90_compile.py resources real.json
 
-``resident real.json [sm90|sm100]`` checks that every recorded form of attn_out's one launch
-(whose programs wait for each other inside it) fits an H200 (or a B200) all at once, from
-ptxas' counts.
+``resident real.json [sm90|sm100]`` says of every recorded form of attn_out's one launch
+(whose programs wait for each other inside it) whether it fits an H200 (or a B200) all at
+once, from ptxas' counts, and which is the form its knobs launch. Run it with the GPU's
+Triton: the venv's newer one compiles some forms to far fewer registers.
 
 ``loops`` (optionally ``loops real.json _sparse_attn_kernel``) disassembles each launch's
 sm_90a cubin with Triton's bundled nvdisasm and prints, for every loop, its instructions a
@@ -426,10 +427,11 @@ def resources(path: str) -> None:
 def resident(path: str, target: str = "sm90") -> None:
     """attn_out's one launch at one GLM-5.3 TP8 rank's shapes, each recorded form against the
     target's GPU (an H200: 132 multiprocessors, 64K registers, 228 KB of shared memory, 2048
-    threads each; a B200: 148 of the same): its programs must all be resident at once
-    (``attn_out._check_resident``, which would refuse the form at its first launch on the
-    GPU). Prints one line a form, then "resident N of N"; raises on the first that would not
-    fit."""
+    threads each; a B200: 148 of the same): whether its programs can all be resident at once
+    (``attn_out._check_resident``, which refuses a form that cannot at its first launch on the
+    GPU). Prints one line a form, "fits" or "refused", each with the form's constants and
+    whether it is the one the module's defaults launch at its row count ("default"), then
+    "resident K of N"."""
     from types import SimpleNamespace
 
     import torch
@@ -440,14 +442,27 @@ def resident(path: str, target: str = "sm90") -> None:
     hidden = glm53_config().hidden_size
     attn_out._multiprocessors = lambda index: TARGETS[target].multiprocessors
     rows = resource_rows(path, "_vo_kernel", target)
+    fits = 0
     for spill, regs, shared, name, options, consts in rows:
         programs = consts["NH"] * (hidden // consts["BLOCK_N"])
         kernel = SimpleNamespace(n_regs=regs, metadata=SimpleNamespace(shared=shared),
                                  _init_handles=lambda: None)
-        attn_out._check_resident(kernel, programs, options["num_warps"], torch.device("cpu"))
-        print(f"{programs} programs of {regs} registers and {shared // 1024} KB resident: "
-              f"{consts}")
-    print(f"resident {len(rows)} of {len(rows)}")
+        # the GPU's one launch (PHASE 3) in the knobs' form, at a row count they launch it
+        default = (consts["PHASE"] == 3 and consts["BLOCK_N"] == attn_out.BLOCK_N
+                   and consts["W_EARLY"] == attn_out.W_EARLY
+                   and consts["LS"] == attn_out.latent_slices(
+                       hidden // consts["BLOCK_N"], consts["C"], attn_out.MAX_LATENT_SLICES)
+                   and consts["MERGE"] == attn_out.merges(attn_out.MAX_ROWS)
+                   and 1 <= consts["MERGE_ROWS"] <= max(1, attn_out.MAX_ROWS))
+        try:
+            attn_out._check_resident(kernel, programs, options["num_warps"], torch.device("cpu"))
+            verdict = "fits"
+            fits += 1
+        except RuntimeError:
+            verdict = "refused"
+        print(f"{verdict}{' default' if default else ''}: {programs} programs of {regs} "
+              f"registers and {shared // 1024} KB: {consts}")
+    print(f"resident {fits} of {len(rows)}")
 
 
 # SASS opcodes by class, for ``loops``

@@ -30,14 +30,48 @@ def test_every_real_shape_stage_launch_fits_sm90(real_stage_specs):
     compile_every(real_stage_specs)
 
 
-def test_every_real_shape_form_of_the_one_launch_fits_an_h200_at_once(real_stage_specs):
-    """attn_out's programs wait for each other inside the launch: each of its recorded forms
-    at one TP8 rank must have every program resident at once on an H200 (ptxas' registers and
-    the shared memory against its multiprocessors), or its first launch on the GPU refuses."""
-    checked = run("resident", real_stage_specs)
+def _resident_forms(specs, triton_dir=None):
+    """sm90_compile's ``resident`` verdicts on attn_out's recorded forms: (verdict, default)
+    a form, after checking its summary line."""
+    checked = run("resident", specs, triton_dir=triton_dir)
     assert checked.returncode == 0, checked.stdout[-3000:] + checked.stderr[-3000:]
-    summary = checked.stdout.strip().splitlines()[-1]
-    assert summary.startswith("resident ") and int(summary.split()[1]) >= 5, summary
+    lines = checked.stdout.strip().splitlines()
+    forms = [(line.split(":")[0].split()[0], "default" in line.split(":")[0])
+             for line in lines if line.startswith(("fits", "refused"))]
+    fits = sum(verdict == "fits" for verdict, _ in forms)
+    assert lines[-1] == f"resident {fits} of {len(forms)}" and len(forms) >= 5, lines[-1]
+    return forms
+
+
+def _assert_defaults_fit(forms):
+    from sgl_kernel_ext.triton import attn_out
+
+    defaults = [verdict for verdict, default in forms if default]
+    if attn_out.MAX_ROWS >= 1:
+        assert defaults, "no recorded form of attn_out is the one its knobs launch"
+    assert all(verdict == "fits" for verdict in defaults), forms
+
+
+def test_the_one_launchs_default_form_fits_an_h200_at_once(real_stage_specs):
+    """attn_out's programs wait for each other inside the launch: the form its knobs launch
+    (attn_out.BLOCK_N, W_EARLY, at up to MAX_ROWS rows) at one TP8 rank must have every
+    program resident at once on an H200 (ptxas' registers and the shared memory against its
+    multiprocessors), or its first launch on the GPU refuses. The other recorded forms are
+    reported, not required: which fit depends on the Triton that compiles them."""
+    _assert_defaults_fit(_resident_forms(real_stage_specs))
+
+
+@pytest.mark.skipif(not (DEVICE_TRITON_DIR / "triton").is_dir(),
+                    reason=f"the GPU machine's Triton {DEVICE_TRITON} is not installed at "
+                           f"{DEVICE_TRITON_DIR.relative_to(ROOT)} (.ci/run installs it)")
+def test_the_one_launchs_default_form_fits_with_the_gpu_machines_triton(real_stage_specs):
+    """As above with the Triton the GPU runs: this venv's newer Triton compiled the 16-row
+    forms of 256 and 128 columns to 78-111 registers, where the H200's 3.6 gave 128-146 and
+    refused them (pytest_vo_c01c8f7.log); the GPU's Triton on this CPU counts the same."""
+    forms = _resident_forms(real_stage_specs, triton_dir=DEVICE_TRITON_DIR)
+    _assert_defaults_fit(forms)
+    assert any(verdict == "refused" for verdict, _ in forms), \
+        "no recorded form refused: the GPU's Triton refused three of them on the H200"
 
 
 @pytest.mark.skipif(not (DEVICE_TRITON_DIR / "triton").is_dir(),
