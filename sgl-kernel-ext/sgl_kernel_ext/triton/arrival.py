@@ -14,6 +14,8 @@ arrives last: deterministic, and bitwise the same as the separate kernel. Portab
 ``arrive`` and ``wait_for`` are the same counter used as a barrier among a launch's programs
 (the one-launch split top-k's rows): only sound where every program of the group is resident
 at once, which the caller must guarantee (a waiting program holds its multiprocessor).
+``wait_bounded`` is the wait that gives up: after a limit of polls it sets a failure word and
+returns, so a broken guarantee leaves wrong output and a flag the host can read, not a hang.
 """
 
 from __future__ import annotations
@@ -50,6 +52,29 @@ def wait_for(counter_ptr, target):
     while seen < target:
         seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
     tl.debug_barrier()
+
+
+@triton.jit
+def _unmet(seen, target, EXACT: tl.constexpr):
+    if EXACT:
+        return seen != target
+    else:
+        return seen < target
+
+
+@triton.jit
+def wait_bounded(counter_ptr, target, failed_ptr, LIMIT: tl.constexpr, EXACT: tl.constexpr,
+                 SCOPE: tl.constexpr):
+    """Poll a counter (acquire, SCOPE "gpu" or "sys") until it reaches target (EXACT: until it
+    holds target, as an epoch flag does), or give up after LIMIT polls and set the failure
+    word. No barrier: the caller orders its threads' loads after it."""
+    seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope=SCOPE)
+    polls = 0
+    while _unmet(seen, target, EXACT) & (polls < LIMIT):
+        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope=SCOPE)
+        polls += 1
+    if _unmet(seen, target, EXACT):
+        tl.atomic_xchg(failed_ptr, 1, sem="relaxed", scope="gpu")
 
 
 def counters(n: int, device) -> torch.Tensor:

@@ -44,7 +44,7 @@ import triton
 import triton.language as tl
 
 from . import overlap
-from .arrival import arrive, arrive_last
+from .arrival import arrive, arrive_last, wait_bounded
 from .fp8_linear import _row_tail, _scaled_dot, interpreting
 from .mla import _merge_columns, _zero_sums
 from .overlap import prefetch_rows, stage_begin
@@ -126,19 +126,6 @@ def failed(counts: torch.Tensor, heads: int) -> bool:
 
 
 @triton.jit
-def _wait_bounded(counter_ptr, target, failed_ptr, LIMIT: tl.constexpr):
-    """``arrival.wait_for`` that gives up after LIMIT polls, setting the failure word."""
-    seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
-    polls = 0
-    while (seen < target) & (polls < LIMIT):
-        seen = tl.atomic_add(counter_ptr, 0, sem="acquire", scope="gpu")
-        polls += 1
-    if seen < target:
-        tl.atomic_xchg(failed_ptr, 1, sem="relaxed", scope="gpu")
-    tl.debug_barrier()
-
-
-@triton.jit
 def _x_group(sums, INTERPRET: tl.constexpr):
     """One 128-column group of the head's int64 sums [rows, 128] as o_proj's x: rounded to
     bf16 (absorb_v's output), then e4m3 with one scale a row (max(amax, 1e-10) / 448)."""
@@ -210,7 +197,8 @@ def _vo_kernel(olat_ptr, part_o_ptr, part_ml_ptr, NSP, kvb_ptr, wo_ptr, wos_ptr,
         add_fixed(sums_ptr + om[:, None] * K + col0 + ov[None, :], p, m_ok[:, None])
         arrive(counts_ptr + h)
     if PHASE >= 2:
-        _wait_bounded(counts_ptr + h, LS, counts_ptr + 2 * NH, SPIN_LIMIT)
+        wait_bounded(counts_ptr + h, LS, counts_ptr + 2 * NH, SPIN_LIMIT, False, "gpu")
+        tl.debug_barrier()
         sums = sums_ptr + om[:, None] * K + col0
         # both groups' loads issued before either is used (one L2 round trip, not two)
         o = tl.load(sums + og[None, :], mask=m_ok[:, None], other=0, cache_modifier=".cg")

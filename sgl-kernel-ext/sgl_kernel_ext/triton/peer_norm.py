@@ -42,7 +42,7 @@ import triton
 import triton.language as tl
 
 from . import overlap
-from .arrival import arrive_last
+from .arrival import arrive_last, wait_bounded
 from .fp8_linear import interpreting
 from .norm import NUM_WARPS, _add_rms_norm_values
 from .overlap import stage_begin
@@ -106,19 +106,6 @@ def failed(peers: PeerRows) -> bool:
 
 
 @triton.jit
-def _wait_epoch(flag_ptr, epoch, failed_ptr, LIMIT: tl.constexpr):
-    """Poll a flag (acquire, system scope) until it holds epoch, or give up after LIMIT polls
-    and set the failure word."""
-    seen = tl.atomic_add(flag_ptr, 0, sem="acquire", scope="sys")
-    polls = 0
-    while (seen != epoch) & (polls < LIMIT):
-        seen = tl.atomic_add(flag_ptr, 0, sem="acquire", scope="sys")
-        polls += 1
-    if seen != epoch:
-        tl.atomic_xchg(failed_ptr, 1, sem="relaxed", scope="gpu")
-
-
-@triton.jit
 def _peer_norm_kernel(x_ptr, recv_ptrs, flag_ptrs, recv_ptr, flags_ptr, state_ptr, res_ptr,
                       w_ptr, out_ptr, res_out_ptr, xq_ptr, sx_ptr, M, ROWS, H, eps, RANK,
                       WORLD: tl.constexpr, HAS_RES: tl.constexpr, HAS_OUT: tl.constexpr,
@@ -146,8 +133,8 @@ def _peer_norm_kernel(x_ptr, recv_ptrs, flag_ptrs, recv_ptr, flags_ptr, state_pt
                            scope="sys")
     if PHASE >= 2:
         for s in tl.static_range(WORLD):
-            _wait_epoch(flags_ptr + (half * WORLD + s) * ROWS + m, epoch, state_ptr + 2,
-                        SPIN_LIMIT)
+            wait_bounded(flags_ptr + (half * WORLD + s) * ROWS + m, epoch, state_ptr + 2,
+                         SPIN_LIMIT, True, "sys")
         tl.debug_barrier()
         rows = recv_ptr + (half * WORLD * ROWS + m) * H + offs  # peers' stores: past L1
         x = tl.load(rows, mask=ok, other=0.0, cache_modifier=".cg").to(tl.float32)

@@ -34,15 +34,14 @@ from typing import Callable, List, NamedTuple, Optional, Tuple
 
 import torch
 
-from sgl_kernel_ext.triton import arrival, attn_out, bf16_linear, fp8_linear, indexer, mla, moe
-from sgl_kernel_ext.triton import norm, overlap
-from sgl_kernel_ext.triton import persistent
 from sgl_kernel_ext.nvidia import sm90
+from sgl_kernel_ext.triton import arrival, attn_out, bf16_linear, fp8_linear, indexer, mla, moe
+from sgl_kernel_ext.triton import norm, overlap, persistent
 from sgl_kernel_ext.triton import topk as topk_kernel
 
 from . import persistent_step
-from .peer_reduce import fuses_norm
 from . import workspace as workspace_mod
+from .peer_reduce import fuses_norm
 from .reference.batch import RowBatch
 from .reference.cache import Caches
 from .reference.config import Glm5Config
