@@ -47,6 +47,15 @@ polled by volatile loads (``_wait``'s note: not correct as written there) 159.9 
 338.2 / 451.8 (T115538Z): the polling is not what makes it slow, the one program body is
 (benchmark/stream_chain_probe.py times the warp-specialized structure: 49-54 us at one row,
 127-140 at 16, before stage arithmetic).
+Where the spills come from (2026-12-05, on CPU: ptxas of the GPU machine's Triton 3.6 for
+sm_90a, through test/srt/unit/sm90_compile.py ``resources``; a MoE layer without the indexer,
+16-row tiles, 8 warps; each stage's branch compiled alone by masking the others out with a
+constexpr, code not kept): no stage spills alone. Registers: norm1 80, q_a|kv_a 108, latent
+48, q_b 77, absorb 96, attention 172, combine 80, absorb_v 178, o_proj 76, norm2 102, router
+48, route 255 (its [16, 256] sorted top-k), gate/up 84, down 96, sum 32. Together: absorb
+through o_proj 255 with no spill, norm1 through norm2 255 with 128 B spilled, router
+through the sum 255 with 36 B, the whole layer 744 B (624 with gate/up's split K). So the
+union spills, not any one body, and route's tile is the first to halve.
 """
 
 from __future__ import annotations
