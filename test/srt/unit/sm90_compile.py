@@ -39,7 +39,8 @@ work): a CPU measure of a kernel's per-step cost where the GPU is latency- or is
 file a launch: run it from two checkouts on the same specs and ``diff -r`` the folders to
 show that a refactor leaves the kernels instruction for instruction as they were measured.
 Any of these modes compiles with the Triton first on PYTHONPATH, e.g. the GPU machine's
-(``.cache/triton-3.6.0``, which .ci/run installs).
+(``.cache/triton-3.6.0``, which .ci/run installs), one launch a worker process on every core
+(``SM90_COMPILE_JOBS`` to choose how many), the output in the specs' order.
 """
 
 from __future__ import annotations
@@ -47,9 +48,13 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import os
 import re
 import sys
 from typing import NamedTuple
+
+# worker processes that compile (``each_compiled``): every core unless SM90_COMPILE_JOBS says
+JOBS = int(os.environ.get("SM90_COMPILE_JOBS", "0")) or os.cpu_count() or 1
 
 _TYPES = {
     "torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16",
@@ -387,6 +392,10 @@ def resource_rows(path: str, name: str = "", target: str = "sm90") -> list:
     """(bytes spilled, registers, shared memory, kernel, options, constexprs) of each recorded
     launch (of the kernel `name`, or every one) compiled for an NVIDIA target (sm_90a unless
     named) as the GPU's JIT would (pointers 16-byte aligned), ptxas' counts."""
+    return each_compiled(_specs(path, name), target, _resource_row)
+
+
+def _resource_row(spec, target: str) -> tuple:
     import subprocess
     import tempfile
     from pathlib import Path
@@ -395,22 +404,17 @@ def resource_rows(path: str, name: str = "", target: str = "sm90") -> list:
 
     binary, gpu_name = TARGETS[target].ptxas
     ptxas = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / binary
-    rows = []
-    with open(path) as f:
-        specs = [s for s in json.load(f) if not name or s["name"] == name]
-    for spec in specs:
-        kernel, options = compile_for(spec, target)
-        with tempfile.TemporaryDirectory() as tmp:
-            ptx = Path(tmp) / "k.ptx"
-            ptx.write_text(kernel.asm["ptx"])
-            out = subprocess.run([str(ptxas), "-v", "--gpu-name", gpu_name, str(ptx), "-o",
-                                  str(Path(tmp) / "k.cubin")], capture_output=True, text=True)
-        info = " ".join(out.stderr.split())
-        regs = int(info.split("Used ")[1].split(" registers")[0])
-        spill = int(info.split("bytes spill stores")[0].split(",")[-1].strip().split()[-1])
-        rows.append((spill, regs, kernel.metadata.shared, spec["name"], options, {
-            k: v for k, v in spec["constexprs"].items() if k not in ("INTERPRET", "PDL", "PF")}))
-    return rows
+    kernel, options = compile_for(spec, target)
+    with tempfile.TemporaryDirectory() as tmp:
+        ptx = Path(tmp) / "k.ptx"
+        ptx.write_text(kernel.asm["ptx"])
+        out = subprocess.run([str(ptxas), "-v", "--gpu-name", gpu_name, str(ptx), "-o",
+                              str(Path(tmp) / "k.cubin")], capture_output=True, text=True)
+    info = " ".join(out.stderr.split())
+    regs = int(info.split("Used ")[1].split(" registers")[0])
+    spill = int(info.split("bytes spill stores")[0].split(",")[-1].strip().split()[-1])
+    return (spill, regs, kernel.metadata.shared, spec["name"], options, {
+        k: v for k, v in spec["constexprs"].items() if k not in ("INTERPRET", "PDL", "PF")})
 
 
 def resources(path: str) -> None:
@@ -507,17 +511,19 @@ def sass_loops(sass: str) -> list:
 
 def loops(path: str, name: str = "") -> None:
     """Print ``sass_loops`` of each recorded launch (of kernel `name` when given)."""
-    with open(path) as f:
-        specs = [s for s in json.load(f) if not name or s["name"] == name]
-    for spec in specs:
-        kernel, options = compile_for(spec)
-        sass = _disassemble(kernel)
-        consts = {k: v for k, v in spec["constexprs"].items() if k not in ("INTERPRET", "PDL")}
-        print(f"{spec['name']} {options} {consts}")
-        for row in sass_loops(sass):
-            counts = " ".join(f"{k}={row[k]}" for k in (*SASS_CLASSES, "other") if row[k])
-            print(f"    loop at SASS lines {row['lines'][0]}-{row['lines'][1]}: "
-                  f"{row['instructions']} instructions a warp an iteration: {counts}")
+    for text in each_compiled(_specs(path, name), "sm90", _loops_text):
+        print(text)
+
+
+def _loops_text(spec, target: str) -> str:
+    kernel, options = compile_for(spec, target)
+    consts = {k: v for k, v in spec["constexprs"].items() if k not in ("INTERPRET", "PDL")}
+    lines = [f"{spec['name']} {options} {consts}"]
+    for row in sass_loops(_disassemble(kernel)):
+        counts = " ".join(f"{k}={row[k]}" for k in (*SASS_CLASSES, "other") if row[k])
+        lines.append(f"    loop at SASS lines {row['lines'][0]}-{row['lines'][1]}: "
+                     f"{row['instructions']} instructions a warp an iteration: {counts}")
+    return "\n".join(lines)
 
 
 def sass_instructions(sass: str) -> list:
@@ -547,13 +553,15 @@ def write_sass(path: str, out_dir: str) -> None:
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
-    with open(path) as f:
-        specs = json.load(f)
-    for i, spec in enumerate(specs):
-        kernel, _ = compile_for(spec)
-        lines = sass_instructions(_disassemble(kernel))
+    specs = _specs(path)
+    listings = each_compiled(specs, "sm90", _sass_lines)
+    for i, (spec, lines) in enumerate(zip(specs, listings)):
         (out / f"{i:03d}_{spec['name']}.sass").write_text("\n".join(lines) + "\n")
         print(f"{i:03d} {spec['name']}: {len(lines)} instructions")
+
+
+def _sass_lines(spec, target: str) -> list:
+    return sass_instructions(_disassemble(compile_for(spec, target)[0]))
 
 
 class Target(NamedTuple):
@@ -623,25 +631,50 @@ def compile_all(path: str, target: str = "sm90") -> int:
     """Compile every recorded launch for the target, each refused as its launch would be
     where it asks more shared memory than a block may use; prints a line each and returns
     the failures."""
-    failures = 0
-    limit = TARGETS[target].shared_bytes
-    with open(path) as f:
-        specs = json.load(f)
-    for spec in specs:
-        try:
-            kernel, _ = compile_for(spec, target)
-            if kernel.metadata.shared > limit:  # the launch would be refused
-                raise RuntimeError(f"{kernel.metadata.shared} B of shared memory > {limit} "
-                                   f"per block on {target}")
-            print(f"ok   {spec['name']} {spec['constexprs']}")
-        except Exception as exc:  # noqa: BLE001 - every failure is reported by name
-            failures += 1
-            print(f"FAIL {spec['name']} {spec['constexprs']}: {type(exc).__name__}: {exc}")
+    specs = _specs(path)
+    verdicts = each_compiled(specs, target, _compile_verdict)
+    for line in verdicts:
+        print(line)
+    failures = sum(line.startswith("FAIL") for line in verdicts)
     import triton
 
     print(f"compiled {len(specs) - failures} of {len(specs)} for {target} with Triton "
           f"{triton.__version__}")
     return failures
+
+
+def _compile_verdict(spec, target: str) -> str:
+    limit = TARGETS[target].shared_bytes
+    try:
+        kernel, _ = compile_for(spec, target)
+        if kernel.metadata.shared > limit:  # the launch would be refused
+            raise RuntimeError(f"{kernel.metadata.shared} B of shared memory > {limit} "
+                               f"per block on {target}")
+        return f"ok   {spec['name']} {spec['constexprs']}"
+    except Exception as exc:  # noqa: BLE001 - every failure is reported by name
+        return f"FAIL {spec['name']} {spec['constexprs']}: {type(exc).__name__}: {exc}"
+
+
+def _specs(path: str, name: str = "") -> list:
+    """The recorded launches in path (of the kernel `name` when given)."""
+    with open(path) as f:
+        return [s for s in json.load(f) if not name or s["name"] == name]
+
+
+def each_compiled(specs: list, target: str, work) -> list:
+    """[work(spec, target) for spec in specs], in that order, in JOBS worker processes (forked:
+    they share this process's imports and sys.path, the chosen Triton's included). Compiling
+    is one core's work a kernel, so on CI's two cores the compile tests take about half as
+    long. work must be a module-level function returning something picklable."""
+    if JOBS <= 1 or len(specs) <= 1:
+        return [work(spec, target) for spec in specs]
+    import concurrent.futures
+    import functools
+    import multiprocessing
+
+    with concurrent.futures.ProcessPoolExecutor(
+            min(JOBS, len(specs)), mp_context=multiprocessing.get_context("fork")) as pool:
+        return list(pool.map(functools.partial(work, target=target), specs))
 
 
 def _use_checkout() -> None:

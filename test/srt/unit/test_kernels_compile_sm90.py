@@ -8,6 +8,7 @@ Both with this venv's Triton and, when installed (``.ci/run`` installs it), with
 machine's (``DEVICE_TRITON``): the two versions accept different code, and a kernel that
 only the GPU's rejects would otherwise cost a device call to find."""
 
+import os
 import sys
 from pathlib import Path
 
@@ -79,6 +80,26 @@ def test_the_one_launchs_default_form_fits_with_the_gpu_machines_triton(real_sta
                            f"{DEVICE_TRITON_DIR.relative_to(ROOT)} (.ci/run installs it)")
 def test_every_real_shape_stage_launch_compiles_with_the_gpu_machines_triton(real_stage_specs):
     assert compile_every(real_stage_specs, triton_dir=DEVICE_TRITON_DIR) == DEVICE_TRITON
+
+
+def _square_minus(spec, target):
+    return (spec * spec - target, os.getpid())
+
+
+def test_each_compiled_keeps_the_order_across_worker_processes(monkeypatch):
+    """sm90_compile's ``each_compiled`` (every compile mode's loop): the results in the specs'
+    order, from more than one worker process when JOBS allows, as the serial loop gives."""
+    sys.path.insert(0, str(HERE))
+    import sm90_compile
+
+    specs = list(range(40))
+    monkeypatch.setattr(sm90_compile, "JOBS", 1)
+    serial = sm90_compile.each_compiled(specs, 3, _square_minus)
+    monkeypatch.setattr(sm90_compile, "JOBS", 4)
+    pooled = sm90_compile.each_compiled(specs, 3, _square_minus)
+    assert [v for v, _ in pooled] == [v for v, _ in serial] == [s * s - 3 for s in specs]
+    assert {pid for _, pid in serial} == {os.getpid()}
+    assert os.getpid() not in {pid for _, pid in pooled}
 
 
 def test_sass_loops_counts_each_loop_body_by_class():
