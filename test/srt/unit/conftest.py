@@ -1,11 +1,25 @@
 """Fixtures shared by the CPU unit tests: a tiny GLM-5.3 model directory for upstream's
 argument pipeline, a CPU process that answers upstream's one GPU-capability query, and the
-fused layer's recorded Triton launches that the compile tests compile for each target."""
+fused layer's recorded Triton launches that the compile tests compile for each target; and
+the early start of the CPU model scripts of the selected modules (``cpu_script``)."""
 
 import pytest
 
+import cpu_script
 from compile_runs import record
 from model_dirs import write_model_dir
+
+
+def pytest_collection_finish(session):
+    """Start the CPU model scripts of the selected test modules (their CPU_SCRIPT) now."""
+    for item in session.items:
+        name = getattr(getattr(item, "module", None), "CPU_SCRIPT", None)
+        if name:
+            cpu_script.start(name)
+
+
+def pytest_sessionfinish(session):
+    cpu_script.stop_all()
 
 
 @pytest.fixture

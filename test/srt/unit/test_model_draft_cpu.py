@@ -23,9 +23,12 @@ TOL = NUMERICS["fused_layer_interpreter"]
 STEP_KL = 0.05  # as test_model_fused_cpu.py: two correct implementations of this tiny model
 
 
+CPU_SCRIPT = "glm5_cpu_draft.py"  # started when collection ends (conftest)
+
+
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    return run_script("glm5_cpu_draft.py", tmp_path_factory.mktemp("glm5draft"))
+def run():
+    return run_script(CPU_SCRIPT)
 
 
 def test_draft_architecture_builds_the_fork_class(run):

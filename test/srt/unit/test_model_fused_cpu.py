@@ -21,9 +21,12 @@ TOL = NUMERICS["fused_layer_interpreter"]
 STEP_KL = 0.05
 
 
+CPU_SCRIPT = "glm5_cpu_model.py"  # started when collection ends (conftest)
+
+
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    return run_script("glm5_cpu_model.py", tmp_path_factory.mktemp("glm5cpu"))
+def run():
+    return run_script(CPU_SCRIPT)
 
 
 def test_architecture_builds_the_fork_class(run):

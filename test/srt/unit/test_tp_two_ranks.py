@@ -16,9 +16,12 @@ TOL = NUMERICS["fused_layer_interpreter"]
 STEP_KL = 0.5
 
 
+CPU_SCRIPT = "tp2_cpu_step.py"  # started when collection ends (conftest)
+
+
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
-    return run_script("tp2_cpu_step.py", tmp_path_factory.mktemp("tp2"))["ranks"]
+def run():
+    return run_script(CPU_SCRIPT)["ranks"]
 
 
 @pytest.mark.parametrize("rank", [0, 1])
