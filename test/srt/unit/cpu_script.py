@@ -10,6 +10,7 @@ and the module's fixture then waits for its script's result."""
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -35,7 +36,7 @@ def start(name: str) -> None:
     with open(folder / "stdout", "w") as out, open(folder / "stderr", "w") as err:
         proc = subprocess.Popen(
             [sys.executable, str(HERE / name), str(folder / "out.json"), str(_free_port())],
-            stdout=out, stderr=err, text=True)
+            stdout=out, stderr=err, text=True, start_new_session=True)  # a group of its own
     os.setpriority(os.PRIO_PROCESS, proc.pid, 10)  # before it spawns anything (tp2's ranks)
     _started[name] = (proc, folder)
 
@@ -54,10 +55,11 @@ def run_script(name: str, timeout: int = 900) -> dict:
 
 
 def stop(name: str) -> None:
-    """Kill the script if it still runs, and remove its folder."""
+    """Kill the script and whatever it spawned (tp2's ranks) if it still runs, and remove its
+    folder."""
     proc, folder = _started.pop(name)
     if proc.poll() is None:
-        proc.kill()
+        os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
     shutil.rmtree(folder, ignore_errors=True)
 
