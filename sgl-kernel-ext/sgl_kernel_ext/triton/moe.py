@@ -301,6 +301,19 @@ def _gate_up_prefetch(tile, slot, split, K, I, sgq_ptr, suq_ptr, k_chunk,
 
 
 @triton.jit
+def _gate_up_routed_prefetch(tile, slot, split, n, e, K, I, E, gq_ptr, uq_ptr, q_stride_e,
+                             k_chunk, BLOCK_N: tl.constexpr, PDL: tl.constexpr):
+    """A routed slot's (expert e's) gate and up rows of the program's tile and K chunk,
+    asked of L2 at once (the shared expert's were asked before the wait, if at all)."""
+    if (slot < n) & (e < E):
+        k0 = split * k_chunk * 128
+        cols = tl.minimum(k_chunk * 128, K - k0)
+        off = e.to(tl.int64) * q_stride_e
+        prefetch_rows(gq_ptr + off, tile * BLOCK_N, BLOCK_N, I, K, k0, cols, PDL, BLOCK_N, 4)
+        prefetch_rows(uq_ptr + off, tile * BLOCK_N, BLOCK_N, I, K, k0, cols, PDL, BLOCK_N, 4)
+
+
+@triton.jit
 def _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                   gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
                   sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr,
@@ -481,11 +494,13 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     ROUTE: tl.constexpr = False, R_SPLIT: tl.constexpr = 1,
                     R_BLOCK_M: tl.constexpr = 2, BLOCK_E: tl.constexpr = 2,
                     TOPK: tl.constexpr = 1, RENORM: tl.constexpr = False,
-                    SORT: tl.constexpr = False):
+                    SORT: tl.constexpr = False, ROUTED_PF: tl.constexpr = False):
     """PREFETCH: the shared expert's programs prefetch their tile into L2 before their wait
     (overlap.PREFETCH_OFF). ROUTE: the routed programs route every row themselves from the
     router's partials (r_*, ``_routed_slot``) instead of reading route's slot table, and
-    program (0, 1, 0) writes that table (for down's table form and the host's reads)."""
+    program (0, 1, 0) writes that table (for down's table form and the host's reads).
+    ROUTED_PF: once routed, a routed program asks L2 for its whole K chunk of gate and up
+    rows at once (GATE_UP_ROUTED_PREFETCH)."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     split = tl.program_id(2)
@@ -506,6 +521,9 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
             n, e, chosen, w = _routed_slot(r_parts_ptr, R_SPLIT, M, E, r_bias_ptr, r_pos_ptr,
                                            r_scale, slot, R_BLOCK_M, BLOCK_E, TOPK, RENORM,
                                            SORT)
+            if ROUTED_PF:
+                _gate_up_routed_prefetch(tile, slot, split, n, e, K, I, E, gq_ptr, uq_ptr,
+                                         q_stride_e, k_chunk, BLOCK_N, PDL)
             if (tile == 0) & (slot == 1) & (split == 0):
                 offs_r = tl.arange(0, R_BLOCK_M)
                 _route_slots(chosen, w, offs_r, offs_r < M, M, slot_expert_ptr, slot_weight_ptr,
@@ -775,6 +793,12 @@ ROUTE_ROW_TILE_MIN = 1
 # 4 / 8 / 16 (T203713Z: the baseline there routed in both up to 2 rows; code at f6299a0).
 # 0: the router's tail or route's launch at every row count.
 ROUTE_IN_GATE_UP_MAX_ROWS = 4
+# whether gate/up's routed programs, where they route themselves (up to
+# ROUTE_IN_GATE_UP_MAX_ROWS rows: one wave of programs), ask L2 for their whole K chunk of
+# gate and up rows as soon as they know their expert (two bulk requests a row), rather than
+# leaving all but the pipeline's first steps to be asked for step by step. Their loads then
+# find the bytes arriving or in L2. A hint: the output is the same bits.
+GATE_UP_ROUTED_PREFETCH = False
 # Tried from 3 rows: route's one program a row without its slot list (no last-arrival tail),
 # each row's program writing its weights and ranks by expert ([M, E]) and flagging the experts
 # it chose, gate/up and down finding their slot's expert from the 256 flags by a prefix count,
@@ -1162,7 +1186,8 @@ def _routing_args(route, m: int, num_experts: int, slots: int, dummy: torch.Tens
                 slot_rank_ptr=route.slot_rank, ROUTE=True, R_SPLIT=split,
                 R_BLOCK_M=max(ROUTE_ROW_TILE_MIN, triton.next_power_of_2(m)),
                 BLOCK_E=triton.next_power_of_2(e),
-                TOPK=route.topk, RENORM=route.renorm, SORT=ROUTE_SORT)
+                TOPK=route.topk, RENORM=route.renorm, SORT=ROUTE_SORT,
+                ROUTED_PF=GATE_UP_ROUTED_PREFETCH)
 
 
 @overlap.wide_launcher(lambda xq, sx, num_experts, *_, **__:
