@@ -23,6 +23,8 @@
 #   bash benchmark/release_run.sh vo_bench VARIANT # the form the probe chose: its release
 #                                         # table beside stock, its timeline, compute-sanitizer
 #                                         # with it on (the part a short call loses)
+#   bash benchmark/release_run.sh variant_bench VARIANT # a tiling_probe variant's release
+#                                         # table beside stock and its timeline
 #   bash benchmark/release_run.sh prefetch # gate/up's routed L2 requests (its chunk, down's
 #                                         # rows): their GPU test, then their forms against
 #                                         # the baseline at 1-4 rows
@@ -152,10 +154,10 @@ run_vo() {
   probe=$(ls -t "$OUT"/tiling_probe_*.json 2>/dev/null | head -1)
   if [ -n "$probe" ]; then python3 -m benchmark.tiling_probe --table "$probe"; fi
 }
-# the form the probe chose ($1, a tiling_probe variant): its release table beside the stock
-# arm (decode_layer --variant), its timeline, then compute-sanitizer with it on
-run_vo_bench() {
-  local variant=${1:?"vo_bench needs the variant the probe chose, e.g. vo_one_launch"}
+# a tiling_probe variant ($1)'s release table beside the stock arm (decode_layer --variant)
+# and its timeline at 1 and 16 rows
+run_variant_bench() {
+  local variant=${1:?"variant_bench needs a tiling_probe variant"}
   timeout 150 python3 -m benchmark.decode_layer --replays 10 --check --ls 2048 \
     --ms 1,2,4,8,12,16 --arms stock,fused --variant "$variant" --out "$OUT" \
     > "$L/decode_layer_$variant.log" 2>&1
@@ -163,6 +165,11 @@ run_vo_bench() {
   timeout 90 python3 -m benchmark.graph_timeline --out "$OUT" --kinds moe --rows 1 16 \
     --variant "$variant" > "$L/graph_timeline_$variant.log" 2>&1
   echo "graph_timeline rc=$?"; tail -40 "$L/graph_timeline_$variant.log" | grep -v "^\s*$"
+}
+# the form the probe chose ($1, a tiling_probe variant): variant_bench, then compute-sanitizer
+# with attn_out at every row count
+run_vo_bench() {
+  run_variant_bench "${1:?"vo_bench needs the variant the probe chose, e.g. vo_one_launch"}"
   sanitize_fused_layer 90 4 vo
 }
 # gate/up's routed programs asking L2 for their K chunk and/or their expert's down rows once
@@ -204,9 +211,10 @@ case "${1:-}" in
   pending_long) run_pending_long ;;
   vo) run_vo ;;
   vo_bench) run_vo_bench "${2:-}" ;;
+  variant_bench) run_variant_bench "${2:-}" ;;
   peer_norm) run_peer_norm ;;
   prefetch) run_prefetch ;;
-  *) echo "usage: release_run.sh tests|bench|all|long|pending|pending_long|vo|vo_bench VARIANT|peer_norm|prefetch" >&2
+  *) echo "usage: release_run.sh tests|bench|all|long|pending|pending_long|vo|vo_bench VARIANT|variant_bench VARIANT|peer_norm|prefetch" >&2
      exit 2 ;;
 esac
 tar czf "$OUT/logs.tgz" -C .cache logs
