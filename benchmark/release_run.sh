@@ -27,7 +27,7 @@
 #                                         # table beside stock and its timeline
 #   bash benchmark/release_run.sh prefetch # gate/up's routed L2 requests (its chunk, down's
 #                                         # rows): their GPU test, then their forms against
-#                                         # the baseline at 1-4 rows
+#                                         # the baseline at 1, 2 and 4 rows
 #   bash benchmark/release_run.sh peer_norm # on nvidia-h200-x2: the fused all-reduce + norm's
 #                                         # two-GPU test, then its probe against torch's
 #                                         # symmetric-memory one-shot and NCCL (each + the norm)
@@ -174,17 +174,18 @@ run_vo_bench() {
 }
 # gate/up's routed programs asking L2 for their K chunk and/or their expert's down rows once
 # routed (moe.GATE_UP_ROUTED_PREFETCH, GATE_UP_PREFETCHES_DOWN; 1-4 rows, where gate/up
-# routes): their GPU test (bitwise the form without), then each against the baseline
+# routes): their GPU test (bitwise the form without), then each against the baseline (one
+# call: about 9 minutes on a cold machine)
 PREFETCH_TESTS="routed_prefetch"
 PREFETCH="gate_up_routed_prefetch,gate_up_prefetches_down,gate_up_prefetches_both"
 run_prefetch() {
-  timeout 200 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "$PREFETCH_TESTS" \
+  timeout 240 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "$PREFETCH_TESTS" \
     > "$L/pytest_prefetch.log" 2>&1
   local rc=$?
   echo "pytest rc=$rc"; tail -3 "$L/pytest_prefetch.log"
   [ "$rc" -eq 0 ] || return 1
   local variants="baseline,${PREFETCH//,/,baseline,},baseline"
-  timeout 300 python3 -m benchmark.tiling_probe --kinds moe,moe_idx --ms 1,2,3,4 \
+  timeout 280 python3 -m benchmark.tiling_probe --kinds moe,moe_idx --ms 1,2,4 \
     --variants "$variants" --out "$OUT" > "$L/tiling_probe_prefetch.log" 2>&1
   echo "tiling_probe rc=$?"
   local probe
