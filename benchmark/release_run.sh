@@ -25,9 +25,6 @@
 #                                         # with it on (the part a short call loses)
 #   bash benchmark/release_run.sh variant_bench VARIANT # a tiling_probe variant's release
 #                                         # table beside stock and its timeline
-#   bash benchmark/release_run.sh prefetch # gate/up's routed L2 requests (its chunk, down's
-#                                         # rows): their GPU test, then their forms against
-#                                         # the baseline at 1, 2 and 4 rows
 #   bash benchmark/release_run.sh peer_norm # on nvidia-h200-x2: the fused all-reduce + norm's
 #                                         # two-GPU test, then its probe against torch's
 #                                         # symmetric-memory one-shot and NCCL (each + the norm)
@@ -172,26 +169,6 @@ run_vo_bench() {
   run_variant_bench "${1:?"vo_bench needs the variant the probe chose, e.g. vo_one_launch"}"
   sanitize_fused_layer 90 4 vo
 }
-# gate/up's routed programs asking L2 for their K chunk and/or their expert's down rows once
-# routed (moe.GATE_UP_ROUTED_PREFETCH, GATE_UP_PREFETCHES_DOWN; 1-4 rows, where gate/up
-# routes): their GPU test (bitwise the form without), then each against the baseline (one
-# call: about 9 minutes on a cold machine)
-PREFETCH_TESTS="routed_prefetch"
-PREFETCH="gate_up_routed_prefetch,gate_up_prefetches_down,gate_up_prefetches_both"
-run_prefetch() {
-  timeout 240 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "$PREFETCH_TESTS" \
-    > "$L/pytest_prefetch.log" 2>&1
-  local rc=$?
-  echo "pytest rc=$rc"; tail -3 "$L/pytest_prefetch.log"
-  [ "$rc" -eq 0 ] || return 1
-  local variants="baseline,${PREFETCH//,/,baseline,},baseline"
-  timeout 280 python3 -m benchmark.tiling_probe --kinds moe,moe_idx --ms 1,2,4 \
-    --variants "$variants" --out "$OUT" > "$L/tiling_probe_prefetch.log" 2>&1
-  echo "tiling_probe rc=$?"
-  local probe
-  probe=$(ls -t "$OUT"/tiling_probe_*.json 2>/dev/null | head -1)
-  if [ -n "$probe" ]; then python3 -m benchmark.tiling_probe --table "$probe"; fi
-}
 # the TP all-reduce fused with the norm (triton.peer_norm; written 2026-12-05 without a GPU):
 # its test first (a wrong protocol gives up after seconds a program, not a hang), then the probe
 run_peer_norm() {
@@ -214,8 +191,7 @@ case "${1:-}" in
   vo_bench) run_vo_bench "${2:-}" ;;
   variant_bench) run_variant_bench "${2:-}" ;;
   peer_norm) run_peer_norm ;;
-  prefetch) run_prefetch ;;
-  *) echo "usage: release_run.sh tests|bench|all|long|pending|pending_long|vo|vo_bench VARIANT|variant_bench VARIANT|peer_norm|prefetch" >&2
+  *) echo "usage: release_run.sh tests|bench|all|long|pending|pending_long|vo|vo_bench VARIANT|variant_bench VARIANT|peer_norm" >&2
      exit 2 ;;
 esac
 tar czf "$OUT/logs.tgz" -C .cache logs

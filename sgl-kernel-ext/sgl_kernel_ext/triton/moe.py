@@ -314,18 +314,15 @@ def _gate_up_routed_prefetch(tile, slot, split, n, e, K, I, E, gq_ptr, uq_ptr, q
 
 
 @triton.jit
-def _down_share_prefetch(slot, n, e, E, part, parts, dq_ptr, dq_stride_e, sdq_ptr, D_BYTES,
+def _down_share_prefetch(slot, n, e, E, part, parts, dq_ptr, dq_stride_e, D_BYTES,
                          PDL: tl.constexpr, SEGS: tl.constexpr = 8):
-    """Share `part` of `parts` of expert e's down block (D_BYTES contiguous bytes: routed
-    e's in the stack at dq_ptr, or the shared expert's, E, at sdq_ptr), asked of L2 as SEGS
-    bulk requests of a 16-byte multiple each."""
-    if slot < n:
+    """Share `part` of `parts` of routed expert e's down block (D_BYTES contiguous bytes),
+    asked of L2 as SEGS bulk requests of at most a 16-byte multiple each."""
+    if (slot < n) & (e < E):
         share = tl.cdiv(tl.cdiv(D_BYTES, parts * SEGS), 16) * 16
         off = (part * SEGS + tl.arange(0, SEGS)).to(tl.int64) * share
         size = tl.minimum(share, D_BYTES - off)
-        routed = tl.where(e < E, e, 0).to(tl.int64) * dq_stride_e
-        base = tl.where(e < E, dq_ptr.to(tl.pointer_type(tl.int8)) + routed,
-                        sdq_ptr.to(tl.pointer_type(tl.int8)))
+        base = dq_ptr.to(tl.pointer_type(tl.int8)) + e.to(tl.int64) * dq_stride_e
         prefetch_l2(base + off, size.to(tl.int32), size > 0, PDL)
 
 
@@ -507,7 +504,7 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     GEMV: tl.constexpr, SHARED_EARLY: tl.constexpr, SWAP: tl.constexpr,
                     STACK: tl.constexpr, SCALES: tl.constexpr, PREFETCH: tl.constexpr,
                     r_parts_ptr, r_bias_ptr, r_pos_ptr, r_scale, slot_weight_ptr, slot_rank_ptr,
-                    dq_ptr, dq_stride_e, sdq_ptr, D_BYTES, ROUTE: tl.constexpr = False,
+                    dq_ptr, dq_stride_e, D_BYTES, ROUTE: tl.constexpr = False,
                     R_SPLIT: tl.constexpr = 1,
                     R_BLOCK_M: tl.constexpr = 2, BLOCK_E: tl.constexpr = 2,
                     TOPK: tl.constexpr = 1, RENORM: tl.constexpr = False,
@@ -519,8 +516,7 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
     program (0, 1, 0) writes that table (for down's table form and the host's reads).
     ROUTED_PF: once routed, a routed program asks L2 for its whole K chunk of gate and up
     rows at once (GATE_UP_ROUTED_PREFETCH). DOWN_PF: and for its share of its expert's down
-    rows (dq_ptr: the routed down stack, sdq_ptr the shared expert's, D_BYTES an expert's;
-    GATE_UP_PREFETCHES_DOWN)."""
+    rows (dq_ptr: the routed down stack, D_BYTES an expert's; GATE_UP_PREFETCHES_DOWN)."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     split = tl.program_id(2)
@@ -528,9 +524,6 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
         # slot 0 is always the shared expert (no slot table needed) and x comes from the norm
         # two kernels back, so its programs multiply before the wait (overlap's rule 1;
         # nothing running reads or writes their outputs)
-        if DOWN_PF:
-            _down_share_prefetch(0, 1, E, E, tile * SPLIT_K + split, tl.num_programs(0) * SPLIT_K,
-                                 dq_ptr, dq_stride_e, sdq_ptr, D_BYTES, PDL)
         _gate_up_tile(tile, 0, split, xq_ptr, sx_ptr, M, K, I, sgq_ptr, sgs_ptr, suq_ptr,
                       sus_ptr, sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M,
                       BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK, SCALES)
@@ -550,7 +543,7 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
             if DOWN_PF:
                 _down_share_prefetch(slot, n, e, E, tile * SPLIT_K + split,
                                      tl.num_programs(0) * SPLIT_K, dq_ptr, dq_stride_e,
-                                     sdq_ptr, D_BYTES, PDL)
+                                     D_BYTES, PDL)
             if (tile == 0) & (slot == 1) & (split == 0):
                 offs_r = tl.arange(0, R_BLOCK_M)
                 _route_slots(chosen, w, offs_r, offs_r < M, M, slot_expert_ptr, slot_weight_ptr,
@@ -826,10 +819,9 @@ ROUTE_IN_GATE_UP_MAX_ROWS = 4
 # leaving all but the pipeline's first steps to be asked for step by step. Their loads then
 # find the bytes arriving or in L2. A hint: the output is the same bits.
 GATE_UP_ROUTED_PREFETCH = False
-# whether gate/up's programs there (the shared expert's too) also ask L2 for an equal share
-# of their expert's down rows (down, the next kernel, then reads them from L2): at 1-4 rows
-# gate/up streams well under HBM's bandwidth, so down's bytes can arrive during it. A hint:
-# the same bits.
+# whether those routed programs also ask L2 for an equal share of their expert's down rows
+# (down, the next kernel, then reads them from L2): at 1-4 rows gate/up streams well under
+# HBM's bandwidth, so down's bytes can arrive during it. A hint: the same bits.
 GATE_UP_PREFETCHES_DOWN = False
 # Tried from 3 rows: route's one program a row without its slot list (no last-arrival tail),
 # each row's program writing its weights and ranks by expert ([M, E]) and flagging the experts
@@ -1223,21 +1215,17 @@ def _routing_args(route, m: int, num_experts: int, slots: int, dummy: torch.Tens
 
 
 def _down_prefetch_args(route, down_q, num_experts: int, dummy: torch.Tensor) -> dict:
-    """gate/up's arguments for asking L2 for the experts' down rows (where it routes and
-    GATE_UP_PREFETCHES_DOWN; placeholders otherwise). down_q: (the routed down stack
-    [E, H, I], the shared expert's [H, I])."""
+    """gate/up's arguments for asking L2 for the routed experts' down rows (where it routes
+    and GATE_UP_PREFETCHES_DOWN; placeholders otherwise)."""
     if route is None or down_q is None or not GATE_UP_PREFETCHES_DOWN:
-        return dict(dq_ptr=dummy, dq_stride_e=0, sdq_ptr=dummy, D_BYTES=0, DOWN_PF=False)
-    routed, shared = down_q
-    if routed.dim() != 3 or routed.shape[0] != num_experts or routed.shape[1:] != shared.shape:
-        raise ValueError(f"gate_up: down_q must be the routed down stack [{num_experts}, H, I] "
-                         f"and the shared expert's [H, I], got {tuple(routed.shape)} and "
-                         f"{tuple(shared.shape)}")
-    _check_expert_stack(routed, shared)
-    block = shared.numel() * shared.element_size()
-    assert block % 16 == 0 and shared.element_size() == routed.element_size() == 1
-    return dict(dq_ptr=routed, dq_stride_e=routed.stride(0), sdq_ptr=shared, D_BYTES=block,
-                DOWN_PF=True)
+        return dict(dq_ptr=dummy, dq_stride_e=0, D_BYTES=0, DOWN_PF=False)
+    if down_q.dim() != 3 or down_q.shape[0] != num_experts:
+        raise ValueError(f"gate_up: down_q must be the routed down stack [{num_experts}, H, I], "
+                         f"got {tuple(down_q.shape)}")
+    _check_expert_stack(down_q)
+    block = down_q.shape[1] * down_q.shape[2] * down_q.element_size()
+    assert block % 16 == 0 and down_q.element_size() == 1
+    return dict(dq_ptr=down_q, dq_stride_e=down_q.stride(0), D_BYTES=block, DOWN_PF=True)
 
 
 @overlap.wide_launcher(lambda xq, sx, num_experts, *_, **__:
@@ -1253,8 +1241,8 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
     least tiles x SLOTS, left at zero) is given, else by a second kernel. route (a
     ``Routing``, a MoE only): route every row in the kernel from the router's partials rather
     than read the slot table, which the kernel writes (ROUTE_IN_GATE_UP_MAX_ROWS). down_q:
-    (the routed down stack [E, H, I], the shared expert's [H, I]), whose blocks the programs
-    ask L2 for once they know their expert (with `route`, GATE_UP_PREFETCHES_DOWN)."""
+    the routed down stack [E, H, I], whose routed experts' blocks the routed programs ask L2
+    for once they know their expert (with `route`, GATE_UP_PREFETCHES_DOWN)."""
     m, k = xq.shape
     dense = not num_experts
     block_n, groups, split_k = tiling or gate_up_tiling(m, dense)
