@@ -110,12 +110,6 @@ VARIANTS = {
     "q_b_rows_split_2": {("mla", "Q_B_SPLIT_WITH_ROWS"): 2},
     # routing tiles of at least 2 rows (a masked-off one at 1 row and in route's programs)
     "route_rows_tile_2": {("moe", "ROUTE_ROW_TILE_MIN"): 2},
-    # gate/up's routed programs asking L2 for their whole K chunk once routed (1-4 rows)
-    "gate_up_routed_prefetch": {("moe", "GATE_UP_ROUTED_PREFETCH"): True},
-    # ... and for their share of their expert's down rows; both
-    "gate_up_prefetches_down": {("moe", "GATE_UP_PREFETCHES_DOWN"): True},
-    "gate_up_prefetches_both": {("moe", "GATE_UP_ROUTED_PREFETCH"): True,
-                                ("moe", "GATE_UP_PREFETCHES_DOWN"): True},
     # route_flags_off (T211238Z): the form without route's flags, measured against them (code
     # at 743ff9e; moe.py's tried note)
     # the router's one launch with its route tail (1-2 rows) on 1 warp, top-k by argmax passes

@@ -38,7 +38,7 @@ from .arrival import arrive_last
 from .bf16_linear import _bf16_linear_prefetch, _bf16_linear_task
 from .fp8_linear import (_fp8_group_dot, _gemv_step, _scaled_dot, block_m, grid_shape,
                          group_tiles, group_x, interpreting, step_scales)
-from .overlap import prefetch_l2, prefetch_rows, stage_begin
+from .overlap import prefetch_rows, stage_begin
 from .quant import sum_parts, to_e4m3
 
 
@@ -301,32 +301,6 @@ def _gate_up_prefetch(tile, slot, split, K, I, sgq_ptr, suq_ptr, k_chunk,
 
 
 @triton.jit
-def _gate_up_routed_prefetch(tile, slot, split, n, e, K, I, E, gq_ptr, uq_ptr, q_stride_e,
-                             k_chunk, BLOCK_N: tl.constexpr, PDL: tl.constexpr):
-    """A routed slot's (expert e's) gate and up rows of the program's tile and K chunk,
-    asked of L2 at once (the shared expert's were asked before the wait, if at all)."""
-    if (slot < n) & (e < E):
-        k0 = split * k_chunk * 128
-        cols = tl.minimum(k_chunk * 128, K - k0)
-        off = e.to(tl.int64) * q_stride_e
-        prefetch_rows(gq_ptr + off, tile * BLOCK_N, BLOCK_N, I, K, k0, cols, PDL, BLOCK_N, 4)
-        prefetch_rows(uq_ptr + off, tile * BLOCK_N, BLOCK_N, I, K, k0, cols, PDL, BLOCK_N, 4)
-
-
-@triton.jit
-def _down_share_prefetch(slot, n, e, E, part, parts, dq_ptr, dq_stride_e, D_BYTES,
-                         PDL: tl.constexpr, SEGS: tl.constexpr = 8):
-    """Share `part` of `parts` of routed expert e's down block (D_BYTES contiguous bytes),
-    asked of L2 as SEGS bulk requests of at most a 16-byte multiple each."""
-    if (slot < n) & (e < E):
-        share = tl.cdiv(tl.cdiv(D_BYTES, parts * SEGS), 16) * 16
-        off = (part * SEGS + tl.arange(0, SEGS)).to(tl.int64) * share
-        size = tl.minimum(share, D_BYTES - off)
-        base = dq_ptr.to(tl.pointer_type(tl.int8)) + e.to(tl.int64) * dq_stride_e
-        prefetch_l2(base + off, size.to(tl.int32), size > 0, PDL)
-
-
-@triton.jit
 def _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                   gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
                   sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr,
@@ -504,19 +478,14 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     GEMV: tl.constexpr, SHARED_EARLY: tl.constexpr, SWAP: tl.constexpr,
                     STACK: tl.constexpr, SCALES: tl.constexpr, PREFETCH: tl.constexpr,
                     r_parts_ptr, r_bias_ptr, r_pos_ptr, r_scale, slot_weight_ptr, slot_rank_ptr,
-                    dq_ptr, dq_stride_e, D_BYTES, ROUTE: tl.constexpr = False,
-                    R_SPLIT: tl.constexpr = 1,
+                    ROUTE: tl.constexpr = False, R_SPLIT: tl.constexpr = 1,
                     R_BLOCK_M: tl.constexpr = 2, BLOCK_E: tl.constexpr = 2,
                     TOPK: tl.constexpr = 1, RENORM: tl.constexpr = False,
-                    SORT: tl.constexpr = False, ROUTED_PF: tl.constexpr = False,
-                    DOWN_PF: tl.constexpr = False):
+                    SORT: tl.constexpr = False):
     """PREFETCH: the shared expert's programs prefetch their tile into L2 before their wait
     (overlap.PREFETCH_OFF). ROUTE: the routed programs route every row themselves from the
     router's partials (r_*, ``_routed_slot``) instead of reading route's slot table, and
-    program (0, 1, 0) writes that table (for down's table form and the host's reads).
-    ROUTED_PF: once routed, a routed program asks L2 for its whole K chunk of gate and up
-    rows at once (GATE_UP_ROUTED_PREFETCH). DOWN_PF: and for its share of its expert's down
-    rows (dq_ptr: the routed down stack, D_BYTES an expert's; GATE_UP_PREFETCHES_DOWN)."""
+    program (0, 1, 0) writes that table (for down's table form and the host's reads)."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     split = tl.program_id(2)
@@ -537,13 +506,6 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
             n, e, chosen, w = _routed_slot(r_parts_ptr, R_SPLIT, M, E, r_bias_ptr, r_pos_ptr,
                                            r_scale, slot, R_BLOCK_M, BLOCK_E, TOPK, RENORM,
                                            SORT)
-            if ROUTED_PF:
-                _gate_up_routed_prefetch(tile, slot, split, n, e, K, I, E, gq_ptr, uq_ptr,
-                                         q_stride_e, k_chunk, BLOCK_N, PDL)
-            if DOWN_PF:
-                _down_share_prefetch(slot, n, e, E, tile * SPLIT_K + split,
-                                     tl.num_programs(0) * SPLIT_K, dq_ptr, dq_stride_e,
-                                     D_BYTES, PDL)
             if (tile == 0) & (slot == 1) & (split == 0):
                 offs_r = tl.arange(0, R_BLOCK_M)
                 _route_slots(chosen, w, offs_r, offs_r < M, M, slot_expert_ptr, slot_weight_ptr,
@@ -813,16 +775,6 @@ ROUTE_ROW_TILE_MIN = 1
 # 4 / 8 / 16 (T203713Z: the baseline there routed in both up to 2 rows; code at f6299a0).
 # 0: the router's tail or route's launch at every row count.
 ROUTE_IN_GATE_UP_MAX_ROWS = 4
-# whether gate/up's routed programs, where they route themselves (up to
-# ROUTE_IN_GATE_UP_MAX_ROWS rows: one wave of programs), ask L2 for their whole K chunk of
-# gate and up rows as soon as they know their expert (two bulk requests a row), rather than
-# leaving all but the pipeline's first steps to be asked for step by step. Their loads then
-# find the bytes arriving or in L2. A hint: the output is the same bits.
-GATE_UP_ROUTED_PREFETCH = False
-# whether those routed programs also ask L2 for an equal share of their expert's down rows
-# (down, the next kernel, then reads them from L2): at 1-4 rows gate/up streams well under
-# HBM's bandwidth, so down's bytes can arrive during it. A hint: the same bits.
-GATE_UP_PREFETCHES_DOWN = False
 # Tried from 3 rows: route's one program a row without its slot list (no last-arrival tail),
 # each row's program writing its weights and ranks by expert ([M, E]) and flagging the experts
 # it chose, gate/up and down finding their slot's expert from the 256 flags by a prefix count,
@@ -1210,29 +1162,14 @@ def _routing_args(route, m: int, num_experts: int, slots: int, dummy: torch.Tens
                 slot_rank_ptr=route.slot_rank, ROUTE=True, R_SPLIT=split,
                 R_BLOCK_M=max(ROUTE_ROW_TILE_MIN, triton.next_power_of_2(m)),
                 BLOCK_E=triton.next_power_of_2(e),
-                TOPK=route.topk, RENORM=route.renorm, SORT=ROUTE_SORT,
-                ROUTED_PF=GATE_UP_ROUTED_PREFETCH)
-
-
-def _down_prefetch_args(route, down_q, num_experts: int, dummy: torch.Tensor) -> dict:
-    """gate/up's arguments for asking L2 for the routed experts' down rows (where it routes
-    and GATE_UP_PREFETCHES_DOWN; placeholders otherwise)."""
-    if route is None or down_q is None or not GATE_UP_PREFETCHES_DOWN:
-        return dict(dq_ptr=dummy, dq_stride_e=0, D_BYTES=0, DOWN_PF=False)
-    if down_q.dim() != 3 or down_q.shape[0] != num_experts:
-        raise ValueError(f"gate_up: down_q must be the routed down stack [{num_experts}, H, I], "
-                         f"got {tuple(down_q.shape)}")
-    _check_expert_stack(down_q)
-    block = down_q.shape[1] * down_q.shape[2] * down_q.element_size()
-    assert block % 16 == 0 and down_q.element_size() == 1
-    return dict(dq_ptr=down_q, dq_stride_e=down_q.stride(0), D_BYTES=block, DOWN_PF=True)
+                TOPK=route.topk, RENORM=route.renorm, SORT=ROUTE_SORT)
 
 
 @overlap.wide_launcher(lambda xq, sx, num_experts, *_, **__:
                        "gate_up" if num_experts else "dense_gate_up")
 def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
             shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts=None,
-            tiling=None, num_warps=None, arrivals=None, route=None, down_q=None):
+            tiling=None, num_warps=None, arrivals=None, route=None):
     """act bf16 [SLOTS, M, I] = SiLU(x G_e^T) * (x U_e^T) for each slot's expert e; x given
     quantized (xq e4m3 [M, K], sx [M, K/128]). The routed stacks [E, I, K] may be views of
     one [E, 2I, K] gate|up tensor: each expert's rows contiguous, any expert stride. With a
@@ -1240,9 +1177,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
     and SwiGLU'd by the last K chunk of each (tile, slot) when `arrivals` (int32 counters, at
     least tiles x SLOTS, left at zero) is given, else by a second kernel. route (a
     ``Routing``, a MoE only): route every row in the kernel from the router's partials rather
-    than read the slot table, which the kernel writes (ROUTE_IN_GATE_UP_MAX_ROWS). down_q:
-    the routed down stack [E, H, I], whose routed experts' blocks the routed programs ask L2
-    for once they know their expert (with `route`, GATE_UP_PREFETCHES_DOWN)."""
+    than read the slot table, which the kernel writes (ROUTE_IN_GATE_UP_MAX_ROWS)."""
     m, k = xq.shape
     dense = not num_experts
     block_n, groups, split_k = tiling or gate_up_tiling(m, dense)
@@ -1283,7 +1218,6 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
         num_stages=gate_up_stages(m, not num_experts),
         **_routing_args(route, m, num_experts, slots, num_slots),
-        **_down_prefetch_args(route, down_q, num_experts, num_slots),
         **overlap.launch_kw(),
     )
     if split_k > 1 and not tail:

@@ -720,23 +720,6 @@ def test_reads_before_the_wait_are_bitwise_after_it(kind, rows, monkeypatch):
     _forms_bitwise_equal(kind, rows, 29, (form(True), form(False)), monkeypatch)
 
 
-@pytest.mark.parametrize("rows", [1, 2, 4])
-@pytest.mark.parametrize("kind", ["moe_shared_topk", "moe_indexer"])
-def test_gate_up_routed_prefetch_is_bitwise_without_it(kind, rows, monkeypatch):
-    """gate/up's routed programs asking L2 for their K chunk (moe.GATE_UP_ROUTED_PREFETCH)
-    and their share of their expert's down rows (moe.GATE_UP_PREFETCHES_DOWN) once routed,
-    where gate/up routes (up to ROUTE_IN_GATE_UP_MAX_ROWS rows), each and both against the
-    form without, at real shapes with a pad row: outputs and caches bitwise equal."""
-    from sgl_kernel_ext.triton import moe
-
-    assert rows <= moe.ROUTE_IN_GATE_UP_MAX_ROWS, "the form applies where gate/up routes"
-    def form(chunk, down):
-        return {(moe, "GATE_UP_ROUTED_PREFETCH"): chunk, (moe, "GATE_UP_PREFETCHES_DOWN"): down}
-
-    _forms_bitwise_equal(kind, rows, 31, (form(True, True), form(True, False),
-                                          form(False, True), form(False, False)), monkeypatch)
-
-
 @pytest.mark.parametrize("kind", ["moe_shared_topk"])  # the kind without the indexer
 @pytest.mark.parametrize("rows", [1, 2])
 def test_latent_in_q_b_matches_the_latent_kernel(kind, rows, monkeypatch):

@@ -139,14 +139,11 @@ def _drive() -> None:
 
     from sgl_kernel_ext.triton import mla
 
-    from sgl_kernel_ext.triton import moe
-
     # the knobs' other forms at 2 and 3 rows: both norms with a prefetch table (the layer's
     # own, the next layer's), absorb_v merging the attention's chunks at 3 rows, absorb
     # without the tensor cores, the attention's latent in column tiles with independent score
-    # chains, gate/up's routed programs asking L2 for their K chunk and down's rows
+    # chains
     overlap.LAYER_PREFETCH = overlap.NEXT_LAYER_PREFETCH = True
-    moe.GATE_UP_ROUTED_PREFETCH = moe.GATE_UP_PREFETCHES_DOWN = True
     merge_rows0, gemv_rows0 = mla.ABSORB_V_MERGE_MAX_ROWS, mla.ABSORB_GEMV_MAX_ROWS
     parts0 = mla.ATTN_PARTS, mla.ATTN_QK_CHAINS, mla.ATTN_PARTS_FROM_STEPS
     mla.ABSORB_GEMV_MAX_ROWS = 3
@@ -159,7 +156,6 @@ def _drive() -> None:
         chain_prefetch([layer])
         layer(case.hidden, case.residual, case.batch, case.topk_prev)
     overlap.LAYER_PREFETCH = overlap.NEXT_LAYER_PREFETCH = False
-    moe.GATE_UP_ROUTED_PREFETCH = moe.GATE_UP_PREFETCHES_DOWN = False
     mla.ABSORB_V_MERGE_MAX_ROWS, mla.ABSORB_GEMV_MAX_ROWS = merge_rows0, gemv_rows0
     mla.ATTN_PARTS, mla.ATTN_QK_CHAINS, mla.ATTN_PARTS_FROM_STEPS = parts0
     scores = torch.randn(2, 3000)
