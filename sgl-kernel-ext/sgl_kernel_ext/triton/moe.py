@@ -775,6 +775,14 @@ ROUTE_ROW_TILE_MIN = 1
 # 4 / 8 / 16 (T203713Z: the baseline there routed in both up to 2 rows; code at f6299a0).
 # 0: the router's tail or route's launch at every row count.
 ROUTE_IN_GATE_UP_MAX_ROWS = 4
+# Tried there (code at aa0cb49): the routed programs asking L2 for their whole K chunk of gate
+# and up rows as soon as they know their expert (two bulk requests a row, where the pipeline
+# asks two steps ahead), and/or every program asking for an equal share of its expert's down
+# rows so that down, the next kernel, finds them in L2. Bitwise the plain form on an H200
+# (results/pytest_prefetch_aa0cb49.log), but slower a MoE layer at 1 / 2 / 4 rows: the chunk
+# +2.3 / +3.6 / +7.1 us, down's rows +4.6 / +6.4 / +12.0, both +5.4 / +10.8 / +18.5 (noise
+# 0.2-1.0; tiling_probe_20261205T130958Z). Even bytes the critical path loads next, asked of
+# L2 ahead, cost more than they save here, as the region tables did (overlap.LAYER_PREFETCH).
 # Tried from 3 rows: route's one program a row without its slot list (no last-arrival tail),
 # each row's program writing its weights and ranks by expert ([M, E]) and flagging the experts
 # it chose, gate/up and down finding their slot's expert from the 256 flags by a prefix count,
