@@ -101,6 +101,9 @@ VARIANTS = {
     # router's tail or route's launch at every row count). In results up to f6299a0,
     # route_in_experts_N had down route too (T203713Z) and route_in_gate_up_2 is this form
     **{f"route_in_gate_up_{n}": {("moe", "ROUTE_IN_GATE_UP_MAX_ROWS"): n} for n in (0, 1, 2, 3, 6, 8)},
+    # down waiting for its own slot's activations (gate/up's counters) rather than for all of
+    # gate/up, from N rows (moe.DOWN_SLOT_WAIT_FROM_ROWS; default off)
+    **{f"down_slot_wait_{n}": {("moe", "DOWN_SLOT_WAIT_FROM_ROWS"): n} for n in (5, 8, 12, 16)},
     # q_b's split K from 3 rows as the one-wave default (8) rather than mla.Q_B_SPLIT_WITH_ROWS
     "q_b_rows_default_split": {("mla", "Q_B_SPLIT_WITH_ROWS"): 0},
     # q_b's K chunks added into int64 sums that absorb reads (no tails), in a layer without

@@ -34,11 +34,11 @@ import triton.language as tl
 from triton.runtime.jit import constexpr_function
 
 from . import bf16_linear, fp8_linear, overlap
-from .arrival import arrive_last
+from .arrival import arrive, arrive_last, wait_bounded
 from .bf16_linear import _bf16_linear_prefetch, _bf16_linear_task
 from .fp8_linear import (_fp8_group_dot, _gemv_step, _scaled_dot, block_m, grid_shape,
                          group_tiles, group_x, interpreting, step_scales)
-from .overlap import prefetch_rows, stage_begin
+from .overlap import launch_dependents, prefetch_rows, stage_begin
 from .quant import sum_parts, to_e4m3
 
 
@@ -481,11 +481,13 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     ROUTE: tl.constexpr = False, R_SPLIT: tl.constexpr = 1,
                     R_BLOCK_M: tl.constexpr = 2, BLOCK_E: tl.constexpr = 2,
                     TOPK: tl.constexpr = 1, RENORM: tl.constexpr = False,
-                    SORT: tl.constexpr = False):
+                    SORT: tl.constexpr = False, ready_ptr=None, READY: tl.constexpr = False):
     """PREFETCH: the shared expert's programs prefetch their tile into L2 before their wait
     (overlap.PREFETCH_OFF). ROUTE: the routed programs route every row themselves from the
     router's partials (r_*, ``_routed_slot``) instead of reading route's slot table, and
-    program (0, 1, 0) writes that table (for down's table form and the host's reads)."""
+    program (0, 1, 0) writes that table (for down's table form and the host's reads).
+    READY: each (tile, slot) counts on ready[slot] once its activations are stored (the
+    program itself, or its last K chunk's tail), for down's slot waits (DOWN_SLOT_WAIT)."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     split = tl.program_id(2)
@@ -528,10 +530,16 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                 if arrive_last(arrivals_ptr + slot * tl.num_programs(0) + tile, SPLIT_K):
                     _swiglu_at(slot, tile, n, gu_part_ptr, act_ptr, M, I, SLOTS, SPLIT_K,
                                BLOCK_M, BLOCK_N)
+                    if READY:
+                        arrive(ready_ptr + slot)
         else:
             if arrive_last(arrivals_ptr + slot * tl.num_programs(0) + tile, SPLIT_K):
                 _swiglu_task(slot, tile, gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS,
                              SPLIT_K, BLOCK_M, BLOCK_N)
+                if READY:
+                    arrive(ready_ptr + slot)
+    elif READY:  # one K chunk: this program stored its activations
+        arrive(ready_ptr + slot)
 
 
 @triton.jit
@@ -643,12 +651,29 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
                  terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                  INTERPRET: tl.constexpr, PDL: tl.constexpr, GEMV: tl.constexpr,
                  GROUPS: tl.constexpr, SWAP: tl.constexpr, TABLE_EARLY: tl.constexpr,
-                 PREFETCH: tl.constexpr):
+                 PREFETCH: tl.constexpr, ready_ptr=None, failed_ptr=None, ready_target=0,
+                 SLOT_WAIT: tl.constexpr = False, DEPENDENTS: tl.constexpr = False,
+                 WAIT_POLLS: tl.constexpr = 1):
     """PREFETCH: the program prefetches its weight tile into L2 before its wait
-    (overlap.PREFETCH_OFF)."""
+    (overlap.PREFETCH_OFF). SLOT_WAIT: instead of the programmatic wait (for all of gate/up),
+    wait until ready[slot] holds ready_target (gate/up's tiles of the slot, each counted once
+    its activations are stored), giving up after WAIT_POLLS polls with the failure word set;
+    then let the next kernel launch (DEPENDENTS)."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
-    if TABLE_EARLY:
+    if SLOT_WAIT:
+        # the table was written by route, two kernels back (complete: gate/up passed its wait
+        # before it let this launch start)
+        n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
+        w, rank = _down_rows(slot, M, slot_weight_ptr, slot_rank_ptr, BLOCK_M)
+        if slot < n:
+            wait_bounded(ready_ptr + slot, ready_target, failed_ptr, WAIT_POLLS, False, "gpu")
+        tl.debug_barrier()
+        launch_dependents(DEPENDENTS)
+        _down_slot(tile, slot, n, e, w, rank, act_ptr, M, I, H, E, dq_ptr, ds_ptr, q_stride_e,
+                   s_stride_e, sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET,
+                   GEMV, GROUPS, SWAP)
+    elif TABLE_EARLY:
         # the slot table, weights and ranks were written by route, two kernels back: read
         # before the wait (overlap's rule 1), so the multiply starts at the activations
         n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
@@ -692,7 +717,10 @@ def _sum_terms_at(m, ht, pos, terms_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK:
 
 @triton.jit
 def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK: tl.constexpr,
-                      PDL: tl.constexpr, POS_EARLY: tl.constexpr):
+                      PDL: tl.constexpr, POS_EARLY: tl.constexpr, clear_ptr=None, n_clear=0,
+                      CLEAR_BLOCK: tl.constexpr = 0):
+    """CLEAR_BLOCK: program (0, 0) zeroes clear[:n_clear] after its wait (down, the kernel
+    before, has then finished with them: its slot counters)."""
     if POS_EARLY:  # SUM_POS_EARLY
         pos = tl.load(pos_ptr + tl.program_id(0))
         stage_begin(PDL)
@@ -702,6 +730,10 @@ def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK
         stage_begin(PDL)
         _sum_terms_task(tl.program_id(0), tl.program_id(1), terms_ptr, pos_ptr, out_ptr, H,
                         TERMS, BLOCK)
+    if CLEAR_BLOCK > 0:
+        if (tl.program_id(0) == 0) & (tl.program_id(1) == 0):
+            offs = tl.arange(0, CLEAR_BLOCK)
+            tl.store(clear_ptr + offs, tl.zeros((CLEAR_BLOCK,), tl.int32), mask=offs < n_clear)
 
 
 # rows up to which the router's GEMV and route are one launch (on an H200 the tail saves
@@ -1091,6 +1123,19 @@ DOWN_SWAP = True
 # SUM_POS_EARLY and mla.ABSORB_V_W_EARLY, 1.5-1.8 us at one row, 0.2-0.9 at 2-8, 0 at 16
 # (all_late)
 DOWN_TABLE_EARLY = True
+# rows from which a MoE layer's down waits for its own slot's activations rather than for all
+# of gate/up (``SlotWait``): each gate/up (tile, slot) counts on ready[slot] once its
+# activations are stored; down, launched programmatically dependent at every row count, skips
+# the programmatic wait and polls its slot's counter, so its programs multiply the first slots
+# while gate/up's last wave still runs (from 5 rows gate/up is more than one wave of programs,
+# and down, after the programmatic wait, starts only as gate/up ends: graph_timeline at 16
+# rows). Sound because the dependent launch starts only once every gate/up program has
+# started (each lets it launch after its own wait): all the programs a wait needs are
+# resident. The wait is bounded (DOWN_WAIT_POLLS, then a failure word and wrong terms, never
+# a hang); the terms' sum zeroes the counters. Only where route wrote the slot table (above
+# ROUTE_IN_GATE_UP_MAX_ROWS: there gate/up writes it). Off until timed on a GPU.
+DOWN_SLOT_WAIT_FROM_ROWS = 1 << 30
+DOWN_WAIT_POLLS = 1 << 22
 # Tried: where gate/up routes every row (1-4 rows), its routing program setting a flag once the
 # slot table was whole, and down's programs (launched while gate/up ran) waiting for that flag
 # and reading their entry before their own wait (a bounded wait: NaN terms, never a hang; the
@@ -1140,6 +1185,20 @@ def down_shape(m: int, dense: bool = False) -> tuple:
     return down_block(m, dense), GEMV_WARPS if gemv else DOWN_WARPS
 
 
+class SlotWait(NamedTuple):
+    """down's per-slot waits (DOWN_SLOT_WAIT_FROM_ROWS): int32 counters [>= slots] at zero,
+    counted by gate/up and zeroed again by the terms' sum; the failure word [1] a wait that
+    gave up sets (left for the host: ``slot_wait_failed``); gate/up's tiles a slot."""
+    ready: torch.Tensor
+    failed: torch.Tensor
+    tiles: int
+
+
+def slot_wait_failed(failed: torch.Tensor) -> bool:
+    """Whether a wait of down's since the word was last cleared gave up (syncs the host)."""
+    return bool(failed.item())
+
+
 class Routing(NamedTuple):
     """What gate/up routes every row from itself (ROUTE_IN_GATE_UP_MAX_ROWS): the router's
     fp32 split-K partials [SPLIT, M, E], route's arguments, and the [slot, row] tables it
@@ -1177,7 +1236,7 @@ def _routing_args(route, m: int, num_experts: int, slots: int, dummy: torch.Tens
                        "gate_up" if num_experts else "dense_gate_up")
 def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
             shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts=None,
-            tiling=None, num_warps=None, arrivals=None, route=None):
+            tiling=None, num_warps=None, arrivals=None, route=None, ready=None):
     """act bf16 [SLOTS, M, I] = SiLU(x G_e^T) * (x U_e^T) for each slot's expert e; x given
     quantized (xq e4m3 [M, K], sx [M, K/128]). The routed stacks [E, I, K] may be views of
     one [E, 2I, K] gate|up tensor: each expert's rows contiguous, any expert stride. With a
@@ -1185,7 +1244,8 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
     and SwiGLU'd by the last K chunk of each (tile, slot) when `arrivals` (int32 counters, at
     least tiles x SLOTS, left at zero) is given, else by a second kernel. route (a
     ``Routing``, a MoE only): route every row in the kernel from the router's partials rather
-    than read the slot table, which the kernel writes (ROUTE_IN_GATE_UP_MAX_ROWS)."""
+    than read the slot table, which the kernel writes (ROUTE_IN_GATE_UP_MAX_ROWS). ready (a
+    ``SlotWait``): count each (tile, slot) on ready[slot] once its activations are stored."""
     m, k = xq.shape
     dense = not num_experts
     block_n, groups, split_k = tiling or gate_up_tiling(m, dense)
@@ -1206,6 +1266,13 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
     assert not gemv or 128 % block_n == 0, "a GEMV gate/up tile must lie in one scale block"
     if tail:
         assert arrivals.dtype == torch.int32 and arrivals.numel() >= tiles * slots
+    if ready is not None:
+        if split_k > 1 and not tail:
+            raise ValueError("gate_up: slot counters need the activations stored in this "
+                             "launch (one K chunk, or the SwiGLU tail's arrivals)")
+        if ready.tiles != tiles or ready.ready.numel() < slots:
+            raise ValueError(f"gate_up: slot counters for {ready.tiles} tiles of "
+                             f"{ready.ready.numel()} slots; this launch has {tiles} of {slots}")
     # a MoE layer's slot 0 (a dense layer's only slot reads x from the kernel just before)
     shared_early = bool(num_experts) and m >= SHARED_BEFORE_WAIT_FROM_ROWS and overlap.enabled()
     scales_ahead = fp8_linear.SCALES_AHEAD and (gate_up_stack(block_n, gemv)
@@ -1226,6 +1293,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
         num_stages=gate_up_stages(m, not num_experts),
         **_routing_args(route, m, num_experts, slots, num_slots),
+        **({} if ready is None else dict(ready_ptr=ready.ready, READY=True)),
         **overlap.launch_kw(),
     )
     if split_k > 1 and not tail:
@@ -1238,11 +1306,13 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
 @overlap.wide_launcher("down")
 def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_q, down_s,
          shared_down_q, shared_down_s, positions, terms, out, block_n=None, num_warps=None,
-         table_early=True):
+         table_early=True, ready=None):
     """out bf16 [M, H] = sum over the row's experts of bf16(weight * act_slot D_e^T), shared
     first then experts ascending (fp32 sum, one rounding), through terms bf16 [M, k+1, H].
     table_early=False: the slot table is read after the wait (gate/up, the kernel before,
-    wrote it: ``Routing``), never before (DOWN_TABLE_EARLY)."""
+    wrote it: ``Routing``), never before (DOWN_TABLE_EARLY). ready (a ``SlotWait`` gate/up,
+    the kernel before, counted on): each program waits for its slot's activations only, not
+    for the whole of gate/up (DOWN_SLOT_WAIT_FROM_ROWS); the terms' sum zeroes the counters."""
     slots, m, inter = act.shape
     _, n_terms, h = terms.shape
     assert shared_down_q.shape == (h, inter) and out.is_contiguous() and terms.is_contiguous()
@@ -1254,6 +1324,17 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
     _check_expert_stack(down_q, down_s)
     assert slot_expert.numel() >= slots, "every program's slot needs a table entry"
     moe_mma = bool(num_experts) and not gemv  # DOWN_STAGES, DOWN_MAXNREG
+    launch = overlap.launch_kw()
+    waits = {}
+    if ready is not None:
+        if not table_early:
+            raise ValueError("down: slot waits read the slot table before gate/up ends, so "
+                             "route must have written it (not gate/up: ``Routing``)")
+        assert ready.ready.numel() >= slots and ready.failed.numel() == 1
+        pdl = overlap.pdl_possible()
+        launch = {"launch_pdl": True} if pdl else {}
+        waits = dict(ready_ptr=ready.ready, failed_ptr=ready.failed, ready_target=ready.tiles,
+                     SLOT_WAIT=True, DEPENDENTS=pdl, WAIT_POLLS=DOWN_WAIT_POLLS)
     _down_kernel[(triton.cdiv(h, block_n), slots)](
         act, m, inter, h, num_experts, slot_expert, slot_weight, slot_rank, num_slots,
         down_q, down_s, down_q.stride(0) if down_q.dim() == 3 else 0,
@@ -1264,18 +1345,24 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         SWAP=down_swap(block_n, gemv), TABLE_EARLY=DOWN_TABLE_EARLY and table_early,
         # the prefetch reads the slot table before the wait: only where it is complete then
         PREFETCH=overlap.prefetches("down") and table_early, num_warps=num_warps,
-        num_stages=DOWN_STAGES if moe_mma else 3, **overlap.launch_kw(),
+        num_stages=DOWN_STAGES if moe_mma else 3, **launch, **waits,
         **({"maxnreg": cap} if moe_mma and (cap := down_maxnreg(m)) else {}),
     )
-    sum_terms(terms, positions, out)
+    sum_terms(terms, positions, out, clear=None if ready is None else ready.ready[:slots])
 
 
 @overlap.wide_launcher("sum")
-def sum_terms(terms, positions, out) -> None:
+def sum_terms(terms, positions, out, clear=None) -> None:
     """out bf16 [M, H] = each row's terms bf16 [M, k+1, H] summed in fp32 in order, one
-    rounding (a pad row, position < 0: its shared term only)."""
+    rounding (a pad row, position < 0: its shared term only). clear: int32 words zeroed once
+    the kernel before (down) has finished (its slot counters)."""
     m, n_terms, h = terms.shape
     assert out.shape == (m, h) and out.is_contiguous() and terms.is_contiguous()
+    extra = {}
+    if clear is not None:
+        assert clear.dtype == torch.int32 and clear.is_contiguous()
+        extra = dict(clear_ptr=clear, n_clear=clear.numel(),
+                     CLEAR_BLOCK=triton.next_power_of_2(clear.numel()))
     _sum_terms_kernel[(m, triton.cdiv(h, SUM_BLOCK))](
         terms, positions, out, h, TERMS=n_terms, BLOCK=SUM_BLOCK, PDL=overlap.enabled(),
-        POS_EARLY=SUM_POS_EARLY, num_warps=4, **overlap.launch_kw())
+        POS_EARLY=SUM_POS_EARLY, num_warps=4, **extra, **overlap.launch_kw())

@@ -172,6 +172,12 @@ def supported() -> bool:
         return False
 
 
+def pdl_possible() -> bool:
+    """Whether a launch can be programmatically dependent here at all (whatever the row
+    bounds): for a kernel whose own waits make it sound at every row count."""
+    return os.environ.get(ENV, "1") != "0" and supported()
+
+
 def prefetches(kernel: str) -> bool:
     """Whether the named stage kernel's programs prefetch before their wait (PREFETCH_OFF)."""
     unknown = set(PREFETCH_OFF) - set(PREFETCH_KERNELS)

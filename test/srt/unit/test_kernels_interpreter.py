@@ -386,6 +386,97 @@ def test_moe_routing_in_gate_up_is_bitwise_the_slot_table(m, tail):
         assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30))
 
 
+@pytest.mark.parametrize("m", [2, 5])
+def test_moe_slot_waits_are_bitwise_the_whole_wait(m):
+    """down waiting per slot on gate/up's counters (moe.SlotWait) against down after all of
+    gate/up: bitwise the same terms' sum, every counter zeroed by the sum and the failure word
+    clear. 2 rows: each (tile, slot) counted by gate/up's SwiGLU tail; 5: by the program."""
+    mw, sh, x, pos, xq, sx = _moe_rows(m, 20 + m)
+    e, k = CFG.n_routed_experts, CFG.num_experts_per_tok
+    slots, inter, h = m * k + 1, mw.gate.q.shape[1], CFG.hidden_size
+    block_n, _, split_k = moe.gate_up_tiling(m)
+    tiles = -(-inter // block_n)
+    runs = []
+    for waits in (False, True):
+        arr, parts, se, sw, sr, ns = _poisoned_route_buffers(m, e, slots, tiles)
+        bf16_linear.bf16_linear_splitk(x, mw.router, parts)
+        moe.route(parts, mw.bias, pos, k, CFG.routed_scaling_factor, True, se, sw, sr, ns)
+        ready = moe.SlotWait(torch.zeros(slots + 3, dtype=torch.int32),
+                             torch.zeros(1, dtype=torch.int32), tiles) if waits else None
+        act = torch.full((slots, m, inter), float("nan"), dtype=torch.bfloat16)
+        gu_parts = torch.full((split_k, slots, m, 2, inter), float("nan")) if split_k > 1 else None
+        moe.gate_up(xq, sx.contiguous(), e, se, ns, mw.gate.q, mw.gate.s, mw.up.q, mw.up.s,
+                    sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act, gu_parts, arrivals=arr[1],
+                    ready=ready)
+        if waits:  # every (tile, slot) counted once, used slots or not
+            assert ready.ready[:slots].tolist() == [tiles] * slots
+        out = torch.full((m, h), float("nan"), dtype=torch.bfloat16)
+        terms = torch.full((m, k + 1, h), float("nan"), dtype=torch.bfloat16)
+        moe.down(act, e, se, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, pos, terms,
+                 out, ready=ready)
+        if waits:
+            assert not ready.ready.any() and not moe.slot_wait_failed(ready.failed)
+        runs.append(out)
+    assert not torch.isnan(runs[0]).any()
+    assert torch.equal(runs[0], runs[1])
+
+
+def test_moe_slot_wait_gives_up_instead_of_hanging(monkeypatch):
+    """A slot whose activations are never counted: down's wait gives up after
+    moe.DOWN_WAIT_POLLS polls and sets the failure word (the terms are then wrong), and the
+    counters are zeroed all the same."""
+    m = 5
+    mw, sh, x, pos, xq, sx = _moe_rows(m, 3)
+    e, k = CFG.n_routed_experts, CFG.num_experts_per_tok
+    slots, inter, h = m * k + 1, mw.gate.q.shape[1], CFG.hidden_size
+    tiles = -(-inter // moe.gate_up_tiling(m)[0])
+    arr, parts, se, sw, sr, ns = _poisoned_route_buffers(m, e, slots, tiles)
+    bf16_linear.bf16_linear_splitk(x, mw.router, parts)
+    moe.route(parts, mw.bias, pos, k, CFG.routed_scaling_factor, True, se, sw, sr, ns)
+    ready = moe.SlotWait(torch.full((slots,), tiles, dtype=torch.int32),
+                         torch.zeros(1, dtype=torch.int32), tiles)
+    ready.ready[int(ns) - 1] = tiles - 1  # the last used slot lacks one tile
+    act = torch.randn(slots, m, inter).bfloat16()
+    monkeypatch.setattr(moe, "DOWN_WAIT_POLLS", 3)
+    terms = torch.full((m, k + 1, h), float("nan"), dtype=torch.bfloat16)
+    moe.down(act, e, se, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, pos, terms,
+             torch.empty(m, h, dtype=torch.bfloat16), ready=ready)
+    assert moe.slot_wait_failed(ready.failed) and not ready.ready.any()
+
+
+def test_moe_slot_waits_refuse_what_cannot_count():
+    """Slot counters for another tile count, or for gate/up's split K without its tail (the
+    SwiGLU kernel after it stores the activations), and down's waits where gate/up writes the
+    slot table (moe.Routing): refused by name."""
+    m = 2
+    lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
+    mw, sh = lw.mlp, lw.mlp.shared
+    e, k, h = CFG.n_routed_experts, CFG.num_experts_per_tok, CFG.hidden_size
+    slots, inter = m * k + 1, mw.gate.q.shape[1]
+    block_n, _, split_k = moe.gate_up_tiling(m)
+    assert split_k > 1
+    tiles = -(-inter // block_n)
+    xq, sx = quant_act(torch.randn(m, h).bfloat16())
+    ns = torch.ones(1, dtype=torch.int32)
+    se = torch.zeros(slots, dtype=torch.int32)
+    act = torch.zeros(slots, m, inter, dtype=torch.bfloat16)
+    parts = torch.zeros(split_k, slots, m, 2, inter)
+    args = (xq, sx.contiguous(), e, se, ns, mw.gate.q, mw.gate.s, mw.up.q, mw.up.s, sh.gate.q,
+            sh.gate.s, sh.up.q, sh.up.s, act, parts)
+    ok = moe.SlotWait(torch.zeros(slots, dtype=torch.int32), torch.zeros(1, dtype=torch.int32),
+                      tiles)
+    with pytest.raises(ValueError, match="SwiGLU tail"):
+        moe.gate_up(*args, ready=ok)
+    with pytest.raises(ValueError, match="tiles"):
+        moe.gate_up(*args, arrivals=torch.zeros(tiles * slots, dtype=torch.int32),
+                    ready=ok._replace(tiles=tiles + 1))
+    sw, sr = torch.zeros(slots, m), torch.zeros(slots, m, dtype=torch.int32)
+    with pytest.raises(ValueError, match="route must have written"):
+        moe.down(act, e, se, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s,
+                 torch.zeros(m, dtype=torch.int64), torch.zeros(m, k + 1, h).bfloat16(),
+                 torch.zeros(m, h).bfloat16(), table_early=False, ready=ok)
+
+
 def test_gate_up_refuses_routing_of_another_shape():
     """moe.Routing's partials must be the step's [split, rows, experts]: refused by name."""
     lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
@@ -967,6 +1058,28 @@ def test_indexer_launch_forms_are_bitwise_the_plain_ones(layer_id, knob, monkeyp
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert torch.equal(c_a.kv[layer_id].view(torch.int16), c_b.kv[layer_id].view(torch.int16))
     assert torch.equal(c_a.index[layer_id], c_b.index[layer_id])
+
+
+def test_layer_with_down_slot_waits_is_bitwise_the_whole_wait(monkeypatch):
+    """A MoE layer step of 6 rows (a pad row among them) with down waiting per slot on
+    gate/up's counters (moe.DOWN_SLOT_WAIT_FROM_ROWS) against down after all of gate/up:
+    outputs and caches bitwise equal, the counters zeroed again, no wait given up."""
+    from sgl_kernel_ext.triton import moe
+
+    contexts = [30, 0, 12, 40, 7, 21]
+    case = make_case(CFG, 2, contexts, seed=71, tp_size=2)
+    runs = []
+    for rows_from in (1 << 30, 5):
+        monkeypatch.setattr(moe, "DOWN_SLOT_WAIT_FROM_ROWS", rows_from)
+        caches = clone_caches(case.caches)
+        layer = _stage_layer(CFG, case.lw, caches, len(contexts), max(contexts))
+        out = layer(case.hidden, case.residual, case.batch, case.topk_prev)
+        runs.append(([t.clone() for t in out], caches))
+        assert not layer.buf["down_ready"].any() and not layer.health()
+    (a, c_a), (b, c_b) = runs
+    assert not torch.isnan(a[0].float()).any()
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert torch.equal(c_a.kv[2].view(torch.int16), c_b.kv[2].view(torch.int16))
 
 
 def _stage_layer(cfg, lw, caches, rows, context):

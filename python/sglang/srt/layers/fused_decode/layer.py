@@ -201,6 +201,9 @@ class FusedLayer:
         # down to the MMA's 16 columns (benchmark/tiling_probe.py varies it), the router's one
         self.buf["gu_arrivals"] = arrival.counters(-(-inter // 16) * slots, dev)
         self.buf["route_arrival"] = arrival.counters(1, dev)
+        # down's per-slot waits (moe.DOWN_SLOT_WAIT_FROM_ROWS): a counter a slot, then the
+        # failure word a wait that gave up sets
+        self.buf["down_ready"] = arrival.counters(slots + 1, dev)
         self.buf["qkv_arrivals"] = arrival.counters(
             self._tails(cfg.q_lora_rank) + self._tails(c + rope), dev)
         self.buf["q_arrivals"] = arrival.counters(-(-a.q_b.q.shape[0] // self.tile_q_b[0]), dev)
@@ -642,25 +645,31 @@ class FusedLayer:
         if split_k > 1:
             gu_parts = _prefix(b["gu_parts"], split_k, act.shape[0], m, 2, act.shape[2])
         block_n, warps = moe.down_shape(m, dense)
+        ready = None
+        if self.experts and routing is None and m >= moe.DOWN_SLOT_WAIT_FROM_ROWS:
+            ready = moe.SlotWait(b["down_ready"][:-1], b["down_ready"][-1:],
+                                 -(-act.shape[2] // tiling[0]))
         with overlap.wide():
             moe.gate_up(v("x2q"), v("x2s"), self.experts, b["slot_expert"], b["num_slots"],
                         routed.gate.q, routed.gate.s, routed.up.q, routed.up.s,
                         shared.gate.q, shared.gate.s, shared.up.q, shared.up.s, act, gu_parts,
-                        tiling=tiling, arrivals=b["gu_arrivals"], route=routing)
+                        tiling=tiling, arrivals=b["gu_arrivals"], route=routing, ready=ready)
             moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"),
                      v("slot_rank"), b["num_slots"], routed.down.q, routed.down.s,
                      shared.down.q, shared.down.s, pos, v("terms"), v("y"), block_n=block_n,
-                     num_warps=warps, table_early=routing is None)
+                     num_warps=warps, table_early=routing is None, ready=ready)
 
 
     def health(self) -> List[str]:
         """What the kernels' own error words say after a step (check mode; syncs with the
-        host): fp8_moe.experts' flags, which a completed launch leaves at zero, and attn_side's
-        and attn_out's failure words (set where one of its waits gave up: wrong output rather
-        than a hang)."""
+        host): fp8_moe.experts' flags, which a completed launch leaves at zero, and attn_side's,
+        attn_out's and down's failure words (set where one of its waits gave up: wrong output
+        rather than a hang)."""
         problems = []
         if attn_out.failed(self.buf["vo_counts"], self.heads):
             problems.append(f"layer {self.lw.layer_id}: a wait of absorb_v_o_proj gave up")
+        if moe.slot_wait_failed(self.buf["down_ready"][-1:]):
+            problems.append(f"layer {self.lw.layer_id}: a slot wait of down gave up")
         for rows, sw in sorted(self.attn_side_work.items()):
             try:
                 self.attn_side.check_sync(sw.work)
