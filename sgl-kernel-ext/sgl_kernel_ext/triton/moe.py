@@ -1293,7 +1293,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
         num_stages=gate_up_stages(m, not num_experts),
         **_routing_args(route, m, num_experts, slots, num_slots),
-        **({} if ready is None else dict(ready_ptr=ready.ready, READY=True)),
+        ready_ptr=num_slots if ready is None else ready.ready, READY=ready is not None,
         **overlap.launch_kw(),
     )
     if split_k > 1 and not tail:
@@ -1325,7 +1325,8 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
     assert slot_expert.numel() >= slots, "every program's slot needs a table entry"
     moe_mma = bool(num_experts) and not gemv  # DOWN_STAGES, DOWN_MAXNREG
     launch = overlap.launch_kw()
-    waits = {}
+    # (placeholders: a launch's arguments are tensors whether used or not)
+    waits = dict(ready_ptr=num_slots, failed_ptr=num_slots)
     if ready is not None:
         if not table_early:
             raise ValueError("down: slot waits read the slot table before gate/up ends, so "
@@ -1358,7 +1359,7 @@ def sum_terms(terms, positions, out, clear=None) -> None:
     the kernel before (down) has finished (its slot counters)."""
     m, n_terms, h = terms.shape
     assert out.shape == (m, h) and out.is_contiguous() and terms.is_contiguous()
-    extra = {}
+    extra = dict(clear_ptr=positions)
     if clear is not None:
         assert clear.dtype == torch.int32 and clear.is_contiguous()
         extra = dict(clear_ptr=clear, n_clear=clear.numel(),

@@ -688,6 +688,23 @@ def test_route_forms_are_bitwise_the_default(sort, tail_rows, rows, monkeypatch)
                          counters=("route_arrival",))
 
 
+@pytest.mark.parametrize("rows", [5, 8, 16])
+@pytest.mark.parametrize("kind", ["moe_shared_topk", "moe_indexer"])
+def test_down_slot_waits_are_bitwise_the_whole_wait(kind, rows, monkeypatch):
+    """down waiting per slot on gate/up's counters (moe.DOWN_SLOT_WAIT_FROM_ROWS: launched
+    programmatically dependent without the grid's wait, running beside gate/up's last programs)
+    against down after all of gate/up, at real shapes with a pad row: outputs and caches
+    bitwise equal, the counters zeroed, no wait given up; then the same form captured in a CUDA
+    graph: bitwise eager and 100 replays identical."""
+    from sgl_kernel_ext.triton import moe
+
+    _forms_bitwise_equal(kind, rows, 37, ({(moe, "DOWN_SLOT_WAIT_FROM_ROWS"): 1 << 30},
+                                          {(moe, "DOWN_SLOT_WAIT_FROM_ROWS"): 5}),
+                         monkeypatch, counters=("route_arrival", "down_ready"))
+    r = replay_checks(kind, rows)
+    assert r["graph_equals_eager"] and r["repeats_identical"], r
+
+
 @pytest.mark.parametrize("rows", [1, 2, 4, 16])
 @pytest.mark.parametrize("kind", ["moe_shared_topk", "moe_indexer"])
 def test_routing_in_gate_up_is_bitwise_route(kind, rows, monkeypatch):
