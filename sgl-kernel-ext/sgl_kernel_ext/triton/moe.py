@@ -1134,7 +1134,7 @@ DOWN_TABLE_EARLY = True
 # resident. The wait is bounded (DOWN_WAIT_POLLS, then a failure word and wrong terms, never
 # a hang); the terms' sum zeroes the counters. Only where route wrote the slot table (above
 # ROUTE_IN_GATE_UP_MAX_ROWS: there gate/up writes it). Off until timed on a GPU.
-DOWN_SLOT_WAIT_FROM_ROWS = 1 << 30
+DOWN_SLOT_WAIT_FROM_ROWS = 5
 DOWN_WAIT_POLLS = 1 << 22
 # Tried: where gate/up routes every row (1-4 rows), its routing program setting a flag once the
 # slot table was whole, and down's programs (launched while gate/up ran) waiting for that flag
