@@ -104,6 +104,11 @@ VARIANTS = {
     # down waiting for its own slot's activations (gate/up's counters) rather than for all of
     # gate/up, from N rows (moe.DOWN_SLOT_WAIT_FROM_ROWS; default off)
     **{f"down_slot_wait_{n}": {("moe", "DOWN_SLOT_WAIT_FROM_ROWS"): n} for n in (5, 8, 12, 16)},
+    "down_slot_wait_off": {("moe", "DOWN_SLOT_WAIT_FROM_ROWS"): 1 << 30},
+    # ... from fewer rows, gate/up routing only below them (route's launch writes the table)
+    **{f"down_slot_wait_{n}_route_{n - 1}": {("moe", "DOWN_SLOT_WAIT_FROM_ROWS"): n,
+                                             ("moe", "ROUTE_IN_GATE_UP_MAX_ROWS"): n - 1}
+       for n in (2, 3, 4)},
     # q_b's split K from 3 rows as the one-wave default (8) rather than mla.Q_B_SPLIT_WITH_ROWS
     "q_b_rows_default_split": {("mla", "Q_B_SPLIT_WITH_ROWS"): 0},
     # q_b's K chunks added into int64 sums that absorb reads (no tails), in a layer without
