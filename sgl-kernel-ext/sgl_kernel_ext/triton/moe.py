@@ -806,7 +806,7 @@ ROUTE_ROW_TILE_MIN = 1
 # 1-2 rows, its ~860 programs sorting in several waves; from 4 rows +16 / +98 / +700 us at
 # 4 / 8 / 16 (T203713Z: the baseline there routed in both up to 2 rows; code at f6299a0).
 # 0: the router's tail or route's launch at every row count.
-ROUTE_IN_GATE_UP_MAX_ROWS = 4
+ROUTE_IN_GATE_UP_MAX_ROWS = 2
 # Tried there (code at aa0cb49): the routed programs asking L2 for their whole K chunk of gate
 # and up rows as soon as they know their expert (two bulk requests a row, where the pipeline
 # asks two steps ahead), and/or every program asking for an equal share of its expert's down
@@ -1134,7 +1134,7 @@ DOWN_TABLE_EARLY = True
 # resident. The wait is bounded (DOWN_WAIT_POLLS, then a failure word and wrong terms, never
 # a hang); the terms' sum zeroes the counters. Only where route wrote the slot table (above
 # ROUTE_IN_GATE_UP_MAX_ROWS: there gate/up writes it). Off until timed on a GPU.
-DOWN_SLOT_WAIT_FROM_ROWS = 5
+DOWN_SLOT_WAIT_FROM_ROWS = 3
 DOWN_WAIT_POLLS = 1 << 22
 # Tried: where gate/up routes every row (1-4 rows), its routing program setting a flag once the
 # slot table was whole, and down's programs (launched while gate/up ran) waiting for that flag
