@@ -105,6 +105,9 @@ VARIANTS = {
     # gate/up, from N rows (moe.DOWN_SLOT_WAIT_FROM_ROWS; default off)
     **{f"down_slot_wait_{n}": {("moe", "DOWN_SLOT_WAIT_FROM_ROWS"): n} for n in (5, 8, 12, 16)},
     "down_slot_wait_off": {("moe", "DOWN_SLOT_WAIT_FROM_ROWS"): 1 << 30},
+    # the defaults before the slot waits (2b75064): gate/up routing up to 4 rows, no slot waits
+    "before_slot_waits": {("moe", "DOWN_SLOT_WAIT_FROM_ROWS"): 1 << 30,
+                          ("moe", "ROUTE_IN_GATE_UP_MAX_ROWS"): 4},
     # ... from fewer rows, gate/up routing only below them (route's launch writes the table)
     **{f"down_slot_wait_{n}_route_{n - 1}": {("moe", "DOWN_SLOT_WAIT_FROM_ROWS"): n,
                                              ("moe", "ROUTE_IN_GATE_UP_MAX_ROWS"): n - 1}
