@@ -102,7 +102,7 @@ VARIANTS = {
     # route_in_experts_N had down route too (T203713Z) and route_in_gate_up_2 is this form
     **{f"route_in_gate_up_{n}": {("moe", "ROUTE_IN_GATE_UP_MAX_ROWS"): n} for n in (0, 1, 2, 3, 6, 8)},
     # down waiting for its own slot's activations (gate/up's counters) rather than for all of
-    # gate/up, from N rows (moe.DOWN_SLOT_WAIT_FROM_ROWS; default off)
+    # gate/up, from N rows (moe.DOWN_SLOT_WAIT_FROM_ROWS; default 3)
     **{f"down_slot_wait_{n}": {("moe", "DOWN_SLOT_WAIT_FROM_ROWS"): n} for n in (5, 8, 12, 16)},
     "down_slot_wait_off": {("moe", "DOWN_SLOT_WAIT_FROM_ROWS"): 1 << 30},
     # the defaults before the slot waits (2b75064): gate/up routing up to 4 rows, no slot waits

@@ -801,7 +801,10 @@ ROUTE_ROW_TILE_MIN = 1
 # rows another -0.5..-0.8 / -0.4..-0.5 us at 3 rows, -0.1..-0.3 / -0.2..-0.3 at 4
 # (T222937Z: route_in_gate_up_3 and _4 against 2, noise 0.2-0.8; T204933Z: -0.4 / -0.2),
 # where gate/up's 264 programs are one wave (32 columns, no split K); to 6 or 8 rows +6.6..+10.1
-# us at 6-8 rows (T224116Z: several waves of programs sorting [rows, 256]). Tried:
+# us at 6-8 rows (T224116Z: several waves of programs sorting [rows, 256]). Since down waits
+# per slot (DOWN_SLOT_WAIT_FROM_ROWS, which needs route's table) only up to 2: at 3-4 rows
+# route's launch and the slot waits are 0.2-0.9 us faster (H100, tiling_probe_20261205T145632Z).
+# Tried:
 # down routing too, before its wait (the partials are two kernels back): +2.4..+3.5 us at
 # 1-2 rows, its ~860 programs sorting in several waves; from 4 rows +16 / +98 / +700 us at
 # 4 / 8 / 16 (T203713Z: the baseline there routed in both up to 2 rows; code at f6299a0).
@@ -1133,7 +1136,16 @@ DOWN_TABLE_EARLY = True
 # started (each lets it launch after its own wait): all the programs a wait needs are
 # resident. The wait is bounded (DOWN_WAIT_POLLS, then a failure word and wrong terms, never
 # a hang); the terms' sum zeroes the counters. Only where route wrote the slot table (above
-# ROUTE_IN_GATE_UP_MAX_ROWS: there gate/up writes it). Off until timed on a GPU.
+# ROUTE_IN_GATE_UP_MAX_ROWS: there gate/up writes it). On an H100 (bitwise the whole wait:
+# results/pytest_slot_wait_752e871.log, 5298701) from 5 rows a MoE layer is 1.6 / 1.6 / 5.8 /
+# 4.2 us faster at 5 / 8 / 12 / 16 rows, with the indexer 2.0 / 3.6 / 5.9 / 5.9 (noise 0.1-1.3;
+# tiling_probe_20261205T144129Z); from 3 rows, gate/up routing only up to 2, another 0.2-0.7
+# at 3 rows and 0.5-0.9 at 4 in two runs (T145538Z, T145632Z: down_slot_wait_3_route_2; from
+# 2 rows, routing at one, +0.8..+1.0 at 2). Release tables in one call against the defaults
+# before (decode_layer_20261205T150033Z against T145940Z, before_slot_waits): a MoE layer
+# 202.1 -> 197.1 us at 16 rows, 167.4 -> 161.8 at 12, 138.7 -> 136.4 at 8, the same at 1-4.
+# Down now starts ~18 us before gate/up ends at 16 rows, where it started as it ended
+# (graph_timeline_20261205T145902Z against 20261205T045302Z, an H200's).
 DOWN_SLOT_WAIT_FROM_ROWS = 3
 DOWN_WAIT_POLLS = 1 << 22
 # Tried: where gate/up routes every row (1-4 rows), its routing program setting a flag once the

@@ -83,6 +83,9 @@ WIDE_MAX_ROWS = 2
 # gate/up overlapped +0.3-0.5 (tiling_probe_20261203T123511Z: *_overlap_16). Down, once it
 # no longer prefetches its tile before its wait (PREFETCH_OFF), is 0.5-2.0 us faster
 # overlapped at 3-12 rows, every kind, and 0.5-1.0 slower at 16 (T160304Z, T160431Z).
+# A MoE layer's down from moe.DOWN_SLOT_WAIT_FROM_ROWS rows launches dependent at any row
+# count (``pdl_possible``) and waits per slot on gate/up's counters, not for the whole grid:
+# the "down" bound here then serves only the dense MLP and the slot waits turned off.
 WIDE_KERNEL_MAX_ROWS: dict = {"gate_up": MAX_ROWS, "sum": MAX_ROWS, "down": 12}
 # Stage kernels (by name) whose programs do not prefetch their weight tiles into L2 before
 # their wait; every other one does, with the overlap on: "fp8_linear" (q_a|kv_a, q_b from 3
