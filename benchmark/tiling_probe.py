@@ -111,12 +111,7 @@ VARIANTS = {
     # ... from fewer rows, gate/up routing only below them (route's launch writes the table)
     **{f"down_slot_wait_{n}_route_{n - 1}": {("moe", "DOWN_SLOT_WAIT_FROM_ROWS"): n,
                                              ("moe", "ROUTE_IN_GATE_UP_MAX_ROWS"): n - 1}
-       for n in (1, 2, 3, 4)},
-    # ... down's weight tiles loaded before the slot's wait (moe.DOWN_W_EARLY), from 3 rows or
-    # from one (route's launch writing the table at every row count)
-    "down_w_early": {("moe", "DOWN_W_EARLY"): True},
-    "down_w_early_from_1": {("moe", "DOWN_W_EARLY"): True, ("moe", "DOWN_SLOT_WAIT_FROM_ROWS"): 1,
-                            ("moe", "ROUTE_IN_GATE_UP_MAX_ROWS"): 0},
+       for n in (2, 3, 4)},
     # q_b's split K from 3 rows as the one-wave default (8) rather than mla.Q_B_SPLIT_WITH_ROWS
     "q_b_rows_default_split": {("mla", "Q_B_SPLIT_WITH_ROWS"): 0},
     # q_b's K chunks added into int64 sums that absorb reads (no tails), in a layer without

@@ -36,8 +36,8 @@ from triton.runtime.jit import constexpr_function
 from . import bf16_linear, fp8_linear, overlap
 from .arrival import arrive, arrive_last, wait_bounded
 from .bf16_linear import _bf16_linear_prefetch, _bf16_linear_task
-from .fp8_linear import (_fp8_group_dot, _gemv_step, _group_weights, _scaled_dot, block_m,
-                         grid_shape, group_tiles, group_x, interpreting, step_scales)
+from .fp8_linear import (_fp8_group_dot, _gemv_step, _scaled_dot, block_m, grid_shape,
+                         group_tiles, group_x, interpreting, step_scales)
 from .overlap import launch_dependents, prefetch_rows, stage_begin
 from .quant import sum_parts, to_e4m3
 
@@ -646,51 +646,6 @@ def _down_slot(tile, slot, n, e, w, rank, act_ptr, M, I, H, E, dq_ptr, ds_ptr, q
 
 
 @triton.jit
-def _down_tile_weights(tile, slot, n, e, I, H, E, dq_ptr, ds_ptr, q_stride_e, s_stride_e,
-                       sdq_ptr, sds_ptr, BLOCK_N: tl.constexpr, KG: tl.constexpr):
-    """The (tile, slot) program's weight tile: its KG 128-column groups with their scales, a
-    tuple of (e4m3 [BLOCK_N, 128], fp32 [BLOCK_N]); nothing is read for a slot past the list."""
-    pe = tl.minimum(tl.maximum(e, 0), E)
-    d_q, d_s = _expert_weights(pe, E, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr)
-    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    rows = tl.where(slot < n, H, 0)  # no row in range: every load masked off
-    ws = ()
-    for kb in tl.static_range(KG):
-        ws = ws + (_group_weights(d_q, d_s, offs_n, rows, I, kb),)
-    return ws
-
-
-@triton.jit
-def _down_loaded_slot(tile, slot, n, w, rank, ws, act_ptr, M, I, H, terms_ptr,
-                      TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                      INTERPRET: tl.constexpr, SWAP: tl.constexpr, KG: tl.constexpr):
-    """``_down_slot`` on the tensor cores with its weight tile given (``_down_tile_weights``):
-    the same products in the same order as ``_fp8_tile_dot``'s, so bitwise its terms."""
-    if slot < n:
-        offs_m = tl.arange(0, BLOCK_M)
-        offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-        m_ok = offs_m < M
-        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-        if SWAP:
-            acc = tl.zeros((BLOCK_N, BLOCK_M), dtype=tl.float32)
-        a_ptr = act_ptr + slot * M * I
-        for kb in tl.static_range(KG):
-            k = kb * 128 + tl.arange(0, 128)
-            k_ok = k < I
-            a = tl.load(a_ptr + offs_m[:, None] * I + k[None, :],
-                        mask=m_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
-            sa = tl.maximum(tl.max(tl.abs(a), axis=1), 1e-10) / 448.0
-            aq = to_e4m3(tl.clamp(a * (1.0 / sa)[:, None], -448.0, 448.0), INTERPRET)
-            acc += _scaled_dot(aq, sa, ws[kb][0], ws[kb][1], INTERPRET, SWAP)
-        if SWAP:
-            acc = tl.trans(acc)
-        keep = m_ok & (rank >= 0)
-        dst = terms_ptr + ((offs_m * TERMS + tl.maximum(rank, 0)) * H)[:, None] + offs_n[None, :]
-        tl.store(dst, (w[:, None] * acc).to(tl.bfloat16),
-                 mask=keep[:, None] & (offs_n[None, :] < H))
-
-
-@triton.jit
 def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                  num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e, sdq_ptr, sds_ptr,
                  terms_ptr, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
@@ -698,14 +653,12 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
                  GROUPS: tl.constexpr, SWAP: tl.constexpr, TABLE_EARLY: tl.constexpr,
                  PREFETCH: tl.constexpr, ready_ptr=None, failed_ptr=None, ready_target=0,
                  SLOT_WAIT: tl.constexpr = False, DEPENDENTS: tl.constexpr = False,
-                 WAIT_POLLS: tl.constexpr = 1, W_EARLY: tl.constexpr = False,
-                 KG: tl.constexpr = 1):
+                 WAIT_POLLS: tl.constexpr = 1):
     """PREFETCH: the program prefetches its weight tile into L2 before its wait
     (overlap.PREFETCH_OFF). SLOT_WAIT: instead of the programmatic wait (for all of gate/up),
     wait until ready[slot] holds ready_target (gate/up's tiles of the slot, each counted once
     its activations are stored), giving up after WAIT_POLLS polls with the failure word set;
-    then let the next kernel launch (DEPENDENTS). W_EARLY (with SLOT_WAIT, on the tensor
-    cores): the weight tile (KG 128-column groups) is loaded before the slot's wait."""
+    then let the next kernel launch (DEPENDENTS)."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     if SLOT_WAIT:
@@ -713,20 +666,13 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
         # before it let this launch start)
         n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
         w, rank = _down_rows(slot, M, slot_weight_ptr, slot_rank_ptr, BLOCK_M)
-        if W_EARLY:
-            ws = _down_tile_weights(tile, slot, n, e, I, H, E, dq_ptr, ds_ptr, q_stride_e,
-                                    s_stride_e, sdq_ptr, sds_ptr, BLOCK_N, KG)
         if slot < n:
             wait_bounded(ready_ptr + slot, ready_target, failed_ptr, WAIT_POLLS, False, "gpu")
         tl.debug_barrier()
         launch_dependents(DEPENDENTS)
-        if W_EARLY:
-            _down_loaded_slot(tile, slot, n, w, rank, ws, act_ptr, M, I, H, terms_ptr, TERMS,
-                              BLOCK_M, BLOCK_N, INTERPRET, SWAP, KG)
-        else:
-            _down_slot(tile, slot, n, e, w, rank, act_ptr, M, I, H, E, dq_ptr, ds_ptr,
-                       q_stride_e, s_stride_e, sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M,
-                       BLOCK_N, INTERPRET, GEMV, GROUPS, SWAP)
+        _down_slot(tile, slot, n, e, w, rank, act_ptr, M, I, H, E, dq_ptr, ds_ptr, q_stride_e,
+                   s_stride_e, sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET,
+                   GEMV, GROUPS, SWAP)
     elif TABLE_EARLY:
         # the slot table, weights and ranks were written by route, two kernels back: read
         # before the wait (overlap's rule 1), so the multiply starts at the activations
@@ -1202,10 +1148,15 @@ DOWN_TABLE_EARLY = True
 # (graph_timeline_20261205T145902Z against 20261205T045302Z, an H200's).
 DOWN_SLOT_WAIT_FROM_ROWS = 3
 DOWN_WAIT_POLLS = 1 << 22
-# with those waits, whether each down program loads its weight tile (and its scales) before
-# its slot's wait rather than after it, so the weights stream while gate/up still runs: the
-# tile is held in registers across the wait (KG 128-column groups). Opt-in until timed.
-DOWN_W_EARLY = False
+# Tried with them (code at 271d145): each down program loading its weight tile and scales into
+# registers before its slot's wait, so they stream while gate/up runs, and the slot waits from
+# one row (route's launch writing the table, where gate/up routes at 1-2 rows). Bitwise the
+# defaults on an H100 at 1 / 3 / 16 rows (results/pytest_w_early_271d145.log) but slower a MoE
+# layer: the early tiles +0.9 / +3.9 us at 4 / 16 rows, with the slot waits from one row
+# +1.2 / 0.0 / +1.2 / +4.7 at 1 / 2 / 4 / 16, the slot waits from one row alone +1.2 / +0.9
+# at 1 / 2 (tiling_probe_20261205T152416Z, Triton's attention: no CuTe DSL that call). As with
+# the L2 requests (GATE_UP_ROUTED_PREFETCH above), down's bytes loaded ahead by its own
+# programs delay more than they hide.
 # Tried: where gate/up routes every row (1-4 rows), its routing program setting a flag once the
 # slot table was whole, and down's programs (launched while gate/up ran) waiting for that flag
 # and reading their entry before their own wait (a bounded wait: NaN terms, never a hang; the
@@ -1405,8 +1356,7 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         pdl = overlap.pdl_possible()
         launch = {"launch_pdl": True} if pdl else {}
         waits = dict(ready_ptr=ready.ready, failed_ptr=ready.failed, ready_target=ready.tiles,
-                     SLOT_WAIT=True, DEPENDENTS=pdl, WAIT_POLLS=DOWN_WAIT_POLLS,
-                     W_EARLY=DOWN_W_EARLY and not gemv, KG=triton.cdiv(inter, 128))
+                     SLOT_WAIT=True, DEPENDENTS=pdl, WAIT_POLLS=DOWN_WAIT_POLLS)
     _down_kernel[(triton.cdiv(h, block_n), slots)](
         act, m, inter, h, num_experts, slot_expert, slot_weight, slot_rank, num_slots,
         down_q, down_s, down_q.stride(0) if down_q.dim() == 3 else 0,

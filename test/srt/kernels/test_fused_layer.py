@@ -705,20 +705,6 @@ def test_down_slot_waits_are_bitwise_the_whole_wait(kind, rows, monkeypatch):
     assert r["graph_equals_eager"] and r["repeats_identical"], r
 
 
-@pytest.mark.parametrize("rows", [1, 3, 16])
-def test_down_weights_before_the_slot_wait_are_bitwise_after_it(rows, monkeypatch):
-    """down's weight tiles loaded before its slot's wait (moe.DOWN_W_EARLY), the slot waits
-    from one row (route's launch writing the table), against the defaults at real shapes with
-    a pad row: outputs and caches bitwise equal, the counters zeroed, no wait given up."""
-    from sgl_kernel_ext.triton import moe
-
-    names = ("DOWN_W_EARLY", "DOWN_SLOT_WAIT_FROM_ROWS", "ROUTE_IN_GATE_UP_MAX_ROWS")
-    default = {(moe, n): getattr(moe, n) for n in names}
-    early = dict(zip(((moe, n) for n in names), (True, 1, 0)))
-    _forms_bitwise_equal("moe_shared_topk", rows, 41, (default, early), monkeypatch,
-                         counters=("route_arrival", "down_ready"))
-
-
 @pytest.mark.parametrize("rows", [1, 2, 4, 16])
 @pytest.mark.parametrize("kind", ["moe_shared_topk", "moe_indexer"])
 def test_routing_in_gate_up_is_bitwise_route(kind, rows, monkeypatch):

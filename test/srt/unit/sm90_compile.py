@@ -184,20 +184,11 @@ def _drive() -> None:
     # down waiting per slot on gate/up's counters (moe.DOWN_SLOT_WAIT_FROM_ROWS), 9 rows
     from sgl_kernel_ext.triton import moe
 
-    # and from one row (route's launch writing the table) with down's weight tiles loaded
-    # before the wait (DOWN_W_EARLY)
-    saved = moe.DOWN_SLOT_WAIT_FROM_ROWS, moe.ROUTE_IN_GATE_UP_MAX_ROWS, moe.DOWN_W_EARLY
-    moe.DOWN_SLOT_WAIT_FROM_ROWS = 5
+    wait0, moe.DOWN_SLOT_WAIT_FROM_ROWS = moe.DOWN_SLOT_WAIT_FROM_ROWS, 5
     case = make_case(cfg, 1, [40] * 9, seed=1, tp_size=2)
     FusedLayer(cfg, case.lw, case.caches, 9, case.batch.token_slots.shape[1],
                persistent_launch=False)(case.hidden, case.residual, case.batch, case.topk_prev)
-    moe.DOWN_SLOT_WAIT_FROM_ROWS, moe.ROUTE_IN_GATE_UP_MAX_ROWS, moe.DOWN_W_EARLY = 1, 0, True
-    for contexts in ([40], [30, 12, 40]):
-        case = make_case(cfg, 1, contexts, seed=1, tp_size=2)
-        FusedLayer(cfg, case.lw, case.caches, len(contexts), case.batch.token_slots.shape[1],
-                   persistent_launch=False)(case.hidden, case.residual, case.batch,
-                                            case.topk_prev)
-    moe.DOWN_SLOT_WAIT_FROM_ROWS, moe.ROUTE_IN_GATE_UP_MAX_ROWS, moe.DOWN_W_EARLY = saved
+    moe.DOWN_SLOT_WAIT_FROM_ROWS = wait0
     # the kernels reading their slots in place from a server's pool table (slot_rows)
     from sglang.srt.layers.fused_decode.testing import in_a_pool
 
@@ -241,7 +232,7 @@ def _drive_real(persistent_too: bool = True) -> None:
              (moe, "DOWN_TABLE_EARLY"), (mla, "ABSORB_V_W_EARLY"),
              (moe, "SUM_POS_EARLY"), (mla, "ABSORB_PE_OWN_FROM_ROWS"),
              (mla, "KV_SLOT_EARLY"), (mla, "Q_FIXED_FROM_ROWS"),
-             (moe, "DOWN_SLOT_WAIT_FROM_ROWS"), (moe, "DOWN_W_EARLY"))
+             (moe, "DOWN_SLOT_WAIT_FROM_ROWS"))
     default = tuple(getattr(mod, name) for mod, name in knobs)
     # the stage kernels also with absorb_v in one latent chunk, and in the most chunks merging
     # the attention's at every row count (mla.ABSORB_V_SPLIT_C, _MERGE_MAX_ROWS); absorb's dot
@@ -256,11 +247,10 @@ def _drive_real(persistent_too: bool = True) -> None:
     # SUM_POS_EARLY); absorb's q_pe in programs of its own at every row count in one, in the
     # head's first program in the other (ABSORB_PE_OWN_FROM_ROWS); q_b's fixed-point sums for
     # absorb (Q_FIXED_FROM_ROWS) at every row count in one, from 3 rows in the other; down
-    # waiting per slot on gate/up's counters (DOWN_SLOT_WAIT_FROM_ROWS) from 3 rows with its
-    # weight tiles loaded before the wait (DOWN_W_EARLY) in the first, not at all in the other
-    other_forms = ((1, 0, 0, 2, 2, 2, 1, 0, 8, 2, 1, True, True, True, 1, True, 1, 3, True),
+    # waiting per slot on gate/up's counters (DOWN_SLOT_WAIT_FROM_ROWS) in the first
+    other_forms = ((1, 0, 0, 2, 2, 2, 1, 0, 8, 2, 1, True, True, True, 1, True, 1, 5),
                    (8, 16, 4, 0, 0, 0, 2, 1 << 30, 4, 1, 1, False, False, False, 1 << 30, False,
-                    3, 1 << 30, False))
+                    3, 1 << 30))
     for kind, lid in kinds.items():
         lw = weights.gen_layer(cfg, 0, lid, tp_size=8, tp_rank=0)
         caches = alloc_caches(cfg, rows * ctx, "cpu", torch.bfloat16, layers=[lid])

@@ -386,13 +386,11 @@ def test_moe_routing_in_gate_up_is_bitwise_the_slot_table(m, tail):
         assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30))
 
 
-@pytest.mark.parametrize("m, w_early", [(2, False), (5, False), (1, True), (5, True)])
-def test_moe_slot_waits_are_bitwise_the_whole_wait(m, w_early, monkeypatch):
+@pytest.mark.parametrize("m", [2, 5])
+def test_moe_slot_waits_are_bitwise_the_whole_wait(m):
     """down waiting per slot on gate/up's counters (moe.SlotWait) against down after all of
     gate/up: bitwise the same terms' sum, every counter zeroed by the sum and the failure word
-    clear. 1-2 rows: each (tile, slot) counted by gate/up's SwiGLU tail; 5: by the program.
-    w_early: down's weight tiles loaded before the slot's wait (moe.DOWN_W_EARLY)."""
-    monkeypatch.setattr(moe, "DOWN_W_EARLY", w_early)
+    clear. 2 rows: each (tile, slot) counted by gate/up's SwiGLU tail; 5: by the program."""
     mw, sh, x, pos, xq, sx = _moe_rows(m, 20 + m)
     e, k = CFG.n_routed_experts, CFG.num_experts_per_tok
     slots, inter, h = m * k + 1, mw.gate.q.shape[1], CFG.hidden_size
