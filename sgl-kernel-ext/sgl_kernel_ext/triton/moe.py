@@ -486,8 +486,9 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
     (overlap.PREFETCH_OFF). ROUTE: the routed programs route every row themselves from the
     router's partials (r_*, ``_routed_slot``) instead of reading route's slot table, and
     program (0, 1, 0) writes that table (for down's table form and the host's reads).
-    READY: each (tile, slot) counts on ready[slot] once its activations are stored (the
-    program itself, or its last K chunk's tail), for down's slot waits (DOWN_SLOT_WAIT)."""
+    READY (not with ROUTE): each (tile, slot) of the slot list counts on ready[slot] once its
+    activations are stored (the program itself, or its last K chunk's tail), for down's slot
+    waits (DOWN_SLOT_WAIT_FROM_ROWS)."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     split = tl.program_id(2)
@@ -530,15 +531,24 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                 if arrive_last(arrivals_ptr + slot * tl.num_programs(0) + tile, SPLIT_K):
                     _swiglu_at(slot, tile, n, gu_part_ptr, act_ptr, M, I, SLOTS, SPLIT_K,
                                BLOCK_M, BLOCK_N)
-                    if READY:
-                        arrive(ready_ptr + slot)
         else:
             if arrive_last(arrivals_ptr + slot * tl.num_programs(0) + tile, SPLIT_K):
                 _swiglu_task(slot, tile, gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS,
                              SPLIT_K, BLOCK_M, BLOCK_N)
                 if READY:
-                    arrive(ready_ptr + slot)
+                    _count_ready(ready_ptr, slot, num_slots_ptr)
     elif READY:  # one K chunk: this program stored its activations
+        _count_ready(ready_ptr, slot, num_slots_ptr)
+
+
+@triton.jit
+def _count_ready(ready_ptr, slot, num_slots_ptr):
+    """Count a (tile, slot)'s stored activations for down's slot waits, only for a slot in
+    the list: down waits for every such count before it ends, so none lands after the terms'
+    sum has zeroed the counters. (down skips the programmatic wait, so its end does not imply
+    gate/up's: a slot past the list, counted by a late program, would start the next step's
+    count at one.)"""
+    if slot < tl.load(num_slots_ptr):
         arrive(ready_ptr + slot)
 
 
@@ -1288,6 +1298,9 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
     if tail:
         assert arrivals.dtype == torch.int32 and arrivals.numel() >= tiles * slots
     if ready is not None:
+        if route is not None:
+            raise ValueError("gate_up: slot counters are counted against route's slot list; "
+                             "a gate/up that routes (``Routing``) writes its own")
         if split_k > 1 and not tail:
             raise ValueError("gate_up: slot counters need the activations stored in this "
                              "launch (one K chunk, or the SwiGLU tail's arrivals)")

@@ -14,6 +14,11 @@ The rule each kernel of the chain follows (so any number of them can be in fligh
      (gate/up's shared expert, ``moe.SHARED_BEFORE_WAIT_FROM_ROWS``);
   2. ``stage_begin``: wait for the previous kernel, then let the next one launch.
 
+One kernel waits otherwise: a MoE layer's down with slot waits (``moe.SlotWait``) polls
+gate/up's per-slot counters instead of waiting for gate/up's grid, so its end implies the end
+of gate/up's programs of the slot list only; gate/up's programs past the list write nothing
+once they have let down launch, and the kernels after down read nothing of gate/up's.
+
 Everything here is a compile-time no-op unless the kernel is compiled with ``PDL=True``,
 which ``enabled()`` allows only on NVIDIA sm_90+ outside the interpreter: the stage kernels
 keep one portable source, and another backend passes ``PDL=False``.

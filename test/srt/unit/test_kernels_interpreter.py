@@ -408,8 +408,9 @@ def test_moe_slot_waits_are_bitwise_the_whole_wait(m):
         moe.gate_up(xq, sx.contiguous(), e, se, ns, mw.gate.q, mw.gate.s, mw.up.q, mw.up.s,
                     sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act, gu_parts, arrivals=arr[1],
                     ready=ready)
-        if waits:  # every (tile, slot) counted once, used slots or not
-            assert ready.ready[:slots].tolist() == [tiles] * slots
+        if waits:  # every (tile, slot) of the list counted once, no slot past it
+            n = int(ns)
+            assert ready.ready.tolist() == [tiles] * n + [0] * (slots + 3 - n)
         out = torch.full((m, h), float("nan"), dtype=torch.bfloat16)
         terms = torch.full((m, k + 1, h), float("nan"), dtype=torch.bfloat16)
         moe.down(act, e, se, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, pos, terms,
@@ -445,9 +446,9 @@ def test_moe_slot_wait_gives_up_instead_of_hanging(monkeypatch):
 
 
 def test_moe_slot_waits_refuse_what_cannot_count():
-    """Slot counters for another tile count, or for gate/up's split K without its tail (the
-    SwiGLU kernel after it stores the activations), and down's waits where gate/up writes the
-    slot table (moe.Routing): refused by name."""
+    """Slot counters for another tile count, for gate/up's split K without its tail (the
+    SwiGLU kernel after it stores the activations) or for a gate/up that routes, and down's
+    waits where gate/up writes the slot table (moe.Routing): refused by name."""
     m = 2
     lw = gen_layer(CFG, 0, 1, tp_size=2, tp_rank=1)
     mw, sh = lw.mlp, lw.mlp.shared
@@ -471,6 +472,11 @@ def test_moe_slot_waits_refuse_what_cannot_count():
         moe.gate_up(*args, arrivals=torch.zeros(tiles * slots, dtype=torch.int32),
                     ready=ok._replace(tiles=tiles + 1))
     sw, sr = torch.zeros(slots, m), torch.zeros(slots, m, dtype=torch.int32)
+    routing = moe.Routing(torch.zeros(2, m, e), mw.bias, torch.zeros(m, dtype=torch.int64), k,
+                          2.5, True, sw, sr)
+    with pytest.raises(ValueError, match="writes its own"):
+        moe.gate_up(*args, arrivals=torch.zeros(tiles * slots, dtype=torch.int32), ready=ok,
+                    route=routing)
     with pytest.raises(ValueError, match="route must have written"):
         moe.down(act, e, se, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s,
                  torch.zeros(m, dtype=torch.int64), torch.zeros(m, k + 1, h).bfloat16(),
