@@ -519,11 +519,12 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                         k_chunk, BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK,
                         SCALES)
         else:
-            _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr,
-                          num_slots_ptr, gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
-                          sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds,
-                          act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N, GROUPS,
-                          SPLIT_K, INTERPRET, GEMV, SWAP, STACK, SCALES)
+            n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
+            _gate_up_at(tile, slot, split, n, e, xq_ptr, sx_ptr, M, K, I, E, gq_ptr, gs_ptr,
+                        uq_ptr, us_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr, suq_ptr,
+                        sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS,
+                        k_chunk, BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK,
+                        SCALES)
     if TAIL:  # the last K chunk of (tile, slot) to finish sums the chunks and applies SwiGLU
         if ROUTE:
             # every program of a (tile, slot) routed alike: a slot past the list counts none
@@ -536,19 +537,19 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                 _swiglu_task(slot, tile, gu_part_ptr, num_slots_ptr, act_ptr, M, I, SLOTS,
                              SPLIT_K, BLOCK_M, BLOCK_N)
                 if READY:
-                    _count_ready(ready_ptr, slot, num_slots_ptr)
+                    _count_ready(ready_ptr, slot, n)
     elif READY:  # one K chunk: this program stored its activations
-        _count_ready(ready_ptr, slot, num_slots_ptr)
+        _count_ready(ready_ptr, slot, n)
 
 
 @triton.jit
-def _count_ready(ready_ptr, slot, num_slots_ptr):
+def _count_ready(ready_ptr, slot, n):
     """Count a (tile, slot)'s stored activations for down's slot waits, only for a slot in
     the list: down waits for every such count before it ends, so none lands after the terms'
     sum has zeroed the counters. (down skips the programmatic wait, so its end does not imply
     gate/up's: a slot past the list, counted by a late program, would start the next step's
     count at one.)"""
-    if slot < tl.load(num_slots_ptr):
+    if slot < n:
         arrive(ready_ptr + slot)
 
 

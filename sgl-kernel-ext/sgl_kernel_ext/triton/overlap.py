@@ -160,7 +160,7 @@ def enabled() -> bool:
     bound = MAX_ROWS
     if _wide[0]:
         bound = min(bound, WIDE_KERNEL_MAX_ROWS.get(_wide[0], WIDE_MAX_ROWS))
-    return _rows[0] <= bound and os.environ.get(ENV, "1") != "0" and supported()
+    return _rows[0] <= bound and pdl_possible()
 
 
 @functools.lru_cache(maxsize=None)
