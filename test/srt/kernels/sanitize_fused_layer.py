@@ -6,8 +6,8 @@ the bf16 GEMVs and absorb). An optional argument runs absorb_v in
 that many latent chunks (mla.ABSORB_V_SPLIT_C, its last-arrival sum; default 4); a second,
 "merge", has those programs merge the attention's chunks at every row count (by default only
 at one row: mla.ABSORB_V_MERGE_MAX_ROWS); "vo" runs absorb_v and o_proj as one launch
-(attn_out.MAX_ROWS) at every row count; "slot_wait" adds six rows with down waiting per slot
-on gate/up's counters (moe.DOWN_SLOT_WAIT_FROM_ROWS from 5 rows).
+(attn_out.MAX_ROWS) at every row count; "slot_wait" adds six rows (down waits per slot on
+gate/up's counters from moe.DOWN_SLOT_WAIT_FROM_ROWS rows, the four-row case's too).
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 test/srt/kernels/sanitize_fused_layer.py
 """
@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from sgl_kernel_ext.triton import attn_out, mla, moe, topk
+from sgl_kernel_ext.triton import attn_out, mla, topk
 
 from sglang.srt.layers.fused_decode.layer import FusedLayer
 from sglang.srt.layers.fused_decode.reference.config import tiny_config
@@ -33,7 +33,6 @@ def main(absorb_v_split: int = mla.ABSORB_V_SPLIT_C, merge: bool = False, vo: bo
     cfg = tiny_config()
     contexts = ([30, 0, 12, 40], [topk.SPLIT_MIN_WIDTH + 100, 40], [300])
     if slot_wait:
-        moe.DOWN_SLOT_WAIT_FROM_ROWS = 5
         contexts += ([30, 0, 12, 40, 7, 21],)
     for ctx in contexts:
         for layer_id in (0, 1, 2):  # dense+indexer, MoE+indexer, MoE reusing the top-k

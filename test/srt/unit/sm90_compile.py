@@ -181,14 +181,6 @@ def _drive() -> None:
     FusedLayer(cfg, case.lw, case.caches, 3, case.batch.token_slots.shape[1],
                persistent_launch=False)(case.hidden, case.residual, case.batch, case.topk_prev)
     mla.ABSORB_EARLY_DEPENDENTS_FROM_ROWS = early0
-    # down waiting per slot on gate/up's counters (moe.DOWN_SLOT_WAIT_FROM_ROWS), 9 rows
-    from sgl_kernel_ext.triton import moe
-
-    wait0, moe.DOWN_SLOT_WAIT_FROM_ROWS = moe.DOWN_SLOT_WAIT_FROM_ROWS, 5
-    case = make_case(cfg, 1, [40] * 9, seed=1, tp_size=2)
-    FusedLayer(cfg, case.lw, case.caches, 9, case.batch.token_slots.shape[1],
-               persistent_launch=False)(case.hidden, case.residual, case.batch, case.topk_prev)
-    moe.DOWN_SLOT_WAIT_FROM_ROWS = wait0
     # the kernels reading their slots in place from a server's pool table (slot_rows)
     from sglang.srt.layers.fused_decode.testing import in_a_pool
 
@@ -247,8 +239,8 @@ def _drive_real(persistent_too: bool = True) -> None:
     # SUM_POS_EARLY); absorb's q_pe in programs of its own at every row count in one, in the
     # head's first program in the other (ABSORB_PE_OWN_FROM_ROWS); q_b's fixed-point sums for
     # absorb (Q_FIXED_FROM_ROWS) at every row count in one, from 3 rows in the other; down
-    # waiting per slot on gate/up's counters (DOWN_SLOT_WAIT_FROM_ROWS) in the first
-    other_forms = ((1, 0, 0, 2, 2, 2, 1, 0, 8, 2, 1, True, True, True, 1, True, 1, 5),
+    # after all of gate/up in the other (DOWN_SLOT_WAIT_FROM_ROWS: by default per slot)
+    other_forms = ((1, 0, 0, 2, 2, 2, 1, 0, 8, 2, 1, True, True, True, 1, True, 1, 3),
                    (8, 16, 4, 0, 0, 0, 2, 1 << 30, 4, 1, 1, False, False, False, 1 << 30, False,
                     3, 1 << 30))
     for kind, lid in kinds.items():
