@@ -112,9 +112,6 @@ VARIANTS = {
     **{f"down_slot_wait_{n}_route_{n - 1}": {("moe", "DOWN_SLOT_WAIT_FROM_ROWS"): n,
                                              ("moe", "ROUTE_IN_GATE_UP_MAX_ROWS"): n - 1}
        for n in (2, 3, 4)},
-    # the terms' sum as down's column-tile tails from N rows (moe.DOWN_SUM_TAIL_FROM_ROWS;
-    # default never: the sum's own kernel)
-    **{f"down_sum_tail_{n}": {("moe", "DOWN_SUM_TAIL_FROM_ROWS"): n} for n in (1, 3, 8)},
     # q_b's split K from 3 rows as the one-wave default (8) rather than mla.Q_B_SPLIT_WITH_ROWS
     "q_b_rows_default_split": {("mla", "Q_B_SPLIT_WITH_ROWS"): 0},
     # q_b's K chunks added into int64 sums that absorb reads (no tails), in a layer without

@@ -664,18 +664,12 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
                  GROUPS: tl.constexpr, SWAP: tl.constexpr, TABLE_EARLY: tl.constexpr,
                  PREFETCH: tl.constexpr, ready_ptr=None, failed_ptr=None, ready_target=0,
                  SLOT_WAIT: tl.constexpr = False, DEPENDENTS: tl.constexpr = False,
-                 WAIT_POLLS: tl.constexpr = 1, SUM_TAIL: tl.constexpr = False,
-                 sum_arrivals_ptr=None, pos_ptr=None, out_ptr=None, clear_ptr=None, n_clear=0,
-                 CLEAR_BLOCK: tl.constexpr = 0):
+                 WAIT_POLLS: tl.constexpr = 1):
     """PREFETCH: the program prefetches its weight tile into L2 before its wait
     (overlap.PREFETCH_OFF). SLOT_WAIT: instead of the programmatic wait (for all of gate/up),
     wait until ready[slot] holds ready_target (gate/up's tiles of the slot, each counted once
     its activations are stored), giving up after WAIT_POLLS polls with the failure word set;
-    then let the next kernel launch (DEPENDENTS). SUM_TAIL: the terms' sum as the column
-    tiles' tails (``_down_sum_tail``), zeroing clear[:n_clear] (CLEAR_BLOCK > 0) at the end."""
-    if SUM_TAIL:  # a layer input: in flight during the multiply
-        offs_m = tl.arange(0, BLOCK_M)
-        pos = tl.load(pos_ptr + offs_m, mask=offs_m < M, other=-1)
+    then let the next kernel launch (DEPENDENTS)."""
     tile = tl.program_id(0)
     slot = tl.program_id(1)
     if SLOT_WAIT:
@@ -709,39 +703,6 @@ def _down_kernel(act_ptr, M, I, H, E, slot_expert_ptr, slot_weight_ptr, slot_ran
                    slot_rank_ptr, num_slots_ptr, dq_ptr, ds_ptr, q_stride_e, s_stride_e,
                    sdq_ptr, sds_ptr, terms_ptr, TERMS, BLOCK_M, BLOCK_N, INTERPRET, GEMV,
                    GROUPS, SWAP)
-    if SUM_TAIL:
-        _down_sum_tail(tile, slot, tl.load(num_slots_ptr), pos, terms_ptr, out_ptr, M, H,
-                       sum_arrivals_ptr, clear_ptr, n_clear, TERMS, BLOCK_M, BLOCK_N,
-                       CLEAR_BLOCK)
-
-
-@triton.jit
-def _down_sum_tail(tile, slot, n, pos, terms_ptr, out_ptr, M, H, arrivals_ptr, clear_ptr,
-                   n_clear, TERMS: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                   CLEAR_BLOCK: tl.constexpr):
-    """The terms' sum as down's tails (DOWN_SUM_TAIL_FROM_ROWS): the last of a column tile's
-    n slot programs to finish sums the tile's terms of every row (``_sum_terms_at``'s order
-    and rounding: bitwise the sum kernel's output; pos < 0, a pad row: its shared term only).
-    The last of those tails zeroes clear[:n_clear] (the slot counters: every program of the
-    launch is then past its wait). Counters arrivals[tiles + 1], left at zero."""
-    if slot < n:
-        if arrive_last(arrivals_ptr + tile, n):
-            offs_m = tl.arange(0, BLOCK_M)
-            offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-            ok = (offs_m < M)[:, None] & (offs_n < H)[None, :]
-            n_terms = tl.where(pos >= 0, TERMS, 1)
-            acc = tl.zeros((BLOCK_M, BLOCK_N), tl.float32)
-            for j in tl.static_range(TERMS):
-                at = ((offs_m * TERMS + j) * H)[:, None] + offs_n[None, :]
-                acc += tl.load(terms_ptr + at, mask=ok & (j < n_terms)[:, None],
-                               other=0.0).to(tl.float32)
-            tl.store(out_ptr + (offs_m * H)[:, None] + offs_n[None, :], acc.to(tl.bfloat16),
-                     mask=ok)
-            if CLEAR_BLOCK > 0:
-                if arrive_last(arrivals_ptr + tl.num_programs(0), tl.num_programs(0)):
-                    offs = tl.arange(0, CLEAR_BLOCK)
-                    tl.store(clear_ptr + offs, tl.zeros((CLEAR_BLOCK,), tl.int32),
-                             mask=offs < n_clear)
 
 
 @triton.jit
@@ -1197,14 +1158,6 @@ DOWN_TABLE_EARLY = True
 # Down now starts ~18 us before gate/up ends at 16 rows, where it started as it ended
 # (graph_timeline_20261205T145902Z against 20261205T045302Z, an H200's).
 DOWN_SLOT_WAIT_FROM_ROWS = 3
-# rows from which (given the counters) down's programs sum the terms themselves: each column
-# tile's last slot program to finish sums that tile's terms of every row and writes the
-# output (``_down_sum_tail``: the sum kernel's order, so bitwise its output), the last of those
-# tails zeroing the slot counters, so the MoE's last launch is down (1 << 30: never; the terms'
-# sum then stays a kernel of its own, as where the CuTe DSL experts run). An earlier tail
-# summed every row's terms in the launch's one last program: 12 us slower at 16 rows
-# (b16ac72); these tails are a column tile each, spread over the launch's last wave.
-DOWN_SUM_TAIL_FROM_ROWS = 1 << 30
 DOWN_WAIT_POLLS = 1 << 22
 # Tried with them (code at 271d145): each down program loading its weight tile and scales into
 # registers before its slot's wait, so they stream while gate/up runs, and the slot waits from
@@ -1388,15 +1341,13 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
 @overlap.wide_launcher("down")
 def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_q, down_s,
          shared_down_q, shared_down_s, positions, terms, out, block_n=None, num_warps=None,
-         table_early=True, ready=None, sum_arrivals=None):
+         table_early=True, ready=None):
     """out bf16 [M, H] = sum over the row's experts of bf16(weight * act_slot D_e^T), shared
     first then experts ascending (fp32 sum, one rounding), through terms bf16 [M, k+1, H].
     table_early=False: the slot table is read after the wait (gate/up, the kernel before,
     wrote it: ``Routing``), never before (DOWN_TABLE_EARLY). ready (a ``SlotWait`` gate/up,
     the kernel before, counted on): each program waits for its slot's activations only, not
-    for the whole of gate/up (DOWN_SLOT_WAIT_FROM_ROWS); the terms' sum zeroes the counters.
-    sum_arrivals (int32 counters at zero, >= column tiles + 1): from DOWN_SUM_TAIL_FROM_ROWS
-    the terms' sum runs as this launch's column-tile tails rather than a kernel of its own."""
+    for the whole of gate/up (DOWN_SLOT_WAIT_FROM_ROWS); the terms' sum zeroes the counters."""
     slots, m, inter = act.shape
     _, n_terms, h = terms.shape
     assert shared_down_q.shape == (h, inter) and out.is_contiguous() and terms.is_contiguous()
@@ -1420,17 +1371,7 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         launch = {"launch_pdl": True} if pdl else {}
         waits = dict(ready_ptr=ready.ready, failed_ptr=ready.failed, ready_target=ready.tiles,
                      SLOT_WAIT=True, DEPENDENTS=pdl, WAIT_POLLS=DOWN_WAIT_POLLS)
-    tiles = triton.cdiv(h, block_n)
-    tail = sum_arrivals is not None and m >= DOWN_SUM_TAIL_FROM_ROWS
-    clear = None if ready is None else ready.ready[:slots]
-    waits.update(sum_arrivals_ptr=num_slots, pos_ptr=positions, out_ptr=out,
-                 clear_ptr=num_slots)
-    if tail:
-        assert sum_arrivals.dtype == torch.int32 and sum_arrivals.numel() >= tiles + 1
-        assert positions.numel() == m and out.shape == (m, h)
-        waits.update(SUM_TAIL=True, sum_arrivals_ptr=sum_arrivals,
-                     **_clear_args(clear, num_slots))
-    _down_kernel[(tiles, slots)](
+    _down_kernel[(triton.cdiv(h, block_n), slots)](
         act, m, inter, h, num_experts, slot_expert, slot_weight, slot_rank, num_slots,
         down_q, down_s, down_q.stride(0) if down_q.dim() == 3 else 0,
         down_s.stride(0) if down_s.dim() == 3 else 0, shared_down_q, shared_down_s, terms,
@@ -1443,17 +1384,7 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         num_stages=DOWN_STAGES if moe_mma else 3, **launch, **waits,
         **({"maxnreg": cap} if moe_mma and (cap := down_maxnreg(m)) else {}),
     )
-    if not tail:
-        sum_terms(terms, positions, out, clear=clear)
-
-
-def _clear_args(clear, placeholder) -> dict:
-    """The launch arguments that zero the int32 words `clear` (None: nothing) at the end."""
-    if clear is None:
-        return dict(clear_ptr=placeholder)
-    assert clear.dtype == torch.int32 and clear.is_contiguous()
-    return dict(clear_ptr=clear, n_clear=clear.numel(),
-                CLEAR_BLOCK=triton.next_power_of_2(clear.numel()))
+    sum_terms(terms, positions, out, clear=None if ready is None else ready.ready[:slots])
 
 
 @overlap.wide_launcher("sum")
@@ -1463,7 +1394,11 @@ def sum_terms(terms, positions, out, clear=None) -> None:
     the kernel before (down) has finished (its slot counters)."""
     m, n_terms, h = terms.shape
     assert out.shape == (m, h) and out.is_contiguous() and terms.is_contiguous()
-    extra = _clear_args(clear, positions)
+    extra = dict(clear_ptr=positions)
+    if clear is not None:
+        assert clear.dtype == torch.int32 and clear.is_contiguous()
+        extra = dict(clear_ptr=clear, n_clear=clear.numel(),
+                     CLEAR_BLOCK=triton.next_power_of_2(clear.numel()))
     _sum_terms_kernel[(m, triton.cdiv(h, SUM_BLOCK))](
         terms, positions, out, h, TERMS=n_terms, BLOCK=SUM_BLOCK, PDL=overlap.enabled(),
         POS_EARLY=SUM_POS_EARLY, num_warps=4, **extra, **overlap.launch_kw())

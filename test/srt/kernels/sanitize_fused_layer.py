@@ -7,9 +7,7 @@ that many latent chunks (mla.ABSORB_V_SPLIT_C, its last-arrival sum; default 4);
 "merge", has those programs merge the attention's chunks at every row count (by default only
 at one row: mla.ABSORB_V_MERGE_MAX_ROWS); "vo" runs absorb_v and o_proj as one launch
 (attn_out.MAX_ROWS) at every row count; "slot_wait" adds six rows (down waits per slot on
-gate/up's counters from moe.DOWN_SLOT_WAIT_FROM_ROWS rows, the four-row case's too);
-"sum_tail" runs the terms' sum as down's column-tile tails at every row count
-(moe.DOWN_SUM_TAIL_FROM_ROWS).
+gate/up's counters from moe.DOWN_SLOT_WAIT_FROM_ROWS rows, the four-row case's too).
 
     compute-sanitizer --tool memcheck --error-exitcode 9 python3 test/srt/kernels/sanitize_fused_layer.py
 """
@@ -18,7 +16,7 @@ import sys
 
 import torch
 
-from sgl_kernel_ext.triton import attn_out, mla, moe, topk
+from sgl_kernel_ext.triton import attn_out, mla, topk
 
 from sglang.srt.layers.fused_decode.layer import FusedLayer
 from sglang.srt.layers.fused_decode.reference.config import tiny_config
@@ -26,10 +24,8 @@ from sglang.srt.layers.fused_decode.testing import make_case
 
 
 def main(absorb_v_split: int = mla.ABSORB_V_SPLIT_C, merge: bool = False, vo: bool = False,
-         slot_wait: bool = False, sum_tail: bool = False):
+         slot_wait: bool = False):
     mla.ABSORB_V_SPLIT_C = absorb_v_split
-    if sum_tail:
-        moe.DOWN_SUM_TAIL_FROM_ROWS = 1
     if merge:
         mla.ABSORB_V_MERGE_MAX_ROWS = 16
     if vo:
@@ -51,4 +47,4 @@ def main(absorb_v_split: int = mla.ABSORB_V_SPLIT_C, merge: bool = False, vo: bo
 
 if __name__ == "__main__":
     main(int(sys.argv[1]) if len(sys.argv) > 1 else mla.ABSORB_V_SPLIT_C, "merge" in sys.argv[2:],
-         "vo" in sys.argv[2:], "slot_wait" in sys.argv[2:], "sum_tail" in sys.argv[2:])
+         "vo" in sys.argv[2:], "slot_wait" in sys.argv[2:])

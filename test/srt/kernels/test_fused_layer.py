@@ -705,22 +705,6 @@ def test_down_slot_waits_are_bitwise_the_whole_wait(kind, rows, monkeypatch):
     assert r["graph_equals_eager"] and r["repeats_identical"], r
 
 
-@pytest.mark.parametrize("rows", [1, 3, 16])
-@pytest.mark.parametrize("kind", ["moe_shared_topk", "dense_indexer"])
-def test_down_sum_tails_are_bitwise_the_sum_kernel(kind, rows, monkeypatch):
-    """The terms' sum as down's column-tile tails (moe.DOWN_SUM_TAIL_FROM_ROWS: the MoE's last
-    launch is down) against the sum kernel, at real shapes with a pad row: outputs and caches
-    bitwise equal, the tails' and the slot waits' counters back at zero; then the tail form
-    captured in a CUDA graph: bitwise eager and 100 replays identical."""
-    from sgl_kernel_ext.triton import moe
-
-    _forms_bitwise_equal(kind, rows, 41, ({(moe, "DOWN_SUM_TAIL_FROM_ROWS"): 1 << 30},
-                                          {(moe, "DOWN_SUM_TAIL_FROM_ROWS"): 1}),
-                         monkeypatch, counters=("down_ready", "down_sum_arrivals"))
-    r = replay_checks(kind, rows)
-    assert r["graph_equals_eager"] and r["repeats_identical"], r
-
-
 @pytest.mark.parametrize("rows", [1, 2, 4, 16])
 @pytest.mark.parametrize("kind", ["moe_shared_topk", "moe_indexer"])
 def test_routing_in_gate_up_is_bitwise_route(kind, rows, monkeypatch):

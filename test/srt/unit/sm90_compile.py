@@ -181,17 +181,6 @@ def _drive() -> None:
     FusedLayer(cfg, case.lw, case.caches, 3, case.batch.token_slots.shape[1],
                persistent_launch=False)(case.hidden, case.residual, case.batch, case.topk_prev)
     mla.ABSORB_EARLY_DEPENDENTS_FROM_ROWS = early0
-    # the terms' sum as down's tails (moe.DOWN_SUM_TAIL_FROM_ROWS), with slot waits (6 MoE
-    # rows: the last tail zeroes the slot counters) and without (the dense MLP's one slot)
-    from sgl_kernel_ext.triton import moe
-
-    tail0, moe.DOWN_SUM_TAIL_FROM_ROWS = moe.DOWN_SUM_TAIL_FROM_ROWS, 1
-    for layer_id, contexts in ((2, [30, 0, 12, 40, 7, 21]), (0, [30, 12])):
-        case = make_case(cfg, layer_id, contexts, seed=3, tp_size=2)
-        FusedLayer(cfg, case.lw, case.caches, len(contexts), case.batch.token_slots.shape[1],
-                   persistent_launch=False)(case.hidden, case.residual, case.batch,
-                                            case.topk_prev)
-    moe.DOWN_SUM_TAIL_FROM_ROWS = tail0
     # the kernels reading their slots in place from a server's pool table (slot_rows)
     from sglang.srt.layers.fused_decode.testing import in_a_pool
 
@@ -235,7 +224,7 @@ def _drive_real(persistent_too: bool = True) -> None:
              (moe, "DOWN_TABLE_EARLY"), (mla, "ABSORB_V_W_EARLY"),
              (moe, "SUM_POS_EARLY"), (mla, "ABSORB_PE_OWN_FROM_ROWS"),
              (mla, "KV_SLOT_EARLY"), (mla, "Q_FIXED_FROM_ROWS"),
-             (moe, "DOWN_SLOT_WAIT_FROM_ROWS"), (moe, "DOWN_SUM_TAIL_FROM_ROWS"))
+             (moe, "DOWN_SLOT_WAIT_FROM_ROWS"))
     default = tuple(getattr(mod, name) for mod, name in knobs)
     # the stage kernels also with absorb_v in one latent chunk, and in the most chunks merging
     # the attention's at every row count (mla.ABSORB_V_SPLIT_C, _MERGE_MAX_ROWS); absorb's dot
@@ -250,11 +239,10 @@ def _drive_real(persistent_too: bool = True) -> None:
     # SUM_POS_EARLY); absorb's q_pe in programs of its own at every row count in one, in the
     # head's first program in the other (ABSORB_PE_OWN_FROM_ROWS); q_b's fixed-point sums for
     # absorb (Q_FIXED_FROM_ROWS) at every row count in one, from 3 rows in the other; down
-    # after all of gate/up in the other (DOWN_SLOT_WAIT_FROM_ROWS: by default per slot); the
-    # terms' sum as down's tails at every row count in one (DOWN_SUM_TAIL_FROM_ROWS)
-    other_forms = ((1, 0, 0, 2, 2, 2, 1, 0, 8, 2, 1, True, True, True, 1, True, 1, 3, 1),
+    # after all of gate/up in the other (DOWN_SLOT_WAIT_FROM_ROWS: by default per slot)
+    other_forms = ((1, 0, 0, 2, 2, 2, 1, 0, 8, 2, 1, True, True, True, 1, True, 1, 3),
                    (8, 16, 4, 0, 0, 0, 2, 1 << 30, 4, 1, 1, False, False, False, 1 << 30, False,
-                    3, 1 << 30, 1 << 30))
+                    3, 1 << 30))
     for kind, lid in kinds.items():
         lw = weights.gen_layer(cfg, 0, lid, tp_size=8, tp_rank=0)
         caches = alloc_caches(cfg, rows * ctx, "cpu", torch.bfloat16, layers=[lid])

@@ -422,43 +422,6 @@ def test_moe_slot_waits_are_bitwise_the_whole_wait(m):
     assert torch.equal(runs[0], runs[1])
 
 
-@pytest.mark.parametrize("m, waits", [(1, False), (2, False), (5, True)])
-def test_moe_down_sum_tails_are_bitwise_the_sum_kernel(m, waits, monkeypatch):
-    """The terms' sum as down's column-tile tails (moe.DOWN_SUM_TAIL_FROM_ROWS) against the
-    sum kernel after down: bitwise the same output on every row (a pad row among 2 and 5: its
-    shared term only), the tails' counters back at zero; with slot waits (5 rows) the last
-    tail zeroes the slot counters as the sum kernel did."""
-    mw, sh, x, pos, xq, sx = _moe_rows(m, 40 + m)
-    e, k = CFG.n_routed_experts, CFG.num_experts_per_tok
-    slots, inter, h = m * k + 1, mw.gate.q.shape[1], CFG.hidden_size
-    block_n, _, split_k = moe.gate_up_tiling(m)
-    tiles = -(-inter // block_n)
-    runs = []
-    for tails in (False, True):
-        monkeypatch.setattr(moe, "DOWN_SUM_TAIL_FROM_ROWS", 1 if tails else 1 << 30)
-        arr, parts, se, sw, sr, ns = _poisoned_route_buffers(m, e, slots, tiles)
-        bf16_linear.bf16_linear_splitk(x, mw.router, parts)
-        moe.route(parts, mw.bias, pos, k, CFG.routed_scaling_factor, True, se, sw, sr, ns)
-        ready = moe.SlotWait(torch.zeros(slots, dtype=torch.int32),
-                             torch.zeros(1, dtype=torch.int32), tiles) if waits else None
-        act = torch.full((slots, m, inter), float("nan"), dtype=torch.bfloat16)
-        gu_parts = torch.full((split_k, slots, m, 2, inter), float("nan")) if split_k > 1 else None
-        moe.gate_up(xq, sx.contiguous(), e, se, ns, mw.gate.q, mw.gate.s, mw.up.q, mw.up.s,
-                    sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act, gu_parts, arrivals=arr[1],
-                    ready=ready)
-        out = torch.full((m, h), float("nan"), dtype=torch.bfloat16)
-        terms = torch.full((m, k + 1, h), float("nan"), dtype=torch.bfloat16)
-        sums = torch.zeros(-(-h // 16) + 1, dtype=torch.int32)
-        moe.down(act, e, se, sw, sr, ns, mw.down.q, mw.down.s, sh.down.q, sh.down.s, pos, terms,
-                 out, ready=ready, sum_arrivals=sums)
-        assert not sums.any() and not any(c.any() for c in arr)
-        if waits:
-            assert not ready.ready.any() and not moe.slot_wait_failed(ready.failed)
-        runs.append(out)
-    assert not torch.isnan(runs[0].float()).any()
-    assert torch.equal(runs[0], runs[1])
-
-
 def test_moe_slot_wait_gives_up_instead_of_hanging(monkeypatch):
     """A slot whose activations are never counted: down's wait gives up after
     moe.DOWN_WAIT_POLLS polls and sets the failure word (the terms are then wrong), and the
@@ -1123,32 +1086,6 @@ def test_layer_with_down_slot_waits_is_bitwise_the_whole_wait(monkeypatch):
     assert not torch.isnan(a[0].float()).any()
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     assert torch.equal(c_a.kv[2].view(torch.int16), c_b.kv[2].view(torch.int16))
-
-
-@pytest.mark.parametrize("layer_id, contexts", [(2, [30, 0, 12, 40, 7, 21]), (0, [9, 0])],
-                         ids=["moe_slot_waits", "dense"])
-def test_layer_with_down_sum_tails_is_bitwise_the_sum_kernel(layer_id, contexts, monkeypatch):
-    """A layer step (a pad row among its rows) with the terms' sum as down's column-tile tails
-    (moe.DOWN_SUM_TAIL_FROM_ROWS: one launch fewer) against the sum kernel: outputs and caches
-    bitwise equal, every counter zeroed again (6 MoE rows: the slot waits' too), no wait given
-    up; the dense MLP's one slot makes every down program its tile's tail."""
-    from sgl_kernel_ext.triton import moe
-
-    case = make_case(CFG, layer_id, contexts, seed=73, tp_size=2)
-    runs = []
-    for rows_from in (1 << 30, 1):
-        monkeypatch.setattr(moe, "DOWN_SUM_TAIL_FROM_ROWS", rows_from)
-        caches = clone_caches(case.caches)
-        layer = _stage_layer(CFG, case.lw, caches, len(contexts), max(contexts))
-        out = layer(case.hidden, case.residual, case.batch, case.topk_prev)
-        runs.append(([t.clone() for t in out], caches))
-        for name in ("down_ready", "down_sum_arrivals"):
-            assert not layer.buf[name].any(), name
-        assert not layer.health()
-    (a, c_a), (b, c_b) = runs
-    assert not torch.isnan(a[0].float()).any()
-    assert all(torch.equal(x, y) for x, y in zip(a, b))
-    assert torch.equal(c_a.kv[layer_id].view(torch.int16), c_b.kv[layer_id].view(torch.int16))
 
 
 def _stage_layer(cfg, lw, caches, rows, context):

@@ -204,9 +204,6 @@ class FusedLayer:
         # down's per-slot waits (moe.DOWN_SLOT_WAIT_FROM_ROWS): a counter a slot, then the
         # failure word a wait that gave up sets
         self.buf["down_ready"] = arrival.counters(slots + 1, dev)
-        # down's column-tile tails summing the terms (moe.DOWN_SUM_TAIL_FROM_ROWS), for any
-        # tile width down to 16 columns, then the count of those tails
-        self.buf["down_sum_arrivals"] = arrival.counters(-(-cfg.hidden_size // 16) + 1, dev)
         self.buf["qkv_arrivals"] = arrival.counters(
             self._tails(cfg.q_lora_rank) + self._tails(c + rope), dev)
         self.buf["q_arrivals"] = arrival.counters(-(-a.q_b.q.shape[0] // self.tile_q_b[0]), dev)
@@ -660,8 +657,7 @@ class FusedLayer:
             moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"),
                      v("slot_rank"), b["num_slots"], routed.down.q, routed.down.s,
                      shared.down.q, shared.down.s, pos, v("terms"), v("y"), block_n=block_n,
-                     num_warps=warps, table_early=routing is None, ready=ready,
-                     sum_arrivals=b["down_sum_arrivals"])
+                     num_warps=warps, table_early=routing is None, ready=ready)
 
 
     def health(self) -> List[str]:
