@@ -785,6 +785,15 @@ ROUTER_ROUTE_WARPS_ABOVE_2 = 8
 # whether gate/up's SwiGLU runs as a last-arrival tail when given counters (the second kernel
 # otherwise; 1-2 us of a MoE layer at 1-2 rows, the same run). Down's sum as a tail saved
 # nothing at 1-2 rows and cost 12 us at 16 (the same run): it stays a kernel.
+# Tried again as a tail a column tile (code at 0231cb9): each tile's last slot program to
+# arrive summed that tile of every row in the sum kernel's order, the last of those tails
+# zeroing the slot counters, so down was the MoE's last launch. Bitwise the sum kernel on an
+# H100 at 1/3/16 rows, graph replay too (results/pytest_sum_tail_0231cb9.log), but slower on
+# every kind at every row count: a MoE layer +3.0 / +1.4 / +1.6 / +1.3 / +1.4 / +2.3 us at
+# 1 / 2 / 4 / 8 / 12 / 16 rows, with the indexer +1.1..+1.8, dense +0.2..+0.9 (noise 0.0-0.8;
+# tiling_probe_20261205T175200Z): every one of down's programs then ends on an acq_rel
+# arrival (a fence behind its stores), where the sum kernel, launched before down ends, costs
+# only its own short wait and loads.
 SWIGLU_TAIL = True
 # rows from which route runs one program per row (then the last to finish builds the slot
 # list) when given the scratch, rather than one program for every row: on an H200 5 us faster
