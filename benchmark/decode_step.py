@@ -42,6 +42,21 @@ def parse():
     return p.parse_args()
 
 
+def _refuse_unless_it_fits(bases, kinds, cfg, tp: int, dev) -> None:
+    """Exit naming the sizes, before any copy, where the step's weights (the generated layer of
+    each kind, one copy a further layer, the LM head's shard) cannot fit the free memory with
+    a few GB to spare for caches and workspaces (an H100's 80 GB cannot hold all 78)."""
+    each = {k: sum(t.numel() * t.element_size() for t in b.values()) for k, b in bases.items()}
+    head = -(-cfg.vocab_size // tp) * cfg.hidden_size * 2
+    need = sum(each[k] for k in kinds) - sum(each.values()) + head
+    free = torch.cuda.mem_get_info(dev)[0]
+    if need + 6e9 > free:
+        raise SystemExit(
+            f"decode_step: {len(kinds)} layers and the LM head need {need / 1e9:.0f} GB more "
+            f"weights, this GPU has {free / 1e9:.0f} GB free (and ~6 GB must stay for caches "
+            f"and workspaces); --layers N runs the first N layers")
+
+
 def main():
     args = parse()
     from sglang.srt.layers.fused_decode.reference.config import glm53_config
@@ -64,14 +79,15 @@ def main():
 
     # ---- weights: one generated layer per kind, the rest device copies of it
     t0 = time.time()
-    bases, layers = {}, []
-    for lid in range(n):
-        kind = H.kind_of(cfg, lid)
-        if kind not in bases:
-            bases[kind] = H.gen_base(cfg, lid, args.seed, tp, dev)
-            layers.append(H.assemble(cfg, lid, bases[kind]))
-        else:
-            layers.append(H.assemble(cfg, lid, H.clone_base(bases[kind])))
+    kinds = [H.kind_of(cfg, lid) for lid in range(n)]
+    bases = {kind: H.gen_base(cfg, kinds.index(kind), args.seed, tp, dev)
+             for kind in dict.fromkeys(kinds)}  # in layer order, as the copies
+    _refuse_unless_it_fits(bases, kinds, cfg, tp, dev)
+    layers, first = [], set()
+    for lid, kind in enumerate(kinds):
+        layers.append(H.assemble(cfg, lid, bases[kind] if kind not in first
+                                 else H.clone_base(bases[kind])))
+        first.add(kind)
     del bases
     g = WeightGen(cfg, args.seed, dev)
     v, h = cfg.vocab_size, cfg.hidden_size
