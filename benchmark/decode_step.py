@@ -26,6 +26,7 @@ from .stock import STOCK_OPS, Rows, stock_forward
 from . import stock_kernels as K
 
 ARMS = ("stock", "upstream", "fused")
+SPARE_BYTES = 6e9  # GPU memory kept free beside the weights (caches, workspaces, graphs)
 
 
 def parse():
@@ -50,11 +51,11 @@ def _refuse_unless_it_fits(bases, kinds, cfg, tp: int, dev) -> None:
     head = -(-cfg.vocab_size // tp) * cfg.hidden_size * 2
     need = sum(each[k] for k in kinds) - sum(each.values()) + head
     free = torch.cuda.mem_get_info(dev)[0]
-    if need + 6e9 > free:
+    if need + SPARE_BYTES > free:
         raise SystemExit(
             f"decode_step: {len(kinds)} layers and the LM head need {need / 1e9:.0f} GB more "
-            f"weights, this GPU has {free / 1e9:.0f} GB free (and ~6 GB must stay for caches "
-            f"and workspaces); --layers N runs the first N layers")
+            f"weights, this GPU has {free / 1e9:.0f} GB free (and ~{SPARE_BYTES / 1e9:.0f} GB "
+            f"must stay for caches and workspaces); --layers N runs the first N layers")
 
 
 def main():
@@ -83,11 +84,8 @@ def main():
     bases = {kind: H.gen_base(cfg, kinds.index(kind), args.seed, tp, dev)
              for kind in dict.fromkeys(kinds)}  # in layer order, as the copies
     _refuse_unless_it_fits(bases, kinds, cfg, tp, dev)
-    layers, first = [], set()
-    for lid, kind in enumerate(kinds):
-        layers.append(H.assemble(cfg, lid, bases[kind] if kind not in first
-                                 else H.clone_base(bases[kind])))
-        first.add(kind)
+    layers = [H.assemble(cfg, lid, bases[kind] if kinds.index(kind) == lid
+                         else H.clone_base(bases[kind])) for lid, kind in enumerate(kinds)]
     del bases
     g = WeightGen(cfg, args.seed, dev)
     v, h = cfg.vocab_size, cfg.hidden_size
@@ -107,7 +105,7 @@ def main():
         n_moe = sum(1 for lw, _ in layers if lw.is_moe)
         need = n_moe * RL.GLM53.expert * (cfg.n_routed_experts + 1) / tp
         free = torch.cuda.mem_get_info(dev)[0]
-        if need + 6e9 > free:
+        if need + SPARE_BYTES > free:
             meta["upstream"] = (f"not run: SGLang's stacked expert copy needs {need / 1e9:.0f} GB "
                                 f"beside the weights, {free / 1e9:.0f} GB free")
         else:
