@@ -19,7 +19,7 @@ def _check(free_bytes, monkeypatch, layers=10):
 
 
 def test_a_step_too_large_for_the_gpu_is_refused_with_its_sizes(monkeypatch):
-    # 9 more layers: 0.25 + 7 x 1.0 GB copies and the head, ~7.25 GB, against 10 GB free
+    # 8 copies (one dense of 0.25 GB, seven MoE of 1.0) and the head: ~7.25 GB, 10 GB free
     with pytest.raises(SystemExit, match=r"need 7 GB more weights, this GPU has 10 GB free.*"
                                          r"--layers N"):
         _check(10e9, monkeypatch)
