@@ -4,6 +4,11 @@ One H200 holds the rank's ~95 GB of random weights: one layer of each kind is ge
 reference generator and every other layer is a device copy of the one of its kind (distinct
 memory, so each layer's bytes really come from HBM; the hidden state, hence routing and
 attention, differs per layer). `--layers N` keeps the first N layers (quick runs).
+Where the copies cannot all fit (an H100's 80 GB), `--weight-sets fit` (the default) makes as
+many weight sets a kind as fit and lets the j-th layer of a kind read set j mod sets: a set
+comes back only after at least MIN_SETS layers, each reading tens of MB, so nothing of it is
+left in the 50 MB L2 and every layer's bytes still come from HBM. The JSON's meta names the
+sets; `--weight-sets all` refuses such a step instead, `--weight-sets N` caps the sets a kind.
 Arms as in `decode_layer`: stock, upstream (only where SGLang's stacked expert copy fits
 beside the weights), fused (`build_fused_step` if the fused module has it, else its
 per-layer `build_fused_layer` chained, with the stock final norm + LM head), and the floor.
@@ -26,12 +31,16 @@ from .stock import STOCK_OPS, Rows, stock_forward
 from . import stock_kernels as K
 
 ARMS = ("stock", "upstream", "fused")
-SPARE_BYTES = 6e9  # GPU memory kept free beside the weights (caches, workspaces, graphs)
+SPARE_BYTES = 6e9  # GPU memory kept free beside the weights and caches (workspaces, graphs)
+MIN_SETS = 4  # the fewest weight sets a kind may cycle through (see the module docstring)
 
 
 def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--layers", type=int, default=78, help="first N decoder layers")
+    p.add_argument("--weight-sets", default="fit",
+                   help="fit (as many weight sets a kind as fit the GPU), all (a set a layer, "
+                        "or refuse), or N (at most N sets a kind)")
     p.add_argument("--ms", default="1,4,8,16")
     p.add_argument("--ctx", type=int, default=2048)
     p.add_argument("--replays", type=int, default=10)
@@ -43,19 +52,43 @@ def parse():
     return p.parse_args()
 
 
-def _refuse_unless_it_fits(bases, kinds, cfg, tp: int, dev) -> None:
-    """Exit naming the sizes, before any copy, where the step's weights (the generated layer of
-    each kind, one copy a further layer, the LM head's shard) cannot fit the free memory with
-    a few GB to spare for caches and workspaces (an H100's 80 GB cannot hold all 78)."""
+def plan_weight_sets(bases, kinds, cfg, tp: int, dev, mode: str = "fit") -> dict:
+    """{kind: weight sets} for the layers `kinds`: a set a layer where they fit the memory left
+    free by the generated sets and the caches, with SPARE_BYTES to spare (mode "fit" or "all"); else, for "fit", the largest cap on the
+    sets of every kind that fits, at least MIN_SETS; for an integer, that cap. Exits naming
+    the sizes, before any copy, where the plan cannot fit."""
     each = {k: sum(t.numel() * t.element_size() for t in b.values()) for k, b in bases.items()}
+    count = {k: kinds.count(k) for k in bases}
     head = -(-cfg.vocab_size // tp) * cfg.hidden_size * 2
-    need = sum(each[k] for k in kinds) - sum(each.values()) + head
     free = torch.cuda.mem_get_info(dev)[0]
-    if need + SPARE_BYTES > free:
+
+    def need(cap):  # bytes still to allocate: the sets past each kind's generated one, the head
+        return sum((min(count[k], cap) - 1) * each[k] for k in bases) + head
+
+    most = max(count.values())
+    if mode == "fit":
+        cap = next((c for c in range(most, MIN_SETS - 1, -1)
+                    if need(c) + SPARE_BYTES <= free), MIN_SETS)
+    elif mode == "all":
+        cap = most
+    elif mode.isdigit() and int(mode) >= 1:
+        cap = int(mode)
+    else:
+        raise SystemExit(f"decode_step: --weight-sets takes fit, all or a count, not {mode!r}")
+    if need(cap) + SPARE_BYTES > free:
+        what = (f"{len(kinds)} layers and the LM head" if cap >= most else
+                f"{cap} weight sets a kind and the LM head")
         raise SystemExit(
-            f"decode_step: {len(kinds)} layers and the LM head need {need / 1e9:.0f} GB more "
-            f"weights, this GPU has {free / 1e9:.0f} GB free (and ~{SPARE_BYTES / 1e9:.0f} GB "
-            f"must stay for caches and workspaces); --layers N runs the first N layers")
+            f"decode_step: {what} need {need(cap) / 1e9:.0f} GB more weights, this GPU has "
+            f"{free / 1e9:.0f} GB free (and ~{SPARE_BYTES / 1e9:.0f} GB must stay for caches "
+            f"and workspaces); --layers N runs the first N layers"
+            + ("" if mode == "fit" else ", --weight-sets fit shares sets between far layers"))
+    return {k: min(count[k], cap) for k in bases}
+
+
+def set_of(kinds, lid: int, sets: dict) -> int:
+    """The weight set layer `lid` reads: the j-th layer of its kind reads set j mod sets."""
+    return kinds[:lid].count(kinds[lid]) % sets[kinds[lid]]
 
 
 def main():
@@ -83,10 +116,13 @@ def main():
     kinds = [H.kind_of(cfg, lid) for lid in range(n)]
     bases = {kind: H.gen_base(cfg, kinds.index(kind), args.seed, tp, dev)
              for kind in dict.fromkeys(kinds)}  # in layer order, as the copies
-    _refuse_unless_it_fits(bases, kinds, cfg, tp, dev)
-    layers = [H.assemble(cfg, lid, bases[kind] if kinds.index(kind) == lid
-                         else H.clone_base(bases[kind])) for lid, kind in enumerate(kinds)]
-    del bases
+    caches = H.make_caches(cfg, list(range(n)), -(-max(ms) * ctx // 64) * 64, dev)
+    H.log(f"caches: {sum(tensor_bytes(t) for t in caches.kv.values()) / 1e9:.2f} GB KV")
+    sets = plan_weight_sets(bases, kinds, cfg, tp, dev, args.weight_sets)
+    weight_sets = {k: [b] + [H.clone_base(b) for _ in range(sets[k] - 1)] for k, b in bases.items()}
+    layers = [H.assemble(cfg, lid, weight_sets[kind][set_of(kinds, lid, sets)])
+              for lid, kind in enumerate(kinds)]
+    del bases, weight_sets
     g = WeightGen(cfg, args.seed, dev)
     v, h = cfg.vocab_size, cfg.hidden_size
     lm_head = g.dense("lm_head.weight", [v, h], [_rows(v, tp, 0), (0, h)], gain=2.0)
@@ -96,9 +132,15 @@ def main():
     meta["weights_bytes"] = wbytes
     meta["weights_note"] = ("one layer per kind generated by reference.weights.gen_layer, the "
                             "others device copies (clone) of it")
-    H.log(f"{n} layers + LM head built in {time.time() - t0:.1f}s: {wbytes / 1e9:.1f} GB of weights")
-    caches = H.make_caches(cfg, list(range(n)), -(-max(ms) * ctx // 64) * 64, dev)
-    H.log(f"caches: {sum(tensor_bytes(t) for t in caches.kv.values()) / 1e9:.2f} GB KV")
+    meta["weight_sets"] = sets
+    shared = [k for k in sets if sets[k] < kinds.count(k)]
+    if shared:
+        meta["weights_note"] += ("; the j-th layer of a kind reads set j mod weight_sets[kind] "
+                                 "(too few fit for a set a layer)")
+        H.log(f"weight sets a kind {sets} for {dict((k, kinds.count(k)) for k in sets)} layers: "
+              f"a set comes back after at least {min(sets[k] for k in shared)} layers")
+    H.log(f"{n} layers + LM head built in {time.time() - t0:.1f}s: {wbytes / 1e9:.1f} GB of weights "
+          f"read a step")
 
     ops = {"stock": STOCK_OPS}
     if "upstream" in arms:
