@@ -1,0 +1,188 @@
+"""Time the indexer's exact top-k forms alone, on long rows, and check each against torch.
+
+For each (rows, width): fp32 scores (random normal, every row's context the whole width),
+then each form's CUDA-graph replays (median us), its output checked whole against a stable
+torch sort (ascending positions of the k best, the lowest-positioned ties first, -1 padded)
+after poisoning it. Forms:
+
+    split            topk_positions_split, six launches (the default past SPLIT_MIN_WIDTH)
+    one_launch       the same as one launch (topk.ONE_LAUNCH), where its programs fit at once
+    row_B_W          topk_positions: one program a row, B scores a loop step, W warps
+    once_B_W_D       one program a row holding its B >= width keys in registers from one load,
+                     digits of D bits (8: four passes, 11: three), W warps (``_once_kernel``)
+
+    PYTHONPATH=python:sgl-kernel-ext python3 -m benchmark.topk_probe --out $OUT
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+import triton
+import triton.language as tl
+
+from . import harness as H
+
+try:  # the probe's own form reuses topk's helpers
+    from sgl_kernel_ext.triton.topk import _keys, _take_whole_context
+except ImportError:  # documentation builds without the extension
+    _keys = _take_whole_context = None
+
+
+@triton.jit
+def _once_digit(key, in_row, prefix, need, P: tl.constexpr, D: tl.constexpr):
+    """(prefix, need) extended by digit P (D bits from the top; the last one what is left)."""
+    SHIFT: tl.constexpr = 32 - (P + 1) * D if 32 - (P + 1) * D > 0 else 0
+    NBITS: tl.constexpr = 32 - P * D - SHIFT
+    bins = tl.arange(0, 1 << NBITS)
+    if P == 0:
+        match = in_row
+    else:
+        match = in_row & ((key >> (SHIFT + NBITS)) == prefix)
+    dig = ((key >> SHIFT) & ((1 << NBITS) - 1)).to(tl.int32)
+    hist = tl.histogram(tl.where(match, dig, 0), 1 << NBITS)
+    hist -= tl.where(bins == 0, tl.sum((~match).to(tl.int32), axis=0), 0)
+    at_or_above = tl.sum(hist, axis=0) - tl.cumsum(hist, axis=0) + hist
+    digit = tl.max(tl.where(at_or_above >= need, bins, 0), axis=0)
+    need -= tl.sum(tl.where(bins > digit, hist, 0), axis=0)
+    return (prefix << NBITS) | digit.to(tl.uint32), need
+
+
+@triton.jit
+def _once_kernel(scores_ptr, stride_s, pos_ptr, out_ptr, K: tl.constexpr, BLOCK: tl.constexpr,
+                 OUT_BLOCK: tl.constexpr, D: tl.constexpr):
+    """Row m's top-K from its keys loaded once (BLOCK >= its context): radix digits of D bits
+    over the register tensor, each a histogram of the keys sharing the digits found so far,
+    then the write (keys above the k-th, its lowest-positioned ties; ascending positions)."""
+    m = tl.program_id(0)
+    seq = tl.load(pos_ptr + m) + 1
+    if seq <= K:
+        _take_whole_context(out_ptr + m * K, seq, K, OUT_BLOCK)
+    else:
+        offs = tl.arange(0, BLOCK)
+        in_row = offs < seq
+        key = _keys(tl.load(scores_ptr + m * stride_s + offs, mask=in_row,
+                            other=float("-inf")))
+        prefix = tl.zeros((), tl.uint32)
+        need = K
+        for p in tl.static_range((32 + D - 1) // D):
+            prefix, need = _once_digit(key, in_row, prefix, need, p, D)
+        tie = in_row & (key == prefix)
+        tie_rank = tl.cumsum(tie.to(tl.int32), axis=0) - 1
+        take = in_row & ((key > prefix) | (tie & (tie_rank < need)))
+        at = tl.cumsum(take.to(tl.int32), axis=0) - 1
+        tl.store(out_ptr + m * K + at, offs.to(tl.int64), mask=take)
+
+
+def parse():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--rows", default="1,4,16")
+    p.add_argument("--widths", default="8192,32768")
+    p.add_argument("--k", type=int, default=2048)
+    p.add_argument("--forms", default="split,one_launch,row_8192_16,row_4096_32,row_8192_32,"
+                                      "row_16384_32,row_32768_32,once_8192_16_8,once_8192_32_8,"
+                                      "once_8192_32_11,once_32768_32_8,once_32768_32_11,"
+                                      "once_32768_16_8")
+    p.add_argument("--replays", type=int, default=50)
+    p.add_argument("--out", default="")
+    p.add_argument("--results", default=str(H.REPO / "benchmark" / "results"))
+    return p.parse_args()
+
+
+def reference(scores: torch.Tensor, k: int) -> torch.Tensor:
+    """Ascending positions of each row's k best scores, ties to the lowest positions."""
+    order = torch.sort(scores, dim=1, descending=True, stable=True).indices[:, :k]
+    return torch.sort(order, dim=1).values.to(torch.int64)
+
+
+def form_fn(name: str, scores, positions, k, out, dev):
+    """A callable running form `name` into out, or None where it cannot run."""
+    from sgl_kernel_ext.triton import arrival, overlap, topk
+
+    m, width = scores.shape
+    if name in ("split", "one_launch"):
+        p = topk.split_chunks(width)
+        hist = torch.zeros(2, m * p * 256, dtype=torch.int32, device=dev)
+        state = torch.zeros(2, m * 2, dtype=torch.int32, device=dev)
+        counts = torch.zeros(m * p * 2, dtype=torch.int32, device=dev)
+        barriers = arrival.counters(2 * m, dev)
+        one = name == "one_launch"
+        if one and not topk.one_launch_chunk(m, width, overlap.prefetch_programs(dev)):
+            return None
+
+        def run():
+            was = topk.ONE_LAUNCH
+            topk.ONE_LAUNCH = one
+            try:
+                topk.topk_positions_split(scores, positions, k, out, hist, state, counts,
+                                          barriers)
+            finally:
+                topk.ONE_LAUNCH = was
+        return run
+    if name.startswith("once_"):
+        _, block, warps, digit = name.split("_")
+        block, warps, digit = int(block), int(warps), int(digit)
+        if block < width:
+            return None
+
+        def run():
+            _once_kernel[(m,)](scores, scores.stride(0), positions, out, K=k, BLOCK=block,
+                               OUT_BLOCK=min(1024, k), D=digit, num_warps=warps)
+        return run
+    _, block, warps = name.split("_")
+    block, warps = int(block), int(warps)
+    if block > width:
+        return None
+
+    def run():
+        topk._topk_kernel[(m,)](scores, scores.stride(0), width, positions, out, K=k,
+                                BLOCK=block, OUT_BLOCK=min(1024, k), PDL=False,
+                                num_warps=warps)
+    return run
+
+
+def main():
+    args = parse()
+    dev = torch.device("cuda")
+    meta = {"benchmark": "topk_probe", "k": args.k, "replays": args.replays,
+            "args": H.portable_args(args)}
+    meta.update(H.run_meta(dev))
+    results = []
+    for width in [int(w) for w in args.widths.split(",")]:
+        for m in [int(r) for r in args.rows.split(",")]:
+            gen = torch.Generator(device=dev).manual_seed(width + m)
+            scores = torch.randn(m, width, generator=gen, device=dev)
+            positions = torch.full((m,), width - 1, dtype=torch.int32, device=dev)
+            want = reference(scores, args.k)
+            out = torch.empty(m, args.k, dtype=torch.int64, device=dev)
+            for name in args.forms.split(","):
+                fn = form_fn(name, scores, positions, args.k, out, dev)
+                row = {"form": name, "rows": m, "width": width}
+                if fn is None:
+                    row["note"] = "does not apply"
+                else:
+                    try:
+                        out.fill_(-7)
+                        fn()
+                        torch.cuda.synchronize()
+                        row["exact"] = bool(torch.equal(out, want))
+                        row["us"], _ = H.time_graph(fn, args.replays)
+                        out.fill_(-7)
+                        fn()
+                        torch.cuda.synchronize()
+                        row["exact_after_replays"] = bool(torch.equal(out, want))
+                    except Exception as e:  # a form that fails to compile or run: say so
+                        row["note"] = f"failed: {type(e).__name__}: {str(e)[:300]}"
+                results.append(row)
+                H.log(f"{name:>14} rows {m:2d} width {width:6d}: "
+                      + (f"{row['us']:8.1f} us exact {row['exact']}/{row['exact_after_replays']}"
+                         if "us" in row else row["note"]))
+    paths = H.write_json("topk_probe", {"meta": meta, "results": results},
+                         [args.results, args.out])
+    for p in paths:
+        H.log(f"wrote {H.portable(str(p))}")
+
+
+if __name__ == "__main__":
+    main()
