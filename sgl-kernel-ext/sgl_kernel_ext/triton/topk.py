@@ -154,6 +154,15 @@ SPLIT_ENV = "SGL_KERNEL_EXT_SPLIT_TOPK"  # "0": every row uses the one-program k
 # an SM-limited context (MPS, green contexts) would break with a hang: too little gain for
 # that risk by default.
 ONE_LAUNCH = os.environ.get("SGL_KERNEL_EXT_TOPK_ONE_LAUNCH", "0") == "1"
+# Timed alone on an H100 (benchmark/topk_probe.py, results/topk_probe_20261205T193838Z at
+# 621712b; every form exact): the split form 19.7 / 23.0 / 24.1 us at 1 / 4 / 16 rows of 8K,
+# 27.7 / 27.6 / 34.1 of 32K, the one launch 21.2-26.0; one program a row is no way out of the
+# launches: 35.2 us at 8K (8192 a step, 16 warps), 123-153 at 32K (4096-32768 a step, 16-32
+# warps), and a row's keys held from one load 28.6 at 8K, 137-299 at 32K (its registers spill).
+# tl.histogram is the cost: Triton lowers it to ballots, ~5 + (bins / 32) x (log2(bins) - 5)
+# an element (29 at 256 bins, 389 at 2048: 11-bit digits took 176 us at 8K), so a pass over
+# 8K keys on one multiprocessor is ~7 us; spread over a row's chunks it is ~1 us and the
+# launches' (or the counters') hops are the rest.
 # whether the fused layer has the index scores add up the first digit's histograms of each
 # 2048-score chunk (atomics into a buffer kept at zero), so the split top-k is five launches,
 # its first pass over the scores gone (``indexer.scores``' first_hist): opt-in
