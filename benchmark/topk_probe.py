@@ -10,6 +10,7 @@ after poisoning it. Forms:
     row_B_W          topk_positions: one program a row, B scores a loop step, W warps
     once_B_W_D       one program a row holding its B >= width keys in registers from one load,
                      digits of D bits (8: four passes, 11: three), W warps (``_once_kernel``)
+    cluster          nvidia/sm90/cluster_topk: a thread block cluster a row, one launch
 
     PYTHONPATH=python:sgl-kernel-ext python3 -m benchmark.topk_probe --out $OUT
 """
@@ -78,12 +79,9 @@ def _once_kernel(scores_ptr, stride_s, pos_ptr, out_ptr, K: tl.constexpr, BLOCK:
 def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rows", default="1,4,16")
-    p.add_argument("--widths", default="8192,32768")
+    p.add_argument("--widths", default="4096,8192,32768,65536")
     p.add_argument("--k", type=int, default=2048)
-    p.add_argument("--forms", default="split,one_launch,row_8192_16,row_4096_32,row_8192_32,"
-                                      "row_16384_32,row_32768_32,once_8192_16_8,once_8192_32_8,"
-                                      "once_8192_32_11,once_32768_32_8,once_32768_32_11,"
-                                      "once_32768_16_8")
+    p.add_argument("--forms", default="split,one_launch,cluster")
     p.add_argument("--replays", type=int, default=50)
     p.add_argument("--out", default="")
     p.add_argument("--results", default=str(H.REPO / "benchmark" / "results"))
@@ -120,6 +118,12 @@ def form_fn(name: str, scores, positions, k, out, dev):
             finally:
                 topk.ONE_LAUNCH = was
         return run
+    if name == "cluster":
+        from sgl_kernel_ext.nvidia.sm90 import cluster_topk
+
+        if cluster_topk.refusal(scores, positions, k, out):
+            return None
+        return lambda: cluster_topk.topk_positions(scores, positions, k, out)
     if name.startswith("once_"):
         _, block, warps, digit = name.split("_")
         block, warps, digit = int(block), int(warps), int(digit)

@@ -1,0 +1,118 @@
+"""The CuTe DSL cluster top-k (``sgl_kernel_ext.nvidia.sm90.cluster_topk``) against a stable
+torch sort on a Hopper GPU: every output element, poisoned before each launch, for 1-16 rows of
+contexts on both sides of k (pad rows, rows whose context fits in k, contexts that end inside a
+CTA's keys and inside a thread's), widths from 4K to 64K, scores with many ties (integers, so
+the k-th largest is shared across the cluster's CTAs) and with negative and zero scores;
+repeated launches, a CUDA-graph replay and the programmatically dependent launch are bitwise
+the first, and the output equals the Triton split top-k's.
+
+Run on the GPU machine with CuTe DSL importable (benchmark/sm90_run.sh stages it).
+"""
+
+import pytest
+import torch
+
+if not torch.cuda.is_available() or torch.cuda.get_device_capability() != (9, 0):
+    pytest.skip("needs a Hopper GPU (run on the lent H200)", allow_module_level=True)
+pytest.importorskip("cutlass", reason="needs CuTe DSL (nvidia-cutlass-dsl): benchmark/sm90_run.sh")
+
+from sgl_kernel_ext.nvidia.sm90 import cluster_topk  # noqa: E402
+from sgl_kernel_ext.triton import arrival, topk  # noqa: E402
+
+K = 2048
+
+
+def _reference(scores, positions, k):
+    """Ascending positions of each row's k best among its first positions[m] + 1 scores
+    (ties to the lowest positions), -1 padded; the whole context where it fits in k."""
+    out = torch.full((scores.shape[0], k), -1, dtype=torch.int64, device=scores.device)
+    for m in range(scores.shape[0]):
+        seq = int(positions[m]) + 1
+        if seq <= k:
+            out[m, :seq] = torch.arange(seq, device=scores.device)
+        else:
+            order = torch.sort(scores[m, :seq], descending=True, stable=True).indices[:k]
+            out[m] = torch.sort(order).values
+    return out
+
+
+def _case(rows, width, contexts, kind, seed):
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    if kind == "ties":  # a few hundred distinct values: the k-th is shared by many keys
+        scores = torch.randint(-200, 200, (rows, width), generator=g, device="cuda").float()
+    elif kind == "signs":  # negative, -0.0 and +0.0 among them
+        scores = torch.randn(rows, width, generator=g, device="cuda")
+        scores[:, ::7] = 0.0
+        scores[:, 3::11] = -0.0
+    else:
+        scores = torch.randn(rows, width, generator=g, device="cuda")
+    positions = torch.tensor(contexts, dtype=torch.int32, device="cuda") - 1
+    return scores, positions
+
+
+def _run(scores, positions, pdl=False):
+    out = torch.full((scores.shape[0], K), -7, dtype=torch.int64, device="cuda")
+    cluster_topk.topk_positions(scores, positions, K, out, pdl=pdl)
+    torch.cuda.synchronize()
+    return out
+
+
+CASES = [
+    (1, 8192, [8192], "normal"),
+    (1, 32768, [32768], "normal"),
+    (4, 32768, [32768, 5000, 2049, 2048], "normal"),
+    (3, 65536, [65536, 40001, 1], "normal"),
+    (16, 32768, [32768 - 97 * i for i in range(15)] + [0], "normal"),  # the last a pad row
+    (2, 4096, [4096, 3000], "ties"),
+    (8, 32768, [32768, 30000, 20000, 12345, 9000, 4097, 2500, 2049], "ties"),
+    (2, 16384, [16384, 7777], "signs"),
+]
+
+
+@pytest.mark.parametrize("rows,width,contexts,kind", CASES)
+def test_matches_a_stable_sort(rows, width, contexts, kind):
+    scores, positions = _case(rows, width, contexts, kind, seed=rows * width)
+    want = _reference(scores, positions, K)
+    got = _run(scores, positions)
+    assert torch.equal(got, want), (got != want).nonzero()[:8].tolist()
+    # the Triton split top-k's output too
+    m, p = rows, topk.split_chunks(width)
+    split = torch.full_like(got, -7)
+    topk.topk_positions_split(scores, positions, K, split,
+                              torch.zeros(2, m * p * 256, dtype=torch.int32, device="cuda"),
+                              torch.zeros(2, m * 2, dtype=torch.int32, device="cuda"),
+                              torch.zeros(m * p * 2, dtype=torch.int32, device="cuda"),
+                              arrival.counters(2 * m, "cuda"))
+    assert torch.equal(got, split)
+
+
+def test_repeats_graph_replay_and_pdl_are_bitwise_the_first():
+    scores, positions = _case(8, 32768, [32768, 30000, 20000, 12345, 9000, 4097, 2500, 0],
+                              "ties", seed=5)
+    first = _run(scores, positions)
+    for _ in range(100):
+        assert torch.equal(_run(scores, positions), first)
+    assert torch.equal(_run(scores, positions, pdl=True), first)
+    out = torch.full_like(first, -7)
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        cluster_topk.topk_positions(scores, positions, K, out)
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        cluster_topk.topk_positions(scores, positions, K, out)
+    out.fill_(-7)
+    g.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out, first)
+
+
+def test_refuses_what_it_cannot_take():
+    scores = torch.randn(2, 70000, device="cuda")
+    out = torch.empty(2, K, dtype=torch.int64, device="cuda")
+    pos = torch.zeros(2, dtype=torch.int32, device="cuda")
+    with pytest.raises(ValueError, match="rows up to 65536 scores"):
+        cluster_topk.topk_positions(scores, pos, K, out)
+    with pytest.raises(ValueError, match="positions must be int32"):
+        cluster_topk.topk_positions(scores[:, :4096], pos.long(), K, out)
