@@ -512,6 +512,8 @@ VARIANTS = {
     # the indexer; default up to sm90.ATTN_SIDE_MAX_ROWS rows where CuTe DSL is installed): off
     # (the three stage kernels), or up to 2 rows
     "attn_side_off": {("sm90", "ATTN_SIDE"): False},
+    # the indexer's long-row top-k on the Triton split instead of cluster_topk
+    "triton_topk": {("sm90", "TOPK"): False},
     "attn_side_2": {("sm90", "ATTN_SIDE"): True, ("sm90", "ATTN_SIDE_MAX_ROWS"): 2},
     # attn_side launched without programmatic dependence, or letting the next kernel (absorb)
     # launch only as it ends

@@ -1,10 +1,10 @@
 """The CuTe DSL cluster top-k (``sgl_kernel_ext.nvidia.sm90.cluster_topk``) against a stable
 torch sort on a Hopper GPU: every output element, poisoned before each launch, for 1-16 rows of
-contexts on both sides of k (pad rows, rows whose context fits in k, contexts that end inside a
-CTA's keys and inside a thread's), widths from 4K to 64K, scores with many ties (integers, so
-the k-th largest is shared across the cluster's CTAs) and with negative and zero scores;
-repeated launches, a CUDA-graph replay and the programmatically dependent launch are bitwise
-the first, and the output equals the Triton split top-k's.
+contexts on both sides of k (int32 and int64 positions, pad rows, rows whose context fits in
+k, contexts that end inside a CTA's keys and inside a thread's), widths from 4K to 64K, scores
+with many ties (integers, so the k-th largest is shared across the cluster's CTAs) and with
+negative and zero scores; repeated launches, a CUDA-graph replay and the programmatically
+dependent launch are bitwise the first, and the output equals the Triton split top-k's.
 
 Run on the GPU machine with CuTe DSL importable (benchmark/sm90_run.sh stages it).
 """
@@ -36,7 +36,7 @@ def _reference(scores, positions, k):
     return out
 
 
-def _case(rows, width, contexts, kind, seed):
+def _case(rows, width, contexts, kind, seed, pos_dtype=torch.int32):
     g = torch.Generator(device="cuda").manual_seed(seed)
     if kind == "ties":  # a few hundred distinct values: the k-th is shared by many keys
         scores = torch.randint(-200, 200, (rows, width), generator=g, device="cuda").float()
@@ -46,7 +46,7 @@ def _case(rows, width, contexts, kind, seed):
         scores[:, 3::11] = -0.0
     else:
         scores = torch.randn(rows, width, generator=g, device="cuda")
-    positions = torch.tensor(contexts, dtype=torch.int32, device="cuda") - 1
+    positions = torch.tensor(contexts, dtype=pos_dtype, device="cuda") - 1
     return scores, positions
 
 
@@ -69,9 +69,10 @@ CASES = [
 ]
 
 
+@pytest.mark.parametrize("pos_dtype", [torch.int32, torch.int64])
 @pytest.mark.parametrize("rows,width,contexts,kind", CASES)
-def test_matches_a_stable_sort(rows, width, contexts, kind):
-    scores, positions = _case(rows, width, contexts, kind, seed=rows * width)
+def test_matches_a_stable_sort(rows, width, contexts, kind, pos_dtype):
+    scores, positions = _case(rows, width, contexts, kind, seed=rows * width, pos_dtype=pos_dtype)
     want = _reference(scores, positions, K)
     got = _run(scores, positions)
     assert torch.equal(got, want), (got != want).nonzero()[:8].tolist()
@@ -114,5 +115,5 @@ def test_refuses_what_it_cannot_take():
     pos = torch.zeros(2, dtype=torch.int32, device="cuda")
     with pytest.raises(ValueError, match="rows up to 65536 scores"):
         cluster_topk.topk_positions(scores, pos, K, out)
-    with pytest.raises(ValueError, match="positions must be int32"):
-        cluster_topk.topk_positions(scores[:, :4096], pos.long(), K, out)
+    with pytest.raises(ValueError, match="positions must be int32 or int64"):
+        cluster_topk.topk_positions(scores[:, :4096], pos.float(), K, out)

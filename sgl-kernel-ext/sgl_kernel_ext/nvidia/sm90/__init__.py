@@ -98,6 +98,16 @@ ATTN_SIDE_ABSORB_W_EARLY = True
 # the weight slots each attn_side worker asks for before its programmatic wait (None: its
 # ring's whole first lap, all of q_a|kv_a at a TP8 rank's shapes)
 ATTN_SIDE_EARLY_SLOTS = None
+# The indexer's top-k of rows wider than triton.topk.SPLIT_MIN_WIDTH, up to cluster_topk's
+# 64K, as cluster_topk's one launch (a thread block cluster a row, its CTAs meeting in
+# distributed shared memory between the radix passes) instead of the Triton split's six
+# launches. On by default wherever it can run (a Hopper GPU, CuTe DSL; elsewhere the layer
+# logs why it runs Triton's); "1" insists, "0" turns it off. Alone on an H100 (results/
+# topk_probe_20261205T194310Z, exact against a stable sort, the split's output bitwise): 11.3-
+# 12.3 us at 1-16 rows of 4K, 11.6-13.0 of 8K, 15.0-17.0 of 32K, 19.7-35.9 of 64K, against the
+# split's 19.3-20.5, 19.6-20.8, 23.6-29.7 and 27.5-50.0.
+TOPK_ENV = "SGL_KERNEL_EXT_SM90_TOPK"
+TOPK: Optional[bool] = None
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
 # (H200, sm90_gemv_probe_20261202T081912Z: 10-12 slots fastest, the whole 200 KB slower)
 RING_SLOTS = 10
@@ -135,6 +145,15 @@ def attn_side_setting() -> Optional[bool]:
     if ATTN_SIDE is not None:
         return ATTN_SIDE
     value = os.environ.get(ATTN_SIDE_ENV, "")
+    return None if value == "" else value == "1"
+
+
+def topk_setting() -> Optional[bool]:
+    """The indexer's long-row top-k on cluster_topk: True insists (TOPK_ENV=1), False is off
+    (=0), None (unset) takes it wherever it can run."""
+    if TOPK is not None:
+        return TOPK
+    value = os.environ.get(TOPK_ENV, "")
     return None if value == "" else value == "1"
 
 

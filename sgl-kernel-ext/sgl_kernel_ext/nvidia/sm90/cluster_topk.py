@@ -242,14 +242,18 @@ def keys_per_thread(width: int) -> int:
     return kpt if kpt <= MAX_KEYS_PER_THREAD else 0
 
 
+def _int(bits: int):
+    return cutlass.Int32 if bits == 32 else cutlass.Int64
+
+
 @functools.lru_cache(maxsize=None)
-def _compiled(k: int, kpt: int, pdl: bool):
+def _compiled(k: int, kpt: int, pdl: bool, pos_bits: int = 32):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
     kernel = ClusterTopk(k, kpt, pdl)
     gmem = cute.AddressSpace.gmem
-    ptrs = (make_ptr(cutlass.Int32, 16, gmem, 4), make_ptr(cutlass.Int32, 16, gmem, 4),
+    ptrs = (make_ptr(cutlass.Int32, 16, gmem, 4), make_ptr(_int(pos_bits), 16, gmem, 4),
             make_ptr(cutlass.Int64, 16, gmem, 8))
     fn = cute.compile(kernel, *ptrs, 1, 1, 1, cuda.CUstream(0))
     return kernel, fn
@@ -264,8 +268,8 @@ def refusal(scores, positions, k: int, out) -> str | None:
     if not keys_per_thread(scores.shape[1]):
         return (f"cluster_topk: rows up to {CLUSTER * THREADS * MAX_KEYS_PER_THREAD} scores, "
                 f"got {scores.shape[1]}")
-    if positions.dtype != torch.int32 or positions.shape[0] < scores.shape[0]:
-        return "cluster_topk: positions must be int32 [>= M]"
+    if positions.dtype not in (torch.int32, torch.int64) or positions.shape[0] < scores.shape[0]:
+        return "cluster_topk: positions must be int32 or int64 [>= M]"
     if out.dtype != torch.int64 or out.shape != (scores.shape[0], k) or not out.is_contiguous():
         return f"cluster_topk: out must be a contiguous int64 [{scores.shape[0]}, {k}]"
     if k >= 1 << 15:
@@ -275,8 +279,9 @@ def refusal(scores, positions, k: int, out) -> str | None:
 
 def topk_positions(scores, positions, k: int, out, pdl: bool = False) -> None:
     """out int64 [M, k] = ascending positions of row m's k best scores among its first
-    positions[m] + 1 (all of them, then -1s, when that is <= k), as topk.topk_positions; on the
-    current torch stream, graph-capturable."""
+    positions[m] + 1 (int32 or int64; all of them, then -1s, when that is <= k), as
+    topk.topk_positions; on the current torch stream, graph-capturable. pdl: launched
+    programmatically dependent (it waits for the previous kernel before reading anything)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import make_ptr
@@ -285,9 +290,10 @@ def topk_positions(scores, positions, k: int, out, pdl: bool = False) -> None:
     if reason:
         raise ValueError(reason)
     m, width = scores.shape
-    _, fn = _compiled(k, keys_per_thread(width), bool(pdl))
+    pos_bits = positions.element_size() * 8
+    _, fn = _compiled(k, keys_per_thread(width), bool(pdl), pos_bits)
     gmem = cute.AddressSpace.gmem
     stream = cuda.CUstream(torch.cuda.current_stream(scores.device).cuda_stream)
     fn(make_ptr(cutlass.Int32, scores.data_ptr(), gmem, 4),
-       make_ptr(cutlass.Int32, positions.data_ptr(), gmem, 4),
+       make_ptr(_int(pos_bits), positions.data_ptr(), gmem, 4),
        make_ptr(cutlass.Int64, out.data_ptr(), gmem, 8), m, scores.stride(0), width, stream)

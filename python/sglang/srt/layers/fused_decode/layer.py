@@ -117,6 +117,7 @@ class FusedLayer:
         self.sm90_moe = sm90.moe_enabled()
         self.sm90 = self._sm90_linear(dev)
         self.sm90_attn = self._sm90_attention(dev)
+        self.sm90_topk = self._sm90_topk(dev)
         # q_a|kv_a + latent + q_b as one attn_side launch at its rows (sm90.ATTN_SIDE)
         self.attn_side, self.attn_side_work = self._sm90_attn_side(dev)
         o_rows = x_rows = max_rows
@@ -330,6 +331,25 @@ class FusedLayer:
         _log_once(f"the sparse attention runs Triton's kernel: {reason}")
         return None
 
+    def _sm90_topk(self, dev):
+        """cluster_topk's module where this indexer layer's long-row top-k runs on it
+        (``sm90.TOPK_ENV``): by default wherever it can, logging once why not elsewhere;
+        insisted on, refusing by name where it cannot. None in a layer without the indexer."""
+        setting = sm90.topk_setting()
+        if setting is False or not self.runs_indexer:
+            return None
+        what = f"{sm90.TOPK_ENV}=1" if setting else "sm90 cluster_topk"
+        reason = sm90.refusal(dev, what)
+        if reason is None and self.persistent:
+            reason = f"{what} runs the stage kernels, not the persistent layer"
+        if reason is None:
+            from sgl_kernel_ext.nvidia.sm90 import cluster_topk
+            return cluster_topk
+        if setting:
+            raise ValueError(f"layer {self.lw.layer_id}: {reason}")
+        _log_once(f"the indexer's top-k runs Triton's: {reason}")
+        return None
+
     def _sm90_attn_side(self, dev):
         """(attn_side's module, {rows: its fixed form's workspace}) where this layer's q_a|kv_a,
         latent step and q_b run as its one launch (``sm90.ATTN_SIDE``), else (None, {}): by
@@ -520,15 +540,21 @@ class FusedLayer:
                                  "built for")
             scores = self.buf["scores"][:m, :width]
             split = topk_kernel.use_split(width)
+            topk = v("topk")
+            # a long row's top-k as one cluster launch (sm90.TOPK), else the Triton split's
+            cluster = split and self.sm90_topk is not None and not self.sm90_topk.refusal(
+                scores, pos, cfg.index_topk, topk)
             first_hist = self.buf["topk_first_hist"] if (
-                split and topk_kernel.SCORES_HISTOGRAM) else None
+                split and not cluster and topk_kernel.SCORES_HISTOGRAM) else None
             # rows of contexts within the top-k take them whole: their scores are not computed
             indexer.scores(v("q8"), v("head_w"), self.index_cache, pos, slots, scores,
                            first_hist=first_hist,
                            skip_within=cfg.index_topk if indexer.SCORE_SKIP_SHORT_ROWS else 0,
                            slot_rows=rows)
-            topk = v("topk")
-            if split:
+            if cluster:
+                self.sm90_topk.topk_positions(scores, pos, cfg.index_topk, topk,
+                                              pdl=overlap.enabled())
+            elif split:
                 topk_kernel.topk_positions_split(scores, pos, cfg.index_topk, topk,
                                                  self.buf["topk_hist"], self.buf["topk_state"],
                                                  self.buf["topk_counts"], self.buf["topk_barriers"],
