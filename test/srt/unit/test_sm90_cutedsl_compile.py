@@ -201,3 +201,29 @@ def test_sparse_mla_compiles_for_sm90a(tmp_path):
         assert len(cubins) == 1, [p.name for p in (tmp_path / str(i)).iterdir()]
         _check_sass(cubins, wgmma="HGMMA.64x8x16.F32.BF16", load="LDGSTS",
                     mma=form[5] != "no_mma")
+
+
+TOPK_SCRIPT = """
+import sys
+sys.path.insert(0, {ext!r})
+from sgl_kernel_ext.nvidia.sm90 import cluster_topk as Q
+for k, kpt, pdl, pos_bits in {forms!r}:
+    kernel, _ = Q._compiled(k, kpt, pdl, pos_bits)
+    print("compiled", k, kpt, kernel.width)
+"""
+
+
+def test_cluster_topk_compiles_for_sm90a(tmp_path):
+    """The long-row top-k as one cluster launch, at the widths a layer asks for (4K: one key a
+    thread; 64K: its most; int64 positions, launched dependent): its histograms as shared-
+    memory atomics, the cluster barriers between passes, no spilled keys."""
+    for i, form in enumerate([(2048, 1, False, 32), (2048, 16, True, 64),
+                              (2048, 32, True, 64)]):
+        (tmp_path / str(i)).mkdir()  # one folder each: the cubins' names are alike
+        cubins = _compile(tmp_path / str(i), TOPK_SCRIPT, [form])
+        assert len(cubins) == 1, [p.name for p in (tmp_path / str(i)).iterdir()]
+        if CUOBJDUMP.exists():
+            sass = subprocess.run([str(CUOBJDUMP), "-sass", str(cubins[0])],
+                                  capture_output=True, text=True, timeout=120).stdout
+            assert "ATOMS" in sass and "UCGABAR_WAIT" in sass, form
+            assert "STL" not in sass, f"{form}: keys spilled to local memory"
