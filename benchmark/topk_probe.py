@@ -79,7 +79,7 @@ def _once_kernel(scores_ptr, stride_s, pos_ptr, out_ptr, K: tl.constexpr, BLOCK:
 def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rows", default="1,4,16")
-    p.add_argument("--widths", default="4096,8192,32768,65536")
+    p.add_argument("--widths", default="4096,8192,32768,65536,262144")
     p.add_argument("--k", type=int, default=2048)
     p.add_argument("--forms", default="split,one_launch,cluster")
     p.add_argument("--replays", type=int, default=50)
