@@ -41,6 +41,10 @@ MAX_KEYS_PER_THREAD = 32  # registers a thread holds keys in: rows up to 64K sco
 WIDE_KEYS_PER_THREAD = 16  # in tables wider than that (a server's: its context length)
 WARPS = THREADS // 32
 SIGN = -2147483648  # 0x80000000 as an int32
+# measurement only (``trace``): each CTA's %globaltimer (ns) at these points of a row held in
+# registers, into trace int64 [rows x CLUSTER, len(TRACE_POINTS)]
+TRACE_POINTS = ("start", "loaded", "pass 0", "pass 1", "pass 2", "pass 3", "counts seen",
+                "written")
 
 
 @dsl_user_op
@@ -57,17 +61,21 @@ def _load_remote(smem_ptr: cute.Pointer, rank, *, loc=None, ip=None) -> cutlass.
 class ClusterTopk:
     """One compiled form: the top-k of rows of up to CLUSTER x THREADS x kpt scores."""
 
-    def __init__(self, k: int, kpt: int, pdl: bool = False, wide: bool = False):
+    def __init__(self, k: int, kpt: int, pdl: bool = False, wide: bool = False,
+                 trace: bool = False):
         if not 1 <= kpt <= MAX_KEYS_PER_THREAD:
             raise ValueError(f"cluster_topk: 1..{MAX_KEYS_PER_THREAD} keys a thread, got {kpt}")
         # wide: rows may be longer than the cluster's keys (loaded again each pass)
         self.k, self.kpt, self.pdl, self.wide = k, kpt, pdl, wide
+        # measurement only: each CTA's %globaltimer at TRACE_POINTS (rows held in registers)
+        self.trace = trace
         self.chunk = THREADS * kpt
         self.width = CLUSTER * self.chunk
 
     @cute.jit
     def __call__(self, scores: cute.Pointer, positions: cute.Pointer, out: cute.Pointer,
-                 rows: cutlass.Int32, stride: cutlass.Int32, width: cutlass.Int32, stream):
+                 trace: cute.Pointer, rows: cutlass.Int32, stride: cutlass.Int32,
+                 width: cutlass.Int32, stream):
         @cute.struct
         class Storage:
             hist: cute.struct.MemRange[cutlass.Int32, 2 * BINS]
@@ -77,7 +85,7 @@ class ClusterTopk:
             count: cute.struct.MemRange[cutlass.Int32, 2]  # this CTA's keys above, ties
 
         self.storage = Storage
-        self.kernel(scores, positions, out, stride, width).launch(
+        self.kernel(scores, positions, out, trace, stride, width).launch(
             grid=[rows * CLUSTER, 1, 1], block=[THREADS, 1, 1], cluster=[CLUSTER, 1, 1],
             smem=Storage.size_in_bytes(), stream=stream, use_pdl=self.pdl)
 
@@ -132,6 +140,14 @@ class ClusterTopk:
         if best == digit:
             state[0] = digit
             state[1] = need - above_best
+
+    @cute.jit
+    def _mark(self, trace: cute.Pointer, cta, t, point: cutlass.Constexpr):
+        if cutlass.const_expr(self.trace):
+            if t == 0:
+                marks = cute.make_tensor(trace + cta * len(TRACE_POINTS),
+                                         cute.make_layout(len(TRACE_POINTS)))
+                marks[point] = cute.arch.globaltimer().to(cutlass.Int64)
 
     @cute.jit
     def _load(self, row: cute.Tensor, first, limit, keys: cute.Tensor):
@@ -220,7 +236,7 @@ class ClusterTopk:
 
     @cute.kernel
     def kernel(self, scores: cute.Pointer, positions: cute.Pointer, out: cute.Pointer,
-               stride: cutlass.Int32, width: cutlass.Int32):
+               trace: cute.Pointer, stride: cutlass.Int32, width: cutlass.Int32):
         t, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
         lane = t % 32
@@ -255,11 +271,14 @@ class ClusterTopk:
             need = cutlass.Int32(self.k)
             cute.arch.barrier()  # the zeroed histograms before any atomic
             if cutlass.const_expr(not self.wide) or tiles == 1:  # keys kept from one load
+                self._mark(trace, cta, t, 0)
                 self._load(row, base, limit, keys)
+                self._mark(trace, cta, t, 1)
                 for p in cutlass.range_constexpr(4):
                     self._count(keys, base, limit, hist, (p % 2) * BINS, found, p)
                     digit, need = self._pass_end(hist, total, state, need, p, t, lane, w)
                     found = found | (digit << (24 - 8 * p))
+                    self._mark(trace, cta, t, 2 + p)
                 kth = found ^ SIGN  # the k-th largest key, signed image
                 above, ties = self._tally(keys, base, limit, kth)
                 # a CTA holds at most 8K keys: above and ties packed in 16 bits each
@@ -270,10 +289,12 @@ class ClusterTopk:
                 cute.arch.cluster_arrive()
                 cute.arch.cluster_wait()
                 taken_before, ties_before = self._before(count, c, need)
+                self._mark(trace, cta, t, 6)
                 self._write(keys, base, limit, kth, need, ties_before + (before & 0xFFFF),
                             taken_before + (before >> 16)
                             + cutlass.min(before & 0xFFFF, cutlass.max(need - ties_before, 0)),
                             out_row)
+                self._mark(trace, cta, t, 7)
             else:  # longer contexts: each pass loads the CTA's tiles again (from L2)
                 for p in cutlass.range_constexpr(4):
                     for i in cutlass.range(tiles, unroll=1):
@@ -327,14 +348,15 @@ def _int(bits: int):
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(k: int, kpt: int, pdl: bool, pos_bits: int = 32, wide: bool = False):
+def _compiled(k: int, kpt: int, pdl: bool, pos_bits: int = 32, wide: bool = False,
+              trace: bool = False):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
-    kernel = ClusterTopk(k, kpt, pdl, wide)
+    kernel = ClusterTopk(k, kpt, pdl, wide, trace)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.Int32, 16, gmem, 4), make_ptr(_int(pos_bits), 16, gmem, 4),
-            make_ptr(cutlass.Int64, 16, gmem, 8))
+            make_ptr(cutlass.Int64, 16, gmem, 8), make_ptr(cutlass.Int64, 16, gmem, 8))
     fn = cute.compile(kernel, *ptrs, 1, 1, 1, cuda.CUstream(0))
     return kernel, fn
 
@@ -356,11 +378,12 @@ def refusal(scores, positions, k: int, out) -> str | None:
     return None
 
 
-def topk_positions(scores, positions, k: int, out, pdl: bool = False) -> None:
+def topk_positions(scores, positions, k: int, out, pdl: bool = False, trace=None) -> None:
     """out int64 [M, k] = ascending positions of row m's k best scores among its first
     positions[m] + 1 (int32 or int64; all of them, then -1s, when that is <= k), as
     topk.topk_positions; on the current torch stream, graph-capturable. pdl: launched
-    programmatically dependent (it waits for the previous kernel before reading anything)."""
+    programmatically dependent (it waits for the previous kernel before reading anything).
+    trace: measurement only, int64 [M x CLUSTER, len(TRACE_POINTS)] (``ClusterTopk.trace``)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import make_ptr
@@ -371,9 +394,15 @@ def topk_positions(scores, positions, k: int, out, pdl: bool = False) -> None:
     m, width = scores.shape
     pos_bits = positions.element_size() * 8
     kpt, wide = keys_per_thread(width)
-    _, fn = _compiled(k, kpt, bool(pdl), pos_bits, wide)
+    if trace is not None and (trace.dtype != torch.int64 or not trace.is_contiguous()
+                              or trace.numel() < m * CLUSTER * len(TRACE_POINTS)):
+        raise ValueError("cluster_topk: trace must be a contiguous int64 "
+                         f"[{m * CLUSTER}, {len(TRACE_POINTS)}]")
+    _, fn = _compiled(k, kpt, bool(pdl), pos_bits, wide, trace is not None)
     gmem = cute.AddressSpace.gmem
     stream = cuda.CUstream(torch.cuda.current_stream(scores.device).cuda_stream)
     fn(make_ptr(cutlass.Int32, scores.data_ptr(), gmem, 4),
        make_ptr(_int(pos_bits), positions.data_ptr(), gmem, 4),
-       make_ptr(cutlass.Int64, out.data_ptr(), gmem, 8), m, scores.stride(0), width, stream)
+       make_ptr(cutlass.Int64, out.data_ptr(), gmem, 8),
+       make_ptr(cutlass.Int64, (trace if trace is not None else out).data_ptr(), gmem, 8),
+       m, scores.stride(0), width, stream)
