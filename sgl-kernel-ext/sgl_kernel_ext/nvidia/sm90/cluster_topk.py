@@ -59,7 +59,8 @@ def _load_remote(smem_ptr: cute.Pointer, rank, *, loc=None, ip=None) -> cutlass.
 
 
 class ClusterTopk:
-    """One compiled form: the top-k of rows of up to CLUSTER x THREADS x kpt scores."""
+    """One compiled form: the top-k of rows of up to CLUSTER x THREADS x kpt scores held in
+    registers (wide: longer rows too, their keys loaded again each pass)."""
 
     def __init__(self, k: int, kpt: int, pdl: bool = False, wide: bool = False,
                  trace: bool = False):
