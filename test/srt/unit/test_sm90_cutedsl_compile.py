@@ -103,13 +103,17 @@ def _compile(tmp_path, script: str, forms: list) -> list:
     return sorted(tmp_path.glob("*.cubin"))
 
 
+def _sass(cubin) -> str:
+    return subprocess.run([str(CUOBJDUMP), "-sass", str(cubin)], capture_output=True,
+                          text=True, timeout=120).stdout
+
+
 def _check_sass(cubins, wgmma="QGMMA.64x", load="UTMALDG", mma=True) -> None:
     """Each cubin's SASS has the load, and the wgmma (or, mma False, none)."""
     if not CUOBJDUMP.exists():
         pytest.skip(f"no cuobjdump at {CUOBJDUMP.relative_to(ROOT)} to read the SASS")
     for cubin in cubins:
-        sass = subprocess.run([str(CUOBJDUMP), "-sass", str(cubin)], capture_output=True,
-                              text=True, timeout=120).stdout
+        sass = _sass(cubin)
         assert load in sass, f"{cubin.name}: no {load} in its SASS"
         assert (wgmma in sass) == mma, f"{cubin.name}: {wgmma} {'not ' * mma}in its SASS"
 
@@ -161,9 +165,7 @@ def test_cluster_hop_probe_compiles_for_sm90a(tmp_path):
         cubins = _compile(tmp_path / str(i), HOP_SCRIPT, [form])
         assert len(cubins) == 1, [p.name for p in (tmp_path / str(i)).iterdir()]
         if CUOBJDUMP.exists():
-            sass = subprocess.run([str(CUOBJDUMP), "-sass", str(cubins[0])],
-                                  capture_output=True, text=True, timeout=120).stdout
-            assert ("STAS" in sass) == (form[0] == "dsmem"), form
+            assert ("STAS" in _sass(cubins[0])) == (form[0] == "dsmem"), form
 
 
 def test_fp8_moe_compiles_for_sm90a(tmp_path):
@@ -224,7 +226,6 @@ def test_cluster_topk_compiles_for_sm90a(tmp_path):
         cubins = _compile(tmp_path / str(i), TOPK_SCRIPT, [form])
         assert len(cubins) == 1, [p.name for p in (tmp_path / str(i)).iterdir()]
         if CUOBJDUMP.exists():
-            sass = subprocess.run([str(CUOBJDUMP), "-sass", str(cubins[0])],
-                                  capture_output=True, text=True, timeout=120).stdout
+            sass = _sass(cubins[0])
             assert "ATOMS" in sass and "UCGABAR_WAIT" in sass, form
             assert "STL" not in sass, f"{form}: keys spilled to local memory"

@@ -129,31 +129,31 @@ def moe_enabled() -> bool:
     return MOE if MOE is not None else os.environ.get(MOE_ENV, "0") == "1"
 
 
+def _setting(attribute: Optional[bool], env: str) -> Optional[bool]:
+    """A default-on kernel's setting: the module attribute where set, else True where `env` is
+    "1" (insist), False where it is "0" (off), None where unset (wherever it can run)."""
+    if attribute is not None:
+        return attribute
+    value = os.environ.get(env, "")
+    return None if value == "" else value == "1"
+
+
 def attn_setting() -> Optional[bool]:
     """The sparse attention on sparse_mla: True insists (ATTN_ENV=1), False is off (=0), None
     (unset) takes it wherever it can run."""
-    if ATTN is not None:
-        return ATTN
-    value = os.environ.get(ATTN_ENV, "")
-    return None if value == "" else value == "1"
+    return _setting(ATTN, ATTN_ENV)
 
 
 def attn_side_setting() -> Optional[bool]:
     """q_a|kv_a + latent + q_b on attn_side: True insists (ATTN_SIDE_ENV=1), False is off
     (=0), None (unset) takes it wherever it can run."""
-    if ATTN_SIDE is not None:
-        return ATTN_SIDE
-    value = os.environ.get(ATTN_SIDE_ENV, "")
-    return None if value == "" else value == "1"
+    return _setting(ATTN_SIDE, ATTN_SIDE_ENV)
 
 
 def topk_setting() -> Optional[bool]:
     """The indexer's long-row top-k on cluster_topk: True insists (TOPK_ENV=1), False is off
     (=0), None (unset) takes it wherever it can run."""
-    if TOPK is not None:
-        return TOPK
-    value = os.environ.get(TOPK_ENV, "")
-    return None if value == "" else value == "1"
+    return _setting(TOPK, TOPK_ENV)
 
 
 def refusal(device, what: str) -> Optional[str]:
