@@ -101,8 +101,9 @@ ATTN_SIDE_EARLY_SLOTS = None
 # The indexer's top-k of rows wider than triton.topk.SPLIT_MIN_WIDTH, up to cluster_topk's
 # 64K (a wider table, as a server's 1M-wide one, keeps the split), as cluster_topk's one
 # launch (a thread block cluster a row, its CTAs meeting in distributed shared memory between
-# the radix passes) instead of the Triton split's six launches. On by default wherever it can run (a Hopper GPU, CuTe DSL; elsewhere the layer
-# logs why it runs Triton's); "1" insists, "0" turns it off. Alone on an H100 (results/
+# the radix passes) instead of the Triton split's six launches. On by default wherever it can
+# run (a Hopper GPU, CuTe DSL; elsewhere the layer logs why it runs Triton's); "1" insists,
+# "0" turns it off. Alone on an H100 (results/
 # topk_probe_20261205T194310Z, exact against a stable sort, the split's output bitwise): 11.3-
 # 12.3 us at 1-16 rows of 4K, 11.6-13.0 of 8K, 15.0-17.0 of 32K, 19.7-35.9 of 64K, against the
 # split's 19.3-20.5, 19.6-20.8, 23.6-29.7 and 27.5-50.0.
