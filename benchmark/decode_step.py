@@ -54,9 +54,10 @@ def parse():
 
 def plan_weight_sets(bases, kinds, cfg, tp: int, dev, mode: str = "fit") -> dict:
     """{kind: weight sets} for the layers `kinds`: a set a layer where they fit the memory left
-    free by the generated sets and the caches, with SPARE_BYTES to spare (mode "fit" or "all"); else, for "fit", the largest cap on the
-    sets of every kind that fits, at least MIN_SETS; for an integer, that cap. Exits naming
-    the sizes, before any copy, where the plan cannot fit."""
+    free by the generated sets and the caches, with SPARE_BYTES to spare (mode "fit" or
+    "all"); else, for "fit", the largest cap on the sets of every kind that fits, at least
+    MIN_SETS; for an integer, that cap. Exits naming the sizes, before any copy, where the
+    plan cannot fit."""
     each = {k: sum(t.numel() * t.element_size() for t in b.values()) for k, b in bases.items()}
     count = {k: kinds.count(k) for k in bases}
     head = -(-cfg.vocab_size // tp) * cfg.hidden_size * 2
@@ -139,8 +140,8 @@ def main():
                                  "(too few fit for a set a layer)")
         H.log(f"weight sets a kind {sets} for {dict((k, kinds.count(k)) for k in sets)} layers: "
               f"a set comes back after at least {min(sets[k] for k in shared)} layers")
-    H.log(f"{n} layers + LM head built in {time.time() - t0:.1f}s: {wbytes / 1e9:.1f} GB of weights "
-          f"read a step")
+    H.log(f"{n} layers + LM head built in {time.time() - t0:.1f}s: {wbytes / 1e9:.1f} GB of "
+          f"weights read a step")
 
     ops = {"stock": STOCK_OPS}
     if "upstream" in arms:
