@@ -81,8 +81,8 @@ def plan_weight_sets(bases, kinds, cfg, tp: int, dev, mode: str = "fit") -> dict
                 f"{cap} weight sets a kind and the LM head")
         raise SystemExit(
             f"decode_step: {what} need {need(cap) / 1e9:.0f} GB more weights, this GPU has "
-            f"{free / 1e9:.0f} GB free (and ~{SPARE_BYTES / 1e9:.0f} GB must stay for caches "
-            f"and workspaces); --layers N runs the first N layers"
+            f"{free / 1e9:.0f} GB free beside the caches (and ~{SPARE_BYTES / 1e9:.0f} GB must "
+            f"stay for workspaces and graphs); --layers N runs the first N layers"
             + ("" if mode == "fit" else ", --weight-sets fit shares sets between far layers"))
     return {k: min(count[k], cap) for k in bases}
 
