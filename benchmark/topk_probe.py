@@ -76,7 +76,7 @@ def _once_kernel(scores_ptr, stride_s, pos_ptr, out_ptr, K: tl.constexpr, BLOCK:
 def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rows", default="1,4,16")
-    p.add_argument("--widths", default="4096,8192,32768,65536")
+    p.add_argument("--widths", default="4096,8192,32768,65536,262144")
     p.add_argument("--k", type=int, default=2048)
     p.add_argument("--forms", default="split,one_launch,cluster")
     p.add_argument("--replays", type=int, default=50)
@@ -143,6 +143,28 @@ def form_fn(name: str, scores, positions, k, out, dev):
     return run
 
 
+def trace_row(scores, positions, k, out, dev) -> dict:
+    """cluster_topk's phases, one traced launch after a warm one: each TRACE_POINTS mark's
+    median over the CTAs, us after the earliest CTA's start (rows held in registers)."""
+    from sgl_kernel_ext.nvidia.sm90 import cluster_topk as C
+
+    m, width = scores.shape
+    row = {"form": "cluster_trace", "rows": m, "width": width}
+    if C.keys_per_thread(width)[1]:
+        row["note"] = "a wide table's form: not traced"
+        return row
+    trace = torch.zeros(m * C.CLUSTER, len(C.TRACE_POINTS), dtype=torch.int64, device=dev)
+    for _ in range(2):
+        C.topk_positions(scores, positions, k, out, trace=trace)
+    torch.cuda.synchronize()
+    t = (trace - trace[:, 0].min()).double() / 1e3
+    row["phases_us"] = {p: round(float(t[:, i].median()), 2)
+                        for i, p in enumerate(C.TRACE_POINTS)}
+    H.log(f"cluster_trace rows {m:2d} width {width:6d}: " +
+          " ".join(f"{p} {v}" for p, v in row["phases_us"].items()))
+    return row
+
+
 def main():
     args = parse()
     dev = torch.device("cuda")
@@ -179,6 +201,8 @@ def main():
                 H.log(f"{name:>14} rows {m:2d} width {width:6d}: "
                       + (f"{row['us']:8.1f} us exact {row['exact']}/{row['exact_after_replays']}"
                          if "us" in row else row["note"]))
+            if "cluster" in args.forms.split(","):
+                results.append(trace_row(scores, positions, args.k, out, dev))
     paths = H.write_json("topk_probe", {"meta": meta, "results": results},
                          [args.results, args.out])
     for p in paths:

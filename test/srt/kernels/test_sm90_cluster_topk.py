@@ -1,7 +1,8 @@
 """The CuTe DSL cluster top-k (``sgl_kernel_ext.nvidia.sm90.cluster_topk``) against a stable
 torch sort on a Hopper GPU: every output element, poisoned before each launch, for 1-16 rows of
 contexts on both sides of k (int32 and int64 positions, pad rows, rows whose context fits in
-k, contexts that end inside a CTA's keys and inside a thread's), widths from 4K to 64K, scores
+k, contexts that end inside a CTA's keys and inside a thread's), widths from 4K to 256K (past
+64K the keys of contexts over 32K are loaded again each pass), scores
 with many ties (integers, so the k-th largest is shared across the cluster's CTAs) and with
 negative and zero scores; repeated launches, a CUDA-graph replay and the programmatically
 dependent launch are bitwise the first, and the output equals the Triton split top-k's.
@@ -66,6 +67,10 @@ CASES = [
     (2, 4096, [4096, 3000], "ties"),
     (8, 32768, [32768, 30000, 20000, 12345, 9000, 4097, 2500, 2049], "ties"),
     (2, 16384, [16384, 7777], "signs"),
+    # wider than the cluster holds at once (a server's table): contexts up to 32K in registers,
+    # longer ones loaded again each pass, 1 to 8 tiles a CTA
+    (6, 262144, [262144, 200001, 65537, 32769, 32768, 3000], "normal"),
+    (3, 131072, [131072, 70000, 40000], "ties"),
 ]
 
 
@@ -110,10 +115,12 @@ def test_repeats_graph_replay_and_pdl_are_bitwise_the_first():
 
 
 def test_refuses_what_it_cannot_take():
-    scores = torch.randn(2, 70000, device="cuda")
+    scores = torch.randn(2, 4096, device="cuda")
     out = torch.empty(2, K, dtype=torch.int64, device="cuda")
     pos = torch.zeros(2, dtype=torch.int32, device="cuda")
-    with pytest.raises(ValueError, match="rows up to 65536 scores"):
-        cluster_topk.topk_positions(scores, pos, K, out)
+    with pytest.raises(ValueError, match="scores must be fp32"):
+        cluster_topk.topk_positions(scores.half(), pos, K, out)
     with pytest.raises(ValueError, match="positions must be int32 or int64"):
-        cluster_topk.topk_positions(scores[:, :4096], pos.float(), K, out)
+        cluster_topk.topk_positions(scores, pos.float(), K, out)
+    with pytest.raises(ValueError, match="out must be a contiguous int64"):
+        cluster_topk.topk_positions(scores, pos, K, out[:1])

@@ -5,21 +5,23 @@ The Triton split top-k (``triton/topk.py``) cuts a row into 2048-score chunks an
 radix passes and the write as six launches: ~4-5 us a pass is the hop between launches (or
 between programs meeting at counters in global memory), and one program a row is no way out,
 as Triton's histogram costs ~7 us a pass over 8K keys on one multiprocessor
-(``topk.ONE_LAUNCH``'s note). Here a row is one cluster of CLUSTER CTAs, each holding
-THREADS x keys_per_thread consecutive scores as keys in registers (the order-preserving int32
-image of the fp32 scores), and each pass is
+(``topk.ONE_LAUNCH``'s note). Here a row is one cluster of CLUSTER CTAs, each taking a
+consecutive range of the row's context as keys (the order-preserving int32 image of the fp32
+scores): in registers from one load where the cluster holds the whole context (THREADS x
+keys_per_thread a CTA: up to 64K in a table that wide, 32K in a wider one), else loaded again
+each pass, a tile of THREADS x keys_per_thread at a time. Each pass is
   1. every CTA's 256-bin histogram of the next 8 bits of its keys that share the digits found
      so far (shared-memory atomics, two buffers used in turn),
   2. a cluster barrier,
   3. each CTA summing the cluster's histograms bin by bin from the others' shared memory (so
      every CTA finds the same digit of the k-th largest key, and how many keys at it are still
      needed),
-then the write: each thread counts its keys above the k-th and its ties, one scan over the CTA
-and the counts of the CTAs before it (read from their shared memory after a barrier) place
-them, and it stores the positions of its keys above and of the ties the lowest positions take
-first (a stable descending sort's choice), ascending, as ``topk.topk_positions``: output int64
-[M, k], -1 padded where a row's context (positions[m] + 1) fits in k, whose positions it takes
-whole. Rows may be pads (position -1: every entry -1).
+then the write: each thread counts its keys above the k-th and its ties, scans over the CTA
+(tile by tile) and the counts of the CTAs before it (read from their shared memory after a
+barrier) place them, and it stores the positions of its keys above and of the ties the lowest
+positions take first (a stable descending sort's choice), ascending, as
+``topk.topk_positions``: output int64 [M, k], -1 padded where a row's context (positions[m]
++ 1) fits in k, whose positions it takes whole. Rows may be pads (position -1: every entry -1).
 """
 
 from __future__ import annotations
@@ -36,8 +38,13 @@ THREADS = 256  # a CTA's threads; BINS of them own a histogram bin each
 BINS = 256  # 8-bit digits: four passes
 CLUSTER = 8  # CTAs a row (the portable cluster size)
 MAX_KEYS_PER_THREAD = 32  # registers a thread holds keys in: rows up to 64K scores
+WIDE_KEYS_PER_THREAD = 16  # in tables wider than that (a server's: its context length)
 WARPS = THREADS // 32
 SIGN = -2147483648  # 0x80000000 as an int32
+# measurement only (``trace``): each CTA's %globaltimer (ns) at these points of a row held in
+# registers, into trace int64 [rows x CLUSTER, len(TRACE_POINTS)]
+TRACE_POINTS = ("start", "loaded", "pass 0", "pass 1", "pass 2", "pass 3", "counts seen",
+                "written")
 
 
 @dsl_user_op
@@ -52,34 +59,41 @@ def _load_remote(smem_ptr: cute.Pointer, rank, *, loc=None, ip=None) -> cutlass.
 
 
 class ClusterTopk:
-    """One compiled form: the top-k of rows of up to CLUSTER x THREADS x kpt scores."""
+    """One compiled form: the top-k of rows of up to CLUSTER x THREADS x kpt scores held in
+    registers (wide: longer rows too, their keys loaded again each pass)."""
 
-    def __init__(self, k: int, kpt: int, pdl: bool = False):
+    def __init__(self, k: int, kpt: int, pdl: bool = False, wide: bool = False,
+                 trace: bool = False):
         if not 1 <= kpt <= MAX_KEYS_PER_THREAD:
             raise ValueError(f"cluster_topk: 1..{MAX_KEYS_PER_THREAD} keys a thread, got {kpt}")
-        self.k, self.kpt, self.pdl = k, kpt, pdl
+        # wide: rows may be longer than the cluster's keys (loaded again each pass)
+        self.k, self.kpt, self.pdl, self.wide = k, kpt, pdl, wide
+        # measurement only: each CTA's %globaltimer at TRACE_POINTS (rows held in registers)
+        self.trace = trace
         self.chunk = THREADS * kpt
         self.width = CLUSTER * self.chunk
 
     @cute.jit
     def __call__(self, scores: cute.Pointer, positions: cute.Pointer, out: cute.Pointer,
-                 rows: cutlass.Int32, stride: cutlass.Int32, width: cutlass.Int32, stream):
+                 trace: cute.Pointer, rows: cutlass.Int32, stride: cutlass.Int32,
+                 width: cutlass.Int32, stream):
         @cute.struct
         class Storage:
             hist: cute.struct.MemRange[cutlass.Int32, 2 * BINS]
             total: cute.struct.MemRange[cutlass.Int32, BINS]
             warp: cute.struct.MemRange[cutlass.Int32, WARPS]
             state: cute.struct.MemRange[cutlass.Int32, 2]  # the digit found, keys still needed
-            count: cute.struct.MemRange[cutlass.Int32, 1]  # this CTA's (above << 16) | ties
+            count: cute.struct.MemRange[cutlass.Int32, 2]  # this CTA's keys above, ties
 
         self.storage = Storage
-        self.kernel(scores, positions, out, stride, width).launch(
+        self.kernel(scores, positions, out, trace, stride, width).launch(
             grid=[rows * CLUSTER, 1, 1], block=[THREADS, 1, 1], cluster=[CLUSTER, 1, 1],
             smem=Storage.size_in_bytes(), stream=stream, use_pdl=self.pdl)
 
     @cute.jit
     def _block_scan(self, value, lane, w, warp_sums: cute.Tensor):
         """(exclusive prefix of `value` over the CTA's threads in order, the CTA's total)."""
+        cute.arch.barrier()  # every thread has read the previous scan's warp sums
         x = value
         for i in cutlass.range_constexpr(5):
             y = cute.arch.shuffle_sync_up(x, 1 << i)
@@ -128,9 +142,102 @@ class ClusterTopk:
             state[0] = digit
             state[1] = need - above_best
 
+    @cute.jit
+    def _mark(self, trace: cute.Pointer, cta, t, point: cutlass.Constexpr):
+        if cutlass.const_expr(self.trace):
+            if t == 0:
+                marks = cute.make_tensor(trace + cta * len(TRACE_POINTS),
+                                         cute.make_layout(len(TRACE_POINTS)))
+                marks[point] = cute.arch.globaltimer().to(cutlass.Int64)
+
+    @cute.jit
+    def _load(self, row: cute.Tensor, first, limit, keys: cute.Tensor):
+        """The keys at positions first .. first + kpt - 1 (0 past `limit`): the order-preserving
+        int32 image of the fp32 bits (signed compare; ^ SIGN gives the unsigned bits)."""
+        for j in cutlass.range_constexpr(self.kpt):
+            bits = cutlass.Int32(0)
+            if first + j < limit:
+                bits = row[first + j]
+            keys[j] = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+
+    @cute.jit
+    def _count(self, keys: cute.Tensor, first, limit, hist: cute.Tensor, buf, found,
+               p: cutlass.Constexpr):
+        """Digit p's histogram (into hist[buf:]) of the keys sharing the digits found so far."""
+        shift = 24 - 8 * p
+        for j in cutlass.range_constexpr(self.kpt):
+            u = keys[j] ^ SIGN
+            match = first + j < limit
+            if cutlass.const_expr(p > 0):
+                high = -(1 << (shift + 8))  # the bits above this digit
+                match = match & ((u & high) == found)
+            if match:
+                cute.arch.atomic_add(hist.iterator + (buf + ((u >> shift) & 0xFF)),
+                                     cutlass.Int32(1), sem="relaxed", scope="cta")
+
+    @cute.jit
+    def _pass_end(self, hist: cute.Tensor, total: cute.Tensor, state: cute.Tensor, need,
+                  p: cutlass.Constexpr, t, lane, w):
+        """After this CTA's histogram of digit p: the cluster's, summed from every CTA's shared
+        memory, and the digit with the keys still needed at it (the same in every CTA)."""
+        buf = (p % 2) * BINS
+        cute.arch.cluster_arrive()
+        cute.arch.cluster_wait()
+        got = cutlass.Int32(0)
+        for r in cutlass.range_constexpr(CLUSTER):
+            got = got + _load_remote(hist.iterator + (buf + t), r)
+        total[t] = got
+        # the other buffer was read by every CTA in the pass before this barrier
+        hist[((p + 1) % 2) * BINS + t] = cutlass.Int32(0)
+        cute.arch.barrier()
+        if w == 0:
+            self._digit(lane, total, state, need)
+        cute.arch.barrier()
+        return state[0], state[1]
+
+    @cute.jit
+    def _tally(self, keys: cute.Tensor, first, limit, kth):
+        """(keys above the k-th, keys equal to it) among this thread's."""
+        above = cutlass.Int32(0)
+        ties = cutlass.Int32(0)
+        for j in cutlass.range_constexpr(self.kpt):
+            if first + j < limit:
+                if keys[j] > kth:
+                    above = above + 1
+                if keys[j] == kth:
+                    ties = ties + 1
+        return above, ties
+
+    @cute.jit
+    def _write(self, keys: cute.Tensor, first, limit, kth, need, tie_rank, at,
+               out_row: cute.Tensor):
+        """This thread's keys above the k-th and its ties of rank below `need`, at `at` on."""
+        for j in cutlass.range_constexpr(self.kpt):
+            if first + j < limit:
+                take = keys[j] > kth
+                if keys[j] == kth:
+                    take = tie_rank < need
+                    tie_rank = tie_rank + 1
+                if take:
+                    out_row[at] = cutlass.Int64(first + j)
+                    at = at + 1
+
+    @cute.jit
+    def _before(self, count: cute.Tensor, c, need):
+        """(entries the CTAs before c write, ties they hold) from their counts [above, ties]."""
+        taken = cutlass.Int32(0)
+        ties = cutlass.Int32(0)
+        for r in cutlass.range_constexpr(CLUSTER - 1):
+            if r < c:
+                their_ties = _load_remote(count.iterator + 1, r)
+                taken = (taken + _load_remote(count.iterator, r)
+                         + cutlass.min(their_ties, cutlass.max(need - ties, 0)))
+                ties = ties + their_ties
+        return taken, ties
+
     @cute.kernel
     def kernel(self, scores: cute.Pointer, positions: cute.Pointer, out: cute.Pointer,
-               stride: cutlass.Int32, width: cutlass.Int32):
+               trace: cute.Pointer, stride: cutlass.Int32, width: cutlass.Int32):
         t, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
         lane = t % 32
@@ -142,7 +249,7 @@ class ClusterTopk:
         total = storage.total.get_tensor(cute.make_layout(BINS))
         warp_sums = storage.warp.get_tensor(cute.make_layout(WARPS))
         state = storage.state.get_tensor(cute.make_layout(2))
-        count = storage.count.get_tensor(cute.make_layout(1))
+        count = storage.count.get_tensor(cute.make_layout(2))
         hist[t] = cutlass.Int32(0)
         hist[t + BINS] = cutlass.Int32(0)
         if cutlass.const_expr(self.pdl):
@@ -156,90 +263,85 @@ class ClusterTopk:
                 out_row[i] = cutlass.Int64(i) if i < seq else cutlass.Int64(-1)
         else:
             limit = cutlass.min(seq, width)
-            row = cute.make_tensor(scores + m * stride, cute.make_layout(self.width))
-            first = c * self.chunk + t * self.kpt
+            row = cute.make_tensor(scores + m * stride, cute.make_layout(width))
             keys = cute.make_rmem_tensor(cute.make_layout(self.kpt), cutlass.Int32)
-            for j in cutlass.range_constexpr(self.kpt):
-                bits = cutlass.Int32(0)
-                if first + j < limit:
-                    bits = row[first + j]
-                # order-preserving image of the fp32 bits (signed compare), then unsigned bits
-                keys[j] = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-            cute.arch.barrier()  # the zeroed histograms before any atomic
+            # each CTA's consecutive positions: `tiles` of THREADS x kpt (the cluster's tile)
+            tiles = (limit + self.width - 1) // self.width
+            base = c * tiles * self.chunk + t * self.kpt
             found = cutlass.Int32(0)  # the digits found so far, in place (unsigned image)
             need = cutlass.Int32(self.k)
-            for p in cutlass.range_constexpr(4):
-                shift = 24 - 8 * p
-                buf = (p % 2) * BINS
-                for j in cutlass.range_constexpr(self.kpt):
-                    u = keys[j] ^ SIGN
-                    match = first + j < limit
-                    if cutlass.const_expr(p > 0):
-                        high = -(1 << (shift + 8))  # the bits above this digit
-                        match = match & ((u & high) == found)
-                    if match:
-                        cute.arch.atomic_add(hist.iterator + (buf + ((u >> shift) & 0xFF)),
-                                             cutlass.Int32(1), sem="relaxed", scope="cta")
+            cute.arch.barrier()  # the zeroed histograms before any atomic
+            if cutlass.const_expr(not self.wide) or tiles == 1:  # keys kept from one load
+                self._mark(trace, cta, t, 0)
+                self._load(row, base, limit, keys)
+                self._mark(trace, cta, t, 1)
+                for p in cutlass.range_constexpr(4):
+                    self._count(keys, base, limit, hist, (p % 2) * BINS, found, p)
+                    digit, need = self._pass_end(hist, total, state, need, p, t, lane, w)
+                    found = found | (digit << (24 - 8 * p))
+                    self._mark(trace, cta, t, 2 + p)
+                kth = found ^ SIGN  # the k-th largest key, signed image
+                above, ties = self._tally(keys, base, limit, kth)
+                # a CTA holds at most 8K keys: above and ties packed in 16 bits each
+                before, mine = self._block_scan((above << 16) | ties, lane, w, warp_sums)
+                if t == 0:
+                    count[0] = mine >> 16
+                    count[1] = mine & 0xFFFF
                 cute.arch.cluster_arrive()
                 cute.arch.cluster_wait()
-                got = cutlass.Int32(0)
-                for r in cutlass.range_constexpr(CLUSTER):
-                    got = got + _load_remote(hist.iterator + (buf + t), r)
-                total[t] = got
-                # the other buffer was read by every CTA in the pass before this barrier
-                hist[((p + 1) % 2) * BINS + t] = cutlass.Int32(0)
-                cute.arch.barrier()
-                if w == 0:
-                    self._digit(lane, total, state, need)
-                cute.arch.barrier()
-                found = found | (state[0] << shift)
-                need = state[1]
-            kth = found ^ SIGN  # the k-th largest key, signed image
-            above = cutlass.Int32(0)
-            ties = cutlass.Int32(0)
-            for j in cutlass.range_constexpr(self.kpt):
-                if first + j < limit:
-                    if keys[j] > kth:
-                        above = above + 1
-                    if keys[j] == kth:
-                        ties = ties + 1
-            before, cta_total = self._block_scan((above << 16) | ties, lane, w, warp_sums)
-            if t == 0:
-                count[0] = cta_total
-            cute.arch.cluster_arrive()
-            cute.arch.cluster_wait()
-            taken_before = cutlass.Int32(0)  # entries the CTAs before this one write
-            ties_before = cutlass.Int32(0)
-            for r in cutlass.range_constexpr(CLUSTER - 1):
-                if r < c:
-                    theirs = _load_remote(count.iterator, r)
-                    their_ties = theirs & 0xFFFF
-                    taken_before = (taken_before + (theirs >> 16)
-                                    + cutlass.min(their_ties,
-                                                  cutlass.max(need - ties_before, 0)))
-                    ties_before = ties_before + their_ties
-            tie_rank = ties_before + (before & 0xFFFF)
-            at = (taken_before + (before >> 16)
-                  + cutlass.min(before & 0xFFFF, cutlass.max(need - ties_before, 0)))
-            for j in cutlass.range_constexpr(self.kpt):
-                if first + j < limit:
-                    take = keys[j] > kth
-                    if keys[j] == kth:
-                        take = tie_rank < need
-                        tie_rank = tie_rank + 1
-                    if take:
-                        out_row[at] = cutlass.Int64(first + j)
-                        at = at + 1
-            cute.arch.cluster_arrive()  # no CTA leaves while another reads its count
+                taken_before, ties_before = self._before(count, c, need)
+                self._mark(trace, cta, t, 6)
+                self._write(keys, base, limit, kth, need, ties_before + (before & 0xFFFF),
+                            taken_before + (before >> 16)
+                            + cutlass.min(before & 0xFFFF, cutlass.max(need - ties_before, 0)),
+                            out_row)
+                self._mark(trace, cta, t, 7)
+            else:  # longer contexts: each pass loads the CTA's tiles again (from L2)
+                for p in cutlass.range_constexpr(4):
+                    for i in cutlass.range(tiles, unroll=1):
+                        self._load(row, base + i * self.chunk, limit, keys)
+                        self._count(keys, base + i * self.chunk, limit, hist, (p % 2) * BINS,
+                                    found, p)
+                    digit, need = self._pass_end(hist, total, state, need, p, t, lane, w)
+                    found = found | (digit << (24 - 8 * p))
+                kth = found ^ SIGN
+                above = cutlass.Int32(0)
+                ties = cutlass.Int32(0)
+                for i in cutlass.range(tiles, unroll=1):
+                    self._load(row, base + i * self.chunk, limit, keys)
+                    a, e = self._tally(keys, base + i * self.chunk, limit, kth)
+                    above = above + a
+                    ties = ties + e
+                _, all_above = self._block_scan(above, lane, w, warp_sums)
+                _, all_ties = self._block_scan(ties, lane, w, warp_sums)
+                if t == 0:
+                    count[0] = all_above
+                    count[1] = all_ties
+                cute.arch.cluster_arrive()
+                cute.arch.cluster_wait()
+                taken, tied = self._before(count, c, need)
+                for i in cutlass.range(tiles, unroll=1):  # tile by tile, in position order
+                    self._load(row, base + i * self.chunk, limit, keys)
+                    a, e = self._tally(keys, base + i * self.chunk, limit, kth)
+                    a_before, a_all = self._block_scan(a, lane, w, warp_sums)
+                    e_before, e_all = self._block_scan(e, lane, w, warp_sums)
+                    self._write(keys, base + i * self.chunk, limit, kth, need, tied + e_before,
+                                taken + a_before
+                                + cutlass.min(e_before, cutlass.max(need - tied, 0)), out_row)
+                    taken = taken + a_all + cutlass.min(e_all, cutlass.max(need - tied, 0))
+                    tied = tied + e_all
+            cute.arch.cluster_arrive()  # no CTA leaves while another reads its shared memory
             cute.arch.cluster_wait()
         if cutlass.const_expr(self.pdl):
             cute.arch.griddepcontrol_launch_dependents()
 
 
-def keys_per_thread(width: int) -> int:
-    """Keys a thread holds for rows `width` wide (0: wider than this kernel takes)."""
+def keys_per_thread(width: int) -> tuple:
+    """(keys a thread holds, wide) for rows `width` wide: every key of the row at once up to
+    CLUSTER x THREADS x MAX_KEYS_PER_THREAD scores (64K); wider, WIDE_KEYS_PER_THREAD, a row's
+    context then held at once up to 32K and loaded again each pass beyond."""
     kpt = -(-width // (CLUSTER * THREADS))
-    return kpt if kpt <= MAX_KEYS_PER_THREAD else 0
+    return (kpt, False) if kpt <= MAX_KEYS_PER_THREAD else (WIDE_KEYS_PER_THREAD, True)
 
 
 def _int(bits: int):
@@ -247,14 +349,15 @@ def _int(bits: int):
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(k: int, kpt: int, pdl: bool, pos_bits: int = 32):
+def _compiled(k: int, kpt: int, pdl: bool, pos_bits: int = 32, wide: bool = False,
+              trace: bool = False):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
-    kernel = ClusterTopk(k, kpt, pdl)
+    kernel = ClusterTopk(k, kpt, pdl, wide, trace)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.Int32, 16, gmem, 4), make_ptr(_int(pos_bits), 16, gmem, 4),
-            make_ptr(cutlass.Int64, 16, gmem, 8))
+            make_ptr(cutlass.Int64, 16, gmem, 8), make_ptr(cutlass.Int64, 16, gmem, 8))
     fn = cute.compile(kernel, *ptrs, 1, 1, 1, cuda.CUstream(0))
     return kernel, fn
 
@@ -265,9 +368,8 @@ def refusal(scores, positions, k: int, out) -> str | None:
 
     if scores.dim() != 2 or scores.dtype != torch.float32 or scores.stride(1) != 1:
         return "cluster_topk: scores must be fp32 [M, W] with unit column stride"
-    if not keys_per_thread(scores.shape[1]):
-        return (f"cluster_topk: rows up to {CLUSTER * THREADS * MAX_KEYS_PER_THREAD} scores, "
-                f"got {scores.shape[1]}")
+    if scores.shape[1] >= 1 << 31:
+        return "cluster_topk: rows below 2^31 scores (int32 positions)"
     if positions.dtype not in (torch.int32, torch.int64) or positions.shape[0] < scores.shape[0]:
         return "cluster_topk: positions must be int32 or int64 [>= M]"
     if out.dtype != torch.int64 or out.shape != (scores.shape[0], k) or not out.is_contiguous():
@@ -277,11 +379,12 @@ def refusal(scores, positions, k: int, out) -> str | None:
     return None
 
 
-def topk_positions(scores, positions, k: int, out, pdl: bool = False) -> None:
+def topk_positions(scores, positions, k: int, out, pdl: bool = False, trace=None) -> None:
     """out int64 [M, k] = ascending positions of row m's k best scores among its first
     positions[m] + 1 (int32 or int64; all of them, then -1s, when that is <= k), as
     topk.topk_positions; on the current torch stream, graph-capturable. pdl: launched
-    programmatically dependent (it waits for the previous kernel before reading anything)."""
+    programmatically dependent (it waits for the previous kernel before reading anything).
+    trace: measurement only, int64 [M x CLUSTER, len(TRACE_POINTS)] (``ClusterTopk.trace``)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import make_ptr
@@ -291,9 +394,16 @@ def topk_positions(scores, positions, k: int, out, pdl: bool = False) -> None:
         raise ValueError(reason)
     m, width = scores.shape
     pos_bits = positions.element_size() * 8
-    _, fn = _compiled(k, keys_per_thread(width), bool(pdl), pos_bits)
+    kpt, wide = keys_per_thread(width)
+    if trace is not None and (trace.dtype != torch.int64 or not trace.is_contiguous()
+                              or trace.numel() < m * CLUSTER * len(TRACE_POINTS)):
+        raise ValueError("cluster_topk: trace must be a contiguous int64 "
+                         f"[{m * CLUSTER}, {len(TRACE_POINTS)}]")
+    _, fn = _compiled(k, kpt, bool(pdl), pos_bits, wide, trace is not None)
     gmem = cute.AddressSpace.gmem
     stream = cuda.CUstream(torch.cuda.current_stream(scores.device).cuda_stream)
     fn(make_ptr(cutlass.Int32, scores.data_ptr(), gmem, 4),
        make_ptr(_int(pos_bits), positions.data_ptr(), gmem, 4),
-       make_ptr(cutlass.Int64, out.data_ptr(), gmem, 8), m, scores.stride(0), width, stream)
+       make_ptr(cutlass.Int64, out.data_ptr(), gmem, 8),
+       make_ptr(cutlass.Int64, (trace if trace is not None else out).data_ptr(), gmem, 8),
+       m, scores.stride(0), width, stream)
