@@ -1,7 +1,7 @@
 """Time the indexer's exact top-k forms alone, on long rows, and check each against torch.
 
-For each (rows, width): fp32 scores (random normal, every row's context the whole width),
-then each form's CUDA-graph replays (median us), its output checked whole against a stable
+For each (rows, width): fp32 scores (random normal, every row's context the whole width; with
+--table T, rows T wide, as a server's slot table, whose contexts are the widths), then each form's CUDA-graph replays (median us), its output checked whole against a stable
 torch sort (ascending positions of the k best, the lowest-positioned ties first, -1 padded)
 after poisoning it. Forms:
 
@@ -79,6 +79,9 @@ def parse():
     p.add_argument("--widths", default="4096,8192,32768,65536,262144")
     p.add_argument("--k", type=int, default=2048)
     p.add_argument("--forms", default="split,one_launch,cluster")
+    p.add_argument("--table", type=int, default=0,
+                   help="rows this wide, each row's context a --widths entry (default: the "
+                        "width itself)")
     p.add_argument("--replays", type=int, default=50)
     p.add_argument("--out", default="")
     p.add_argument("--results", default=str(H.REPO / "benchmark" / "results"))
@@ -148,10 +151,11 @@ def trace_row(scores, positions, k, out, dev) -> dict:
     median over the CTAs, us after the earliest CTA's start (rows held in registers)."""
     from sgl_kernel_ext.nvidia.sm90 import cluster_topk as C
 
-    m, width = scores.shape
-    row = {"form": "cluster_trace", "rows": m, "width": width}
-    if C.keys_per_thread(width)[1]:
-        row["note"] = "a wide table's form: not traced"
+    m, table = scores.shape
+    width = int(positions[0]) + 1
+    row = {"form": "cluster_trace", "rows": m, "width": width, "table": table}
+    if width > C.CLUSTER * C.THREADS * C.MAX_KEYS_PER_THREAD:
+        row["note"] = "a context loaded again each pass: not traced"
         return row
     trace = torch.zeros(m * C.CLUSTER, len(C.TRACE_POINTS), dtype=torch.int64, device=dev)
     for _ in range(2):
@@ -175,13 +179,13 @@ def main():
     for width in [int(w) for w in args.widths.split(",")]:
         for m in [int(r) for r in args.rows.split(",")]:
             gen = torch.Generator(device=dev).manual_seed(width + m)
-            scores = torch.randn(m, width, generator=gen, device=dev)
+            scores = torch.randn(m, max(width, args.table), generator=gen, device=dev)
             positions = torch.full((m,), width - 1, dtype=torch.int32, device=dev)
-            want = reference(scores, args.k)
+            want = reference(scores[:, :width], args.k)
             out = torch.empty(m, args.k, dtype=torch.int64, device=dev)
             for name in args.forms.split(","):
                 fn = form_fn(name, scores, positions, args.k, out, dev)
-                row = {"form": name, "rows": m, "width": width}
+                row = {"form": name, "rows": m, "width": width, "table": scores.shape[1]}
                 if fn is None:
                     row["note"] = "does not apply"
                 else:

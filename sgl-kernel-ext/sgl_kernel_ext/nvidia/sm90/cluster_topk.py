@@ -31,14 +31,15 @@ import functools
 import cutlass
 import cutlass.cute as cute
 import cutlass.memory
+from cutlass._mlir import ir
 from cutlass._mlir.dialects import llvm, nvvm
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 THREADS = 256  # a CTA's threads; BINS of them own a histogram bin each
 BINS = 256  # 8-bit digits: four passes
 CLUSTER = 8  # CTAs a row (the portable cluster size)
-MAX_KEYS_PER_THREAD = 32  # registers a thread holds keys in: rows up to 64K scores
-WIDE_KEYS_PER_THREAD = 16  # in tables wider than that (a server's: its context length)
+MAX_KEYS_PER_THREAD = 32  # registers a thread holds keys in: contexts up to 64K scores
+VEC = 4  # keys a vector load brings (a thread's keys are VEC-aligned runs of the row)
 WARPS = THREADS // 32
 SIGN = -2147483648  # 0x80000000 as an int32
 # measurement only (``trace``): each CTA's %globaltimer (ns) at these points of a row held in
@@ -58,16 +59,31 @@ def _load_remote(smem_ptr: cute.Pointer, rank, *, loc=None, ip=None) -> cutlass.
     return cute.arch.load(shared, cutlass.Int32, ss="cluster", loc=loc, ip=ip)
 
 
+@dsl_user_op
+def _load_vec(ptr: cute.Pointer, *, loc=None, ip=None) -> list:
+    """VEC int32 from global memory at `ptr` (VEC x 4 bytes aligned) as one vector load."""
+    vec = cute.arch.load(ptr, ir.VectorType.get([VEC], T.i32()), loc=loc, ip=ip)
+    return [cutlass.Int32(llvm.extractelement(vec, cutlass.Int32(e).ir_value(loc=loc, ip=ip),
+                                              loc=loc, ip=ip)) for e in range(VEC)]
+
+
+def _round_up(x, n: int):
+    return (x + (n - 1)) // n * n
+
+
 class ClusterTopk:
     """One compiled form: the top-k of rows of up to CLUSTER x THREADS x kpt scores held in
     registers (wide: longer rows too, their keys loaded again each pass)."""
 
     def __init__(self, k: int, kpt: int, pdl: bool = False, wide: bool = False,
-                 trace: bool = False):
-        if not 1 <= kpt <= MAX_KEYS_PER_THREAD:
-            raise ValueError(f"cluster_topk: 1..{MAX_KEYS_PER_THREAD} keys a thread, got {kpt}")
-        # wide: rows may be longer than the cluster's keys (loaded again each pass)
-        self.k, self.kpt, self.pdl, self.wide = k, kpt, pdl, wide
+                 vec: bool = True, trace: bool = False):
+        if not 1 <= kpt <= MAX_KEYS_PER_THREAD or kpt % VEC:
+            raise ValueError(f"cluster_topk: a multiple of {VEC} up to {MAX_KEYS_PER_THREAD} "
+                             f"keys a thread, got {kpt}")
+        # wide: rows may be longer than the cluster's keys (loaded again each pass); vec: the
+        # row's keys come VEC at a time (its start 16-byte aligned, its width and stride VEC's
+        # multiples)
+        self.k, self.kpt, self.pdl, self.wide, self.vec = k, kpt, pdl, wide, vec
         # measurement only: each CTA's %globaltimer at TRACE_POINTS (rows held in registers)
         self.trace = trace
         self.chunk = THREADS * kpt
@@ -88,7 +104,8 @@ class ClusterTopk:
         self.storage = Storage
         self.kernel(scores, positions, out, trace, stride, width).launch(
             grid=[rows * CLUSTER, 1, 1], block=[THREADS, 1, 1], cluster=[CLUSTER, 1, 1],
-            smem=Storage.size_in_bytes(), stream=stream, use_pdl=self.pdl)
+            smem=Storage.size_in_bytes(), stream=stream, use_pdl=self.pdl,
+            min_blocks_per_mp=1)  # one CTA an SM: registers for every key (no spill)
 
     @cute.jit
     def _block_scan(self, value, lane, w, warp_sums: cute.Tensor):
@@ -152,13 +169,26 @@ class ClusterTopk:
 
     @cute.jit
     def _load(self, row: cute.Tensor, first, limit, keys: cute.Tensor):
-        """The keys at positions first .. first + kpt - 1 (0 past `limit`): the order-preserving
-        int32 image of the fp32 bits (signed compare; ^ SIGN gives the unsigned bits)."""
-        for j in cutlass.range_constexpr(self.kpt):
-            bits = cutlass.Int32(0)
-            if first + j < limit:
-                bits = row[first + j]
-            keys[j] = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+        """The keys at positions first .. first + kpt - 1 (0 past `limit`, or in vector form
+        whatever the row holds there, which no later step reads): the order-preserving int32
+        image of the fp32 bits (signed compare; ^ SIGN gives the unsigned bits)."""
+        if cutlass.const_expr(self.vec):
+            for g in cutlass.range_constexpr(self.kpt // VEC):
+                for e in cutlass.range_constexpr(VEC):
+                    keys[g * VEC + e] = cutlass.Int32(0)
+                if first + g * VEC < limit:
+                    v = _load_vec(row.iterator + (first + g * VEC))
+                    for e in cutlass.range_constexpr(VEC):
+                        keys[g * VEC + e] = v[e]
+            for j in cutlass.range_constexpr(self.kpt):
+                bits = keys[j]
+                keys[j] = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+        else:
+            for j in cutlass.range_constexpr(self.kpt):
+                bits = cutlass.Int32(0)
+                if first + j < limit:
+                    bits = row[first + j]
+                keys[j] = bits ^ ((bits >> 31) & 0x7FFFFFFF)
 
     @cute.jit
     def _count(self, keys: cute.Tensor, first, limit, hist: cute.Tensor, buf, found,
@@ -265,23 +295,27 @@ class ClusterTopk:
             limit = cutlass.min(seq, width)
             row = cute.make_tensor(scores + m * stride, cute.make_layout(width))
             keys = cute.make_rmem_tensor(cute.make_layout(self.kpt), cutlass.Int32)
-            # each CTA's consecutive positions: `tiles` of THREADS x kpt (the cluster's tile)
-            tiles = (limit + self.width - 1) // self.width
-            base = c * tiles * self.chunk + t * self.kpt
+            # CTA c takes positions lo .. hi - 1, consecutive, multiples of VEC apart
+            span = _round_up((limit + CLUSTER - 1) // CLUSTER, VEC)
+            lo = c * span
+            hi = cutlass.min(lo + span, limit)
+            per = _round_up((span + THREADS - 1) // THREADS, VEC)  # a thread's, held at once
             found = cutlass.Int32(0)  # the digits found so far, in place (unsigned image)
             need = cutlass.Int32(self.k)
             cute.arch.barrier()  # the zeroed histograms before any atomic
-            if cutlass.const_expr(not self.wide) or tiles == 1:  # keys kept from one load
+            if cutlass.const_expr(not self.wide) or per <= self.kpt:  # keys from one load
+                first = lo + t * per
+                end = cutlass.min(first + per, hi)
                 self._mark(trace, cta, t, 0)
-                self._load(row, base, limit, keys)
+                self._load(row, first, end, keys)
                 self._mark(trace, cta, t, 1)
                 for p in cutlass.range_constexpr(4):
-                    self._count(keys, base, limit, hist, (p % 2) * BINS, found, p)
+                    self._count(keys, first, end, hist, (p % 2) * BINS, found, p)
                     digit, need = self._pass_end(hist, total, state, need, p, t, lane, w)
                     found = found | (digit << (24 - 8 * p))
                     self._mark(trace, cta, t, 2 + p)
                 kth = found ^ SIGN  # the k-th largest key, signed image
-                above, ties = self._tally(keys, base, limit, kth)
+                above, ties = self._tally(keys, first, end, kth)
                 # a CTA holds at most 8K keys: above and ties packed in 16 bits each
                 before, mine = self._block_scan((above << 16) | ties, lane, w, warp_sums)
                 if t == 0:
@@ -291,25 +325,28 @@ class ClusterTopk:
                 cute.arch.cluster_wait()
                 taken_before, ties_before = self._before(count, c, need)
                 self._mark(trace, cta, t, 6)
-                self._write(keys, base, limit, kth, need, ties_before + (before & 0xFFFF),
+                self._write(keys, first, end, kth, need, ties_before + (before & 0xFFFF),
                             taken_before + (before >> 16)
                             + cutlass.min(before & 0xFFFF, cutlass.max(need - ties_before, 0)),
                             out_row)
                 self._mark(trace, cta, t, 7)
             else:  # longer contexts: each pass loads the CTA's tiles again (from L2)
+                tiles = (span + self.chunk - 1) // self.chunk
+                first = lo + t * self.kpt
                 for p in cutlass.range_constexpr(4):
                     for i in cutlass.range(tiles, unroll=1):
-                        self._load(row, base + i * self.chunk, limit, keys)
-                        self._count(keys, base + i * self.chunk, limit, hist, (p % 2) * BINS,
-                                    found, p)
+                        at = first + i * self.chunk
+                        self._load(row, at, hi, keys)
+                        self._count(keys, at, hi, hist, (p % 2) * BINS, found, p)
                     digit, need = self._pass_end(hist, total, state, need, p, t, lane, w)
                     found = found | (digit << (24 - 8 * p))
                 kth = found ^ SIGN
                 above = cutlass.Int32(0)
                 ties = cutlass.Int32(0)
                 for i in cutlass.range(tiles, unroll=1):
-                    self._load(row, base + i * self.chunk, limit, keys)
-                    a, e = self._tally(keys, base + i * self.chunk, limit, kth)
+                    at = first + i * self.chunk
+                    self._load(row, at, hi, keys)
+                    a, e = self._tally(keys, at, hi, kth)
                     above = above + a
                     ties = ties + e
                 _, all_above = self._block_scan(above, lane, w, warp_sums)
@@ -321,11 +358,12 @@ class ClusterTopk:
                 cute.arch.cluster_wait()
                 taken, tied = self._before(count, c, need)
                 for i in cutlass.range(tiles, unroll=1):  # tile by tile, in position order
-                    self._load(row, base + i * self.chunk, limit, keys)
-                    a, e = self._tally(keys, base + i * self.chunk, limit, kth)
+                    at = first + i * self.chunk
+                    self._load(row, at, hi, keys)
+                    a, e = self._tally(keys, at, hi, kth)
                     a_before, a_all = self._block_scan(a, lane, w, warp_sums)
                     e_before, e_all = self._block_scan(e, lane, w, warp_sums)
-                    self._write(keys, base + i * self.chunk, limit, kth, need, tied + e_before,
+                    self._write(keys, at, hi, kth, need, tied + e_before,
                                 taken + a_before
                                 + cutlass.min(e_before, cutlass.max(need - tied, 0)), out_row)
                     taken = taken + a_all + cutlass.min(e_all, cutlass.max(need - tied, 0))
@@ -338,10 +376,10 @@ class ClusterTopk:
 
 def keys_per_thread(width: int) -> tuple:
     """(keys a thread holds, wide) for rows `width` wide: every key of the row at once up to
-    CLUSTER x THREADS x MAX_KEYS_PER_THREAD scores (64K); wider, WIDE_KEYS_PER_THREAD, a row's
-    context then held at once up to 32K and loaded again each pass beyond."""
-    kpt = -(-width // (CLUSTER * THREADS))
-    return (kpt, False) if kpt <= MAX_KEYS_PER_THREAD else (WIDE_KEYS_PER_THREAD, True)
+    CLUSTER x THREADS x MAX_KEYS_PER_THREAD scores (64K); in a wider table the same, a row's
+    context held at once up to 64K and loaded again each pass beyond."""
+    kpt = _round_up(-(-width // (CLUSTER * THREADS)), VEC)
+    return (kpt, False) if kpt <= MAX_KEYS_PER_THREAD else (MAX_KEYS_PER_THREAD, True)
 
 
 def _int(bits: int):
@@ -350,16 +388,23 @@ def _int(bits: int):
 
 @functools.lru_cache(maxsize=None)
 def _compiled(k: int, kpt: int, pdl: bool, pos_bits: int = 32, wide: bool = False,
-              trace: bool = False):
+              vec: bool = True, trace: bool = False):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
-    kernel = ClusterTopk(k, kpt, pdl, wide, trace)
+    kernel = ClusterTopk(k, kpt, pdl, wide, vec, trace)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.Int32, 16, gmem, 4), make_ptr(_int(pos_bits), 16, gmem, 4),
             make_ptr(cutlass.Int64, 16, gmem, 8), make_ptr(cutlass.Int64, 16, gmem, 8))
     fn = cute.compile(kernel, *ptrs, 1, 1, 1, cuda.CUstream(0))
     return kernel, fn
+
+
+def vector_loads(scores) -> bool:
+    """Whether the rows of `scores` load VEC keys at a time (16-byte aligned runs: the start
+    aligned, the width and the row stride multiples of VEC); else one key a load."""
+    return (scores.shape[1] % VEC == 0 and scores.stride(0) % VEC == 0
+            and scores.data_ptr() % (VEC * scores.element_size()) == 0)
 
 
 def refusal(scores, positions, k: int, out) -> str | None:
@@ -399,7 +444,8 @@ def topk_positions(scores, positions, k: int, out, pdl: bool = False, trace=None
                               or trace.numel() < m * CLUSTER * len(TRACE_POINTS)):
         raise ValueError("cluster_topk: trace must be a contiguous int64 "
                          f"[{m * CLUSTER}, {len(TRACE_POINTS)}]")
-    _, fn = _compiled(k, kpt, bool(pdl), pos_bits, wide, trace is not None)
+    _, fn = _compiled(k, kpt, bool(pdl), pos_bits, wide, vector_loads(scores),
+                      trace is not None)
     gmem = cute.AddressSpace.gmem
     stream = cuda.CUstream(torch.cuda.current_stream(scores.device).cuda_stream)
     fn(make_ptr(cutlass.Int32, scores.data_ptr(), gmem, 4),
