@@ -11,6 +11,8 @@ after poisoning it. Forms:
     once_B_W_D       one program a row holding its B >= width keys in registers from one load,
                      digits of D bits (8: four passes, 11: three), W warps (``_once_kernel``)
     cluster          nvidia/sm90/cluster_topk: a thread block cluster a row, one launch
+    cluster_pull     the same, its CTAs reading each other's histograms after cluster barriers
+                     (cluster_topk.PUSH off)
 
     PYTHONPATH=python:sgl-kernel-ext python3 -m benchmark.topk_probe --out $OUT
 """
@@ -118,12 +120,20 @@ def form_fn(name: str, scores, positions, k, out, dev):
             finally:
                 topk.ONE_LAUNCH = was
         return run
-    if name == "cluster":
+    if name in ("cluster", "cluster_pull"):
         from sgl_kernel_ext.nvidia.sm90 import cluster_topk
 
         if cluster_topk.refusal(scores, positions, k, out):
             return None
-        return lambda: cluster_topk.topk_positions(scores, positions, k, out)
+
+        def run():
+            was = cluster_topk.PUSH
+            cluster_topk.PUSH = name == "cluster"
+            try:
+                cluster_topk.topk_positions(scores, positions, k, out)
+            finally:
+                cluster_topk.PUSH = was
+        return run
     if name.startswith("once_"):
         _, block, warps, digit = name.split("_")
         block, warps, digit = int(block), int(warps), int(digit)

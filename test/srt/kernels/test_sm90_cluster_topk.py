@@ -3,9 +3,11 @@ torch sort on a Hopper GPU: every output element, poisoned before each launch, f
 contexts on both sides of k (int32 and int64 positions, pad rows, rows whose context fits in
 k, contexts that end inside a CTA's keys and inside a thread's), widths from 4K to 256K
 (contexts past 64K loaded again each pass), rows whose keys load one by one (a width or stride
-no multiple of four, a start off 16 bytes) as well as four at a time, scores with many ties (integers, so the k-th largest is shared across the cluster's CTAs) and with
-negative and zero scores; repeated launches, a CUDA-graph replay and the programmatically
-dependent launch are bitwise the first, and the output equals the Triton split top-k's.
+no multiple of four, a start off 16 bytes) as well as four at a time, scores with many ties
+(integers, so the k-th largest is shared across the cluster's CTAs) and with negative and zero
+scores; the CTAs sending their histograms to each other (the default) or reading them after
+cluster barriers; repeated launches, a CUDA-graph replay and the programmatically dependent
+launch are bitwise the first, and the output equals the Triton split top-k's.
 
 Run on the GPU machine with CuTe DSL importable (benchmark/sm90_run.sh stages it).
 """
@@ -91,6 +93,14 @@ def test_matches_a_stable_sort(rows, width, contexts, kind, pos_dtype):
                               torch.zeros(m * p * 2, dtype=torch.int32, device="cuda"),
                               arrival.counters(2 * m, "cuda"))
     assert torch.equal(got, split)
+
+
+@pytest.mark.parametrize("rows,width,contexts,kind", [CASES[i] for i in (3, 6, 8, 9)])
+def test_pull_form_matches_a_stable_sort(rows, width, contexts, kind, monkeypatch):
+    """The form whose CTAs read each other's histograms after cluster barriers (PUSH off)."""
+    monkeypatch.setattr(cluster_topk, "PUSH", False)
+    scores, positions = _case(rows, width, contexts, kind, seed=3 * rows + width)
+    assert torch.equal(_run(scores, positions), _reference(scores, positions, K))
 
 
 @pytest.mark.parametrize("start", [0, 1])

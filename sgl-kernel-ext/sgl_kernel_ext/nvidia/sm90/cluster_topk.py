@@ -32,7 +32,7 @@ import cutlass
 import cutlass.cute as cute
 import cutlass.memory
 from cutlass._mlir import ir
-from cutlass._mlir.dialects import llvm, nvvm
+from cutlass._mlir.dialects import llvm, nvvm, vector
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 THREADS = 256  # a CTA's threads; BINS of them own a histogram bin each
@@ -42,6 +42,9 @@ MAX_KEYS_PER_THREAD = 32  # registers a thread holds keys in: contexts up to 64K
 VEC = 4  # keys a vector load brings (a thread's keys are VEC-aligned runs of the row)
 WARPS = THREADS // 32
 SIGN = -2147483648  # 0x80000000 as an int32
+# the CTAs send their histograms and counts to each other (st.async onto mbarriers) rather
+# than read them after cluster barriers (each a MEMBAR.ALL.GPU and an L1 invalidation)
+PUSH = True
 # measurement only (``trace``): each CTA's %globaltimer (ns) at these points of a row held in
 # registers, into trace int64 [rows x CLUSTER, len(TRACE_POINTS)]
 TRACE_POINTS = ("start", "loaded", "pass 0", "pass 1", "pass 2", "pass 3", "counts seen",
@@ -67,6 +70,21 @@ def _load_vec(ptr: cute.Pointer, *, loc=None, ip=None) -> list:
                                               loc=loc, ip=ip)) for e in range(VEC)]
 
 
+@dsl_user_op
+def _push(smem_ptr: cute.Pointer, values: tuple, mbar_ptr: cute.Pointer, rank, *, loc=None,
+          ip=None) -> None:
+    """st.async of `values` (2 or 4 int32, as aligned) to `smem_ptr`'s offset in the shared
+    memory of the cluster's CTA `rank`, completing their bytes on its mbarrier at `mbar_ptr`'s
+    offset (no fence, no barrier: the receiver's wait on that mbarrier sees them)."""
+    dsmem = llvm.PointerType.get(7)
+    r = cutlass.Int32(rank).ir_value(loc=loc, ip=ip)
+    dst = nvvm.mapa(dsmem, smem_ptr.to_llvm_ptr(loc=loc, ip=ip), r, loc=loc, ip=ip)
+    bar = nvvm.mapa(dsmem, mbar_ptr.to_llvm_ptr(loc=loc, ip=ip), r, loc=loc, ip=ip)
+    vals = [cutlass.Int32(v).ir_value(loc=loc, ip=ip) for v in values]
+    vec = vector.from_elements(ir.VectorType.get([len(vals)], T.i32()), vals, loc=loc, ip=ip)
+    nvvm.store_async(dst, vec, bar, loc=loc, ip=ip)
+
+
 def _round_up(x, n: int):
     return (x + (n - 1)) // n * n
 
@@ -76,7 +94,7 @@ class ClusterTopk:
     registers (wide: longer rows too, their keys loaded again each pass)."""
 
     def __init__(self, k: int, kpt: int, pdl: bool = False, wide: bool = False,
-                 vec: bool = True, trace: bool = False):
+                 vec: bool = True, push: bool = True, trace: bool = False):
         if not 1 <= kpt <= MAX_KEYS_PER_THREAD or kpt % VEC:
             raise ValueError(f"cluster_topk: a multiple of {VEC} up to {MAX_KEYS_PER_THREAD} "
                              f"keys a thread, got {kpt}")
@@ -84,6 +102,10 @@ class ClusterTopk:
         # row's keys come VEC at a time (its start 16-byte aligned, its width and stride VEC's
         # multiples)
         self.k, self.kpt, self.pdl, self.wide, self.vec = k, kpt, pdl, wide, vec
+        # push: each CTA sends its histograms and counts into the others' shared memory
+        # (st.async, each receiver waiting on its own mbarrier); else each CTA reads the
+        # others' after a cluster barrier
+        self.push = push
         # measurement only: each CTA's %globaltimer at TRACE_POINTS (rows held in registers)
         self.trace = trace
         self.chunk = THREADS * kpt
@@ -99,7 +121,13 @@ class ClusterTopk:
             total: cute.struct.MemRange[cutlass.Int32, BINS]
             warp: cute.struct.MemRange[cutlass.Int32, WARPS]
             state: cute.struct.MemRange[cutlass.Int32, 2]  # the digit found, keys still needed
-            count: cute.struct.MemRange[cutlass.Int32, 2]  # this CTA's keys above, ties
+            # [above, ties]: this CTA's (pull) or, push, every CTA's before this one
+            count: cute.struct.Align[cute.struct.MemRange[cutlass.Int32, 2 * CLUSTER], 16]
+            # push: the other CTAs' histograms, each pass its own [CLUSTER, BINS], and an
+            # mbarrier a pass and one for the counts
+            gather: cute.struct.Align[cute.struct.MemRange[
+                cutlass.Int32, 4 * CLUSTER * BINS if self.push else 4], 16]
+            bars: cute.struct.MemRange[cutlass.Int64, 5]
 
         self.storage = Storage
         self.kernel(scores, positions, out, trace, stride, width).launch(
@@ -207,15 +235,34 @@ class ClusterTopk:
 
     @cute.jit
     def _pass_end(self, hist: cute.Tensor, total: cute.Tensor, state: cute.Tensor, need,
-                  p: cutlass.Constexpr, t, lane, w):
+                  p: cutlass.Constexpr, t, lane, w, c, gather: cute.Tensor, bars):
         """After this CTA's histogram of digit p: the cluster's, summed from every CTA's shared
         memory, and the digit with the keys still needed at it (the same in every CTA)."""
         buf = (p % 2) * BINS
-        cute.arch.cluster_arrive()
-        cute.arch.cluster_wait()
         got = cutlass.Int32(0)
-        for r in cutlass.range_constexpr(CLUSTER):
-            got = got + _load_remote(hist.iterator + (buf + t), r)
+        if cutlass.const_expr(self.push):
+            if t == 0:  # the other CTAs' histograms, 4 bytes a bin
+                cute.arch.mbarrier_arrive_and_expect_tx(bars + p, (CLUSTER - 1) * BINS * 4)
+            cute.arch.barrier()  # this CTA's histogram whole
+            if cutlass.const_expr(p == 0):
+                cute.arch.cluster_wait()  # every CTA's mbarriers initialized
+            # warp w sends bins 8 x lane .. + 7 to CTA w (not to itself)
+            if w != c:
+                b = lane * (BINS // 32)
+                at = gather.iterator + ((p * CLUSTER + c) * BINS + b)
+                for h in cutlass.range_constexpr(BINS // 32 // VEC):
+                    _push(at + h * VEC, tuple(hist[buf + b + h * VEC + e] for e in range(VEC)),
+                          bars + p, w)
+            cute.arch.mbarrier_wait(bars + p, 0)
+            got = hist[buf + t]
+            for r in cutlass.range_constexpr(CLUSTER):
+                if r != c:
+                    got = got + gather[(p * CLUSTER + r) * BINS + t]
+        else:
+            cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()
+            for r in cutlass.range_constexpr(CLUSTER):
+                got = got + _load_remote(hist.iterator + (buf + t), r)
         total[t] = got
         # the other buffer was read by every CTA in the pass before this barrier
         hist[((p + 1) % 2) * BINS + t] = cutlass.Int32(0)
@@ -253,17 +300,36 @@ class ClusterTopk:
                     at = at + 1
 
     @cute.jit
-    def _before(self, count: cute.Tensor, c, need):
-        """(entries the CTAs before c write, ties they hold) from their counts [above, ties]."""
+    def _exchange(self, count: cute.Tensor, above, ties, t, c, need, bars):
+        """(entries the CTAs before c write, ties they hold), from each CTA's [above, ties]
+        of the cluster's (this CTA's: `above`, `ties`, in thread 0)."""
+        if cutlass.const_expr(self.push):
+            if t == 0:
+                cute.arch.mbarrier_arrive_and_expect_tx(bars + 4, 8 * c)
+                for r in cutlass.range_constexpr(1, CLUSTER):
+                    if r > c:
+                        _push(count.iterator + 2 * c, (above, ties), bars + 4, r)
+            cute.arch.mbarrier_wait(bars + 4, 0)
+        else:
+            if t == 0:
+                count[0] = above
+                count[1] = ties
+            cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()
         taken = cutlass.Int32(0)
-        ties = cutlass.Int32(0)
+        tied = cutlass.Int32(0)
         for r in cutlass.range_constexpr(CLUSTER - 1):
             if r < c:
-                their_ties = _load_remote(count.iterator + 1, r)
-                taken = (taken + _load_remote(count.iterator, r)
-                         + cutlass.min(their_ties, cutlass.max(need - ties, 0)))
-                ties = ties + their_ties
-        return taken, ties
+                if cutlass.const_expr(self.push):
+                    their_above = count[2 * r]
+                    their_ties = count[2 * r + 1]
+                else:
+                    their_above = _load_remote(count.iterator, r)
+                    their_ties = _load_remote(count.iterator + 1, r)
+                taken = taken + their_above + cutlass.min(their_ties,
+                                                          cutlass.max(need - tied, 0))
+                tied = tied + their_ties
+        return taken, tied
 
     @cute.kernel
     def kernel(self, scores: cute.Pointer, positions: cute.Pointer, out: cute.Pointer,
@@ -279,9 +345,18 @@ class ClusterTopk:
         total = storage.total.get_tensor(cute.make_layout(BINS))
         warp_sums = storage.warp.get_tensor(cute.make_layout(WARPS))
         state = storage.state.get_tensor(cute.make_layout(2))
-        count = storage.count.get_tensor(cute.make_layout(2))
+        count = storage.count.get_tensor(cute.make_layout(2 * CLUSTER))
+        gather = storage.gather.get_tensor(cute.make_layout(4 * CLUSTER * BINS))
+        bars = storage.bars.data_ptr()
         hist[t] = cutlass.Int32(0)
         hist[t + BINS] = cutlass.Int32(0)
+        if cutlass.const_expr(self.push):
+            if t == 0:
+                for i in cutlass.range_constexpr(5):
+                    cute.arch.mbarrier_init(bars + i, 1)
+                cute.arch.mbarrier_init_fence()
+            # the first push waits for this: every CTA's mbarriers initialized
+            cute.arch.cluster_arrive_relaxed()
         if cutlass.const_expr(self.pdl):
             cute.arch.griddepcontrol_wait()
         pos_t = cute.make_tensor(positions, cute.make_layout(m + 1))
@@ -291,6 +366,8 @@ class ClusterTopk:
             # the whole context, then -1s (every CTA of the cluster takes this branch)
             for i in cutlass.range((c * THREADS + t), self.k, CLUSTER * THREADS, unroll=1):
                 out_row[i] = cutlass.Int64(i) if i < seq else cutlass.Int64(-1)
+            if cutlass.const_expr(self.push):
+                cute.arch.cluster_wait()
         else:
             limit = cutlass.min(seq, width)
             row = cute.make_tensor(scores + m * stride, cute.make_layout(width))
@@ -311,19 +388,16 @@ class ClusterTopk:
                 self._mark(trace, cta, t, 1)
                 for p in cutlass.range_constexpr(4):
                     self._count(keys, first, end, hist, (p % 2) * BINS, found, p)
-                    digit, need = self._pass_end(hist, total, state, need, p, t, lane, w)
+                    digit, need = self._pass_end(hist, total, state, need, p, t, lane, w, c,
+                                                 gather, bars)
                     found = found | (digit << (24 - 8 * p))
                     self._mark(trace, cta, t, 2 + p)
                 kth = found ^ SIGN  # the k-th largest key, signed image
                 above, ties = self._tally(keys, first, end, kth)
                 # a CTA holds at most 8K keys: above and ties packed in 16 bits each
                 before, mine = self._block_scan((above << 16) | ties, lane, w, warp_sums)
-                if t == 0:
-                    count[0] = mine >> 16
-                    count[1] = mine & 0xFFFF
-                cute.arch.cluster_arrive()
-                cute.arch.cluster_wait()
-                taken_before, ties_before = self._before(count, c, need)
+                taken_before, ties_before = self._exchange(count, mine >> 16, mine & 0xFFFF,
+                                                           t, c, need, bars)
                 self._mark(trace, cta, t, 6)
                 self._write(keys, first, end, kth, need, ties_before + (before & 0xFFFF),
                             taken_before + (before >> 16)
@@ -338,7 +412,8 @@ class ClusterTopk:
                         at = first + i * self.chunk
                         self._load(row, at, hi, keys)
                         self._count(keys, at, hi, hist, (p % 2) * BINS, found, p)
-                    digit, need = self._pass_end(hist, total, state, need, p, t, lane, w)
+                    digit, need = self._pass_end(hist, total, state, need, p, t, lane, w, c,
+                                                 gather, bars)
                     found = found | (digit << (24 - 8 * p))
                 kth = found ^ SIGN
                 above = cutlass.Int32(0)
@@ -351,12 +426,7 @@ class ClusterTopk:
                     ties = ties + e
                 _, all_above = self._block_scan(above, lane, w, warp_sums)
                 _, all_ties = self._block_scan(ties, lane, w, warp_sums)
-                if t == 0:
-                    count[0] = all_above
-                    count[1] = all_ties
-                cute.arch.cluster_arrive()
-                cute.arch.cluster_wait()
-                taken, tied = self._before(count, c, need)
+                taken, tied = self._exchange(count, all_above, all_ties, t, c, need, bars)
                 for i in cutlass.range(tiles, unroll=1):  # tile by tile, in position order
                     at = first + i * self.chunk
                     self._load(row, at, hi, keys)
@@ -368,8 +438,9 @@ class ClusterTopk:
                                 + cutlass.min(e_before, cutlass.max(need - tied, 0)), out_row)
                     taken = taken + a_all + cutlass.min(e_all, cutlass.max(need - tied, 0))
                     tied = tied + e_all
-            cute.arch.cluster_arrive()  # no CTA leaves while another reads its shared memory
-            cute.arch.cluster_wait()
+            if cutlass.const_expr(not self.push):
+                cute.arch.cluster_arrive()  # no CTA leaves while another reads its memory
+                cute.arch.cluster_wait()
         if cutlass.const_expr(self.pdl):
             cute.arch.griddepcontrol_launch_dependents()
 
@@ -388,11 +459,11 @@ def _int(bits: int):
 
 @functools.lru_cache(maxsize=None)
 def _compiled(k: int, kpt: int, pdl: bool, pos_bits: int = 32, wide: bool = False,
-              vec: bool = True, trace: bool = False):
+              vec: bool = True, push: bool = True, trace: bool = False):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
-    kernel = ClusterTopk(k, kpt, pdl, wide, vec, trace)
+    kernel = ClusterTopk(k, kpt, pdl, wide, vec, push, trace)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.Int32, 16, gmem, 4), make_ptr(_int(pos_bits), 16, gmem, 4),
             make_ptr(cutlass.Int64, 16, gmem, 8), make_ptr(cutlass.Int64, 16, gmem, 8))
@@ -444,7 +515,7 @@ def topk_positions(scores, positions, k: int, out, pdl: bool = False, trace=None
                               or trace.numel() < m * CLUSTER * len(TRACE_POINTS)):
         raise ValueError("cluster_topk: trace must be a contiguous int64 "
                          f"[{m * CLUSTER}, {len(TRACE_POINTS)}]")
-    _, fn = _compiled(k, kpt, bool(pdl), pos_bits, wide, vector_loads(scores),
+    _, fn = _compiled(k, kpt, bool(pdl), pos_bits, wide, vector_loads(scores), PUSH,
                       trace is not None)
     gmem = cute.AddressSpace.gmem
     stream = cuda.CUstream(torch.cuda.current_stream(scores.device).cuda_stream)
