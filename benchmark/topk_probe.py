@@ -1,9 +1,10 @@
 """Time the indexer's exact top-k forms alone, on long rows, and check each against torch.
 
 For each (rows, width): fp32 scores (random normal, every row's context the whole width; with
---table T, rows T wide, as a server's slot table, whose contexts are the widths), then each form's CUDA-graph replays (median us), its output checked whole against a stable
-torch sort (ascending positions of the k best, the lowest-positioned ties first, -1 padded)
-after poisoning it. Forms:
+--table T, rows T wide, as a server's slot table, whose contexts are the widths), then each
+form's CUDA-graph replays (median us), its output checked whole against a stable torch sort
+(ascending positions of the k best, the lowest-positioned ties first, -1 padded) after
+poisoning it. Forms:
 
     split            topk_positions_split, six launches (the default past SPLIT_MIN_WIDTH)
     one_launch       the same as one launch (topk.ONE_LAUNCH), where its programs fit at once

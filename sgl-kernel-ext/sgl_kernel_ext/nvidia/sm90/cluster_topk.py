@@ -5,21 +5,24 @@ The Triton split top-k (``triton/topk.py``) cuts a row into 2048-score chunks an
 radix passes and the write as six launches: ~4-5 us a pass is the hop between launches (or
 between programs meeting at counters in global memory), and one program a row is no way out,
 as Triton's histogram costs ~7 us a pass over 8K keys on one multiprocessor
-(``topk.ONE_LAUNCH``'s note). Here a row is one cluster of CLUSTER CTAs, each taking a
-consecutive range of the row's context as keys (the order-preserving int32 image of the fp32
-scores): in registers from one load where the cluster holds the whole context (THREADS x
-keys_per_thread a CTA: up to 64K in a table that wide, 32K in a wider one), else loaded again
-each pass, a tile of THREADS x keys_per_thread at a time. Each pass is
+(``topk.ONE_LAUNCH``'s note). Here a row is one cluster of CLUSTER CTAs, each taking an
+equal consecutive range of the row's context as keys (the order-preserving int32 image of the
+fp32 scores), spread evenly over its threads and loaded VEC at a time where the rows are
+16-byte aligned: in registers from one load where a thread's share fits (contexts up to 64K,
+in a table of any width), else, in a wider table, loaded again each pass a tile of THREADS x
+keys_per_thread at a time. Each pass is
   1. every CTA's 256-bin histogram of the next 8 bits of its keys that share the digits found
      so far (shared-memory atomics, two buffers used in turn),
-  2. a cluster barrier,
-  3. each CTA summing the cluster's histograms bin by bin from the others' shared memory (so
-     every CTA finds the same digit of the k-th largest key, and how many keys at it are still
-     needed),
+  2. every CTA sending it into the others' shared memory (st.async, 32 bytes a thread), each
+     waiting on its own mbarrier for the others' (PUSH; or, pulled, a cluster barrier and
+     each CTA reading the others' from their shared memory: each such barrier is a
+     MEMBAR.ALL.GPU and an L1 invalidation),
+  3. each CTA summing the cluster's histograms bin by bin (so every CTA finds the same digit
+     of the k-th largest key, and how many keys at it are still needed),
 then the write: each thread counts its keys above the k-th and its ties, scans over the CTA
-(tile by tile) and the counts of the CTAs before it (read from their shared memory after a
-barrier) place them, and it stores the positions of its keys above and of the ties the lowest
-positions take first (a stable descending sort's choice), ascending, as
+(tile by tile) and the counts of the CTAs before it (sent the same way) place them, and it
+stores the positions of its keys above and of the ties the lowest positions take first (a
+stable descending sort's choice), ascending, as
 ``topk.topk_positions``: output int64 [M, k], -1 padded where a row's context (positions[m]
 + 1) fits in k, whose positions it takes whole. Rows may be pads (position -1: every entry -1).
 """
