@@ -43,7 +43,7 @@ BINS = 256  # 8-bit digits: four passes
 CLUSTER = 8  # CTAs a row (the portable cluster size)
 MAX_KEYS_PER_THREAD = 32  # registers a thread holds keys in: contexts up to 64K scores
 VEC = 4  # keys a vector load brings (a thread's keys are VEC-aligned runs of the row)
-WARPS = THREADS // 32
+WARPS = THREADS // 32  # as many as CLUSTER: warp w sends this CTA's histogram to CTA w
 SIGN = -2147483648  # 0x80000000 as an int32
 # the CTAs send their histograms and counts to each other (st.async onto mbarriers) rather
 # than read them after cluster barriers (each a MEMBAR.ALL.GPU and an L1 invalidation)
