@@ -123,7 +123,8 @@ class ClusterTopk:
             hist: cute.struct.MemRange[cutlass.Int32, 2 * BINS]
             total: cute.struct.MemRange[cutlass.Int32, BINS]
             warp: cute.struct.MemRange[cutlass.Int32, WARPS]
-            state: cute.struct.MemRange[cutlass.Int32, 2]  # the digit found, keys still needed
+            # the digit found, keys still needed at it, this CTA's keys above its bin and in it
+            state: cute.struct.MemRange[cutlass.Int32, 4]
             # [above, ties]: this CTA's (pull) or, push, every CTA's before this one
             count: cute.struct.Align[cute.struct.MemRange[cutlass.Int32, 2 * CLUSTER], 16]
             # push: the other CTAs' histograms, each pass its own [CLUSTER, BINS], and an
@@ -160,10 +161,12 @@ class ClusterTopk:
         return before + x - value, total
 
     @cute.jit
-    def _digit(self, lane, total: cute.Tensor, state: cute.Tensor, need):
+    def _digit(self, lane, total: cute.Tensor, state: cute.Tensor, need, hist: cute.Tensor,
+               buf, tally: cutlass.Constexpr):
         """Warp 0: the highest bin whose keys and those of the bins above it number at least
         `need` (the next digit of the k-th largest key) into state[0], and `need` less the keys
-        above that bin into state[1]; each lane holds 8 bins."""
+        above that bin into state[1]; each lane holds 8 bins. tally: this CTA's keys in the
+        bins above it (hist[buf:], its own histogram) into state[2], and in it into state[3]."""
         per = BINS // 32
         own = cute.make_rmem_tensor(cute.make_layout(per), cutlass.Int32)
         s = cutlass.Int32(0)
@@ -189,6 +192,16 @@ class ClusterTopk:
         if best == digit:
             state[0] = digit
             state[1] = need - above_best
+        if cutlass.const_expr(tally):
+            mine = cutlass.Int32(0)
+            for i in cutlass.range_constexpr(per):
+                if lane * per + i > digit:
+                    mine = mine + hist[buf + lane * per + i]
+            for i in cutlass.range_constexpr(5):
+                mine = mine + cute.arch.shuffle_sync_bfly(mine, 1 << i)
+            if lane == 0:
+                state[2] = mine
+                state[3] = hist[buf + digit]
 
     @cute.jit
     def _mark(self, trace: cute.Pointer, cta, t, point: cutlass.Constexpr):
@@ -238,9 +251,11 @@ class ClusterTopk:
 
     @cute.jit
     def _pass_end(self, hist: cute.Tensor, total: cute.Tensor, state: cute.Tensor, need,
-                  p: cutlass.Constexpr, t, lane, w, c, gather: cute.Tensor, bars):
+                  p: cutlass.Constexpr, t, lane, w, c, gather: cute.Tensor, bars,
+                  tally: cutlass.Constexpr = False):
         """After this CTA's histogram of digit p: the cluster's, summed from every CTA's shared
-        memory, and the digit with the keys still needed at it (the same in every CTA)."""
+        memory, and the digit with the keys still needed at it (the same in every CTA); tally:
+        also this CTA's keys above that digit's bin and in it (``_digit``)."""
         buf = (p % 2) * BINS
         got = cutlass.Int32(0)
         if cutlass.const_expr(self.push):
@@ -271,8 +286,10 @@ class ClusterTopk:
         hist[((p + 1) % 2) * BINS + t] = cutlass.Int32(0)
         cute.arch.barrier()
         if w == 0:
-            self._digit(lane, total, state, need)
+            self._digit(lane, total, state, need, hist, buf, tally)
         cute.arch.barrier()
+        if cutlass.const_expr(tally):
+            return state[0], state[1], state[2], state[3]
         return state[0], state[1]
 
     @cute.jit
@@ -347,7 +364,7 @@ class ClusterTopk:
         hist = storage.hist.get_tensor(cute.make_layout(2 * BINS))
         total = storage.total.get_tensor(cute.make_layout(BINS))
         warp_sums = storage.warp.get_tensor(cute.make_layout(WARPS))
-        state = storage.state.get_tensor(cute.make_layout(2))
+        state = storage.state.get_tensor(cute.make_layout(4))
         count = storage.count.get_tensor(cute.make_layout(2 * CLUSTER))
         gather = storage.gather.get_tensor(cute.make_layout(4 * CLUSTER * BINS))
         bars = storage.bars.data_ptr()
@@ -410,26 +427,22 @@ class ClusterTopk:
             else:  # longer contexts: each pass loads the CTA's tiles again (from L2)
                 tiles = (span + self.chunk - 1) // self.chunk
                 first = lo + t * self.kpt
+                # this CTA's keys above the k-th: those above the digit's bin in each pass's
+                # histogram (a key's first digit off the k-th's is a larger one); its ties:
+                # those in the last pass's bin
+                above = cutlass.Int32(0)
+                ties = cutlass.Int32(0)
                 for p in cutlass.range_constexpr(4):
                     for i in cutlass.range(tiles, unroll=1):
                         at = first + i * self.chunk
                         self._load(row, at, hi, keys)
                         self._count(keys, at, hi, hist, (p % 2) * BINS, found, p)
-                    digit, need = self._pass_end(hist, total, state, need, p, t, lane, w, c,
-                                                 gather, bars)
+                    digit, need, up, ties = self._pass_end(hist, total, state, need, p, t, lane,
+                                                           w, c, gather, bars, True)
                     found = found | (digit << (24 - 8 * p))
+                    above = above + up
                 kth = found ^ SIGN
-                above = cutlass.Int32(0)
-                ties = cutlass.Int32(0)
-                for i in cutlass.range(tiles, unroll=1):
-                    at = first + i * self.chunk
-                    self._load(row, at, hi, keys)
-                    a, e = self._tally(keys, at, hi, kth)
-                    above = above + a
-                    ties = ties + e
-                _, all_above = self._block_scan(above, lane, w, warp_sums)
-                _, all_ties = self._block_scan(ties, lane, w, warp_sums)
-                taken, tied = self._exchange(count, all_above, all_ties, t, c, need, bars)
+                taken, tied = self._exchange(count, above, ties, t, c, need, bars)
                 for i in cutlass.range(tiles, unroll=1):  # tile by tile, in position order
                     at = first + i * self.chunk
                     self._load(row, at, hi, keys)
