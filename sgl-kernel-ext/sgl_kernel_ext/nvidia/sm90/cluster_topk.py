@@ -48,8 +48,9 @@ SIGN = -2147483648  # 0x80000000 as an int32
 # the CTAs send their histograms and counts to each other (st.async onto mbarriers) rather
 # than read them after cluster barriers (each a MEMBAR.ALL.GPU and an L1 invalidation)
 PUSH = True
-# measurement only (``trace``): each CTA's %globaltimer (ns) at these points of a row held in
-# registers, into trace int64 [rows x CLUSTER, len(TRACE_POINTS)]
+# measurement only (``trace``): each CTA's %globaltimer (ns) at these points of a row, into
+# trace int64 [rows x CLUSTER, len(TRACE_POINTS)]; for a context loaded again each pass,
+# "loaded" is its first pass's tiles loaded and counted
 TRACE_POINTS = ("start", "loaded", "pass 0", "pass 1", "pass 2", "pass 3", "counts seen",
                 "written")
 
@@ -109,7 +110,7 @@ class ClusterTopk:
         # (st.async, each receiver waiting on its own mbarrier); else each CTA reads the
         # others' after a cluster barrier
         self.push = push
-        # measurement only: each CTA's %globaltimer at TRACE_POINTS (rows held in registers)
+        # measurement only: each CTA's %globaltimer at TRACE_POINTS
         self.trace = trace
         self.chunk = THREADS * kpt
         self.width = CLUSTER * self.chunk
@@ -432,17 +433,22 @@ class ClusterTopk:
                 # those in the last pass's bin
                 above = cutlass.Int32(0)
                 ties = cutlass.Int32(0)
+                self._mark(trace, cta, t, 0)
                 for p in cutlass.range_constexpr(4):
                     for i in cutlass.range(tiles, unroll=1):
                         at = first + i * self.chunk
                         self._load(row, at, hi, keys)
                         self._count(keys, at, hi, hist, (p % 2) * BINS, found, p)
+                    if cutlass.const_expr(p == 0):
+                        self._mark(trace, cta, t, 1)
                     digit, need, up, ties = self._pass_end(hist, total, state, need, p, t, lane,
                                                            w, c, gather, bars, True)
                     found = found | (digit << (24 - 8 * p))
                     above = above + up
+                    self._mark(trace, cta, t, 2 + p)
                 kth = found ^ SIGN
                 taken, tied = self._exchange(count, above, ties, t, c, need, bars)
+                self._mark(trace, cta, t, 6)
                 for i in cutlass.range(tiles, unroll=1):  # tile by tile, in position order
                     at = first + i * self.chunk
                     self._load(row, at, hi, keys)
@@ -454,6 +460,7 @@ class ClusterTopk:
                                 + cutlass.min(e_before, cutlass.max(need - tied, 0)), out_row)
                     taken = taken + a_all + cutlass.min(e_all, cutlass.max(need - tied, 0))
                     tied = tied + e_all
+                self._mark(trace, cta, t, 7)
             if cutlass.const_expr(not self.push):
                 cute.arch.cluster_arrive()  # no CTA leaves while another reads its memory
                 cute.arch.cluster_wait()
