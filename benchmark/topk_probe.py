@@ -1,9 +1,10 @@
 """Time the indexer's exact top-k forms alone, on long rows, and check each against torch.
 
-For each (rows, width): fp32 scores (random normal, every row's context the whole width),
-then each form's CUDA-graph replays (median us), its output checked whole against a stable
-torch sort (ascending positions of the k best, the lowest-positioned ties first, -1 padded)
-after poisoning it. Forms:
+For each (rows, width): fp32 scores (random normal, every row's context the whole width; with
+--table T, rows T wide, as a server's slot table, whose contexts are the widths), then each
+form's CUDA-graph replays (median us), its output checked whole against a stable torch sort
+(ascending positions of the k best, the lowest-positioned ties first, -1 padded) after
+poisoning it. Forms:
 
     split            topk_positions_split, six launches (the default past SPLIT_MIN_WIDTH)
     one_launch       the same as one launch (topk.ONE_LAUNCH), where its programs fit at once
@@ -11,6 +12,8 @@ after poisoning it. Forms:
     once_B_W_D       one program a row holding its B >= width keys in registers from one load,
                      digits of D bits (8: four passes, 11: three), W warps (``_once_kernel``)
     cluster          nvidia/sm90/cluster_topk: a thread block cluster a row, one launch
+    cluster_pull     the same, its CTAs reading each other's histograms after cluster barriers
+                     (cluster_topk.PUSH off)
 
     PYTHONPATH=python:sgl-kernel-ext python3 -m benchmark.topk_probe --out $OUT
 """
@@ -76,9 +79,12 @@ def _once_kernel(scores_ptr, stride_s, pos_ptr, out_ptr, K: tl.constexpr, BLOCK:
 def parse():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--rows", default="1,4,16")
-    p.add_argument("--widths", default="4096,8192,32768,65536")
+    p.add_argument("--widths", default="4096,8192,32768,65536,262144")
     p.add_argument("--k", type=int, default=2048)
     p.add_argument("--forms", default="split,one_launch,cluster")
+    p.add_argument("--table", type=int, default=0,
+                   help="rows this wide, each row's context a --widths entry (default: the "
+                        "width itself)")
     p.add_argument("--replays", type=int, default=50)
     p.add_argument("--out", default="")
     p.add_argument("--results", default=str(H.REPO / "benchmark" / "results"))
@@ -115,12 +121,20 @@ def form_fn(name: str, scores, positions, k, out, dev):
             finally:
                 topk.ONE_LAUNCH = was
         return run
-    if name == "cluster":
+    if name in ("cluster", "cluster_pull"):
         from sgl_kernel_ext.nvidia.sm90 import cluster_topk
 
         if cluster_topk.refusal(scores, positions, k, out):
             return None
-        return lambda: cluster_topk.topk_positions(scores, positions, k, out)
+
+        def run():
+            was = cluster_topk.PUSH
+            cluster_topk.PUSH = name == "cluster"
+            try:
+                cluster_topk.topk_positions(scores, positions, k, out)
+            finally:
+                cluster_topk.PUSH = was
+        return run
     if name.startswith("once_"):
         _, block, warps, digit = name.split("_")
         block, warps, digit = int(block), int(warps), int(digit)
@@ -143,6 +157,28 @@ def form_fn(name: str, scores, positions, k, out, dev):
     return run
 
 
+def trace_row(scores, positions, k, out, dev) -> dict:
+    """cluster_topk's phases, one traced launch after a warm one: each TRACE_POINTS mark's
+    median over the CTAs, us after the earliest CTA's start (a context loaded again each pass:
+    "loaded" is its first pass counted)."""
+    from sgl_kernel_ext.nvidia.sm90 import cluster_topk as C
+
+    m, table = scores.shape
+    width = int(positions[0]) + 1
+    row = {"form": "cluster_trace", "rows": m, "width": width, "table": table}
+    row["reloaded"] = width > C.CLUSTER * C.THREADS * C.MAX_KEYS_PER_THREAD
+    trace = torch.zeros(m * C.CLUSTER, len(C.TRACE_POINTS), dtype=torch.int64, device=dev)
+    for _ in range(2):
+        C.topk_positions(scores, positions, k, out, trace=trace)
+    torch.cuda.synchronize()
+    t = (trace - trace[:, 0].min()).double() / 1e3
+    row["phases_us"] = {p: round(float(t[:, i].median()), 2)
+                        for i, p in enumerate(C.TRACE_POINTS)}
+    H.log(f"cluster_trace rows {m:2d} width {width:6d}: " +
+          " ".join(f"{p} {v}" for p, v in row["phases_us"].items()))
+    return row
+
+
 def main():
     args = parse()
     dev = torch.device("cuda")
@@ -153,13 +189,13 @@ def main():
     for width in [int(w) for w in args.widths.split(",")]:
         for m in [int(r) for r in args.rows.split(",")]:
             gen = torch.Generator(device=dev).manual_seed(width + m)
-            scores = torch.randn(m, width, generator=gen, device=dev)
+            scores = torch.randn(m, max(width, args.table), generator=gen, device=dev)
             positions = torch.full((m,), width - 1, dtype=torch.int32, device=dev)
-            want = reference(scores, args.k)
+            want = reference(scores[:, :width], args.k)
             out = torch.empty(m, args.k, dtype=torch.int64, device=dev)
             for name in args.forms.split(","):
                 fn = form_fn(name, scores, positions, args.k, out, dev)
-                row = {"form": name, "rows": m, "width": width}
+                row = {"form": name, "rows": m, "width": width, "table": scores.shape[1]}
                 if fn is None:
                     row["note"] = "does not apply"
                 else:
@@ -179,6 +215,8 @@ def main():
                 H.log(f"{name:>14} rows {m:2d} width {width:6d}: "
                       + (f"{row['us']:8.1f} us exact {row['exact']}/{row['exact_after_replays']}"
                          if "us" in row else row["note"]))
+            if "cluster" in args.forms.split(","):
+                results.append(trace_row(scores, positions, args.k, out, dev))
     paths = H.write_json("topk_probe", {"meta": meta, "results": results},
                          [args.results, args.out])
     for p in paths:

@@ -1,10 +1,13 @@
 """The CuTe DSL cluster top-k (``sgl_kernel_ext.nvidia.sm90.cluster_topk``) against a stable
 torch sort on a Hopper GPU: every output element, poisoned before each launch, for 1-16 rows of
 contexts on both sides of k (int32 and int64 positions, pad rows, rows whose context fits in
-k, contexts that end inside a CTA's keys and inside a thread's), widths from 4K to 64K, scores
-with many ties (integers, so the k-th largest is shared across the cluster's CTAs) and with
-negative and zero scores; repeated launches, a CUDA-graph replay and the programmatically
-dependent launch are bitwise the first, and the output equals the Triton split top-k's.
+k, contexts that end inside a CTA's keys and inside a thread's), widths from 4K to 256K
+(contexts past 64K loaded again each pass), rows whose keys load one by one (a width or stride
+no multiple of four, a start off 16 bytes) as well as four at a time, scores with many ties
+(integers, so the k-th largest is shared across the cluster's CTAs) and with negative and zero
+scores; the CTAs sending their histograms to each other (the default) or reading them after
+cluster barriers; repeated launches, a CUDA-graph replay and the programmatically dependent
+launch are bitwise the first, and the output equals the Triton split top-k's.
 
 Run on the GPU machine with CuTe DSL importable (benchmark/sm90_run.sh stages it).
 """
@@ -66,6 +69,11 @@ CASES = [
     (2, 4096, [4096, 3000], "ties"),
     (8, 32768, [32768, 30000, 20000, 12345, 9000, 4097, 2500, 2049], "ties"),
     (2, 16384, [16384, 7777], "signs"),
+    # wider than the cluster holds at once (a server's table): contexts up to 64K in registers,
+    # longer ones loaded again each pass, 2 to 4 tiles a CTA
+    (6, 262144, [262144, 200001, 65537, 65536, 32769, 3000], "normal"),
+    (3, 131072, [131072, 70000, 40000], "ties"),
+    (3, 10003, [10003, 6001, 2050], "normal"),  # no multiple of four wide: one key a load
 ]
 
 
@@ -85,6 +93,27 @@ def test_matches_a_stable_sort(rows, width, contexts, kind, pos_dtype):
                               torch.zeros(m * p * 2, dtype=torch.int32, device="cuda"),
                               arrival.counters(2 * m, "cuda"))
     assert torch.equal(got, split)
+
+
+@pytest.mark.parametrize("rows,width,contexts,kind", [CASES[i] for i in (3, 6, 8, 9)])
+def test_pull_form_matches_a_stable_sort(rows, width, contexts, kind, monkeypatch):
+    """The form whose CTAs read each other's histograms after cluster barriers (PUSH off)."""
+    monkeypatch.setattr(cluster_topk, "PUSH", False)
+    scores, positions = _case(rows, width, contexts, kind, seed=3 * rows + width)
+    assert torch.equal(_run(scores, positions), _reference(scores, positions, K))
+
+
+@pytest.mark.parametrize("start", [0, 1])
+def test_rows_off_four_keys_load_one_by_one(start):
+    """A view whose stride is no multiple of four (and, start 1, whose first score is off 16
+    bytes) takes the one-by-one form; its output is still the stable sort's."""
+    whole, positions = _case(3, 20001, [20000, 11111, 3001], "normal", seed=11 + start)
+    scores = whole[:, start:start + 20000]
+    assert not cluster_topk.vector_loads(scores)
+    assert cluster_topk.vector_loads(scores.contiguous())
+    got = _run(scores, positions)
+    assert torch.equal(got, _reference(scores, positions, K))
+    assert torch.equal(got, _run(scores.contiguous(), positions))
 
 
 def test_repeats_graph_replay_and_pdl_are_bitwise_the_first():
@@ -110,10 +139,12 @@ def test_repeats_graph_replay_and_pdl_are_bitwise_the_first():
 
 
 def test_refuses_what_it_cannot_take():
-    scores = torch.randn(2, 70000, device="cuda")
+    scores = torch.randn(2, 4096, device="cuda")
     out = torch.empty(2, K, dtype=torch.int64, device="cuda")
     pos = torch.zeros(2, dtype=torch.int32, device="cuda")
-    with pytest.raises(ValueError, match="rows up to 65536 scores"):
-        cluster_topk.topk_positions(scores, pos, K, out)
+    with pytest.raises(ValueError, match="scores must be fp32"):
+        cluster_topk.topk_positions(scores.half(), pos, K, out)
     with pytest.raises(ValueError, match="positions must be int32 or int64"):
-        cluster_topk.topk_positions(scores[:, :4096], pos.float(), K, out)
+        cluster_topk.topk_positions(scores, pos.float(), K, out)
+    with pytest.raises(ValueError, match="out must be a contiguous int64"):
+        cluster_topk.topk_positions(scores, pos, K, out[:1])

@@ -209,22 +209,32 @@ TOPK_SCRIPT = """
 import sys
 sys.path.insert(0, {ext!r})
 from sgl_kernel_ext.nvidia.sm90 import cluster_topk as Q
-for k, kpt, pdl, pos_bits in {forms!r}:
-    kernel, _ = Q._compiled(k, kpt, pdl, pos_bits)
+for k, kpt, pdl, pos_bits, wide, vec, push in {forms!r}:
+    kernel, _ = Q._compiled(k, kpt, pdl, pos_bits, wide, vec, push)
     print("compiled", k, kpt, kernel.width)
 """
 
 
 def test_cluster_topk_compiles_for_sm90a(tmp_path):
-    """The long-row top-k as one cluster launch, at the widths a layer asks for (4K: one key a
-    thread; 64K: its most; int64 positions, launched dependent): its histograms as shared-
-    memory atomics, the cluster barriers between passes, no spilled keys."""
-    for i, form in enumerate([(2048, 1, False, 32), (2048, 16, True, 64),
-                              (2048, 32, True, 64)]):
+    """The long-row top-k as one cluster launch, at the widths a layer asks for (4K: four keys
+    a thread; 64K: its most; a wider table's, which loads its keys again each pass past 64K;
+    int64 positions, launched dependent; a row that is no multiple of four wide, its keys
+    loaded one by one; the CTAs reading each other's histograms after cluster barriers instead
+    of sending them): its histograms as shared-memory atomics, 16-byte loads of the keys, no
+    spilled keys; the histograms sent by st.async onto mbarriers, with no GPU-wide memory
+    barrier (or, pulled, a cluster barrier a pass)."""
+    forms = [(2048, 4, False, 32, False, True, True), (2048, 16, True, 64, False, True, True),
+             (2048, 32, True, 64, False, True, True), (2048, 32, True, 64, True, True, True),
+             (2048, 8, True, 64, False, False, True), (2048, 16, True, 64, False, True, False)]
+    for i, form in enumerate(forms):
         (tmp_path / str(i)).mkdir()  # one folder each: the cubins' names are alike
         cubins = _compile(tmp_path / str(i), TOPK_SCRIPT, [form])
         assert len(cubins) == 1, [p.name for p in (tmp_path / str(i)).iterdir()]
         if CUOBJDUMP.exists():
             sass = _sass(cubins[0])
             assert "ATOMS" in sass and "UCGABAR_WAIT" in sass, form
+            push = form[6]
+            assert ("STAS.128" in sass and "SYNCS.PHASECHK" in sass) == push, form
+            assert sass.count("MEMBAR.ALL.GPU") == (0 if push else 6), form
             assert "STL" not in sass, f"{form}: keys spilled to local memory"
+            assert ("LDG.E.128" in sass) == form[5], f"{form}: vector loads of the keys"

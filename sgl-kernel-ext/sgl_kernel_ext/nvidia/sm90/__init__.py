@@ -98,8 +98,7 @@ ATTN_SIDE_ABSORB_W_EARLY = True
 # the weight slots each attn_side worker asks for before its programmatic wait (None: its
 # ring's whole first lap, all of q_a|kv_a at a TP8 rank's shapes)
 ATTN_SIDE_EARLY_SLOTS = None
-# The indexer's top-k of rows wider than triton.topk.SPLIT_MIN_WIDTH, up to cluster_topk's
-# 64K (a wider table, as a server's 1M-wide one, keeps the split), as cluster_topk's one
+# The indexer's top-k of rows wider than triton.topk.SPLIT_MIN_WIDTH as cluster_topk's one
 # launch (a thread block cluster a row, its CTAs meeting in distributed shared memory between
 # the radix passes) instead of the Triton split's six launches. On by default wherever it can
 # run (a Hopper GPU, CuTe DSL; elsewhere the layer logs why it runs Triton's); "1" insists,

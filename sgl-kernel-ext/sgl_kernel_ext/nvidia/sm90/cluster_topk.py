@@ -5,21 +5,26 @@ The Triton split top-k (``triton/topk.py``) cuts a row into 2048-score chunks an
 radix passes and the write as six launches: ~4-5 us a pass is the hop between launches (or
 between programs meeting at counters in global memory), and one program a row is no way out,
 as Triton's histogram costs ~7 us a pass over 8K keys on one multiprocessor
-(``topk.ONE_LAUNCH``'s note). Here a row is one cluster of CLUSTER CTAs, each holding
-THREADS x keys_per_thread consecutive scores as keys in registers (the order-preserving int32
-image of the fp32 scores), and each pass is
+(``topk.ONE_LAUNCH``'s note). Here a row is one cluster of CLUSTER CTAs, each taking an
+equal consecutive range of the row's context as keys (the order-preserving int32 image of the
+fp32 scores), spread evenly over its threads and loaded VEC at a time where the rows are
+16-byte aligned: in registers from one load where a thread's share fits (contexts up to 64K,
+in a table of any width), else, in a wider table, loaded again each pass a tile of THREADS x
+keys_per_thread at a time. Each pass is
   1. every CTA's 256-bin histogram of the next 8 bits of its keys that share the digits found
      so far (shared-memory atomics, two buffers used in turn),
-  2. a cluster barrier,
-  3. each CTA summing the cluster's histograms bin by bin from the others' shared memory (so
-     every CTA finds the same digit of the k-th largest key, and how many keys at it are still
-     needed),
-then the write: each thread counts its keys above the k-th and its ties, one scan over the CTA
-and the counts of the CTAs before it (read from their shared memory after a barrier) place
-them, and it stores the positions of its keys above and of the ties the lowest positions take
-first (a stable descending sort's choice), ascending, as ``topk.topk_positions``: output int64
-[M, k], -1 padded where a row's context (positions[m] + 1) fits in k, whose positions it takes
-whole. Rows may be pads (position -1: every entry -1).
+  2. every CTA sending it into the others' shared memory (st.async, 32 bytes a thread), each
+     waiting on its own mbarrier for the others' (PUSH; or, pulled, a cluster barrier and
+     each CTA reading the others' from their shared memory: each such barrier is a
+     MEMBAR.ALL.GPU and an L1 invalidation),
+  3. each CTA summing the cluster's histograms bin by bin (so every CTA finds the same digit
+     of the k-th largest key, and how many keys at it are still needed),
+then the write: each thread counts its keys above the k-th and its ties, scans over the CTA
+(tile by tile) and the counts of the CTAs before it (sent the same way) place them, and it
+stores the positions of its keys above and of the ties the lowest positions take first (a
+stable descending sort's choice), ascending, as
+``topk.topk_positions``: output int64 [M, k], -1 padded where a row's context (positions[m]
++ 1) fits in k, whose positions it takes whole. Rows may be pads (position -1: every entry -1).
 """
 
 from __future__ import annotations
@@ -29,15 +34,25 @@ import functools
 import cutlass
 import cutlass.cute as cute
 import cutlass.memory
-from cutlass._mlir.dialects import llvm, nvvm
+from cutlass._mlir import ir
+from cutlass._mlir.dialects import llvm, nvvm, vector
 from cutlass.cutlass_dsl import T, dsl_user_op
 
 THREADS = 256  # a CTA's threads; BINS of them own a histogram bin each
 BINS = 256  # 8-bit digits: four passes
 CLUSTER = 8  # CTAs a row (the portable cluster size)
-MAX_KEYS_PER_THREAD = 32  # registers a thread holds keys in: rows up to 64K scores
-WARPS = THREADS // 32
+MAX_KEYS_PER_THREAD = 32  # registers a thread holds keys in: contexts up to 64K scores
+VEC = 4  # keys a vector load brings (a thread's keys are VEC-aligned runs of the row)
+WARPS = THREADS // 32  # as many as CLUSTER: warp w sends this CTA's histogram to CTA w
 SIGN = -2147483648  # 0x80000000 as an int32
+# the CTAs send their histograms and counts to each other (st.async onto mbarriers) rather
+# than read them after cluster barriers (each a MEMBAR.ALL.GPU and an L1 invalidation)
+PUSH = True
+# measurement only (``trace``): each CTA's %globaltimer (ns) at these points of a row, into
+# trace int64 [rows x CLUSTER, len(TRACE_POINTS)]; for a context loaded again each pass,
+# "loaded" is its first pass's tiles loaded and counted
+TRACE_POINTS = ("start", "loaded", "pass 0", "pass 1", "pass 2", "pass 3", "counts seen",
+                "written")
 
 
 @dsl_user_op
@@ -51,35 +66,84 @@ def _load_remote(smem_ptr: cute.Pointer, rank, *, loc=None, ip=None) -> cutlass.
     return cute.arch.load(shared, cutlass.Int32, ss="cluster", loc=loc, ip=ip)
 
 
-class ClusterTopk:
-    """One compiled form: the top-k of rows of up to CLUSTER x THREADS x kpt scores."""
+@dsl_user_op
+def _load_vec(ptr: cute.Pointer, *, loc=None, ip=None) -> list:
+    """VEC int32 from global memory at `ptr` (VEC x 4 bytes aligned) as one vector load."""
+    vec = cute.arch.load(ptr, ir.VectorType.get([VEC], T.i32()), loc=loc, ip=ip)
+    return [cutlass.Int32(llvm.extractelement(vec, cutlass.Int32(e).ir_value(loc=loc, ip=ip),
+                                              loc=loc, ip=ip)) for e in range(VEC)]
 
-    def __init__(self, k: int, kpt: int, pdl: bool = False):
-        if not 1 <= kpt <= MAX_KEYS_PER_THREAD:
-            raise ValueError(f"cluster_topk: 1..{MAX_KEYS_PER_THREAD} keys a thread, got {kpt}")
-        self.k, self.kpt, self.pdl = k, kpt, pdl
+
+@dsl_user_op
+def _push(smem_ptr: cute.Pointer, values: tuple, mbar_ptr: cute.Pointer, rank, *, loc=None,
+          ip=None) -> None:
+    """st.async of `values` (2 or 4 int32, as aligned) to `smem_ptr`'s offset in the shared
+    memory of the cluster's CTA `rank`, completing their bytes on its mbarrier at `mbar_ptr`'s
+    offset (no fence, no barrier: the receiver's wait on that mbarrier sees them)."""
+    dsmem = llvm.PointerType.get(7)
+    r = cutlass.Int32(rank).ir_value(loc=loc, ip=ip)
+    dst = nvvm.mapa(dsmem, smem_ptr.to_llvm_ptr(loc=loc, ip=ip), r, loc=loc, ip=ip)
+    bar = nvvm.mapa(dsmem, mbar_ptr.to_llvm_ptr(loc=loc, ip=ip), r, loc=loc, ip=ip)
+    vals = [cutlass.Int32(v).ir_value(loc=loc, ip=ip) for v in values]
+    vec = vector.from_elements(ir.VectorType.get([len(vals)], T.i32()), vals, loc=loc, ip=ip)
+    nvvm.store_async(dst, vec, bar, loc=loc, ip=ip)
+
+
+def _round_up(x, n: int):
+    return (x + (n - 1)) // n * n
+
+
+class ClusterTopk:
+    """One compiled form: the top-k of rows of up to CLUSTER x THREADS x kpt scores held in
+    registers (wide: longer rows too, their keys loaded again each pass)."""
+
+    def __init__(self, k: int, kpt: int, pdl: bool = False, wide: bool = False,
+                 vec: bool = True, push: bool = True, trace: bool = False):
+        if not 1 <= kpt <= MAX_KEYS_PER_THREAD or kpt % VEC:
+            raise ValueError(f"cluster_topk: a multiple of {VEC} up to {MAX_KEYS_PER_THREAD} "
+                             f"keys a thread, got {kpt}")
+        # wide: rows may be longer than the cluster's keys (loaded again each pass); vec: the
+        # row's keys come VEC at a time (its start 16-byte aligned, its width and stride VEC's
+        # multiples)
+        self.k, self.kpt, self.pdl, self.wide, self.vec = k, kpt, pdl, wide, vec
+        # push: each CTA sends its histograms and counts into the others' shared memory
+        # (st.async, each receiver waiting on its own mbarrier); else each CTA reads the
+        # others' after a cluster barrier
+        self.push = push
+        # measurement only: each CTA's %globaltimer at TRACE_POINTS
+        self.trace = trace
         self.chunk = THREADS * kpt
         self.width = CLUSTER * self.chunk
 
     @cute.jit
     def __call__(self, scores: cute.Pointer, positions: cute.Pointer, out: cute.Pointer,
-                 rows: cutlass.Int32, stride: cutlass.Int32, width: cutlass.Int32, stream):
+                 trace: cute.Pointer, rows: cutlass.Int32, stride: cutlass.Int32,
+                 width: cutlass.Int32, stream):
         @cute.struct
         class Storage:
             hist: cute.struct.MemRange[cutlass.Int32, 2 * BINS]
             total: cute.struct.MemRange[cutlass.Int32, BINS]
             warp: cute.struct.MemRange[cutlass.Int32, WARPS]
-            state: cute.struct.MemRange[cutlass.Int32, 2]  # the digit found, keys still needed
-            count: cute.struct.MemRange[cutlass.Int32, 1]  # this CTA's (above << 16) | ties
+            # the digit found, keys still needed at it, this CTA's keys above its bin and in it
+            state: cute.struct.MemRange[cutlass.Int32, 4]
+            # [above, ties]: this CTA's (pull) or, push, every CTA's before this one
+            count: cute.struct.Align[cute.struct.MemRange[cutlass.Int32, 2 * CLUSTER], 16]
+            # push: the other CTAs' histograms, each pass its own [CLUSTER, BINS], and an
+            # mbarrier a pass and one for the counts
+            gather: cute.struct.Align[cute.struct.MemRange[
+                cutlass.Int32, 4 * CLUSTER * BINS if self.push else 4], 16]
+            bars: cute.struct.MemRange[cutlass.Int64, 5]
 
         self.storage = Storage
-        self.kernel(scores, positions, out, stride, width).launch(
+        self.kernel(scores, positions, out, trace, stride, width).launch(
             grid=[rows * CLUSTER, 1, 1], block=[THREADS, 1, 1], cluster=[CLUSTER, 1, 1],
-            smem=Storage.size_in_bytes(), stream=stream, use_pdl=self.pdl)
+            smem=Storage.size_in_bytes(), stream=stream, use_pdl=self.pdl,
+            min_blocks_per_mp=1)  # one CTA an SM: registers for every key (no spill)
 
     @cute.jit
     def _block_scan(self, value, lane, w, warp_sums: cute.Tensor):
         """(exclusive prefix of `value` over the CTA's threads in order, the CTA's total)."""
+        cute.arch.barrier()  # every thread has read the previous scan's warp sums
         x = value
         for i in cutlass.range_constexpr(5):
             y = cute.arch.shuffle_sync_up(x, 1 << i)
@@ -98,10 +162,12 @@ class ClusterTopk:
         return before + x - value, total
 
     @cute.jit
-    def _digit(self, lane, total: cute.Tensor, state: cute.Tensor, need):
+    def _digit(self, lane, total: cute.Tensor, state: cute.Tensor, need, hist: cute.Tensor,
+               buf, tally: cutlass.Constexpr):
         """Warp 0: the highest bin whose keys and those of the bins above it number at least
         `need` (the next digit of the k-th largest key) into state[0], and `need` less the keys
-        above that bin into state[1]; each lane holds 8 bins."""
+        above that bin into state[1]; each lane holds 8 bins. tally: this CTA's keys in the
+        bins above it (hist[buf:], its own histogram) into state[2], and in it into state[3]."""
         per = BINS // 32
         own = cute.make_rmem_tensor(cute.make_layout(per), cutlass.Int32)
         s = cutlass.Int32(0)
@@ -127,10 +193,168 @@ class ClusterTopk:
         if best == digit:
             state[0] = digit
             state[1] = need - above_best
+        if cutlass.const_expr(tally):
+            mine = cutlass.Int32(0)
+            for i in cutlass.range_constexpr(per):
+                if lane * per + i > digit:
+                    mine = mine + hist[buf + lane * per + i]
+            for i in cutlass.range_constexpr(5):
+                mine = mine + cute.arch.shuffle_sync_bfly(mine, 1 << i)
+            if lane == 0:
+                state[2] = mine
+                state[3] = hist[buf + digit]
+
+    @cute.jit
+    def _mark(self, trace: cute.Pointer, cta, t, point: cutlass.Constexpr):
+        if cutlass.const_expr(self.trace):
+            if t == 0:
+                marks = cute.make_tensor(trace + cta * len(TRACE_POINTS),
+                                         cute.make_layout(len(TRACE_POINTS)))
+                marks[point] = cute.arch.globaltimer().to(cutlass.Int64)
+
+    @cute.jit
+    def _load(self, row: cute.Tensor, first, limit, keys: cute.Tensor):
+        """The keys at positions first .. first + kpt - 1 (0 past `limit`, or in vector form
+        whatever the row holds there, which no later step reads): the order-preserving int32
+        image of the fp32 bits (signed compare; ^ SIGN gives the unsigned bits)."""
+        if cutlass.const_expr(self.vec):
+            for g in cutlass.range_constexpr(self.kpt // VEC):
+                for e in cutlass.range_constexpr(VEC):
+                    keys[g * VEC + e] = cutlass.Int32(0)
+                if first + g * VEC < limit:
+                    v = _load_vec(row.iterator + (first + g * VEC))
+                    for e in cutlass.range_constexpr(VEC):
+                        keys[g * VEC + e] = v[e]
+            for j in cutlass.range_constexpr(self.kpt):
+                bits = keys[j]
+                keys[j] = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+        else:
+            for j in cutlass.range_constexpr(self.kpt):
+                bits = cutlass.Int32(0)
+                if first + j < limit:
+                    bits = row[first + j]
+                keys[j] = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+
+    @cute.jit
+    def _count(self, keys: cute.Tensor, first, limit, hist: cute.Tensor, buf, found,
+               p: cutlass.Constexpr):
+        """Digit p's histogram (into hist[buf:]) of the keys sharing the digits found so far."""
+        shift = 24 - 8 * p
+        for j in cutlass.range_constexpr(self.kpt):
+            u = keys[j] ^ SIGN
+            match = first + j < limit
+            if cutlass.const_expr(p > 0):
+                high = -(1 << (shift + 8))  # the bits above this digit
+                match = match & ((u & high) == found)
+            if match:
+                cute.arch.atomic_add(hist.iterator + (buf + ((u >> shift) & 0xFF)),
+                                     cutlass.Int32(1), sem="relaxed", scope="cta")
+
+    @cute.jit
+    def _pass_end(self, hist: cute.Tensor, total: cute.Tensor, state: cute.Tensor, need,
+                  p: cutlass.Constexpr, t, lane, w, c, gather: cute.Tensor, bars,
+                  tally: cutlass.Constexpr = False):
+        """After this CTA's histogram of digit p: the cluster's, summed from every CTA's shared
+        memory, and the digit with the keys still needed at it (the same in every CTA); tally:
+        also this CTA's keys above that digit's bin and in it (``_digit``)."""
+        buf = (p % 2) * BINS
+        got = cutlass.Int32(0)
+        if cutlass.const_expr(self.push):
+            if t == 0:  # the other CTAs' histograms, 4 bytes a bin
+                cute.arch.mbarrier_arrive_and_expect_tx(bars + p, (CLUSTER - 1) * BINS * 4)
+            cute.arch.barrier()  # this CTA's histogram whole
+            if cutlass.const_expr(p == 0):
+                cute.arch.cluster_wait()  # every CTA's mbarriers initialized
+            # warp w sends bins 8 x lane .. + 7 to CTA w (not to itself)
+            if w != c:
+                b = lane * (BINS // 32)
+                at = gather.iterator + ((p * CLUSTER + c) * BINS + b)
+                for h in cutlass.range_constexpr(BINS // 32 // VEC):
+                    _push(at + h * VEC, tuple(hist[buf + b + h * VEC + e] for e in range(VEC)),
+                          bars + p, w)
+            cute.arch.mbarrier_wait(bars + p, 0)
+            got = hist[buf + t]
+            for r in cutlass.range_constexpr(CLUSTER):
+                if r != c:
+                    got = got + gather[(p * CLUSTER + r) * BINS + t]
+        else:
+            cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()
+            for r in cutlass.range_constexpr(CLUSTER):
+                got = got + _load_remote(hist.iterator + (buf + t), r)
+        total[t] = got
+        # the other buffer was read by every CTA in the pass before this barrier
+        hist[((p + 1) % 2) * BINS + t] = cutlass.Int32(0)
+        cute.arch.barrier()
+        if w == 0:
+            self._digit(lane, total, state, need, hist, buf, tally)
+        cute.arch.barrier()
+        if cutlass.const_expr(tally):
+            return state[0], state[1], state[2], state[3]
+        return state[0], state[1]
+
+    @cute.jit
+    def _tally(self, keys: cute.Tensor, first, limit, kth):
+        """(keys above the k-th, keys equal to it) among this thread's."""
+        above = cutlass.Int32(0)
+        ties = cutlass.Int32(0)
+        for j in cutlass.range_constexpr(self.kpt):
+            if first + j < limit:
+                if keys[j] > kth:
+                    above = above + 1
+                if keys[j] == kth:
+                    ties = ties + 1
+        return above, ties
+
+    @cute.jit
+    def _write(self, keys: cute.Tensor, first, limit, kth, need, tie_rank, at,
+               out_row: cute.Tensor):
+        """This thread's keys above the k-th and its ties of rank below `need`, at `at` on."""
+        for j in cutlass.range_constexpr(self.kpt):
+            if first + j < limit:
+                take = keys[j] > kth
+                if keys[j] == kth:
+                    take = tie_rank < need
+                    tie_rank = tie_rank + 1
+                if take:
+                    out_row[at] = cutlass.Int64(first + j)
+                    at = at + 1
+
+    @cute.jit
+    def _exchange(self, count: cute.Tensor, above, ties, t, c, need, bars):
+        """(entries the CTAs before c write, ties they hold), from each CTA's [above, ties]
+        of the cluster's (this CTA's: `above`, `ties`, in thread 0)."""
+        if cutlass.const_expr(self.push):
+            if t == 0:
+                cute.arch.mbarrier_arrive_and_expect_tx(bars + 4, 8 * c)
+                for r in cutlass.range_constexpr(1, CLUSTER):
+                    if r > c:
+                        _push(count.iterator + 2 * c, (above, ties), bars + 4, r)
+            cute.arch.mbarrier_wait(bars + 4, 0)
+        else:
+            if t == 0:
+                count[0] = above
+                count[1] = ties
+            cute.arch.cluster_arrive()
+            cute.arch.cluster_wait()
+        taken = cutlass.Int32(0)
+        tied = cutlass.Int32(0)
+        for r in cutlass.range_constexpr(CLUSTER - 1):
+            if r < c:
+                if cutlass.const_expr(self.push):
+                    their_above = count[2 * r]
+                    their_ties = count[2 * r + 1]
+                else:
+                    their_above = _load_remote(count.iterator, r)
+                    their_ties = _load_remote(count.iterator + 1, r)
+                taken = taken + their_above + cutlass.min(their_ties,
+                                                          cutlass.max(need - tied, 0))
+                tied = tied + their_ties
+        return taken, tied
 
     @cute.kernel
     def kernel(self, scores: cute.Pointer, positions: cute.Pointer, out: cute.Pointer,
-               stride: cutlass.Int32, width: cutlass.Int32):
+               trace: cute.Pointer, stride: cutlass.Int32, width: cutlass.Int32):
         t, _, _ = cute.arch.thread_idx()
         cta, _, _ = cute.arch.block_idx()
         lane = t % 32
@@ -141,10 +365,19 @@ class ClusterTopk:
         hist = storage.hist.get_tensor(cute.make_layout(2 * BINS))
         total = storage.total.get_tensor(cute.make_layout(BINS))
         warp_sums = storage.warp.get_tensor(cute.make_layout(WARPS))
-        state = storage.state.get_tensor(cute.make_layout(2))
-        count = storage.count.get_tensor(cute.make_layout(1))
+        state = storage.state.get_tensor(cute.make_layout(4))
+        count = storage.count.get_tensor(cute.make_layout(2 * CLUSTER))
+        gather = storage.gather.get_tensor(cute.make_layout(4 * CLUSTER * BINS))
+        bars = storage.bars.data_ptr()
         hist[t] = cutlass.Int32(0)
         hist[t + BINS] = cutlass.Int32(0)
+        if cutlass.const_expr(self.push):
+            if t == 0:
+                for i in cutlass.range_constexpr(5):
+                    cute.arch.mbarrier_init(bars + i, 1)
+                cute.arch.mbarrier_init_fence()
+            # the first push waits for this: every CTA's mbarriers initialized
+            cute.arch.cluster_arrive_relaxed()
         if cutlass.const_expr(self.pdl):
             cute.arch.griddepcontrol_wait()
         pos_t = cute.make_tensor(positions, cute.make_layout(m + 1))
@@ -154,92 +387,93 @@ class ClusterTopk:
             # the whole context, then -1s (every CTA of the cluster takes this branch)
             for i in cutlass.range((c * THREADS + t), self.k, CLUSTER * THREADS, unroll=1):
                 out_row[i] = cutlass.Int64(i) if i < seq else cutlass.Int64(-1)
+            if cutlass.const_expr(self.push):
+                cute.arch.cluster_wait()
         else:
             limit = cutlass.min(seq, width)
-            row = cute.make_tensor(scores + m * stride, cute.make_layout(self.width))
-            first = c * self.chunk + t * self.kpt
+            row = cute.make_tensor(scores + m * stride, cute.make_layout(width))
             keys = cute.make_rmem_tensor(cute.make_layout(self.kpt), cutlass.Int32)
-            for j in cutlass.range_constexpr(self.kpt):
-                bits = cutlass.Int32(0)
-                if first + j < limit:
-                    bits = row[first + j]
-                # order-preserving image of the fp32 bits (signed compare), then unsigned bits
-                keys[j] = bits ^ ((bits >> 31) & 0x7FFFFFFF)
-            cute.arch.barrier()  # the zeroed histograms before any atomic
+            # CTA c takes positions lo .. hi - 1, consecutive, multiples of VEC apart
+            span = _round_up((limit + CLUSTER - 1) // CLUSTER, VEC)
+            lo = c * span
+            hi = cutlass.min(lo + span, limit)
+            per = _round_up((span + THREADS - 1) // THREADS, VEC)  # a thread's, held at once
             found = cutlass.Int32(0)  # the digits found so far, in place (unsigned image)
             need = cutlass.Int32(self.k)
-            for p in cutlass.range_constexpr(4):
-                shift = 24 - 8 * p
-                buf = (p % 2) * BINS
-                for j in cutlass.range_constexpr(self.kpt):
-                    u = keys[j] ^ SIGN
-                    match = first + j < limit
-                    if cutlass.const_expr(p > 0):
-                        high = -(1 << (shift + 8))  # the bits above this digit
-                        match = match & ((u & high) == found)
-                    if match:
-                        cute.arch.atomic_add(hist.iterator + (buf + ((u >> shift) & 0xFF)),
-                                             cutlass.Int32(1), sem="relaxed", scope="cta")
-                cute.arch.cluster_arrive()
+            cute.arch.barrier()  # the zeroed histograms before any atomic
+            if cutlass.const_expr(not self.wide) or per <= self.kpt:  # keys from one load
+                first = lo + t * per
+                end = cutlass.min(first + per, hi)
+                self._mark(trace, cta, t, 0)
+                self._load(row, first, end, keys)
+                self._mark(trace, cta, t, 1)
+                for p in cutlass.range_constexpr(4):
+                    self._count(keys, first, end, hist, (p % 2) * BINS, found, p)
+                    digit, need = self._pass_end(hist, total, state, need, p, t, lane, w, c,
+                                                 gather, bars)
+                    found = found | (digit << (24 - 8 * p))
+                    self._mark(trace, cta, t, 2 + p)
+                kth = found ^ SIGN  # the k-th largest key, signed image
+                above, ties = self._tally(keys, first, end, kth)
+                # a CTA holds at most 8K keys: above and ties packed in 16 bits each
+                before, mine = self._block_scan((above << 16) | ties, lane, w, warp_sums)
+                taken_before, ties_before = self._exchange(count, mine >> 16, mine & 0xFFFF,
+                                                           t, c, need, bars)
+                self._mark(trace, cta, t, 6)
+                self._write(keys, first, end, kth, need, ties_before + (before & 0xFFFF),
+                            taken_before + (before >> 16)
+                            + cutlass.min(before & 0xFFFF, cutlass.max(need - ties_before, 0)),
+                            out_row)
+                self._mark(trace, cta, t, 7)
+            else:  # longer contexts: each pass loads the CTA's tiles again (from L2)
+                tiles = (span + self.chunk - 1) // self.chunk
+                first = lo + t * self.kpt
+                # this CTA's keys above the k-th: those above the digit's bin in each pass's
+                # histogram (a key's first digit off the k-th's is a larger one); its ties:
+                # those in the last pass's bin
+                above = cutlass.Int32(0)
+                ties = cutlass.Int32(0)
+                self._mark(trace, cta, t, 0)
+                for p in cutlass.range_constexpr(4):
+                    for i in cutlass.range(tiles, unroll=1):
+                        at = first + i * self.chunk
+                        self._load(row, at, hi, keys)
+                        self._count(keys, at, hi, hist, (p % 2) * BINS, found, p)
+                    if cutlass.const_expr(p == 0):
+                        self._mark(trace, cta, t, 1)
+                    digit, need, up, ties = self._pass_end(hist, total, state, need, p, t, lane,
+                                                           w, c, gather, bars, True)
+                    found = found | (digit << (24 - 8 * p))
+                    above = above + up
+                    self._mark(trace, cta, t, 2 + p)
+                kth = found ^ SIGN
+                taken, tied = self._exchange(count, above, ties, t, c, need, bars)
+                self._mark(trace, cta, t, 6)
+                for i in cutlass.range(tiles, unroll=1):  # tile by tile, in position order
+                    at = first + i * self.chunk
+                    self._load(row, at, hi, keys)
+                    a, e = self._tally(keys, at, hi, kth)
+                    a_before, a_all = self._block_scan(a, lane, w, warp_sums)
+                    e_before, e_all = self._block_scan(e, lane, w, warp_sums)
+                    self._write(keys, at, hi, kth, need, tied + e_before,
+                                taken + a_before
+                                + cutlass.min(e_before, cutlass.max(need - tied, 0)), out_row)
+                    taken = taken + a_all + cutlass.min(e_all, cutlass.max(need - tied, 0))
+                    tied = tied + e_all
+                self._mark(trace, cta, t, 7)
+            if cutlass.const_expr(not self.push):
+                cute.arch.cluster_arrive()  # no CTA leaves while another reads its memory
                 cute.arch.cluster_wait()
-                got = cutlass.Int32(0)
-                for r in cutlass.range_constexpr(CLUSTER):
-                    got = got + _load_remote(hist.iterator + (buf + t), r)
-                total[t] = got
-                # the other buffer was read by every CTA in the pass before this barrier
-                hist[((p + 1) % 2) * BINS + t] = cutlass.Int32(0)
-                cute.arch.barrier()
-                if w == 0:
-                    self._digit(lane, total, state, need)
-                cute.arch.barrier()
-                found = found | (state[0] << shift)
-                need = state[1]
-            kth = found ^ SIGN  # the k-th largest key, signed image
-            above = cutlass.Int32(0)
-            ties = cutlass.Int32(0)
-            for j in cutlass.range_constexpr(self.kpt):
-                if first + j < limit:
-                    if keys[j] > kth:
-                        above = above + 1
-                    if keys[j] == kth:
-                        ties = ties + 1
-            before, cta_total = self._block_scan((above << 16) | ties, lane, w, warp_sums)
-            if t == 0:
-                count[0] = cta_total
-            cute.arch.cluster_arrive()
-            cute.arch.cluster_wait()
-            taken_before = cutlass.Int32(0)  # entries the CTAs before this one write
-            ties_before = cutlass.Int32(0)
-            for r in cutlass.range_constexpr(CLUSTER - 1):
-                if r < c:
-                    theirs = _load_remote(count.iterator, r)
-                    their_ties = theirs & 0xFFFF
-                    taken_before = (taken_before + (theirs >> 16)
-                                    + cutlass.min(their_ties,
-                                                  cutlass.max(need - ties_before, 0)))
-                    ties_before = ties_before + their_ties
-            tie_rank = ties_before + (before & 0xFFFF)
-            at = (taken_before + (before >> 16)
-                  + cutlass.min(before & 0xFFFF, cutlass.max(need - ties_before, 0)))
-            for j in cutlass.range_constexpr(self.kpt):
-                if first + j < limit:
-                    take = keys[j] > kth
-                    if keys[j] == kth:
-                        take = tie_rank < need
-                        tie_rank = tie_rank + 1
-                    if take:
-                        out_row[at] = cutlass.Int64(first + j)
-                        at = at + 1
-            cute.arch.cluster_arrive()  # no CTA leaves while another reads its count
-            cute.arch.cluster_wait()
         if cutlass.const_expr(self.pdl):
             cute.arch.griddepcontrol_launch_dependents()
 
 
-def keys_per_thread(width: int) -> int:
-    """Keys a thread holds for rows `width` wide (0: wider than this kernel takes)."""
-    kpt = -(-width // (CLUSTER * THREADS))
-    return kpt if kpt <= MAX_KEYS_PER_THREAD else 0
+def keys_per_thread(width: int) -> tuple:
+    """(keys a thread holds, wide) for rows `width` wide: every key of the row at once up to
+    CLUSTER x THREADS x MAX_KEYS_PER_THREAD scores (64K); in a wider table the same, a row's
+    context held at once up to 64K and loaded again each pass beyond."""
+    kpt = _round_up(-(-width // (CLUSTER * THREADS)), VEC)
+    return (kpt, False) if kpt <= MAX_KEYS_PER_THREAD else (MAX_KEYS_PER_THREAD, True)
 
 
 def _int(bits: int):
@@ -247,16 +481,24 @@ def _int(bits: int):
 
 
 @functools.lru_cache(maxsize=None)
-def _compiled(k: int, kpt: int, pdl: bool, pos_bits: int = 32):
+def _compiled(k: int, kpt: int, pdl: bool, pos_bits: int = 32, wide: bool = False,
+              vec: bool = True, push: bool = True, trace: bool = False):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
-    kernel = ClusterTopk(k, kpt, pdl)
+    kernel = ClusterTopk(k, kpt, pdl, wide, vec, push, trace)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.Int32, 16, gmem, 4), make_ptr(_int(pos_bits), 16, gmem, 4),
-            make_ptr(cutlass.Int64, 16, gmem, 8))
+            make_ptr(cutlass.Int64, 16, gmem, 8), make_ptr(cutlass.Int64, 16, gmem, 8))
     fn = cute.compile(kernel, *ptrs, 1, 1, 1, cuda.CUstream(0))
     return kernel, fn
+
+
+def vector_loads(scores) -> bool:
+    """Whether the rows of `scores` load VEC keys at a time (16-byte aligned runs: the start
+    aligned, the width and the row stride multiples of VEC); else one key a load."""
+    return (scores.shape[1] % VEC == 0 and scores.stride(0) % VEC == 0
+            and scores.data_ptr() % (VEC * scores.element_size()) == 0)
 
 
 def refusal(scores, positions, k: int, out) -> str | None:
@@ -265,9 +507,8 @@ def refusal(scores, positions, k: int, out) -> str | None:
 
     if scores.dim() != 2 or scores.dtype != torch.float32 or scores.stride(1) != 1:
         return "cluster_topk: scores must be fp32 [M, W] with unit column stride"
-    if not keys_per_thread(scores.shape[1]):
-        return (f"cluster_topk: rows up to {CLUSTER * THREADS * MAX_KEYS_PER_THREAD} scores, "
-                f"got {scores.shape[1]}")
+    if scores.shape[1] >= 1 << 31:
+        return "cluster_topk: rows below 2^31 scores (int32 positions)"
     if positions.dtype not in (torch.int32, torch.int64) or positions.shape[0] < scores.shape[0]:
         return "cluster_topk: positions must be int32 or int64 [>= M]"
     if out.dtype != torch.int64 or out.shape != (scores.shape[0], k) or not out.is_contiguous():
@@ -277,11 +518,12 @@ def refusal(scores, positions, k: int, out) -> str | None:
     return None
 
 
-def topk_positions(scores, positions, k: int, out, pdl: bool = False) -> None:
+def topk_positions(scores, positions, k: int, out, pdl: bool = False, trace=None) -> None:
     """out int64 [M, k] = ascending positions of row m's k best scores among its first
     positions[m] + 1 (int32 or int64; all of them, then -1s, when that is <= k), as
     topk.topk_positions; on the current torch stream, graph-capturable. pdl: launched
-    programmatically dependent (it waits for the previous kernel before reading anything)."""
+    programmatically dependent (it waits for the previous kernel before reading anything).
+    trace: measurement only, int64 [M x CLUSTER, len(TRACE_POINTS)] (``ClusterTopk.trace``)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import make_ptr
@@ -291,9 +533,17 @@ def topk_positions(scores, positions, k: int, out, pdl: bool = False) -> None:
         raise ValueError(reason)
     m, width = scores.shape
     pos_bits = positions.element_size() * 8
-    _, fn = _compiled(k, keys_per_thread(width), bool(pdl), pos_bits)
+    kpt, wide = keys_per_thread(width)
+    if trace is not None and (trace.dtype != torch.int64 or not trace.is_contiguous()
+                              or trace.numel() < m * CLUSTER * len(TRACE_POINTS)):
+        raise ValueError("cluster_topk: trace must be a contiguous int64 "
+                         f"[{m * CLUSTER}, {len(TRACE_POINTS)}]")
+    _, fn = _compiled(k, kpt, bool(pdl), pos_bits, wide, vector_loads(scores), PUSH,
+                      trace is not None)
     gmem = cute.AddressSpace.gmem
     stream = cuda.CUstream(torch.cuda.current_stream(scores.device).cuda_stream)
     fn(make_ptr(cutlass.Int32, scores.data_ptr(), gmem, 4),
        make_ptr(_int(pos_bits), positions.data_ptr(), gmem, 4),
-       make_ptr(cutlass.Int64, out.data_ptr(), gmem, 8), m, scores.stride(0), width, stream)
+       make_ptr(cutlass.Int64, out.data_ptr(), gmem, 8),
+       make_ptr(cutlass.Int64, (trace if trace is not None else out).data_ptr(), gmem, 8),
+       m, scores.stride(0), width, stream)
