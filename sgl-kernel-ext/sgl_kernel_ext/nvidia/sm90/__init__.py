@@ -100,12 +100,14 @@ ATTN_SIDE_ABSORB_W_EARLY = True
 ATTN_SIDE_EARLY_SLOTS = None
 # The indexer's top-k of rows wider than triton.topk.SPLIT_MIN_WIDTH as cluster_topk's one
 # launch (a thread block cluster a row, its CTAs meeting in distributed shared memory between
-# the radix passes) instead of the Triton split's six launches. On by default wherever it can
-# run (a Hopper GPU, CuTe DSL; elsewhere the layer logs why it runs Triton's); "1" insists,
-# "0" turns it off. Alone on an H100 (results/
-# topk_probe_20261205T194310Z, exact against a stable sort, the split's output bitwise): 11.3-
-# 12.3 us at 1-16 rows of 4K, 11.6-13.0 of 8K, 15.0-17.0 of 32K, 19.7-35.9 of 64K, against the
-# split's 19.3-20.5, 19.6-20.8, 23.6-29.7 and 27.5-50.0.
+# the radix passes) instead of the Triton split's six launches, in a table of any width (a
+# server's is 1M wide). On by default wherever it can run (a Hopper GPU, CuTe DSL; elsewhere
+# the layer logs why it runs Triton's); "1" insists, "0" turns it off. On an H100 (exact
+# against a stable sort; results/topk_probe_20261206T024649Z, 1M-wide table): 12.9-14.0 us at
+# 1-16 rows of 8K, 13.7-14.6 of 32K, 27.0-37.9 of 128K, 41.2-57.3 of 200K, against the split's
+# 20.1-21.2, 23.9-30.8, 37.0-90.8 and 49.9-140.0; a MoE layer with the indexer in that table
+# is 7.4-8.2 us faster at 1-16 rows of 8K, 10.6-25.1 of 32K, 3.0-96.3 of 128K
+# (tiling_probe_20261206T024653Z, T024709Z, T024721Z: triton_topk).
 TOPK_ENV = "SGL_KERNEL_EXT_SM90_TOPK"
 TOPK: Optional[bool] = None
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
