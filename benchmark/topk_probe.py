@@ -14,6 +14,10 @@ poisoning it. Forms:
     cluster          nvidia/sm90/cluster_topk: a thread block cluster a row, one launch
     cluster_pull     the same, its CTAs reading each other's histograms after cluster barriers
                      (cluster_topk.PUSH off)
+    cluster_one_size the same, a context held in registers walking every key a thread can
+                     hold (cluster_topk.SIZED off)
+    cluster_no_prefetch  the same, a context loaded again each pass loading each tile when
+                     its turn comes (cluster_topk.PREFETCH off)
 
     PYTHONPATH=python:sgl-kernel-ext python3 -m benchmark.topk_probe --out $OUT
 """
@@ -27,6 +31,10 @@ import triton
 import triton.language as tl
 
 from sgl_kernel_ext.triton.topk import _keys, _take_whole_context
+
+# the cluster forms: cluster_topk's flag each turns off (None: the default)
+CLUSTER_FLAG_OFF = {"cluster": None, "cluster_pull": "PUSH", "cluster_one_size": "SIZED",
+                    "cluster_no_prefetch": "PREFETCH"}
 
 from . import harness as H
 
@@ -121,19 +129,22 @@ def form_fn(name: str, scores, positions, k, out, dev):
             finally:
                 topk.ONE_LAUNCH = was
         return run
-    if name in ("cluster", "cluster_pull"):
+    if name in CLUSTER_FLAG_OFF:
         from sgl_kernel_ext.nvidia.sm90 import cluster_topk
 
         if cluster_topk.refusal(scores, positions, k, out):
             return None
+        flag = CLUSTER_FLAG_OFF[name]
 
         def run():
-            was = cluster_topk.PUSH
-            cluster_topk.PUSH = name == "cluster"
+            was = getattr(cluster_topk, flag) if flag else None
+            if flag:
+                setattr(cluster_topk, flag, False)
             try:
                 cluster_topk.topk_positions(scores, positions, k, out)
             finally:
-                cluster_topk.PUSH = was
+                if flag:
+                    setattr(cluster_topk, flag, was)
         return run
     if name.startswith("once_"):
         _, block, warps, digit = name.split("_")

@@ -6,8 +6,10 @@ k, contexts that end inside a CTA's keys and inside a thread's), widths from 4K 
 no multiple of four, a start off 16 bytes) as well as four at a time, scores with many ties
 (integers, so the k-th largest is shared across the cluster's CTAs) and with negative and zero
 scores; the CTAs sending their histograms to each other (the default) or reading them after
-cluster barriers; repeated launches, a CUDA-graph replay and the programmatically dependent
-launch are bitwise the first, and the output equals the Triton split top-k's.
+cluster barriers, a reloaded context's next tile prefetched or not, a short context walking
+only its share of a thread's keys or all of them; repeated launches, a CUDA-graph replay and
+the programmatically dependent launch are bitwise the first, and the output equals the Triton
+split top-k's.
 
 Run on the GPU machine with CuTe DSL importable (benchmark/sm90_run.sh stages it).
 """
@@ -95,10 +97,13 @@ def test_matches_a_stable_sort(rows, width, contexts, kind, pos_dtype):
     assert torch.equal(got, split)
 
 
+@pytest.mark.parametrize("flag", ["PUSH", "PREFETCH", "SIZED"])
 @pytest.mark.parametrize("rows,width,contexts,kind", [CASES[i] for i in (3, 6, 8, 9)])
-def test_pull_form_matches_a_stable_sort(rows, width, contexts, kind, monkeypatch):
-    """The form whose CTAs read each other's histograms after cluster barriers (PUSH off)."""
-    monkeypatch.setattr(cluster_topk, "PUSH", False)
+def test_forms_off_match_a_stable_sort(rows, width, contexts, kind, flag, monkeypatch):
+    """Each form with one of its choices off: the CTAs reading each other's histograms after
+    cluster barriers (PUSH), a reloaded context's tiles loaded in turn (PREFETCH), a context
+    held in registers walking every key a thread holds (SIZED)."""
+    monkeypatch.setattr(cluster_topk, flag, False)
     scores, positions = _case(rows, width, contexts, kind, seed=3 * rows + width)
     assert torch.equal(_run(scores, positions), _reference(scores, positions, K))
 
