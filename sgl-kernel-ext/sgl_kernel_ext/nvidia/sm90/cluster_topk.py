@@ -9,8 +9,10 @@ as Triton's histogram costs ~7 us a pass over 8K keys on one multiprocessor
 equal consecutive range of the row's context as keys (the order-preserving int32 image of the
 fp32 scores), spread evenly over its threads and loaded VEC at a time where the rows are
 16-byte aligned: in registers from one load where a thread's share fits (contexts up to 64K,
-in a table of any width), else, in a wider table, loaded again each pass a tile of THREADS x
-keys_per_thread at a time. Each pass is
+in a table of any width; the thread walks the smallest of 4, 8, 16 or 32 keys that holds its
+share, SIZED), else, in a wider table, loaded again each pass a tile of THREADS x
+keys_per_thread at a time, the next tile's loads in flight while one is counted (PREFETCH).
+Each pass is
   1. every CTA's 256-bin histogram of the next 8 bits of its keys that share the digits found
      so far (shared-memory atomics, two buffers used in turn),
   2. every CTA sending it into the others' shared memory (st.async, 32 bytes a thread), each
@@ -560,7 +562,7 @@ def _int(bits: int):
 @functools.lru_cache(maxsize=None)
 def _compiled(k: int, kpt: int, pdl: bool, pos_bits: int = 32, wide: bool = False,
               vec: bool = True, push: bool = True, trace: bool = False,
-              prefetch: bool = False, sized: bool = True):
+              prefetch: bool = True, sized: bool = True):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
