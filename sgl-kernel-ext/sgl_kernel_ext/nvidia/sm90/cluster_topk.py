@@ -504,7 +504,7 @@ class ClusterTopk:
                             self._image(ahead, keys, self.kpt)
                             following = i + 1
                             if following == tiles:
-                                following = 0
+                                following = cutlass.Int32(0)
                             self._fetch(row, first + following * self.chunk, hi, ahead,
                                         self.kpt)
                         else:
