@@ -32,7 +32,9 @@
 #                                         # 128K contexts in a 1M-wide table against the
 #                                         # choice that matters there off (~4 minutes;
 #                                         # TOPK_POOL_TESTS=0, TOPK_ROWS, TOPK_WIDTHS and
-#                                         # TOPK_CTXS="8192 131072" make it shorter)
+#                                         # TOPK_CTXS="8192 131072" make it shorter;
+#                                         # TOPK_FORMS, the probe's forms; TOPK_VARIANTS,
+#                                         # the layer's variants beside baseline, a,b)
 #   bash benchmark/release_run.sh peer_norm # on nvidia-h200-x2: the fused all-reduce + norm's
 #                                         # two-GPU test, then its probe against torch's
 #                                         # symmetric-memory one-shot and NCCL (each + the norm)
@@ -198,7 +200,7 @@ run_topk() {
     echo "pool table tests rc=$?"; tail -1 "$L/pytest_pool_table.log"
   fi
   timeout 150 python3 -m benchmark.topk_probe --table 1048576 --rows "${TOPK_ROWS:-1,4,16}" \
-    --forms split,cluster,cluster_one_size,cluster_no_prefetch \
+    --forms "${TOPK_FORMS:-split,cluster,cluster_one_size,cluster_no_prefetch}" \
     --widths "${TOPK_WIDTHS:-8192,32768,65536,131072,262144}" --out "$OUT" \
     > "$L/topk_probe_table.log" 2>&1
   echo "topk_probe (1M table) rc=$?"; grep -E " us |trace" "$L/topk_probe_table.log" | cut -c12-
@@ -206,7 +208,8 @@ run_topk() {
   for ctx in ${TOPK_CTXS:-8192 32768 131072}; do
     variant=topk_one_size
     [ $ctx -gt 65536 ] && variant=topk_no_prefetch
-    timeout 100 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,4,16 --ctx $ctx \
+    variant=${TOPK_VARIANTS:-$variant}
+    timeout 150 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,4,16 --ctx $ctx \
       --width 1048576 --variants baseline,$variant,baseline,$variant --out "$OUT" \
       > "$L/tiling_topk_$ctx.log" 2>&1
     echo "tiling_probe ctx $ctx rc=$?"; grep "M=" "$L/tiling_topk_$ctx.log" | cut -c12-

@@ -18,6 +18,9 @@ poisoning it. Forms:
                      hold (cluster_topk.SIZED off)
     cluster_no_prefetch  the same, a context loaded again each pass loading each tile when
                      its turn comes (cluster_topk.PREFETCH off)
+    cluster_prefetch_all the same, the next tile prefetched at any rows (PREFETCH_ROWS
+                     unbounded)
+    cluster_sizes_4_8    the same, a held context walking 4, 8 or 32 keys (HELD_SIZES 4, 8)
 
     PYTHONPATH=python:sgl-kernel-ext python3 -m benchmark.topk_probe --out $OUT
 """
@@ -32,9 +35,11 @@ import triton.language as tl
 
 from sgl_kernel_ext.triton.topk import _keys, _take_whole_context
 
-# the cluster forms: cluster_topk's flag each turns off (None: the default)
-CLUSTER_FLAG_OFF = {"cluster": None, "cluster_pull": "PUSH", "cluster_one_size": "SIZED",
-                    "cluster_no_prefetch": "PREFETCH"}
+# the cluster forms: the cluster_topk knobs each sets ({}: the default)
+CLUSTER_FORMS = {"cluster": {}, "cluster_pull": {"PUSH": False},
+                 "cluster_one_size": {"SIZED": False}, "cluster_no_prefetch": {"PREFETCH": False},
+                 "cluster_prefetch_all": {"PREFETCH_ROWS": 1 << 30},
+                 "cluster_sizes_4_8": {"HELD_SIZES": (4, 8)}}
 
 from . import harness as H
 
@@ -129,22 +134,22 @@ def form_fn(name: str, scores, positions, k, out, dev):
             finally:
                 topk.ONE_LAUNCH = was
         return run
-    if name in CLUSTER_FLAG_OFF:
+    if name in CLUSTER_FORMS:
         from sgl_kernel_ext.nvidia.sm90 import cluster_topk
 
         if cluster_topk.refusal(scores, positions, k, out):
             return None
-        flag = CLUSTER_FLAG_OFF[name]
+        knobs = CLUSTER_FORMS[name]
 
         def run():
-            was = getattr(cluster_topk, flag) if flag else None
-            if flag:
-                setattr(cluster_topk, flag, False)
+            was = {knob: getattr(cluster_topk, knob) for knob in knobs}
+            for knob, value in knobs.items():
+                setattr(cluster_topk, knob, value)
             try:
                 cluster_topk.topk_positions(scores, positions, k, out)
             finally:
-                if flag:
-                    setattr(cluster_topk, flag, was)
+                for knob, value in was.items():
+                    setattr(cluster_topk, knob, value)
         return run
     if name.startswith("once_"):
         _, block, warps, digit = name.split("_")

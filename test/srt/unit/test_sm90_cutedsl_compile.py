@@ -5,6 +5,7 @@ installed (``.ci/run`` installs the GPU's Triton under .cache/) the cubin's SASS
 for the bulk tensor copy (TMA) the weight ring is built on and for the FP8 wgmma."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -106,6 +107,15 @@ def _compile(tmp_path, script: str, forms: list) -> list:
 def _sass(cubin) -> str:
     return subprocess.run([str(CUOBJDUMP), "-sass", str(cubin)], capture_output=True,
                           text=True, timeout=120).stdout
+
+
+def _registers(cubin) -> int:
+    """Registers a thread of the cubin's (one) kernel takes."""
+    usage = subprocess.run([str(CUOBJDUMP), "-res-usage", str(cubin)], capture_output=True,
+                           text=True, timeout=120).stdout
+    found = re.findall(r"REG:(\d+)", usage)
+    assert len(found) == 1, usage[-2000:]
+    return int(found[0])
 
 
 def _check_sass(cubins, wgmma="QGMMA.64x", load="UTMALDG", mma=True) -> None:
@@ -244,3 +254,8 @@ def test_cluster_topk_compiles_for_sm90a(tmp_path):
             assert ("MEMBAR.ALL.GPU" in sass) == (not push), form
             assert "STL" not in sass, f"{form}: keys spilled to local memory"
             assert ("LDG.E.128" in sass) == form[5], f"{form}: vector loads of the keys"
+            if form[1] == 32 and form[4]:
+                # cluster_topk.PREFETCH_ROWS' premise: the wide form without the prefetch fits
+                # two CTAs an SM (at most 128 registers a thread), with it one
+                regs = _registers(cubins[0])
+                assert (regs > 128) == form[7], f"{form}: {regs} registers a thread"

@@ -53,10 +53,15 @@ PUSH = True
 # a wide table's context past 64K: each tile's successor loaded while the tile is counted
 # (two tiles of registers a thread), rather than each tile loaded when its turn comes
 PREFETCH = True
-# a context held in registers walks the smallest of the doubling sizes (4, 8, 16, 32 keys a
-# thread) that holds its share, one compiled path each, rather than every key a thread holds
+# ... for up to this many rows: the prefetching form takes 154 registers a thread (122
+# without), so an SM holds one of its CTAs, and on an H100 16 rows' clusters no longer all fit
+# at once (16 rows alone: 76.7 us against 62.7 without, at 256K; 4 rows: 39.8 against 45.0)
+PREFETCH_ROWS = 8
+# a context held in registers walks the smallest of HELD_SIZES and the most a thread holds
+# (32 keys) that holds its share, one compiled path each, rather than every key a thread holds
 # (an 8K context in a 1M-wide table: 4 keys a thread, not 32)
 SIZED = True
+HELD_SIZES = (4, 8, 16)
 # measurement only (``trace``): each CTA's %globaltimer (ns) at these points of a row, into
 # trace int64 [rows x CLUSTER, len(TRACE_POINTS)]; for a context loaded again each pass,
 # "loaded" is its first pass's tiles loaded and counted
@@ -108,7 +113,7 @@ class ClusterTopk:
 
     def __init__(self, k: int, kpt: int, pdl: bool = False, wide: bool = False,
                  vec: bool = True, push: bool = True, trace: bool = False,
-                 prefetch: bool = True, sized: bool = True):
+                 prefetch: bool = True, sizes: tuple = HELD_SIZES):
         if not 1 <= kpt <= MAX_KEYS_PER_THREAD or kpt % VEC:
             raise ValueError(f"cluster_topk: a multiple of {VEC} up to {MAX_KEYS_PER_THREAD} "
                              f"keys a thread, got {kpt}")
@@ -123,8 +128,9 @@ class ClusterTopk:
         # prefetch (wide): a context loaded again each pass has its next tile's loads in
         # flight while a tile's keys are counted
         self.prefetch = prefetch
-        # sized: a row held in registers takes the smallest of held_sizes() that holds it
-        self.sized = sized
+        # sizes: the smaller key counts a thread's row may hold besides kpt, one compiled
+        # path each (``held_sizes``)
+        self.sizes = tuple(sizes)
         # measurement only: each CTA's %globaltimer at TRACE_POINTS
         self.trace = trace
         self.chunk = THREADS * kpt
@@ -378,13 +384,9 @@ class ClusterTopk:
         return taken, tied
 
     def held_sizes(self) -> tuple:
-        """Keys a thread holds, one compiled path each (multiples of VEC doubling up to kpt):
-        a row's context takes the smallest that holds its share."""
-        sizes, n = [], VEC
-        while self.sized and n < self.kpt:
-            sizes.append(n)
-            n *= 2
-        return tuple(sizes + [self.kpt])
+        """Keys a thread holds, one compiled path each (those of `sizes` below kpt, then
+        kpt): a row's context takes the smallest that holds its share."""
+        return tuple(sorted(n for n in set(self.sizes) if n < self.kpt)) + (self.kpt,)
 
     @cute.jit
     def _held(self, n: cutlass.Constexpr, row: cute.Tensor, first, end, out_row: cute.Tensor,
@@ -547,6 +549,18 @@ class ClusterTopk:
             cute.arch.griddepcontrol_launch_dependents()
 
 
+def held_sizes() -> tuple:
+    """The smaller key counts a wide table's row may hold (HELD_SIZES, or none, SIZED off),
+    each a multiple of VEC up to MAX_KEYS_PER_THREAD."""
+    if not SIZED:
+        return ()
+    for n in HELD_SIZES:
+        if n % VEC or not VEC <= n <= MAX_KEYS_PER_THREAD:
+            raise ValueError(f"cluster_topk.HELD_SIZES: multiples of {VEC} up to "
+                             f"{MAX_KEYS_PER_THREAD}, got {HELD_SIZES}")
+    return tuple(sorted(set(HELD_SIZES)))
+
+
 def keys_per_thread(width: int) -> tuple:
     """(keys a thread holds, wide) for rows `width` wide: every key of the row at once up to
     CLUSTER x THREADS x MAX_KEYS_PER_THREAD scores (64K); in a wider table the same, a row's
@@ -562,11 +576,11 @@ def _int(bits: int):
 @functools.lru_cache(maxsize=None)
 def _compiled(k: int, kpt: int, pdl: bool, pos_bits: int = 32, wide: bool = False,
               vec: bool = True, push: bool = True, trace: bool = False,
-              prefetch: bool = True, sized: bool = True):
+              prefetch: bool = True, sizes: tuple = HELD_SIZES):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
-    kernel = ClusterTopk(k, kpt, pdl, wide, vec, push, trace, prefetch, sized)
+    kernel = ClusterTopk(k, kpt, pdl, wide, vec, push, trace, prefetch, sizes)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.Int32, 16, gmem, 4), make_ptr(_int(pos_bits), 16, gmem, 4),
             make_ptr(cutlass.Int64, 16, gmem, 8), make_ptr(cutlass.Int64, 16, gmem, 8))
@@ -619,7 +633,8 @@ def topk_positions(scores, positions, k: int, out, pdl: bool = False, trace=None
         raise ValueError("cluster_topk: trace must be a contiguous int64 "
                          f"[{m * CLUSTER}, {len(TRACE_POINTS)}]")
     _, fn = _compiled(k, kpt, bool(pdl), pos_bits, wide, vector_loads(scores), PUSH,
-                      trace is not None, PREFETCH and wide, SIZED)
+                      trace is not None, PREFETCH and wide and m <= PREFETCH_ROWS,
+                      held_sizes())
     gmem = cute.AddressSpace.gmem
     stream = cuda.CUstream(torch.cuda.current_stream(scores.device).cuda_stream)
     fn(make_ptr(cutlass.Int32, scores.data_ptr(), gmem, 4),
