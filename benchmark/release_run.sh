@@ -203,7 +203,7 @@ run_topk() {
     --forms "${TOPK_FORMS:-split,cluster,cluster_one_size,cluster_no_prefetch}" \
     --widths "${TOPK_WIDTHS:-8192,32768,65536,131072,262144}" --out "$OUT" \
     > "$L/topk_probe_table.log" 2>&1
-  echo "topk_probe (1M table) rc=$?"; grep -E " us |trace" "$L/topk_probe_table.log" | cut -c12-
+  echo "topk_probe (1M table) rc=$?"; grep -E " us |trace|clusters" "$L/topk_probe_table.log" | cut -c12-
   local ctx variant
   for ctx in ${TOPK_CTXS:-8192 32768 131072}; do
     variant=topk_one_size

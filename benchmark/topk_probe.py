@@ -201,6 +201,14 @@ def main():
     meta = {"benchmark": "topk_probe", "k": args.k, "replays": args.replays,
             "args": H.portable_args(args)}
     meta.update(H.run_meta(dev))
+    try:  # clusters of 8 and 16 CTAs the GPU holds at once, one CTA an SM (CuTe DSL's query)
+        from cutlass.utils import HardwareInfo
+
+        info = HardwareInfo(dev.index or 0)
+        meta["max_active_clusters"] = {n: info.get_max_active_clusters(n) for n in (8, 16)}
+        H.log(f"max active clusters (one CTA an SM): {meta['max_active_clusters']}")
+    except Exception as e:  # noqa: BLE001 - measurement only: say why it is missing
+        meta["max_active_clusters"] = f"unavailable: {type(e).__name__}: {e}"
     results = []
     for width in [int(w) for w in args.widths.split(",")]:
         for m in [int(r) for r in args.rows.split(",")]:
