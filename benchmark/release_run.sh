@@ -200,13 +200,13 @@ run_topk() {
     echo "pool table tests rc=$?"; tail -1 "$L/pytest_pool_table.log"
   fi
   timeout 150 python3 -m benchmark.topk_probe --table 1048576 --rows "${TOPK_ROWS:-1,4,16}" \
-    --forms "${TOPK_FORMS:-split,cluster,cluster_one_size,cluster_no_prefetch}" \
+    --forms "${TOPK_FORMS:-split,cluster,cluster_sized,cluster_no_prefetch}" \
     --widths "${TOPK_WIDTHS:-8192,32768,65536,131072,262144}" --out "$OUT" \
     > "$L/topk_probe_table.log" 2>&1
   echo "topk_probe (1M table) rc=$?"; grep -E " us |trace|clusters" "$L/topk_probe_table.log" | cut -c12-
   local ctx variant
   for ctx in ${TOPK_CTXS:-8192 32768 131072}; do
-    variant=topk_one_size
+    variant=topk_sized
     [ $ctx -gt 65536 ] && variant=topk_no_prefetch
     variant=${TOPK_VARIANTS:-$variant}
     timeout 150 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,4,16 --ctx $ctx \

@@ -514,11 +514,11 @@ VARIANTS = {
     "attn_side_off": {("sm90", "ATTN_SIDE"): False},
     # the indexer's long-row top-k on the Triton split instead of cluster_topk
     "triton_topk": {("sm90", "TOPK"): False},
-    # cluster_topk with a short context walking every key a thread holds (SIZED off) or 4, 8
-    # or 32 keys (no 16-key path), or a context past 64K loading each tile in turn (PREFETCH
-    # off) or prefetching at any rows
-    "topk_one_size": {("cluster_topk", "SIZED"): False},
-    "topk_sizes_4_8": {("cluster_topk", "HELD_SIZES"): (4, 8)},
+    # cluster_topk with a short context walking only its share of a thread's keys (SIZED on:
+    # 4, 8, 16 or 32; or 4, 8 or 32), or a context past 64K loading each tile in turn
+    # (PREFETCH off) or prefetching at any rows
+    "topk_sized": {("cluster_topk", "SIZED"): True},
+    "topk_sizes_4_8": {("cluster_topk", "SIZED"): True, ("cluster_topk", "HELD_SIZES"): (4, 8)},
     "topk_no_prefetch": {("cluster_topk", "PREFETCH"): False},
     "topk_prefetch_all": {("cluster_topk", "PREFETCH_ROWS"): 1 << 30},
     "attn_side_2": {("sm90", "ATTN_SIDE"): True, ("sm90", "ATTN_SIDE_MAX_ROWS"): 2},

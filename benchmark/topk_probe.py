@@ -14,13 +14,13 @@ poisoning it. Forms:
     cluster          nvidia/sm90/cluster_topk: a thread block cluster a row, one launch
     cluster_pull     the same, its CTAs reading each other's histograms after cluster barriers
                      (cluster_topk.PUSH off)
-    cluster_one_size the same, a context held in registers walking every key a thread can
-                     hold (cluster_topk.SIZED off)
+    cluster_sized    the same, a context held in registers walking only its share of a
+                     thread's keys, 4, 8, 16 or 32 (cluster_topk.SIZED on)
     cluster_no_prefetch  the same, a context loaded again each pass loading each tile when
                      its turn comes (cluster_topk.PREFETCH off)
     cluster_prefetch_all the same, the next tile prefetched at any rows (PREFETCH_ROWS
                      unbounded)
-    cluster_sizes_4_8    the same, a held context walking 4, 8 or 32 keys (HELD_SIZES 4, 8)
+    cluster_sizes_4_8    the same, 4, 8 or 32 keys (SIZED on, HELD_SIZES 4, 8)
 
     PYTHONPATH=python:sgl-kernel-ext python3 -m benchmark.topk_probe --out $OUT
 """
@@ -37,9 +37,9 @@ from sgl_kernel_ext.triton.topk import _keys, _take_whole_context
 
 # the cluster forms: the cluster_topk knobs each sets ({}: the default)
 CLUSTER_FORMS = {"cluster": {}, "cluster_pull": {"PUSH": False},
-                 "cluster_one_size": {"SIZED": False}, "cluster_no_prefetch": {"PREFETCH": False},
+                 "cluster_sized": {"SIZED": True}, "cluster_no_prefetch": {"PREFETCH": False},
                  "cluster_prefetch_all": {"PREFETCH_ROWS": 1 << 30},
-                 "cluster_sizes_4_8": {"HELD_SIZES": (4, 8)}}
+                 "cluster_sizes_4_8": {"SIZED": True, "HELD_SIZES": (4, 8)}}
 
 from . import harness as H
 
@@ -201,6 +201,7 @@ def main():
     meta = {"benchmark": "topk_probe", "k": args.k, "replays": args.replays,
             "args": H.portable_args(args)}
     meta.update(H.run_meta(dev))
+    torch.zeros(1, device=dev)  # the context current for the driver query below
     try:  # clusters of 8 and 16 CTAs the GPU holds at once, one CTA an SM (CuTe DSL's query)
         from cutlass.utils import HardwareInfo
 

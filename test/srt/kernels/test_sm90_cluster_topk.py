@@ -98,17 +98,19 @@ def test_matches_a_stable_sort(rows, width, contexts, kind, pos_dtype):
     assert torch.equal(got, split)
 
 
-@pytest.mark.parametrize("knob,value", [("PUSH", False), ("PREFETCH", False), ("SIZED", False),
+@pytest.mark.parametrize("knob,value", [("PUSH", False), ("PREFETCH", False), ("SIZED", True),
                                         ("HELD_SIZES", (4, 8)), ("PREFETCH_ROWS", 1 << 30)])
 @pytest.mark.parametrize("rows,width,contexts,kind",
                          [CASES[i] for i in (3, 6, 8, 9)]
                          + [(12, 131072, [131072 - 5003 * i for i in range(12)], "normal")])
 def test_forms_off_match_a_stable_sort(rows, width, contexts, kind, knob, value, monkeypatch):
-    """Each form with one of its choices off: the CTAs reading each other's histograms after
-    cluster barriers (PUSH), a reloaded context's tiles loaded in turn (PREFETCH), a context
-    held in registers walking every key a thread holds (SIZED) or no 16-key path; or the
-    next tile prefetched past PREFETCH_ROWS (12 reloaded rows)."""
+    """Each form with one of its choices turned: the CTAs reading each other's histograms
+    after cluster barriers (PUSH), a reloaded context's tiles loaded in turn (PREFETCH), a
+    context held in registers walking only its share (SIZED, with or without a 16-key path),
+    the next tile prefetched past PREFETCH_ROWS (12 reloaded rows)."""
     monkeypatch.setattr(cluster_topk, knob, value)
+    if knob == "HELD_SIZES":
+        monkeypatch.setattr(cluster_topk, "SIZED", True)
     scores, positions = _case(rows, width, contexts, kind, seed=3 * rows + width)
     assert torch.equal(_run(scores, positions), _reference(scores, positions, K))
 

@@ -9,6 +9,7 @@ from sgl_kernel_ext.nvidia.sm90 import cluster_topk as C  # noqa: E402
 
 
 def test_held_sizes_follow_the_knobs(monkeypatch):
+    monkeypatch.setattr(C, "SIZED", True)
     assert C.held_sizes() == (4, 8, 16)
     monkeypatch.setattr(C, "HELD_SIZES", (8, 4, 8))
     assert C.held_sizes() == (4, 8)
@@ -18,6 +19,7 @@ def test_held_sizes_follow_the_knobs(monkeypatch):
 
 @pytest.mark.parametrize("bad", [(6,), (0,), (64,)])
 def test_bad_held_sizes_are_refused(bad, monkeypatch):
+    monkeypatch.setattr(C, "SIZED", True)
     monkeypatch.setattr(C, "HELD_SIZES", bad)
     with pytest.raises(ValueError, match="HELD_SIZES"):
         C.held_sizes()

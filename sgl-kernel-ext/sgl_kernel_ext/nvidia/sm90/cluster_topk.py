@@ -9,9 +9,10 @@ as Triton's histogram costs ~7 us a pass over 8K keys on one multiprocessor
 equal consecutive range of the row's context as keys (the order-preserving int32 image of the
 fp32 scores), spread evenly over its threads and loaded VEC at a time where the rows are
 16-byte aligned: in registers from one load where a thread's share fits (contexts up to 64K,
-in a table of any width; the thread walks the smallest of 4, 8, 16 or 32 keys that holds its
-share, SIZED), else, in a wider table, loaded again each pass a tile of THREADS x
-keys_per_thread at a time, the next tile's loads in flight while one is counted (PREFETCH).
+in a table of any width; the thread walks every key it can hold or, SIZED, the smallest of
+4, 8, 16 or 32 keys that holds its share), else, in a wider table, loaded again each pass a tile of THREADS x
+keys_per_thread at a time, the next tile's loads in flight while one is counted (PREFETCH, up
+to PREFETCH_ROWS rows).
 Each pass is
   1. every CTA's 256-bin histogram of the next 8 bits of its keys that share the digits found
      so far (shared-memory atomics, two buffers used in turn),
@@ -55,12 +56,15 @@ PUSH = True
 PREFETCH = True
 # ... for up to this many rows: the prefetching form takes 154 registers a thread (122
 # without), so an SM holds one of its CTAs, and on an H100 16 rows' clusters no longer all fit
-# at once (16 rows alone: 76.7 us against 62.7 without, at 256K; 4 rows: 39.8 against 45.0)
+# at once (alone at 128K: 24.9 us against 27.4 without at 8 rows, 25.2 against 27.8 at 12,
+# 46.8 against 37.6 at 16; the MoE+indexer layer at 16 rows: 4-17 us slower at 8K-128K)
 PREFETCH_ROWS = 8
-# a context held in registers walks the smallest of HELD_SIZES and the most a thread holds
-# (32 keys) that holds its share, one compiled path each, rather than every key a thread holds
-# (an 8K context in a 1M-wide table: 4 keys a thread, not 32)
-SIZED = True
+# off: a context held in registers walks every key a thread holds (32 in a wide table). On,
+# it walks the smallest of HELD_SIZES and 32 that holds its share, one compiled path each: in
+# the MoE+indexer layer (1M-wide table, H100) that was 3.5 us faster at 8K and 16K contexts
+# but 4-5 us slower at 32K and 128K (its n=32 path and reloading path the same code, in a
+# kernel with more of it; not so alone, where the code stays cached)
+SIZED = False
 HELD_SIZES = (4, 8, 16)
 # measurement only (``trace``): each CTA's %globaltimer (ns) at these points of a row, into
 # trace int64 [rows x CLUSTER, len(TRACE_POINTS)]; for a context loaded again each pass,
