@@ -27,9 +27,14 @@
 #                                         # table beside stock and its timeline
 #   bash benchmark/release_run.sh topk    # sm90 cluster_topk (CuTe DSL installed): its GPU
 #                                         # tests and the layer's pool-table tests, topk_probe
-#                                         # (its forms alone; in a 1M-wide table too) and the
-#                                         # MoE+indexer layer at 8K / 32K / 128K contexts in a
-#                                         # 1M-wide table against the Triton split (~5 minutes)
+#                                         # in a 1M-wide table (split, the default and each
+#                                         # choice off) and the MoE+indexer layer at 8K / 32K /
+#                                         # 128K contexts in a 1M-wide table against the
+#                                         # choice that matters there off (~4 minutes;
+#                                         # TOPK_POOL_TESTS=0, TOPK_ROWS, TOPK_WIDTHS and
+#                                         # TOPK_CTXS="8192 131072" make it shorter;
+#                                         # TOPK_FORMS, the probe's forms; TOPK_VARIANTS,
+#                                         # the layer's variants beside baseline, a,b)
 #   bash benchmark/release_run.sh peer_norm # on nvidia-h200-x2: the fused all-reduce + norm's
 #                                         # two-GPU test, then its probe against torch's
 #                                         # symmetric-memory one-shot and NCCL (each + the norm)
@@ -186,22 +191,26 @@ run_peer_norm() {
   echo "peer_norm_probe rc=$?"; grep -E "M=" "$L/peer_norm_probe.log" | tail -20
 }
 run_topk() {
-  timeout 240 python3 -m pytest test/srt/kernels/test_sm90_cluster_topk.py -q \
+  timeout 300 python3 -m pytest test/srt/kernels/test_sm90_cluster_topk.py -q \
     > "$L/pytest_cluster_topk.log" 2>&1
   echo "cluster_topk tests rc=$?"; tail -3 "$L/pytest_cluster_topk.log"
-  timeout 150 python3 -m pytest test/srt/kernels/test_fused_layer.py -q \
-    -k "pool_table and not persistent and not attn_side" > "$L/pytest_pool_table.log" 2>&1
-  echo "pool table tests rc=$?"; tail -1 "$L/pytest_pool_table.log"
-  timeout 90 python3 -m benchmark.topk_probe --forms split,cluster,cluster_pull --out "$OUT" \
-    > "$L/topk_probe.log" 2>&1
-  echo "topk_probe rc=$?"; grep -E " us |trace" "$L/topk_probe.log" | cut -c12-
-  timeout 100 python3 -m benchmark.topk_probe --forms split,cluster --table 1048576 \
-    --widths 8192,32768,65536,131072,200000 --out "$OUT" > "$L/topk_probe_table.log" 2>&1
-  echo "topk_probe (1M table) rc=$?"; grep -E " us |trace" "$L/topk_probe_table.log" | cut -c12-
-  local ctx
-  for ctx in 8192 32768 131072; do
-    timeout 100 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,4,16 --ctx $ctx \
-      --width 1048576 --variants baseline,triton_topk,baseline,triton_topk --out "$OUT" \
+  if [ "${TOPK_POOL_TESTS:-1}" = 1 ]; then
+    timeout 150 python3 -m pytest test/srt/kernels/test_fused_layer.py -q \
+      -k "pool_table and not persistent and not attn_side" > "$L/pytest_pool_table.log" 2>&1
+    echo "pool table tests rc=$?"; tail -1 "$L/pytest_pool_table.log"
+  fi
+  timeout 150 python3 -m benchmark.topk_probe --table 1048576 --rows "${TOPK_ROWS:-1,4,16}" \
+    --forms "${TOPK_FORMS:-split,cluster,cluster_sized,cluster_no_prefetch}" \
+    --widths "${TOPK_WIDTHS:-8192,32768,65536,131072,262144}" --out "$OUT" \
+    > "$L/topk_probe_table.log" 2>&1
+  echo "topk_probe (1M table) rc=$?"; grep -E " us |trace|clusters" "$L/topk_probe_table.log" | cut -c12-
+  local ctx variant
+  for ctx in ${TOPK_CTXS:-8192 32768 131072}; do
+    variant=topk_sized
+    [ $ctx -gt 65536 ] && variant=topk_no_prefetch
+    variant=${TOPK_VARIANTS:-$variant}
+    timeout 150 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,4,16 --ctx $ctx \
+      --width 1048576 --variants baseline,$variant,baseline,$variant --out "$OUT" \
       > "$L/tiling_topk_$ctx.log" 2>&1
     echo "tiling_probe ctx $ctx rc=$?"; grep "M=" "$L/tiling_topk_$ctx.log" | cut -c12-
   done

@@ -514,6 +514,13 @@ VARIANTS = {
     "attn_side_off": {("sm90", "ATTN_SIDE"): False},
     # the indexer's long-row top-k on the Triton split instead of cluster_topk
     "triton_topk": {("sm90", "TOPK"): False},
+    # cluster_topk with a short context walking only its share of a thread's keys (SIZED on:
+    # 4, 8, 16 or 32; or 4, 8 or 32), or a context past 64K loading each tile in turn
+    # (PREFETCH off) or prefetching at any rows
+    "topk_sized": {("cluster_topk", "SIZED"): True},
+    "topk_sizes_4_8": {("cluster_topk", "SIZED"): True, ("cluster_topk", "HELD_SIZES"): (4, 8)},
+    "topk_no_prefetch": {("cluster_topk", "PREFETCH"): False},
+    "topk_prefetch_all": {("cluster_topk", "PREFETCH_ROWS"): 1 << 30},
     "attn_side_2": {("sm90", "ATTN_SIDE"): True, ("sm90", "ATTN_SIDE_MAX_ROWS"): 2},
     # attn_side launched without programmatic dependence, or letting the next kernel (absorb)
     # launch only as it ends
@@ -621,9 +628,15 @@ def knob_modules() -> dict:
     from sgl_kernel_ext.triton import (attn_out, bf16_linear, fp8_linear, indexer, mla, moe,
                                        norm, overlap, topk)
 
-    return {"attn_out": attn_out, "bf16_linear": bf16_linear, "fp8_linear": fp8_linear,
-            "indexer": indexer, "mla": mla, "moe": moe, "norm": norm, "overlap": overlap,
-            "topk": topk, "probe": sys.modules[__name__], "sm90": sm90}
+    modules = {"attn_out": attn_out, "bf16_linear": bf16_linear, "fp8_linear": fp8_linear,
+               "indexer": indexer, "mla": mla, "moe": moe, "norm": norm, "overlap": overlap,
+               "topk": topk, "probe": sys.modules[__name__], "sm90": sm90}
+    try:  # the CuTe DSL kernels' own knobs, where CuTe DSL is installed
+        from sgl_kernel_ext.nvidia.sm90 import cluster_topk
+    except ImportError:
+        return modules
+    modules["cluster_topk"] = cluster_topk
+    return modules
 
 
 @contextlib.contextmanager

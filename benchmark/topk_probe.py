@@ -14,6 +14,13 @@ poisoning it. Forms:
     cluster          nvidia/sm90/cluster_topk: a thread block cluster a row, one launch
     cluster_pull     the same, its CTAs reading each other's histograms after cluster barriers
                      (cluster_topk.PUSH off)
+    cluster_sized    the same, a context held in registers walking only its share of a
+                     thread's keys, 4, 8, 16 or 32 (cluster_topk.SIZED on)
+    cluster_no_prefetch  the same, a context loaded again each pass loading each tile when
+                     its turn comes (cluster_topk.PREFETCH off)
+    cluster_prefetch_all the same, the next tile prefetched at any rows (PREFETCH_ROWS
+                     unbounded)
+    cluster_sizes_4_8    the same, 4, 8 or 32 keys (SIZED on, HELD_SIZES 4, 8)
 
     PYTHONPATH=python:sgl-kernel-ext python3 -m benchmark.topk_probe --out $OUT
 """
@@ -27,6 +34,12 @@ import triton
 import triton.language as tl
 
 from sgl_kernel_ext.triton.topk import _keys, _take_whole_context
+
+# the cluster forms: the cluster_topk knobs each sets ({}: the default)
+CLUSTER_FORMS = {"cluster": {}, "cluster_pull": {"PUSH": False},
+                 "cluster_sized": {"SIZED": True}, "cluster_no_prefetch": {"PREFETCH": False},
+                 "cluster_prefetch_all": {"PREFETCH_ROWS": 1 << 30},
+                 "cluster_sizes_4_8": {"SIZED": True, "HELD_SIZES": (4, 8)}}
 
 from . import harness as H
 
@@ -121,19 +134,22 @@ def form_fn(name: str, scores, positions, k, out, dev):
             finally:
                 topk.ONE_LAUNCH = was
         return run
-    if name in ("cluster", "cluster_pull"):
+    if name in CLUSTER_FORMS:
         from sgl_kernel_ext.nvidia.sm90 import cluster_topk
 
         if cluster_topk.refusal(scores, positions, k, out):
             return None
+        knobs = CLUSTER_FORMS[name]
 
         def run():
-            was = cluster_topk.PUSH
-            cluster_topk.PUSH = name == "cluster"
+            was = {knob: getattr(cluster_topk, knob) for knob in knobs}
+            for knob, value in knobs.items():
+                setattr(cluster_topk, knob, value)
             try:
                 cluster_topk.topk_positions(scores, positions, k, out)
             finally:
-                cluster_topk.PUSH = was
+                for knob, value in was.items():
+                    setattr(cluster_topk, knob, value)
         return run
     if name.startswith("once_"):
         _, block, warps, digit = name.split("_")
@@ -185,6 +201,15 @@ def main():
     meta = {"benchmark": "topk_probe", "k": args.k, "replays": args.replays,
             "args": H.portable_args(args)}
     meta.update(H.run_meta(dev))
+    torch.zeros(1, device=dev)  # the context current for the driver query below
+    try:  # clusters of 8 and 16 CTAs the GPU holds at once, one CTA an SM (CuTe DSL's query)
+        from cutlass.utils import HardwareInfo
+
+        info = HardwareInfo(dev.index or 0)
+        meta["max_active_clusters"] = {n: info.get_max_active_clusters(n) for n in (8, 16)}
+        H.log(f"max active clusters (one CTA an SM): {meta['max_active_clusters']}")
+    except Exception as e:  # noqa: BLE001 - measurement only: say why it is missing
+        meta["max_active_clusters"] = f"unavailable: {type(e).__name__}: {e}"
     results = []
     for width in [int(w) for w in args.widths.split(",")]:
         for m in [int(r) for r in args.rows.split(",")]:

@@ -6,8 +6,11 @@ k, contexts that end inside a CTA's keys and inside a thread's), widths from 4K 
 no multiple of four, a start off 16 bytes) as well as four at a time, scores with many ties
 (integers, so the k-th largest is shared across the cluster's CTAs) and with negative and zero
 scores; the CTAs sending their histograms to each other (the default) or reading them after
-cluster barriers; repeated launches, a CUDA-graph replay and the programmatically dependent
-launch are bitwise the first, and the output equals the Triton split top-k's.
+cluster barriers, a reloaded context's next tile prefetched or not (at up to 12 rows), a short
+context walking only its share of a thread's keys (with or without a 16-key path) or all of
+them; repeated launches, a CUDA-graph replay and
+the programmatically dependent launch are bitwise the first, and the output equals the Triton
+split top-k's.
 
 Run on the GPU machine with CuTe DSL importable (benchmark/sm90_run.sh stages it).
 """
@@ -95,10 +98,19 @@ def test_matches_a_stable_sort(rows, width, contexts, kind, pos_dtype):
     assert torch.equal(got, split)
 
 
-@pytest.mark.parametrize("rows,width,contexts,kind", [CASES[i] for i in (3, 6, 8, 9)])
-def test_pull_form_matches_a_stable_sort(rows, width, contexts, kind, monkeypatch):
-    """The form whose CTAs read each other's histograms after cluster barriers (PUSH off)."""
-    monkeypatch.setattr(cluster_topk, "PUSH", False)
+@pytest.mark.parametrize("knob,value", [("PUSH", False), ("PREFETCH", False), ("SIZED", True),
+                                        ("HELD_SIZES", (4, 8)), ("PREFETCH_ROWS", 1 << 30)])
+@pytest.mark.parametrize("rows,width,contexts,kind",
+                         [CASES[i] for i in (3, 6, 8, 9)]
+                         + [(12, 131072, [131072 - 5003 * i for i in range(12)], "normal")])
+def test_forms_off_match_a_stable_sort(rows, width, contexts, kind, knob, value, monkeypatch):
+    """Each form with one of its choices turned: the CTAs reading each other's histograms
+    after cluster barriers (PUSH), a reloaded context's tiles loaded in turn (PREFETCH), a
+    context held in registers walking only its share (SIZED, with or without a 16-key path),
+    the next tile prefetched past PREFETCH_ROWS (12 reloaded rows)."""
+    monkeypatch.setattr(cluster_topk, knob, value)
+    if knob == "HELD_SIZES":
+        monkeypatch.setattr(cluster_topk, "SIZED", True)
     scores, positions = _case(rows, width, contexts, kind, seed=3 * rows + width)
     assert torch.equal(_run(scores, positions), _reference(scores, positions, K))
 

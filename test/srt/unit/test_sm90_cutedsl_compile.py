@@ -5,6 +5,7 @@ installed (``.ci/run`` installs the GPU's Triton under .cache/) the cubin's SASS
 for the bulk tensor copy (TMA) the weight ring is built on and for the FP8 wgmma."""
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -108,6 +109,15 @@ def _sass(cubin) -> str:
                           text=True, timeout=120).stdout
 
 
+def _registers(cubin) -> int:
+    """Registers a thread of the cubin's (one) kernel takes."""
+    usage = subprocess.run([str(CUOBJDUMP), "-res-usage", str(cubin)], capture_output=True,
+                           text=True, timeout=120).stdout
+    found = re.findall(r"REG:(\d+)", usage)
+    assert len(found) == 1, usage[-2000:]
+    return int(found[0])
+
+
 def _check_sass(cubins, wgmma="QGMMA.64x", load="UTMALDG", mma=True) -> None:
     """Each cubin's SASS has the load, and the wgmma (or, mma False, none)."""
     if not CUOBJDUMP.exists():
@@ -209,23 +219,28 @@ TOPK_SCRIPT = """
 import sys
 sys.path.insert(0, {ext!r})
 from sgl_kernel_ext.nvidia.sm90 import cluster_topk as Q
-for k, kpt, pdl, pos_bits, wide, vec, push in {forms!r}:
-    kernel, _ = Q._compiled(k, kpt, pdl, pos_bits, wide, vec, push)
+for k, kpt, pdl, pos_bits, wide, vec, push, prefetch in {forms!r}:
+    kernel, _ = Q._compiled(k, kpt, pdl, pos_bits, wide, vec, push, False, prefetch)
     print("compiled", k, kpt, kernel.width)
 """
 
 
 def test_cluster_topk_compiles_for_sm90a(tmp_path):
     """The long-row top-k as one cluster launch, at the widths a layer asks for (4K: four keys
-    a thread; 64K: its most; a wider table's, which loads its keys again each pass past 64K;
+    a thread; 64K: its most; a wider table's, which loads its keys again each pass past 64K,
+    with and without the next tile prefetched;
     int64 positions, launched dependent; a row that is no multiple of four wide, its keys
     loaded one by one; the CTAs reading each other's histograms after cluster barriers instead
     of sending them): its histograms as shared-memory atomics, 16-byte loads of the keys, no
     spilled keys; the histograms sent by st.async onto mbarriers, with no GPU-wide memory
-    barrier (or, pulled, a cluster barrier a pass)."""
-    forms = [(2048, 4, False, 32, False, True, True), (2048, 16, True, 64, False, True, True),
-             (2048, 32, True, 64, False, True, True), (2048, 32, True, 64, True, True, True),
-             (2048, 8, True, 64, False, False, True), (2048, 16, True, 64, False, True, False)]
+    barrier (or, pulled, cluster barriers)."""
+    forms = [(2048, 4, False, 32, False, True, True, False),
+             (2048, 16, True, 64, False, True, True, False),
+             (2048, 32, True, 64, False, True, True, False),
+             (2048, 32, True, 64, True, True, True, True),
+             (2048, 32, True, 64, True, True, True, False),
+             (2048, 8, True, 64, False, False, True, False),
+             (2048, 16, True, 64, False, True, False, False)]
     for i, form in enumerate(forms):
         (tmp_path / str(i)).mkdir()  # one folder each: the cubins' names are alike
         cubins = _compile(tmp_path / str(i), TOPK_SCRIPT, [form])
@@ -235,6 +250,12 @@ def test_cluster_topk_compiles_for_sm90a(tmp_path):
             assert "ATOMS" in sass and "UCGABAR_WAIT" in sass, form
             push = form[6]
             assert ("STAS.128" in sass and "SYNCS.PHASECHK" in sass) == push, form
-            assert sass.count("MEMBAR.ALL.GPU") == (0 if push else 6), form
+            # pulled: a cluster barrier a pass, one for the counts, one at the end
+            assert ("MEMBAR.ALL.GPU" in sass) == (not push), form
             assert "STL" not in sass, f"{form}: keys spilled to local memory"
             assert ("LDG.E.128" in sass) == form[5], f"{form}: vector loads of the keys"
+            if form[1] == 32 and form[4]:
+                # cluster_topk.PREFETCH_ROWS' premise: the wide form without the prefetch fits
+                # two CTAs an SM (at most 128 registers a thread), with it one
+                regs = _registers(cubins[0])
+                assert (regs > 128) == form[7], f"{form}: {regs} registers a thread"

@@ -9,8 +9,11 @@ as Triton's histogram costs ~7 us a pass over 8K keys on one multiprocessor
 equal consecutive range of the row's context as keys (the order-preserving int32 image of the
 fp32 scores), spread evenly over its threads and loaded VEC at a time where the rows are
 16-byte aligned: in registers from one load where a thread's share fits (contexts up to 64K,
-in a table of any width), else, in a wider table, loaded again each pass a tile of THREADS x
-keys_per_thread at a time. Each pass is
+in a table of any width; the thread walks every key it can hold or, SIZED, the smallest of
+4, 8, 16 or 32 keys that holds its share), else, in a wider table, loaded again each pass a tile of THREADS x
+keys_per_thread at a time, the next tile's loads in flight while one is counted (PREFETCH, up
+to PREFETCH_ROWS rows).
+Each pass is
   1. every CTA's 256-bin histogram of the next 8 bits of its keys that share the digits found
      so far (shared-memory atomics, two buffers used in turn),
   2. every CTA sending it into the others' shared memory (st.async, 32 bytes a thread), each
@@ -48,6 +51,21 @@ SIGN = -2147483648  # 0x80000000 as an int32
 # the CTAs send their histograms and counts to each other (st.async onto mbarriers) rather
 # than read them after cluster barriers (each a MEMBAR.ALL.GPU and an L1 invalidation)
 PUSH = True
+# a wide table's context past 64K: each tile's successor loaded while the tile is counted
+# (two tiles of registers a thread), rather than each tile loaded when its turn comes
+PREFETCH = True
+# ... for up to this many rows: the prefetching form takes 154 registers a thread (122
+# without), so an SM holds one of its CTAs, and on an H100 16 rows' clusters no longer all fit
+# at once (alone at 128K: 24.9 us against 27.4 without at 8 rows, 25.2 against 27.8 at 12,
+# 46.8 against 37.6 at 16; the MoE+indexer layer at 16 rows: 4-17 us slower at 8K-128K)
+PREFETCH_ROWS = 8
+# off: a context held in registers walks every key a thread holds (32 in a wide table). On,
+# it walks the smallest of HELD_SIZES and 32 that holds its share, one compiled path each: in
+# the MoE+indexer layer (1M-wide table, H100) that was 3.5 us faster at 8K and 16K contexts
+# but 4-5 us slower at 32K and 128K (its n=32 path and reloading path the same code, in a
+# kernel with more of it; not so alone, where the code stays cached)
+SIZED = False
+HELD_SIZES = (4, 8, 16)
 # measurement only (``trace``): each CTA's %globaltimer (ns) at these points of a row, into
 # trace int64 [rows x CLUSTER, len(TRACE_POINTS)]; for a context loaded again each pass,
 # "loaded" is its first pass's tiles loaded and counted
@@ -98,7 +116,8 @@ class ClusterTopk:
     registers (wide: longer rows too, their keys loaded again each pass)."""
 
     def __init__(self, k: int, kpt: int, pdl: bool = False, wide: bool = False,
-                 vec: bool = True, push: bool = True, trace: bool = False):
+                 vec: bool = True, push: bool = True, trace: bool = False,
+                 prefetch: bool = True, sizes: tuple = HELD_SIZES):
         if not 1 <= kpt <= MAX_KEYS_PER_THREAD or kpt % VEC:
             raise ValueError(f"cluster_topk: a multiple of {VEC} up to {MAX_KEYS_PER_THREAD} "
                              f"keys a thread, got {kpt}")
@@ -110,6 +129,12 @@ class ClusterTopk:
         # (st.async, each receiver waiting on its own mbarrier); else each CTA reads the
         # others' after a cluster barrier
         self.push = push
+        # prefetch (wide): a context loaded again each pass has its next tile's loads in
+        # flight while a tile's keys are counted
+        self.prefetch = prefetch
+        # sizes: the smaller key counts a thread's row may hold besides kpt, one compiled
+        # path each (``held_sizes``)
+        self.sizes = tuple(sizes)
         # measurement only: each CTA's %globaltimer at TRACE_POINTS
         self.trace = trace
         self.chunk = THREADS * kpt
@@ -213,34 +238,44 @@ class ClusterTopk:
                 marks[point] = cute.arch.globaltimer().to(cutlass.Int64)
 
     @cute.jit
-    def _load(self, row: cute.Tensor, first, limit, keys: cute.Tensor):
-        """The keys at positions first .. first + kpt - 1 (0 past `limit`, or in vector form
-        whatever the row holds there, which no later step reads): the order-preserving int32
-        image of the fp32 bits (signed compare; ^ SIGN gives the unsigned bits)."""
+    def _fetch(self, row: cute.Tensor, first, limit, raw: cute.Tensor, n: cutlass.Constexpr):
+        """The fp32 bits at positions first .. first + n - 1 into raw (0 past `limit`, or in
+        vector form whatever the row holds there, which no later step reads)."""
         if cutlass.const_expr(self.vec):
-            for g in cutlass.range_constexpr(self.kpt // VEC):
+            for g in cutlass.range_constexpr(n // VEC):
                 for e in cutlass.range_constexpr(VEC):
-                    keys[g * VEC + e] = cutlass.Int32(0)
+                    raw[g * VEC + e] = cutlass.Int32(0)
                 if first + g * VEC < limit:
                     v = _load_vec(row.iterator + (first + g * VEC))
                     for e in cutlass.range_constexpr(VEC):
-                        keys[g * VEC + e] = v[e]
-            for j in cutlass.range_constexpr(self.kpt):
-                bits = keys[j]
-                keys[j] = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+                        raw[g * VEC + e] = v[e]
         else:
-            for j in cutlass.range_constexpr(self.kpt):
+            for j in cutlass.range_constexpr(n):
                 bits = cutlass.Int32(0)
                 if first + j < limit:
                     bits = row[first + j]
-                keys[j] = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+                raw[j] = bits
+
+    @cute.jit
+    def _image(self, raw: cute.Tensor, keys: cute.Tensor, n: cutlass.Constexpr):
+        """keys = the order-preserving int32 image of the fp32 bits in raw (signed compare;
+        ^ SIGN gives the unsigned bits); raw and keys may be the same."""
+        for j in cutlass.range_constexpr(n):
+            bits = raw[j]
+            keys[j] = bits ^ ((bits >> 31) & 0x7FFFFFFF)
+
+    @cute.jit
+    def _load(self, row: cute.Tensor, first, limit, keys: cute.Tensor, n: cutlass.Constexpr):
+        """The keys at positions first .. first + n - 1 (``_fetch``, then ``_image``)."""
+        self._fetch(row, first, limit, keys, n)
+        self._image(keys, keys, n)
 
     @cute.jit
     def _count(self, keys: cute.Tensor, first, limit, hist: cute.Tensor, buf, found,
-               p: cutlass.Constexpr):
+               p: cutlass.Constexpr, n: cutlass.Constexpr):
         """Digit p's histogram (into hist[buf:]) of the keys sharing the digits found so far."""
         shift = 24 - 8 * p
-        for j in cutlass.range_constexpr(self.kpt):
+        for j in cutlass.range_constexpr(n):
             u = keys[j] ^ SIGN
             match = first + j < limit
             if cutlass.const_expr(p > 0):
@@ -294,11 +329,11 @@ class ClusterTopk:
         return state[0], state[1]
 
     @cute.jit
-    def _tally(self, keys: cute.Tensor, first, limit, kth):
+    def _tally(self, keys: cute.Tensor, first, limit, kth, n: cutlass.Constexpr):
         """(keys above the k-th, keys equal to it) among this thread's."""
         above = cutlass.Int32(0)
         ties = cutlass.Int32(0)
-        for j in cutlass.range_constexpr(self.kpt):
+        for j in cutlass.range_constexpr(n):
             if first + j < limit:
                 if keys[j] > kth:
                     above = above + 1
@@ -308,9 +343,9 @@ class ClusterTopk:
 
     @cute.jit
     def _write(self, keys: cute.Tensor, first, limit, kth, need, tie_rank, at,
-               out_row: cute.Tensor):
+               out_row: cute.Tensor, n: cutlass.Constexpr):
         """This thread's keys above the k-th and its ties of rank below `need`, at `at` on."""
-        for j in cutlass.range_constexpr(self.kpt):
+        for j in cutlass.range_constexpr(n):
             if first + j < limit:
                 take = keys[j] > kth
                 if keys[j] == kth:
@@ -352,6 +387,43 @@ class ClusterTopk:
                 tied = tied + their_ties
         return taken, tied
 
+    def held_sizes(self) -> tuple:
+        """Keys a thread holds, one compiled path each (those of `sizes` below kpt, then
+        kpt): a row's context takes the smallest that holds its share."""
+        return tuple(sorted(n for n in set(self.sizes) if n < self.kpt)) + (self.kpt,)
+
+    @cute.jit
+    def _held(self, n: cutlass.Constexpr, row: cute.Tensor, first, end, out_row: cute.Tensor,
+              hist: cute.Tensor, total: cute.Tensor, state: cute.Tensor,
+              warp_sums: cute.Tensor, count: cute.Tensor, gather: cute.Tensor, bars, trace,
+              cta, t, lane, w, c):
+        """A row whose context this thread holds at once: its keys at first .. end - 1 (up to
+        n) loaded, the four passes, the counts exchanged, its entries written."""
+        keys = cute.make_rmem_tensor(cute.make_layout(n), cutlass.Int32)
+        found = cutlass.Int32(0)  # the digits found so far, in place (unsigned image)
+        need = cutlass.Int32(self.k)
+        self._mark(trace, cta, t, 0)
+        self._load(row, first, end, keys, n)
+        self._mark(trace, cta, t, 1)
+        for p in cutlass.range_constexpr(4):
+            self._count(keys, first, end, hist, (p % 2) * BINS, found, p, n)
+            digit, need = self._pass_end(hist, total, state, need, p, t, lane, w, c,
+                                         gather, bars)
+            found = found | (digit << (24 - 8 * p))
+            self._mark(trace, cta, t, 2 + p)
+        kth = found ^ SIGN  # the k-th largest key, signed image
+        above, ties = self._tally(keys, first, end, kth, n)
+        # a CTA holds at most 8K keys: above and ties packed in 16 bits each
+        before, mine = self._block_scan((above << 16) | ties, lane, w, warp_sums)
+        taken_before, ties_before = self._exchange(count, mine >> 16, mine & 0xFFFF,
+                                                   t, c, need, bars)
+        self._mark(trace, cta, t, 6)
+        self._write(keys, first, end, kth, need, ties_before + (before & 0xFFFF),
+                    taken_before + (before >> 16)
+                    + cutlass.min(before & 0xFFFF, cutlass.max(need - ties_before, 0)),
+                    out_row, n)
+        self._mark(trace, cta, t, 7)
+
     @cute.kernel
     def kernel(self, scores: cute.Pointer, positions: cute.Pointer, out: cute.Pointer,
                trace: cute.Pointer, stride: cutlass.Int32, width: cutlass.Int32):
@@ -392,41 +464,33 @@ class ClusterTopk:
         else:
             limit = cutlass.min(seq, width)
             row = cute.make_tensor(scores + m * stride, cute.make_layout(width))
-            keys = cute.make_rmem_tensor(cute.make_layout(self.kpt), cutlass.Int32)
             # CTA c takes positions lo .. hi - 1, consecutive, multiples of VEC apart
             span = _round_up((limit + CLUSTER - 1) // CLUSTER, VEC)
             lo = c * span
             hi = cutlass.min(lo + span, limit)
             per = _round_up((span + THREADS - 1) // THREADS, VEC)  # a thread's, held at once
-            found = cutlass.Int32(0)  # the digits found so far, in place (unsigned image)
-            need = cutlass.Int32(self.k)
             cute.arch.barrier()  # the zeroed histograms before any atomic
             if cutlass.const_expr(not self.wide) or per <= self.kpt:  # keys from one load
                 first = lo + t * per
                 end = cutlass.min(first + per, hi)
-                self._mark(trace, cta, t, 0)
-                self._load(row, first, end, keys)
-                self._mark(trace, cta, t, 1)
-                for p in cutlass.range_constexpr(4):
-                    self._count(keys, first, end, hist, (p % 2) * BINS, found, p)
-                    digit, need = self._pass_end(hist, total, state, need, p, t, lane, w, c,
-                                                 gather, bars)
-                    found = found | (digit << (24 - 8 * p))
-                    self._mark(trace, cta, t, 2 + p)
-                kth = found ^ SIGN  # the k-th largest key, signed image
-                above, ties = self._tally(keys, first, end, kth)
-                # a CTA holds at most 8K keys: above and ties packed in 16 bits each
-                before, mine = self._block_scan((above << 16) | ties, lane, w, warp_sums)
-                taken_before, ties_before = self._exchange(count, mine >> 16, mine & 0xFFFF,
-                                                           t, c, need, bars)
-                self._mark(trace, cta, t, 6)
-                self._write(keys, first, end, kth, need, ties_before + (before & 0xFFFF),
-                            taken_before + (before >> 16)
-                            + cutlass.min(before & 0xFFFF, cutlass.max(need - ties_before, 0)),
-                            out_row)
-                self._mark(trace, cta, t, 7)
+                # the smallest of the compiled sizes that holds `per` keys: a short context
+                # in a wide table walks only its own keys
+                sizes = self.held_sizes()
+                pick = cutlass.Int32(0)
+                for i in cutlass.range_constexpr(len(sizes) - 1):
+                    if per > sizes[i]:
+                        pick = pick + 1
+                for i in cutlass.range_constexpr(len(sizes)):
+                    if pick == i:
+                        self._held(sizes[i], row, first, end, out_row, hist, total, state,
+                                   warp_sums, count, gather, bars, trace, cta, t, lane, w, c)
             else:  # longer contexts: each pass loads the CTA's tiles again (from L2)
                 tiles = (span + self.chunk - 1) // self.chunk
+                keys = cute.make_rmem_tensor(cute.make_layout(self.kpt), cutlass.Int32)
+                # prefetch: the next tile's raw bits, loaded while this one's are counted
+                ahead = cute.make_rmem_tensor(cute.make_layout(self.kpt), cutlass.Int32)
+                found = cutlass.Int32(0)  # the digits found so far, in place (unsigned image)
+                need = cutlass.Int32(self.k)
                 first = lo + t * self.kpt
                 # this CTA's keys above the k-th: those above the digit's bin in each pass's
                 # histogram (a key's first digit off the k-th's is a larger one); its ties:
@@ -434,11 +498,24 @@ class ClusterTopk:
                 above = cutlass.Int32(0)
                 ties = cutlass.Int32(0)
                 self._mark(trace, cta, t, 0)
+                if cutlass.const_expr(self.prefetch):
+                    self._fetch(row, first, hi, ahead, self.kpt)
                 for p in cutlass.range_constexpr(4):
                     for i in cutlass.range(tiles, unroll=1):
                         at = first + i * self.chunk
-                        self._load(row, at, hi, keys)
-                        self._count(keys, at, hi, hist, (p % 2) * BINS, found, p)
+                        if cutlass.const_expr(self.prefetch):
+                            # this tile's keys, then the next tile's loads (this pass's next,
+                            # or the first again for the next pass or the write) in flight
+                            # while this one's are counted
+                            self._image(ahead, keys, self.kpt)
+                            following = i + 1
+                            if following == tiles:
+                                following = cutlass.Int32(0)
+                            self._fetch(row, first + following * self.chunk, hi, ahead,
+                                        self.kpt)
+                        else:
+                            self._load(row, at, hi, keys, self.kpt)
+                        self._count(keys, at, hi, hist, (p % 2) * BINS, found, p, self.kpt)
                     if cutlass.const_expr(p == 0):
                         self._mark(trace, cta, t, 1)
                     digit, need, up, ties = self._pass_end(hist, total, state, need, p, t, lane,
@@ -451,13 +528,21 @@ class ClusterTopk:
                 self._mark(trace, cta, t, 6)
                 for i in cutlass.range(tiles, unroll=1):  # tile by tile, in position order
                     at = first + i * self.chunk
-                    self._load(row, at, hi, keys)
-                    a, e = self._tally(keys, at, hi, kth)
+                    if cutlass.const_expr(self.prefetch):
+                        self._image(ahead, keys, self.kpt)
+                        more = hi
+                        if i + 1 == tiles:
+                            more = cutlass.Int32(0)  # no tile after the last
+                        self._fetch(row, at + self.chunk, more, ahead, self.kpt)
+                    else:
+                        self._load(row, at, hi, keys, self.kpt)
+                    a, e = self._tally(keys, at, hi, kth, self.kpt)
                     a_before, a_all = self._block_scan(a, lane, w, warp_sums)
                     e_before, e_all = self._block_scan(e, lane, w, warp_sums)
                     self._write(keys, at, hi, kth, need, tied + e_before,
                                 taken + a_before
-                                + cutlass.min(e_before, cutlass.max(need - tied, 0)), out_row)
+                                + cutlass.min(e_before, cutlass.max(need - tied, 0)), out_row,
+                                self.kpt)
                     taken = taken + a_all + cutlass.min(e_all, cutlass.max(need - tied, 0))
                     tied = tied + e_all
                 self._mark(trace, cta, t, 7)
@@ -466,6 +551,18 @@ class ClusterTopk:
                 cute.arch.cluster_wait()
         if cutlass.const_expr(self.pdl):
             cute.arch.griddepcontrol_launch_dependents()
+
+
+def held_sizes() -> tuple:
+    """The smaller key counts a wide table's row may hold (HELD_SIZES, or none, SIZED off),
+    each a multiple of VEC up to MAX_KEYS_PER_THREAD."""
+    if not SIZED:
+        return ()
+    for n in HELD_SIZES:
+        if n % VEC or not VEC <= n <= MAX_KEYS_PER_THREAD:
+            raise ValueError(f"cluster_topk.HELD_SIZES: multiples of {VEC} up to "
+                             f"{MAX_KEYS_PER_THREAD}, got {HELD_SIZES}")
+    return tuple(sorted(set(HELD_SIZES)))
 
 
 def keys_per_thread(width: int) -> tuple:
@@ -482,11 +579,12 @@ def _int(bits: int):
 
 @functools.lru_cache(maxsize=None)
 def _compiled(k: int, kpt: int, pdl: bool, pos_bits: int = 32, wide: bool = False,
-              vec: bool = True, push: bool = True, trace: bool = False):
+              vec: bool = True, push: bool = True, trace: bool = False,
+              prefetch: bool = True, sizes: tuple = HELD_SIZES):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
-    kernel = ClusterTopk(k, kpt, pdl, wide, vec, push, trace)
+    kernel = ClusterTopk(k, kpt, pdl, wide, vec, push, trace, prefetch, sizes)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.Int32, 16, gmem, 4), make_ptr(_int(pos_bits), 16, gmem, 4),
             make_ptr(cutlass.Int64, 16, gmem, 8), make_ptr(cutlass.Int64, 16, gmem, 8))
@@ -539,7 +637,8 @@ def topk_positions(scores, positions, k: int, out, pdl: bool = False, trace=None
         raise ValueError("cluster_topk: trace must be a contiguous int64 "
                          f"[{m * CLUSTER}, {len(TRACE_POINTS)}]")
     _, fn = _compiled(k, kpt, bool(pdl), pos_bits, wide, vector_loads(scores), PUSH,
-                      trace is not None)
+                      trace is not None, PREFETCH and wide and m <= PREFETCH_ROWS,
+                      held_sizes())
     gmem = cute.AddressSpace.gmem
     stream = cuda.CUstream(torch.cuda.current_stream(scores.device).cuda_stream)
     fn(make_ptr(cutlass.Int32, scores.data_ptr(), gmem, 4),
