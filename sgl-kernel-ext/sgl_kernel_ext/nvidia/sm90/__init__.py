@@ -107,7 +107,9 @@ ATTN_SIDE_EARLY_SLOTS = None
 # 1-16 rows of 8K, 13.7-14.6 of 32K, 27.0-37.9 of 128K, 41.2-57.3 of 200K, against the split's
 # 20.1-21.2, 23.9-30.8, 37.0-90.8 and 49.9-140.0; a MoE layer with the indexer in that table
 # is 7.4-8.2 us faster at 1-16 rows of 8K, 10.6-25.1 of 32K, 3.0-96.3 of 128K
-# (tiling_probe_20261206T024653Z, T024709Z, T024721Z: triton_topk).
+# (tiling_probe_20261206T024653Z, T024709Z, T024721Z: triton_topk). Since 5d62760 a context
+# past 64K at up to 8 rows prefetches its next tile (cluster_topk.PREFETCH_ROWS): 114.0 /
+# 169.1 us for that layer at 1 / 4 rows of 128K (tiling_probe_20261206T051052Z).
 TOPK_ENV = "SGL_KERNEL_EXT_SM90_TOPK"
 TOPK: Optional[bool] = None
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
