@@ -519,6 +519,8 @@ VARIANTS = {
     # (PREFETCH off) or prefetching at any rows
     "topk_sized": {("cluster_topk", "SIZED"): True},
     "topk_sizes_4_8": {("cluster_topk", "SIZED"): True, ("cluster_topk", "HELD_SIZES"): (4, 8)},
+    # ... or walking every key group it holds, predicated off past its share (SKIP off)
+    "topk_no_skip": {("cluster_topk", "SKIP"): False},
     "topk_no_prefetch": {("cluster_topk", "PREFETCH"): False},
     "topk_prefetch_all": {("cluster_topk", "PREFETCH_ROWS"): 1 << 30},
     "attn_side_2": {("sm90", "ATTN_SIDE"): True, ("sm90", "ATTN_SIDE_MAX_ROWS"): 2},

@@ -21,6 +21,8 @@ poisoning it. Forms:
     cluster_prefetch_all the same, the next tile prefetched at any rows (PREFETCH_ROWS
                      unbounded)
     cluster_sizes_4_8    the same, 4, 8 or 32 keys (SIZED on, HELD_SIZES 4, 8)
+    cluster_no_skip  the same, a thread's count walking every key group it holds, predicated
+                     off past its share (cluster_topk.SKIP off)
 
     PYTHONPATH=python:sgl-kernel-ext python3 -m benchmark.topk_probe --out $OUT
 """
@@ -39,7 +41,8 @@ from sgl_kernel_ext.triton.topk import _keys, _take_whole_context
 CLUSTER_FORMS = {"cluster": {}, "cluster_pull": {"PUSH": False},
                  "cluster_sized": {"SIZED": True}, "cluster_no_prefetch": {"PREFETCH": False},
                  "cluster_prefetch_all": {"PREFETCH_ROWS": 1 << 30},
-                 "cluster_sizes_4_8": {"SIZED": True, "HELD_SIZES": (4, 8)}}
+                 "cluster_sizes_4_8": {"SIZED": True, "HELD_SIZES": (4, 8)},
+                 "cluster_no_skip": {"SKIP": False}}
 
 from . import harness as H
 

@@ -99,7 +99,8 @@ def test_matches_a_stable_sort(rows, width, contexts, kind, pos_dtype):
 
 
 @pytest.mark.parametrize("knob,value", [("PUSH", False), ("PREFETCH", False), ("SIZED", True),
-                                        ("HELD_SIZES", (4, 8)), ("PREFETCH_ROWS", 1 << 30)])
+                                        ("HELD_SIZES", (4, 8)), ("PREFETCH_ROWS", 1 << 30),
+                                        ("SKIP", False)])
 @pytest.mark.parametrize("rows,width,contexts,kind",
                          [CASES[i] for i in (3, 6, 8, 9)]
                          + [(12, 131072, [131072 - 5003 * i for i in range(12)], "normal")])
@@ -107,7 +108,8 @@ def test_forms_off_match_a_stable_sort(rows, width, contexts, kind, knob, value,
     """Each form with one of its choices turned: the CTAs reading each other's histograms
     after cluster barriers (PUSH), a reloaded context's tiles loaded in turn (PREFETCH), a
     context held in registers walking only its share (SIZED, with or without a 16-key path),
-    the next tile prefetched past PREFETCH_ROWS (12 reloaded rows)."""
+    the next tile prefetched past PREFETCH_ROWS (12 reloaded rows), a thread's count
+    walking every key group it holds (SKIP)."""
     monkeypatch.setattr(cluster_topk, knob, value)
     if knob == "HELD_SIZES":
         monkeypatch.setattr(cluster_topk, "SIZED", True)

@@ -9,8 +9,8 @@ as Triton's histogram costs ~7 us a pass over 8K keys on one multiprocessor
 equal consecutive range of the row's context as keys (the order-preserving int32 image of the
 fp32 scores), spread evenly over its threads and loaded VEC at a time where the rows are
 16-byte aligned: in registers from one load where a thread's share fits (contexts up to 64K,
-in a table of any width; the thread walks every key it can hold or, SIZED, the smallest of
-4, 8, 16 or 32 keys that holds its share), else, in a wider table, loaded again each pass a tile of THREADS x
+in a table of any width; each pass the thread counts its share's key groups and branches past
+the rest, SKIP, or, SIZED, walks the smallest of 4, 8, 16 or 32 keys that holds it), else, in a wider table, loaded again each pass a tile of THREADS x
 keys_per_thread at a time, the next tile's loads in flight while one is counted (PREFETCH, up
 to PREFETCH_ROWS rows).
 Each pass is
@@ -66,6 +66,10 @@ PREFETCH_ROWS = 8
 # kernel with more of it; not so alone, where the code stays cached)
 SIZED = False
 HELD_SIZES = (4, 8, 16)
+# a thread's count each pass branches past its key groups (VEC keys) that start at or after
+# its share's end, rather than walking them predicated off: one code path, a short context in
+# a wide table counting what it holds (what SIZED bought at 8K, without its code)
+SKIP = True
 # measurement only (``trace``): each CTA's %globaltimer (ns) at these points of a row, into
 # trace int64 [rows x CLUSTER, len(TRACE_POINTS)]; for a context loaded again each pass,
 # "loaded" is its first pass's tiles loaded and counted
@@ -117,7 +121,7 @@ class ClusterTopk:
 
     def __init__(self, k: int, kpt: int, pdl: bool = False, wide: bool = False,
                  vec: bool = True, push: bool = True, trace: bool = False,
-                 prefetch: bool = True, sizes: tuple = HELD_SIZES):
+                 prefetch: bool = True, sizes: tuple = HELD_SIZES, skip: bool = True):
         if not 1 <= kpt <= MAX_KEYS_PER_THREAD or kpt % VEC:
             raise ValueError(f"cluster_topk: a multiple of {VEC} up to {MAX_KEYS_PER_THREAD} "
                              f"keys a thread, got {kpt}")
@@ -135,6 +139,8 @@ class ClusterTopk:
         # sizes: the smaller key counts a thread's row may hold besides kpt, one compiled
         # path each (``held_sizes``)
         self.sizes = tuple(sizes)
+        # skip: each pass's count stops at the thread's last key group (``_count_groups``)
+        self.skip = skip
         # measurement only: each CTA's %globaltimer at TRACE_POINTS
         self.trace = trace
         self.chunk = THREADS * kpt
@@ -274,16 +280,36 @@ class ClusterTopk:
     def _count(self, keys: cute.Tensor, first, limit, hist: cute.Tensor, buf, found,
                p: cutlass.Constexpr, n: cutlass.Constexpr):
         """Digit p's histogram (into hist[buf:]) of the keys sharing the digits found so far."""
+        if cutlass.const_expr(self.skip):
+            self._count_groups(keys, first, limit, hist, buf, found, p, 0, n)
+        else:
+            for j in cutlass.range_constexpr(n):
+                self._count_key(keys, first, limit, hist, buf, found, p, j)
+
+    @cute.jit
+    def _count_groups(self, keys: cute.Tensor, first, limit, hist: cute.Tensor, buf, found,
+                      p: cutlass.Constexpr, g: cutlass.Constexpr, n: cutlass.Constexpr):
+        """``_count`` from key group g (VEC keys) on, a branch past the rest at the first
+        group that starts at or after `limit` (a short context's thread counts its share, not
+        every key it could hold)."""
+        for e in cutlass.range_constexpr(VEC):
+            self._count_key(keys, first, limit, hist, buf, found, p, g * VEC + e)
+        if cutlass.const_expr((g + 1) * VEC < n):
+            if first + (g + 1) * VEC < limit:
+                self._count_groups(keys, first, limit, hist, buf, found, p, g + 1, n)
+
+    @cute.jit
+    def _count_key(self, keys: cute.Tensor, first, limit, hist: cute.Tensor, buf, found,
+                   p: cutlass.Constexpr, j: cutlass.Constexpr):
         shift = 24 - 8 * p
-        for j in cutlass.range_constexpr(n):
-            u = keys[j] ^ SIGN
-            match = first + j < limit
-            if cutlass.const_expr(p > 0):
-                high = -(1 << (shift + 8))  # the bits above this digit
-                match = match & ((u & high) == found)
-            if match:
-                cute.arch.atomic_add(hist.iterator + (buf + ((u >> shift) & 0xFF)),
-                                     cutlass.Int32(1), sem="relaxed", scope="cta")
+        u = keys[j] ^ SIGN
+        match = first + j < limit
+        if cutlass.const_expr(p > 0):
+            high = -(1 << (shift + 8))  # the bits above this digit
+            match = match & ((u & high) == found)
+        if match:
+            cute.arch.atomic_add(hist.iterator + (buf + ((u >> shift) & 0xFF)),
+                                 cutlass.Int32(1), sem="relaxed", scope="cta")
 
     @cute.jit
     def _pass_end(self, hist: cute.Tensor, total: cute.Tensor, state: cute.Tensor, need,
@@ -580,11 +606,11 @@ def _int(bits: int):
 @functools.lru_cache(maxsize=None)
 def _compiled(k: int, kpt: int, pdl: bool, pos_bits: int = 32, wide: bool = False,
               vec: bool = True, push: bool = True, trace: bool = False,
-              prefetch: bool = True, sizes: tuple = HELD_SIZES):
+              prefetch: bool = True, sizes: tuple = HELD_SIZES, skip: bool = True):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
-    kernel = ClusterTopk(k, kpt, pdl, wide, vec, push, trace, prefetch, sizes)
+    kernel = ClusterTopk(k, kpt, pdl, wide, vec, push, trace, prefetch, sizes, skip)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.Int32, 16, gmem, 4), make_ptr(_int(pos_bits), 16, gmem, 4),
             make_ptr(cutlass.Int64, 16, gmem, 8), make_ptr(cutlass.Int64, 16, gmem, 8))
@@ -638,7 +664,7 @@ def topk_positions(scores, positions, k: int, out, pdl: bool = False, trace=None
                          f"[{m * CLUSTER}, {len(TRACE_POINTS)}]")
     _, fn = _compiled(k, kpt, bool(pdl), pos_bits, wide, vector_loads(scores), PUSH,
                       trace is not None, PREFETCH and wide and m <= PREFETCH_ROWS,
-                      held_sizes())
+                      held_sizes(), SKIP)
     gmem = cute.AddressSpace.gmem
     stream = cuda.CUstream(torch.cuda.current_stream(scores.device).cuda_stream)
     fn(make_ptr(cutlass.Int32, scores.data_ptr(), gmem, 4),
