@@ -26,7 +26,8 @@ def test_bad_held_sizes_are_refused(bad, monkeypatch):
 
 
 def test_a_kernel_holds_its_sizes_below_kpt_then_kpt():
-    assert C.ClusterTopk(2048, 32, wide=True).held_sizes() == (4, 8, 16, 32)
+    assert C.ClusterTopk(2048, 32, wide=True).held_sizes() == (32,)  # SIZED's default: off
+    assert C.ClusterTopk(2048, 32, wide=True, sizes=C.HELD_SIZES).held_sizes() == (4, 8, 16, 32)
     assert C.ClusterTopk(2048, 8, sizes=(4, 8, 16)).held_sizes() == (4, 8)
     assert C.ClusterTopk(2048, 32, sizes=()).held_sizes() == (32,)
 

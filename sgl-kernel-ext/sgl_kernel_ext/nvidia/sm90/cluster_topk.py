@@ -10,10 +10,9 @@ equal consecutive range of the row's context as keys (the order-preserving int32
 fp32 scores), spread evenly over its threads and loaded VEC at a time where the rows are
 16-byte aligned: in registers from one load where a thread's share fits (contexts up to 64K,
 in a table of any width; each pass the thread counts its share's key groups and branches past
-the rest, SKIP, or, SIZED, walks the smallest of 4, 8, 16 or 32 keys that holds it), else, in a wider table, loaded again each pass a tile of THREADS x
-keys_per_thread at a time, the next tile's loads in flight while one is counted (PREFETCH, up
-to PREFETCH_ROWS rows).
-Each pass is
+the rest, SKIP, or, SIZED, walks the smallest of 4, 8, 16 or 32 keys that holds it), else, in
+a wider table, loaded again each pass a tile of THREADS x keys_per_thread at a time, the next
+tile's loads in flight while one is counted (PREFETCH, up to PREFETCH_ROWS rows). Each pass is
   1. every CTA's 256-bin histogram of the next 8 bits of its keys that share the digits found
      so far (shared-memory atomics, two buffers used in turn),
   2. every CTA sending it into the others' shared memory (st.async, 32 bytes a thread), each
@@ -121,7 +120,7 @@ class ClusterTopk:
 
     def __init__(self, k: int, kpt: int, pdl: bool = False, wide: bool = False,
                  vec: bool = True, push: bool = True, trace: bool = False,
-                 prefetch: bool = True, sizes: tuple = HELD_SIZES, skip: bool = True):
+                 prefetch: bool = True, sizes: tuple = (), skip: bool = True):
         if not 1 <= kpt <= MAX_KEYS_PER_THREAD or kpt % VEC:
             raise ValueError(f"cluster_topk: a multiple of {VEC} up to {MAX_KEYS_PER_THREAD} "
                              f"keys a thread, got {kpt}")
@@ -606,7 +605,7 @@ def _int(bits: int):
 @functools.lru_cache(maxsize=None)
 def _compiled(k: int, kpt: int, pdl: bool, pos_bits: int = 32, wide: bool = False,
               vec: bool = True, push: bool = True, trace: bool = False,
-              prefetch: bool = True, sizes: tuple = HELD_SIZES, skip: bool = True):
+              prefetch: bool = True, sizes: tuple = (), skip: bool = True):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
