@@ -27,10 +27,10 @@
 #                                         # table beside stock and its timeline
 #   bash benchmark/release_run.sh topk    # sm90 cluster_topk (CuTe DSL installed): its GPU
 #                                         # tests and the layer's pool-table tests, topk_probe
-#                                         # in a 1M-wide table (split, the default and each
-#                                         # choice off) and the MoE+indexer layer at 8K / 32K /
-#                                         # 128K contexts in a 1M-wide table against the
-#                                         # choice that matters there off (~4 minutes;
+#                                         # in a 1M-wide table (split, the default and the
+#                                         # opt-in forms) and the MoE+indexer layer at 8K / 32K /
+#                                         # 128K contexts in a 1M-wide table against those
+#                                         # forms (~6 minutes;
 #                                         # TOPK_POOL_TESTS=0, TOPK_ROWS, TOPK_WIDTHS and
 #                                         # TOPK_CTXS="8192 131072" make it shorter;
 #                                         # TOPK_FORMS, the probe's forms; TOPK_VARIANTS,
@@ -200,15 +200,13 @@ run_topk() {
     echo "pool table tests rc=$?"; tail -1 "$L/pytest_pool_table.log"
   fi
   timeout 150 python3 -m benchmark.topk_probe --table 1048576 --rows "${TOPK_ROWS:-1,4,16}" \
-    --forms "${TOPK_FORMS:-split,cluster,cluster_sized,cluster_no_prefetch}" \
+    --forms "${TOPK_FORMS:-split,cluster,cluster_skip2,cluster_16,cluster_rolled}" \
     --widths "${TOPK_WIDTHS:-8192,32768,65536,131072,262144}" --out "$OUT" \
     > "$L/topk_probe_table.log" 2>&1
   echo "topk_probe (1M table) rc=$?"; grep -E " us |trace|clusters" "$L/topk_probe_table.log" | cut -c12-
   local ctx variant
   for ctx in ${TOPK_CTXS:-8192 32768 131072}; do
-    variant=topk_sized
-    [ $ctx -gt 65536 ] && variant=topk_no_prefetch
-    variant=${TOPK_VARIANTS:-$variant}
+    variant=${TOPK_VARIANTS:-topk_skip2,topk_cluster16,topk_rolled}
     timeout 150 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,4,16 --ctx $ctx \
       --width 1048576 --variants baseline,$variant,baseline,$variant --out "$OUT" \
       > "$L/tiling_topk_$ctx.log" 2>&1

@@ -521,6 +521,13 @@ VARIANTS = {
     "topk_sizes_4_8": {("cluster_topk", "SIZED"): True, ("cluster_topk", "HELD_SIZES"): (4, 8)},
     # ... or walking every key group it holds, predicated off past its share (SKIP off)
     "topk_no_skip": {("cluster_topk", "SKIP"): False},
+    # ... or skipping in a held context's tally and write too and not in a reloaded one's
+    # count (SKIP_WRITE on, SKIP_RELOADED off); 16 CTAs a row of a wide table at up to
+    # WIDE_CLUSTER_ROWS rows; the four passes a loop up to PREFETCH_ROWS rows (ROLL)
+    "topk_skip2": {("cluster_topk", "SKIP_WRITE"): True,
+                   ("cluster_topk", "SKIP_RELOADED"): False},
+    "topk_cluster16": {("cluster_topk", "WIDE_CLUSTER"): 16},
+    "topk_rolled": {("cluster_topk", "ROLL"): True},
     "topk_no_prefetch": {("cluster_topk", "PREFETCH"): False},
     "topk_prefetch_all": {("cluster_topk", "PREFETCH_ROWS"): 1 << 30},
     "attn_side_2": {("sm90", "ATTN_SIDE"): True, ("sm90", "ATTN_SIDE_MAX_ROWS"): 2},

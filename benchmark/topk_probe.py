@@ -23,6 +23,11 @@ poisoning it. Forms:
     cluster_sizes_4_8    the same, 4, 8 or 32 keys (SIZED on, HELD_SIZES 4, 8)
     cluster_no_skip  the same, a thread's count walking every key group it holds, predicated
                      off past its share (cluster_topk.SKIP off)
+    cluster_skip2    the same, its tally and write skipping too, a reloaded context's count
+                     not (SKIP_WRITE on, SKIP_RELOADED off)
+    cluster_16       the same, 16 CTAs a row of a table wider than 64K at up to
+                     WIDE_CLUSTER_ROWS rows (WIDE_CLUSTER 16)
+    cluster_rolled   the same, the four passes a loop at up to PREFETCH_ROWS rows (ROLL on)
 
     PYTHONPATH=python:sgl-kernel-ext python3 -m benchmark.topk_probe --out $OUT
 """
@@ -42,7 +47,9 @@ CLUSTER_FORMS = {"cluster": {}, "cluster_pull": {"PUSH": False},
                  "cluster_sized": {"SIZED": True}, "cluster_no_prefetch": {"PREFETCH": False},
                  "cluster_prefetch_all": {"PREFETCH_ROWS": 1 << 30},
                  "cluster_sizes_4_8": {"SIZED": True, "HELD_SIZES": (4, 8)},
-                 "cluster_no_skip": {"SKIP": False}}
+                 "cluster_no_skip": {"SKIP": False},
+                 "cluster_skip2": {"SKIP_WRITE": True, "SKIP_RELOADED": False},
+                 "cluster_16": {"WIDE_CLUSTER": 16}, "cluster_rolled": {"ROLL": True}}
 
 from . import harness as H
 
@@ -185,8 +192,10 @@ def trace_row(scores, positions, k, out, dev) -> dict:
     m, table = scores.shape
     width = int(positions[0]) + 1
     row = {"form": "cluster_trace", "rows": m, "width": width, "table": table}
-    row["reloaded"] = width > C.CLUSTER * C.THREADS * C.MAX_KEYS_PER_THREAD
-    trace = torch.zeros(m * C.CLUSTER, len(C.TRACE_POINTS), dtype=torch.int64, device=dev)
+    cluster = C.cluster_size(m, table)
+    row["cluster"] = cluster
+    row["reloaded"] = width > cluster * C.THREADS * C.MAX_KEYS_PER_THREAD
+    trace = torch.zeros(m * cluster, len(C.TRACE_POINTS), dtype=torch.int64, device=dev)
     for _ in range(2):
         C.topk_positions(scores, positions, k, out, trace=trace)
     torch.cuda.synchronize()

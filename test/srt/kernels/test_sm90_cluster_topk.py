@@ -100,16 +100,22 @@ def test_matches_a_stable_sort(rows, width, contexts, kind, pos_dtype):
 
 @pytest.mark.parametrize("knob,value", [("PUSH", False), ("PREFETCH", False), ("SIZED", True),
                                         ("HELD_SIZES", (4, 8)), ("PREFETCH_ROWS", 1 << 30),
-                                        ("SKIP", False)])
+                                        ("SKIP", False), ("SKIP_WRITE", True),
+                                        ("SKIP_RELOADED", False), ("WIDE_CLUSTER", 16),
+                                        ("ROLL", True)])
 @pytest.mark.parametrize("rows,width,contexts,kind",
                          [CASES[i] for i in (3, 6, 8, 9)]
-                         + [(12, 131072, [131072 - 5003 * i for i in range(12)], "normal")])
+                         + [(12, 131072, [131072 - 5003 * i for i in range(12)], "normal"),
+                            # a 1M table: 16 CTAs a row hold 128K, the next reloads 2 tiles
+                            (4, 1 << 20, [131072, 131073, 131071, 98304], "ties")])
 def test_forms_off_match_a_stable_sort(rows, width, contexts, kind, knob, value, monkeypatch):
     """Each form with one of its choices turned: the CTAs reading each other's histograms
     after cluster barriers (PUSH), a reloaded context's tiles loaded in turn (PREFETCH), a
     context held in registers walking only its share (SIZED, with or without a 16-key path),
     the next tile prefetched past PREFETCH_ROWS (12 reloaded rows), a thread's count
-    walking every key group it holds (SKIP)."""
+    walking every key group it holds (SKIP), its tally and write skipping too (SKIP_WRITE),
+    a reloaded context's count not (SKIP_RELOADED), 16 CTAs a row of a wide table
+    (WIDE_CLUSTER), the four passes as a loop (ROLL)."""
     monkeypatch.setattr(cluster_topk, knob, value)
     if knob == "HELD_SIZES":
         monkeypatch.setattr(cluster_topk, "SIZED", True)

@@ -37,3 +37,34 @@ def test_wide_tables_and_prefetch_rows():
     assert C.keys_per_thread(65536) == (32, False)
     assert C.keys_per_thread(1 << 20) == (32, True)
     assert 1 <= C.PREFETCH_ROWS < 16  # 16 rows' clusters took two waves on an H100
+
+
+def test_cluster_size_follows_the_table_and_rows(monkeypatch):
+    assert C.WIDE_CLUSTER == C.CLUSTER  # 16 CTAs a row: opt-in until a GPU run says
+    monkeypatch.setattr(C, "WIDE_CLUSTER", 16)
+    assert C.cluster_size(1, 65536) == 8  # held whole by 8 CTAs: no wide table
+    assert C.cluster_size(1, 1 << 20) == 16
+    assert C.cluster_size(C.WIDE_CLUSTER_ROWS, 1 << 20) == 16
+    assert C.cluster_size(C.WIDE_CLUSTER_ROWS + 1, 1 << 20) == 8
+    assert C.keys_per_thread(131072, 16) == (32, False)
+    assert C.keys_per_thread(1 << 20, 16) == (32, True)
+    assert C.ClusterTopk(2048, 32, wide=True, cluster=16).width == 131072
+
+
+@pytest.mark.parametrize("bad", [4, 12, 32])
+def test_bad_cluster_sizes_are_refused(bad, monkeypatch):
+    monkeypatch.setattr(C, "WIDE_CLUSTER", bad)
+    with pytest.raises(ValueError, match="WIDE_CLUSTER"):
+        C.cluster_size(1, 1 << 20)
+    with pytest.raises(ValueError, match="CTAs a row"):
+        C.ClusterTopk(2048, 32, wide=True, cluster=bad)
+
+
+def test_digit_bits_unrolled_and_rolled_agree():
+    """A pass's digit shift and the mask of the digits above it, as the unrolled passes take
+    them (ints, no mask at pass 0) and as the rolled loop computes them (-256 << shift)."""
+    for p in range(4):
+        shift, high = C._digit_bits(p)
+        assert shift == 24 - 8 * p
+        rolled = ((-256 << shift) + (1 << 31)) % (1 << 32) - (1 << 31)  # int32 wrap
+        assert rolled == (0 if high is None else high)

@@ -219,10 +219,14 @@ TOPK_SCRIPT = """
 import sys
 sys.path.insert(0, {ext!r})
 from sgl_kernel_ext.nvidia.sm90 import cluster_topk as Q
-for k, kpt, pdl, pos_bits, wide, vec, push, prefetch in {forms!r}:
-    kernel, _ = Q._compiled(k, kpt, pdl, pos_bits, wide, vec, push, False, prefetch)
+for k, kpt, pdl, pos_bits, wide, vec, push, prefetch, more in {forms!r}:
+    kernel, _ = Q._compiled(k, kpt, pdl, pos_bits, wide, vec, push, False, prefetch, **more)
     print("compiled", k, kpt, kernel.width)
 """
+
+
+def _instructions(sass: str) -> int:
+    return len(re.findall(r"^\s*/\*[0-9a-f]{4,}\*/", sass, re.M))
 
 
 def test_cluster_topk_compiles_for_sm90a(tmp_path):
@@ -231,22 +235,29 @@ def test_cluster_topk_compiles_for_sm90a(tmp_path):
     with and without the next tile prefetched;
     int64 positions, launched dependent; a row that is no multiple of four wide, its keys
     loaded one by one; the CTAs reading each other's histograms after cluster barriers instead
-    of sending them): its histograms as shared-memory atomics, 16-byte loads of the keys, no
+    of sending them; the opt-in forms: the skip in the tally and write, 16 CTAs a row, the
+    passes rolled): its histograms as shared-memory atomics, 16-byte loads of the keys, no
     spilled keys; the histograms sent by st.async onto mbarriers, with no GPU-wide memory
     barrier (or, pulled, cluster barriers)."""
-    forms = [(2048, 4, False, 32, False, True, True, False),
-             (2048, 16, True, 64, False, True, True, False),
-             (2048, 32, True, 64, False, True, True, False),
-             (2048, 32, True, 64, True, True, True, True),
-             (2048, 32, True, 64, True, True, True, False),
-             (2048, 8, True, 64, False, False, True, False),
-             (2048, 16, True, 64, False, True, False, False)]
+    forms = [(2048, 4, False, 32, False, True, True, False, {}),
+             (2048, 16, True, 64, False, True, True, False, {}),
+             (2048, 32, True, 64, False, True, True, False, {}),
+             (2048, 32, True, 64, True, True, True, True, {}),
+             (2048, 32, True, 64, True, True, True, False, {}),
+             (2048, 8, True, 64, False, False, True, False, {}),
+             (2048, 16, True, 64, False, True, False, False, {}),
+             (2048, 32, True, 64, True, True, True, True,
+              {"skip_write": True, "skip_reloaded": False}),
+             (2048, 32, True, 64, True, True, True, True, {"cluster": 16}),
+             (2048, 32, True, 64, True, True, True, True, {"roll": True})]
+    instructions = {}
     for i, form in enumerate(forms):
         (tmp_path / str(i)).mkdir()  # one folder each: the cubins' names are alike
         cubins = _compile(tmp_path / str(i), TOPK_SCRIPT, [form])
         assert len(cubins) == 1, [p.name for p in (tmp_path / str(i)).iterdir()]
         if CUOBJDUMP.exists():
             sass = _sass(cubins[0])
+            instructions[i] = _instructions(sass)
             assert "ATOMS" in sass and "UCGABAR_WAIT" in sass, form
             push = form[6]
             assert ("STAS.128" in sass and "SYNCS.PHASECHK" in sass) == push, form
@@ -254,8 +265,17 @@ def test_cluster_topk_compiles_for_sm90a(tmp_path):
             assert ("MEMBAR.ALL.GPU" in sass) == (not push), form
             assert "STL" not in sass, f"{form}: keys spilled to local memory"
             assert ("LDG.E.128" in sass) == form[5], f"{form}: vector loads of the keys"
-            if form[1] == 32 and form[4]:
+            if form[1] == 32 and form[4] and not form[8]:
                 # cluster_topk.PREFETCH_ROWS' premise: the wide form without the prefetch fits
                 # two CTAs an SM (at most 128 registers a thread), with it one
                 regs = _registers(cubins[0])
                 assert (regs > 128) == form[7], f"{form}: {regs} registers a thread"
+            if form[8].get("cluster") == 16:  # each warp sends to two CTAs
+                assert sass.count("STAS.128") == 2 * _sass_of(tmp_path / "3").count("STAS.128")
+    if instructions:
+        # ROLL's point: the prefetching wide form in (well under) two thirds of the code
+        assert instructions[9] < 0.66 * instructions[3], instructions
+
+
+def _sass_of(folder) -> str:
+    return _sass(sorted(folder.glob("*.cubin"))[0])

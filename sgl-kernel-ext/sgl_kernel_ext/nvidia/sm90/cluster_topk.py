@@ -12,7 +12,9 @@ fp32 scores), spread evenly over its threads and loaded VEC at a time where the 
 in a table of any width; each pass the thread counts its share's key groups and branches past
 the rest, SKIP, or, SIZED, walks the smallest of 4, 8, 16 or 32 keys that holds it), else, in
 a wider table, loaded again each pass a tile of THREADS x keys_per_thread at a time, the next
-tile's loads in flight while one is counted (PREFETCH, up to PREFETCH_ROWS rows). Each pass is
+tile's loads in flight while one is counted (PREFETCH, up to PREFETCH_ROWS rows); opt-in,
+a wide table's row at few rows takes 16 CTAs (WIDE_CLUSTER), and the passes may run as a loop
+(ROLL: half the code). Each pass is
   1. every CTA's 256-bin histogram of the next 8 bits of its keys that share the digits found
      so far (shared-memory atomics, two buffers used in turn),
   2. every CTA sending it into the others' shared memory (st.async, 32 bytes a thread), each
@@ -69,6 +71,21 @@ HELD_SIZES = (4, 8, 16)
 # its share's end, rather than walking them predicated off: one code path, a short context in
 # a wide table counting what it holds (what SIZED bought at 8K, without its code)
 SKIP = True
+# ... in a held context's tally and write too (off: they walk every key a thread holds,
+# predicated off past its share)
+SKIP_WRITE = False
+# ... in a reloaded context's count too (only its last tile ends inside a thread's keys)
+SKIP_RELOADED = True
+# CTAs a row of a table wider than CLUSTER holds at once (64K), at up to WIDE_CLUSTER_ROWS
+# rows: 16 (a non-portable cluster size; an H100 holds 7 such clusters at one CTA an SM)
+# holds contexts up to 128K in registers and reloads half the tiles a CTA past that; CLUSTER
+# (8): off
+WIDE_CLUSTER = CLUSTER
+WIDE_CLUSTER_ROWS = 7
+# the four radix passes as a loop rather than unrolled (half the kernel's code), at up to
+# PREFETCH_ROWS rows (the form that already takes one CTA an SM: the loop takes more
+# registers)
+ROLL = False
 # measurement only (``trace``): each CTA's %globaltimer (ns) at these points of a row, into
 # trace int64 [rows x CLUSTER, len(TRACE_POINTS)]; for a context loaded again each pass,
 # "loaded" is its first pass's tiles loaded and counted
@@ -114,16 +131,30 @@ def _round_up(x, n: int):
     return (x + (n - 1)) // n * n
 
 
+def _digit_bits(p):
+    """(shift, high) of radix pass p's digit: its bits are (u >> shift) & 0xFF of a key's
+    unsigned image u, and the bits above it `high` (None at pass 0: none). p: an int, or
+    (ROLL) an Int32, whose pass 0 masks with 0 (-256 << 24 wraps to 0)."""
+    if isinstance(p, int):
+        return 24 - 8 * p, (-(1 << (32 - 8 * p)) if p > 0 else None)
+    return 24 - 8 * p, cutlass.Int32(-256) << (24 - 8 * p)
+
+
 class ClusterTopk:
-    """One compiled form: the top-k of rows of up to CLUSTER x THREADS x kpt scores held in
+    """One compiled form: the top-k of rows of up to cluster x THREADS x kpt scores held in
     registers (wide: longer rows too, their keys loaded again each pass)."""
 
     def __init__(self, k: int, kpt: int, pdl: bool = False, wide: bool = False,
                  vec: bool = True, push: bool = True, trace: bool = False,
-                 prefetch: bool = True, sizes: tuple = (), skip: bool = True):
+                 prefetch: bool = True, sizes: tuple = (), skip: bool = True,
+                 skip_write: bool = False, skip_reloaded: bool = True,
+                 cluster: int = CLUSTER, roll: bool = False):
         if not 1 <= kpt <= MAX_KEYS_PER_THREAD or kpt % VEC:
             raise ValueError(f"cluster_topk: a multiple of {VEC} up to {MAX_KEYS_PER_THREAD} "
                              f"keys a thread, got {kpt}")
+        if cluster not in (CLUSTER, 2 * CLUSTER):
+            raise ValueError(f"cluster_topk: {CLUSTER} or {2 * CLUSTER} CTAs a row, got "
+                             f"{cluster}")
         # wide: rows may be longer than the cluster's keys (loaded again each pass); vec: the
         # row's keys come VEC at a time (its start 16-byte aligned, its width and stride VEC's
         # multiples)
@@ -138,12 +169,21 @@ class ClusterTopk:
         # sizes: the smaller key counts a thread's row may hold besides kpt, one compiled
         # path each (``held_sizes``)
         self.sizes = tuple(sizes)
-        # skip: each pass's count stops at the thread's last key group (``_count_groups``)
+        # skip: each pass's count stops at the thread's last key group (``_groups``); in a
+        # held context's tally and write too (skip_write), in a reloaded one's count
+        # (skip_reloaded)
         self.skip = skip
+        self.skip_write = skip and skip_write
+        self.skip_reloaded = skip and skip_reloaded
+        # CTAs a row (warp w sends this CTA's histogram to CTAs w, w + WARPS, ...)
+        self.cluster = cluster
+        # roll: the four passes a loop (the digit's shift and mask computed) rather than
+        # unrolled
+        self.roll = roll
         # measurement only: each CTA's %globaltimer at TRACE_POINTS
         self.trace = trace
         self.chunk = THREADS * kpt
-        self.width = CLUSTER * self.chunk
+        self.width = cluster * self.chunk
 
     @cute.jit
     def __call__(self, scores: cute.Pointer, positions: cute.Pointer, out: cute.Pointer,
@@ -157,16 +197,18 @@ class ClusterTopk:
             # the digit found, keys still needed at it, this CTA's keys above its bin and in it
             state: cute.struct.MemRange[cutlass.Int32, 4]
             # [above, ties]: this CTA's (pull) or, push, every CTA's before this one
-            count: cute.struct.Align[cute.struct.MemRange[cutlass.Int32, 2 * CLUSTER], 16]
-            # push: the other CTAs' histograms, each pass its own [CLUSTER, BINS], and an
+            count: cute.struct.Align[cute.struct.MemRange[cutlass.Int32, 2 * self.cluster],
+                                     16]
+            # push: the other CTAs' histograms, each pass its own [cluster, BINS], and an
             # mbarrier a pass and one for the counts
             gather: cute.struct.Align[cute.struct.MemRange[
-                cutlass.Int32, 4 * CLUSTER * BINS if self.push else 4], 16]
+                cutlass.Int32, 4 * self.cluster * BINS if self.push else 4], 16]
             bars: cute.struct.MemRange[cutlass.Int64, 5]
 
         self.storage = Storage
         self.kernel(scores, positions, out, trace, stride, width).launch(
-            grid=[rows * CLUSTER, 1, 1], block=[THREADS, 1, 1], cluster=[CLUSTER, 1, 1],
+            grid=[rows * self.cluster, 1, 1], block=[THREADS, 1, 1],
+            cluster=[self.cluster, 1, 1],
             smem=Storage.size_in_bytes(), stream=stream, use_pdl=self.pdl,
             min_blocks_per_mp=1)  # one CTA an SM: registers for every key (no spill)
 
@@ -235,7 +277,7 @@ class ClusterTopk:
                 state[3] = hist[buf + digit]
 
     @cute.jit
-    def _mark(self, trace: cute.Pointer, cta, t, point: cutlass.Constexpr):
+    def _mark(self, trace: cute.Pointer, cta, t, point):
         if cutlass.const_expr(self.trace):
             if t == 0:
                 marks = cute.make_tensor(trace + cta * len(TRACE_POINTS),
@@ -276,71 +318,77 @@ class ClusterTopk:
         self._image(keys, keys, n)
 
     @cute.jit
-    def _count(self, keys: cute.Tensor, first, limit, hist: cute.Tensor, buf, found,
-               p: cutlass.Constexpr, n: cutlass.Constexpr):
-        """Digit p's histogram (into hist[buf:]) of the keys sharing the digits found so far."""
-        if cutlass.const_expr(self.skip):
-            self._count_groups(keys, first, limit, hist, buf, found, p, 0, n)
+    def _count(self, keys: cute.Tensor, first, limit, hist: cute.Tensor, buf, found, p,
+               n: cutlass.Constexpr, skip: cutlass.Constexpr):
+        """Digit p's histogram (into hist[buf:]) of the keys sharing the digits found so far;
+        skip: a branch past the key groups (VEC keys) that start at or after `limit` (a short
+        context's thread counts its share, not every key it could hold)."""
+        shift, high = _digit_bits(p)
+        if cutlass.const_expr(skip):
+            self._count_groups(keys, first, limit, hist, buf, found, shift, high, 0, n)
         else:
             for j in cutlass.range_constexpr(n):
-                self._count_key(keys, first, limit, hist, buf, found, p, j)
+                self._count_key(keys, first, limit, hist, buf, found, shift, high, j)
 
     @cute.jit
     def _count_groups(self, keys: cute.Tensor, first, limit, hist: cute.Tensor, buf, found,
-                      p: cutlass.Constexpr, g: cutlass.Constexpr, n: cutlass.Constexpr):
-        """``_count`` from key group g (VEC keys) on, a branch past the rest at the first
-        group that starts at or after `limit` (a short context's thread counts its share, not
-        every key it could hold)."""
+                      shift, high, g: cutlass.Constexpr, n: cutlass.Constexpr):
+        """``_count`` from key group g on, skipping."""
         for e in cutlass.range_constexpr(VEC):
-            self._count_key(keys, first, limit, hist, buf, found, p, g * VEC + e)
+            self._count_key(keys, first, limit, hist, buf, found, shift, high, g * VEC + e)
         if cutlass.const_expr((g + 1) * VEC < n):
             if first + (g + 1) * VEC < limit:
-                self._count_groups(keys, first, limit, hist, buf, found, p, g + 1, n)
+                self._count_groups(keys, first, limit, hist, buf, found, shift, high, g + 1, n)
 
     @cute.jit
     def _count_key(self, keys: cute.Tensor, first, limit, hist: cute.Tensor, buf, found,
-                   p: cutlass.Constexpr, j: cutlass.Constexpr):
-        shift = 24 - 8 * p
+                   shift, high, j: cutlass.Constexpr):
         u = keys[j] ^ SIGN
         match = first + j < limit
-        if cutlass.const_expr(p > 0):
-            high = -(1 << (shift + 8))  # the bits above this digit
+        if cutlass.const_expr(high is not None):
             match = match & ((u & high) == found)
         if match:
             cute.arch.atomic_add(hist.iterator + (buf + ((u >> shift) & 0xFF)),
                                  cutlass.Int32(1), sem="relaxed", scope="cta")
 
     @cute.jit
-    def _pass_end(self, hist: cute.Tensor, total: cute.Tensor, state: cute.Tensor, need,
-                  p: cutlass.Constexpr, t, lane, w, c, gather: cute.Tensor, bars,
-                  tally: cutlass.Constexpr = False):
-        """After this CTA's histogram of digit p: the cluster's, summed from every CTA's shared
-        memory, and the digit with the keys still needed at it (the same in every CTA); tally:
-        also this CTA's keys above that digit's bin and in it (``_digit``)."""
+    def _pass_end(self, hist: cute.Tensor, total: cute.Tensor, state: cute.Tensor, need, p,
+                  t, lane, w, c, gather: cute.Tensor, bars, tally: cutlass.Constexpr = False):
+        """After this CTA's histogram of digit p (an int, or unrolled, ROLL, an Int32): the
+        cluster's, summed from every CTA's shared memory, and the digit with the keys still
+        needed at it (the same in every CTA); tally: also this CTA's keys above that digit's
+        bin and in it (``_digit``)."""
         buf = (p % 2) * BINS
         got = cutlass.Int32(0)
         if cutlass.const_expr(self.push):
             if t == 0:  # the other CTAs' histograms, 4 bytes a bin
-                cute.arch.mbarrier_arrive_and_expect_tx(bars + p, (CLUSTER - 1) * BINS * 4)
+                cute.arch.mbarrier_arrive_and_expect_tx(bars + p,
+                                                        (self.cluster - 1) * BINS * 4)
             cute.arch.barrier()  # this CTA's histogram whole
-            if cutlass.const_expr(p == 0):
-                cute.arch.cluster_wait()  # every CTA's mbarriers initialized
-            # warp w sends bins 8 x lane .. + 7 to CTA w (not to itself)
-            if w != c:
-                b = lane * (BINS // 32)
-                at = gather.iterator + ((p * CLUSTER + c) * BINS + b)
-                for h in cutlass.range_constexpr(BINS // 32 // VEC):
-                    _push(at + h * VEC, tuple(hist[buf + b + h * VEC + e] for e in range(VEC)),
-                          bars + p, w)
+            if cutlass.const_expr(self.roll):
+                if p == 0:
+                    cute.arch.cluster_wait()  # every CTA's mbarriers initialized
+            else:
+                if cutlass.const_expr(p == 0):
+                    cute.arch.cluster_wait()
+            # warp w sends bins 8 x lane .. + 7 to CTAs w, w + WARPS, ... (not to itself)
+            for q in cutlass.range_constexpr(self.cluster // WARPS):
+                if w + q * WARPS != c:
+                    b = lane * (BINS // 32)
+                    at = gather.iterator + ((p * self.cluster + c) * BINS + b)
+                    for h in cutlass.range_constexpr(BINS // 32 // VEC):
+                        _push(at + h * VEC,
+                              tuple(hist[buf + b + h * VEC + e] for e in range(VEC)),
+                              bars + p, w + q * WARPS)
             cute.arch.mbarrier_wait(bars + p, 0)
             got = hist[buf + t]
-            for r in cutlass.range_constexpr(CLUSTER):
+            for r in cutlass.range_constexpr(self.cluster):
                 if r != c:
-                    got = got + gather[(p * CLUSTER + r) * BINS + t]
+                    got = got + gather[(p * self.cluster + r) * BINS + t]
         else:
             cute.arch.cluster_arrive()
             cute.arch.cluster_wait()
-            for r in cutlass.range_constexpr(CLUSTER):
+            for r in cutlass.range_constexpr(self.cluster):
                 got = got + _load_remote(hist.iterator + (buf + t), r)
         total[t] = got
         # the other buffer was read by every CTA in the pass before this barrier
@@ -354,31 +402,76 @@ class ClusterTopk:
         return state[0], state[1]
 
     @cute.jit
-    def _tally(self, keys: cute.Tensor, first, limit, kth, n: cutlass.Constexpr):
-        """(keys above the k-th, keys equal to it) among this thread's."""
+    def _tally(self, keys: cute.Tensor, first, limit, kth, n: cutlass.Constexpr,
+               skip: cutlass.Constexpr = False):
+        """(keys above the k-th, keys equal to it) among this thread's; skip: as ``_count``."""
         above = cutlass.Int32(0)
         ties = cutlass.Int32(0)
-        for j in cutlass.range_constexpr(n):
-            if first + j < limit:
-                if keys[j] > kth:
-                    above = above + 1
-                if keys[j] == kth:
-                    ties = ties + 1
+        if cutlass.const_expr(skip):
+            above, ties = self._tally_groups(keys, first, limit, kth, above, ties, 0, n)
+        else:
+            for j in cutlass.range_constexpr(n):
+                above, ties = self._tally_key(keys, first, limit, kth, above, ties, j)
+        return above, ties
+
+    @cute.jit
+    def _tally_groups(self, keys: cute.Tensor, first, limit, kth, above, ties,
+                      g: cutlass.Constexpr, n: cutlass.Constexpr):
+        for e in cutlass.range_constexpr(VEC):
+            above, ties = self._tally_key(keys, first, limit, kth, above, ties, g * VEC + e)
+        if cutlass.const_expr((g + 1) * VEC < n):
+            if first + (g + 1) * VEC < limit:
+                above, ties = self._tally_groups(keys, first, limit, kth, above, ties, g + 1,
+                                                 n)
+        return above, ties
+
+    @cute.jit
+    def _tally_key(self, keys: cute.Tensor, first, limit, kth, above, ties,
+                   j: cutlass.Constexpr):
+        if first + j < limit:
+            if keys[j] > kth:
+                above = above + 1
+            if keys[j] == kth:
+                ties = ties + 1
         return above, ties
 
     @cute.jit
     def _write(self, keys: cute.Tensor, first, limit, kth, need, tie_rank, at,
-               out_row: cute.Tensor, n: cutlass.Constexpr):
-        """This thread's keys above the k-th and its ties of rank below `need`, at `at` on."""
-        for j in cutlass.range_constexpr(n):
-            if first + j < limit:
-                take = keys[j] > kth
-                if keys[j] == kth:
-                    take = tie_rank < need
-                    tie_rank = tie_rank + 1
-                if take:
-                    out_row[at] = cutlass.Int64(first + j)
-                    at = at + 1
+               out_row: cute.Tensor, n: cutlass.Constexpr, skip: cutlass.Constexpr = False):
+        """This thread's keys above the k-th and its ties of rank below `need`, at `at` on;
+        skip: as ``_count``."""
+        if cutlass.const_expr(skip):
+            tie_rank, at = self._write_groups(keys, first, limit, kth, need, tie_rank, at,
+                                              out_row, 0, n)
+        else:
+            for j in cutlass.range_constexpr(n):
+                tie_rank, at = self._write_key(keys, first, limit, kth, need, tie_rank, at,
+                                               out_row, j)
+
+    @cute.jit
+    def _write_groups(self, keys: cute.Tensor, first, limit, kth, need, tie_rank, at,
+                      out_row: cute.Tensor, g: cutlass.Constexpr, n: cutlass.Constexpr):
+        for e in cutlass.range_constexpr(VEC):
+            tie_rank, at = self._write_key(keys, first, limit, kth, need, tie_rank, at,
+                                           out_row, g * VEC + e)
+        if cutlass.const_expr((g + 1) * VEC < n):
+            if first + (g + 1) * VEC < limit:
+                tie_rank, at = self._write_groups(keys, first, limit, kth, need, tie_rank, at,
+                                                  out_row, g + 1, n)
+        return tie_rank, at
+
+    @cute.jit
+    def _write_key(self, keys: cute.Tensor, first, limit, kth, need, tie_rank, at,
+                   out_row: cute.Tensor, j: cutlass.Constexpr):
+        if first + j < limit:
+            take = keys[j] > kth
+            if keys[j] == kth:
+                take = tie_rank < need
+                tie_rank = tie_rank + 1
+            if take:
+                out_row[at] = cutlass.Int64(first + j)
+                at = at + 1
+        return tie_rank, at
 
     @cute.jit
     def _exchange(self, count: cute.Tensor, above, ties, t, c, need, bars):
@@ -387,7 +480,7 @@ class ClusterTopk:
         if cutlass.const_expr(self.push):
             if t == 0:
                 cute.arch.mbarrier_arrive_and_expect_tx(bars + 4, 8 * c)
-                for r in cutlass.range_constexpr(1, CLUSTER):
+                for r in cutlass.range_constexpr(1, self.cluster):
                     if r > c:
                         _push(count.iterator + 2 * c, (above, ties), bars + 4, r)
             cute.arch.mbarrier_wait(bars + 4, 0)
@@ -399,7 +492,7 @@ class ClusterTopk:
             cute.arch.cluster_wait()
         taken = cutlass.Int32(0)
         tied = cutlass.Int32(0)
-        for r in cutlass.range_constexpr(CLUSTER - 1):
+        for r in cutlass.range_constexpr(self.cluster - 1):
             if r < c:
                 if cutlass.const_expr(self.push):
                     their_above = count[2 * r]
@@ -430,14 +523,16 @@ class ClusterTopk:
         self._mark(trace, cta, t, 0)
         self._load(row, first, end, keys, n)
         self._mark(trace, cta, t, 1)
-        for p in cutlass.range_constexpr(4):
-            self._count(keys, first, end, hist, (p % 2) * BINS, found, p, n)
-            digit, need = self._pass_end(hist, total, state, need, p, t, lane, w, c,
-                                         gather, bars)
-            found = found | (digit << (24 - 8 * p))
-            self._mark(trace, cta, t, 2 + p)
+        if cutlass.const_expr(self.roll):
+            for p in cutlass.range(4, unroll=1):
+                found, need = self._held_pass(p, n, keys, first, end, found, need, hist, total,
+                                              state, gather, bars, trace, cta, t, lane, w, c)
+        else:
+            for p in cutlass.range_constexpr(4):
+                found, need = self._held_pass(p, n, keys, first, end, found, need, hist, total,
+                                              state, gather, bars, trace, cta, t, lane, w, c)
         kth = found ^ SIGN  # the k-th largest key, signed image
-        above, ties = self._tally(keys, first, end, kth, n)
+        above, ties = self._tally(keys, first, end, kth, n, self.skip_write)
         # a CTA holds at most 8K keys: above and ties packed in 16 bits each
         before, mine = self._block_scan((above << 16) | ties, lane, w, warp_sums)
         taken_before, ties_before = self._exchange(count, mine >> 16, mine & 0xFFFF,
@@ -446,8 +541,52 @@ class ClusterTopk:
         self._write(keys, first, end, kth, need, ties_before + (before & 0xFFFF),
                     taken_before + (before >> 16)
                     + cutlass.min(before & 0xFFFF, cutlass.max(need - ties_before, 0)),
-                    out_row, n)
+                    out_row, n, self.skip_write)
         self._mark(trace, cta, t, 7)
+
+    @cute.jit
+    def _held_pass(self, p, n: cutlass.Constexpr, keys: cute.Tensor, first, end, found, need,
+                   hist: cute.Tensor, total: cute.Tensor, state: cute.Tensor,
+                   gather: cute.Tensor, bars, trace, cta, t, lane, w, c):
+        """Radix pass p of a held context: (the digits found, keys still needed) after it."""
+        self._count(keys, first, end, hist, (p % 2) * BINS, found, p, n, self.skip)
+        digit, need = self._pass_end(hist, total, state, need, p, t, lane, w, c, gather, bars)
+        self._mark(trace, cta, t, 2 + p)
+        return found | (digit << (24 - 8 * p)), need
+
+    @cute.jit
+    def _reloaded_pass(self, p, row: cute.Tensor, keys: cute.Tensor, ahead: cute.Tensor,
+                       first, hi, tiles, found, need, above, hist: cute.Tensor,
+                       total: cute.Tensor, state: cute.Tensor, gather: cute.Tensor, bars,
+                       trace, cta, t, lane, w, c):
+        """Radix pass p of a context loaded again each pass, tile by tile: (the digits
+        found, keys still needed, this CTA's keys above the k-th found so far, its keys in
+        this pass's bin) after it."""
+        for i in cutlass.range(tiles, unroll=1):
+            at = first + i * self.chunk
+            if cutlass.const_expr(self.prefetch):
+                # this tile's keys, then the next tile's loads (this pass's next, or the first
+                # again for the next pass or the write) in flight while this one's are counted
+                self._image(ahead, keys, self.kpt)
+                following = i + 1
+                if following == tiles:
+                    following = cutlass.Int32(0)
+                self._fetch(row, first + following * self.chunk, hi, ahead, self.kpt)
+            else:
+                self._load(row, at, hi, keys, self.kpt)
+            self._count(keys, at, hi, hist, (p % 2) * BINS, found, p, self.kpt,
+                        self.skip_reloaded)
+        if cutlass.const_expr(self.trace):
+            if cutlass.const_expr(self.roll):
+                if p == 0:
+                    self._mark(trace, cta, t, 1)
+            else:
+                if cutlass.const_expr(p == 0):
+                    self._mark(trace, cta, t, 1)
+        digit, need, up, ties = self._pass_end(hist, total, state, need, p, t, lane, w, c,
+                                               gather, bars, True)
+        self._mark(trace, cta, t, 2 + p)
+        return found | (digit << (24 - 8 * p)), need, above + up, ties
 
     @cute.kernel
     def kernel(self, scores: cute.Pointer, positions: cute.Pointer, out: cute.Pointer,
@@ -456,15 +595,15 @@ class ClusterTopk:
         cta, _, _ = cute.arch.block_idx()
         lane = t % 32
         w = t // 32
-        m = cta // CLUSTER
-        c = cta % CLUSTER
+        m = cta // self.cluster
+        c = cta % self.cluster
         storage = cutlass.memory.SmemAllocator().allocate(self.storage)
         hist = storage.hist.get_tensor(cute.make_layout(2 * BINS))
         total = storage.total.get_tensor(cute.make_layout(BINS))
         warp_sums = storage.warp.get_tensor(cute.make_layout(WARPS))
         state = storage.state.get_tensor(cute.make_layout(4))
-        count = storage.count.get_tensor(cute.make_layout(2 * CLUSTER))
-        gather = storage.gather.get_tensor(cute.make_layout(4 * CLUSTER * BINS))
+        count = storage.count.get_tensor(cute.make_layout(2 * self.cluster))
+        gather = storage.gather.get_tensor(cute.make_layout(4 * self.cluster * BINS))
         bars = storage.bars.data_ptr()
         hist[t] = cutlass.Int32(0)
         hist[t + BINS] = cutlass.Int32(0)
@@ -482,7 +621,8 @@ class ClusterTopk:
         out_row = cute.make_tensor(out + m * self.k, cute.make_layout(self.k))
         if seq <= self.k:
             # the whole context, then -1s (every CTA of the cluster takes this branch)
-            for i in cutlass.range((c * THREADS + t), self.k, CLUSTER * THREADS, unroll=1):
+            for i in cutlass.range((c * THREADS + t), self.k, self.cluster * THREADS,
+                                  unroll=1):
                 out_row[i] = cutlass.Int64(i) if i < seq else cutlass.Int64(-1)
             if cutlass.const_expr(self.push):
                 cute.arch.cluster_wait()
@@ -490,7 +630,7 @@ class ClusterTopk:
             limit = cutlass.min(seq, width)
             row = cute.make_tensor(scores + m * stride, cute.make_layout(width))
             # CTA c takes positions lo .. hi - 1, consecutive, multiples of VEC apart
-            span = _round_up((limit + CLUSTER - 1) // CLUSTER, VEC)
+            span = _round_up((limit + self.cluster - 1) // self.cluster, VEC)
             lo = c * span
             hi = cutlass.min(lo + span, limit)
             per = _round_up((span + THREADS - 1) // THREADS, VEC)  # a thread's, held at once
@@ -525,29 +665,16 @@ class ClusterTopk:
                 self._mark(trace, cta, t, 0)
                 if cutlass.const_expr(self.prefetch):
                     self._fetch(row, first, hi, ahead, self.kpt)
-                for p in cutlass.range_constexpr(4):
-                    for i in cutlass.range(tiles, unroll=1):
-                        at = first + i * self.chunk
-                        if cutlass.const_expr(self.prefetch):
-                            # this tile's keys, then the next tile's loads (this pass's next,
-                            # or the first again for the next pass or the write) in flight
-                            # while this one's are counted
-                            self._image(ahead, keys, self.kpt)
-                            following = i + 1
-                            if following == tiles:
-                                following = cutlass.Int32(0)
-                            self._fetch(row, first + following * self.chunk, hi, ahead,
-                                        self.kpt)
-                        else:
-                            self._load(row, at, hi, keys, self.kpt)
-                        self._count(keys, at, hi, hist, (p % 2) * BINS, found, p, self.kpt)
-                    if cutlass.const_expr(p == 0):
-                        self._mark(trace, cta, t, 1)
-                    digit, need, up, ties = self._pass_end(hist, total, state, need, p, t, lane,
-                                                           w, c, gather, bars, True)
-                    found = found | (digit << (24 - 8 * p))
-                    above = above + up
-                    self._mark(trace, cta, t, 2 + p)
+                if cutlass.const_expr(self.roll):
+                    for p in cutlass.range(4, unroll=1):
+                        found, need, above, ties = self._reloaded_pass(
+                            p, row, keys, ahead, first, hi, tiles, found, need, above, hist,
+                            total, state, gather, bars, trace, cta, t, lane, w, c)
+                else:
+                    for p in cutlass.range_constexpr(4):
+                        found, need, above, ties = self._reloaded_pass(
+                            p, row, keys, ahead, first, hi, tiles, found, need, above, hist,
+                            total, state, gather, bars, trace, cta, t, lane, w, c)
                 kth = found ^ SIGN
                 taken, tied = self._exchange(count, above, ties, t, c, need, bars)
                 self._mark(trace, cta, t, 6)
@@ -590,12 +717,25 @@ def held_sizes() -> tuple:
     return tuple(sorted(set(HELD_SIZES)))
 
 
-def keys_per_thread(width: int) -> tuple:
-    """(keys a thread holds, wide) for rows `width` wide: every key of the row at once up to
-    CLUSTER x THREADS x MAX_KEYS_PER_THREAD scores (64K); in a wider table the same, a row's
-    context held at once up to 64K and loaded again each pass beyond."""
-    kpt = _round_up(-(-width // (CLUSTER * THREADS)), VEC)
+def keys_per_thread(width: int, cluster: int = CLUSTER) -> tuple:
+    """(keys a thread holds, wide) for rows `width` wide, `cluster` CTAs a row: every key of
+    the row at once up to cluster x THREADS x MAX_KEYS_PER_THREAD scores (64K at 8 CTAs); in a
+    wider table the same, a row's context held at once up to that and loaded again each pass
+    beyond."""
+    kpt = _round_up(-(-width // (cluster * THREADS)), VEC)
     return (kpt, False) if kpt <= MAX_KEYS_PER_THREAD else (MAX_KEYS_PER_THREAD, True)
+
+
+def cluster_size(rows: int, width: int) -> int:
+    """CTAs a row for `rows` rows of a table `width` wide: WIDE_CLUSTER where the table is
+    wider than CLUSTER CTAs hold at once and the rows at most WIDE_CLUSTER_ROWS (their
+    clusters all resident at once), else CLUSTER."""
+    if WIDE_CLUSTER not in (CLUSTER, 2 * CLUSTER):
+        raise ValueError(f"cluster_topk.WIDE_CLUSTER: {CLUSTER} or {2 * CLUSTER}, got "
+                         f"{WIDE_CLUSTER}")
+    if keys_per_thread(width)[1] and rows <= WIDE_CLUSTER_ROWS:
+        return WIDE_CLUSTER
+    return CLUSTER
 
 
 def _int(bits: int):
@@ -605,11 +745,14 @@ def _int(bits: int):
 @functools.lru_cache(maxsize=None)
 def _compiled(k: int, kpt: int, pdl: bool, pos_bits: int = 32, wide: bool = False,
               vec: bool = True, push: bool = True, trace: bool = False,
-              prefetch: bool = True, sizes: tuple = (), skip: bool = True):
+              prefetch: bool = True, sizes: tuple = (), skip: bool = True,
+              skip_write: bool = False, skip_reloaded: bool = True, cluster: int = CLUSTER,
+              roll: bool = False):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
-    kernel = ClusterTopk(k, kpt, pdl, wide, vec, push, trace, prefetch, sizes, skip)
+    kernel = ClusterTopk(k, kpt, pdl, wide, vec, push, trace, prefetch, sizes, skip,
+                         skip_write, skip_reloaded, cluster, roll)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.Int32, 16, gmem, 4), make_ptr(_int(pos_bits), 16, gmem, 4),
             make_ptr(cutlass.Int64, 16, gmem, 8), make_ptr(cutlass.Int64, 16, gmem, 8))
@@ -646,7 +789,8 @@ def topk_positions(scores, positions, k: int, out, pdl: bool = False, trace=None
     positions[m] + 1 (int32 or int64; all of them, then -1s, when that is <= k), as
     topk.topk_positions; on the current torch stream, graph-capturable. pdl: launched
     programmatically dependent (it waits for the previous kernel before reading anything).
-    trace: measurement only, int64 [M x CLUSTER, len(TRACE_POINTS)] (``ClusterTopk.trace``)."""
+    trace: measurement only, int64 [M x cluster_size(M, W), len(TRACE_POINTS)]
+    (``ClusterTopk.trace``)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import make_ptr
@@ -656,14 +800,16 @@ def topk_positions(scores, positions, k: int, out, pdl: bool = False, trace=None
         raise ValueError(reason)
     m, width = scores.shape
     pos_bits = positions.element_size() * 8
-    kpt, wide = keys_per_thread(width)
+    cluster = cluster_size(m, width)
+    kpt, wide = keys_per_thread(width, cluster)
     if trace is not None and (trace.dtype != torch.int64 or not trace.is_contiguous()
-                              or trace.numel() < m * CLUSTER * len(TRACE_POINTS)):
+                              or trace.numel() < m * cluster * len(TRACE_POINTS)):
         raise ValueError("cluster_topk: trace must be a contiguous int64 "
-                         f"[{m * CLUSTER}, {len(TRACE_POINTS)}]")
+                         f"[{m * cluster}, {len(TRACE_POINTS)}]")
     _, fn = _compiled(k, kpt, bool(pdl), pos_bits, wide, vector_loads(scores), PUSH,
                       trace is not None, PREFETCH and wide and m <= PREFETCH_ROWS,
-                      held_sizes(), SKIP)
+                      held_sizes(), SKIP, SKIP_WRITE, SKIP_RELOADED, cluster,
+                      ROLL and m <= PREFETCH_ROWS)
     gmem = cute.AddressSpace.gmem
     stream = cuda.CUstream(torch.cuda.current_stream(scores.device).cuda_stream)
     fn(make_ptr(cutlass.Int32, scores.data_ptr(), gmem, 4),
