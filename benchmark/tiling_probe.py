@@ -528,6 +528,11 @@ VARIANTS = {
                    ("cluster_topk", "SKIP_RELOADED"): False},
     "topk_cluster16": {("cluster_topk", "WIDE_CLUSTER"): 16},
     "topk_rolled": {("cluster_topk", "ROLL"): True},
+    # the forms before SKIP_WRITE, SKIP_RELOADED and ROLL became defaults (H100, 18cba3f)
+    "topk_unrolled": {("cluster_topk", "ROLL"): False},
+    "topk_before_skip2_roll": {("cluster_topk", "SKIP_WRITE"): False,
+                               ("cluster_topk", "SKIP_RELOADED"): True,
+                               ("cluster_topk", "ROLL"): False},
     "topk_no_prefetch": {("cluster_topk", "PREFETCH"): False},
     "topk_prefetch_all": {("cluster_topk", "PREFETCH_ROWS"): 1 << 30},
     "attn_side_2": {("sm90", "ATTN_SIDE"): True, ("sm90", "ATTN_SIDE_MAX_ROWS"): 2},

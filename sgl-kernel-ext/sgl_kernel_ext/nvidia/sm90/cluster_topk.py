@@ -73,9 +73,9 @@ HELD_SIZES = (4, 8, 16)
 SKIP = True
 # ... in a held context's tally and write too (off: they walk every key a thread holds,
 # predicated off past its share)
-SKIP_WRITE = False
+SKIP_WRITE = True
 # ... in a reloaded context's count too (only its last tile ends inside a thread's keys)
-SKIP_RELOADED = True
+SKIP_RELOADED = False
 # CTAs a row of a table wider than CLUSTER holds at once (64K), at up to WIDE_CLUSTER_ROWS
 # rows: 16 (a non-portable cluster size; an H100 holds 7 such clusters at one CTA an SM)
 # holds contexts up to 128K in registers and reloads half the tiles a CTA past that; CLUSTER
@@ -85,7 +85,7 @@ WIDE_CLUSTER_ROWS = 7
 # the four radix passes as a loop rather than unrolled (half the kernel's code), at up to
 # PREFETCH_ROWS rows (the form that already takes one CTA an SM: the loop takes more
 # registers)
-ROLL = False
+ROLL = True
 # measurement only (``trace``): each CTA's %globaltimer (ns) at these points of a row, into
 # trace int64 [rows x CLUSTER, len(TRACE_POINTS)]; for a context loaded again each pass,
 # "loaded" is its first pass's tiles loaded and counted
