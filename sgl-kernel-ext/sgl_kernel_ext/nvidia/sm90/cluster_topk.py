@@ -78,8 +78,11 @@ SKIP_WRITE = True
 SKIP_RELOADED = False
 # CTAs a row of a table wider than CLUSTER holds at once (64K), at up to WIDE_CLUSTER_ROWS
 # rows: 16 (a non-portable cluster size; an H100 holds 7 such clusters at one CTA an SM)
-# holds contexts up to 128K in registers and reloads half the tiles a CTA past that; CLUSTER
-# (8): off
+# holds contexts up to 128K in registers and reloads half the tiles a CTA past that, while a
+# context up to 64K is taken by the first 8 alone (the others leave at once), each pass's
+# exchange among 8; CLUSTER (8): off. With all 16 for every context (H100, the MoE+indexer
+# layer, 1M table, 1 / 4 rows): 94.0 / 151.0 us at 128K against 105.1 / 162.7 with 8, but
+# 80.0 / 125.0 at 8K against 77.7 / 122.9 (results/tiling_probe_20261206T0749*-T0750*)
 WIDE_CLUSTER = CLUSTER
 WIDE_CLUSTER_ROWS = 7
 # the four radix passes as a loop rather than unrolled (half the kernel's code), at up to
@@ -353,17 +356,17 @@ class ClusterTopk:
 
     @cute.jit
     def _pass_end(self, hist: cute.Tensor, total: cute.Tensor, state: cute.Tensor, need, p,
-                  t, lane, w, c, gather: cute.Tensor, bars, tally: cutlass.Constexpr = False):
+                  t, lane, w, c, active, gather: cute.Tensor, bars,
+                  tally: cutlass.Constexpr = False):
         """After this CTA's histogram of digit p (an int, or unrolled, ROLL, an Int32): the
         cluster's, summed from every CTA's shared memory, and the digit with the keys still
         needed at it (the same in every CTA); tally: also this CTA's keys above that digit's
-        bin and in it (``_digit``)."""
+        bin and in it (``_digit``). active: the cluster's CTAs taking part (``_active``)."""
         buf = (p % 2) * BINS
         got = cutlass.Int32(0)
         if cutlass.const_expr(self.push):
             if t == 0:  # the other CTAs' histograms, 4 bytes a bin
-                cute.arch.mbarrier_arrive_and_expect_tx(bars + p,
-                                                        (self.cluster - 1) * BINS * 4)
+                cute.arch.mbarrier_arrive_and_expect_tx(bars + p, (active - 1) * BINS * 4)
             cute.arch.barrier()  # this CTA's histogram whole
             if cutlass.const_expr(self.roll):
                 if p == 0:
@@ -373,7 +376,7 @@ class ClusterTopk:
                     cute.arch.cluster_wait()
             # warp w sends bins 8 x lane .. + 7 to CTAs w, w + WARPS, ... (not to itself)
             for q in cutlass.range_constexpr(self.cluster // WARPS):
-                if w + q * WARPS != c:
+                if self._takes_part(w + q * WARPS, c, active, q * WARPS):
                     b = lane * (BINS // 32)
                     at = gather.iterator + ((p * self.cluster + c) * BINS + b)
                     for h in cutlass.range_constexpr(BINS // 32 // VEC):
@@ -383,7 +386,7 @@ class ClusterTopk:
             cute.arch.mbarrier_wait(bars + p, 0)
             got = hist[buf + t]
             for r in cutlass.range_constexpr(self.cluster):
-                if r != c:
+                if self._takes_part(r, c, active, r):
                     got = got + gather[(p * self.cluster + r) * BINS + t]
         else:
             cute.arch.cluster_arrive()
@@ -474,14 +477,14 @@ class ClusterTopk:
         return tie_rank, at
 
     @cute.jit
-    def _exchange(self, count: cute.Tensor, above, ties, t, c, need, bars):
+    def _exchange(self, count: cute.Tensor, above, ties, t, c, active, need, bars):
         """(entries the CTAs before c write, ties they hold), from each CTA's [above, ties]
         of the cluster's (this CTA's: `above`, `ties`, in thread 0)."""
         if cutlass.const_expr(self.push):
             if t == 0:
                 cute.arch.mbarrier_arrive_and_expect_tx(bars + 4, 8 * c)
                 for r in cutlass.range_constexpr(1, self.cluster):
-                    if r > c:
+                    if self._takes_part(r, c, active, r, after=True):
                         _push(count.iterator + 2 * c, (above, ties), bars + 4, r)
             cute.arch.mbarrier_wait(bars + 4, 0)
         else:
@@ -505,6 +508,18 @@ class ClusterTopk:
                 tied = tied + their_ties
         return taken, tied
 
+    @cute.jit
+    def _takes_part(self, r, c, active, least: cutlass.Constexpr,
+                    after: cutlass.Constexpr = False):
+        """Whether CTA r (at least `least`) is another CTA that takes part in the row (after:
+        one after c): r < active is known true below CLUSTER."""
+        other = r != c
+        if cutlass.const_expr(after):
+            other = r > c
+        if cutlass.const_expr(least >= CLUSTER):
+            other = other & (r < active)
+        return other
+
     def held_sizes(self) -> tuple:
         """Keys a thread holds, one compiled path each (those of `sizes` below kpt, then
         kpt): a row's context takes the smallest that holds its share."""
@@ -514,7 +529,7 @@ class ClusterTopk:
     def _held(self, n: cutlass.Constexpr, row: cute.Tensor, first, end, out_row: cute.Tensor,
               hist: cute.Tensor, total: cute.Tensor, state: cute.Tensor,
               warp_sums: cute.Tensor, count: cute.Tensor, gather: cute.Tensor, bars, trace,
-              cta, t, lane, w, c):
+              cta, t, lane, w, c, active):
         """A row whose context this thread holds at once: its keys at first .. end - 1 (up to
         n) loaded, the four passes, the counts exchanged, its entries written."""
         keys = cute.make_rmem_tensor(cute.make_layout(n), cutlass.Int32)
@@ -526,17 +541,19 @@ class ClusterTopk:
         if cutlass.const_expr(self.roll):
             for p in cutlass.range(4, unroll=1):
                 found, need = self._held_pass(p, n, keys, first, end, found, need, hist, total,
-                                              state, gather, bars, trace, cta, t, lane, w, c)
+                                              state, gather, bars, trace, cta, t, lane, w, c,
+                                              active)
         else:
             for p in cutlass.range_constexpr(4):
                 found, need = self._held_pass(p, n, keys, first, end, found, need, hist, total,
-                                              state, gather, bars, trace, cta, t, lane, w, c)
+                                              state, gather, bars, trace, cta, t, lane, w, c,
+                                              active)
         kth = found ^ SIGN  # the k-th largest key, signed image
         above, ties = self._tally(keys, first, end, kth, n, self.skip_write)
         # a CTA holds at most 8K keys: above and ties packed in 16 bits each
         before, mine = self._block_scan((above << 16) | ties, lane, w, warp_sums)
         taken_before, ties_before = self._exchange(count, mine >> 16, mine & 0xFFFF,
-                                                   t, c, need, bars)
+                                                   t, c, active, need, bars)
         self._mark(trace, cta, t, 6)
         self._write(keys, first, end, kth, need, ties_before + (before & 0xFFFF),
                     taken_before + (before >> 16)
@@ -547,10 +564,11 @@ class ClusterTopk:
     @cute.jit
     def _held_pass(self, p, n: cutlass.Constexpr, keys: cute.Tensor, first, end, found, need,
                    hist: cute.Tensor, total: cute.Tensor, state: cute.Tensor,
-                   gather: cute.Tensor, bars, trace, cta, t, lane, w, c):
+                   gather: cute.Tensor, bars, trace, cta, t, lane, w, c, active):
         """Radix pass p of a held context: (the digits found, keys still needed) after it."""
         self._count(keys, first, end, hist, (p % 2) * BINS, found, p, n, self.skip)
-        digit, need = self._pass_end(hist, total, state, need, p, t, lane, w, c, gather, bars)
+        digit, need = self._pass_end(hist, total, state, need, p, t, lane, w, c, active, gather,
+                                     bars)
         self._mark(trace, cta, t, 2 + p)
         return found | (digit << (24 - 8 * p)), need
 
@@ -558,7 +576,7 @@ class ClusterTopk:
     def _reloaded_pass(self, p, row: cute.Tensor, keys: cute.Tensor, ahead: cute.Tensor,
                        first, hi, tiles, found, need, above, hist: cute.Tensor,
                        total: cute.Tensor, state: cute.Tensor, gather: cute.Tensor, bars,
-                       trace, cta, t, lane, w, c):
+                       trace, cta, t, lane, w, c, active):
         """Radix pass p of a context loaded again each pass, tile by tile: (the digits
         found, keys still needed, this CTA's keys above the k-th found so far, its keys in
         this pass's bin) after it."""
@@ -584,9 +602,87 @@ class ClusterTopk:
                 if cutlass.const_expr(p == 0):
                     self._mark(trace, cta, t, 1)
         digit, need, up, ties = self._pass_end(hist, total, state, need, p, t, lane, w, c,
-                                               gather, bars, True)
+                                               active, gather, bars, True)
         self._mark(trace, cta, t, 2 + p)
         return found | (digit << (24 - 8 * p)), need, above + up, ties
+
+    @cute.jit
+    def _row(self, scores: cute.Pointer, m, stride, width, limit, out_row: cute.Tensor,
+             hist: cute.Tensor, total: cute.Tensor, state: cute.Tensor,
+             warp_sums: cute.Tensor, count: cute.Tensor, gather: cute.Tensor, bars, trace, cta,
+             t, lane, w, c, active):
+        """Row m's top-k over its first `limit` scores (past k), split among the cluster's
+        first `active` CTAs (CTA c < active)."""
+        row = cute.make_tensor(scores + m * stride, cute.make_layout(width))
+        # CTA c takes positions lo .. hi - 1, consecutive, multiples of VEC apart
+        span = _round_up((limit + active - 1) // active, VEC)
+        lo = c * span
+        hi = cutlass.min(lo + span, limit)
+        per = _round_up((span + THREADS - 1) // THREADS, VEC)  # a thread's, held at once
+        cute.arch.barrier()  # the zeroed histograms before any atomic
+        if cutlass.const_expr(not self.wide) or per <= self.kpt:  # keys from one load
+            first = lo + t * per
+            end = cutlass.min(first + per, hi)
+            # the smallest of the compiled sizes that holds `per` keys: a short context
+            # in a wide table walks only its own keys
+            sizes = self.held_sizes()
+            pick = cutlass.Int32(0)
+            for i in cutlass.range_constexpr(len(sizes) - 1):
+                if per > sizes[i]:
+                    pick = pick + 1
+            for i in cutlass.range_constexpr(len(sizes)):
+                if pick == i:
+                    self._held(sizes[i], row, first, end, out_row, hist, total, state,
+                               warp_sums, count, gather, bars, trace, cta, t, lane, w, c, active)
+        else:  # longer contexts: each pass loads the CTA's tiles again (from L2)
+            tiles = (span + self.chunk - 1) // self.chunk
+            keys = cute.make_rmem_tensor(cute.make_layout(self.kpt), cutlass.Int32)
+            # prefetch: the next tile's raw bits, loaded while this one's are counted
+            ahead = cute.make_rmem_tensor(cute.make_layout(self.kpt), cutlass.Int32)
+            found = cutlass.Int32(0)  # the digits found so far, in place (unsigned image)
+            need = cutlass.Int32(self.k)
+            first = lo + t * self.kpt
+            # this CTA's keys above the k-th: those above the digit's bin in each pass's
+            # histogram (a key's first digit off the k-th's is a larger one); its ties:
+            # those in the last pass's bin
+            above = cutlass.Int32(0)
+            ties = cutlass.Int32(0)
+            self._mark(trace, cta, t, 0)
+            if cutlass.const_expr(self.prefetch):
+                self._fetch(row, first, hi, ahead, self.kpt)
+            if cutlass.const_expr(self.roll):
+                for p in cutlass.range(4, unroll=1):
+                    found, need, above, ties = self._reloaded_pass(
+                        p, row, keys, ahead, first, hi, tiles, found, need, above, hist,
+                        total, state, gather, bars, trace, cta, t, lane, w, c, active)
+            else:
+                for p in cutlass.range_constexpr(4):
+                    found, need, above, ties = self._reloaded_pass(
+                        p, row, keys, ahead, first, hi, tiles, found, need, above, hist,
+                        total, state, gather, bars, trace, cta, t, lane, w, c, active)
+            kth = found ^ SIGN
+            taken, tied = self._exchange(count, above, ties, t, c, active, need, bars)
+            self._mark(trace, cta, t, 6)
+            for i in cutlass.range(tiles, unroll=1):  # tile by tile, in position order
+                at = first + i * self.chunk
+                if cutlass.const_expr(self.prefetch):
+                    self._image(ahead, keys, self.kpt)
+                    more = hi
+                    if i + 1 == tiles:
+                        more = cutlass.Int32(0)  # no tile after the last
+                    self._fetch(row, at + self.chunk, more, ahead, self.kpt)
+                else:
+                    self._load(row, at, hi, keys, self.kpt)
+                a, e = self._tally(keys, at, hi, kth, self.kpt)
+                a_before, a_all = self._block_scan(a, lane, w, warp_sums)
+                e_before, e_all = self._block_scan(e, lane, w, warp_sums)
+                self._write(keys, at, hi, kth, need, tied + e_before,
+                            taken + a_before
+                            + cutlass.min(e_before, cutlass.max(need - tied, 0)), out_row,
+                            self.kpt)
+                taken = taken + a_all + cutlass.min(e_all, cutlass.max(need - tied, 0))
+                tied = tied + e_all
+            self._mark(trace, cta, t, 7)
 
     @cute.kernel
     def kernel(self, scores: cute.Pointer, positions: cute.Pointer, out: cute.Pointer,
@@ -628,76 +724,22 @@ class ClusterTopk:
                 cute.arch.cluster_wait()
         else:
             limit = cutlass.min(seq, width)
-            row = cute.make_tensor(scores + m * stride, cute.make_layout(width))
-            # CTA c takes positions lo .. hi - 1, consecutive, multiples of VEC apart
-            span = _round_up((limit + self.cluster - 1) // self.cluster, VEC)
-            lo = c * span
-            hi = cutlass.min(lo + span, limit)
-            per = _round_up((span + THREADS - 1) // THREADS, VEC)  # a thread's, held at once
-            cute.arch.barrier()  # the zeroed histograms before any atomic
-            if cutlass.const_expr(not self.wide) or per <= self.kpt:  # keys from one load
-                first = lo + t * per
-                end = cutlass.min(first + per, hi)
-                # the smallest of the compiled sizes that holds `per` keys: a short context
-                # in a wide table walks only its own keys
-                sizes = self.held_sizes()
-                pick = cutlass.Int32(0)
-                for i in cutlass.range_constexpr(len(sizes) - 1):
-                    if per > sizes[i]:
-                        pick = pick + 1
-                for i in cutlass.range_constexpr(len(sizes)):
-                    if pick == i:
-                        self._held(sizes[i], row, first, end, out_row, hist, total, state,
-                                   warp_sums, count, gather, bars, trace, cta, t, lane, w, c)
-            else:  # longer contexts: each pass loads the CTA's tiles again (from L2)
-                tiles = (span + self.chunk - 1) // self.chunk
-                keys = cute.make_rmem_tensor(cute.make_layout(self.kpt), cutlass.Int32)
-                # prefetch: the next tile's raw bits, loaded while this one's are counted
-                ahead = cute.make_rmem_tensor(cute.make_layout(self.kpt), cutlass.Int32)
-                found = cutlass.Int32(0)  # the digits found so far, in place (unsigned image)
-                need = cutlass.Int32(self.k)
-                first = lo + t * self.kpt
-                # this CTA's keys above the k-th: those above the digit's bin in each pass's
-                # histogram (a key's first digit off the k-th's is a larger one); its ties:
-                # those in the last pass's bin
-                above = cutlass.Int32(0)
-                ties = cutlass.Int32(0)
-                self._mark(trace, cta, t, 0)
-                if cutlass.const_expr(self.prefetch):
-                    self._fetch(row, first, hi, ahead, self.kpt)
-                if cutlass.const_expr(self.roll):
-                    for p in cutlass.range(4, unroll=1):
-                        found, need, above, ties = self._reloaded_pass(
-                            p, row, keys, ahead, first, hi, tiles, found, need, above, hist,
-                            total, state, gather, bars, trace, cta, t, lane, w, c)
+            if cutlass.const_expr(self.cluster == CLUSTER or not self.push):
+                self._row(scores, m, stride, width, limit, out_row, hist, total, state,
+                          warp_sums, count, gather, bars, trace, cta, t, lane, w, c,
+                          self.cluster)
+            else:
+                # a context the first CLUSTER CTAs hold at once: the others leave (their
+                # arrival at the start counted, nothing sent to them), fewer histograms a pass
+                active = cutlass.Int32(CLUSTER)
+                if limit > CLUSTER * self.chunk:
+                    active = cutlass.Int32(self.cluster)
+                if c < active:
+                    self._row(scores, m, stride, width, limit, out_row, hist, total, state,
+                              warp_sums, count, gather, bars, trace, cta, t, lane, w, c,
+                              active)
                 else:
-                    for p in cutlass.range_constexpr(4):
-                        found, need, above, ties = self._reloaded_pass(
-                            p, row, keys, ahead, first, hi, tiles, found, need, above, hist,
-                            total, state, gather, bars, trace, cta, t, lane, w, c)
-                kth = found ^ SIGN
-                taken, tied = self._exchange(count, above, ties, t, c, need, bars)
-                self._mark(trace, cta, t, 6)
-                for i in cutlass.range(tiles, unroll=1):  # tile by tile, in position order
-                    at = first + i * self.chunk
-                    if cutlass.const_expr(self.prefetch):
-                        self._image(ahead, keys, self.kpt)
-                        more = hi
-                        if i + 1 == tiles:
-                            more = cutlass.Int32(0)  # no tile after the last
-                        self._fetch(row, at + self.chunk, more, ahead, self.kpt)
-                    else:
-                        self._load(row, at, hi, keys, self.kpt)
-                    a, e = self._tally(keys, at, hi, kth, self.kpt)
-                    a_before, a_all = self._block_scan(a, lane, w, warp_sums)
-                    e_before, e_all = self._block_scan(e, lane, w, warp_sums)
-                    self._write(keys, at, hi, kth, need, tied + e_before,
-                                taken + a_before
-                                + cutlass.min(e_before, cutlass.max(need - tied, 0)), out_row,
-                                self.kpt)
-                    taken = taken + a_all + cutlass.min(e_all, cutlass.max(need - tied, 0))
-                    tied = tied + e_all
-                self._mark(trace, cta, t, 7)
+                    cute.arch.cluster_wait()
             if cutlass.const_expr(not self.push):
                 cute.arch.cluster_arrive()  # no CTA leaves while another reads its memory
                 cute.arch.cluster_wait()
