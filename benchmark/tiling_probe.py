@@ -522,11 +522,13 @@ VARIANTS = {
     # ... or walking every key group it holds, predicated off past its share (SKIP off)
     "topk_no_skip": {("cluster_topk", "SKIP"): False},
     # ... or skipping in a held context's tally and write too and not in a reloaded one's
-    # count (SKIP_WRITE on, SKIP_RELOADED off); 16 CTAs a row of a wide table at up to
-    # WIDE_CLUSTER_ROWS rows; the four passes a loop up to PREFETCH_ROWS rows (ROLL)
+    # count (SKIP_WRITE on, SKIP_RELOADED off); 8 CTAs a row of a wide table at any rows
+    # (WIDE_CLUSTER 8) or 16 (the default since 07a5bb0); the four passes a loop up to
+    # PREFETCH_ROWS rows (ROLL)
     "topk_skip2": {("cluster_topk", "SKIP_WRITE"): True,
                    ("cluster_topk", "SKIP_RELOADED"): False},
     "topk_cluster16": {("cluster_topk", "WIDE_CLUSTER"): 16},
+    "topk_cluster8": {("cluster_topk", "WIDE_CLUSTER"): 8},
     "topk_rolled": {("cluster_topk", "ROLL"): True},
     # the forms before SKIP_WRITE, SKIP_RELOADED and ROLL became defaults (H100, 18cba3f)
     "topk_unrolled": {("cluster_topk", "ROLL"): False},

@@ -25,8 +25,8 @@ poisoning it. Forms:
                      off past its share (cluster_topk.SKIP off)
     cluster_skip2    the same, its tally and write skipping too, a reloaded context's count
                      not (SKIP_WRITE on, SKIP_RELOADED off)
-    cluster_16       the same, 16 CTAs a row of a table wider than 64K at up to
-                     WIDE_CLUSTER_ROWS rows (WIDE_CLUSTER 16)
+    cluster_8        the same, 8 CTAs a row at any rows (WIDE_CLUSTER 8; the default takes
+                     16 in a table wider than 64K at up to WIDE_CLUSTER_ROWS rows)
     cluster_rolled   the same, the four passes a loop at up to PREFETCH_ROWS rows (ROLL on)
 
     PYTHONPATH=python:sgl-kernel-ext python3 -m benchmark.topk_probe --out $OUT
@@ -49,7 +49,7 @@ CLUSTER_FORMS = {"cluster": {}, "cluster_pull": {"PUSH": False},
                  "cluster_sizes_4_8": {"SIZED": True, "HELD_SIZES": (4, 8)},
                  "cluster_no_skip": {"SKIP": False},
                  "cluster_skip2": {"SKIP_WRITE": True, "SKIP_RELOADED": False},
-                 "cluster_16": {"WIDE_CLUSTER": 16}, "cluster_rolled": {"ROLL": True}}
+                 "cluster_8": {"WIDE_CLUSTER": 8}, "cluster_rolled": {"ROLL": True}}
 
 from . import harness as H
 
@@ -192,7 +192,7 @@ def trace_row(scores, positions, k, out, dev) -> dict:
     m, table = scores.shape
     width = int(positions[0]) + 1
     row = {"form": "cluster_trace", "rows": m, "width": width, "table": table}
-    cluster = C.cluster_size(m, table)
+    cluster = C.cluster_size(m, table, scores.device.index)
     row["cluster"] = cluster
     row["reloaded"] = width > cluster * C.THREADS * C.MAX_KEYS_PER_THREAD
     trace = torch.zeros(m * cluster, len(C.TRACE_POINTS), dtype=torch.int64, device=dev)

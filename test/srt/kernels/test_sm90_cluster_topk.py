@@ -101,8 +101,8 @@ def test_matches_a_stable_sort(rows, width, contexts, kind, pos_dtype):
 @pytest.mark.parametrize("knob,value", [("PUSH", False), ("PREFETCH", False), ("SIZED", True),
                                         ("HELD_SIZES", (4, 8)), ("PREFETCH_ROWS", 1 << 30),
                                         ("SKIP", False), ("SKIP_WRITE", True),
-                                        ("SKIP_RELOADED", False), ("WIDE_CLUSTER", 16),
-                                        ("ROLL", True)])
+                                        ("SKIP_RELOADED", False), ("WIDE_CLUSTER", 8),
+                                        ("ROLL", False)])
 @pytest.mark.parametrize("rows,width,contexts,kind",
                          [CASES[i] for i in (3, 6, 8, 9)]
                          + [(12, 131072, [131072 - 5003 * i for i in range(12)], "normal"),
@@ -114,8 +114,8 @@ def test_forms_off_match_a_stable_sort(rows, width, contexts, kind, knob, value,
     context held in registers walking only its share (SIZED, with or without a 16-key path),
     the next tile prefetched past PREFETCH_ROWS (12 reloaded rows), a thread's count
     walking every key group it holds (SKIP), its tally and write skipping too (SKIP_WRITE),
-    a reloaded context's count not (SKIP_RELOADED), 16 CTAs a row of a wide table
-    (WIDE_CLUSTER), the four passes as a loop (ROLL)."""
+    a reloaded context's count skipping (SKIP_RELOADED), 8 CTAs a row of a wide table at
+    any rows (WIDE_CLUSTER), the four passes unrolled (ROLL)."""
     monkeypatch.setattr(cluster_topk, knob, value)
     if knob == "HELD_SIZES":
         monkeypatch.setattr(cluster_topk, "SIZED", True)

@@ -40,8 +40,7 @@ def test_wide_tables_and_prefetch_rows():
 
 
 def test_cluster_size_follows_the_table_and_rows(monkeypatch):
-    assert C.WIDE_CLUSTER == C.CLUSTER  # 16 CTAs a row: opt-in until a GPU run says
-    monkeypatch.setattr(C, "WIDE_CLUSTER", 16)
+    assert C.WIDE_CLUSTER == 16  # a wide table's rows, at few rows
     assert C.cluster_size(1, 65536) == 8  # held whole by 8 CTAs: no wide table
     assert C.cluster_size(1, 1 << 20) == 16
     assert C.cluster_size(C.WIDE_CLUSTER_ROWS, 1 << 20) == 16
@@ -49,6 +48,37 @@ def test_cluster_size_follows_the_table_and_rows(monkeypatch):
     assert C.keys_per_thread(131072, 16) == (32, False)
     assert C.keys_per_thread(1 << 20, 16) == (32, True)
     assert C.ClusterTopk(2048, 32, wide=True, cluster=16).width == 131072
+    monkeypatch.setattr(C, "WIDE_CLUSTER", 8)
+    assert C.cluster_size(1, 1 << 20) == 8
+
+
+def test_cluster_size_asks_the_device_how_many_it_holds(monkeypatch):
+    """16 CTAs a row only where the GPU holds as many clusters of 16 as there are rows (a
+    non-portable size; the query's answer, 0 where it fails)."""
+    held = {}
+    monkeypatch.setattr(C, "clusters_resident", lambda device, size: held[(device, size)])
+    held[(0, 16)] = 3
+    assert C.cluster_size(3, 1 << 20, 0) == 16
+    assert C.cluster_size(4, 1 << 20, 0) == 8
+    held[(0, 16)] = 0
+    assert C.cluster_size(1, 1 << 20, 0) == 8
+    assert C.cluster_size(1, 1 << 20) == 16  # no device named: not asked
+
+
+def test_a_failed_occupancy_query_means_none(monkeypatch, caplog):
+    import cutlass.utils
+
+    class Broken:
+        def __init__(self, device):
+            raise RuntimeError("no current context")
+
+    monkeypatch.setattr(cutlass.utils, "HardwareInfo", Broken)
+    C.clusters_resident.cache_clear()
+    try:
+        assert C.clusters_resident(0, 16) == 0
+        assert "occupancy query" in caplog.text and "no current context" in caplog.text
+    finally:
+        C.clusters_resident.cache_clear()
 
 
 @pytest.mark.parametrize("bad", [4, 12, 32])

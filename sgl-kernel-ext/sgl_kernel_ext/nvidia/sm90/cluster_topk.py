@@ -34,6 +34,7 @@ stable descending sort's choice), ascending, as
 from __future__ import annotations
 
 import functools
+import logging
 
 import cutlass
 import cutlass.cute as cute
@@ -41,6 +42,8 @@ import cutlass.memory
 from cutlass._mlir import ir
 from cutlass._mlir.dialects import llvm, nvvm, vector
 from cutlass.cutlass_dsl import T, dsl_user_op
+
+logger = logging.getLogger(__name__)
 
 THREADS = 256  # a CTA's threads; BINS of them own a histogram bin each
 BINS = 256  # 8-bit digits: four passes
@@ -82,8 +85,11 @@ SKIP_RELOADED = False
 # context up to 64K is taken by the first 8 alone (the others leave at once), each pass's
 # exchange among 8; CLUSTER (8): off. With all 16 for every context (H100, the MoE+indexer
 # layer, 1M table, 1 / 4 rows): 94.0 / 151.0 us at 128K against 105.1 / 162.7 with 8, but
-# 80.0 / 125.0 at 8K against 77.7 / 122.9 (results/tiling_probe_20261206T0749*-T0750*)
-WIDE_CLUSTER = CLUSTER
+# 80.0 / 125.0 at 8K against 77.7 / 122.9 (results/tiling_probe_20261206T0749*-T0750*); with
+# the first 8 alone up to 64K: 93.6 / 151.6 at 128K against 104.3 / 163.0, 78.2 / 123.4 at
+# 8K against 77.7 / 123.2 (tiling_probe_20261206T080350Z, T080437Z). Only where the GPU holds
+# that many clusters of 16 at once (``clusters_resident``), else 8.
+WIDE_CLUSTER = 2 * CLUSTER
 WIDE_CLUSTER_ROWS = 7
 # the four radix passes as a loop rather than unrolled (half the kernel's code), at up to
 # PREFETCH_ROWS rows (the form that already takes one CTA an SM: the loop takes more
@@ -768,16 +774,37 @@ def keys_per_thread(width: int, cluster: int = CLUSTER) -> tuple:
     return (kpt, False) if kpt <= MAX_KEYS_PER_THREAD else (MAX_KEYS_PER_THREAD, True)
 
 
-def cluster_size(rows: int, width: int) -> int:
+def cluster_size(rows: int, width: int, device: int | None = None) -> int:
     """CTAs a row for `rows` rows of a table `width` wide: WIDE_CLUSTER where the table is
-    wider than CLUSTER CTAs hold at once and the rows at most WIDE_CLUSTER_ROWS (their
-    clusters all resident at once), else CLUSTER."""
+    wider than CLUSTER CTAs hold at once and the rows at most WIDE_CLUSTER_ROWS and, given
+    the CUDA `device`, at most the clusters of WIDE_CLUSTER it holds at once; else CLUSTER."""
     if WIDE_CLUSTER not in (CLUSTER, 2 * CLUSTER):
         raise ValueError(f"cluster_topk.WIDE_CLUSTER: {CLUSTER} or {2 * CLUSTER}, got "
                          f"{WIDE_CLUSTER}")
-    if keys_per_thread(width)[1] and rows <= WIDE_CLUSTER_ROWS:
-        return WIDE_CLUSTER
-    return CLUSTER
+    if WIDE_CLUSTER == CLUSTER or not keys_per_thread(width)[1] or rows > WIDE_CLUSTER_ROWS:
+        return CLUSTER
+    if device is not None and rows > clusters_resident(device, WIDE_CLUSTER):
+        return CLUSTER
+    return WIDE_CLUSTER
+
+
+@functools.lru_cache(maxsize=None)
+def clusters_resident(device: int, size: int) -> int:
+    """Clusters of `size` CTAs the CUDA `device` holds at once at one CTA an SM (the driver's
+    occupancy query through CuTe DSL; the device's context current), once a process; 0,
+    logged, where the query fails (a cluster of 16 is a non-portable size: a GPU may hold
+    none)."""
+    try:
+        from cutlass.utils import HardwareInfo
+
+        held = int(HardwareInfo(device).get_max_active_clusters(size))
+    except Exception as e:  # noqa: BLE001 - any failure means: do not launch that size
+        logger.warning("cluster_topk: the occupancy query for clusters of %d CTAs failed "
+                       "(%s: %s); rows take %d CTAs", size, type(e).__name__, e, CLUSTER)
+        return 0
+    logger.info("cluster_topk: device %d holds %d clusters of %d CTAs at once", device, held,
+                size)
+    return held
 
 
 def _int(bits: int):
@@ -831,7 +858,7 @@ def topk_positions(scores, positions, k: int, out, pdl: bool = False, trace=None
     positions[m] + 1 (int32 or int64; all of them, then -1s, when that is <= k), as
     topk.topk_positions; on the current torch stream, graph-capturable. pdl: launched
     programmatically dependent (it waits for the previous kernel before reading anything).
-    trace: measurement only, int64 [M x cluster_size(M, W), len(TRACE_POINTS)]
+    trace: measurement only, int64 [M x cluster_size(M, W, device), len(TRACE_POINTS)]
     (``ClusterTopk.trace``)."""
     import cuda.bindings.driver as cuda
     import torch
@@ -842,7 +869,7 @@ def topk_positions(scores, positions, k: int, out, pdl: bool = False, trace=None
         raise ValueError(reason)
     m, width = scores.shape
     pos_bits = positions.element_size() * 8
-    cluster = cluster_size(m, width)
+    cluster = cluster_size(m, width, scores.device.index)
     kpt, wide = keys_per_thread(width, cluster)
     if trace is not None and (trace.dtype != torch.int64 or not trace.is_contiguous()
                               or trace.numel() < m * cluster * len(TRACE_POINTS)):
