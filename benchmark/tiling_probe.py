@@ -522,16 +522,21 @@ VARIANTS = {
     # ... or walking every key group it holds, predicated off past its share (SKIP off)
     "topk_no_skip": {("cluster_topk", "SKIP"): False},
     # ... or skipping in a held context's tally and write too and not in a reloaded one's
-    # count (SKIP_WRITE on, SKIP_RELOADED off); 8 CTAs a row of a wide table at any rows
+    # count (SKIP_WRITE on, SKIP_RELOADED off: the default since 144e264, as measured at
+    # 18cba3f; topk_skip_count_only is the form before); 8 CTAs a row of a wide table at any rows
     # (WIDE_CLUSTER 8) or 16 (the default since 07a5bb0); the four passes a loop up to
     # PREFETCH_ROWS rows (ROLL)
     "topk_skip2": {("cluster_topk", "SKIP_WRITE"): True,
                    ("cluster_topk", "SKIP_RELOADED"): False},
+    "topk_skip_count_only": {("cluster_topk", "SKIP_WRITE"): False,
+                             ("cluster_topk", "SKIP_RELOADED"): True},
     "topk_cluster16": {("cluster_topk", "WIDE_CLUSTER"): 16},
     "topk_cluster8": {("cluster_topk", "WIDE_CLUSTER"): 8},
     "topk_rolled": {("cluster_topk", "ROLL"): True},
     # the forms before SKIP_WRITE, SKIP_RELOADED and ROLL became defaults (H100, 18cba3f)
     "topk_unrolled": {("cluster_topk", "ROLL"): False},
+    # the passes rolled up to 16 rows, two CTAs an SM past PREFETCH_ROWS (not yet run)
+    "topk_rolled_16": {("cluster_topk", "ROLL_ROWS"): 16},
     "topk_before_skip2_roll": {("cluster_topk", "SKIP_WRITE"): False,
                                ("cluster_topk", "SKIP_RELOADED"): True,
                                ("cluster_topk", "ROLL"): False},

@@ -23,11 +23,13 @@ poisoning it. Forms:
     cluster_sizes_4_8    the same, 4, 8 or 32 keys (SIZED on, HELD_SIZES 4, 8)
     cluster_no_skip  the same, a thread's count walking every key group it holds, predicated
                      off past its share (cluster_topk.SKIP off)
-    cluster_skip2    the same, its tally and write skipping too, a reloaded context's count
-                     not (SKIP_WRITE on, SKIP_RELOADED off)
+    cluster_skip_count_only the same, only a held context's count skipping, its tally and
+                     write not, a reloaded one's count too (SKIP_WRITE off, SKIP_RELOADED on:
+                     the form before 144e264)
     cluster_8        the same, 8 CTAs a row at any rows (WIDE_CLUSTER 8; the default takes
                      16 in a table wider than 64K at up to WIDE_CLUSTER_ROWS rows)
-    cluster_rolled   the same, the four passes a loop at up to PREFETCH_ROWS rows (ROLL on)
+    cluster_unrolled the same, the four passes unrolled (ROLL off; on, a loop up to ROLL_ROWS)
+    cluster_rolled_16 the same up to 16 rows, two CTAs an SM past PREFETCH_ROWS (ROLL_ROWS 16)
 
     PYTHONPATH=python:sgl-kernel-ext python3 -m benchmark.topk_probe --out $OUT
 """
@@ -48,8 +50,9 @@ CLUSTER_FORMS = {"cluster": {}, "cluster_pull": {"PUSH": False},
                  "cluster_prefetch_all": {"PREFETCH_ROWS": 1 << 30},
                  "cluster_sizes_4_8": {"SIZED": True, "HELD_SIZES": (4, 8)},
                  "cluster_no_skip": {"SKIP": False},
-                 "cluster_skip2": {"SKIP_WRITE": True, "SKIP_RELOADED": False},
-                 "cluster_8": {"WIDE_CLUSTER": 8}, "cluster_rolled": {"ROLL": True}}
+                 "cluster_skip_count_only": {"SKIP_WRITE": False, "SKIP_RELOADED": True},
+                 "cluster_8": {"WIDE_CLUSTER": 8}, "cluster_unrolled": {"ROLL": False},
+                 "cluster_rolled_16": {"ROLL_ROWS": 16}}
 
 from . import harness as H
 

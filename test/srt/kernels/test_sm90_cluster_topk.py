@@ -102,7 +102,7 @@ def test_matches_a_stable_sort(rows, width, contexts, kind, pos_dtype):
                                         ("HELD_SIZES", (4, 8)), ("PREFETCH_ROWS", 1 << 30),
                                         ("SKIP", False), ("SKIP_WRITE", True),
                                         ("SKIP_RELOADED", False), ("WIDE_CLUSTER", 8),
-                                        ("ROLL", False)])
+                                        ("ROLL", False), ("ROLL_ROWS", 16)])
 @pytest.mark.parametrize("rows,width,contexts,kind",
                          [CASES[i] for i in (3, 6, 8, 9)]
                          + [(12, 131072, [131072 - 5003 * i for i in range(12)], "normal"),
@@ -115,7 +115,8 @@ def test_forms_off_match_a_stable_sort(rows, width, contexts, kind, knob, value,
     the next tile prefetched past PREFETCH_ROWS (12 reloaded rows), a thread's count
     walking every key group it holds (SKIP), its tally and write skipping too (SKIP_WRITE),
     a reloaded context's count skipping (SKIP_RELOADED), 8 CTAs a row of a wide table at
-    any rows (WIDE_CLUSTER), the four passes unrolled (ROLL)."""
+    any rows (WIDE_CLUSTER), the four passes unrolled (ROLL) or rolled past 8 rows, two CTAs
+    an SM (ROLL_ROWS)."""
     monkeypatch.setattr(cluster_topk, knob, value)
     if knob == "HELD_SIZES":
         monkeypatch.setattr(cluster_topk, "SIZED", True)

@@ -235,8 +235,8 @@ def test_cluster_topk_compiles_for_sm90a(tmp_path):
     with and without the next tile prefetched;
     int64 positions, launched dependent; a row that is no multiple of four wide, its keys
     loaded one by one; the CTAs reading each other's histograms after cluster barriers instead
-    of sending them; the opt-in forms: the skip in the tally and write, 16 CTAs a row, the
-    passes rolled): its histograms as shared-memory atomics, 16-byte loads of the keys, no
+    of sending them; the skip in the tally and write, 16 CTAs a row, the passes rolled, with
+    one CTA an SM or two): its histograms as shared-memory atomics, 16-byte loads of the keys, no
     spilled keys; the histograms sent by st.async onto mbarriers, with no GPU-wide memory
     barrier (or, pulled, cluster barriers)."""
     forms = [(2048, 4, False, 32, False, True, True, False, {}),
@@ -249,7 +249,8 @@ def test_cluster_topk_compiles_for_sm90a(tmp_path):
              (2048, 32, True, 64, True, True, True, True,
               {"skip_write": True, "skip_reloaded": False}),
              (2048, 32, True, 64, True, True, True, True, {"cluster": 16}),
-             (2048, 32, True, 64, True, True, True, True, {"roll": True})]
+             (2048, 32, True, 64, True, True, True, True, {"roll": True}),
+             (2048, 32, True, 64, True, True, True, False, {"roll": True, "ctas_per_sm": 2})]
     instructions = {}
     for i, form in enumerate(forms):
         (tmp_path / str(i)).mkdir()  # one folder each: the cubins' names are alike
@@ -263,7 +264,11 @@ def test_cluster_topk_compiles_for_sm90a(tmp_path):
             assert ("STAS.128" in sass and "SYNCS.PHASECHK" in sass) == push, form
             # pulled: a cluster barrier a pass, one for the counts, one at the end
             assert ("MEMBAR.ALL.GPU" in sass) == (not push), form
-            assert "STL" not in sass, f"{form}: keys spilled to local memory"
+            if form[8].get("ctas_per_sm", 1) == 1:
+                assert "STL" not in sass, f"{form}: keys spilled to local memory"
+            else:  # two CTAs an SM: at most 128 registers, a word spilled, no keys
+                assert _registers(cubins[0]) <= 128, form
+                assert sass.count("STL") <= 1, f"{form}: {sass.count('STL')} spill stores"
             assert ("LDG.E.128" in sass) == form[5], f"{form}: vector loads of the keys"
             if form[1] == 32 and form[4] and not form[8]:
                 # cluster_topk.PREFETCH_ROWS' premise: the wide form without the prefetch fits

@@ -91,10 +91,15 @@ SKIP_RELOADED = False
 # that many clusters of 16 at once (``clusters_resident``), else 8.
 WIDE_CLUSTER = 2 * CLUSTER
 WIDE_CLUSTER_ROWS = 7
-# the four radix passes as a loop rather than unrolled (half the kernel's code), at up to
-# PREFETCH_ROWS rows (the form that already takes one CTA an SM: the loop takes more
-# registers)
+# the four radix passes as a loop rather than unrolled (half the kernel's code: the layer at
+# one row of 128K 104.9-105.6 us against 114.5, 162.2 against 169.2 at 4 rows, 8K-32K the
+# same within 0.5; results/tiling_probe_20261206T074557Z), at up to ROLL_ROWS rows
 ROLL = True
+# up to PREFETCH_ROWS the form takes one CTA an SM anyway (171 registers with the prefetch).
+# Past that, up to ROLL_ROWS, the rolled form asks for two CTAs an SM, as 16 rows' clusters
+# need (15 clusters of 8 fit one CTA an SM on an H100), and so takes 128 registers a thread (8
+# bytes spilled, once a row) where one CTA an SM let it take 162: not yet run on a GPU
+ROLL_ROWS = PREFETCH_ROWS
 # measurement only (``trace``): each CTA's %globaltimer (ns) at these points of a row, into
 # trace int64 [rows x CLUSTER, len(TRACE_POINTS)]; for a context loaded again each pass,
 # "loaded" is its first pass's tiles loaded and counted
@@ -157,7 +162,7 @@ class ClusterTopk:
                  vec: bool = True, push: bool = True, trace: bool = False,
                  prefetch: bool = True, sizes: tuple = (), skip: bool = True,
                  skip_write: bool = False, skip_reloaded: bool = True,
-                 cluster: int = CLUSTER, roll: bool = False):
+                 cluster: int = CLUSTER, roll: bool = False, ctas_per_sm: int = 1):
         if not 1 <= kpt <= MAX_KEYS_PER_THREAD or kpt % VEC:
             raise ValueError(f"cluster_topk: a multiple of {VEC} up to {MAX_KEYS_PER_THREAD} "
                              f"keys a thread, got {kpt}")
@@ -189,6 +194,8 @@ class ClusterTopk:
         # roll: the four passes a loop (the digit's shift and mask computed) rather than
         # unrolled
         self.roll = roll
+        # CTAs an SM the launch leaves room for (the registers a thread may take: 2, 128)
+        self.ctas_per_sm = ctas_per_sm
         # measurement only: each CTA's %globaltimer at TRACE_POINTS
         self.trace = trace
         self.chunk = THREADS * kpt
@@ -219,7 +226,10 @@ class ClusterTopk:
             grid=[rows * self.cluster, 1, 1], block=[THREADS, 1, 1],
             cluster=[self.cluster, 1, 1],
             smem=Storage.size_in_bytes(), stream=stream, use_pdl=self.pdl,
-            min_blocks_per_mp=1)  # one CTA an SM: registers for every key (no spill)
+            # one CTA an SM: registers for every key (no spill); two: at most 128 a thread, and
+            # the shared memory carveout that two CTAs need
+            min_blocks_per_mp=self.ctas_per_sm,
+            preferred_smem_carveout=100 if self.ctas_per_sm > 1 else None)
 
     @cute.jit
     def _block_scan(self, value, lane, w, warp_sums: cute.Tensor):
@@ -816,12 +826,12 @@ def _compiled(k: int, kpt: int, pdl: bool, pos_bits: int = 32, wide: bool = Fals
               vec: bool = True, push: bool = True, trace: bool = False,
               prefetch: bool = True, sizes: tuple = (), skip: bool = True,
               skip_write: bool = False, skip_reloaded: bool = True, cluster: int = CLUSTER,
-              roll: bool = False):
+              roll: bool = False, ctas_per_sm: int = 1):
     import cuda.bindings.driver as cuda
     from cutlass.cute.runtime import make_ptr
 
     kernel = ClusterTopk(k, kpt, pdl, wide, vec, push, trace, prefetch, sizes, skip,
-                         skip_write, skip_reloaded, cluster, roll)
+                         skip_write, skip_reloaded, cluster, roll, ctas_per_sm)
     gmem = cute.AddressSpace.gmem
     ptrs = (make_ptr(cutlass.Int32, 16, gmem, 4), make_ptr(_int(pos_bits), 16, gmem, 4),
             make_ptr(cutlass.Int64, 16, gmem, 8), make_ptr(cutlass.Int64, 16, gmem, 8))
@@ -875,10 +885,11 @@ def topk_positions(scores, positions, k: int, out, pdl: bool = False, trace=None
                               or trace.numel() < m * cluster * len(TRACE_POINTS)):
         raise ValueError("cluster_topk: trace must be a contiguous int64 "
                          f"[{m * cluster}, {len(TRACE_POINTS)}]")
+    roll = ROLL and m <= ROLL_ROWS
     _, fn = _compiled(k, kpt, bool(pdl), pos_bits, wide, vector_loads(scores), PUSH,
                       trace is not None, PREFETCH and wide and m <= PREFETCH_ROWS,
-                      held_sizes(), SKIP, SKIP_WRITE, SKIP_RELOADED, cluster,
-                      ROLL and m <= PREFETCH_ROWS)
+                      held_sizes(), SKIP, SKIP_WRITE, SKIP_RELOADED, cluster, roll,
+                      2 if roll and m > PREFETCH_ROWS else 1)
     gmem = cute.AddressSpace.gmem
     stream = cuda.CUstream(torch.cuda.current_stream(scores.device).cuda_stream)
     fn(make_ptr(cutlass.Int32, scores.data_ptr(), gmem, 4),
