@@ -98,3 +98,21 @@ def test_digit_bits_unrolled_and_rolled_agree():
         assert shift == 24 - 8 * p
         rolled = ((-256 << shift) + (1 << 31)) % (1 << 32) - (1 << 31)  # int32 wrap
         assert rolled == (0 if high is None else high)
+
+
+def test_prepare_asks_the_layers_device_once_at_build(monkeypatch):
+    """A layer's build asks the driver how many 16-CTA clusters its device holds (outside any
+    graph capture); with 8 CTAs a row there is nothing to ask."""
+    import contextlib
+
+    import torch
+
+    asked = []
+    monkeypatch.setattr(C, "clusters_resident", lambda device, size: asked.append((device, size)))
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
+    C.prepare(torch.device("cuda", 3))
+    assert asked == [(3, 16)]
+    monkeypatch.setattr(C, "WIDE_CLUSTER", 8)
+    C.prepare(torch.device("cuda", 3))
+    assert asked == [(3, 16)]

@@ -798,6 +798,17 @@ def cluster_size(rows: int, width: int, device: int | None = None) -> int:
     return WIDE_CLUSTER
 
 
+def prepare(device) -> None:
+    """Ask the driver now what a launch would ask it at first use (how many clusters of
+    WIDE_CLUSTER the torch `device` holds), so that no CUDA-graph capture sees the query: at a
+    layer's build."""
+    import torch
+
+    if WIDE_CLUSTER > CLUSTER:
+        with torch.cuda.device(device):
+            clusters_resident(torch.cuda.current_device(), WIDE_CLUSTER)
+
+
 @functools.lru_cache(maxsize=None)
 def clusters_resident(device: int, size: int) -> int:
     """Clusters of `size` CTAs the CUDA `device` holds at once at one CTA an SM (the driver's

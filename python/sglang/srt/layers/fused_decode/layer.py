@@ -344,6 +344,7 @@ class FusedLayer:
             reason = f"{what} runs the stage kernels, not the persistent layer"
         if reason is None:
             from sgl_kernel_ext.nvidia.sm90 import cluster_topk
+            cluster_topk.prepare(dev)
             return cluster_topk
         if setting:
             raise ValueError(f"layer {self.lw.layer_id}: {reason}")
