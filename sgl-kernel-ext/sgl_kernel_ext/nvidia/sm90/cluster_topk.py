@@ -12,9 +12,9 @@ fp32 scores), spread evenly over its threads and loaded VEC at a time where the 
 in a table of any width; each pass the thread counts its share's key groups and branches past
 the rest, SKIP, or, SIZED, walks the smallest of 4, 8, 16 or 32 keys that holds it), else, in
 a wider table, loaded again each pass a tile of THREADS x keys_per_thread at a time, the next
-tile's loads in flight while one is counted (PREFETCH, up to PREFETCH_ROWS rows); opt-in,
-a wide table's row at few rows takes 16 CTAs (WIDE_CLUSTER), and the passes may run as a loop
-(ROLL: half the code). Each pass is
+tile's loads in flight while one is counted (PREFETCH, up to PREFETCH_ROWS rows). A wide
+table's row takes 16 CTAs up to WIDE_CLUSTER_ROWS rows (the first 8 alone where its context
+fits theirs), and the passes run as a loop up to ROLL_ROWS rows (half the code). Each pass is
   1. every CTA's 256-bin histogram of the next 8 bits of its keys that share the digits found
      so far (shared-memory atomics, two buffers used in turn),
   2. every CTA sending it into the others' shared memory (st.async, 32 bytes a thread), each
@@ -101,7 +101,7 @@ ROLL = True
 # bytes spilled, once a row) where one CTA an SM let it take 162: not yet run on a GPU
 ROLL_ROWS = PREFETCH_ROWS
 # measurement only (``trace``): each CTA's %globaltimer (ns) at these points of a row, into
-# trace int64 [rows x CLUSTER, len(TRACE_POINTS)]; for a context loaded again each pass,
+# trace int64 [rows x cluster_size, len(TRACE_POINTS)]; for a context loaded again each pass,
 # "loaded" is its first pass's tiles loaded and counted
 TRACE_POINTS = ("start", "loaded", "pass 0", "pass 1", "pass 2", "pass 3", "counts seen",
                 "written")
@@ -183,7 +183,7 @@ class ClusterTopk:
         # sizes: the smaller key counts a thread's row may hold besides kpt, one compiled
         # path each (``held_sizes``)
         self.sizes = tuple(sizes)
-        # skip: each pass's count stops at the thread's last key group (``_groups``); in a
+        # skip: each pass's count stops at the thread's last key group (``_count_groups``); in a
         # held context's tally and write too (skip_write), in a reloaded one's count
         # (skip_reloaded)
         self.skip = skip
@@ -374,10 +374,10 @@ class ClusterTopk:
     def _pass_end(self, hist: cute.Tensor, total: cute.Tensor, state: cute.Tensor, need, p,
                   t, lane, w, c, active, gather: cute.Tensor, bars,
                   tally: cutlass.Constexpr = False):
-        """After this CTA's histogram of digit p (an int, or unrolled, ROLL, an Int32): the
-        cluster's, summed from every CTA's shared memory, and the digit with the keys still
-        needed at it (the same in every CTA); tally: also this CTA's keys above that digit's
-        bin and in it (``_digit``). active: the cluster's CTAs taking part (``_active``)."""
+        """After this CTA's histogram of digit p (an int unrolled, an Int32 rolled): the
+        cluster's, summed from the shared memory of its first `active` CTAs (those taking
+        part in the row), and the digit with the keys still needed at it (the same in every
+        CTA); tally: also this CTA's keys above that digit's bin and in it (``_digit``)."""
         buf = (p % 2) * BINS
         got = cutlass.Int32(0)
         if cutlass.const_expr(self.push):
