@@ -7,10 +7,13 @@ KL(prefill || decode) per position; mean and max are reported.
 
 Measured on the tiny config (CPU, seeds 0-4, 6 prompts x 12 steps, 2 pad rows): all-fp32
 activations mean/max ~7e-13 / 2e-12 (summation order only); SGLang numerics (bf16 + FP8
-activations) mean 4e-5 .. 5.7e-3, max 6e-4 .. 0.26: decode and prefill differ only in fp32
-accumulation order, which every bf16/FP8 rounding point amplifies, and in a tiny random model a
-flipped top-k or expert choice moves a distribution by up to ~0.3. Bounds used in
-test_reference_kl.py: fp32 1e-9; SGLang mean 0.02, max 0.5. For scale: the same decode on
+activations) mean 4e-5 .. 5.7e-3, max 6e-4 .. 0.26 on one CPU, but mean 0.047 .. 0.108, max
+0.44 .. 1.21 on an AVX512-BF16/AMX Xeon (1 pad row): decode and prefill differ only in fp32
+accumulation order (the BLAS library's choice per CPU), which every bf16/FP8 rounding point
+amplifies, and in a tiny random model a flipped top-k or expert choice moves a distribution by
+up to ~1. Bounds used in test_reference_kl.py: fp32 1e-9; SGLang mean 0.25, max 2.5, argmax
+agreeing at >= 16 of 24 positions (a decode reading a wrong slot: mean 0.57, 4 of 24). For
+scale: the same decode on
 CPU and on an H200 differs by KL 2.7e-12 (fp32) and mean 0.056 / max 0.12 (SGLang numerics).
 Against a dense prefill (SGLang's choice up to 2048 tokens): 0 while contexts fit in
 index_topk, but mean ~0.6-0.7, max ~2-3 on the tiny model once they exceed its top-k of 16, so
