@@ -524,8 +524,10 @@ VARIANTS = {
     # ... or skipping in a held context's tally and write too and not in a reloaded one's
     # count (SKIP_WRITE on, SKIP_RELOADED off: the default since 144e264, as measured at
     # 18cba3f; topk_skip_count_only is the form before); 8 CTAs a row of a wide table at any rows
-    # (WIDE_CLUSTER 8) or 16 (the default since 07a5bb0); the four passes a loop up to
-    # PREFETCH_ROWS rows (ROLL)
+    # (WIDE_CLUSTER 8) or 16 (the default since 1727f5c, its form measured at 07a5bb0); the
+    # four passes a loop up to PREFETCH_ROWS rows (ROLL, the default since 144e264).
+    # topk_skip2, topk_cluster16 and topk_rolled are now the defaults' own knobs (the arms
+    # that measured them)
     "topk_skip2": {("cluster_topk", "SKIP_WRITE"): True,
                    ("cluster_topk", "SKIP_RELOADED"): False},
     "topk_skip_count_only": {("cluster_topk", "SKIP_WRITE"): False,

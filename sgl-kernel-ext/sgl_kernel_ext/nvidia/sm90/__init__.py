@@ -113,9 +113,9 @@ ATTN_SIDE_EARLY_SLOTS = None
 # 144e264 a held context's tally and write skip its empty key groups and the passes run as a
 # loop up to 8 rows (cluster_topk.SKIP_WRITE, ROLL: half the code): 77.7 / 122.9 / 216.8 us at
 # 1 / 4 / 16 rows of 8K, 105.1 / 162.7 / 344.8 of 128K (tiling_probe_20261206T074913Z,
-# T075022Z); since 07a5bb0 a wide table's rows take 16 CTAs up to 7 rows, the first 8 alone
+# T075022Z); since 1727f5c a wide table's rows take 16 CTAs up to 7 rows, the first 8 alone
 # up to 64K (cluster_topk.WIDE_CLUSTER): 93.6 / 151.6 us at 1 / 4 rows of 128K, 78.2 / 123.4
-# of 8K against 77.7 / 123.2 with 8 (tiling_probe_20261206T080350Z, T080437Z).
+# of 8K against 77.7 / 123.2 with 8 (tiling_probe_20261206T080350Z, T080437Z, at 07a5bb0).
 TOPK_ENV = "SGL_KERNEL_EXT_SM90_TOPK"
 TOPK: Optional[bool] = None
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
