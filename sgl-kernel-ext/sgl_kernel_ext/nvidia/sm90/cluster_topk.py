@@ -183,7 +183,7 @@ class ClusterTopk:
         # sizes: the smaller key counts a thread's row may hold besides kpt, one compiled
         # path each (``held_sizes``)
         self.sizes = tuple(sizes)
-        # skip: each pass's count stops at the thread's last key group (``_count_groups``); in a
+        # skip: each pass's count stops at the thread's last key group (``_keys``); in a
         # held context's tally and write too (skip_write), in a reloaded one's count
         # (skip_reloaded)
         self.skip = skip
@@ -337,27 +337,27 @@ class ClusterTopk:
         self._image(keys, keys, n)
 
     @cute.jit
+    def _keys(self, step: cutlass.Constexpr, state, first, limit, g: cutlass.Constexpr,
+              n: cutlass.Constexpr, skip: cutlass.Constexpr):
+        """state = step(*state, j) for this thread's keys j = g * VEC .. n - 1; skip: a branch
+        past the key groups (VEC keys) that start at or after `limit` (a short context's
+        thread does its share, not every key it could hold)."""
+        for e in cutlass.range_constexpr(VEC if skip else n):
+            state = step(*state, g * VEC + e)
+        if cutlass.const_expr(skip and (g + 1) * VEC < n):
+            if first + (g + 1) * VEC < limit:
+                state = self._keys(step, state, first, limit, g + 1, n, skip)
+        return state
+
+    @cute.jit
     def _count(self, keys: cute.Tensor, first, limit, hist: cute.Tensor, buf, found, p,
                n: cutlass.Constexpr, skip: cutlass.Constexpr):
         """Digit p's histogram (into hist[buf:]) of the keys sharing the digits found so far;
-        skip: a branch past the key groups (VEC keys) that start at or after `limit` (a short
-        context's thread counts its share, not every key it could hold)."""
+        skip: as ``_keys``."""
         shift, high = _digit_bits(p)
-        if cutlass.const_expr(skip):
-            self._count_groups(keys, first, limit, hist, buf, found, shift, high, 0, n)
-        else:
-            for j in cutlass.range_constexpr(n):
-                self._count_key(keys, first, limit, hist, buf, found, shift, high, j)
-
-    @cute.jit
-    def _count_groups(self, keys: cute.Tensor, first, limit, hist: cute.Tensor, buf, found,
-                      shift, high, g: cutlass.Constexpr, n: cutlass.Constexpr):
-        """``_count`` from key group g on, skipping."""
-        for e in cutlass.range_constexpr(VEC):
-            self._count_key(keys, first, limit, hist, buf, found, shift, high, g * VEC + e)
-        if cutlass.const_expr((g + 1) * VEC < n):
-            if first + (g + 1) * VEC < limit:
-                self._count_groups(keys, first, limit, hist, buf, found, shift, high, g + 1, n)
+        step = functools.partial(self._count_key, keys, first, limit, hist, buf, found, shift,
+                                 high)
+        self._keys(step, (), first, limit, 0, n, skip)
 
     @cute.jit
     def _count_key(self, keys: cute.Tensor, first, limit, hist: cute.Tensor, buf, found,
@@ -369,6 +369,7 @@ class ClusterTopk:
         if match:
             cute.arch.atomic_add(hist.iterator + (buf + ((u >> shift) & 0xFF)),
                                  cutlass.Int32(1), sem="relaxed", scope="cta")
+        return ()
 
     @cute.jit
     def _pass_end(self, hist: cute.Tensor, total: cute.Tensor, state: cute.Tensor, need, p,
@@ -423,26 +424,9 @@ class ClusterTopk:
     @cute.jit
     def _tally(self, keys: cute.Tensor, first, limit, kth, n: cutlass.Constexpr,
                skip: cutlass.Constexpr = False):
-        """(keys above the k-th, keys equal to it) among this thread's; skip: as ``_count``."""
-        above = cutlass.Int32(0)
-        ties = cutlass.Int32(0)
-        if cutlass.const_expr(skip):
-            above, ties = self._tally_groups(keys, first, limit, kth, above, ties, 0, n)
-        else:
-            for j in cutlass.range_constexpr(n):
-                above, ties = self._tally_key(keys, first, limit, kth, above, ties, j)
-        return above, ties
-
-    @cute.jit
-    def _tally_groups(self, keys: cute.Tensor, first, limit, kth, above, ties,
-                      g: cutlass.Constexpr, n: cutlass.Constexpr):
-        for e in cutlass.range_constexpr(VEC):
-            above, ties = self._tally_key(keys, first, limit, kth, above, ties, g * VEC + e)
-        if cutlass.const_expr((g + 1) * VEC < n):
-            if first + (g + 1) * VEC < limit:
-                above, ties = self._tally_groups(keys, first, limit, kth, above, ties, g + 1,
-                                                 n)
-        return above, ties
+        """(keys above the k-th, keys equal to it) among this thread's; skip: as ``_keys``."""
+        step = functools.partial(self._tally_key, keys, first, limit, kth)
+        return self._keys(step, (cutlass.Int32(0), cutlass.Int32(0)), first, limit, 0, n, skip)
 
     @cute.jit
     def _tally_key(self, keys: cute.Tensor, first, limit, kth, above, ties,
@@ -458,30 +442,13 @@ class ClusterTopk:
     def _write(self, keys: cute.Tensor, first, limit, kth, need, tie_rank, at,
                out_row: cute.Tensor, n: cutlass.Constexpr, skip: cutlass.Constexpr = False):
         """This thread's keys above the k-th and its ties of rank below `need`, at `at` on;
-        skip: as ``_count``."""
-        if cutlass.const_expr(skip):
-            tie_rank, at = self._write_groups(keys, first, limit, kth, need, tie_rank, at,
-                                              out_row, 0, n)
-        else:
-            for j in cutlass.range_constexpr(n):
-                tie_rank, at = self._write_key(keys, first, limit, kth, need, tie_rank, at,
-                                               out_row, j)
+        skip: as ``_keys``."""
+        step = functools.partial(self._write_key, keys, first, limit, kth, need, out_row)
+        self._keys(step, (tie_rank, at), first, limit, 0, n, skip)
 
     @cute.jit
-    def _write_groups(self, keys: cute.Tensor, first, limit, kth, need, tie_rank, at,
-                      out_row: cute.Tensor, g: cutlass.Constexpr, n: cutlass.Constexpr):
-        for e in cutlass.range_constexpr(VEC):
-            tie_rank, at = self._write_key(keys, first, limit, kth, need, tie_rank, at,
-                                           out_row, g * VEC + e)
-        if cutlass.const_expr((g + 1) * VEC < n):
-            if first + (g + 1) * VEC < limit:
-                tie_rank, at = self._write_groups(keys, first, limit, kth, need, tie_rank, at,
-                                                  out_row, g + 1, n)
-        return tie_rank, at
-
-    @cute.jit
-    def _write_key(self, keys: cute.Tensor, first, limit, kth, need, tie_rank, at,
-                   out_row: cute.Tensor, j: cutlass.Constexpr):
+    def _write_key(self, keys: cute.Tensor, first, limit, kth, need, out_row: cute.Tensor,
+                   tie_rank, at, j: cutlass.Constexpr):
         if first + j < limit:
             take = keys[j] > kth
             if keys[j] == kth:
