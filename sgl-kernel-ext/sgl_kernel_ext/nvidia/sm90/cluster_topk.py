@@ -88,7 +88,9 @@ SKIP_RELOADED = False
 # 80.0 / 125.0 at 8K against 77.7 / 122.9 (results/tiling_probe_20261206T0749*-T0750*); with
 # the first 8 alone up to 64K: 93.6 / 151.6 at 128K against 104.3 / 163.0, 78.2 / 123.4 at
 # 8K against 77.7 / 123.2 (tiling_probe_20261206T080350Z, T080437Z). Only where the GPU holds
-# that many clusters of 16 at once (``clusters_resident``), else 8.
+# that many clusters of 16 at once (``clusters_resident``), else 8. As the default (at 1d3a44c,
+# the query and ``prepare`` on the GPU): 93.6-93.8 / 150.7-151.1 us at 128K against 104.3 /
+# 162.1-162.2 with 8 (tiling_probe_20261206T101012Z, topk_cluster8).
 WIDE_CLUSTER = 2 * CLUSTER
 WIDE_CLUSTER_ROWS = 7
 # the four radix passes as a loop rather than unrolled (half the kernel's code: the layer at
@@ -98,7 +100,11 @@ ROLL = True
 # up to PREFETCH_ROWS the form takes one CTA an SM anyway (171 registers with the prefetch).
 # Past that, up to ROLL_ROWS, the rolled form asks for two CTAs an SM, as 16 rows' clusters
 # need (15 clusters of 8 fit one CTA an SM on an H100), and so takes 128 registers a thread (8
-# bytes spilled, once a row) where one CTA an SM let it take 162: not yet run on a GPU
+# bytes spilled, once a row) where one CTA an SM let it take 162. Not faster there (H100, at
+# 1d3a44c): alone at 12 / 16 rows of 128K 29.1 / 37.7 us against 27.8 / 37.5 unrolled
+# (results/topk_probe_20261206T100907Z, cluster_rolled_16); the MoE+indexer layer at 16 rows
+# +0.7..+2.7 us at 128K, within 1.4 at 8K and 32K (tiling_probe_20261206T100915Z, T100947Z,
+# T101012Z: topk_rolled_16), so it stops at PREFETCH_ROWS
 ROLL_ROWS = PREFETCH_ROWS
 # measurement only (``trace``): each CTA's %globaltimer (ns) at these points of a row, into
 # trace int64 [rows x cluster_size, len(TRACE_POINTS)]; for a context loaded again each pass,
