@@ -34,7 +34,8 @@
 #                                         # TOPK_POOL_TESTS=0, TOPK_ROWS, TOPK_WIDTHS and
 #                                         # TOPK_CTXS="8192 131072" make it shorter;
 #                                         # TOPK_FORMS, the probe's forms; TOPK_VARIANTS,
-#                                         # the layer's variants beside baseline, a,b)
+#                                         # the layer's variants beside baseline, a,b;
+#                                         # TOPK_MS, the layer's row counts, 1,4,16)
 #   bash benchmark/release_run.sh peer_norm # on nvidia-h200-x2: the fused all-reduce + norm's
 #                                         # two-GPU test, then its probe against torch's
 #                                         # symmetric-memory one-shot and NCCL (each + the norm)
@@ -207,8 +208,8 @@ run_topk() {
   local ctx variant
   for ctx in ${TOPK_CTXS:-8192 32768 131072}; do
     variant=${TOPK_VARIANTS:-topk_rolled_16,topk_cluster8}
-    timeout 150 python3 -m benchmark.tiling_probe --kinds moe_idx --ms 1,4,16 --ctx $ctx \
-      --width 1048576 --variants baseline,$variant,baseline,$variant --out "$OUT" \
+    timeout 150 python3 -m benchmark.tiling_probe --kinds moe_idx --ms "${TOPK_MS:-1,4,16}" \
+      --ctx $ctx --width 1048576 --variants baseline,$variant,baseline,$variant --out "$OUT" \
       > "$L/tiling_topk_$ctx.log" 2>&1
     echo "tiling_probe ctx $ctx rc=$?"; grep "M=" "$L/tiling_topk_$ctx.log" | cut -c12-
   done

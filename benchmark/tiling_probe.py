@@ -537,8 +537,14 @@ VARIANTS = {
     "topk_rolled": {("cluster_topk", "ROLL"): True},
     # the forms before SKIP_WRITE, SKIP_RELOADED and ROLL became defaults (H100, 18cba3f)
     "topk_unrolled": {("cluster_topk", "ROLL"): False},
-    # the passes rolled up to 16 rows, two CTAs an SM past PREFETCH_ROWS (not yet run)
+    # the passes rolled up to 16 rows, two CTAs an SM past PREFETCH_ROWS (H100 at 1d3a44c:
+    # not faster at 16 rows)
     "topk_rolled_16": {("cluster_topk", "ROLL_ROWS"): 16},
+    # the prefetching form (one CTA an SM) up to 15 rows, the clusters of 8 an H100 holds at
+    # once at one CTA an SM: rolled, and unrolled as before ROLL
+    "topk_prefetch_15": {("cluster_topk", "PREFETCH_ROWS"): 15,
+                         ("cluster_topk", "ROLL_ROWS"): 15},
+    "topk_prefetch_15_unrolled": {("cluster_topk", "PREFETCH_ROWS"): 15},
     "topk_before_skip2_roll": {("cluster_topk", "SKIP_WRITE"): False,
                                ("cluster_topk", "SKIP_RELOADED"): True,
                                ("cluster_topk", "ROLL"): False},

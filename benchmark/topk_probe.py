@@ -30,6 +30,8 @@ poisoning it. Forms:
                      16 in a table wider than 64K at up to WIDE_CLUSTER_ROWS rows)
     cluster_unrolled the same, the four passes unrolled (ROLL off; on, a loop up to ROLL_ROWS)
     cluster_rolled_16 the same up to 16 rows, two CTAs an SM past PREFETCH_ROWS (ROLL_ROWS 16)
+    cluster_prefetch_15 the same, the prefetching rolled form (one CTA an SM) up to 15 rows
+                     (PREFETCH_ROWS and ROLL_ROWS 15: an H100's clusters of 8 at one CTA an SM)
 
     PYTHONPATH=python:sgl-kernel-ext python3 -m benchmark.topk_probe --out $OUT
 """
@@ -52,7 +54,8 @@ CLUSTER_FORMS = {"cluster": {}, "cluster_pull": {"PUSH": False},
                  "cluster_no_skip": {"SKIP": False},
                  "cluster_skip_count_only": {"SKIP_WRITE": False, "SKIP_RELOADED": True},
                  "cluster_8": {"WIDE_CLUSTER": 8}, "cluster_unrolled": {"ROLL": False},
-                 "cluster_rolled_16": {"ROLL_ROWS": 16}}
+                 "cluster_rolled_16": {"ROLL_ROWS": 16},
+                 "cluster_prefetch_15": {"PREFETCH_ROWS": 15, "ROLL_ROWS": 15}}
 
 from . import harness as H
 
