@@ -540,15 +540,15 @@ VARIANTS = {
     # the passes rolled up to 16 rows, two CTAs an SM past PREFETCH_ROWS (H100 at 1d3a44c:
     # not faster at 16 rows)
     "topk_rolled_16": {("cluster_topk", "ROLL_ROWS"): 16},
-    # the prefetching form (one CTA an SM) up to 15 rows, the clusters of 8 an H100 holds at
-    # once at one CTA an SM: rolled, and unrolled as before ROLL
-    "topk_prefetch_15": {("cluster_topk", "PREFETCH_ROWS"): 15,
-                         ("cluster_topk", "ROLL_ROWS"): 15},
-    "topk_prefetch_15_unrolled": {("cluster_topk", "PREFETCH_ROWS"): 15},
+    # the prefetching rolled form up to 8 rows, unrolled past: the form before it ran up to
+    # the clusters of 8 the GPU holds at one CTA an SM (15 on an H100; measured at 0d214db as
+    # topk_prefetch_15 against it, and topk_prefetch_15_unrolled, the prefetch unrolled past 8)
+    "topk_prefetch_8": {("cluster_topk", "PREFETCH_ROWS"): 8},
     "topk_before_skip2_roll": {("cluster_topk", "SKIP_WRITE"): False,
                                ("cluster_topk", "SKIP_RELOADED"): True,
                                ("cluster_topk", "ROLL"): False},
     "topk_no_prefetch": {("cluster_topk", "PREFETCH"): False},
+    # (as many rows as the GPU holds clusters of 8 at one CTA an SM: launch_form)
     "topk_prefetch_all": {("cluster_topk", "PREFETCH_ROWS"): 1 << 30},
     "attn_side_2": {("sm90", "ATTN_SIDE"): True, ("sm90", "ATTN_SIDE_MAX_ROWS"): 2},
     # attn_side launched without programmatic dependence, or letting the next kernel (absorb)

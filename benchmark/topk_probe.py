@@ -18,8 +18,8 @@ poisoning it. Forms:
                      thread's keys, 4, 8, 16 or 32 (cluster_topk.SIZED on)
     cluster_no_prefetch  the same, a context loaded again each pass loading each tile when
                      its turn comes (cluster_topk.PREFETCH off)
-    cluster_prefetch_all the same, the next tile prefetched at any rows (PREFETCH_ROWS
-                     unbounded)
+    cluster_prefetch_all the same, the next tile prefetched at as many rows as the GPU
+                     holds clusters of 8 at one CTA an SM (PREFETCH_ROWS unbounded)
     cluster_sizes_4_8    the same, 4, 8 or 32 keys (SIZED on, HELD_SIZES 4, 8)
     cluster_no_skip  the same, a thread's count walking every key group it holds, predicated
                      off past its share (cluster_topk.SKIP off)
@@ -30,8 +30,9 @@ poisoning it. Forms:
                      16 in a table wider than 64K at up to WIDE_CLUSTER_ROWS rows)
     cluster_unrolled the same, the four passes unrolled (ROLL off; on, a loop up to ROLL_ROWS)
     cluster_rolled_16 the same up to 16 rows, two CTAs an SM past PREFETCH_ROWS (ROLL_ROWS 16)
-    cluster_prefetch_15 the same, the prefetching rolled form (one CTA an SM) up to 15 rows
-                     (PREFETCH_ROWS and ROLL_ROWS 15: an H100's clusters of 8 at one CTA an SM)
+    cluster_prefetch_8 the same, the prefetching rolled form up to 8 rows, unrolled past
+                     (PREFETCH_ROWS 8: the form before 15 rows, an H100's clusters of 8 at
+                     one CTA an SM; measured at 0d214db as cluster_prefetch_15 against it)
 
     PYTHONPATH=python:sgl-kernel-ext python3 -m benchmark.topk_probe --out $OUT
 """
@@ -55,7 +56,7 @@ CLUSTER_FORMS = {"cluster": {}, "cluster_pull": {"PUSH": False},
                  "cluster_skip_count_only": {"SKIP_WRITE": False, "SKIP_RELOADED": True},
                  "cluster_8": {"WIDE_CLUSTER": 8}, "cluster_unrolled": {"ROLL": False},
                  "cluster_rolled_16": {"ROLL_ROWS": 16},
-                 "cluster_prefetch_15": {"PREFETCH_ROWS": 15, "ROLL_ROWS": 15}}
+                 "cluster_prefetch_8": {"PREFETCH_ROWS": 8}}
 
 from . import harness as H
 

@@ -99,7 +99,7 @@ def test_matches_a_stable_sort(rows, width, contexts, kind, pos_dtype):
 
 
 @pytest.mark.parametrize("knob,value", [("PUSH", False), ("PREFETCH", False), ("SIZED", True),
-                                        ("HELD_SIZES", (4, 8)), ("PREFETCH_ROWS", 1 << 30),
+                                        ("HELD_SIZES", (4, 8)), ("PREFETCH_ROWS", 8),
                                         ("SKIP", False), ("SKIP_WRITE", True),
                                         ("SKIP_RELOADED", False), ("WIDE_CLUSTER", 8),
                                         ("ROLL", False), ("ROLL_ROWS", 16)])
@@ -112,7 +112,8 @@ def test_forms_off_match_a_stable_sort(rows, width, contexts, kind, knob, value,
     """Each form with one of its choices turned: the CTAs reading each other's histograms
     after cluster barriers (PUSH), a reloaded context's tiles loaded in turn (PREFETCH), a
     context held in registers walking only its share (SIZED, with or without a 16-key path),
-    the next tile prefetched past PREFETCH_ROWS (12 reloaded rows), a thread's count
+    the next tile prefetched up to 8 rows only (12 reloaded rows unrolled, without it), a
+    thread's count
     walking every key group it holds (SKIP), its tally and write skipping too (SKIP_WRITE),
     a reloaded context's count skipping (SKIP_RELOADED), 8 CTAs a row of a wide table at
     any rows (WIDE_CLUSTER), the four passes unrolled (ROLL) or rolled past 8 rows, two CTAs

@@ -1,5 +1,6 @@
 """cluster_topk's host-side choices on CPU: which held sizes a wide table's kernel compiles,
-that a bad HELD_SIZES is refused by name, and how many rows take the prefetching form."""
+that a bad HELD_SIZES is refused by name, and how many rows take the prefetching form (and
+the rolled one, and two CTAs an SM) given the clusters the device holds."""
 
 import pytest
 
@@ -37,6 +38,34 @@ def test_wide_tables_and_prefetch_rows():
     assert C.keys_per_thread(65536) == (32, False)
     assert C.keys_per_thread(1 << 20) == (32, True)
     assert 1 <= C.PREFETCH_ROWS < 16  # 16 rows' clusters took two waves on an H100
+
+
+def test_launch_form_follows_the_clusters_the_device_holds(monkeypatch):
+    """The prefetching form (rolled) up to PREFETCH_ROWS rows of a wide table, no more than
+    the device holds clusters of 8 at one CTA an SM; rolled without it up to ROLL_ROWS; two
+    CTAs an SM where a rolled launch's clusters would not fit at one."""
+    held = {(0, 8): 15, (1, 8): 10, (2, 8): 0}
+    monkeypatch.setattr(C, "clusters_resident", lambda device, size: held[(device, size)])
+    monkeypatch.setattr(C, "PREFETCH_ROWS", 15)
+    monkeypatch.setattr(C, "ROLL_ROWS", 8)
+    assert C.launch_form(1, True, 0) == (True, True, 1)
+    assert C.launch_form(15, True, 0) == (True, True, 1)
+    assert C.launch_form(16, True, 0) == (False, False, 1)
+    assert C.launch_form(12, False, 0) == (False, False, 1)  # held whole: no prefetch, unrolled
+    assert C.launch_form(8, False, 0) == (True, False, 1)
+    assert C.launch_form(10, True, 1) == (True, True, 1)  # a GPU holding 10 clusters of 8
+    assert C.launch_form(11, True, 1) == (False, False, 1)
+    # the query failed, or no device named: PREFETCH_ROWS_UNQUERIED
+    assert C.launch_form(8, True, 2) == C.launch_form(8, True) == (True, True, 1)
+    assert C.launch_form(9, True, 2) == C.launch_form(9, True) == (False, False, 1)
+    monkeypatch.setattr(C, "ROLL_ROWS", 16)  # rolled past what fits at one CTA an SM: two
+    assert C.launch_form(16, True, 0) == (True, False, 2)
+    assert C.launch_form(12, True, 1) == (True, False, 2)
+    assert C.launch_form(12, False, 0) == (True, False, 1)
+    monkeypatch.setattr(C, "PREFETCH", False)
+    assert C.launch_form(4, True, 0) == (True, False, 1)
+    monkeypatch.setattr(C, "ROLL", False)
+    assert C.launch_form(4, True, 0) == (False, False, 1)
 
 
 def test_cluster_size_follows_the_table_and_rows(monkeypatch):
@@ -101,8 +130,8 @@ def test_digit_bits_unrolled_and_rolled_agree():
 
 
 def test_prepare_asks_the_layers_device_once_at_build(monkeypatch):
-    """A layer's build asks the driver how many 16-CTA clusters its device holds (outside any
-    graph capture); with 8 CTAs a row there is nothing to ask."""
+    """A layer's build asks the driver how many clusters of 8 and of 16 CTAs its device holds
+    (outside any graph capture); with 8 CTAs a row, of 8 alone."""
     import contextlib
 
     import torch
@@ -112,7 +141,7 @@ def test_prepare_asks_the_layers_device_once_at_build(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 3)
     C.prepare(torch.device("cuda", 3))
-    assert asked == [(3, 16)]
+    assert asked == [(3, 8), (3, 16)]
     monkeypatch.setattr(C, "WIDE_CLUSTER", 8)
     C.prepare(torch.device("cuda", 3))
-    assert asked == [(3, 16)]
+    assert asked == [(3, 8), (3, 16), (3, 8)]

@@ -14,7 +14,8 @@ the rest, SKIP, or, SIZED, walks the smallest of 4, 8, 16 or 32 keys that holds 
 a wider table, loaded again each pass a tile of THREADS x keys_per_thread at a time, the next
 tile's loads in flight while one is counted (PREFETCH, up to PREFETCH_ROWS rows). A wide
 table's row takes 16 CTAs up to WIDE_CLUSTER_ROWS rows (the first 8 alone where its context
-fits theirs), and the passes run as a loop up to ROLL_ROWS rows (half the code). Each pass is
+fits theirs), and the passes run as a loop (half the code) where the prefetch runs and up to
+ROLL_ROWS rows (``launch_form``). Each pass is
   1. every CTA's 256-bin histogram of the next 8 bits of its keys that share the digits found
      so far (shared-memory atomics, two buffers used in turn),
   2. every CTA sending it into the others' shared memory (st.async, 32 bytes a thread), each
@@ -58,11 +59,19 @@ PUSH = True
 # a wide table's context past 64K: each tile's successor loaded while the tile is counted
 # (two tiles of registers a thread), rather than each tile loaded when its turn comes
 PREFETCH = True
-# ... for up to this many rows: the prefetching form takes 154 registers a thread (122
-# without), so an SM holds one of its CTAs, and on an H100 16 rows' clusters no longer all fit
-# at once (alone at 128K: 24.9 us against 27.4 without at 8 rows, 25.2 against 27.8 at 12,
-# 46.8 against 37.6 at 16; the MoE+indexer layer at 16 rows: 4-17 us slower at 8K-128K)
-PREFETCH_ROWS = 8
+# ... for up to this many rows, and no more than the GPU holds clusters of CLUSTER at once at
+# one CTA an SM (``launch_form``; an H100 holds 15): the prefetching form takes 171 registers a
+# thread, so an SM holds one of its CTAs, and 16 rows' clusters no longer all fit at once on
+# an H100 (alone at 128K: 46.8 us against 37.6 without at 16 rows; the MoE+indexer layer at
+# 16 rows 4-17 us slower at 8K-128K, before ROLL). Rolled, up to 15 rows against up to 8 (H100,
+# 0d214db, the layer in a 1M table): -10.5..-11.5 us at 9 rows of 128K, -9.5..-9.9 at 12,
+# -11.3..-11.4 at 13, -12.1 at 15; -0.4..-1.6 at 9 and 13 rows of 32K; within 0.7 at 12 and
+# 15 rows of 8K (results/tiling_probe_20261206T103233Z, T103316Z, T103502Z, T103528Z:
+# topk_prefetch_15; unrolled, topk_prefetch_15_unrolled, half that)
+PREFETCH_ROWS = 15
+# the rows of an unknown GPU's launch (the occupancy query failed) that take the prefetching
+# form: those first measured on an H100
+PREFETCH_ROWS_UNQUERIED = 8
 # off: a context held in registers walks every key a thread holds (32 in a wide table). On,
 # it walks the smallest of HELD_SIZES and 32 that holds its share, one compiled path each: in
 # the MoE+indexer layer (1M-wide table, H100) that was 3.5 us faster at 8K and 16K contexts
@@ -97,15 +106,14 @@ WIDE_CLUSTER_ROWS = 7
 # one row of 128K 104.9-105.6 us against 114.5, 162.2 against 169.2 at 4 rows, 8K-32K the
 # same within 0.5; results/tiling_probe_20261206T074557Z), at up to ROLL_ROWS rows
 ROLL = True
-# up to PREFETCH_ROWS the form takes one CTA an SM anyway (171 registers with the prefetch).
-# Past that, up to ROLL_ROWS, the rolled form asks for two CTAs an SM, as 16 rows' clusters
-# need (15 clusters of 8 fit one CTA an SM on an H100), and so takes 128 registers a thread (8
-# bytes spilled, once a row) where one CTA an SM let it take 162. Not faster there (H100, at
-# 1d3a44c): alone at 12 / 16 rows of 128K 29.1 / 37.7 us against 27.8 / 37.5 unrolled
-# (results/topk_probe_20261206T100907Z, cluster_rolled_16); the MoE+indexer layer at 16 rows
-# +0.7..+2.7 us at 128K, within 1.4 at 8K and 32K (tiling_probe_20261206T100915Z, T100947Z,
-# T101012Z: topk_rolled_16), so it stops at PREFETCH_ROWS
-ROLL_ROWS = PREFETCH_ROWS
+# ... and wherever the prefetching form runs (one CTA an SM anyway, 171 registers). Up to
+# ROLL_ROWS rows the rolled form runs without the prefetch too (narrower tables); where the
+# rows' clusters then do not all fit at one CTA an SM it asks for two (128 registers a thread,
+# 8 bytes spilled, once a row). Not faster there (H100, at 1d3a44c, ROLL_ROWS 16): alone at 12 /
+# 16 rows of 128K 29.1 / 37.7 us against 27.8 / 37.5 unrolled (results/topk_probe_20261206T100907Z,
+# cluster_rolled_16); the MoE+indexer layer at 16 rows +0.7..+2.7 us at 128K, within 1.4 at 8K
+# and 32K (tiling_probe_20261206T100915Z, T100947Z, T101012Z: topk_rolled_16)
+ROLL_ROWS = 8
 # measurement only (``trace``): each CTA's %globaltimer (ns) at these points of a row, into
 # trace int64 [rows x cluster_size, len(TRACE_POINTS)]; for a context loaded again each pass,
 # "loaded" is its first pass's tiles loaded and counted
@@ -771,15 +779,29 @@ def cluster_size(rows: int, width: int, device: int | None = None) -> int:
     return WIDE_CLUSTER
 
 
+def launch_form(rows: int, wide: bool, device: int | None = None) -> tuple:
+    """(roll, prefetch, CTAs an SM) of a launch of `rows` rows whose keys are loaded again
+    each pass where `wide`: the next tile prefetched up to PREFETCH_ROWS rows and no more than
+    the CUDA `device` holds clusters of CLUSTER at once at one CTA an SM (``clusters_resident``;
+    PREFETCH_ROWS_UNQUERIED where no device is named or the query fails), the passes rolled
+    where the prefetch runs and up to ROLL_ROWS rows, two CTAs an SM where a rolled launch's
+    clusters would not all fit at one."""
+    held = (clusters_resident(device, CLUSTER) if device is not None else 0) \
+        or PREFETCH_ROWS_UNQUERIED
+    prefetch = PREFETCH and wide and rows <= min(PREFETCH_ROWS, held)
+    roll = ROLL and (prefetch or rows <= ROLL_ROWS)
+    return roll, prefetch, 2 if roll and rows > held else 1
+
+
 def prepare(device) -> None:
     """Ask the driver now what a launch would ask it at first use (how many clusters of
-    WIDE_CLUSTER the torch `device` holds), so that no CUDA-graph capture sees the query: at a
-    layer's build."""
+    CLUSTER, and of WIDE_CLUSTER, the torch `device` holds), so that no CUDA-graph capture sees
+    the query: at a layer's build."""
     import torch
 
-    if WIDE_CLUSTER > CLUSTER:
-        with torch.cuda.device(device):
-            clusters_resident(torch.cuda.current_device(), WIDE_CLUSTER)
+    with torch.cuda.device(device):
+        for size in sorted({CLUSTER, WIDE_CLUSTER}):
+            clusters_resident(torch.cuda.current_device(), size)
 
 
 @functools.lru_cache(maxsize=None)
@@ -869,11 +891,10 @@ def topk_positions(scores, positions, k: int, out, pdl: bool = False, trace=None
                               or trace.numel() < m * cluster * len(TRACE_POINTS)):
         raise ValueError("cluster_topk: trace must be a contiguous int64 "
                          f"[{m * cluster}, {len(TRACE_POINTS)}]")
-    roll = ROLL and m <= ROLL_ROWS
+    roll, prefetch, ctas_per_sm = launch_form(m, wide, scores.device.index)
     _, fn = _compiled(k, kpt, bool(pdl), pos_bits, wide, vector_loads(scores), PUSH,
-                      trace is not None, PREFETCH and wide and m <= PREFETCH_ROWS,
-                      held_sizes(), SKIP, SKIP_WRITE, SKIP_RELOADED, cluster, roll,
-                      2 if roll and m > PREFETCH_ROWS else 1)
+                      trace is not None, prefetch, held_sizes(), SKIP, SKIP_WRITE,
+                      SKIP_RELOADED, cluster, roll, ctas_per_sm)
     gmem = cute.AddressSpace.gmem
     stream = cuda.CUstream(torch.cuda.current_stream(scores.device).cuda_stream)
     fn(make_ptr(cutlass.Int32, scores.data_ptr(), gmem, 4),
