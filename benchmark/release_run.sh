@@ -35,7 +35,8 @@
 #                                         # TOPK_CTXS="8192 131072" make it shorter;
 #                                         # TOPK_FORMS, the probe's forms; TOPK_VARIANTS,
 #                                         # the layer's variants beside baseline, a,b;
-#                                         # TOPK_MS, the layer's row counts, 1,4,12,16)
+#                                         # TOPK_MS, the layer's row counts, 1,4,12,16;
+#                                         # TOPK_WIDTH, the slot table's width, 1M)
 #   bash benchmark/release_run.sh peer_norm # on nvidia-h200-x2: the fused all-reduce + norm's
 #                                         # two-GPU test, then its probe against torch's
 #                                         # symmetric-memory one-shot and NCCL (each + the norm)
@@ -200,16 +201,19 @@ run_topk() {
       -k "pool_table and not persistent and not attn_side" > "$L/pytest_pool_table.log" 2>&1
     echo "pool table tests rc=$?"; tail -1 "$L/pytest_pool_table.log"
   fi
-  timeout 150 python3 -m benchmark.topk_probe --table 1048576 --rows "${TOPK_ROWS:-1,4,16}" \
+  timeout 150 python3 -m benchmark.topk_probe --table "${TOPK_WIDTH:-1048576}" \
+    --rows "${TOPK_ROWS:-1,4,16}" \
     --forms "${TOPK_FORMS:-split,cluster,cluster_8,cluster_prefetch_8}" \
     --widths "${TOPK_WIDTHS:-8192,32768,65536,131072,262144}" --out "$OUT" \
     > "$L/topk_probe_table.log" 2>&1
-  echo "topk_probe (1M table) rc=$?"; grep -E " us |trace|clusters" "$L/topk_probe_table.log" | cut -c12-
+  echo "topk_probe (${TOPK_WIDTH:-1048576}-wide table) rc=$?"
+  grep -E " us |trace|clusters" "$L/topk_probe_table.log" | cut -c12-
   local ctx variant
   for ctx in ${TOPK_CTXS:-8192 32768 131072}; do
     variant=${TOPK_VARIANTS:-topk_prefetch_8,topk_cluster8}
     timeout 150 python3 -m benchmark.tiling_probe --kinds moe_idx --ms "${TOPK_MS:-1,4,12,16}" \
-      --ctx $ctx --width 1048576 --variants baseline,$variant,baseline,$variant --out "$OUT" \
+      --ctx $ctx --width "${TOPK_WIDTH:-1048576}" \
+      --variants baseline,$variant,baseline,$variant --out "$OUT" \
       > "$L/tiling_topk_$ctx.log" 2>&1
     echo "tiling_probe ctx $ctx rc=$?"; grep "M=" "$L/tiling_topk_$ctx.log" | cut -c12-
   done

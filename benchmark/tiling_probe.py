@@ -544,6 +544,9 @@ VARIANTS = {
     # the clusters of 8 the GPU holds at one CTA an SM (15 on an H100; measured at 0d214db as
     # topk_prefetch_15 against it, and topk_prefetch_15_unrolled, the prefetch unrolled past 8)
     "topk_prefetch_8": {("cluster_topk", "PREFETCH_ROWS"): 8},
+    # the passes rolled without the prefetch up to 15 rows (one CTA an SM where an H100 holds
+    # the rows' clusters at once): a table up to 64K wide at 9-15 rows (not yet run)
+    "topk_rolled_15": {("cluster_topk", "ROLL_ROWS"): 15},
     "topk_before_skip2_roll": {("cluster_topk", "SKIP_WRITE"): False,
                                ("cluster_topk", "SKIP_RELOADED"): True,
                                ("cluster_topk", "ROLL"): False},
