@@ -537,7 +537,8 @@ VARIANTS = {
     "topk_rolled": {("cluster_topk", "ROLL"): True},
     # the forms before SKIP_WRITE, SKIP_RELOADED and ROLL became defaults (H100, 18cba3f)
     "topk_unrolled": {("cluster_topk", "ROLL"): False},
-    # the passes rolled up to 16 rows, two CTAs an SM past PREFETCH_ROWS (H100 at 1d3a44c:
+    # the passes rolled up to 16 rows, two CTAs an SM where the rows' clusters do not fit at
+    # one (16 rows on an H100; measured when that was past 8 rows, H100 at 1d3a44c:
     # not faster at 16 rows)
     "topk_rolled_16": {("cluster_topk", "ROLL_ROWS"): 16},
     # the prefetching rolled form up to 8 rows, unrolled past: the form before it ran up to

@@ -29,7 +29,8 @@ poisoning it. Forms:
     cluster_8        the same, 8 CTAs a row at any rows (WIDE_CLUSTER 8; the default takes
                      16 in a table wider than 64K at up to WIDE_CLUSTER_ROWS rows)
     cluster_unrolled the same, the four passes unrolled (ROLL off; on, a loop up to ROLL_ROWS)
-    cluster_rolled_16 the same up to 16 rows, two CTAs an SM past PREFETCH_ROWS (ROLL_ROWS 16)
+    cluster_rolled_16 the same up to 16 rows, two CTAs an SM where the rows' clusters do not
+                     fit at one (ROLL_ROWS 16)
     cluster_prefetch_8 the same, the prefetching rolled form up to 8 rows, unrolled past
                      (PREFETCH_ROWS 8: the form before 15 rows, an H100's clusters of 8 at
                      one CTA an SM; measured at 0d214db as cluster_prefetch_15 against it)
