@@ -113,15 +113,27 @@ def test_forms_off_match_a_stable_sort(rows, width, contexts, kind, knob, value,
     after cluster barriers (PUSH), a reloaded context's tiles loaded in turn (PREFETCH), a
     context held in registers walking only its share (SIZED, with or without a 16-key path),
     the next tile prefetched up to 8 rows only (12 reloaded rows unrolled, without it), a
-    thread's count
-    walking every key group it holds (SKIP), its tally and write skipping too (SKIP_WRITE),
-    a reloaded context's count skipping (SKIP_RELOADED), 8 CTAs a row of a wide table at
-    any rows (WIDE_CLUSTER), the four passes unrolled (ROLL) or rolled past 8 rows, two CTAs
-    an SM (ROLL_ROWS)."""
+    thread's count walking every key group it holds (SKIP), its tally and write skipping too
+    (SKIP_WRITE), a reloaded context's count skipping (SKIP_RELOADED), 8 CTAs a row of a wide
+    table at any rows (WIDE_CLUSTER), the four passes unrolled (ROLL) or rolled up to 16 rows
+    (ROLL_ROWS; a held context's past 8 rows)."""
     monkeypatch.setattr(cluster_topk, knob, value)
     if knob == "HELD_SIZES":
         monkeypatch.setattr(cluster_topk, "SIZED", True)
     scores, positions = _case(rows, width, contexts, kind, seed=3 * rows + width)
+    assert torch.equal(_run(scores, positions), _reference(scores, positions, K))
+
+
+def test_rolled_at_two_ctas_an_sm_matches_a_stable_sort(monkeypatch):
+    """The rolled form where a launch's clusters of 8 do not all fit at one CTA an SM (ROLL_ROWS
+    16 at 16 reloaded rows on an H100/H200: two CTAs an SM, 128 registers a thread)."""
+    held = cluster_topk.clusters_resident(torch.cuda.current_device(), cluster_topk.CLUSTER)
+    if held >= 16:
+        pytest.skip(f"this GPU holds {held} clusters of 8 at one CTA an SM")
+    monkeypatch.setattr(cluster_topk, "ROLL_ROWS", 16)
+    assert cluster_topk.launch_form(16, True, torch.cuda.current_device()) == (True, False, 2)
+    scores, positions = _case(16, 131072, [131072 - 4001 * i for i in range(16)], "normal",
+                              seed=77)
     assert torch.equal(_run(scores, positions), _reference(scores, positions, K))
 
 
