@@ -116,10 +116,10 @@ ATTN_SIDE_EARLY_SLOTS = None
 # T075022Z); since 1727f5c a wide table's rows take 16 CTAs up to 7 rows, the first 8 alone
 # up to 64K (cluster_topk.WIDE_CLUSTER): 93.6 / 151.6 us at 1 / 4 rows of 128K, 78.2 / 123.4
 # of 8K against 77.7 / 123.2 with 8 (tiling_probe_20261206T080350Z, T080437Z, at 07a5bb0);
-# since 0d214db's measurement the prefetching rolled form runs up to 15 rows, the clusters of 8
-# an H100 holds at one CTA an SM (cluster_topk.launch_form): 258.7-259.2 / 286.4-286.8 /
-# 331.6-331.8 us at 9 / 12 / 15 rows of 128K against 269.2-270.7 / 296.3 / 343.7-343.9
-# (tiling_probe_20261206T103316Z, T103528Z).
+# since d9c04e2 (measured at 0d214db) the prefetching rolled form runs up to 15 rows, the
+# clusters of 8 an H100 holds at one CTA an SM (cluster_topk.launch_form): 258.7-259.2 /
+# 286.4-286.8 / 331.6-331.8 us at 9 / 12 / 15 rows of 128K against 269.2-270.7 / 296.3 /
+# 343.7-343.9 (tiling_probe_20261206T103316Z, T103528Z).
 TOPK_ENV = "SGL_KERNEL_EXT_SM90_TOPK"
 TOPK: Optional[bool] = None
 # fp8_mma's ring when launched dependent: about 90 KB, so the next launch's CTA fits beside it
