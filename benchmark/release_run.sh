@@ -37,9 +37,6 @@
 #                                         # the layer's variants beside baseline, a,b;
 #                                         # TOPK_MS, the layer's row counts, 1,4,12,16;
 #                                         # TOPK_WIDTH, the slot table's width, 1M)
-#   bash benchmark/release_run.sh down_pf # gate/up prefetching down's weights into L2: its GPU
-#                                         # test, then the MoE layers against it at 1/2/4/16 rows
-#                                         # (DOWN_PF_MS, DOWN_PF_VARIANTS; ~4 minutes)
 #   bash benchmark/release_run.sh peer_norm # on nvidia-h200-x2: the fused all-reduce + norm's
 #                                         # two-GPU test, then its probe against torch's
 #                                         # symmetric-memory one-shot and NCCL (each + the norm)
@@ -111,7 +108,8 @@ run_long() {
 # linear_groups_1, moe_gemv_at_1 (tiling_probe_20261202T062521Z)
 # Timed 2026-12-04 and removed (slower, or too little): the KV prefetch (kv_prefetch_*) and
 # down's table flag (down_table_flag), tiling_probe_20261204T030728Z; route into expert bits
-# (route_bits_*), tiling_probe_20261204T032805Z
+# (route_bits_*), tiling_probe_20261204T032805Z; 2026-12-06, gate/up prefetching down's
+# weights into L2 (down_pf_*, code at 5e971e4), tiling_probe_20261206T124635Z
 PENDING_TESTS="column_tiles or scales_loaded_ahead or pool_table"
 PENDING="attn_one_tile,attn_parts_every_step,moe_dot,pool_slots"
 # at a 32K context, beside the defaults (the index scores as keys x q^T since
@@ -221,21 +219,6 @@ run_topk() {
     echo "tiling_probe ctx $ctx rc=$?"; grep "M=" "$L/tiling_topk_$ctx.log" | cut -c12-
   done
 }
-# gate/up prefetching down's weights into L2 (moe.DOWN_PREFETCH_IN_GATE_UP_MAX_ROWS, written
-# 2026-12-06 without a GPU): its GPU test (a fault is what it can catch), then the MoE layer
-# and the MoE+indexer layer against it, before / after each program's multiply
-run_down_pf() {
-  timeout 200 python3 -m pytest test/srt/kernels/test_fused_layer.py -q \
-    -k "down_prefetch_in_gate_up" > "$L/pytest_down_pf.log" 2>&1
-  local rc=$?
-  echo "pytest rc=$rc"; tail -1 "$L/pytest_down_pf.log"
-  [ "$rc" -eq 0 ] || return 1
-  local arms=baseline,down_pf_after_2,down_pf_before_2,down_pf_after_16
-  timeout 300 python3 -m benchmark.tiling_probe --kinds moe,moe_idx \
-    --ms "${DOWN_PF_MS:-1,2,4,16}" --variants "${DOWN_PF_VARIANTS:-$arms,$arms}" --out "$OUT" \
-    > "$L/tiling_down_pf.log" 2>&1
-  echo "tiling_probe rc=$?"; grep "M=" "$L/tiling_down_pf.log" | cut -c12-
-}
 case "${1:-}" in
   tests) run_tests ;;
   bench) run_bench ;;
@@ -248,8 +231,7 @@ case "${1:-}" in
   variant_bench) run_variant_bench "${2:-}" ;;
   peer_norm) run_peer_norm ;;
   topk) run_topk ;;
-  down_pf) run_down_pf ;;
-  *) echo "usage: release_run.sh tests|bench|all|long|pending|pending_long|vo|vo_bench VARIANT|variant_bench VARIANT|peer_norm|topk|down_pf" >&2
+  *) echo "usage: release_run.sh tests|bench|all|long|pending|pending_long|vo|vo_bench VARIANT|variant_bench VARIANT|peer_norm|topk" >&2
      exit 2 ;;
 esac
 tar czf "$OUT/logs.tgz" -C .cache logs

@@ -545,16 +545,10 @@ VARIANTS = {
     # the clusters of 8 the GPU holds at one CTA an SM (15 on an H100; measured at 0d214db as
     # topk_prefetch_15 against it, and topk_prefetch_15_unrolled, the prefetch unrolled past 8)
     "topk_prefetch_8": {("cluster_topk", "PREFETCH_ROWS"): 8},
-    # a MoE layer's gate/up prefetching its slots' down weights into L2 (moe.
-    # DOWN_PREFETCH_IN_GATE_UP_MAX_ROWS), after or before each program's multiply, at 1-2 rows
-    # or at every row count (not yet run)
-    "down_pf_after_2": {("moe", "DOWN_PREFETCH_IN_GATE_UP_MAX_ROWS"): 2},
-    "down_pf_before_2": {("moe", "DOWN_PREFETCH_IN_GATE_UP_MAX_ROWS"): 2,
-                         ("moe", "DOWN_PREFETCH_IN_GATE_UP_AT"): "before"},
-    "down_pf_after_16": {("moe", "DOWN_PREFETCH_IN_GATE_UP_MAX_ROWS"): 16},
-    # the passes rolled without the prefetch up to 15 rows (one CTA an SM where an H100 holds
-    # the rows' clusters at once): a table up to 64K wide at 9-15 rows (not yet run)
-    "topk_rolled_15": {("cluster_topk", "ROLL_ROWS"): 15},
+    # the passes rolled without the prefetch up to 8 rows, unrolled past: the form before
+    # ROLL_ROWS 15 (a table up to 64K wide at 9-15 rows; measured at 46530a5 as topk_rolled_15
+    # against it)
+    "topk_rolled_8": {("cluster_topk", "ROLL_ROWS"): 8},
     "topk_before_skip2_roll": {("cluster_topk", "SKIP_WRITE"): False,
                                ("cluster_topk", "SKIP_RELOADED"): True,
                                ("cluster_topk", "ROLL"): False},

@@ -38,7 +38,7 @@ from .arrival import arrive, arrive_last, wait_bounded
 from .bf16_linear import _bf16_linear_prefetch, _bf16_linear_task
 from .fp8_linear import (_fp8_group_dot, _gemv_step, _scaled_dot, block_m, grid_shape,
                          group_tiles, group_x, interpreting, step_scales)
-from .overlap import launch_dependents, prefetch_l2, prefetch_rows, stage_begin
+from .overlap import launch_dependents, prefetch_rows, stage_begin
 from .quant import sum_parts, to_e4m3
 
 
@@ -301,27 +301,6 @@ def _gate_up_prefetch(tile, slot, split, K, I, sgq_ptr, suq_ptr, k_chunk,
 
 
 @triton.jit
-def _down_prefetch_share(slot, n, e, E, tile, split, dq_ptr, sdq_ptr, dq_stride_e, d_bytes,
-                         SPLIT_K: tl.constexpr, PDL: tl.constexpr, LANES: tl.constexpr,
-                         SEGS: tl.constexpr):
-    """This program's share of down's weights (d_bytes of e4m3 a matrix) for its slot's expert
-    e (the shared expert's: E) into L2, for the down kernel after gate/up
-    (DOWN_PREFETCH_IN_GATE_UP_MAX_ROWS): the slot's tiles x SPLIT_K programs take equal
-    16-byte aligned runs of it, each as SEGS bulk requests from its first SEGS threads (LANES:
-    the program's threads, so that no thread holds a copy of another's request; a hint,
-    ``overlap.prefetch_l2``)."""
-    if slot < n:
-        shared = e == E
-        q = tl.where(shared, sdq_ptr,
-                     dq_ptr + tl.where(shared, 0, e).to(tl.int64) * dq_stride_e)
-        seg = tl.cdiv(tl.cdiv(d_bytes, tl.num_programs(0) * SPLIT_K * SEGS), 16) * 16
-        lane = tl.arange(0, LANES)
-        at = (tile * SPLIT_K + split) * (SEGS * seg) + lane * seg
-        size = tl.minimum(seg, d_bytes - at)
-        prefetch_l2(q.to(tl.pointer_type(tl.int8)) + at, size, (lane < SEGS) & (size > 0), PDL)
-
-
-@triton.jit
 def _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                   gq_ptr, gs_ptr, uq_ptr, us_ptr, q_stride_e, s_stride_e,
                   sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr,
@@ -502,15 +481,9 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     ROUTE: tl.constexpr = False, R_SPLIT: tl.constexpr = 1,
                     R_BLOCK_M: tl.constexpr = 2, BLOCK_E: tl.constexpr = 2,
                     TOPK: tl.constexpr = 1, RENORM: tl.constexpr = False,
-                    SORT: tl.constexpr = False, ready_ptr=None, READY: tl.constexpr = False,
-                    dq_ptr=None, sdq_ptr=None, dq_stride_e=0, d_bytes=0,
-                    DOWN_PF: tl.constexpr = 0, DOWN_PF_LANES: tl.constexpr = 1,
-                    DOWN_PF_SEGS: tl.constexpr = 1):
+                    SORT: tl.constexpr = False, ready_ptr=None, READY: tl.constexpr = False):
     """PREFETCH: the shared expert's programs prefetch their tile into L2 before their wait
-    (overlap.PREFETCH_OFF). DOWN_PF (DOWN_PREFETCH_IN_GATE_UP_MAX_ROWS): once a program knows
-    its slot's expert it prefetches its share of that expert's down weights (dq: the routed
-    stack, sdq: the shared expert's, d_bytes a matrix) into L2, 1: before its multiply, 2:
-    after it. ROUTE: the routed programs route every row themselves from the
+    (overlap.PREFETCH_OFF). ROUTE: the routed programs route every row themselves from the
     router's partials (r_*, ``_routed_slot``) instead of reading route's slot table, and
     program (0, 1, 0) writes that table (for down's table form and the host's reads).
     READY (not with ROUTE): each (tile, slot) of the slot list counts on ready[slot] once its
@@ -526,10 +499,6 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
         _gate_up_tile(tile, 0, split, xq_ptr, sx_ptr, M, K, I, sgq_ptr, sgs_ptr, suq_ptr,
                       sus_ptr, sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M,
                       BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK, SCALES)
-        if DOWN_PF != 0:  # the shared expert's down weights, known before the wait too
-            _down_prefetch_share(0, 1, E, E, tile, split, dq_ptr, sdq_ptr, dq_stride_e,
-                                 d_bytes, SPLIT_K, PDL, DOWN_PF_LANES,
-                                 DOWN_PF_SEGS)
         stage_begin(PDL)
         n = slot + 1  # (ROUTE's tail) the shared slot is always in the list
     else:
@@ -544,21 +513,18 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                 offs_r = tl.arange(0, R_BLOCK_M)
                 _route_slots(chosen, w, offs_r, offs_r < M, M, slot_expert_ptr, slot_weight_ptr,
                              slot_rank_ptr, num_slots_ptr, E, BLOCK_E)
+            _gate_up_at(tile, slot, split, n, e, xq_ptr, sx_ptr, M, K, I, E, gq_ptr, gs_ptr,
+                        uq_ptr, us_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr, suq_ptr,
+                        sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS,
+                        k_chunk, BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK,
+                        SCALES)
         else:
             n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
-        if DOWN_PF == 1:
-            _down_prefetch_share(slot, n, e, E, tile, split, dq_ptr, sdq_ptr, dq_stride_e,
-                                 d_bytes, SPLIT_K, PDL, DOWN_PF_LANES,
-                                 DOWN_PF_SEGS)
-        _gate_up_at(tile, slot, split, n, e, xq_ptr, sx_ptr, M, K, I, E, gq_ptr, gs_ptr,
-                    uq_ptr, us_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr, suq_ptr,
-                    sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS,
-                    k_chunk, BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK,
-                    SCALES)
-        if DOWN_PF == 2:
-            _down_prefetch_share(slot, n, e, E, tile, split, dq_ptr, sdq_ptr, dq_stride_e,
-                                 d_bytes, SPLIT_K, PDL, DOWN_PF_LANES,
-                                 DOWN_PF_SEGS)
+            _gate_up_at(tile, slot, split, n, e, xq_ptr, sx_ptr, M, K, I, E, gq_ptr, gs_ptr,
+                        uq_ptr, us_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr, suq_ptr,
+                        sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS,
+                        k_chunk, BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK,
+                        SCALES)
     if TAIL:  # the last K chunk of (tile, slot) to finish sums the chunks and applies SwiGLU
         if ROUTE:
             # every program of a (tile, slot) routed alike: a slot past the list counts none
@@ -981,6 +947,10 @@ SWIGLU_BLOCK = 256  # intermediate columns per SwiGLU program
 # 16 or 64 columns, 1 or 4 groups a step (-1.6..+11.8 us: tiling_probe_20261201T025936Z):
 # none kept. Alone and cold (ncu: results/ncu_moe_2aeab55.log) gate/up at 1 row streams
 # 2.1 TB/s, its warps mostly waiting on loads: too few bytes in flight, not too few programs.
+# gate/up's programs, once they know their slot's expert, prefetching an equal share of its
+# down weights into L2 (4 bulk requests a program, before or after its own multiply; code at
+# 5e971e4): slower a MoE layer at every row count on an H100 (+0.4..+3.5 us at 1-2 rows,
+# +4 / +20 us at 4 / 16 rows; results/tiling_probe_20261206T124635Z), so removed.
 # hidden columns per program of the terms' sum: 256, 512 and 2048 were within +-1.3 us of it a
 # layer at 1, 2 and 16 rows on an H200 (tiling_probe_20261201T102833Z: sum_block_*)
 SUM_BLOCK = 1024
@@ -988,53 +958,6 @@ SUM_BLOCK = 1024
 # loads are masked by it, so read after the wait it was one L2 round trip before them. On an
 # H200 0.1-0.2 us a layer at one row, within noise elsewhere (the same run: sum_pos_late)
 SUM_POS_EARLY = True
-
-
-# up to this many rows of a MoE layer, gate/up's programs, once they know their slot's expert,
-# prefetch an equal share of its down weights into L2 (``_down_prefetch_share``), so that down
-# reads them from L2 rather than streaming them from HBM after gate/up ends (at one row on an
-# H100 down adds 8.3 us for 14 MB, 4.7 us of HBM time, while gate/up draws 28 MB at 1.9 TB/s:
-# graph_timeline_20261206T101959Z); DOWN_PREFETCH_IN_GATE_UP_AT: "before" or "after" the
-# program's own multiply. Down's own prefetch before its wait was slower (overlap.PREFETCH_OFF),
-# its first wave alone issuing it. 0: off (built 2026-12-06, not yet run on a GPU)
-DOWN_PREFETCH_IN_GATE_UP_MAX_ROWS = 0
-DOWN_PREFETCH_IN_GATE_UP_AT = "after"
-# bulk requests a gate/up program splits its share into (at one row: 32 programs a slot, each
-# 48 KB of a TP8 rank's 1.5 MB expert, so 12 KB a request)
-DOWN_PREFETCH_SEGS = 4
-
-
-def down_prefetch_form(m: int, num_experts: int) -> int:
-    """gate/up's DOWN_PF for a step of m rows of a MoE layer: 0 (none), 1 (before its
-    multiply), 2 (after). Its requests are issued only with the overlap on (PDL), as every
-    prefetch's."""
-    if DOWN_PREFETCH_IN_GATE_UP_AT not in ("before", "after"):
-        raise ValueError("moe.DOWN_PREFETCH_IN_GATE_UP_AT: 'before' or 'after', got "
-                         f"{DOWN_PREFETCH_IN_GATE_UP_AT!r}")
-    if not num_experts or m > DOWN_PREFETCH_IN_GATE_UP_MAX_ROWS:
-        return 0
-    return 1 if DOWN_PREFETCH_IN_GATE_UP_AT == "before" else 2
-
-
-def _down_prefetch_args(down_q, shared_down_q, placeholder, m: int, num_experts: int,
-                        num_warps: int) -> dict:
-    """gate/up's launch arguments for ``down_prefetch_form`` (placeholders where off)."""
-    form = down_prefetch_form(m, num_experts) if down_q is not None else 0
-    if form == 0:
-        return dict(dq_ptr=placeholder, sdq_ptr=placeholder)
-    assert down_q.dim() == 3 and down_q.element_size() == 1
-    assert shared_down_q.shape == down_q.shape[1:] and shared_down_q.is_contiguous()
-    assert down_q.stride(1) == down_q.shape[2] and down_q.stride(2) == 1, \
-        "each expert's down rows contiguous"
-    assert all(v % 16 == 0 for v in (down_q.stride(0), shared_down_q.numel(),
-                                      down_q.data_ptr(), shared_down_q.data_ptr())), \
-        "bulk prefetches take 16-byte aligned runs"
-    if not 1 <= DOWN_PREFETCH_SEGS <= 32 * num_warps:
-        raise ValueError(f"moe.DOWN_PREFETCH_SEGS: 1..{32 * num_warps} (a request a thread), "
-                         f"got {DOWN_PREFETCH_SEGS}")
-    return dict(dq_ptr=down_q, sdq_ptr=shared_down_q, dq_stride_e=down_q.stride(0),
-                d_bytes=shared_down_q.numel(), DOWN_PF=form, DOWN_PF_LANES=32 * num_warps,
-                DOWN_PF_SEGS=DOWN_PREFETCH_SEGS)
 
 
 def gate_up_chunk(k: int, split_k: int, groups: int) -> int:
@@ -1358,8 +1281,7 @@ def _routing_args(route, m: int, num_experts: int, slots: int, dummy: torch.Tens
                        "gate_up" if num_experts else "dense_gate_up")
 def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
             shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts=None,
-            tiling=None, num_warps=None, arrivals=None, route=None, ready=None,
-            down_q=None, shared_down_q=None):
+            tiling=None, num_warps=None, arrivals=None, route=None, ready=None):
     """act bf16 [SLOTS, M, I] = SiLU(x G_e^T) * (x U_e^T) for each slot's expert e; x given
     quantized (xq e4m3 [M, K], sx [M, K/128]). The routed stacks [E, I, K] may be views of
     one [E, 2I, K] gate|up tensor: each expert's rows contiguous, any expert stride. With a
@@ -1368,10 +1290,7 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
     least tiles x SLOTS, left at zero) is given, else by a second kernel. route (a
     ``Routing``, a MoE only): route every row in the kernel from the router's partials rather
     than read the slot table, which the kernel writes (ROUTE_IN_GATE_UP_MAX_ROWS). ready (a
-    ``SlotWait``): count each (tile, slot) on ready[slot] once its activations are stored.
-    down_q, shared_down_q (down's e4m3 weights, routed [E, H, I] and shared [H, I]): the
-    programs prefetch their slot's expert's into L2 where DOWN_PREFETCH_IN_GATE_UP_MAX_ROWS
-    covers the step (``down_prefetch_form``)."""
+    ``SlotWait``): count each (tile, slot) on ready[slot] once its activations are stored."""
     m, k = xq.shape
     dense = not num_experts
     block_n, groups, split_k = tiling or gate_up_tiling(m, dense)
@@ -1406,7 +1325,6 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
     shared_early = bool(num_experts) and m >= SHARED_BEFORE_WAIT_FROM_ROWS and overlap.enabled()
     scales_ahead = fp8_linear.SCALES_AHEAD and (gate_up_stack(block_n, gemv)
                                                 or GATE_UP_64_SCALES_AHEAD)
-    warps = num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4)
     _gate_up_kernel[(tiles, slots, split_k)](
         xq, sx, m, k, inter, num_experts, slot_expert, num_slots,
         gate_q, gate_s, up_q, up_s, gate_q.stride(0) if gate_q.dim() == 3 else 0,
@@ -1420,10 +1338,10 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         SHARED_EARLY=shared_early, SWAP=fp8_linear.swap(block_n, gemv, GATE_UP_SWAP),
         STACK=gate_up_stack(block_n, gemv), SCALES=scales_ahead,
         PREFETCH=overlap.prefetches("gate_up"),
-        num_warps=warps, num_stages=gate_up_stages(m, not num_experts),
+        num_warps=num_warps or (GEMV_WARPS if gemv else 8 if block_n == 64 else 4),
+        num_stages=gate_up_stages(m, not num_experts),
         **_routing_args(route, m, num_experts, slots, num_slots),
         ready_ptr=num_slots if ready is None else ready.ready, READY=ready is not None,
-        **_down_prefetch_args(down_q, shared_down_q, num_slots, m, num_experts, warps),
         **overlap.launch_kw(),
     )
     if split_k > 1 and not tail:

@@ -719,22 +719,6 @@ def test_routing_in_gate_up_is_bitwise_route(kind, rows, monkeypatch):
                          monkeypatch, counters=("route_arrival", "gu_arrivals"))
 
 
-@pytest.mark.parametrize("at", ["before", "after"])
-@pytest.mark.parametrize("rows", [1, 2, 3, 16])
-def test_down_prefetch_in_gate_up_is_bitwise_none(rows, at, monkeypatch):
-    """gate/up prefetching its slots' down weights into L2 (moe.DOWN_PREFETCH_IN_GATE_UP_MAX_ROWS,
-    before or after each program's multiply; routing itself at 1-2 rows, its shared programs
-    before the wait from 2, route's table from 3) against no such prefetch, at real shapes with
-    a pad row: a hint, so outputs and caches bitwise equal, the counters back at zero."""
-    from sgl_kernel_ext.triton import moe
-
-    monkeypatch.setattr(moe, "DOWN_PREFETCH_IN_GATE_UP_AT", at)
-    _forms_bitwise_equal("moe_indexer", rows, 41,
-                         ({(moe, "DOWN_PREFETCH_IN_GATE_UP_MAX_ROWS"): 0},
-                          {(moe, "DOWN_PREFETCH_IN_GATE_UP_MAX_ROWS"): 16}),
-                         monkeypatch, counters=("route_arrival", "gu_arrivals"))
-
-
 @pytest.mark.parametrize("rows", [1, 2, 16])
 @pytest.mark.parametrize("kind", ["moe_shared_topk", "dense_indexer"])
 def test_reads_before_the_wait_are_bitwise_after_it(kind, rows, monkeypatch):

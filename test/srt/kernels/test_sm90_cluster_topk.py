@@ -77,6 +77,8 @@ CASES = [
     (6, 262144, [262144, 200001, 65537, 65536, 32769, 3000], "normal"),
     (3, 131072, [131072, 70000, 40000], "ties"),
     (3, 10003, [10003, 6001, 2050], "normal"),  # no multiple of four wide: one key a load
+    # held whole, rolled, past 8 rows (ROLL_ROWS)
+    (12, 65536, [65536 - 3001 * i for i in range(12)], "normal"),
 ]
 
 
@@ -102,9 +104,9 @@ def test_matches_a_stable_sort(rows, width, contexts, kind, pos_dtype):
                                         ("HELD_SIZES", (4, 8)), ("PREFETCH_ROWS", 8),
                                         ("SKIP", False), ("SKIP_WRITE", True),
                                         ("SKIP_RELOADED", False), ("WIDE_CLUSTER", 8),
-                                        ("ROLL", False), ("ROLL_ROWS", 16)])
+                                        ("ROLL", False), ("ROLL_ROWS", 8)])
 @pytest.mark.parametrize("rows,width,contexts,kind",
-                         [CASES[i] for i in (3, 6, 8, 9)]
+                         [CASES[i] for i in (3, 6, 8, 9, 11)]
                          + [(12, 131072, [131072 - 5003 * i for i in range(12)], "normal"),
                             # a 1M table: 16 CTAs a row hold 128K, the next reloads 2 tiles
                             (4, 1 << 20, [131072, 131073, 131071, 98304], "ties")])
@@ -115,8 +117,8 @@ def test_forms_off_match_a_stable_sort(rows, width, contexts, kind, knob, value,
     the next tile prefetched up to 8 rows only (12 reloaded rows unrolled, without it), a
     thread's count walking every key group it holds (SKIP), its tally and write skipping too
     (SKIP_WRITE), a reloaded context's count skipping (SKIP_RELOADED), 8 CTAs a row of a wide
-    table at any rows (WIDE_CLUSTER), the four passes unrolled (ROLL) or rolled up to 16 rows
-    (ROLL_ROWS; a held context's past 8 rows)."""
+    table at any rows (WIDE_CLUSTER), the four passes unrolled (ROLL) or rolled up to 8 rows
+    only (ROLL_ROWS; a held context's past 8 rows unrolled)."""
     monkeypatch.setattr(cluster_topk, knob, value)
     if knob == "HELD_SIZES":
         monkeypatch.setattr(cluster_topk, "SIZED", True)

@@ -137,29 +137,25 @@ def _drive() -> None:
 
     from sglang.srt.layers.fused_decode.layer import chain_prefetch
 
-    from sgl_kernel_ext.triton import mla, moe
+    from sgl_kernel_ext.triton import mla
 
     # the knobs' other forms at 2 and 3 rows: both norms with a prefetch table (the layer's
     # own, the next layer's), absorb_v merging the attention's chunks at 3 rows, absorb
     # without the tensor cores, the attention's latent in column tiles with independent score
-    # chains, gate/up prefetching down's weights (after its multiply at 2 rows, before at 3)
+    # chains
     overlap.LAYER_PREFETCH = overlap.NEXT_LAYER_PREFETCH = True
-    down_pf0 = moe.DOWN_PREFETCH_IN_GATE_UP_MAX_ROWS, moe.DOWN_PREFETCH_IN_GATE_UP_AT
-    moe.DOWN_PREFETCH_IN_GATE_UP_MAX_ROWS = 16
     merge_rows0, gemv_rows0 = mla.ABSORB_V_MERGE_MAX_ROWS, mla.ABSORB_GEMV_MAX_ROWS
     parts0 = mla.ATTN_PARTS, mla.ATTN_QK_CHAINS, mla.ATTN_PARTS_FROM_STEPS
     mla.ABSORB_GEMV_MAX_ROWS = 3
     mla.ATTN_PARTS, mla.ATTN_QK_CHAINS, mla.ATTN_PARTS_FROM_STEPS = 8, 2, 1
     for contexts in ([30, 12], [30, 12, 40]):
         mla.ABSORB_V_MERGE_MAX_ROWS = 3 if len(contexts) == 3 else 0
-        moe.DOWN_PREFETCH_IN_GATE_UP_AT = "before" if len(contexts) == 3 else "after"
         case = make_case(cfg, 1, contexts, seed=1, tp_size=2)
         layer = FusedLayer(cfg, case.lw, case.caches, len(contexts),
                            case.batch.token_slots.shape[1], persistent_launch=False)
         chain_prefetch([layer])
         layer(case.hidden, case.residual, case.batch, case.topk_prev)
     overlap.LAYER_PREFETCH = overlap.NEXT_LAYER_PREFETCH = False
-    moe.DOWN_PREFETCH_IN_GATE_UP_MAX_ROWS, moe.DOWN_PREFETCH_IN_GATE_UP_AT = down_pf0
     mla.ABSORB_V_MERGE_MAX_ROWS, mla.ABSORB_GEMV_MAX_ROWS = merge_rows0, gemv_rows0
     mla.ATTN_PARTS, mla.ATTN_QK_CHAINS, mla.ATTN_PARTS_FROM_STEPS = parts0
     scores = torch.randn(2, 3000)

@@ -386,40 +386,6 @@ def test_moe_routing_in_gate_up_is_bitwise_the_slot_table(m, tail):
         assert torch.equal(a.nan_to_num(-1e30), b.nan_to_num(-1e30))
 
 
-@pytest.mark.parametrize("m, at", [(1, "after"), (2, "before"), (3, "after")])
-def test_down_prefetch_in_gate_up_leaves_its_activations_bitwise(m, at, monkeypatch):
-    """gate/up prefetching its slots' down weights (moe.DOWN_PREFETCH_IN_GATE_UP_MAX_ROWS; a
-    hint the GPU issues with the overlap on) computes the same activations, routing itself (1
-    row) or reading route's table (2-3 rows); a bad place is refused by name."""
-    mw, sh, x, pos, xq, sx = _moe_rows(m, 30 + m)
-    e, k = CFG.n_routed_experts, CFG.num_experts_per_tok
-    slots, inter = m * k + 1, mw.gate.q.shape[1]
-    block_n, _, split_k = moe.gate_up_tiling(m)
-    monkeypatch.setattr(moe, "DOWN_PREFETCH_IN_GATE_UP_AT", at)
-    runs = []
-    for rows in (0, 16):
-        monkeypatch.setattr(moe, "DOWN_PREFETCH_IN_GATE_UP_MAX_ROWS", rows)
-        assert moe.down_prefetch_form(m, e) == (0 if not rows else 1 if at == "before" else 2)
-        arr, parts, se, sw, sr, ns = _poisoned_route_buffers(m, e, slots, -(-inter // block_n))
-        bf16_linear.bf16_linear_splitk(x, mw.router, parts)
-        routing = None
-        if m == 1:  # gate/up routes itself, as a layer's step of 1-2 rows
-            routing = moe.Routing(parts, mw.bias, pos, k, CFG.routed_scaling_factor, True, sw, sr)
-        else:
-            moe.route(parts, mw.bias, pos, k, CFG.routed_scaling_factor, True, se, sw, sr, ns)
-        act = torch.full((slots, m, inter), float("nan"), dtype=torch.bfloat16)
-        gu_parts = torch.full((split_k, slots, m, 2, inter), float("nan")) if split_k > 1 else None
-        moe.gate_up(xq, sx.contiguous(), e, se, ns, mw.gate.q, mw.gate.s, mw.up.q, mw.up.s,
-                    sh.gate.q, sh.gate.s, sh.up.q, sh.up.s, act, gu_parts, arrivals=arr[1],
-                    route=routing, down_q=mw.down.q, shared_down_q=sh.down.q)
-        runs.append(act[:int(ns)].float())
-    assert not torch.isnan(runs[0]).any() and torch.equal(runs[0], runs[1])
-    assert moe.down_prefetch_form(m, 0) == 0  # a dense MLP's gate/up: no experts to prefetch
-    monkeypatch.setattr(moe, "DOWN_PREFETCH_IN_GATE_UP_AT", "during")
-    with pytest.raises(ValueError, match="DOWN_PREFETCH_IN_GATE_UP_AT"):
-        moe.down_prefetch_form(m, e)
-
-
 @pytest.mark.parametrize("m", [2, 5])
 def test_moe_slot_waits_are_bitwise_the_whole_wait(m):
     """down waiting per slot on gate/up's counters (moe.SlotWait) against down after all of

@@ -38,6 +38,9 @@ def test_wide_tables_and_prefetch_rows():
     assert C.keys_per_thread(65536) == (32, False)
     assert C.keys_per_thread(1 << 20) == (32, True)
     assert 1 <= C.PREFETCH_ROWS < 16  # 16 rows' clusters took two waves on an H100
+    # a held context's rows rolled at one CTA an SM, where the GPU holds the prefetching
+    # form's clusters (an H100: 15), not past
+    assert C.ROLL_ROWS <= C.PREFETCH_ROWS
 
 
 def test_launch_form_follows_the_clusters_the_device_holds(monkeypatch):
@@ -58,6 +61,9 @@ def test_launch_form_follows_the_clusters_the_device_holds(monkeypatch):
     # the query failed, or no device named: PREFETCH_ROWS_UNQUERIED
     assert C.launch_form(8, True, 2) == C.launch_form(8, True) == (True, True, 1)
     assert C.launch_form(9, True, 2) == C.launch_form(9, True) == (False, False, 1)
+    monkeypatch.setattr(C, "ROLL_ROWS", 15)  # held whole, rolled where the rows fit at one
+    assert C.launch_form(12, False, 0) == (True, False, 1)
+    assert C.launch_form(16, False, 0) == (False, False, 1)
     monkeypatch.setattr(C, "ROLL_ROWS", 16)  # rolled past what fits at one CTA an SM: two
     assert C.launch_form(16, True, 0) == (True, False, 2)
     assert C.launch_form(12, True, 1) == (True, False, 2)

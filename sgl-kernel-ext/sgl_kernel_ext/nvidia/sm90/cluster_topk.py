@@ -112,8 +112,12 @@ ROLL = True
 # 8 bytes spilled, once a row). Not faster there (H100, at 1d3a44c, ROLL_ROWS 16): alone at 12 /
 # 16 rows of 128K 29.1 / 37.7 us against 27.8 / 37.5 unrolled (results/topk_probe_20261206T100907Z,
 # cluster_rolled_16); the MoE+indexer layer at 16 rows +0.7..+2.7 us at 128K, within 1.4 at 8K
-# and 32K (tiling_probe_20261206T100915Z, T100947Z, T101012Z: topk_rolled_16)
-ROLL_ROWS = 8
+# and 32K (tiling_probe_20261206T100915Z, T100947Z, T101012Z: topk_rolled_16). Up to 15 rows
+# (one CTA an SM where the GPU holds 15 clusters of 8) against up to 8, a context held whole in
+# a table up to 64K wide (H100, at 46530a5, the MoE+indexer layer, two pairs): 64K at 12 / 15
+# rows -1.7..-2.4 / -1.7..-2.2 us, 8K within +-0.4 (results/tiling_probe_20261206T124857Z,
+# T124913Z: topk_rolled_15)
+ROLL_ROWS = 15
 # measurement only (``trace``): each CTA's %globaltimer (ns) at these points of a row, into
 # trace int64 [rows x cluster_size, len(TRACE_POINTS)]; for a context loaded again each pass,
 # "loaded" is its first pass's tiles loaded and counted

@@ -680,9 +680,7 @@ class FusedLayer:
             moe.gate_up(v("x2q"), v("x2s"), self.experts, b["slot_expert"], b["num_slots"],
                         routed.gate.q, routed.gate.s, routed.up.q, routed.up.s,
                         shared.gate.q, shared.gate.s, shared.up.q, shared.up.s, act, gu_parts,
-                        tiling=tiling, arrivals=b["gu_arrivals"], route=routing, ready=ready,
-                        down_q=routed.down.q if self.experts else None,
-                        shared_down_q=shared.down.q)
+                        tiling=tiling, arrivals=b["gu_arrivals"], route=routing, ready=ready)
             moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"),
                      v("slot_rank"), b["num_slots"], routed.down.q, routed.down.s,
                      shared.down.q, shared.down.s, pos, v("terms"), v("y"), block_n=block_n,
