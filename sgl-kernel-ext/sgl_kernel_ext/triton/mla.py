@@ -692,18 +692,25 @@ def _attn_step_slots(m, ot, hi, topk_ptr, stride_topk, row_slots):
 
 
 @triton.jit
+def _latent_rows(rows, ok, C: tl.constexpr, R: tl.constexpr, PARTS: tl.constexpr):
+    """Rows of C latent and R rope columns at the pointers `rows` [n, 1] (zero where not
+    `ok` [n]): a tuple of the latent's PARTS column tiles [n, C / PARTS], and the rope part
+    [n, R]. Narrow tiles share each thread's rows, so a row's address is computed once for
+    all of them (``ATTN_PARTS``)."""
+    oc = tl.arange(0, C // PARTS)[None, :]
+    tiles = ()
+    for i in tl.static_range(PARTS):
+        tiles = tiles + (tl.load(rows + i * (C // PARTS) + oc, mask=ok[:, None], other=0.0),)
+    pe = tl.load(rows + C + tl.arange(0, R)[None, :], mask=ok[:, None], other=0.0)
+    return tiles, pe
+
+
+@triton.jit
 def _attn_step_rows(kv_cache_ptr, slot, t_ok, C: tl.constexpr, R: tl.constexpr,
                     PARTS: tl.constexpr):
-    """The KV rows of a step's entries (zero where not t_ok): a tuple of the latent's PARTS
-    column tiles [BLOCK_T, C / PARTS], and k_pe. Narrow tiles share each thread's rows, so a
-    row's address is computed once for all of them (``ATTN_PARTS``)."""
-    rows = kv_cache_ptr + slot[:, None] * (C + R)
-    oc = tl.arange(0, C // PARTS)[None, :]
-    kv = ()
-    for i in tl.static_range(PARTS):
-        kv = kv + (tl.load(rows + i * (C // PARTS) + oc, mask=t_ok[:, None], other=0.0),)
-    kpe = tl.load(rows + C + tl.arange(0, R)[None, :], mask=t_ok[:, None], other=0.0)
-    return kv, kpe
+    """The KV rows of a step's entries (zero where not t_ok): the latent's PARTS column tiles
+    [BLOCK_T, C / PARTS], and k_pe."""
+    return _latent_rows(kv_cache_ptr + slot[:, None] * (C + R), t_ok, C, R, PARTS)
 
 
 @triton.jit
@@ -755,14 +762,7 @@ def _attn_query(m, qcat_ptr, NH, C: tl.constexpr, R: tl.constexpr, BLOCK_H: tl.c
     """Row m's absorbed query: a tuple of the latent's PARTS tiles [BLOCK_H, C / PARTS], and
     q_pe [BLOCK_H, R] (bf16)."""
     oh = tl.arange(0, BLOCK_H)
-    h_ok = oh < NH
-    qrow = qcat_ptr + (m * NH + oh[:, None]) * (C + R)
-    oc = tl.arange(0, C // PARTS)[None, :]
-    q = ()
-    for i in tl.static_range(PARTS):
-        q = q + (tl.load(qrow + i * (C // PARTS) + oc, mask=h_ok[:, None], other=0.0),)
-    q_pe = tl.load(qrow + C + tl.arange(0, R)[None, :], mask=h_ok[:, None], other=0.0)
-    return q, q_pe
+    return _latent_rows(qcat_ptr + (m * NH + oh[:, None]) * (C + R), oh < NH, C, R, PARTS)
 
 
 @triton.jit
