@@ -36,7 +36,11 @@
 #                                         # TOPK_FORMS, the probe's forms; TOPK_VARIANTS,
 #                                         # the layer's variants beside baseline, a,b;
 #                                         # TOPK_MS, the layer's row counts, 1,4,12,16;
-#                                         # TOPK_WIDTH, the slot table's width, 1M)
+#                                         # TOPK_WIDTH, the slot table's width, 1M;
+#                                         # TOPK_TESTS, a -k filter of its tests)
+#   bash benchmark/release_run.sh copies  # the MoE layer's time a layer against the layers
+#                                         # a timed graph holds (COPIES, "4 8 16 4 8 16"; at
+#                                         # COPIES_MS rows, 1,16; ~3 minutes)
 #   bash benchmark/release_run.sh peer_norm # on nvidia-h200-x2: the fused all-reduce + norm's
 #                                         # two-GPU test, then its probe against torch's
 #                                         # symmetric-memory one-shot and NCCL (each + the norm)
@@ -195,7 +199,7 @@ run_peer_norm() {
 }
 run_topk() {
   timeout 300 python3 -m pytest test/srt/kernels/test_sm90_cluster_topk.py -q \
-    > "$L/pytest_cluster_topk.log" 2>&1
+    ${TOPK_TESTS:+-k "$TOPK_TESTS"} > "$L/pytest_cluster_topk.log" 2>&1
   echo "cluster_topk tests rc=$?"; tail -3 "$L/pytest_cluster_topk.log"
   if [ "${TOPK_POOL_TESTS:-1}" = 1 ]; then
     timeout 150 python3 -m pytest test/srt/kernels/test_fused_layer.py -q \
@@ -219,6 +223,18 @@ run_topk() {
     echo "tiling_probe ctx $ctx rc=$?"; grep "M=" "$L/tiling_topk_$ctx.log" | cut -c12-
   done
 }
+# the layer table's time a layer against the layers a graph holds (decode_layer times a stack
+# of --copies layers, 4 by default, a replay at a time: a replay's own start is shared by
+# them): the fused arm at 1 and 16 rows of the MoE layer with COPIES layers a stack, in turn
+run_copies() {
+  local c i=0
+  for c in ${COPIES:-4 8 16 4 8 16}; do
+    i=$((i + 1))
+    timeout 120 python3 -m benchmark.decode_layer --replays 10 --ls 2048 --ms "${COPIES_MS:-1,16}" \
+      --kinds moe --arms fused --copies "$c" --out "$OUT" > "$L/decode_layer_copies_${i}_$c.log" 2>&1
+    echo "copies $c rc=$?"; grep -E "^\|" "$L/decode_layer_copies_${i}_$c.log" | tail -3
+  done
+}
 case "${1:-}" in
   tests) run_tests ;;
   bench) run_bench ;;
@@ -231,7 +247,8 @@ case "${1:-}" in
   variant_bench) run_variant_bench "${2:-}" ;;
   peer_norm) run_peer_norm ;;
   topk) run_topk ;;
-  *) echo "usage: release_run.sh tests|bench|all|long|pending|pending_long|vo|vo_bench VARIANT|variant_bench VARIANT|peer_norm|topk" >&2
+  copies) run_copies ;;
+  *) echo "usage: release_run.sh tests|bench|all|long|pending|pending_long|vo|vo_bench VARIANT|variant_bench VARIANT|peer_norm|topk|copies" >&2
      exit 2 ;;
 esac
 tar czf "$OUT/logs.tgz" -C .cache logs
