@@ -3,6 +3,10 @@
 Kinds: dense with indexer (layers 0-2), MoE with indexer, MoE reusing the previous top-k.
 For each kind a stack of `--copies` layers (distinct memory, together several times the L2) is
 captured in one CUDA graph per arm and (M, L); time per layer = median replay / copies.
+A replay's own start, shared by the stack, does not move a layer's share of its floor: on an
+H100 the MoE layer at 1 row took 61.3-61.4 us with 4 copies and 61.0 with 16, at 16 rows 76%
+of its floor with either (results/decode_layer_20261206T140058Z .. T140319Z; at 16 rows the
+deeper stack's layers touched fewer experts, 74.75 against 79, its time and floor both 4% less).
 Arms: stock (benchmark.stock), upstream (SGLang's own Triton kernels loaded from its wheel, see
 benchmark.upstream), fused (sglang.srt.layers.fused_decode.layer.build_fused_layer: one launch
 of the persistent layer kernel per layer), fused_stages (the same layer on its stage kernels,
