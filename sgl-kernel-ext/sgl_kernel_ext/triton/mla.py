@@ -327,6 +327,16 @@ def _kv_slot(m, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr, ROWS: tl.conste
 
 
 @triton.jit
+def _store_kv_row(row, c, wc, x1, x2, pos, inv_freq, oc, i, C):
+    """A KV-cache row at `row`: c_kv (c, its columns oc, normed) times its weight wc, then
+    k_pe's pairs (x1, x2; pair indices i) roped at pos."""
+    tl.store(row + oc, (c * wc).to(tl.bfloat16), mask=oc < C)
+    r1, r2 = _rope_pairs(x1, x2, pos, inv_freq)
+    tl.store(row + C + 2 * i, r1.to(tl.bfloat16))
+    tl.store(row + C + 2 * i + 1, r2.to(tl.bfloat16))
+
+
+@triton.jit
 def _latent_row(m, part, qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr,
                 cq_q_ptr, cq_s_ptr, kv_cache_ptr, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr,
                 inv_freq_ptr, eps, Q, C, R, BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr,
@@ -366,11 +376,7 @@ def _latent_row_at(m, part, pos, slot, qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, 
         inv_freq = tl.load(inv_freq_ptr + i)
         c = c.to(tl.bfloat16).to(tl.float32)
         c = c / tl.sqrt(tl.sum(c * c, axis=0) / C + eps)
-        row = kv_cache_ptr + slot * kv_w
-        tl.store(row + oc, (c * wc).to(tl.bfloat16), mask=oc < C)
-        r1, r2 = _rope_pairs(x1, x2, pos, inv_freq)
-        tl.store(row + C + 2 * i, r1.to(tl.bfloat16))
-        tl.store(row + C + 2 * i + 1, r2.to(tl.bfloat16))
+        _store_kv_row(kv_cache_ptr + slot * kv_w, c, wc, x1, x2, pos, inv_freq, oc, i, C)
 
 
 @triton.jit
@@ -430,11 +436,7 @@ def _kv_row_task(m, pos, slot, rows_ptr, ss_ptr, ss_stride, C_TILES: tl.constexp
         wc = tl.load(kvn_w_ptr + oc, mask=oc < C, other=0.0).to(tl.float32)
         inv_freq = tl.load(inv_freq_ptr + i)
         c = c / row_rms(ss_ptr, ss_stride, m, True, C, eps, C_TILES)
-        row = kv_cache_ptr + slot * kv_w
-        tl.store(row + oc, (c * wc).to(tl.bfloat16), mask=oc < C)
-        r1, r2 = _rope_pairs(x1, x2, pos, inv_freq)
-        tl.store(row + C + 2 * i, r1.to(tl.bfloat16))
-        tl.store(row + C + 2 * i + 1, r2.to(tl.bfloat16))
+        _store_kv_row(kv_cache_ptr + slot * kv_w, c, wc, x1, x2, pos, inv_freq, oc, i, C)
 
 
 @triton.jit
