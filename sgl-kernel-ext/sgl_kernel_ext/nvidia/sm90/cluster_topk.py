@@ -117,7 +117,7 @@ ROLL = True
 # a table up to 64K wide (H100, at 46530a5, the MoE+indexer layer, two pairs): 64K at 12 / 15
 # rows -1.7..-2.4 / -1.7..-2.2 us, 8K within +-0.4 (results/tiling_probe_20261206T124857Z,
 # T124913Z: topk_rolled_15). Where the occupancy query fails (PREFETCH_ROWS_UNQUERIED, 8), held
-# rows 9-15 take the rolled form at two CTAs an SM: within 1.4 us at 8K and 32K when measured.
+# rows 9-15 take the rolled form at two CTAs an SM, timed only as topk_rolled_16 above.
 ROLL_ROWS = 15
 # measurement only (``trace``): each CTA's %globaltimer (ns) at these points of a row, into
 # trace int64 [rows x cluster_size, len(TRACE_POINTS)]; for a context loaded again each pass,
