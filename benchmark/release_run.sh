@@ -41,6 +41,8 @@
 #   bash benchmark/release_run.sh copies  # the MoE layer's time a layer against the layers
 #                                         # a timed graph holds (COPIES, "4 8 16 4 8 16"; at
 #                                         # COPIES_MS rows, 1,16; ~3 minutes)
+#   bash benchmark/release_run.sh resweep # the knobs' alternatives at 16 rows of the MoE
+#                                         # layer against today's defaults (RESWEEP; ~3-4 min)
 #   bash benchmark/release_run.sh peer_norm # on nvidia-h200-x2: the fused all-reduce + norm's
 #                                         # two-GPU test, then its probe against torch's
 #                                         # symmetric-memory one-shot and NCCL (each + the norm)
@@ -235,6 +237,27 @@ run_copies() {
     echo "copies $c rc=$?"; grep -E "^\|" "$L/decode_layer_copies_${i}_$c.log" | tail -3
   done
 }
+# the knobs' alternatives that can move a MoE layer at 9-16 rows, re-timed against today's
+# defaults (each was set against the baseline of its own day; a baseline every ~10 variants
+# tracks drift): RESWEEP_MS rows (16), RESWEEP_KINDS (moe), RESWEEP_VARIANTS to replace the list
+RESWEEP="o_proj_split_1 o_proj_split_4 q_b_split_2 q_b_split_4 qkv_a_split_3 qkv_a_split_4
+ q_fixed_off q_b_rows_split_2 route_rows_tile_2 norm_8_warps baseline norm_16_warps
+ latent_4_warps latent_8_warps latent_32_warps sum_block_256 sum_block_512 sum_block_2048
+ absorb_block_c_32 absorb_block_c_128 absorb_no_chunk baseline absorb_v_8_warps attn_16_warps
+ attn_3_stages attn_block_32 attn_ahead_2 route_per_row_8_warps fp8_linear_8_warps
+ down_block_64 down_block_256 down_8_warps baseline absorb_v_split_8 absorb_v_split_1
+ absorb_w_early_16 attn_parts_4 attn_chains_2 gate_up_n16 gate_up_n64 gate_up_split_2
+ gate_up_groups_1 gate_up_groups_4 baseline down_3_stages down_1_stage down_maxnreg_128
+ gate_up_stages_3 linear_block_128 linear_groups_1 linear_groups_4 linear_programs_396
+ sm90_attn_2_gatherers sm90_attn_1_gatherer baseline absorb_late_dependents wide_gu_64_2_1
+ wide_gu_32_2_2 gate_up_no_stack absorb_v_merge_16 vo_one_launch_combine attn_two_waves"
+run_resweep() {
+  local v
+  v=$(echo "baseline ${RESWEEP_VARIANTS:-$RESWEEP} baseline" | tr -s ' \n' ',' | sed 's/,$//')
+  timeout "${RESWEEP_S:-300}" python3 -m benchmark.tiling_probe --kinds "${RESWEEP_KINDS:-moe}" \
+    --ms "${RESWEEP_MS:-16}" --variants "$v" --out "$OUT" > "$L/tiling_resweep.log" 2>&1
+  echo "tiling_probe rc=$?"; grep " us$" "$L/tiling_resweep.log" | cut -c12- | tail -140
+}
 case "${1:-}" in
   tests) run_tests ;;
   bench) run_bench ;;
@@ -248,7 +271,8 @@ case "${1:-}" in
   peer_norm) run_peer_norm ;;
   topk) run_topk ;;
   copies) run_copies ;;
-  *) echo "usage: release_run.sh tests|bench|all|long|pending|pending_long|vo|vo_bench VARIANT|variant_bench VARIANT|peer_norm|topk|copies" >&2
+  resweep) run_resweep ;;
+  *) echo "usage: release_run.sh tests|bench|all|long|pending|pending_long|vo|vo_bench VARIANT|variant_bench VARIANT|peer_norm|topk|copies|resweep" >&2
      exit 2 ;;
 esac
 tar czf "$OUT/logs.tgz" -C .cache logs

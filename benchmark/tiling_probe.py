@@ -788,6 +788,10 @@ def main():
                     try:
                         run()
                         us, _ = H.time_graph(run, args.replays)
+                    except Exception as e:  # a form this step refuses: say so, time the rest
+                        H.log(f"{kind} M={m} {name}: failed: {type(e).__name__}: {e}")
+                        torch.cuda.synchronize()
+                        continue
                     finally:
                         del current
                 rows.append({"kind": kind, "M": m, "variant": name, "us": us / len(fused),
