@@ -256,7 +256,7 @@ run_resweep() {
   v=$(echo "baseline ${RESWEEP_VARIANTS:-$RESWEEP} baseline" | tr -s ' \n' ',' | sed 's/,$//')
   timeout "${RESWEEP_S:-300}" python3 -m benchmark.tiling_probe --kinds "${RESWEEP_KINDS:-moe}" \
     --ms "${RESWEEP_MS:-16}" --variants "$v" --out "$OUT" > "$L/tiling_resweep.log" 2>&1
-  echo "tiling_probe rc=$?"; grep " us$" "$L/tiling_resweep.log" | cut -c12- | tail -140
+  echo "tiling_probe rc=$?"; grep -E " us$|: failed: " "$L/tiling_resweep.log" | cut -c12- | tail -140
 }
 case "${1:-}" in
   tests) run_tests ;;

@@ -40,6 +40,22 @@ def test_every_pending_variant_of_release_run_exists():
         assert len(names) >= 2 and all(n in tp.VARIANTS for n in names), (var, names)
 
 
+def test_every_resweep_variant_of_release_run_exists():
+    """release_run.sh resweep's list (several lines, baselines among them) names tiling_probe's
+    variants only (a typo would cost a device call), each once, a baseline every ~10."""
+    import re
+    from pathlib import Path
+
+    script = (Path(tp.__file__).parent / "release_run.sh").read_text()
+    (body,) = re.findall(r'^RESWEEP="([^"]*)"$', script, re.M)
+    names = body.split()
+    unknown = [n for n in names if n not in tp.VARIANTS]
+    assert not unknown, unknown
+    tried = [n for n in names if n != "baseline"]
+    assert len(tried) == len(set(tried)) >= 40
+    assert names.count("baseline") >= len(tried) // 10
+
+
 def test_a_variant_applied_is_restored_after_its_block():
     """tiling_probe.applied (the probe's loop and graph_timeline --variant): the variant's knobs
     set inside the block, every one back to its value after it, an error inside included."""
