@@ -1,6 +1,7 @@
 """tiling_probe's verdict (CPU): each variant against the baselines beside it in run order;
 the inputs and floor it shares with decode_layer."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -27,13 +28,13 @@ def test_each_variant_is_measured_against_its_neighbouring_baselines():
     assert table[3] == "| moe | 1 | 2.0 | +0.0 | +3.5 |"
 
 
+RELEASE_RUN = Path(tp.__file__).parent / "release_run.sh"
+
+
 def test_every_pending_variant_of_release_run_exists():
     """release_run.sh pending's, pending_long's and vo's variants are tiling_probe's (a typo
     would cost a device call)."""
-    import re
-    from pathlib import Path
-
-    script = (Path(tp.__file__).parent / "release_run.sh").read_text()
+    script = RELEASE_RUN.read_text()
     for var in ("PENDING", "PENDING_LONG", "VO"):
         names = [n for line in re.findall(rf'^{var}="(.*)"$', script, re.M)
                  for n in line.replace(f"${var}", "").split(",") if n]
@@ -43,11 +44,7 @@ def test_every_pending_variant_of_release_run_exists():
 def test_every_resweep_variant_of_release_run_exists():
     """release_run.sh resweep's list (several lines, baselines among them) names tiling_probe's
     variants only (a typo would cost a device call), each once, a baseline every ~10."""
-    import re
-    from pathlib import Path
-
-    script = (Path(tp.__file__).parent / "release_run.sh").read_text()
-    (body,) = re.findall(r'^RESWEEP="([^"]*)"$', script, re.M)
+    (body,) = re.findall(r'^RESWEEP="([^"]*)"$', RELEASE_RUN.read_text(), re.M)
     names = body.split()
     unknown = [n for n in names if n not in tp.VARIANTS]
     assert not unknown, unknown
@@ -88,7 +85,6 @@ def test_no_variant_is_written_twice():
     """A variant named twice in tiling_probe.VARIANTS' literal silently keeps only the later
     knobs (found 2026-12-03: router_route_*_warps added a second time)."""
     import ast
-    from pathlib import Path
 
     tree = ast.parse(Path(tp.__file__).read_text())
     dicts = [node.value for node in tree.body if isinstance(node, ast.Assign)
