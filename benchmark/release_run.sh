@@ -43,6 +43,10 @@
 #                                         # COPIES_MS rows, 1,16; ~3 minutes)
 #   bash benchmark/release_run.sh resweep # the knobs' alternatives at 16 rows of the MoE
 #                                         # layer against today's defaults (RESWEEP; ~3-4 min)
+#   bash benchmark/release_run.sh nf      # a MoE layer's router on the un-normed row (no
+#                                         # post-attention norm launch, norm_router): its GPU
+#                                         # test, then its forms against the baseline at 1-16
+#                                         # rows of both MoE kinds (~4 minutes)
 #   bash benchmark/release_run.sh peer_norm # on nvidia-h200-x2: the fused all-reduce + norm's
 #                                         # two-GPU test, then its probe against torch's
 #                                         # symmetric-memory one-shot and NCCL (each + the norm)
@@ -57,7 +61,7 @@ run_tests() {
   local tp="sums_its_attention or shard_attention_rows"
   local slow="persistent or graph_replay or overlap"  # the persistent kernel's compiles
   # opt-in forms: pending_long and vo run them
-  local optin="scores_histogram or swapped_index_scores or absorb_v_and_o_proj"
+  local optin="scores_histogram or swapped_index_scores or absorb_v_and_o_proj or norm_free_router"
   timeout 330 python3 -m pytest $k/test_fused_layer.py -q \
     -k "not test_matches_reference and not sanitize and not ($tp) and not ($slow) and not ($optin)" \
     > "$L/pytest_other.log" 2>&1 &
@@ -258,7 +262,27 @@ run_resweep() {
     --ms "${RESWEEP_MS:-16}" --variants "$v" --out "$OUT" > "$L/tiling_resweep.log" 2>&1
   echo "tiling_probe rc=$?"; grep -E " us$|: failed: " "$L/tiling_resweep.log" | cut -c12- | tail -140
 }
+# the router on the un-normed row (norm_router.ROWS, off by default): its GPU test first (it
+# checks the residual, caches and top-k bitwise against the norm's form), then its forms
+# against the baseline, three baselines a (kind, rows)
+NF="norm_router,norm_router_not_2"
+run_nf() {
+  timeout 240 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "norm_free_router" \
+    > "$L/pytest_nf.log" 2>&1
+  local rc=$?
+  echo "pytest rc=$rc"; tail -3 "$L/pytest_nf.log"
+  [ "$rc" -eq 0 ] || return 1
+  local variants="baseline,${NF//,/,baseline,},baseline,${NF//,/,baseline,},baseline"
+  timeout "${NF_S:-240}" python3 -m benchmark.tiling_probe --kinds moe,moe_idx \
+    --ms "${NF_MS:-1,2,4,8,12,16}" --variants "$variants" --out "$OUT" \
+    > "$L/tiling_probe_nf.log" 2>&1
+  echo "tiling_probe rc=$?"
+  local probe
+  probe=$(ls -t "$OUT"/tiling_probe_*.json 2>/dev/null | head -1)
+  if [ -n "$probe" ]; then python3 -m benchmark.tiling_probe --table "$probe"; fi
+}
 case "${1:-}" in
+  nf) run_nf ;;
   tests) run_tests ;;
   bench) run_bench ;;
   all) run_tests; run_bench ;;

@@ -607,6 +607,10 @@ VARIANTS = {
                                    ("attn_out", "EARLY_AFTER_COMBINE"): False},
     # the weight slots an attn_side worker asks for before its wait (default: its first lap)
     **{f"attn_side_early_{n}": {("sm90", "ATTN_SIDE_EARLY_SLOTS"): n} for n in (0, 2, 4)},
+    # a MoE layer's router on the un-normed row, no post-attention norm launch, at every row
+    # count, or but at 2 rows (where gate/up's shared programs then wait: norm_router.ROWS)
+    "norm_router": {("norm_router", "ROWS"): frozenset(range(1, 17))},
+    "norm_router_not_2": {("norm_router", "ROWS"): frozenset(range(1, 17)) - {2}},
 }
 
 
@@ -660,11 +664,12 @@ def knob_modules() -> dict:
     """The modules whose attributes VARIANTS set, by the names VARIANTS use."""
     from sgl_kernel_ext.nvidia import sm90
     from sgl_kernel_ext.triton import (attn_out, bf16_linear, fp8_linear, indexer, mla, moe,
-                                       norm, overlap, topk)
+                                       norm, norm_router, overlap, topk)
 
     modules = {"attn_out": attn_out, "bf16_linear": bf16_linear, "fp8_linear": fp8_linear,
-               "indexer": indexer, "mla": mla, "moe": moe, "norm": norm, "overlap": overlap,
-               "topk": topk, "probe": sys.modules[__name__], "sm90": sm90}
+               "indexer": indexer, "mla": mla, "moe": moe, "norm": norm,
+               "norm_router": norm_router, "overlap": overlap, "topk": topk,
+               "probe": sys.modules[__name__], "sm90": sm90}
     try:  # the CuTe DSL kernels' own knobs, where CuTe DSL is installed
         from sgl_kernel_ext.nvidia.sm90 import cluster_topk
     except ImportError:

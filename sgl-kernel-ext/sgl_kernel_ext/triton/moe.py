@@ -39,6 +39,7 @@ from .bf16_linear import _bf16_linear_prefetch, _bf16_linear_task
 from .fp8_linear import (_fp8_group_dot, _gemv_step, _scaled_dot, block_m, grid_shape,
                          group_tiles, group_x, interpreting, step_scales)
 from .overlap import launch_dependents, prefetch_rows, stage_begin
+from .norm_router import rstd_rows
 from .quant import sum_parts, to_e4m3
 
 
@@ -69,15 +70,20 @@ _FIXED_ONE: tl.constexpr = tl.constexpr(2.0 ** 56)  # weights < 1: a top-k's sum
 @triton.jit
 def _route_rows(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr, scale, offs_m, m_ok,
                 BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
-                SORT: tl.constexpr = False):
+                SORT: tl.constexpr = False, ss_ptr=None, SS_SPLIT: tl.constexpr = 0, H=1,
+                eps=0.0):
     """(chosen int32, weight fp32), [rows, BLOCK_E], of the rows offs_m where m_ok: the router
     partials summed, sigmoid, top-k of score + bias (ties to the lower expert; SORT: as one
     bitonic top-k, ``_top_by_sort``, else TOPK argmax passes), weights renormalized and
-    scaled; nothing chosen by a pad row."""
+    scaled; nothing chosen by a pad row. SS_SPLIT: the partials are of the un-normed row
+    (``norm_router``), so the summed logits are first multiplied by each row's rstd from its
+    SS_SPLIT sums of squares ss [SS_SPLIT, M] (of H columns, the norm's eps)."""
     offs_e = tl.arange(0, BLOCK_E)
     e_ok = offs_e < E
     mask = m_ok[:, None] & e_ok[None, :]
     logits = sum_parts(parts_ptr, SPLIT, M * E, offs_m[:, None] * E + offs_e[None, :], mask)
+    if SS_SPLIT > 0:
+        logits = logits * rstd_rows(ss_ptr, SS_SPLIT, M, H, eps, offs_m, m_ok)[:, None]
     score = 1.0 / (1.0 + tl.exp(-logits))
     bias = tl.load(bias_ptr + offs_e, mask=e_ok, other=0.0)
     valid = m_ok & (tl.load(pos_ptr + offs_m, mask=m_ok, other=-1) >= 0)
@@ -133,11 +139,12 @@ def _route_slots(chosen, w, offs_m, m_ok, M, slot_expert_ptr, slot_weight_ptr, s
 def _route_task(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
                 slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, scale,
                 BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
-                RENORM: tl.constexpr, SORT: tl.constexpr = False):
+                RENORM: tl.constexpr, SORT: tl.constexpr = False, ss_ptr=None,
+                SS_SPLIT: tl.constexpr = 0, H=1, eps=0.0):
     offs_m = tl.arange(0, BLOCK_M)
     m_ok = offs_m < M
     chosen, w = _route_rows(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, scale, offs_m, m_ok,
-                            BLOCK_E, TOPK, RENORM, SORT)
+                            BLOCK_E, TOPK, RENORM, SORT, ss_ptr, SS_SPLIT, H, eps)
     _route_slots(chosen, w, offs_m, m_ok, M, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                  num_slots_ptr, E, BLOCK_E)
 
@@ -145,13 +152,14 @@ def _route_task(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
 @triton.jit
 def _routed_slot(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr, scale, slot,
                  R_BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
-                 RENORM: tl.constexpr, SORT: tl.constexpr):
+                 RENORM: tl.constexpr, SORT: tl.constexpr, ss_ptr=None,
+                 SS_SPLIT: tl.constexpr = 0, H=1, eps=0.0):
     """Route every row from the router's partials, in this program (ROUTE_IN_GATE_UP_MAX_ROWS):
     (n slots, the slot's expert, chosen, weight [R_BLOCK_M, BLOCK_E]) as route's slot list
     would hold them (slot 0 the shared expert E, then the chosen experts ascending)."""
     offs_m = tl.arange(0, R_BLOCK_M)
     chosen, w = _route_rows(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, scale, offs_m,
-                            offs_m < M, BLOCK_E, TOPK, RENORM, SORT)
+                            offs_m < M, BLOCK_E, TOPK, RENORM, SORT, ss_ptr, SS_SPLIT, H, eps)
     offs_e = tl.arange(0, BLOCK_E)
     used = tl.max(chosen, axis=0)
     place = tl.cumsum(used, axis=0)
@@ -163,10 +171,12 @@ def _routed_slot(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr, scale,
 def _route_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
                   slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, scale,
                   BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
-                  RENORM: tl.constexpr, PDL: tl.constexpr, SORT: tl.constexpr):
+                  RENORM: tl.constexpr, PDL: tl.constexpr, SORT: tl.constexpr, ss_ptr=None,
+                  SS_SPLIT: tl.constexpr = 0, H=1, eps=0.0):
     stage_begin(PDL)
     _route_task(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, slot_expert_ptr, slot_weight_ptr,
-                slot_rank_ptr, num_slots_ptr, scale, BLOCK_M, BLOCK_E, TOPK, RENORM, SORT)
+                slot_rank_ptr, num_slots_ptr, scale, BLOCK_M, BLOCK_E, TOPK, RENORM, SORT,
+                ss_ptr, SS_SPLIT, H, eps)
 
 
 @triton.jit
@@ -174,7 +184,8 @@ def _route_per_row_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_pt
                           chosen_ptr, weight_ptr, arrival_ptr, slot_expert_ptr, slot_weight_ptr,
                           slot_rank_ptr, num_slots_ptr, scale, BLOCK_M: tl.constexpr,
                           BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
-                          PDL: tl.constexpr, SORT: tl.constexpr, R_ROWS: tl.constexpr = 2):
+                          PDL: tl.constexpr, SORT: tl.constexpr, R_ROWS: tl.constexpr = 2,
+                          ss_ptr=None, SS_SPLIT: tl.constexpr = 0, H=1, eps=0.0):
     """Program r: row r's top-k into the [M, E] chosen / weight scratch; the last row to
     finish builds the slot list from every row's. R_ROWS: the rows of its tiles, row r then
     masked-off ones (ROUTE_ROW_TILE_MIN)."""
@@ -183,7 +194,7 @@ def _route_per_row_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_pt
     offs_r = r + tl.arange(0, R_ROWS)
     r_ok = offs_r == r
     chosen, w = _route_rows(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, scale, offs_r, r_ok,
-                            BLOCK_E, TOPK, RENORM, SORT)
+                            BLOCK_E, TOPK, RENORM, SORT, ss_ptr, SS_SPLIT, H, eps)
     offs_e = tl.arange(0, BLOCK_E)
     at = offs_r[:, None] * E + offs_e[None, :]
     ok = r_ok[:, None] & (offs_e[None, :] < E)
@@ -308,14 +319,15 @@ def _gate_up_task(tile, slot, split, xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr
                   BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, GROUPS: tl.constexpr,
                   SPLIT_K: tl.constexpr, INTERPRET: tl.constexpr, GEMV: tl.constexpr,
                   SWAP: tl.constexpr = False, STACK: tl.constexpr = False,
-                  SCALES: tl.constexpr = True):
+                  SCALES: tl.constexpr = True, ss_ptr=None, SS_SPLIT: tl.constexpr = 0, eps=0.0):
     """gu_dq, gu_ds (sgu_*: the shared expert's): elements from a routed expert's gate rows
-    (scales) to its up rows (``up_offsets``), for the STACK form."""
+    (scales) to its up rows (``up_offsets``), for the STACK form. SS_SPLIT: x is the
+    un-normed row's (``norm_router``), so the products are multiplied by each row's rstd."""
     n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
     _gate_up_at(tile, slot, split, n, e, xq_ptr, sx_ptr, M, K, I, E, gq_ptr, gs_ptr, uq_ptr,
                 us_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr, suq_ptr, sus_ptr, gu_dq, gu_ds,
                 sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N, GROUPS,
-                SPLIT_K, INTERPRET, GEMV, SWAP, STACK, SCALES)
+                SPLIT_K, INTERPRET, GEMV, SWAP, STACK, SCALES, ss_ptr, SS_SPLIT, eps)
 
 
 @triton.jit
@@ -324,7 +336,8 @@ def _gate_up_at(tile, slot, split, n, e, xq_ptr, sx_ptr, M, K, I, E, gq_ptr, gs_
                 sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M: tl.constexpr,
                 BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, SPLIT_K: tl.constexpr,
                 INTERPRET: tl.constexpr, GEMV: tl.constexpr, SWAP: tl.constexpr,
-                STACK: tl.constexpr, SCALES: tl.constexpr):
+                STACK: tl.constexpr, SCALES: tl.constexpr, ss_ptr=None,
+                SS_SPLIT: tl.constexpr = 0, eps=0.0):
     """``_gate_up_task`` given the slot's entry (n slots, expert e)."""
     if slot < n:
         g_q, g_s = _expert_weights(e, E, gq_ptr, gs_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr)
@@ -332,7 +345,7 @@ def _gate_up_at(tile, slot, split, n, e, xq_ptr, sx_ptr, M, K, I, E, gq_ptr, gs_
         _gate_up_tile(tile, slot, split, xq_ptr, sx_ptr, M, K, I, g_q, g_s, u_q, u_s,
                       tl.where(e == E, sgu_dq, gu_dq), tl.where(e == E, sgu_ds, gu_ds), act_ptr,
                       gu_part_ptr, SLOTS, k_chunk, BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET,
-                      GEMV, SWAP, STACK, SCALES)
+                      GEMV, SWAP, STACK, SCALES, ss_ptr, SS_SPLIT, eps)
 
 
 @triton.jit
@@ -400,10 +413,12 @@ def _gate_up_tile(tile, slot, split, xq_ptr, sx_ptr, M, K, I, g_q, g_s, u_q, u_s
                   act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M: tl.constexpr,
                   BLOCK_N: tl.constexpr, GROUPS: tl.constexpr, SPLIT_K: tl.constexpr,
                   INTERPRET: tl.constexpr, GEMV: tl.constexpr, SWAP: tl.constexpr,
-                  STACK: tl.constexpr, SCALES: tl.constexpr = True):
+                  STACK: tl.constexpr, SCALES: tl.constexpr = True, ss_ptr=None,
+                  SS_SPLIT: tl.constexpr = 0, eps=0.0):
     """Program (tile, slot, split) of gate/up given its expert's weights (SWAP: the MMAs
     transposed, fp8_linear.swap; STACK: gate and up as one transposed MMA, ``_stacked_dots``,
-    the up rows up_dq elements and their scales up_ds past the gate's)."""
+    the up rows up_dq elements and their scales up_ds past the gate's; SS_SPLIT: each row's
+    products times its rstd, ``_gate_up_task``)."""
     offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
     offs_m = tl.arange(0, BLOCK_M)
     g = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -458,6 +473,10 @@ def _gate_up_tile(tile, slot, split, xq_ptr, sx_ptr, M, K, I, g_q, g_s, u_q, u_s
         if SWAP:
             g = tl.trans(g)
             u = tl.trans(u)
+    if SS_SPLIT > 0:
+        rs = rstd_rows(ss_ptr, SS_SPLIT, M, K, eps, offs_m, offs_m < M)[:, None]
+        g = g * rs
+        u = u * rs
     mask = (offs_m[:, None] < M) & (offs_n[None, :] < I)
     if SPLIT_K == 1:
         tl.store(act_ptr + (slot * M + offs_m[:, None]) * I + offs_n[None, :],
@@ -481,7 +500,8 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     ROUTE: tl.constexpr = False, R_SPLIT: tl.constexpr = 1,
                     R_BLOCK_M: tl.constexpr = 2, BLOCK_E: tl.constexpr = 2,
                     TOPK: tl.constexpr = 1, RENORM: tl.constexpr = False,
-                    SORT: tl.constexpr = False, ready_ptr=None, READY: tl.constexpr = False):
+                    SORT: tl.constexpr = False, ready_ptr=None, READY: tl.constexpr = False,
+                    ss_ptr=None, SS_SPLIT: tl.constexpr = 0, eps=0.0):
     """PREFETCH: the shared expert's programs prefetch their tile into L2 before their wait
     (overlap.PREFETCH_OFF). ROUTE: the routed programs route every row themselves from the
     router's partials (r_*, ``_routed_slot``) instead of reading route's slot table, and
@@ -498,7 +518,8 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
         # nothing running reads or writes their outputs)
         _gate_up_tile(tile, 0, split, xq_ptr, sx_ptr, M, K, I, sgq_ptr, sgs_ptr, suq_ptr,
                       sus_ptr, sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS, k_chunk, BLOCK_M,
-                      BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK, SCALES)
+                      BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK, SCALES, ss_ptr,
+                      SS_SPLIT, eps)
         stage_begin(PDL)
         n = slot + 1  # (ROUTE's tail) the shared slot is always in the list
     else:
@@ -508,7 +529,7 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
         if ROUTE:
             n, e, chosen, w = _routed_slot(r_parts_ptr, R_SPLIT, M, E, r_bias_ptr, r_pos_ptr,
                                            r_scale, slot, R_BLOCK_M, BLOCK_E, TOPK, RENORM,
-                                           SORT)
+                                           SORT, ss_ptr, SS_SPLIT, K, eps)
             if (tile == 0) & (slot == 1) & (split == 0):
                 offs_r = tl.arange(0, R_BLOCK_M)
                 _route_slots(chosen, w, offs_r, offs_r < M, M, slot_expert_ptr, slot_weight_ptr,
@@ -517,14 +538,14 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                         uq_ptr, us_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr, suq_ptr,
                         sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS,
                         k_chunk, BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK,
-                        SCALES)
+                        SCALES, ss_ptr, SS_SPLIT, eps)
         else:
             n, e = _slot_entry(slot_expert_ptr, num_slots_ptr, slot)
             _gate_up_at(tile, slot, split, n, e, xq_ptr, sx_ptr, M, K, I, E, gq_ptr, gs_ptr,
                         uq_ptr, us_ptr, q_stride_e, s_stride_e, sgq_ptr, sgs_ptr, suq_ptr,
                         sus_ptr, gu_dq, gu_ds, sgu_dq, sgu_ds, act_ptr, gu_part_ptr, SLOTS,
                         k_chunk, BLOCK_M, BLOCK_N, GROUPS, SPLIT_K, INTERPRET, GEMV, SWAP, STACK,
-                        SCALES)
+                        SCALES, ss_ptr, SS_SPLIT, eps)
     if TAIL:  # the last K chunk of (tile, slot) to finish sums the chunks and applies SwiGLU
         if ROUTE:
             # every program of a (tile, slot) routed alike: a slot past the list counts none
@@ -729,9 +750,20 @@ def _sum_terms_at(m, ht, pos, terms_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK:
 @triton.jit
 def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK: tl.constexpr,
                       PDL: tl.constexpr, POS_EARLY: tl.constexpr, clear_ptr=None, n_clear=0,
-                      CLEAR_BLOCK: tl.constexpr = 0):
+                      CLEAR_BLOCK: tl.constexpr = 0, attn_ptr=None, res_ptr=None,
+                      RES: tl.constexpr = False):
     """CLEAR_BLOCK: program (0, 0) zeroes clear[:n_clear] after its wait (down, the kernel
-    before, has then finished with them: its slot counters)."""
+    before, has then finished with them: its slot counters). RES: the programs first write
+    the layer's post-attention residual, res = bf16(attn + res) over their columns, which
+    ``norm_router`` read without writing: before the wait, as both were written kernels
+    back and nothing in flight reads them."""
+    if RES:
+        offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        at = tl.program_id(0) * H + offs
+        ok = offs < H
+        s = tl.load(attn_ptr + at, mask=ok, other=0.0).to(tl.float32) \
+            + tl.load(res_ptr + at, mask=ok, other=0.0).to(tl.float32)
+        tl.store(res_ptr + at, s.to(tl.bfloat16), mask=ok)
     if POS_EARLY:  # SUM_POS_EARLY
         pos = tl.load(pos_ptr + tl.program_id(0))
         stage_begin(PDL)
@@ -859,18 +891,26 @@ ROUTE_IN_GATE_UP_MAX_ROWS = 2
 
 def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tensor, topk: int,
           scale: float, renorm: bool, slot_expert: torch.Tensor, slot_weight: torch.Tensor,
-          slot_rank: torch.Tensor, num_slots: torch.Tensor, scratch=None) -> None:
+          slot_rank: torch.Tensor, num_slots: torch.Tensor, scratch=None, ss=None,
+          hidden: int = 1, eps: float = 0.0) -> None:
     """router_parts fp32 [SPLIT, M, E]; writes slot_expert int32 [>= M*topk+1], slot_weight
     fp32 and slot_rank int32 [>= M*topk+1, M] (the expert's place in the row's ascending
     choice; -1 where the row did not choose it) and num_slots int32 [1]. scratch: (chosen
     int32 [>= M*E], weight fp32 [>= M*E], an int32 arrival counter at zero) for the
-    one-program-per-row form from ROUTE_PER_ROW_MIN_ROWS rows."""
+    one-program-per-row form from ROUTE_PER_ROW_MIN_ROWS rows. ss fp32 [S, M]: the partials
+    are ``norm_router``'s, of the un-normed rows (`hidden` columns, the norm's eps)."""
     split, m, e = router_parts.shape
     assert router_parts.is_contiguous() and slot_weight.shape[1] == m
     assert slot_expert.numel() >= m * topk + 1 and slot_weight.is_contiguous()
     assert slot_rank.shape == slot_weight.shape and slot_rank.is_contiguous()
+    if ss is not None and (ss.dtype != torch.float32 or ss.dim() != 2 or ss.shape[1] != m):
+        raise ValueError(f"route: ss must be fp32 [SPLIT, {m}], got {ss.dtype} "
+                         f"{tuple(ss.shape)}")
     common = dict(BLOCK_E=triton.next_power_of_2(e), TOPK=topk, RENORM=renorm,
-                  PDL=overlap.enabled(), SORT=ROUTE_SORT, **overlap.launch_kw())
+                  PDL=overlap.enabled(), SORT=ROUTE_SORT,
+                  ss_ptr=router_parts if ss is None else ss,
+                  SS_SPLIT=0 if ss is None else ss.shape[0], H=int(hidden), eps=float(eps),
+                  **overlap.launch_kw())
     if scratch is not None and m >= ROUTE_PER_ROW_MIN_ROWS:
         chosen, weight, arrival = scratch
         assert chosen.numel() >= m * e and weight.numel() >= m * e
@@ -1281,7 +1321,8 @@ def _routing_args(route, m: int, num_experts: int, slots: int, dummy: torch.Tens
                        "gate_up" if num_experts else "dense_gate_up")
 def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, up_s,
             shared_gate_q, shared_gate_s, shared_up_q, shared_up_s, act, gu_parts=None,
-            tiling=None, num_warps=None, arrivals=None, route=None, ready=None):
+            tiling=None, num_warps=None, arrivals=None, route=None, ready=None, ss=None,
+            eps=0.0):
     """act bf16 [SLOTS, M, I] = SiLU(x G_e^T) * (x U_e^T) for each slot's expert e; x given
     quantized (xq e4m3 [M, K], sx [M, K/128]). The routed stacks [E, I, K] may be views of
     one [E, 2I, K] gate|up tensor: each expert's rows contiguous, any expert stride. With a
@@ -1290,7 +1331,9 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
     least tiles x SLOTS, left at zero) is given, else by a second kernel. route (a
     ``Routing``, a MoE only): route every row in the kernel from the router's partials rather
     than read the slot table, which the kernel writes (ROUTE_IN_GATE_UP_MAX_ROWS). ready (a
-    ``SlotWait``): count each (tile, slot) on ready[slot] once its activations are stored."""
+    ``SlotWait``): count each (tile, slot) on ready[slot] once its activations are stored.
+    ss fp32 [SPLIT, M] (with the norm's eps): x is ``norm_router``'s, of the un-normed row,
+    so the products (and the routing's logits) are multiplied by each row's rstd."""
     m, k = xq.shape
     dense = not num_experts
     block_n, groups, split_k = tiling or gate_up_tiling(m, dense)
@@ -1323,6 +1366,12 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
                              f"{ready.ready.numel()} slots; this launch has {tiles} of {slots}")
     # a MoE layer's slot 0 (a dense layer's only slot reads x from the kernel just before)
     shared_early = bool(num_experts) and m >= SHARED_BEFORE_WAIT_FROM_ROWS and overlap.enabled()
+    if ss is not None:
+        if not num_experts or ss.dtype != torch.float32 or ss.dim() != 2 or ss.shape[1] != m:
+            raise ValueError(f"gate_up: ss must be a MoE router's fp32 [SPLIT, {m}] sums of "
+                             f"squares, got {ss.dtype} {tuple(ss.shape)}")
+        # routing here, x and ss come from the kernel just before: the shared programs wait
+        shared_early = shared_early and route is None
     scales_ahead = fp8_linear.SCALES_AHEAD and (gate_up_stack(block_n, gemv)
                                                 or GATE_UP_64_SCALES_AHEAD)
     _gate_up_kernel[(tiles, slots, split_k)](
@@ -1342,7 +1391,8 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
         num_stages=gate_up_stages(m, not num_experts),
         **_routing_args(route, m, num_experts, slots, num_slots),
         ready_ptr=num_slots if ready is None else ready.ready, READY=ready is not None,
-        **overlap.launch_kw(),
+        ss_ptr=num_slots if ss is None else ss, SS_SPLIT=0 if ss is None else ss.shape[0],
+        eps=float(eps), **overlap.launch_kw(),
     )
     if split_k > 1 and not tail:
         _swiglu_kernel[(slots, triton.cdiv(inter, SWIGLU_BLOCK))](
@@ -1354,13 +1404,14 @@ def gate_up(xq, sx, num_experts, slot_expert, num_slots, gate_q, gate_s, up_q, u
 @overlap.wide_launcher("down")
 def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_q, down_s,
          shared_down_q, shared_down_s, positions, terms, out, block_n=None, num_warps=None,
-         table_early=True, ready=None):
+         table_early=True, ready=None, residual=None):
     """out bf16 [M, H] = sum over the row's experts of bf16(weight * act_slot D_e^T), shared
     first then experts ascending (fp32 sum, one rounding), through terms bf16 [M, k+1, H].
     table_early=False: the slot table is read after the wait (gate/up, the kernel before,
     wrote it: ``Routing``), never before (DOWN_TABLE_EARLY). ready (a ``SlotWait`` gate/up,
     the kernel before, counted on): each program waits for its slot's activations only, not
-    for the whole of gate/up (DOWN_SLOT_WAIT_FROM_ROWS); the terms' sum zeroes the counters."""
+    for the whole of gate/up (DOWN_SLOT_WAIT_FROM_ROWS); the terms' sum zeroes the counters.
+    residual: ``sum_terms``'s (the post-attention residual ``norm_router`` left unwritten)."""
     slots, m, inter = act.shape
     _, n_terms, h = terms.shape
     assert shared_down_q.shape == (h, inter) and out.is_contiguous() and terms.is_contiguous()
@@ -1397,20 +1448,30 @@ def down(act, num_experts, slot_expert, slot_weight, slot_rank, num_slots, down_
         num_stages=DOWN_STAGES if moe_mma else 3, **launch, **waits,
         **({"maxnreg": cap} if moe_mma and (cap := down_maxnreg(m)) else {}),
     )
-    sum_terms(terms, positions, out, clear=None if ready is None else ready.ready[:slots])
+    sum_terms(terms, positions, out, clear=None if ready is None else ready.ready[:slots],
+              residual=residual)
 
 
 @overlap.wide_launcher("sum")
-def sum_terms(terms, positions, out, clear=None) -> None:
+def sum_terms(terms, positions, out, clear=None, residual=None) -> None:
     """out bf16 [M, H] = each row's terms bf16 [M, k+1, H] summed in fp32 in order, one
     rounding (a pad row, position < 0: its shared term only). clear: int32 words zeroed once
-    the kernel before (down) has finished (its slot counters)."""
+    the kernel before (down) has finished (its slot counters). residual = (attn, res), bf16
+    [M, H] each: also res = bf16(attn + res), the post-attention residual that
+    ``norm_router`` left unwritten."""
     m, n_terms, h = terms.shape
     assert out.shape == (m, h) and out.is_contiguous() and terms.is_contiguous()
     extra = dict(clear_ptr=positions)
+    if residual is not None:
+        attn, res = residual
+        if (attn.shape != (m, h) or res.shape != (m, h) or not attn.is_contiguous()
+                or not res.is_contiguous()):
+            raise ValueError(f"sum_terms: the residual's attn {tuple(attn.shape)} and res "
+                             f"{tuple(res.shape)} must be contiguous [{m}, {h}]")
+        extra.update(attn_ptr=attn, res_ptr=res, RES=True)
     if clear is not None:
         assert clear.dtype == torch.int32 and clear.is_contiguous()
-        extra = dict(clear_ptr=clear, n_clear=clear.numel(),
+        extra.update(clear_ptr=clear, n_clear=clear.numel(),
                      CLEAR_BLOCK=triton.next_power_of_2(clear.numel()))
     _sum_terms_kernel[(m, triton.cdiv(h, SUM_BLOCK))](
         terms, positions, out, h, TERMS=n_terms, BLOCK=SUM_BLOCK, PDL=overlap.enabled(),

@@ -32,10 +32,10 @@ RELEASE_RUN = Path(tp.__file__).parent / "release_run.sh"
 
 
 def test_every_pending_variant_of_release_run_exists():
-    """release_run.sh pending's, pending_long's and vo's variants are tiling_probe's (a typo
+    """release_run.sh pending's, pending_long's, vo's and nf's variants are tiling_probe's (a typo
     would cost a device call)."""
     script = RELEASE_RUN.read_text()
-    for var in ("PENDING", "PENDING_LONG", "VO"):
+    for var in ("PENDING", "PENDING_LONG", "VO", "NF"):
         names = [n for line in re.findall(rf'^{var}="(.*)"$', script, re.M)
                  for n in line.replace(f"${var}", "").split(",") if n]
         assert len(names) >= 2 and all(n in tp.VARIANTS for n in names), (var, names)

@@ -36,7 +36,7 @@ import torch
 
 from sgl_kernel_ext.nvidia import sm90
 from sgl_kernel_ext.triton import arrival, attn_out, bf16_linear, fp8_linear, indexer, mla, moe
-from sgl_kernel_ext.triton import norm, overlap, persistent
+from sgl_kernel_ext.triton import norm, norm_router, overlap, persistent
 from sgl_kernel_ext.triton import topk as topk_kernel
 
 from . import persistent_step
@@ -55,7 +55,7 @@ VC_SPLIT_MAX = 8  # the most latent chunks absorb_v's partials buffer holds (mla
 Reduce = Callable[[torch.Tensor], torch.Tensor]  # the TP group's all-reduce
 # buffers whose rows are the second dimension (split-K partials, [slot, row] tables)
 _ROWS_SECOND = {"qa", "kva", "q", "q_index", "kw_parts", "y_attn", "vo_parts",
-                "router_parts"}
+                "router_parts", "router_ss"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -232,6 +232,8 @@ class FusedLayer:
             self.buf["moe_flags"] = arrival.counters(self.fp8_moe.flags_size(slots, inter), dev)
         if self.experts:
             specs["router_parts"] = e(ROUTER_SPLIT, m, self.experts, dt=f32)
+            # the K chunks' sums of squares of the un-normed row (norm_router.ROWS)
+            specs["router_ss"] = e(ROUTER_SPLIT, m, dt=f32)
             # each row's choice, for route's one-program-per-row form
             specs["route_chosen"] = e(m * self.experts, dt=torch.int32)
             specs["route_weight"] = e(m * self.experts, dt=f32)
@@ -624,6 +626,10 @@ class FusedLayer:
                 if attn.shape != (m, cfg.hidden_size) or attn.dtype != torch.bfloat16:
                     raise ValueError(f"the all-reduce returned {tuple(attn.shape)} "
                                      f"{attn.dtype}; the norm reads bf16 [{m}, {cfg.hidden_size}]")
+                if self.experts and self.fp8_moe is None and norm_router.applies(m):
+                    # no norm launch: the router reads the un-normed row (norm_router)
+                    self._mlp(pos, m, norm_free=(attn.contiguous(), res))
+                    return v("y"), res, topk
             norm.add_rms_norm(attn.contiguous(), res, lw.post_attention_norm, eps, v("x2"), res,
                               v("x2q"), v("x2s"),
                               self.next_regions if overlap.NEXT_LAYER_PREFETCH else None)
@@ -643,21 +649,34 @@ class FusedLayer:
             out[r, : len(chosen)] = chosen
         return out
 
-    def _mlp(self, pos: torch.Tensor, m: int) -> None:
+    def _mlp(self, pos: torch.Tensor, m: int, norm_free=None) -> None:
+        """norm_free = (attn, res): the post-attention norm did not run; the router reads
+        attn + res un-normed and the terms' sum writes the residual (``norm_router``)."""
         cfg, mlp, b = self.cfg, self.lw.mlp, self.buf
         v = lambda name: self._view(name, m)  # noqa: E731
         routing = None
+        ss, eps = None, cfg.rms_norm_eps
         if self.experts:
             if self.fp8_moe is None and m <= moe.ROUTE_IN_GATE_UP_MAX_ROWS:
                 routing = moe.Routing(v("router_parts"), mlp.bias, pos, cfg.num_experts_per_tok,
                                       cfg.routed_scaling_factor, cfg.norm_topk_prob,
                                       v("slot_weight"), v("slot_rank"))
-            moe.router_route(v("x2"), mlp.router, v("router_parts"), mlp.bias, pos,
-                             cfg.num_experts_per_tok, cfg.routed_scaling_factor,
-                             cfg.norm_topk_prob, b["slot_expert"], v("slot_weight"),
-                             v("slot_rank"), b["num_slots"], b["route_arrival"],
-                             (b["route_chosen"], b["route_weight"], b["route_arrival"]),
-                             routes=routing is None)
+            scratch = (b["route_chosen"], b["route_weight"], b["route_arrival"])
+            if norm_free is not None:
+                ss = v("router_ss")
+                norm_router.norm_router(*norm_free, self.lw.post_attention_norm, mlp.router,
+                                        v("router_parts"), ss, v("x2q"), v("x2s"))
+                if routing is None:
+                    moe.route(v("router_parts"), mlp.bias, pos, cfg.num_experts_per_tok,
+                              cfg.routed_scaling_factor, cfg.norm_topk_prob, b["slot_expert"],
+                              v("slot_weight"), v("slot_rank"), b["num_slots"], scratch, ss=ss,
+                              hidden=cfg.hidden_size, eps=eps)
+            else:
+                moe.router_route(v("x2"), mlp.router, v("router_parts"), mlp.bias, pos,
+                                 cfg.num_experts_per_tok, cfg.routed_scaling_factor,
+                                 cfg.norm_topk_prob, b["slot_expert"], v("slot_weight"),
+                                 v("slot_rank"), b["num_slots"], b["route_arrival"], scratch,
+                                 routes=routing is None)
             routed, shared = mlp, mlp.shared
         else:
             routed = shared = mlp  # the dense MLP is the single shared slot
@@ -680,11 +699,13 @@ class FusedLayer:
             moe.gate_up(v("x2q"), v("x2s"), self.experts, b["slot_expert"], b["num_slots"],
                         routed.gate.q, routed.gate.s, routed.up.q, routed.up.s,
                         shared.gate.q, shared.gate.s, shared.up.q, shared.up.s, act, gu_parts,
-                        tiling=tiling, arrivals=b["gu_arrivals"], route=routing, ready=ready)
+                        tiling=tiling, arrivals=b["gu_arrivals"], route=routing, ready=ready,
+                        ss=ss, eps=eps)
             moe.down(v("act"), self.experts, b["slot_expert"], v("slot_weight"),
                      v("slot_rank"), b["num_slots"], routed.down.q, routed.down.s,
                      shared.down.q, shared.down.s, pos, v("terms"), v("y"), block_n=block_n,
-                     num_warps=warps, table_early=routing is None, ready=ready)
+                     num_warps=warps, table_early=routing is None, ready=ready,
+                     residual=norm_free)
 
 
     def health(self) -> List[str]:

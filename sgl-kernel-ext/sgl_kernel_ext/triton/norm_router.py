@@ -1,0 +1,160 @@
+"""The MoE router on the un-normed post-attention row: the layer's second add + RMSNorm
+folded away by algebra, one launch fewer on the MoE path's critical chain.
+
+RMSNorm's rstd is one scalar a row, so it factors out of everything after the norm that is
+linear in its output:
+
+    logits = bf16(s rstd g) W_r^T        ~  rstd * (bf16(s g) W_r^T)
+    gate/up = e4m3-quant(bf16(s rstd g)) W^T  ~  rstd * (e4m3-quant(bf16(s g)) W^T)
+
+(s = attn + residual in fp32, g the norm's weight; per-128 e4m3 quantization is scale-free
+but for its roundings). So the router's split-K programs read the attention rows and the
+residual themselves, multiply bf16(s g) into the router's partials as the bf16 router does,
+and write each K chunk's sum of squares of s; the K chunk's first tile also writes the
+e4m3 x and its scales for gate/up. Route (or gate/up's routing) multiplies the summed logits
+by rstd from those sums before the sigmoid, and gate/up its products before SwiGLU
+(``moe``'s ``ss`` arguments); the new residual bf16(s), which nothing reads before the
+experts' sum, is written by the sum kernel before its wait (``moe.sum_terms``'s ``residual``).
+
+The roundings differ from the reference's only where bf16(s g) and bf16(s rstd g) (and their
+e4m3 steps) round differently: noise of the size the layer's NUMERICS already hold (their
+test runs this form too). What it removes: the norm's launch between o_proj and the router,
+whose whole-row reduction no split of it can avoid.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+
+from . import bf16_linear, overlap
+from .bf16_linear import _bf16_linear_prefetch, chunk_cols
+from .fp8_linear import block_m, interpreting
+from .overlap import stage_begin
+from .quant import store_row_groups, to_e4m3
+
+
+@triton.jit
+def rstd_rows(ss_ptr, SPLIT: tl.constexpr, M, H, eps, offs_m, m_ok):
+    """fp32 [rows] 1 / sqrt(mean(s^2) + eps) of the rows offs_m from the SPLIT K chunks' sums
+    of squares ss [SPLIT, M] (1 where not m_ok)."""
+    acc = tl.load(ss_ptr + offs_m, mask=m_ok, other=0.0)
+    for s in tl.static_range(1, SPLIT):
+        acc += tl.load(ss_ptr + s * M + offs_m, mask=m_ok, other=0.0)
+    return tl.where(m_ok, 1.0 / tl.sqrt(acc / H + eps), 1.0)
+
+
+@triton.jit
+def _norm_router_kernel(a_ptr, res_ptr, g_ptr, w_ptr, parts_ptr, ss_ptr, xq_ptr, sx_ptr,
+                        M, K, E, k_chunk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                        BLOCK_K: tl.constexpr, GEMV: tl.constexpr, INTERPRET: tl.constexpr,
+                        PDL: tl.constexpr, PREFETCH: tl.constexpr):
+    """Program (tile of E, K chunk): parts[chunk] = bf16(s g) W^T over the chunk (fp32),
+    s = a + res; tile 0 also writes ss[chunk, m] and the chunk's e4m3 x and scales."""
+    tile = tl.program_id(0)
+    split = tl.program_id(1)
+    _bf16_linear_prefetch(tile, split, K, w_ptr, E, k_chunk, BLOCK_N, PDL and PREFETCH)
+    k_lo = split * k_chunk
+    k_hi = tl.minimum(k_lo + k_chunk, K)
+    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+    n_ok = offs_n < E
+    offs_m = tl.arange(0, BLOCK_M)
+    first = tile == 0
+    kblocks = tl.cdiv(K, 128)
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    if GEMV:  # the whole chunk at once, a multiply-and-sum a row
+        k = k_lo + tl.arange(0, BLOCK_K)
+        k_ok = k < k_hi
+        gam = tl.load(g_ptr + k, mask=k_ok, other=0.0).to(tl.float32)  # a weight: before
+        w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :], mask=n_ok[:, None] & k_ok[None, :],
+                    other=0.0).to(tl.float32)
+        stage_begin(PDL)
+        ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for r in tl.static_range(BLOCK_M):
+            ok = k_ok & (r < M)
+            s = tl.load(a_ptr + r * K + k, mask=ok, other=0.0).to(tl.float32) \
+                + tl.load(res_ptr + r * K + k, mask=ok, other=0.0).to(tl.float32)
+            y = (s * gam).to(tl.bfloat16).to(tl.float32)
+            acc += tl.where(offs_m[:, None] == r, tl.sum(w * y[None, :], axis=1)[None, :], 0.0)
+            if first & (r < M):
+                ss = tl.where(offs_m == r, tl.sum(s * s, axis=0), ss)
+                store_row_groups(y, tl.arange(0, BLOCK_K), k_hi - k_lo, xq_ptr + r * K + k_lo,
+                                 sx_ptr + r * kblocks + k_lo // 128, BLOCK_K, INTERPRET)
+    else:
+        stage_begin(PDL)
+        m_ok = offs_m < M
+        ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
+        for k0 in range(k_lo, k_hi, BLOCK_K):
+            k = k0 + tl.arange(0, BLOCK_K)
+            k_ok = k < k_hi
+            mk = m_ok[:, None] & k_ok[None, :]
+            w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :],
+                        mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+            gam = tl.load(g_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+            at = offs_m[:, None] * K + k[None, :]
+            s = tl.load(a_ptr + at, mask=mk, other=0.0).to(tl.float32) \
+                + tl.load(res_ptr + at, mask=mk, other=0.0).to(tl.float32)
+            y = (s * gam[None, :]).to(tl.bfloat16)
+            if INTERPRET:
+                acc += tl.dot(y.to(tl.float32), tl.trans(w.to(tl.float32)))
+            else:
+                acc += tl.dot(y, tl.trans(w))
+            if first:  # BLOCK_K is one 128-column group
+                ss += tl.sum(s * s, axis=1)
+                yf = y.to(tl.float32)
+                sc = tl.maximum(tl.max(tl.abs(yf), axis=1), 1e-10) / 448.0
+                q = to_e4m3(tl.clamp(yf * (1.0 / sc)[:, None], -448.0, 448.0), INTERPRET)
+                tl.store(xq_ptr + at, q, mask=mk)
+                tl.store(sx_ptr + offs_m * kblocks + k0 // 128, sc, mask=m_ok)
+    out = parts_ptr + split * M * E + offs_m[:, None] * E + offs_n[None, :]
+    tl.store(out, acc, mask=(offs_m[:, None] < M) & n_ok[None, :])
+    if first:
+        tl.store(ss_ptr + split * M + offs_m, ss, mask=offs_m < M)
+
+
+def norm_router(attn: torch.Tensor, residual: torch.Tensor, gamma: torch.Tensor,
+                router_w: torch.Tensor, parts: torch.Tensor, ss: torch.Tensor,
+                xq: torch.Tensor, sx: torch.Tensor) -> None:
+    """parts fp32 [SPLIT, M, E] = the K chunks of bf16((attn + residual) gamma) router_w^T,
+    ss fp32 [SPLIT, M] their sums of squares of attn + residual, xq e4m3 [>= M, H] and sx fp32
+    [>= M, H/128] bf16((attn + residual) gamma) quantized per 128 columns (gate/up's x up to
+    the factor rstd). attn, residual bf16 [M, H] (neither written); gamma [H]; router_w
+    bf16 [E, H]."""
+    m, k = attn.shape
+    split, pm, e = parts.shape
+    if residual.shape != (m, k) or gamma.shape != (k,) or router_w.shape != (e, k) or pm != m:
+        raise ValueError(f"norm_router: attn {tuple(attn.shape)}, residual "
+                         f"{tuple(residual.shape)}, gamma {tuple(gamma.shape)}, router "
+                         f"{tuple(router_w.shape)}, parts {tuple(parts.shape)} do not agree")
+    if k % 128:
+        raise ValueError(f"norm_router: the hidden size ({k}) must be whole 128-column groups")
+    for name, t in (("attn", attn), ("residual", residual), ("router_w", router_w),
+                    ("parts", parts), ("ss", ss), ("xq", xq), ("sx", sx)):
+        if not t.is_contiguous():
+            raise ValueError(f"norm_router: {name} must be contiguous")
+    if parts.dtype != torch.float32 or ss.dtype != torch.float32 or ss.shape != (split, m):
+        raise ValueError(f"norm_router: parts and ss must be fp32 [SPLIT, M, E] and [SPLIT, M], "
+                         f"got {parts.dtype} {tuple(parts.shape)}, {ss.dtype} {tuple(ss.shape)}")
+    if xq.shape[0] < m or xq.shape[1] != k or sx.shape[0] < m or sx.shape[1] != k // 128:
+        raise ValueError(f"norm_router: xq {tuple(xq.shape)} / sx {tuple(sx.shape)} do not "
+                         f"hold {m} rows of {k}")
+    bm, bk, gemv = bf16_linear.launch_shape(m, k, split)
+    if not gemv:
+        bm, bk = block_m(m), 128
+    block_n = bf16_linear.BLOCK_N
+    _norm_router_kernel[(triton.cdiv(e, block_n), split)](
+        attn, residual, gamma, router_w, parts, ss, xq, sx, m, k, e, chunk_cols(k, split, 128),
+        BLOCK_M=bm, BLOCK_N=block_n, BLOCK_K=bk, GEMV=gemv, INTERPRET=interpreting(),
+        PDL=overlap.enabled(), PREFETCH=overlap.prefetches("router"), num_warps=4,
+        num_stages=4, **overlap.launch_kw())
+
+
+# rows at which a MoE layer on a TP shard takes this form (the post-attention norm's launch
+# dropped; ``applies``). Off until timed on a GPU: tiling_probe's ``norm_router*`` variants.
+ROWS: frozenset = frozenset()
+
+
+def applies(m: int) -> bool:
+    """Whether a MoE layer's step of m rows routes on the un-normed row (ROWS)."""
+    return m in ROWS
