@@ -1461,7 +1461,8 @@ def sum_terms(terms, positions, out, clear=None, residual=None) -> None:
     ``norm_router`` left unwritten."""
     m, n_terms, h = terms.shape
     assert out.shape == (m, h) and out.is_contiguous() and terms.is_contiguous()
-    extra = dict(clear_ptr=positions)
+    # (placeholders: a launch's arguments are tensors whether used or not)
+    extra = dict(clear_ptr=positions, attn_ptr=positions, res_ptr=positions)
     if residual is not None:
         attn, res = residual
         if (attn.shape != (m, h) or res.shape != (m, h) or not attn.is_contiguous()
