@@ -757,13 +757,13 @@ def _sum_terms_kernel(terms_ptr, pos_ptr, out_ptr, H, TERMS: tl.constexpr, BLOCK
     the layer's post-attention residual, res = bf16(attn + res) over their columns, which
     ``norm_router`` read without writing: before the wait, as both were written kernels
     back and nothing in flight reads them."""
-    if RES:
-        offs = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
-        at = tl.program_id(0) * H + offs
-        ok = offs < H
-        s = tl.load(attn_ptr + at, mask=ok, other=0.0).to(tl.float32) \
-            + tl.load(res_ptr + at, mask=ok, other=0.0).to(tl.float32)
-        tl.store(res_ptr + at, s.to(tl.bfloat16), mask=ok)
+    if RES:  # (names of its own: a Triton if may not retype a name the other defines)
+        r_cols = tl.program_id(1) * BLOCK + tl.arange(0, BLOCK)
+        r_at = tl.program_id(0) * H + r_cols
+        r_ok = r_cols < H
+        r_sum = tl.load(attn_ptr + r_at, mask=r_ok, other=0.0).to(tl.float32) \
+            + tl.load(res_ptr + r_at, mask=r_ok, other=0.0).to(tl.float32)
+        tl.store(res_ptr + r_at, r_sum.to(tl.bfloat16), mask=r_ok)
     if POS_EARLY:  # SUM_POS_EARLY
         pos = tl.load(pos_ptr + tl.program_id(0))
         stage_begin(PDL)
