@@ -32,7 +32,7 @@ from . import bf16_linear, overlap
 from .bf16_linear import _bf16_linear_prefetch, chunk_cols
 from .fp8_linear import block_m, interpreting
 from .overlap import stage_begin
-from .quant import store_row_groups, to_e4m3
+from .quant import to_e4m3
 
 
 @triton.jit
@@ -46,71 +46,90 @@ def rstd_rows(ss_ptr, SPLIT: tl.constexpr, M, H, eps, offs_m, m_ok):
 
 
 @triton.jit
+def _quant_chunk(a_ptr, res_ptr, g_ptr, ss_ptr, xq_ptr, sx_ptr, M, K, k_lo, k_hi, split,
+                 QM: tl.constexpr, GROUPS: tl.constexpr, INTERPRET: tl.constexpr):
+    """A K chunk's sums of squares of s = a + res into ss[split, :M] and its per-128 e4m3
+    of bf16(s g) into xq / sx, its GROUPS 128-column groups unrolled (loads in flight
+    together)."""
+    offs_m = tl.arange(0, QM)
+    m_ok = offs_m < M
+    kblocks = tl.cdiv(K, 128)
+    ss = tl.zeros((QM,), dtype=tl.float32)
+    for j in tl.static_range(GROUPS):
+        k = k_lo + j * 128 + tl.arange(0, 128)
+        k_ok = k < k_hi
+        mk = m_ok[:, None] & k_ok[None, :]
+        at = offs_m[:, None] * K + k[None, :]
+        s = tl.load(a_ptr + at, mask=mk, other=0.0).to(tl.float32) \
+            + tl.load(res_ptr + at, mask=mk, other=0.0).to(tl.float32)
+        gam = tl.load(g_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+        ss += tl.sum(s * s, axis=1)
+        y = (s * gam[None, :]).to(tl.bfloat16).to(tl.float32)
+        sc = tl.maximum(tl.max(tl.abs(y), axis=1), 1e-10) / 448.0
+        q = to_e4m3(tl.clamp(y * (1.0 / sc)[:, None], -448.0, 448.0), INTERPRET)
+        tl.store(xq_ptr + at, q, mask=mk)
+        tl.store(sx_ptr + offs_m * kblocks + k_lo // 128 + j, sc,
+                 mask=m_ok & (k_lo + j * 128 < k_hi))
+    tl.store(ss_ptr + split * M + offs_m, ss, mask=m_ok)
+
+
+@triton.jit
 def _norm_router_kernel(a_ptr, res_ptr, g_ptr, w_ptr, parts_ptr, ss_ptr, xq_ptr, sx_ptr,
                         M, K, E, k_chunk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-                        BLOCK_K: tl.constexpr, GEMV: tl.constexpr, INTERPRET: tl.constexpr,
-                        PDL: tl.constexpr, PREFETCH: tl.constexpr):
-    """Program (tile of E, K chunk): parts[chunk] = bf16(s g) W^T over the chunk (fp32),
-    s = a + res; tile 0 also writes ss[chunk, m] and the chunk's e4m3 x and scales."""
+                        BLOCK_K: tl.constexpr, QM: tl.constexpr, GROUPS: tl.constexpr,
+                        GEMV: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
+                        PREFETCH: tl.constexpr):
+    """Programs (tile of E, K chunk): parts[chunk] = bf16(s g) W^T over the chunk (fp32),
+    s = a + res; the last tile index of each chunk instead writes ss[chunk, m] and the
+    chunk's e4m3 x and scales (``_quant_chunk``), beside the products."""
     tile = tl.program_id(0)
     split = tl.program_id(1)
-    _bf16_linear_prefetch(tile, split, K, w_ptr, E, k_chunk, BLOCK_N, PDL and PREFETCH)
     k_lo = split * k_chunk
     k_hi = tl.minimum(k_lo + k_chunk, K)
-    offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
-    n_ok = offs_n < E
-    offs_m = tl.arange(0, BLOCK_M)
-    first = tile == 0
-    kblocks = tl.cdiv(K, 128)
-    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
-    if GEMV:  # the whole chunk at once, a multiply-and-sum a row
-        k = k_lo + tl.arange(0, BLOCK_K)
-        k_ok = k < k_hi
-        gam = tl.load(g_ptr + k, mask=k_ok, other=0.0).to(tl.float32)  # a weight: before
-        w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :], mask=n_ok[:, None] & k_ok[None, :],
-                    other=0.0).to(tl.float32)
+    if tile == tl.num_programs(0) - 1:
         stage_begin(PDL)
-        ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        for r in tl.static_range(BLOCK_M):
-            ok = k_ok & (r < M)
-            s = tl.load(a_ptr + r * K + k, mask=ok, other=0.0).to(tl.float32) \
-                + tl.load(res_ptr + r * K + k, mask=ok, other=0.0).to(tl.float32)
-            y = (s * gam).to(tl.bfloat16).to(tl.float32)
-            acc += tl.where(offs_m[:, None] == r, tl.sum(w * y[None, :], axis=1)[None, :], 0.0)
-            if first & (r < M):
-                ss = tl.where(offs_m == r, tl.sum(s * s, axis=0), ss)
-                store_row_groups(y, tl.arange(0, BLOCK_K), k_hi - k_lo, xq_ptr + r * K + k_lo,
-                                 sx_ptr + r * kblocks + k_lo // 128, BLOCK_K, INTERPRET)
+        _quant_chunk(a_ptr, res_ptr, g_ptr, ss_ptr, xq_ptr, sx_ptr, M, K, k_lo, k_hi, split,
+                     QM, GROUPS, INTERPRET)
     else:
-        stage_begin(PDL)
-        m_ok = offs_m < M
-        ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
-        for k0 in range(k_lo, k_hi, BLOCK_K):
-            k = k0 + tl.arange(0, BLOCK_K)
+        _bf16_linear_prefetch(tile, split, K, w_ptr, E, k_chunk, BLOCK_N, PDL and PREFETCH)
+        offs_n = tile * BLOCK_N + tl.arange(0, BLOCK_N)
+        n_ok = offs_n < E
+        offs_m = tl.arange(0, BLOCK_M)
+        acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+        if GEMV:  # the whole chunk at once, a multiply-and-sum a row
+            k = k_lo + tl.arange(0, BLOCK_K)
             k_ok = k < k_hi
-            mk = m_ok[:, None] & k_ok[None, :]
+            gam = tl.load(g_ptr + k, mask=k_ok, other=0.0).to(tl.float32)  # weights: before
             w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :],
-                        mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-            gam = tl.load(g_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
-            at = offs_m[:, None] * K + k[None, :]
-            s = tl.load(a_ptr + at, mask=mk, other=0.0).to(tl.float32) \
-                + tl.load(res_ptr + at, mask=mk, other=0.0).to(tl.float32)
-            y = (s * gam[None, :]).to(tl.bfloat16)
-            if INTERPRET:
-                acc += tl.dot(y.to(tl.float32), tl.trans(w.to(tl.float32)))
-            else:
-                acc += tl.dot(y, tl.trans(w))
-            if first:  # BLOCK_K is one 128-column group
-                ss += tl.sum(s * s, axis=1)
-                yf = y.to(tl.float32)
-                sc = tl.maximum(tl.max(tl.abs(yf), axis=1), 1e-10) / 448.0
-                q = to_e4m3(tl.clamp(yf * (1.0 / sc)[:, None], -448.0, 448.0), INTERPRET)
-                tl.store(xq_ptr + at, q, mask=mk)
-                tl.store(sx_ptr + offs_m * kblocks + k0 // 128, sc, mask=m_ok)
-    out = parts_ptr + split * M * E + offs_m[:, None] * E + offs_n[None, :]
-    tl.store(out, acc, mask=(offs_m[:, None] < M) & n_ok[None, :])
-    if first:
-        tl.store(ss_ptr + split * M + offs_m, ss, mask=offs_m < M)
+                        mask=n_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
+            stage_begin(PDL)
+            for r in tl.static_range(BLOCK_M):
+                ok = k_ok & (r < M)
+                s = tl.load(a_ptr + r * K + k, mask=ok, other=0.0).to(tl.float32) \
+                    + tl.load(res_ptr + r * K + k, mask=ok, other=0.0).to(tl.float32)
+                y = (s * gam).to(tl.bfloat16).to(tl.float32)
+                acc += tl.where(offs_m[:, None] == r, tl.sum(w * y[None, :], axis=1)[None, :],
+                                0.0)
+        else:
+            stage_begin(PDL)
+            m_ok = offs_m < M
+            for k0 in range(k_lo, k_hi, BLOCK_K):
+                k = k0 + tl.arange(0, BLOCK_K)
+                k_ok = k < k_hi
+                mk = m_ok[:, None] & k_ok[None, :]
+                w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :],
+                            mask=n_ok[:, None] & k_ok[None, :], other=0.0)
+                gam = tl.load(g_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+                at = offs_m[:, None] * K + k[None, :]
+                s = tl.load(a_ptr + at, mask=mk, other=0.0).to(tl.float32) \
+                    + tl.load(res_ptr + at, mask=mk, other=0.0).to(tl.float32)
+                y = (s * gam[None, :]).to(tl.bfloat16)
+                if INTERPRET:
+                    acc += tl.dot(y.to(tl.float32), tl.trans(w.to(tl.float32)))
+                else:
+                    acc += tl.dot(y, tl.trans(w))
+        out = parts_ptr + split * M * E + offs_m[:, None] * E + offs_n[None, :]
+        tl.store(out, acc, mask=(offs_m[:, None] < M) & n_ok[None, :])
 
 
 def norm_router(attn: torch.Tensor, residual: torch.Tensor, gamma: torch.Tensor,
@@ -143,9 +162,12 @@ def norm_router(attn: torch.Tensor, residual: torch.Tensor, gamma: torch.Tensor,
     if not gemv:
         bm, bk = block_m(m), 128
     block_n = bf16_linear.BLOCK_N
-    _norm_router_kernel[(triton.cdiv(e, block_n), split)](
-        attn, residual, gamma, router_w, parts, ss, xq, sx, m, k, e, chunk_cols(k, split, 128),
-        BLOCK_M=bm, BLOCK_N=block_n, BLOCK_K=bk, GEMV=gemv, INTERPRET=interpreting(),
+    k_chunk = chunk_cols(k, split, 128)
+    # a program more a K chunk: its sums of squares and gate/up's x
+    _norm_router_kernel[(triton.cdiv(e, block_n) + 1, split)](
+        attn, residual, gamma, router_w, parts, ss, xq, sx, m, k, e, k_chunk,
+        BLOCK_M=bm, BLOCK_N=block_n, BLOCK_K=bk, QM=triton.next_power_of_2(m),
+        GROUPS=k_chunk // 128, GEMV=gemv, INTERPRET=interpreting(),
         PDL=overlap.enabled(), PREFETCH=overlap.prefetches("router"), num_warps=4,
         num_stages=4, **overlap.launch_kw())
 
