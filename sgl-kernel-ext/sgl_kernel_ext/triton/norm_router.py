@@ -113,16 +113,15 @@ def _norm_router_kernel(a_ptr, res_ptr, g_ptr, w_ptr, parts_ptr, ss_ptr, xq_ptr,
         else:
             stage_begin(PDL)
             m_ok = offs_m < M
+            # (chunks are whole 128-column groups of K: no column masks in the loop)
             for k0 in range(k_lo, k_hi, BLOCK_K):
                 k = k0 + tl.arange(0, BLOCK_K)
-                k_ok = k < k_hi
-                mk = m_ok[:, None] & k_ok[None, :]
-                w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :],
-                            mask=n_ok[:, None] & k_ok[None, :], other=0.0)
-                gam = tl.load(g_ptr + k, mask=k_ok, other=0.0).to(tl.float32)
+                w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :], mask=n_ok[:, None],
+                            other=0.0)
+                gam = tl.load(g_ptr + k).to(tl.float32)
                 at = offs_m[:, None] * K + k[None, :]
-                s = tl.load(a_ptr + at, mask=mk, other=0.0).to(tl.float32) \
-                    + tl.load(res_ptr + at, mask=mk, other=0.0).to(tl.float32)
+                s = tl.load(a_ptr + at, mask=m_ok[:, None], other=0.0).to(tl.float32) \
+                    + tl.load(res_ptr + at, mask=m_ok[:, None], other=0.0).to(tl.float32)
                 y = (s * gam[None, :]).to(tl.bfloat16)
                 if INTERPRET:
                     acc += tl.dot(y.to(tl.float32), tl.trans(w.to(tl.float32)))
