@@ -265,7 +265,7 @@ run_resweep() {
 # the router on the un-normed row (norm_router.ROWS, off by default): its GPU test first (it
 # checks the residual, caches and top-k bitwise against the norm's form), then its forms
 # against the baseline, three baselines a (kind, rows)
-NF="norm_router,norm_router_not_2"
+NF="norm_router,norm_router_mma_16_8,norm_router_mma_64_16,norm_router_mma_128_24"
 run_nf() {
   timeout 240 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "norm_free_router" \
     > "$L/pytest_nf.log" 2>&1

@@ -134,7 +134,8 @@ def _norm_router_kernel(a_ptr, res_ptr, g_ptr, w_ptr, parts_ptr, ss_ptr, xq_ptr,
 def norm_router(attn: torch.Tensor, residual: torch.Tensor, gamma: torch.Tensor,
                 router_w: torch.Tensor, parts: torch.Tensor, ss: torch.Tensor,
                 xq: torch.Tensor, sx: torch.Tensor) -> None:
-    """parts fp32 [SPLIT, M, E] = the K chunks of bf16((attn + residual) gamma) router_w^T,
+    """parts fp32 [SPLIT, M, E] = the K chunks of bf16((attn + residual) gamma) router_w^T
+    (SPLIT: ``launch``'s at M rows),
     ss fp32 [SPLIT, M] their sums of squares of attn + residual, xq e4m3 [>= M, H] and sx fp32
     [>= M, H/128] bf16((attn + residual) gamma) quantized per 128 columns (gate/up's x up to
     the factor rstd). attn, residual bf16 [M, H] (neither written); gamma [H]; router_w
@@ -157,10 +158,12 @@ def norm_router(attn: torch.Tensor, residual: torch.Tensor, gamma: torch.Tensor,
     if xq.shape[0] < m or xq.shape[1] != k or sx.shape[0] < m or sx.shape[1] != k // 128:
         raise ValueError(f"norm_router: xq {tuple(xq.shape)} / sx {tuple(sx.shape)} do not "
                          f"hold {m} rows of {k}")
+    block_n, want = launch(m)
+    if split != want:
+        raise ValueError(f"norm_router: {m} rows take {want} K chunks (``launch``), got {split}")
     bm, bk, gemv = bf16_linear.launch_shape(m, k, split)
     if not gemv:
         bm, bk = block_m(m), 128
-    block_n = bf16_linear.BLOCK_N
     k_chunk = chunk_cols(k, split, 128)
     # a program more a K chunk: its sums of squares and gate/up's x
     _norm_router_kernel[(triton.cdiv(e, block_n) + 1, split)](
@@ -169,6 +172,24 @@ def norm_router(attn: torch.Tensor, residual: torch.Tensor, gamma: torch.Tensor,
         GROUPS=k_chunk // 128, GEMV=gemv, INTERPRET=interpreting(),
         PDL=overlap.enabled(), PREFETCH=overlap.prefetches("router"), num_warps=4,
         num_stages=4, **overlap.launch_kw())
+
+
+# (columns a program, K chunks) of the products: as the bf16 router's where a program
+# multiplies its chunk without the tensor cores (bf16_linear.GEMV_MAX_ROWS), else wider tiles
+# over fewer K chunks: each program also makes its [rows, chunk] x from attn, the residual
+# and gamma (~490 sm_90a instructions a warp a 128-column step against the bf16 router's 70),
+# which wide tiles make once for more of the products
+GEMV_SHAPE = (16, 8)
+MMA_SHAPE = (64, 24)
+MAX_SPLIT = 64  # the most K chunks a layer's buffers hold
+
+
+def launch(m: int) -> tuple:
+    """(columns a program, K chunks) at m rows."""
+    shape = GEMV_SHAPE if m <= bf16_linear.GEMV_MAX_ROWS else MMA_SHAPE
+    if not 1 <= shape[1] <= MAX_SPLIT:
+        raise ValueError(f"norm_router: {shape[1]} K chunks, at most {MAX_SPLIT}")
+    return shape
 
 
 # rows at which a MoE layer on a TP shard takes this form (the post-attention norm's launch

@@ -31,12 +31,15 @@ def _rel(a, b):
     return float((a.float() - b.float()).abs().max() / b.float().abs().max())
 
 
-@pytest.mark.parametrize("rows, split", [(1, 3), (2, 2), (3, 3), (5, 1)])
-def test_norm_router_is_its_algebra(rows, split):
+@pytest.mark.parametrize("rows, block_n, split", [(1, 16, 3), (2, 16, 2), (3, 16, 3),
+                                                  (5, 32, 1)])
+def test_norm_router_is_its_algebra(rows, block_n, split, monkeypatch):
     """parts = bf16((a + res) g) W^T by K chunk, ss the chunks' sums of squares of a + res,
     xq / sx the chunk's per-128 e4m3 of bf16((a + res) g) (one row at 1-2 rows, the MMA form
     from 3): every element written, against torch; a and res left as they were."""
-    h, e = 384, 24  # 3 groups; 24 experts: a partial tile of 16
+    monkeypatch.setattr(norm_router, "GEMV_SHAPE", (block_n, split))
+    monkeypatch.setattr(norm_router, "MMA_SHAPE", (block_n, split))
+    h, e = 384, 24  # 3 groups; 24 experts: a partial tile of 16 (or 32)
     g = torch.Generator().manual_seed(rows * 10 + split)
     a = torch.randn(rows, h, generator=g).bfloat16()
     res = torch.randn(rows, h, generator=g).bfloat16()

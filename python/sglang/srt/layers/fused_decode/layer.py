@@ -55,7 +55,7 @@ VC_SPLIT_MAX = 8  # the most latent chunks absorb_v's partials buffer holds (mla
 Reduce = Callable[[torch.Tensor], torch.Tensor]  # the TP group's all-reduce
 # buffers whose rows are the second dimension (split-K partials, [slot, row] tables)
 _ROWS_SECOND = {"qa", "kva", "q", "q_index", "kw_parts", "y_attn", "vo_parts",
-                "router_parts", "router_ss"}
+                "router_parts"}
 
 
 @functools.lru_cache(maxsize=None)
@@ -232,8 +232,10 @@ class FusedLayer:
             self.buf["moe_flags"] = arrival.counters(self.fp8_moe.flags_size(slots, inter), dev)
         if self.experts:
             specs["router_parts"] = e(ROUTER_SPLIT, m, self.experts, dt=f32)
-            # the K chunks' sums of squares of the un-normed row (norm_router.ROWS)
-            specs["router_ss"] = e(ROUTER_SPLIT, m, dt=f32)
+            # norm_router's partials and its K chunks' sums of squares of the un-normed row
+            # (norm_router.ROWS; viewed with the step's split, ``norm_router.launch``)
+            specs["nr_parts"] = e(norm_router.MAX_SPLIT * m * self.experts, dt=f32)
+            specs["nr_ss"] = e(norm_router.MAX_SPLIT * m, dt=f32)
             # each row's choice, for route's one-program-per-row form
             specs["route_chosen"] = e(m * self.experts, dt=torch.int32)
             specs["route_weight"] = e(m * self.experts, dt=f32)
@@ -657,17 +659,21 @@ class FusedLayer:
         routing = None
         ss, eps = None, cfg.rms_norm_eps
         if self.experts:
+            parts = v("router_parts")
+            if norm_free is not None:
+                split = norm_router.launch(m)[1]
+                parts = _prefix(b["nr_parts"], split, m, self.experts)
+                ss = _prefix(b["nr_ss"], split, m)
             if self.fp8_moe is None and m <= moe.ROUTE_IN_GATE_UP_MAX_ROWS:
-                routing = moe.Routing(v("router_parts"), mlp.bias, pos, cfg.num_experts_per_tok,
+                routing = moe.Routing(parts, mlp.bias, pos, cfg.num_experts_per_tok,
                                       cfg.routed_scaling_factor, cfg.norm_topk_prob,
                                       v("slot_weight"), v("slot_rank"))
             scratch = (b["route_chosen"], b["route_weight"], b["route_arrival"])
             if norm_free is not None:
-                ss = v("router_ss")
                 norm_router.norm_router(*norm_free, self.lw.post_attention_norm, mlp.router,
-                                        v("router_parts"), ss, v("x2q"), v("x2s"))
+                                        parts, ss, v("x2q"), v("x2s"))
                 if routing is None:
-                    moe.route(v("router_parts"), mlp.bias, pos, cfg.num_experts_per_tok,
+                    moe.route(parts, mlp.bias, pos, cfg.num_experts_per_tok,
                               cfg.routed_scaling_factor, cfg.norm_topk_prob, b["slot_expert"],
                               v("slot_weight"), v("slot_rank"), b["num_slots"], scratch, ss=ss,
                               hidden=cfg.hidden_size, eps=eps)
