@@ -611,6 +611,8 @@ VARIANTS = {
     # count, or but at 2 rows (where gate/up's shared programs then wait: norm_router.ROWS)
     "norm_router": {("norm_router", "ROWS"): frozenset(range(1, 17))},
     "norm_router_not_2": {("norm_router", "ROWS"): frozenset(range(1, 17)) - {2}},
+    "norm_router_to_2": {("norm_router", "ROWS"): frozenset({1, 2})},
+    "norm_router_1": {("norm_router", "ROWS"): frozenset({1})},
     # ... with other tiles of its products from 3 rows (default norm_router.MMA_SHAPE)
     **{f"norm_router_mma_{n}_{k}": {("norm_router", "ROWS"): frozenset(range(1, 17)),
                                     ("norm_router", "MMA_SHAPE"): (n, k)}

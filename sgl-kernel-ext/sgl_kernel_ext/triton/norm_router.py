@@ -24,6 +24,8 @@ whose whole-row reduction no split of it can avoid.
 
 from __future__ import annotations
 
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -192,9 +194,22 @@ def launch(m: int) -> tuple:
     return shape
 
 
+ENV = "SGL_KERNEL_EXT_NORM_ROUTER_ROWS"  # e.g. "1-2" or "1,2,16": ROWS from the environment
+
+
+def _rows(spec: str) -> frozenset:
+    """Row counts from "a-b,c,..." (empty: none)."""
+    rows = set()
+    for part in filter(None, (p.strip() for p in spec.split(","))):
+        lo, _, hi = part.partition("-")
+        rows.update(range(int(lo), int(hi or lo) + 1))
+    return frozenset(rows)
+
+
 # rows at which a MoE layer on a TP shard takes this form (the post-attention norm's launch
-# dropped; ``applies``). Off until timed on a GPU: tiling_probe's ``norm_router*`` variants.
-ROWS: frozenset = frozenset()
+# dropped; ``applies``). Off until timed on a GPU: tiling_probe's ``norm_router*`` variants
+# (or the environment's ENV, for a test run under the form).
+ROWS: frozenset = _rows(os.environ.get(ENV, ""))
 
 
 def applies(m: int) -> bool:

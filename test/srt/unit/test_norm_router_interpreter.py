@@ -134,3 +134,9 @@ def test_moe_layer_without_its_second_norm(layer_id, contexts, monkeypatch):
     assert torch.equal(c_a.kv[layer_id].view(torch.int16), c_b.kv[layer_id].view(torch.int16))
     assert torch.isfinite(y_b.float()).all()
     assert _rel(y_b, y_a) <= tol["y_rel"]
+
+
+def test_rows_from_the_environment_name_ranges_and_counts():
+    assert norm_router._rows("") == frozenset()
+    assert norm_router._rows("1-2") == {1, 2}
+    assert norm_router._rows("1, 3-4,16") == {1, 3, 4, 16}
