@@ -160,20 +160,25 @@ run_pending() {  # the probe first: if the call runs out of time, the timings ar
 # 256- and 128-column forms at 16 rows (tiling_probe_vo_c01c8f7.log)
 VO_TESTS="absorb_v_and_o_proj"
 VO="vo_one_launch_512,vo_one_launch_l2,vo_one_launch_combine"
-run_vo() {
-  timeout 240 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "$VO_TESTS" \
-    > "$L/pytest_vo.log" 2>&1
+# an opt-in form's GPU tests (-k $2), then only if they pass its variants ($3, each between
+# baselines, the list $5 times) against the baseline on kinds $4 at rows $6 within $7 s; logs
+# named $1
+tested_probe() {
+  local name=$1 tests=$2 forms=$3 kinds=$4 passes=$5 ms=$6 limit=$7 variants=baseline i
+  timeout 240 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "$tests" \
+    > "$L/pytest_$name.log" 2>&1
   local rc=$?
-  echo "pytest rc=$rc"; tail -3 "$L/pytest_vo.log"
+  echo "pytest rc=$rc"; tail -3 "$L/pytest_$name.log"
   [ "$rc" -eq 0 ] || return 1
-  local variants="baseline,${VO//,/,baseline,},baseline"
-  timeout 240 python3 -m benchmark.tiling_probe --kinds moe --ms 1,2,4,16 \
-    --variants "$variants" --out "$OUT" > "$L/tiling_probe_vo.log" 2>&1
+  for i in $(seq "$passes"); do variants="$variants,${forms//,/,baseline,},baseline"; done
+  timeout "$limit" python3 -m benchmark.tiling_probe --kinds "$kinds" --ms "$ms" \
+    --variants "$variants" --out "$OUT" > "$L/tiling_probe_$name.log" 2>&1
   echo "tiling_probe rc=$?"
   local probe
   probe=$(ls -t "$OUT"/tiling_probe_*.json 2>/dev/null | head -1)
   if [ -n "$probe" ]; then python3 -m benchmark.tiling_probe --table "$probe"; fi
 }
+run_vo() { tested_probe vo "$VO_TESTS" "$VO" moe 1 1,2,4,16 240; }
 # a tiling_probe variant ($1)'s release table beside the stock arm (decode_layer --variant)
 # and its timeline at 1 and 16 rows
 run_variant_bench() {
@@ -264,22 +269,10 @@ run_resweep() {
 }
 # the router on the un-normed row (norm_router.ROWS, off by default): its GPU test first (it
 # checks the residual, caches and top-k bitwise against the norm's form), then its forms
-# against the baseline, three baselines a (kind, rows)
+# against the baseline, each twice, at NF_MS rows of both MoE kinds
 NF="norm_router,norm_router_mma_16_8,norm_router_mma_64_16,norm_router_mma_128_24"
 run_nf() {
-  timeout 240 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "norm_free_router" \
-    > "$L/pytest_nf.log" 2>&1
-  local rc=$?
-  echo "pytest rc=$rc"; tail -3 "$L/pytest_nf.log"
-  [ "$rc" -eq 0 ] || return 1
-  local variants="baseline,${NF//,/,baseline,},baseline,${NF//,/,baseline,},baseline"
-  timeout "${NF_S:-240}" python3 -m benchmark.tiling_probe --kinds moe,moe_idx \
-    --ms "${NF_MS:-1,2,4,8,12,16}" --variants "$variants" --out "$OUT" \
-    > "$L/tiling_probe_nf.log" 2>&1
-  echo "tiling_probe rc=$?"
-  local probe
-  probe=$(ls -t "$OUT"/tiling_probe_*.json 2>/dev/null | head -1)
-  if [ -n "$probe" ]; then python3 -m benchmark.tiling_probe --table "$probe"; fi
+  tested_probe nf norm_free_router "$NF" moe,moe_idx 2 "${NF_MS:-1,2,4,8,12,16}" "${NF_S:-240}"
 }
 case "${1:-}" in
   nf) run_nf ;;
