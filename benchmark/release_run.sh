@@ -50,6 +50,9 @@
 #   bash benchmark/release_run.sh peer_norm # on nvidia-h200-x2: the fused all-reduce + norm's
 #                                         # two-GPU test, then its probe against torch's
 #                                         # symmetric-memory one-shot and NCCL (each + the norm)
+# PROBE_ONLY=1 makes vo and nf skip their GPU test and only time the forms (a short budget's
+# one call, no CuTe DSL staged: the attention side then runs its Triton kernels; e.g.
+# `PROBE_ONLY=1 NF_MS=1,2,16 NF_S=150 bash benchmark/release_run.sh nf`).
 # Logs go into $OUT/logs.tgz; JSON results into $OUT. SANITIZE_S=0 skips compute-sanitizer in
 # `tests` (default: 90 s a tool).
 set -u
@@ -165,11 +168,15 @@ VO="vo_one_launch_512,vo_one_launch_l2,vo_one_launch_combine"
 # named $1
 tested_probe() {
   local name=$1 tests=$2 forms=$3 kinds=$4 passes=$5 ms=$6 limit=$7 variants=baseline i
-  timeout 240 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "$tests" \
-    > "$L/pytest_$name.log" 2>&1
-  local rc=$?
-  echo "pytest rc=$rc"; tail -3 "$L/pytest_$name.log"
-  [ "$rc" -eq 0 ] || return 1
+  if [ "${PROBE_ONLY:-0}" = 1 ]; then
+    echo "PROBE_ONLY=1: $name's GPU test not run, timings only"
+  else
+    timeout 240 python3 -m pytest test/srt/kernels/test_fused_layer.py -q -k "$tests" \
+      > "$L/pytest_$name.log" 2>&1
+    local rc=$?
+    echo "pytest rc=$rc"; tail -3 "$L/pytest_$name.log"
+    [ "$rc" -eq 0 ] || return 1
+  fi
   for i in $(seq "$passes"); do variants="$variants,${forms//,/,baseline,},baseline"; done
   timeout "$limit" python3 -m benchmark.tiling_probe --kinds "$kinds" --ms "$ms" \
     --variants "$variants" --out "$OUT" > "$L/tiling_probe_$name.log" 2>&1
