@@ -12,7 +12,7 @@ but for its roundings). So the router's split-K programs read the attention rows
 residual themselves and multiply bf16(s g) into the router's partials as the bf16 router
 does, and a program more a K chunk writes the chunk's sums of squares of s and gate/up's
 e4m3 x and scales (first written by the products' first tile, whose quantization kept that
-tile on the path: 17-35 us slower a MoE layer at 4-16 rows on an H100,
+tile on the path: 16-35 us slower a MoE layer at 4-16 rows on an H100,
 tiling_probe_20261206T222020Z). Route (or gate/up's routing) multiplies the summed logits
 by rstd from those sums before the sigmoid, and gate/up its products before SwiGLU
 (``moe``'s ``ss`` arguments); the new residual bf16(s), which nothing reads before the
