@@ -13,7 +13,9 @@ residual themselves and multiply bf16(s g) into the router's partials as the bf1
 does, and a program more a K chunk writes the chunk's sums of squares of s and gate/up's
 e4m3 x and scales (first written by the products' first tile, whose quantization kept that
 tile on the path: 16-35 us slower a MoE layer at 4-16 rows on an H100,
-tiling_probe_20261206T222020Z). Route (or gate/up's routing) multiplies the summed logits
+tiling_probe_20261206T222020Z; in programs of their own, as now: -0.4..-0.6 us at 1 row,
++2.8..+3.8 at 4, -0.7..-2.2 at 8, within +1.5 at 2, 12 and 16, tiling_probe_20261207T052447Z
+and the three after it). Route (or gate/up's routing) multiplies the summed logits
 by rstd from those sums before the sigmoid, and gate/up its products before SwiGLU
 (``moe``'s ``ss`` arguments); the new residual bf16(s), which nothing reads before the
 experts' sum, is written by the sum kernel before its wait (``moe.sum_terms``'s ``residual``).
@@ -209,8 +211,9 @@ def _rows(spec: str) -> frozenset:
 
 
 # rows at which a MoE layer on a TP shard takes this form (the post-attention norm's launch
-# dropped; ``applies``). Off until timed on a GPU: tiling_probe's ``norm_router*`` variants
-# (or the environment's ENV, for a test run under the form).
+# dropped; ``applies``). Off: probed on an H100 only (the docstring's numbers; 1 and 8 rows
+# gain), not yet through an H200's tests and bench (or the environment's ENV, for a test run
+# under the form).
 ROWS: frozenset = _rows(os.environ.get(ENV, ""))
 
 
