@@ -14,7 +14,7 @@ does, and a program more a K chunk writes the chunk's sums of squares of s and g
 e4m3 x and scales (first written by the products' first tile, whose quantization kept that
 tile on the path: 16-35 us slower a MoE layer at 4-16 rows on an H100,
 tiling_probe_20261206T222020Z; in programs of their own, as now: -0.4..-0.6 us at 1 row,
-+2.8..+3.8 at 4, -0.7..-2.2 at 8, within +1.5 at 2, 12 and 16, tiling_probe_20261207T052447Z
++2.8..+3.8 at 4, -0.7..-2.2 at 8, -0.1..+1.5 at 2, 12 and 16, tiling_probe_20261207T052447Z
 and the three after it). Route (or gate/up's routing) multiplies the summed logits
 by rstd from those sums before the sigmoid, and gate/up its products before SwiGLU
 (``moe``'s ``ss`` arguments); the new residual bf16(s), which nothing reads before the
