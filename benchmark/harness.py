@@ -293,6 +293,8 @@ def run_meta(device) -> dict:
         "gpu": torch.cuda.get_device_name(device), "sms": p.multi_processor_count,
         "l2_bytes": getattr(p, "L2_cache_size", None), "torch": torch.__version__,
         "triton": triton.__version__, "cuda": torch.version.cuda, "python": platform.python_version(),
+        # the kernels' knobs set from the environment (a form opted in or out for the run)
+        "env": {k: v for k, v in sorted(os.environ.items()) if k.startswith("SGL_KERNEL_EXT_")},
     }
 
 

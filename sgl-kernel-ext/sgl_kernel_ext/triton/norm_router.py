@@ -198,7 +198,7 @@ def launch(m: int) -> tuple:
     return shape
 
 
-ENV = "SGL_KERNEL_EXT_NORM_ROUTER_ROWS"  # e.g. "1-2" or "1,2,16": ROWS from the environment
+ENV = "SGL_KERNEL_EXT_NORM_ROUTER_ROWS"  # e.g. "1-2" or "1,2,16" ("": none): ROWS from the environment
 
 
 def _rows(spec: str) -> frozenset:
@@ -211,10 +211,15 @@ def _rows(spec: str) -> frozenset:
 
 
 # rows at which a MoE layer on a TP shard takes this form (the post-attention norm's launch
-# dropped; ``applies``). Off: probed on an H100 only (the docstring's numbers; 1 and 8 rows
-# gain), not yet through an H200's tests and bench (or the environment's ENV, for a test run
-# under the form).
-ROWS: frozenset = _rows(os.environ.get(ENV, ""))
+# dropped; ``applies``): one row, where it gains on an H100 with either attention side (MoE
+# layer -0.4..-1.0 us, step -1.2%: tiling_probe_20261207T073226Z, decode_layer_20261207T074331Z
+# against T074520Z, decode_step_20261207T074418Z against T074542Z) and the GPU suite passes
+# under it (release_tests_nr1_h100_ae9977b.log: all but the shard test's two bitwise
+# comparisons with the norm's form, which now hold ROWS empty). Not 4 rows (+1.8..+3.8; its
+# timeline: the launch saves 1.1 us, route on its 24 K chunks adds 1.7 and o_proj 0.9,
+# graph_timeline_20261207T073511Z against T073445Z) nor 8 (-2.2..+0.8 over four probes). Not
+# yet run on an H200. The environment's ENV replaces it.
+ROWS: frozenset = _rows(os.environ.get(ENV, "1"))
 
 
 def applies(m: int) -> bool:

@@ -213,20 +213,29 @@ def shard_rows_checks(case: LayerCase, rows: int, **layer_kw) -> Dict[str, bool]
     """A TP shard's layer with o_proj's tails summing bf16 rows (the all-reduce's input; one
     rank alone here) against the same layer summing o_proj's split-K partials in its norm (the
     one-rank form): every output and KV-cache byte equal, o_proj's counters back at zero.
-    Every value should be True."""
+    Both run the post-attention norm (``norm_router.ROWS`` held empty: its form, a shard's
+    only, rounds differently). Every value should be True."""
+    from sgl_kernel_ext.triton import norm_router
+
     from .layer import FusedLayer
 
     lid, width = case.lw.layer_id, case.batch.token_slots.shape[1]
     out, runs = {}, []
-    for sharded in (True, False):
-        caches = clone_caches(case.caches)
-        layer = FusedLayer(case.cfg, case.lw, caches, rows, width, **layer_kw)
-        out["a_shard_with_split_k"] = layer.sharded and layer.split_o > 1
-        layer.sharded = sharded
-        outs = [t.clone() for t in layer(case.hidden, case.residual, case.batch, case.topk_prev)]
-        out[f"counters_zero_{'tails' if sharded else 'partials'}"] = not bool(
-            layer.buf["o_arrivals"].any())
-        runs.append((outs, caches.kv[lid].view(torch.int16)))
+    rows_were = norm_router.ROWS
+    norm_router.ROWS = frozenset()
+    try:
+        for sharded in (True, False):
+            caches = clone_caches(case.caches)
+            layer = FusedLayer(case.cfg, case.lw, caches, rows, width, **layer_kw)
+            out["a_shard_with_split_k"] = layer.sharded and layer.split_o > 1
+            layer.sharded = sharded
+            outs = [t.clone()
+                    for t in layer(case.hidden, case.residual, case.batch, case.topk_prev)]
+            out[f"counters_zero_{'tails' if sharded else 'partials'}"] = not bool(
+                layer.buf["o_arrivals"].any())
+            runs.append((outs, caches.kv[lid].view(torch.int16)))
+    finally:
+        norm_router.ROWS = rows_were
     (a_out, a_kv), (b_out, b_kv) = runs
     out["outputs_equal"] = all(bool(torch.equal(x, y)) for x, y in zip(a_out, b_out))
     out["kv_equal"] = bool(torch.equal(a_kv, b_kv))
