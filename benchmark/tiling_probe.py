@@ -613,6 +613,11 @@ VARIANTS = {
     "norm_router_not_2": {("norm_router", "ROWS"): frozenset(range(1, 17)) - {2}},
     "norm_router_to_2": {("norm_router", "ROWS"): frozenset({1, 2})},
     "norm_router_1": {("norm_router", "ROWS"): frozenset({1})},
+    "norm_router_off": {("norm_router", "ROWS"): frozenset()},  # the default at one row
+    # ... with route reading one fixed-point sum of its products from 3 rows
+    # (norm_router.FIXED_FROM_ROWS) instead of MMA_SHAPE's 24 K chunks
+    "norm_router_fixed": {("norm_router", "ROWS"): frozenset(range(1, 17)),
+                          ("norm_router", "FIXED_FROM_ROWS"): 3},
     # ... with other tiles of its products from 3 rows (default norm_router.MMA_SHAPE)
     **{f"norm_router_mma_{n}_{k}": {("norm_router", "ROWS"): frozenset(range(1, 17)),
                                     ("norm_router", "MMA_SHAPE"): (n, k)}

@@ -40,7 +40,7 @@ from .fp8_linear import (_fp8_group_dot, _gemv_step, _scaled_dot, block_m, grid_
                          group_tiles, group_x, interpreting, step_scales)
 from .overlap import launch_dependents, prefetch_rows, stage_begin
 from .norm_router import rstd_rows
-from .quant import sum_parts, to_e4m3
+from .quant import load_fixed, sum_parts, to_e4m3
 
 
 @constexpr_function
@@ -71,17 +71,23 @@ _FIXED_ONE: tl.constexpr = tl.constexpr(2.0 ** 56)  # weights < 1: a top-k's sum
 def _route_rows(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr, scale, offs_m, m_ok,
                 BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
                 SORT: tl.constexpr = False, ss_ptr=None, SS_SPLIT: tl.constexpr = 0, H=1,
-                eps=0.0):
+                eps=0.0, FIXED: tl.constexpr = False):
     """(chosen int32, weight fp32), [rows, BLOCK_E], of the rows offs_m where m_ok: the router
     partials summed, sigmoid, top-k of score + bias (ties to the lower expert; SORT: as one
     bitonic top-k, ``_top_by_sort``, else TOPK argmax passes), weights renormalized and
     scaled; nothing chosen by a pad row. SS_SPLIT: the partials are of the un-normed row
     (``norm_router``), so the summed logits are first multiplied by each row's rstd from its
-    SS_SPLIT sums of squares ss [SS_SPLIT, M] (of H columns, the norm's eps)."""
+    SS_SPLIT sums of squares ss [SS_SPLIT, M] (of H columns, the norm's eps). FIXED: parts
+    are int64 [M, E] sums in 2^-32 units (``norm_router.fixed``), read and left at zero."""
     offs_e = tl.arange(0, BLOCK_E)
     e_ok = offs_e < E
     mask = m_ok[:, None] & e_ok[None, :]
-    logits = sum_parts(parts_ptr, SPLIT, M * E, offs_m[:, None] * E + offs_e[None, :], mask)
+    at = offs_m[:, None] * E + offs_e[None, :]
+    if FIXED:
+        logits = load_fixed(parts_ptr, at, mask)
+        tl.store(parts_ptr + at, tl.zeros(at.shape, dtype=tl.int64), mask=mask)
+    else:
+        logits = sum_parts(parts_ptr, SPLIT, M * E, at, mask)
     if SS_SPLIT > 0:
         logits = logits * rstd_rows(ss_ptr, SS_SPLIT, M, H, eps, offs_m, m_ok)[:, None]
     score = 1.0 / (1.0 + tl.exp(-logits))
@@ -185,16 +191,17 @@ def _route_per_row_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_pt
                           slot_rank_ptr, num_slots_ptr, scale, BLOCK_M: tl.constexpr,
                           BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
                           PDL: tl.constexpr, SORT: tl.constexpr, R_ROWS: tl.constexpr = 2,
-                          ss_ptr=None, SS_SPLIT: tl.constexpr = 0, H=1, eps=0.0):
+                          ss_ptr=None, SS_SPLIT: tl.constexpr = 0, H=1, eps=0.0,
+                          FIXED: tl.constexpr = False):
     """Program r: row r's top-k into the [M, E] chosen / weight scratch; the last row to
     finish builds the slot list from every row's. R_ROWS: the rows of its tiles, row r then
-    masked-off ones (ROUTE_ROW_TILE_MIN)."""
+    masked-off ones (ROUTE_ROW_TILE_MIN). FIXED: as ``_route_rows``'s."""
     r = tl.program_id(0)
     stage_begin(PDL)
     offs_r = r + tl.arange(0, R_ROWS)
     r_ok = offs_r == r
     chosen, w = _route_rows(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, scale, offs_r, r_ok,
-                            BLOCK_E, TOPK, RENORM, SORT, ss_ptr, SS_SPLIT, H, eps)
+                            BLOCK_E, TOPK, RENORM, SORT, ss_ptr, SS_SPLIT, H, eps, FIXED)
     offs_e = tl.arange(0, BLOCK_E)
     at = offs_r[:, None] * E + offs_e[None, :]
     ok = r_ok[:, None] & (offs_e[None, :] < E)
@@ -893,13 +900,20 @@ def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tenso
           scale: float, renorm: bool, slot_expert: torch.Tensor, slot_weight: torch.Tensor,
           slot_rank: torch.Tensor, num_slots: torch.Tensor, scratch=None, ss=None,
           hidden: int = 1, eps: float = 0.0) -> None:
-    """router_parts fp32 [SPLIT, M, E]; writes slot_expert int32 [>= M*topk+1], slot_weight
-    fp32 and slot_rank int32 [>= M*topk+1, M] (the expert's place in the row's ascending
-    choice; -1 where the row did not choose it) and num_slots int32 [1]. scratch: (chosen
+    """router_parts fp32 [SPLIT, M, E] (or int64 [M, E] sums in 2^-32 units, which route
+    reads and leaves at zero: ``norm_router.fixed``, the per-row form only); writes
+    slot_expert int32 [>= M*topk+1], slot_weight fp32 and slot_rank int32 [>= M*topk+1, M]
+    (the expert's place in the row's ascending choice; -1 where the row did not choose it)
+    and num_slots int32 [1]. scratch: (chosen
     int32 [>= M*E], weight fp32 [>= M*E], an int32 arrival counter at zero) for the
     one-program-per-row form from ROUTE_PER_ROW_MIN_ROWS rows. ss fp32 [S, M]: the partials
     are ``norm_router``'s, of the un-normed rows (`hidden` columns, the norm's eps)."""
-    split, m, e = router_parts.shape
+    fixed = router_parts.dtype == torch.int64
+    if fixed and (router_parts.dim() != 2 or scratch is None or
+                  router_parts.shape[0] < ROUTE_PER_ROW_MIN_ROWS):
+        raise ValueError(f"route: int64 sums {tuple(router_parts.shape)} are read by the "
+                         f"per-row form only (scratch given, >= {ROUTE_PER_ROW_MIN_ROWS} rows)")
+    split, m, e = (1, *router_parts.shape) if fixed else router_parts.shape
     assert router_parts.is_contiguous() and slot_weight.shape[1] == m
     assert slot_expert.numel() >= m * topk + 1 and slot_weight.is_contiguous()
     assert slot_rank.shape == slot_weight.shape and slot_rank.is_contiguous()
@@ -919,7 +933,7 @@ def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tenso
                                     arrival, slot_expert, slot_weight, slot_rank, num_slots,
                                     float(scale), BLOCK_M=max(2, triton.next_power_of_2(m)),
                                     num_warps=ROUTE_PER_ROW_WARPS, R_ROWS=ROUTE_ROW_TILE_MIN,
-                                    **common)
+                                    FIXED=fixed, **common)
         return
     _route_kernel[(1,)](router_parts, split, m, e, bias, positions, slot_expert, slot_weight,
                         slot_rank, num_slots, float(scale), BLOCK_M=max(2, triton.next_power_of_2(m)),

@@ -38,7 +38,7 @@ from . import bf16_linear, overlap
 from .bf16_linear import _bf16_linear_prefetch, chunk_cols
 from .fp8_linear import block_m, interpreting
 from .overlap import stage_begin
-from .quant import to_e4m3
+from .quant import add_fixed, to_e4m3
 
 
 @triton.jit
@@ -84,10 +84,11 @@ def _norm_router_kernel(a_ptr, res_ptr, g_ptr, w_ptr, parts_ptr, ss_ptr, xq_ptr,
                         M, K, E, k_chunk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         BLOCK_K: tl.constexpr, QM: tl.constexpr, GROUPS: tl.constexpr,
                         GEMV: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
-                        PREFETCH: tl.constexpr):
+                        PREFETCH: tl.constexpr, FIXED: tl.constexpr = False):
     """Programs (tile of E, K chunk): parts[chunk] = bf16(s g) W^T over the chunk (fp32),
-    s = a + res; the last tile index of each chunk instead writes ss[chunk, m] and the
-    chunk's e4m3 x and scales (``_quant_chunk``), beside the products."""
+    s = a + res (FIXED: added into the int64 sums parts [M, E] instead, ``quant.add_fixed``);
+    the last tile index of each chunk instead writes ss[chunk, m] and the chunk's e4m3 x and
+    scales (``_quant_chunk``), beside the products."""
     tile = tl.program_id(0)
     split = tl.program_id(1)
     k_lo = split * k_chunk
@@ -133,19 +134,25 @@ def _norm_router_kernel(a_ptr, res_ptr, g_ptr, w_ptr, parts_ptr, ss_ptr, xq_ptr,
                     acc += tl.dot(y.to(tl.float32), tl.trans(w.to(tl.float32)))
                 else:
                     acc += tl.dot(y, tl.trans(w))
-        out = parts_ptr + split * M * E + offs_m[:, None] * E + offs_n[None, :]
-        tl.store(out, acc, mask=(offs_m[:, None] < M) & n_ok[None, :])
+        ok = (offs_m[:, None] < M) & n_ok[None, :]
+        if FIXED:
+            add_fixed(parts_ptr + offs_m[:, None] * E + offs_n[None, :], acc, ok)
+        else:
+            tl.store(parts_ptr + split * M * E + offs_m[:, None] * E + offs_n[None, :], acc,
+                     mask=ok)
 
 
 def norm_router(attn: torch.Tensor, residual: torch.Tensor, gamma: torch.Tensor,
                 router_w: torch.Tensor, parts: torch.Tensor, ss: torch.Tensor,
-                xq: torch.Tensor, sx: torch.Tensor) -> None:
+                xq: torch.Tensor, sx: torch.Tensor, sums=None) -> None:
     """parts fp32 [SPLIT, M, E] = the K chunks of bf16((attn + residual) gamma) router_w^T
     (SPLIT: ``launch``'s at M rows),
     ss fp32 [SPLIT, M] their sums of squares of attn + residual, xq e4m3 [>= M, H] and sx fp32
     [>= M, H/128] bf16((attn + residual) gamma) quantized per 128 columns (gate/up's x up to
     the factor rstd). attn, residual bf16 [M, H] (neither written); gamma [H]; router_w
-    bf16 [E, H]."""
+    bf16 [E, H]. sums int64 [M, E] at zero (the MMA shape's rows only, ``fixed``): the
+    products are added into it in 2^-32 units instead (parts then unused; route reads and
+    zeroes it)."""
     m, k = attn.shape
     split, pm, e = parts.shape
     if residual.shape != (m, k) or gamma.shape != (k,) or router_w.shape != (e, k) or pm != m:
@@ -170,14 +177,19 @@ def norm_router(attn: torch.Tensor, residual: torch.Tensor, gamma: torch.Tensor,
     bm, bk, gemv = bf16_linear.launch_shape(m, k, split)
     if not gemv:
         bm, bk = block_m(m), 128
+    if sums is not None:
+        if gemv or sums.dtype != torch.int64 or sums.shape != (m, e) or not sums.is_contiguous():
+            raise ValueError(f"norm_router: sums must be contiguous int64 [{m}, {e}] at rows "
+                             f"the MMA shape multiplies, got {sums.dtype} {tuple(sums.shape)} "
+                             f"at {m} rows ({'GEMV' if gemv else 'MMA'} shape)")
     k_chunk = chunk_cols(k, split, 128)
     # a program more a K chunk: its sums of squares and gate/up's x
     _norm_router_kernel[(triton.cdiv(e, block_n) + 1, split)](
-        attn, residual, gamma, router_w, parts, ss, xq, sx, m, k, e, k_chunk,
-        BLOCK_M=bm, BLOCK_N=block_n, BLOCK_K=bk, QM=triton.next_power_of_2(m),
+        attn, residual, gamma, router_w, parts if sums is None else sums, ss, xq, sx, m, k, e,
+        k_chunk, BLOCK_M=bm, BLOCK_N=block_n, BLOCK_K=bk, QM=triton.next_power_of_2(m),
         GROUPS=k_chunk // 128, GEMV=gemv, INTERPRET=interpreting(),
         PDL=overlap.enabled(), PREFETCH=overlap.prefetches("router"), num_warps=4,
-        num_stages=4, **overlap.launch_kw())
+        num_stages=4, FIXED=sums is not None, **overlap.launch_kw())
 
 
 # (columns a program, K chunks) of the products: as the bf16 router's where a program
@@ -196,6 +208,20 @@ def launch(m: int) -> tuple:
     if not 1 <= shape[1] <= MAX_SPLIT:
         raise ValueError(f"norm_router: {shape[1]} K chunks, at most {MAX_SPLIT}")
     return shape
+
+
+# rows from which the MMA shape's products add into one int64 [M, E] sum that route reads
+# once (``fixed``), where otherwise route sums MMA_SHAPE's 24 fp32 K chunks: at 4 rows on an
+# H100 route took 6.0 us after this form against 4.3 after the bf16 router's 8 chunks
+# (graph_timeline_20261207T073511Z, T073445Z). 17: off (written 2026-12-07 without a GPU;
+# tiling_probe's norm_router_fixed times it).
+FIXED_FROM_ROWS = 17
+
+
+def fixed(m: int) -> bool:
+    """Whether m rows' products go into fixed-point sums (FIXED_FROM_ROWS; the MMA shape's
+    rows only, where route, not gate/up, reads the logits)."""
+    return m >= FIXED_FROM_ROWS and m > bf16_linear.GEMV_MAX_ROWS
 
 
 ENV = "SGL_KERNEL_EXT_NORM_ROUTER_ROWS"  # e.g. "1-2" or "1,2,16" ("": none): ROWS from the environment

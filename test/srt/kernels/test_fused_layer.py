@@ -1063,6 +1063,21 @@ def norm_free_checks(kind, rows, context=3000):
 @pytest.mark.parametrize("rows", [1, 2, 3, 8, 16])
 @pytest.mark.parametrize("kind", ["moe_indexer", "moe_shared_topk"])
 def test_norm_free_router_matches_reference(kind, rows, monkeypatch):
+    _norm_free_router_within_numerics(kind, rows, monkeypatch)
+
+
+# ... with route reading one fixed-point sum of its products (norm_router.FIXED_FROM_ROWS;
+# graph replays and repeats bitwise only if route leaves the sums at zero)
+@pytest.mark.parametrize("rows", [3, 8, 16])
+@pytest.mark.parametrize("kind", ["moe_indexer", "moe_shared_topk"])
+def test_norm_free_router_fixed_sums_match_reference(kind, rows, monkeypatch):
+    from sgl_kernel_ext.triton import norm_router
+
+    monkeypatch.setattr(norm_router, "FIXED_FROM_ROWS", 3)
+    _norm_free_router_within_numerics(kind, rows, monkeypatch)
+
+
+def _norm_free_router_within_numerics(kind, rows, monkeypatch):
     from sgl_kernel_ext.triton import norm_router
 
     r = norm_free_checks(kind, rows)

@@ -68,6 +68,69 @@ def test_norm_router_is_its_algebra(rows, block_n, split, monkeypatch):
     assert torch.isnan(sx[rows:]).all()  # nothing past the rows
 
 
+@pytest.mark.parametrize("rows", [3, 5])
+def test_fixed_sums_are_the_partials_and_route_leaves_them_at_zero(rows, monkeypatch):
+    """The MMA shape's products added into int64 sums (norm_router.fixed) equal its fp32 K
+    chunks summed, within their rounding; route on those sums chooses and weighs as route on
+    the chunks, and leaves the sums at zero for the next launch; the chunks' buffer is not
+    written."""
+    monkeypatch.setattr(norm_router, "MMA_SHAPE", (16, 3))
+    h, e, topk, eps = 384, 24, 4, 1e-6
+    g = torch.Generator().manual_seed(40 + rows)
+    a = torch.randn(rows, h, generator=g).bfloat16()
+    res = torch.randn(rows, h, generator=g).bfloat16()
+    gamma = (1.0 + 0.1 * torch.randn(h, generator=g)).bfloat16()
+    w = (0.05 * torch.randn(e, h, generator=g)).bfloat16()
+    bias = 0.1 * torch.randn(e, generator=g)
+    pos = torch.arange(rows, dtype=torch.int64) + 3
+    bufs = []
+    for fixed in (False, True):
+        parts = torch.full((3, rows, e), float("nan"))
+        ss = torch.full((3, rows), float("nan"))
+        xq = torch.empty(rows, h, dtype=torch.float8_e4m3fn)
+        sx = torch.empty(rows, h // 128)
+        sums = torch.zeros(rows, e, dtype=torch.int64) if fixed else None
+        norm_router.norm_router(a, res, gamma, w, parts, ss, xq, sx, sums=sums)
+        if fixed:
+            assert torch.isnan(parts).all()
+            assert _rel(sums.double() * 2.0 ** -32, bufs[0][0].sum(0).double()) <= 1e-6
+        slots = rows * topk + 1
+        tables = (torch.full((slots,), -5, dtype=torch.int32),
+                  torch.full((slots, rows), float("nan")),
+                  torch.full((slots, rows), -5, dtype=torch.int32),
+                  torch.zeros(1, dtype=torch.int32))
+        scratch = (torch.zeros(rows * e, dtype=torch.int32), torch.zeros(rows * e),
+                   torch.zeros(1, dtype=torch.int32))
+        moe.route(sums if fixed else parts, bias, pos, topk, 2.5, True, *tables, scratch,
+                  ss=ss, hidden=h, eps=eps)
+        if fixed:
+            assert not sums.any()
+        bufs.append((parts, tables))
+    (_, (ex_a, w_a, r_a, n_a)), (_, (ex_b, w_b, r_b, n_b)) = bufs
+    n = int(n_a)
+    assert n == int(n_b) > 1
+    assert torch.equal(ex_a[:n], ex_b[:n]) and torch.equal(r_a[:n], r_b[:n])
+    assert torch.allclose(w_a[:n], w_b[:n], rtol=1e-5)
+
+
+def test_fixed_sums_are_refused_where_gate_up_routes():
+    """int64 sums at the GEMV shape's rows, or given to route's one-program form, are
+    refused by name."""
+    h, e = 256, 16
+    a = torch.randn(2, h).bfloat16()
+    split = norm_router.launch(2)[1]
+    with pytest.raises(ValueError, match="sums must be contiguous int64"):
+        norm_router.norm_router(a, a, torch.ones(h).bfloat16(), torch.randn(e, h).bfloat16(),
+                                torch.empty(split, 2, e), torch.empty(split, 2),
+                                torch.empty(2, h, dtype=torch.float8_e4m3fn),
+                                torch.empty(2, h // 128), sums=torch.zeros(2, e, dtype=torch.int64))
+    tables = (torch.zeros(9, dtype=torch.int32), torch.zeros(9, 2),
+              torch.zeros(9, 2, dtype=torch.int32), torch.zeros(1, dtype=torch.int32))
+    with pytest.raises(ValueError, match="per-row form only"):
+        moe.route(torch.zeros(2, e, dtype=torch.int64), torch.zeros(e),
+                  torch.arange(2), 4, 2.5, True, *tables)
+
+
 @pytest.mark.parametrize("rows", [1, 4])
 def test_route_times_rstd_is_routing_the_normed_logits(rows):
     """route given the un-normed partials and their sums of squares chooses and weighs as
@@ -99,15 +162,19 @@ def test_route_times_rstd_is_routing_the_normed_logits(rows):
 
 
 @pytest.mark.parametrize(
-    "layer_id, contexts",
-    [(1, [30]), (2, [40, 9]), (1, [30, 0, 12, 40])],
-    ids=["moe_indexer_one_row", "moe_shared_two_rows", "moe_indexer_pad_row"],
+    "layer_id, contexts, fixed_from",
+    [(1, [30], 17), (2, [40, 9], 17), (1, [30, 0, 12, 40], 17), (2, [30, 0, 12], 3)],
+    ids=["moe_indexer_one_row", "moe_shared_two_rows", "moe_indexer_pad_row",
+         "moe_shared_fixed_sums"],
 )
-def test_moe_layer_without_its_second_norm(layer_id, contexts, monkeypatch):
+def test_moe_layer_without_its_second_norm(layer_id, contexts, fixed_from, monkeypatch):
     """A MoE layer on a TP2 shard with the router on the un-normed row (gate/up routing at
-    1-2 rows, route's launch at 4): within the interpreter's NUMERICS of the reference, and
+    1-2 rows, route's launch at 3-4; at 3 rows also route reading fixed-point sums,
+    norm_router.FIXED_FROM_ROWS): within the interpreter's NUMERICS of the reference, and
     against the layer with its norm launch the residual, the top-k and the caches bitwise
-    (the attention side is the same), the output within the rounding the form changes."""
+    (the attention side is the same), the output within the rounding the form changes, and
+    the sums left at zero."""
+    monkeypatch.setattr(norm_router, "FIXED_FROM_ROWS", fixed_from)
     case = make_case(CFG, layer_id, contexts, seed=17 + layer_id, tp_size=2)
     rows, width = len(contexts), max(contexts)
 
@@ -128,6 +195,7 @@ def test_moe_layer_without_its_second_norm(layer_id, contexts, monkeypatch):
         layer = build(CFG, case.lw, caches, rows, width)
         res = case.residual.clone()
         y, res_out, topk = layer(case.hidden, res, case.batch, case.topk_prev)
+        assert not layer.buf["nr_sums"].any()
         runs.append((y.clone(), res_out.clone(), topk.clone(), caches))
     (y_a, res_a, t_a, c_a), (y_b, res_b, t_b, c_b) = runs
     assert torch.equal(res_a, res_b) and torch.equal(t_a, t_b)

@@ -236,6 +236,8 @@ class FusedLayer:
             # (norm_router.ROWS; viewed with the step's split, ``norm_router.launch``)
             specs["nr_parts"] = e(norm_router.MAX_SPLIT * m * self.experts, dt=f32)
             specs["nr_ss"] = e(norm_router.MAX_SPLIT * m, dt=f32)
+            # ... or its products' int64 sums (norm_router.fixed), left at zero by route
+            specs["nr_sums"] = workspace_mod.Spec((m * self.experts,), torch.int64, zeroed=True)
             # each row's choice, for route's one-program-per-row form
             specs["route_chosen"] = e(m * self.experts, dt=torch.int32)
             specs["route_weight"] = e(m * self.experts, dt=f32)
@@ -670,11 +672,15 @@ class FusedLayer:
                                       v("slot_weight"), v("slot_rank"))
             scratch = (b["route_chosen"], b["route_weight"], b["route_arrival"])
             if norm_free is not None:
+                sums = None
+                if routing is None and norm_router.fixed(m):
+                    sums = _prefix(b["nr_sums"], m, self.experts)
                 norm_router.norm_router(*norm_free, self.lw.post_attention_norm, mlp.router,
-                                        parts, ss, v("x2q"), v("x2s"))
+                                        parts, ss, v("x2q"), v("x2s"), sums=sums)
                 if routing is None:
-                    moe.route(parts, mlp.bias, pos, cfg.num_experts_per_tok,
-                              cfg.routed_scaling_factor, cfg.norm_topk_prob, b["slot_expert"],
+                    moe.route(parts if sums is None else sums, mlp.bias, pos,
+                              cfg.num_experts_per_tok, cfg.routed_scaling_factor,
+                              cfg.norm_topk_prob, b["slot_expert"],
                               v("slot_weight"), v("slot_rank"), b["num_slots"], scratch, ss=ss,
                               hidden=cfg.hidden_size, eps=eps)
             else:
