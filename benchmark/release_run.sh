@@ -276,8 +276,9 @@ run_resweep() {
 }
 # the router on the un-normed row (norm_router.ROWS, off by default): its GPU test first (it
 # checks the residual, caches and top-k bitwise against the norm's form), then its forms
-# against the baseline, each twice, at NF_MS rows of both MoE kinds (NF, the forms: all four)
-NF=${NF:-norm_router,norm_router_mma_16_8,norm_router_mma_64_16,norm_router_mma_128_24}
+# against the baseline, each twice, at NF_MS rows of both MoE kinds (NF, the forms; the
+# other tiles, norm_router_mma_*, timed at 6a357b8)
+NF="${NF:-norm_router,norm_router_fixed,norm_router_fixed_no_prefetch}"
 run_nf() {
   tested_probe nf norm_free_router "$NF" moe,moe_idx 2 "${NF_MS:-1,2,4,8,12,16}" "${NF_S:-240}"
 }

@@ -618,6 +618,12 @@ VARIANTS = {
     # (norm_router.FIXED_FROM_ROWS) instead of MMA_SHAPE's 24 K chunks
     "norm_router_fixed": {("norm_router", "ROWS"): frozenset(range(1, 17)),
                           ("norm_router", "FIXED_FROM_ROWS"): 3},
+    # ... and its programs not asking L2 for the router's weights before their wait, which
+    # they do while o_proj runs (o_proj 0.9 us slower at 4 rows with the form on an H100,
+    # graph_timeline_20261207T073511Z against T073445Z)
+    "norm_router_fixed_no_prefetch": {("norm_router", "ROWS"): frozenset(range(1, 17)),
+                                      ("norm_router", "FIXED_FROM_ROWS"): 3,
+                                      ("overlap", "PREFETCH_OFF"): PREFETCH_OFF | {"router"}},
     # ... with other tiles of its products from 3 rows (default norm_router.MMA_SHAPE)
     **{f"norm_router_mma_{n}_{k}": {("norm_router", "ROWS"): frozenset(range(1, 17)),
                                     ("norm_router", "MMA_SHAPE"): (n, k)}
