@@ -904,9 +904,9 @@ def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tenso
     reads and leaves at zero: ``norm_router.fixed``, the per-row form only); writes
     slot_expert int32 [>= M*topk+1], slot_weight fp32 and slot_rank int32 [>= M*topk+1, M]
     (the expert's place in the row's ascending choice; -1 where the row did not choose it)
-    and num_slots int32 [1]. scratch: (chosen
-    int32 [>= M*E], weight fp32 [>= M*E], an int32 arrival counter at zero) for the
-    one-program-per-row form from ROUTE_PER_ROW_MIN_ROWS rows. ss fp32 [S, M]: the partials
+    and num_slots int32 [1]. scratch: (chosen int32 [>= M*E], weight fp32 [>= M*E], an int32
+    arrival counter at zero) for the one-program-per-row form from ROUTE_PER_ROW_MIN_ROWS
+    rows. ss fp32 [S, M]: the partials
     are ``norm_router``'s, of the un-normed rows (`hidden` columns, the norm's eps)."""
     fixed = router_parts.dtype == torch.int64
     if fixed and (router_parts.dim() != 2 or scratch is None or

@@ -23,7 +23,8 @@ experts' sum, is written by the sum kernel before its wait (``moe.sum_terms``'s 
 The roundings differ from the reference's only where bf16(s g) and bf16(s rstd g) (and their
 e4m3 steps) round differently: noise of the size the layer's NUMERICS already hold (their
 test runs this form too). What it removes: the norm's launch between o_proj and the router,
-whose whole-row reduction no split of it can avoid.
+whose whole-row reduction no split of it can avoid. A MoE layer on a TP shard takes it at
+the row counts ``ROWS`` names (one row by default).
 """
 
 from __future__ import annotations
@@ -224,7 +225,7 @@ def fixed(m: int) -> bool:
     return m >= FIXED_FROM_ROWS and m > bf16_linear.GEMV_MAX_ROWS
 
 
-ENV = "SGL_KERNEL_EXT_NORM_ROUTER_ROWS"  # e.g. "1-2" or "1,2,16" ("": none): ROWS from the environment
+ENV = "SGL_KERNEL_EXT_NORM_ROUTER_ROWS"  # "1-2", "1,2,16" or "" (none): ROWS from the environment
 
 
 def _rows(spec: str) -> frozenset:
