@@ -624,6 +624,10 @@ VARIANTS = {
     "norm_router_fixed_no_prefetch": {("norm_router", "ROWS"): frozenset(range(1, 17)),
                                       ("norm_router", "FIXED_FROM_ROWS"): 3,
                                       ("overlap", "PREFETCH_OFF"): PREFETCH_OFF | {"router"}},
+    # ... at 1-2 rows with the sums of squares and gate/up's x written by the products' tile 0
+    # (norm_router.QUANT_IN_PRODUCTS_MAX_ROWS) instead of programs of their own
+    "norm_router_quant_in_tile": {("norm_router", "ROWS"): frozenset({1, 2}),
+                                  ("norm_router", "QUANT_IN_PRODUCTS_MAX_ROWS"): 2},
     # ... with other tiles of its products from 3 rows (default norm_router.MMA_SHAPE)
     **{f"norm_router_mma_{n}_{k}": {("norm_router", "ROWS"): frozenset(range(1, 17)),
                                     ("norm_router", "MMA_SHAPE"): (n, k)}

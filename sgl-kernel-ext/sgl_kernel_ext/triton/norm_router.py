@@ -39,7 +39,7 @@ from . import bf16_linear, overlap
 from .bf16_linear import _bf16_linear_prefetch, chunk_cols
 from .fp8_linear import block_m, interpreting
 from .overlap import stage_begin
-from .quant import add_fixed, to_e4m3
+from .quant import add_fixed, store_row_groups, to_e4m3
 
 
 @triton.jit
@@ -85,16 +85,19 @@ def _norm_router_kernel(a_ptr, res_ptr, g_ptr, w_ptr, parts_ptr, ss_ptr, xq_ptr,
                         M, K, E, k_chunk, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                         BLOCK_K: tl.constexpr, QM: tl.constexpr, GROUPS: tl.constexpr,
                         GEMV: tl.constexpr, INTERPRET: tl.constexpr, PDL: tl.constexpr,
-                        PREFETCH: tl.constexpr, FIXED: tl.constexpr = False):
+                        PREFETCH: tl.constexpr, FIXED: tl.constexpr = False,
+                        QUANT_IN_TILE0: tl.constexpr = False):
     """Programs (tile of E, K chunk): parts[chunk] = bf16(s g) W^T over the chunk (fp32),
     s = a + res (FIXED: added into the int64 sums parts [M, E] instead, ``quant.add_fixed``);
     the last tile index of each chunk instead writes ss[chunk, m] and the chunk's e4m3 x and
-    scales (``_quant_chunk``), beside the products."""
+    scales (``_quant_chunk``), beside the products (QUANT_IN_TILE0, the GEMV form only: no
+    such tile, tile 0's programs write them from the rows they multiply)."""
     tile = tl.program_id(0)
     split = tl.program_id(1)
     k_lo = split * k_chunk
     k_hi = tl.minimum(k_lo + k_chunk, K)
-    if tile == tl.num_programs(0) - 1:
+    quant_tile = tl.num_programs(0) if QUANT_IN_TILE0 else tl.num_programs(0) - 1
+    if tile == quant_tile:
         stage_begin(PDL)
         _quant_chunk(a_ptr, res_ptr, g_ptr, ss_ptr, xq_ptr, sx_ptr, M, K, k_lo, k_hi, split,
                      QM, GROUPS, INTERPRET)
@@ -111,6 +114,7 @@ def _norm_router_kernel(a_ptr, res_ptr, g_ptr, w_ptr, parts_ptr, ss_ptr, xq_ptr,
             w = tl.load(w_ptr + offs_n[:, None] * K + k[None, :],
                         mask=n_ok[:, None] & k_ok[None, :], other=0.0).to(tl.float32)
             stage_begin(PDL)
+            ss = tl.zeros((BLOCK_M,), dtype=tl.float32)
             for r in tl.static_range(BLOCK_M):
                 ok = k_ok & (r < M)
                 s = tl.load(a_ptr + r * K + k, mask=ok, other=0.0).to(tl.float32) \
@@ -118,6 +122,16 @@ def _norm_router_kernel(a_ptr, res_ptr, g_ptr, w_ptr, parts_ptr, ss_ptr, xq_ptr,
                 y = (s * gam).to(tl.bfloat16).to(tl.float32)
                 acc += tl.where(offs_m[:, None] == r, tl.sum(w * y[None, :], axis=1)[None, :],
                                 0.0)
+                if QUANT_IN_TILE0:
+                    if (tile == 0) & (r < M):
+                        ss = tl.where(offs_m == r, tl.sum(s * s, axis=0), ss)
+                        store_row_groups(y, tl.arange(0, BLOCK_K), k_hi - k_lo,
+                                         xq_ptr + r * K + k_lo,
+                                         sx_ptr + r * tl.cdiv(K, 128) + k_lo // 128, BLOCK_K,
+                                         INTERPRET)
+            if QUANT_IN_TILE0:
+                if tile == 0:
+                    tl.store(ss_ptr + split * M + offs_m, ss, mask=offs_m < M)
         else:
             stage_begin(PDL)
             m_ok = offs_m < M
@@ -184,13 +198,14 @@ def norm_router(attn: torch.Tensor, residual: torch.Tensor, gamma: torch.Tensor,
                              f"the MMA shape multiplies, got {sums.dtype} {tuple(sums.shape)} "
                              f"at {m} rows ({'GEMV' if gemv else 'MMA'} shape)")
     k_chunk = chunk_cols(k, split, 128)
-    # a program more a K chunk: its sums of squares and gate/up's x
-    _norm_router_kernel[(triton.cdiv(e, block_n) + 1, split)](
+    in_tile0 = gemv and m <= QUANT_IN_PRODUCTS_MAX_ROWS
+    # a program more a K chunk: its sums of squares and gate/up's x (or tile 0's programs)
+    _norm_router_kernel[(triton.cdiv(e, block_n) + (0 if in_tile0 else 1), split)](
         attn, residual, gamma, router_w, parts if sums is None else sums, ss, xq, sx, m, k, e,
         k_chunk, BLOCK_M=bm, BLOCK_N=block_n, BLOCK_K=bk, QM=triton.next_power_of_2(m),
         GROUPS=k_chunk // 128, GEMV=gemv, INTERPRET=interpreting(),
         PDL=overlap.enabled(), PREFETCH=overlap.prefetches("router"), num_warps=4,
-        num_stages=4, FIXED=sums is not None, **overlap.launch_kw())
+        num_stages=4, FIXED=sums is not None, QUANT_IN_TILE0=in_tile0, **overlap.launch_kw())
 
 
 # (columns a program, K chunks) of the products: as the bf16 router's where a program
@@ -209,6 +224,15 @@ def launch(m: int) -> tuple:
     if not 1 <= shape[1] <= MAX_SPLIT:
         raise ValueError(f"norm_router: {shape[1]} K chunks, at most {MAX_SPLIT}")
     return shape
+
+
+# rows up to which (the GEMV shape's only) tile 0's programs write the sums of squares and
+# gate/up's x from the rows they multiply, as the first form did at every row count, instead
+# of a tile of programs of their own that load the rows again. 0: off (written 2026-12-07
+# without a GPU; tiling_probe's norm_router_quant_in_tile times it). The first form was
+# 2.5 us faster than the norm's at one row (tiling_probe_20261206T222020Z), the form with its
+# own quantization tile 0.5 (T073226Z): each within its own run, on two H100s.
+QUANT_IN_PRODUCTS_MAX_ROWS = 0
 
 
 # rows from which the MMA shape's products add into one int64 [M, E] sum that route reads

@@ -1077,6 +1077,17 @@ def test_norm_free_router_fixed_sums_match_reference(kind, rows, monkeypatch):
     _norm_free_router_within_numerics(kind, rows, monkeypatch)
 
 
+# ... with the sums of squares and gate/up's x written by the products' tile 0 at 1-2 rows
+# (norm_router.QUANT_IN_PRODUCTS_MAX_ROWS)
+@pytest.mark.parametrize("rows", [1, 2])
+@pytest.mark.parametrize("kind", ["moe_indexer", "moe_shared_topk"])
+def test_norm_free_router_quant_in_tile_matches_reference(kind, rows, monkeypatch):
+    from sgl_kernel_ext.triton import norm_router
+
+    monkeypatch.setattr(norm_router, "QUANT_IN_PRODUCTS_MAX_ROWS", 2)
+    _norm_free_router_within_numerics(kind, rows, monkeypatch)
+
+
 def _norm_free_router_within_numerics(kind, rows, monkeypatch):
     from sgl_kernel_ext.triton import norm_router
 

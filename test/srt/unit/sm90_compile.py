@@ -225,7 +225,7 @@ def _drive_real(persistent_too: bool = True) -> None:
              (moe, "SUM_POS_EARLY"), (mla, "ABSORB_PE_OWN_FROM_ROWS"),
              (mla, "KV_SLOT_EARLY"), (mla, "Q_FIXED_FROM_ROWS"),
              (moe, "DOWN_SLOT_WAIT_FROM_ROWS"), (norm_router, "ROWS"),
-             (norm_router, "FIXED_FROM_ROWS"))
+             (norm_router, "FIXED_FROM_ROWS"), (norm_router, "QUANT_IN_PRODUCTS_MAX_ROWS"))
     default = tuple(getattr(mod, name) for mod, name in knobs)
     # the stage kernels also with absorb_v in one latent chunk, and in the most chunks merging
     # the attention's at every row count (mla.ABSORB_V_SPLIT_C, _MERGE_MAX_ROWS); absorb's dot
@@ -242,11 +242,12 @@ def _drive_real(persistent_too: bool = True) -> None:
     # absorb (Q_FIXED_FROM_ROWS) at every row count in one, from 3 rows in the other; down
     # after all of gate/up in the other (DOWN_SLOT_WAIT_FROM_ROWS: by default per slot); a
     # MoE layer's router on the un-normed row at every row count in one (norm_router.ROWS),
-    # its products into fixed-point sums from 3 rows there (FIXED_FROM_ROWS)
+    # its products into fixed-point sums from 3 rows there (FIXED_FROM_ROWS) and its
+    # quantization in the products' programs up to 2 (QUANT_IN_PRODUCTS_MAX_ROWS)
     other_forms = ((1, 0, 0, 2, 2, 2, 1, 0, 8, 2, 1, True, True, True, 1, True, 1, 3,
-                    frozenset(range(1, 17)), 3),
+                    frozenset(range(1, 17)), 3, 2),
                    (8, 16, 4, 0, 0, 0, 2, 1 << 30, 4, 1, 1, False, False, False, 1 << 30, False,
-                    3, 1 << 30, frozenset(), 17))
+                    3, 1 << 30, frozenset(), 17, 0))
     for kind, lid in kinds.items():
         lw = weights.gen_layer(cfg, 0, lid, tp_size=8, tp_rank=0)
         caches = alloc_caches(cfg, rows * ctx, "cpu", torch.bfloat16, layers=[lid])

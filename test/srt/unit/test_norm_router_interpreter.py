@@ -31,12 +31,15 @@ def _rel(a, b):
     return float((a.float() - b.float()).abs().max() / b.float().abs().max())
 
 
-@pytest.mark.parametrize("rows, block_n, split", [(1, 16, 3), (2, 16, 2), (3, 16, 3),
-                                                  (5, 32, 1)])
-def test_norm_router_is_its_algebra(rows, block_n, split, monkeypatch):
+@pytest.mark.parametrize("rows, block_n, split, in_tile", [
+    (1, 16, 3, False), (2, 16, 2, False), (3, 16, 3, False), (5, 32, 1, False),
+    (1, 16, 3, True), (2, 16, 2, True)])
+def test_norm_router_is_its_algebra(rows, block_n, split, in_tile, monkeypatch):
     """parts = bf16((a + res) g) W^T by K chunk, ss the chunks' sums of squares of a + res,
     xq / sx the chunk's per-128 e4m3 of bf16((a + res) g) (one row at 1-2 rows, the MMA form
-    from 3): every element written, against torch; a and res left as they were."""
+    from 3; at 1-2 rows also from tile 0's programs, QUANT_IN_PRODUCTS_MAX_ROWS): every
+    element written, against torch; a and res left as they were."""
+    monkeypatch.setattr(norm_router, "QUANT_IN_PRODUCTS_MAX_ROWS", 2 if in_tile else 0)
     monkeypatch.setattr(norm_router, "GEMV_SHAPE", (block_n, split))
     monkeypatch.setattr(norm_router, "MMA_SHAPE", (block_n, split))
     h, e = 384, 24  # 3 groups; 24 experts: a partial tile of 16 (or 32)
@@ -162,19 +165,23 @@ def test_route_times_rstd_is_routing_the_normed_logits(rows):
 
 
 @pytest.mark.parametrize(
-    "layer_id, contexts, fixed_from",
-    [(1, [30], 17), (2, [40, 9], 17), (1, [30, 0, 12, 40], 17), (2, [30, 0, 12], 3)],
+    "layer_id, contexts, fixed_from, in_tile_rows",
+    [(1, [30], 17, 0), (2, [40, 9], 17, 0), (1, [30, 0, 12, 40], 17, 0), (2, [30, 0, 12], 3, 0),
+     (2, [40, 9], 17, 2)],
     ids=["moe_indexer_one_row", "moe_shared_two_rows", "moe_indexer_pad_row",
-         "moe_shared_fixed_sums"],
+         "moe_shared_fixed_sums", "moe_shared_two_rows_quant_in_tile"],
 )
-def test_moe_layer_without_its_second_norm(layer_id, contexts, fixed_from, monkeypatch):
+def test_moe_layer_without_its_second_norm(layer_id, contexts, fixed_from, in_tile_rows,
+                                           monkeypatch):
     """A MoE layer on a TP2 shard with the router on the un-normed row (gate/up routing at
     1-2 rows, route's launch at 3-4; at 3 rows also route reading fixed-point sums,
     norm_router.FIXED_FROM_ROWS): within the interpreter's NUMERICS of the reference, and
     against the layer with its norm launch the residual, the top-k and the caches bitwise
     (the attention side is the same), the output within the rounding the form changes, and
-    the sums left at zero."""
+    the sums left at zero; at 2 rows also with the quantization in the products' programs
+    (QUANT_IN_PRODUCTS_MAX_ROWS)."""
     monkeypatch.setattr(norm_router, "FIXED_FROM_ROWS", fixed_from)
+    monkeypatch.setattr(norm_router, "QUANT_IN_PRODUCTS_MAX_ROWS", in_tile_rows)
     case = make_case(CFG, layer_id, contexts, seed=17 + layer_id, tp_size=2)
     rows, width = len(contexts), max(contexts)
 
