@@ -31,6 +31,16 @@ def _rel(a, b):
     return float((a.float() - b.float()).abs().max() / b.float().abs().max())
 
 
+def _route_outputs(rows, e, topk):
+    """route's slot tables, poisoned, and its per-row scratch (counter at zero)."""
+    slots = rows * topk + 1
+    tables = (torch.full((slots,), -5, dtype=torch.int32), torch.full((slots, rows), float("nan")),
+              torch.full((slots, rows), -5, dtype=torch.int32), torch.zeros(1, dtype=torch.int32))
+    scratch = (torch.zeros(rows * e, dtype=torch.int32), torch.zeros(rows * e),
+               torch.zeros(1, dtype=torch.int32))
+    return tables, scratch
+
+
 @pytest.mark.parametrize("rows, block_n, split, in_tile", [
     (1, 16, 3, False), (2, 16, 2, False), (3, 16, 3, False), (5, 32, 1, False),
     (1, 16, 3, True), (2, 16, 2, True)])
@@ -97,13 +107,7 @@ def test_fixed_sums_are_the_partials_and_route_leaves_them_at_zero(rows, monkeyp
         if fixed:
             assert torch.isnan(parts).all()
             assert _rel(sums.double() * 2.0 ** -32, bufs[0][0].sum(0).double()) <= 1e-6
-        slots = rows * topk + 1
-        tables = (torch.full((slots,), -5, dtype=torch.int32),
-                  torch.full((slots, rows), float("nan")),
-                  torch.full((slots, rows), -5, dtype=torch.int32),
-                  torch.zeros(1, dtype=torch.int32))
-        scratch = (torch.zeros(rows * e, dtype=torch.int32), torch.zeros(rows * e),
-                   torch.zeros(1, dtype=torch.int32))
+        tables, scratch = _route_outputs(rows, e, topk)
         moe.route(sums if fixed else parts, bias, pos, topk, 2.5, True, *tables, scratch,
                   ss=ss, hidden=h, eps=eps)
         if fixed:
@@ -148,13 +152,7 @@ def test_route_times_rstd_is_routing_the_normed_logits(rows):
     normed = ((parts[0] + parts[1] + parts[2]) * (1.0 / torch.sqrt(acc / h + eps))[:, None])
     outs = []
     for p, kw in ((parts, dict(ss=ss, hidden=h, eps=eps)), (normed[None].contiguous(), {})):
-        slots = rows * topk + 1
-        tables = (torch.full((slots,), -5, dtype=torch.int32),
-                  torch.full((slots, rows), float("nan")),
-                  torch.full((slots, rows), -5, dtype=torch.int32),
-                  torch.zeros(1, dtype=torch.int32))
-        scratch = (torch.zeros(rows * e, dtype=torch.int32), torch.zeros(rows * e),
-                   torch.zeros(1, dtype=torch.int32))
+        tables, scratch = _route_outputs(rows, e, topk)
         moe.route(p, bias, pos, topk, 2.5, True, *tables, scratch, **kw)
         outs.append(tables)
     (ex_a, w_a, r_a, n_a), (ex_b, w_b, r_b, n_b) = outs
