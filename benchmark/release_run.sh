@@ -274,7 +274,7 @@ run_resweep() {
     --ms "${RESWEEP_MS:-16}" --variants "$v" --out "$OUT" > "$L/tiling_resweep.log" 2>&1
   echo "tiling_probe rc=$?"; grep -E " us$|: failed: " "$L/tiling_resweep.log" | cut -c12- | tail -140
 }
-# the router on the un-normed row (norm_router.ROWS, off by default): its GPU test first (it
+# the router on the un-normed row (norm_router.ROWS, one row by default): its GPU test first (it
 # checks the residual, caches and top-k bitwise against the norm's form), then its forms
 # against the baseline, each twice, at NF_MS rows of both MoE kinds (NF, the forms; the
 # other tiles, norm_router_mma_*, timed at 6a357b8)

@@ -1059,38 +1059,24 @@ def norm_free_checks(kind, rows, context=3000):
 
 
 # the router on the un-normed row, no post-attention norm launch (norm_router.ROWS): gate/up
-# routing at 1-2 rows, route's launch from 3, down's slot waits from 3, 16 the widest
-@pytest.mark.parametrize("rows", [1, 2, 3, 8, 16])
-@pytest.mark.parametrize("kind", ["moe_indexer", "moe_shared_topk"])
-def test_norm_free_router_matches_reference(kind, rows, monkeypatch):
-    _norm_free_router_within_numerics(kind, rows, monkeypatch)
+# routing at 1-2 rows, route's launch from 3, down's slot waits from 3, 16 the widest; from 3
+# rows also with route reading one fixed-point sum of the products (FIXED_FROM_ROWS: graph
+# replays and repeats are bitwise only if route leaves the sums at zero), at 1-2 with the sums
+# of squares and gate/up's x written by the products' tile 0 (QUANT_IN_PRODUCTS_MAX_ROWS)
+_NORM_FREE_FORMS = {"plain": {}, "fixed_sums": {"FIXED_FROM_ROWS": 3},
+                    "quant_in_tile": {"QUANT_IN_PRODUCTS_MAX_ROWS": 2}}
 
 
-# ... with route reading one fixed-point sum of its products (norm_router.FIXED_FROM_ROWS;
-# graph replays and repeats bitwise only if route leaves the sums at zero)
-@pytest.mark.parametrize("rows", [3, 8, 16])
+@pytest.mark.parametrize("rows, form", [(1, "plain"), (2, "plain"), (3, "plain"), (8, "plain"),
+                                        (16, "plain"), (3, "fixed_sums"), (8, "fixed_sums"),
+                                        (16, "fixed_sums"), (1, "quant_in_tile"),
+                                        (2, "quant_in_tile")])
 @pytest.mark.parametrize("kind", ["moe_indexer", "moe_shared_topk"])
-def test_norm_free_router_fixed_sums_match_reference(kind, rows, monkeypatch):
+def test_norm_free_router_matches_reference(kind, rows, form, monkeypatch):
     from sgl_kernel_ext.triton import norm_router
 
-    monkeypatch.setattr(norm_router, "FIXED_FROM_ROWS", 3)
-    _norm_free_router_within_numerics(kind, rows, monkeypatch)
-
-
-# ... with the sums of squares and gate/up's x written by the products' tile 0 at 1-2 rows
-# (norm_router.QUANT_IN_PRODUCTS_MAX_ROWS)
-@pytest.mark.parametrize("rows", [1, 2])
-@pytest.mark.parametrize("kind", ["moe_indexer", "moe_shared_topk"])
-def test_norm_free_router_quant_in_tile_matches_reference(kind, rows, monkeypatch):
-    from sgl_kernel_ext.triton import norm_router
-
-    monkeypatch.setattr(norm_router, "QUANT_IN_PRODUCTS_MAX_ROWS", 2)
-    _norm_free_router_within_numerics(kind, rows, monkeypatch)
-
-
-def _norm_free_router_within_numerics(kind, rows, monkeypatch):
-    from sgl_kernel_ext.triton import norm_router
-
+    for name, value in _NORM_FREE_FORMS[form].items():
+        monkeypatch.setattr(norm_router, name, value)
     r = norm_free_checks(kind, rows)
     assert r["residual_equal"] and r["topk_equal"] and r["kv_equal"] and r["y_finite"], r
     assert r["y_rel"] <= NUMERICS["fused_layer"]["y_rel"], r
