@@ -228,18 +228,20 @@ def launch(m: int) -> tuple:
 
 # rows up to which (the GEMV shape's only) tile 0's programs write the sums of squares and
 # gate/up's x from the rows they multiply, as the first form did at every row count, instead
-# of a tile of programs of their own that load the rows again. 0: off (written 2026-12-07
-# without a GPU; tiling_probe's norm_router_quant_in_tile times it). The first form was
-# 2.5 us faster than the norm's at one row (tiling_probe_20261206T222020Z), the form with its
-# own quantization tile 0.5 (T073226Z): each within its own run, on two H100s.
-QUANT_IN_PRODUCTS_MAX_ROWS = 0
+# of a tile of programs of their own that load the rows again. 2: on an H100 with the CuTe DSL
+# attention side this form was -1.6 / -1.9 us against the norm's at one row (MoE / MoE+indexer
+# layer; the baselines' spread 1.0 / 1.8) and -0.8 / -0.3 at two (spread 0.7 / 0.4), where the
+# form with its own quantization tile was -0.0 / +0.1 and -0.3 / -0.1 in the same run
+# (tiling_probe_20261207T101324Z). 0: off.
+QUANT_IN_PRODUCTS_MAX_ROWS = 2
 
 
 # rows from which the MMA shape's products add into one int64 [M, E] sum that route reads
 # once (``fixed``), where otherwise route sums MMA_SHAPE's 24 fp32 K chunks: at 4 rows on an
 # H100 route took 6.0 us after this form against 4.3 after the bf16 router's 8 chunks
-# (graph_timeline_20261207T073511Z, T073445Z). 17: off (written 2026-12-07 without a GPU;
-# tiling_probe's norm_router_fixed times it).
+# (graph_timeline_20261207T073511Z, T073445Z). 17: off. On an H100 it took back the form's
+# 4-row loss (+0.3 / -0.1 us against the norm's, the form without it +2.1 / +1.8) but gained
+# nothing over the norm's form at 4-16 rows (tiling_probe_20261207T101324Z).
 FIXED_FROM_ROWS = 17
 
 
@@ -262,15 +264,16 @@ def _rows(spec: str) -> frozenset:
 
 
 # rows at which a MoE layer on a TP shard takes this form (the post-attention norm's launch
-# dropped; ``applies``): one row, where it gains on an H100 with either attention side (MoE
-# layer -0.4..-1.0 us, step -1.2%: tiling_probe_20261207T073226Z, decode_layer_20261207T074331Z
-# against T074520Z, decode_step_20261207T074418Z against T074542Z) and the GPU suite passes
-# under it (release_tests_nr1_h100_ae9977b.log: all but the shard test's two bitwise
-# comparisons with the norm's form, which now hold ROWS empty). Not 4 rows (+1.8..+3.8; its
-# timeline: the launch saves 1.1 us, route on its 24 K chunks adds 1.7 and o_proj 0.9,
-# graph_timeline_20261207T073511Z against T073445Z) nor 8 (-2.2..+0.8 over four probes). Not
-# yet run on an H200. The environment's ENV replaces it.
-ROWS: frozenset = _rows(os.environ.get(ENV, "1"))
+# dropped; ``applies``): 1-2, where it gains on an H100 with either attention side (one row:
+# MoE layer -0.4..-1.0 us, step -1.2%, tiling_probe_20261207T073226Z, decode_layer_20261207T
+# 074331Z against T074520Z, decode_step_20261207T074418Z against T074542Z; 1-2 rows with the
+# quantization in tile 0, QUANT_IN_PRODUCTS_MAX_ROWS: tiling_probe_20261207T101324Z). The GPU
+# suite passes under it (release_tests_nr1_h100_ae9977b.log at one row: all but the shard
+# test's two bitwise comparisons with the norm's form, which now hold ROWS empty). Not 4 rows
+# (+1.8..+3.8; its timeline: the launch saves 1.1 us, route on its 24 K chunks adds 1.7 and
+# o_proj 0.9, graph_timeline_20261207T073511Z against T073445Z) nor 8 (-2.2..+0.8 over five
+# probes). Not yet run on an H200. The environment's ENV replaces it.
+ROWS: frozenset = _rows(os.environ.get(ENV, "1-2"))
 
 
 def applies(m: int) -> bool:
