@@ -274,11 +274,11 @@ run_resweep() {
     --ms "${RESWEEP_MS:-16}" --variants "$v" --out "$OUT" > "$L/tiling_resweep.log" 2>&1
   echo "tiling_probe rc=$?"; grep -E " us$|: failed: " "$L/tiling_resweep.log" | cut -c12- | tail -140
 }
-# the router on the un-normed row (norm_router.ROWS, one row by default): its GPU test first (it
+# the router on the un-normed row (norm_router.ROWS, 1-2 rows by default): its GPU test first (it
 # checks the residual, caches and top-k bitwise against the norm's form), then its forms
 # against the baseline, each twice, at NF_MS rows of both MoE kinds (NF, the forms; the
 # other tiles, norm_router_mma_*, timed at 6a357b8)
-NF="${NF:-norm_router,norm_router_quant_in_tile,norm_router_fixed,norm_router_fixed_no_prefetch}"
+NF="${NF:-norm_router_off,norm_router_own_quant_tile,norm_router,norm_router_fixed}"
 run_nf() {
   tested_probe nf norm_free_router "$NF" moe,moe_idx 2 "${NF_MS:-1,2,4,8,12,16}" "${NF_S:-240}"
 }

@@ -613,7 +613,7 @@ VARIANTS = {
     "norm_router_not_2": {("norm_router", "ROWS"): frozenset(range(1, 17)) - {2}},
     "norm_router_to_2": {("norm_router", "ROWS"): frozenset({1, 2})},
     "norm_router_1": {("norm_router", "ROWS"): frozenset({1})},
-    "norm_router_off": {("norm_router", "ROWS"): frozenset()},  # the default at one row
+    "norm_router_off": {("norm_router", "ROWS"): frozenset()},  # the default at 1-2 rows
     # ... with route reading one fixed-point sum of its products from 3 rows
     # (norm_router.FIXED_FROM_ROWS) instead of MMA_SHAPE's 24 K chunks
     "norm_router_fixed": {("norm_router", "ROWS"): frozenset(range(1, 17)),
@@ -625,9 +625,12 @@ VARIANTS = {
                                       ("norm_router", "FIXED_FROM_ROWS"): 3,
                                       ("overlap", "PREFETCH_OFF"): PREFETCH_OFF | {"router"}},
     # ... at 1-2 rows with the sums of squares and gate/up's x written by the products' tile 0
-    # (norm_router.QUANT_IN_PRODUCTS_MAX_ROWS) instead of programs of their own
+    # (norm_router.QUANT_IN_PRODUCTS_MAX_ROWS; the default since b590c1c) or by programs of
+    # their own (the default before it)
     "norm_router_quant_in_tile": {("norm_router", "ROWS"): frozenset({1, 2}),
                                   ("norm_router", "QUANT_IN_PRODUCTS_MAX_ROWS"): 2},
+    "norm_router_own_quant_tile": {("norm_router", "ROWS"): frozenset({1, 2}),
+                                   ("norm_router", "QUANT_IN_PRODUCTS_MAX_ROWS"): 0},
     # ... with other tiles of its products from 3 rows (default norm_router.MMA_SHAPE)
     **{f"norm_router_mma_{n}_{k}": {("norm_router", "ROWS"): frozenset(range(1, 17)),
                                     ("norm_router", "MMA_SHAPE"): (n, k)}

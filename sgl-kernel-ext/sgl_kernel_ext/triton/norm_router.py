@@ -24,7 +24,7 @@ The roundings differ from the reference's only where bf16(s g) and bf16(s rstd g
 e4m3 steps) round differently: noise of the size the layer's NUMERICS already hold (their
 test runs this form too). What it removes: the norm's launch between o_proj and the router,
 whose whole-row reduction no split of it can avoid. A MoE layer on a TP shard takes it at
-the row counts ``ROWS`` names (one row by default).
+the row counts ``ROWS`` names (1-2 rows by default).
 """
 
 from __future__ import annotations
