@@ -278,7 +278,7 @@ run_resweep() {
 # checks the residual, caches and top-k bitwise against the norm's form), then its forms
 # against the baseline, each twice, at NF_MS rows of both MoE kinds (NF, the forms; the
 # other tiles, norm_router_mma_*, timed at 6a357b8)
-NF="${NF:-norm_router_off,norm_router_own_quant_tile,norm_router,norm_router_fixed}"
+NF="${NF:-norm_router_off,norm_router_own_quant_tile,norm_router_no_prefetch,norm_router_fixed}"
 run_nf() {
   tested_probe nf norm_free_router "$NF" moe,moe_idx 2 "${NF_MS:-1,2,4,8,12,16}" "${NF_S:-240}"
 }

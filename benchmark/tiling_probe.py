@@ -631,6 +631,10 @@ VARIANTS = {
                                   ("norm_router", "QUANT_IN_PRODUCTS_MAX_ROWS"): 2},
     "norm_router_own_quant_tile": {("norm_router", "ROWS"): frozenset({1, 2}),
                                    ("norm_router", "QUANT_IN_PRODUCTS_MAX_ROWS"): 0},
+    # ... the default, its programs not asking L2 for the router's weights before their wait
+    # (at 2 rows o_proj added 8.9 us with the form, 7.7 without: graph_timeline_20261207T103234Z
+    # against T103312Z)
+    "norm_router_no_prefetch": {("overlap", "PREFETCH_OFF"): PREFETCH_OFF | {"router"}},
     # ... with other tiles of its products from 3 rows (default norm_router.MMA_SHAPE)
     **{f"norm_router_mma_{n}_{k}": {("norm_router", "ROWS"): frozenset(range(1, 17)),
                                     ("norm_router", "MMA_SHAPE"): (n, k)}
