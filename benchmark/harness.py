@@ -27,6 +27,7 @@ from typing import Callable, Dict, List, Optional
 
 import torch
 
+from . import provenance
 from . import roofline as RL
 from .stock import Fp8, Rows, StockLayer, stock_layer_from
 
@@ -289,6 +290,9 @@ def run_meta(device) -> dict:
     p = torch.cuda.get_device_properties(device)
     return {
         "commit": git_commit(),
+        # the files the run read, hashed as git does: the test of the results checks that the
+        # commit named is the tree that ran (provenance.py)
+        "tree_digest": provenance.tree_digest(REPO),
         "date_utc": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
         "gpu": torch.cuda.get_device_name(device), "sms": p.multi_processor_count,
         "l2_bytes": getattr(p, "L2_cache_size", None), "torch": torch.__version__,
