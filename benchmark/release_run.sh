@@ -7,6 +7,8 @@
 #   bash benchmark/release_run.sh bench   # the layer table (stock and fused), the 78-layer
 #                                         # step, each kernel's share of the layer's critical
 #                                         # path (graph_timeline)
+#   AB="SGL_KERNEL_EXT_X=..." bash benchmark/release_run.sh bench_ab # bench, then bench
+#                                         # again under AB's environment (a form on and off)
 #   bash benchmark/release_run.sh long    # the layer table of the indexer layers at 8K and
 #                                         # 32K contexts (stock and fused; the split top-k),
 #                                         # their timelines and the step at 32K, 8K and 32K
@@ -80,15 +82,25 @@ run_tests() {
   for f in "$L"/pytest_*.log; do echo "$(basename "$f"): $(tail -1 "$f")"; done
   if [ "${SANITIZE_S:-90}" -gt 0 ]; then sanitize_fused_layer "${SANITIZE_S:-90}"; fi
 }
-run_bench() {
+run_bench() {  # $1: the logs' prefix (bench_ab's second arm)
+  local t="${1:-}"
   timeout 150 python3 -m benchmark.decode_layer --replays 10 --check --ls 2048 \
-    --ms 1,2,4,8,12,16 --arms stock,fused --out "$OUT" > "$L/decode_layer.log" 2>&1
-  echo "decode_layer rc=$?"; grep -E "^\|" "$L/decode_layer.log" | tail -20
-  timeout 200 python3 -m benchmark.decode_step --out "$OUT" > "$L/decode_step.log" 2>&1
-  echo "decode_step rc=$?"; tail -14 "$L/decode_step.log"
+    --ms 1,2,4,8,12,16 --arms stock,fused --out "$OUT" > "$L/${t}decode_layer.log" 2>&1
+  echo "decode_layer rc=$?"; grep -E "^\|" "$L/${t}decode_layer.log" | tail -20
+  timeout 200 python3 -m benchmark.decode_step --out "$OUT" > "$L/${t}decode_step.log" 2>&1
+  echo "decode_step rc=$?"; tail -14 "$L/${t}decode_step.log"
   timeout 90 python3 -m benchmark.graph_timeline --out "$OUT" --kinds moe dense --rows 1 16 \
-    > "$L/graph_timeline.log" 2>&1
-  echo "graph_timeline rc=$?"; tail -50 "$L/graph_timeline.log" | grep -v "^\s*$" | head -40
+    > "$L/${t}graph_timeline.log" 2>&1
+  echo "graph_timeline rc=$?"; tail -50 "$L/${t}graph_timeline.log" | grep -v "^\s*$" | head -40
+}
+# the release bench at main's defaults, then again under AB (environment assignments, e.g.
+# AB="SGL_KERNEL_EXT_NORM_ROUTER_ROWS="), its logs prefixed ab_: both arms' six JSONs and
+# one logs.tgz, no triton.tgz (a call returns at most 8 files; about 4 minutes)
+run_bench_ab() {
+  if [ -z "${AB:-}" ]; then echo "bench_ab: set AB to the second arm's environment" >&2; exit 2; fi
+  run_bench
+  echo "== the second arm: $AB"
+  (export $AB; run_bench ab_)
 }
 run_long() {
   timeout 150 python3 -m benchmark.decode_layer --replays 10 --ls 8192,32768 --kinds moe_idx,dense \
@@ -286,6 +298,7 @@ case "${1:-}" in
   nf) run_nf ;;
   tests) run_tests ;;
   bench) run_bench ;;
+  bench_ab) run_bench_ab ;;
   all) run_tests; run_bench ;;
   long) run_long ;;
   pending) run_pending ;;
@@ -297,8 +310,8 @@ case "${1:-}" in
   topk) run_topk ;;
   copies) run_copies ;;
   resweep) run_resweep ;;
-  *) echo "usage: release_run.sh tests|bench|all|long|pending|pending_long|vo|vo_bench VARIANT|variant_bench VARIANT|peer_norm|topk|copies|resweep" >&2
+  *) echo "usage: release_run.sh tests|bench|bench_ab|all|long|pending|pending_long|vo|vo_bench VARIANT|variant_bench VARIANT|peer_norm|topk|copies|resweep" >&2
      exit 2 ;;
 esac
 tar czf "$OUT/logs.tgz" -C .cache logs
-tar czf "$OUT/triton.tgz" -C .cache triton 2>/dev/null
+[ "${1:-}" = bench_ab ] || tar czf "$OUT/triton.tgz" -C .cache triton 2>/dev/null
