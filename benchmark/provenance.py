@@ -48,19 +48,15 @@ def digest(blobs: Dict[str, str]) -> str:
 
 
 def _walk(repo: Path) -> Iterable[str]:
-    for root, deep, suffixes in ROOTS:
+    for root, _, _ in ROOTS:
         base = repo / root
-        if not base.is_dir():
-            continue
-        files = base.rglob("*") if deep else base.iterdir()
-        for f in files:
-            if f.is_file() and f.name.endswith(suffixes) and "__pycache__" not in f.parts:
-                yield f.relative_to(repo).as_posix()
+        if base.is_dir():
+            yield from (f.relative_to(repo).as_posix() for f in base.rglob("*") if f.is_file())
 
 
 def tree_digest(repo: Path) -> str:
     """The digest of the working tree at ``repo`` (what the device ran)."""
-    return digest({p: blob_sha((repo / p).read_bytes()) for p in _walk(repo)})
+    return digest({p: blob_sha((repo / p).read_bytes()) for p in _walk(repo) if _selected(p)})
 
 
 def commit_digest(repo: Path, commit: str) -> str:
