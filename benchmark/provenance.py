@@ -66,7 +66,7 @@ def commit_digest(repo: Path, commit: str) -> str:
     blobs = {}
     for line in out.splitlines():
         info, _, path = line.partition("\t")
-        mode, kind, sha = info.split()
+        _, kind, sha = info.split()
         if kind == "blob":
             blobs[path] = sha
     return digest(blobs)

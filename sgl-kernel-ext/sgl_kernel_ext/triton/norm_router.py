@@ -264,15 +264,15 @@ def _rows(spec: str) -> frozenset:
 
 
 # rows at which a MoE layer on a TP shard takes this form (the post-attention norm's launch
-# dropped; ``applies``): 1-2, where it gains on an H100 with either attention side (one row:
-# MoE layer -0.4..-1.0 us, step -1.2%, tiling_probe_20261207T073226Z, decode_layer_20261207T
-# 074331Z against T074520Z, decode_step_20261207T074418Z against T074542Z; 1-2 rows with the
-# quantization in tile 0, QUANT_IN_PRODUCTS_MAX_ROWS: tiling_probe_20261207T101324Z). The GPU
-# suite passes under it (release_tests_nr1_h100_ae9977b.log at one row: all but the shard
-# test's two bitwise comparisons with the norm's form, which now hold ROWS empty). Not 4 rows
-# (+1.8..+3.8; its timeline: the launch saves 1.1 us, route on its 24 K chunks adds 1.7 and
-# o_proj 0.9, graph_timeline_20261207T073511Z against T073445Z) nor 8 (-2.2..+0.8 over five
-# probes). Not yet run on an H200. The environment's ENV replaces it.
+# dropped; ``applies``): 1-2, with the quantization in tile 0 (QUANT_IN_PRODUCTS_MAX_ROWS).
+# On an H100, CuTe DSL attention side, against the form off in the same call: MoE layer 60.5
+# against 62.6 us at one row and 80.5 against 81.6 at two, the step -3.4% at one row
+# (decode_layer_20261207T101848Z against T102143Z, decode_step_20261207T102050Z against
+# T102229Z); the GPU suite passes under it (release_tests_h100_b590c1c.log; the shard test's
+# bitwise comparisons with the norm's form hold ROWS empty). Not 4 rows (+1.8..+3.8; its
+# timeline: the launch saves 1.1 us, route on its 24 K chunks adds 1.7 and o_proj 0.9,
+# graph_timeline_20261207T073511Z against T073445Z) nor 8 (-2.2..+0.8 over five probes). Not
+# yet run on an H200. The environment's ENV replaces it.
 ROWS: frozenset = _rows(os.environ.get(ENV, "1-2"))
 
 

@@ -41,9 +41,13 @@ def _known(sha: str) -> bool:
     return done.returncode == 0
 
 
-def test_every_result_names_a_commit_of_this_history():
+def _needs_history():
     if shutil.which("git") is None or not (ROOT / ".git").exists():
         pytest.skip("needs the repository's git history (a checkout, not an installed copy)")
+
+
+def test_every_result_names_a_commit_of_this_history():
+    _needs_history()
     shallow = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--is-shallow-repository"],
                              capture_output=True, text=True).stdout.strip()
     if shallow == "true":
@@ -67,8 +71,7 @@ def test_every_result_names_a_commit_of_this_history():
 def test_a_mistyped_commit_is_caught(tmp_path):
     """The check itself: a sha that names no commit fails, a real one passes, and the file
     name serves where the JSON names none."""
-    if shutil.which("git") is None or not (ROOT / ".git").exists():
-        pytest.skip("needs the repository's git history (a checkout, not an installed copy)")
+    _needs_history()
     head = subprocess.run(["git", "-C", str(ROOT), "rev-parse", "--short=7", "HEAD"],
                           capture_output=True, text=True).stdout.strip()
     good = tmp_path / "probe_x.json"
@@ -82,10 +85,6 @@ def test_a_mistyped_commit_is_caught(tmp_path):
     assert _commit_of(by_name) == head
 
 
-def _needs_history():
-    if shutil.which("git") is None or not (ROOT / ".git").exists():
-        pytest.skip("needs the repository's git history (a checkout, not an installed copy)")
-
 
 def test_every_digested_result_ran_the_commit_it_names():
     """A result whose run hashed its tree (``meta.tree_digest``, harness.run_meta) names the
@@ -93,7 +92,7 @@ def test_every_digested_result_ran_the_commit_it_names():
     _needs_history()
     from benchmark import provenance
 
-    problems, checked = [], 0
+    problems = []
     for path in sorted(RESULTS.glob("*.json")):
         data = json.loads(path.read_text())
         meta = data.get("meta") if isinstance(data, dict) else None
@@ -102,7 +101,6 @@ def test_every_digested_result_ran_the_commit_it_names():
         commit = str(meta.get("commit", ""))
         if "+" in commit:  # a tree modified from that commit, said so by the run
             continue
-        checked += 1
         if not _known(commit):
             problems.append(f"{path.name}: commit {commit!r} is not in this history")
         elif provenance.commit_digest(ROOT, commit) != meta["tree_digest"]:
