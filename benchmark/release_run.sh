@@ -45,6 +45,9 @@
 #                                         # COPIES_MS rows, 1,16; ~3 minutes)
 #   bash benchmark/release_run.sh resweep # the knobs' alternatives at 16 rows of the MoE
 #                                         # layer against today's defaults (RESWEEP; ~3-4 min)
+#   bash benchmark/release_run.sh norm    # the norm's weight before its wait, the next kernel
+#                                         # launched after its rstd: GPU test, then the forms
+#                                         # against the baseline at 1/2/4/16 rows (~4 minutes)
 #   bash benchmark/release_run.sh nf      # a MoE layer's router on the un-normed row (no
 #                                         # post-attention norm launch, norm_router): its GPU
 #                                         # test, then its forms against the baseline at 1-16
@@ -294,8 +297,17 @@ NF="${NF:-norm_router_off,norm_router_own_quant_tile,norm_router_no_prefetch,nor
 run_nf() {
   tested_probe nf norm_free_router "$NF" moe,moe_idx 2 "${NF_MS:-1,2,4,8,12,16}" "${NF_S:-240}"
 }
+# the norm's weight before its wait and the next kernel launched once the row's rstd is known
+# (norm.W_EARLY_MAX_ROWS, LATE_DEPENDENTS_MAX_ROWS): their GPU test (bitwise the plain norm),
+# then the forms against the baseline, each twice, at NORM_MS rows of every kind (~4 minutes)
+NORM="${NORM:-norm_w_early,norm_late_deps,norm_w_early_late}"
+run_norm() {
+  tested_probe norm norm_forms_are_bitwise "$NORM" moe,moe_idx,dense 2 "${NORM_MS:-1,2,4,16}" \
+    "${NORM_S:-240}"
+}
 case "${1:-}" in
   nf) run_nf ;;
+  norm) run_norm ;;
   tests) run_tests ;;
   bench) run_bench ;;
   bench_ab) run_bench_ab ;;
@@ -310,7 +322,7 @@ case "${1:-}" in
   topk) run_topk ;;
   copies) run_copies ;;
   resweep) run_resweep ;;
-  *) echo "usage: release_run.sh tests|bench|bench_ab|all|long|pending|pending_long|vo|vo_bench VARIANT|variant_bench VARIANT|peer_norm|topk|copies|resweep" >&2
+  *) echo "usage: release_run.sh tests|bench|bench_ab|all|long|pending|pending_long|vo|vo_bench VARIANT|variant_bench VARIANT|peer_norm|topk|copies|resweep|nf|norm" >&2
      exit 2 ;;
 esac
 tar czf "$OUT/logs.tgz" -C .cache logs

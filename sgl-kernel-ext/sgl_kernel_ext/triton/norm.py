@@ -16,38 +16,56 @@ import triton.language as tl
 
 from . import overlap
 from .fp8_linear import interpreting
-from .overlap import prefetch_table, stage_begin
+from .overlap import launch_dependents_after, prefetch_table, stage_begin, stage_wait
 from .quant import store_row_groups, sum_parts
 
 # warps per row program: 16 were 0.5-1.3 us faster than 8 (results/tiling_probe_20261130T132821Z),
 # 32 were 0.8-1.0 us faster a MoE layer than 16 at one row, 0.4-1.0 at two, the same for the
 # dense one (tiling_probe_20261201T053337Z)
 NUM_WARPS = 32
+# Steps of at most this many rows: the program loads the norm's weight before its wait (a
+# weight: nothing in flight writes it), rather than after the row's reduction.
+W_EARLY_MAX_ROWS = 0
+# Steps of at most this many rows: the next kernel launches only once the program's row loads
+# have landed and its rstd is known (``launch_dependents_after``), not right after the wait.
+# Why it may pay: at 1-2 rows of a MoE layer the first norm adds ~4.2 us where it adds ~2.3
+# in every other place of the timelines (H100, graph_timeline_20261207T102350Z), and the
+# kernel after it there is attn_side, whose CTAs stream q_a|kv_a's 16 MB as soon as they
+# launch: the norm's loads then queue behind that stream.
+LATE_DEPENDENTS_MAX_ROWS = 0
 
 
 @triton.jit
 def _add_rms_norm_row(m, x_ptr, x_split: tl.constexpr, res_ptr, w_ptr, out_ptr, res_out_ptr,
                       xq_ptr, sx_ptr, M, H, eps, HAS_RES: tl.constexpr, HAS_OUT: tl.constexpr,
-                      QUANT: tl.constexpr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
+                      QUANT: tl.constexpr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr,
+                      w_pre=None, LATE_PDL: tl.constexpr = False):
     offs = tl.arange(0, BLOCK)
     ok = offs < H
     x = sum_parts(x_ptr, x_split, M * H, m * H + offs, ok)
     _add_rms_norm_values(m, x, offs, ok, res_ptr, w_ptr, out_ptr, res_out_ptr, xq_ptr, sx_ptr,
-                         H, eps, HAS_RES, HAS_OUT, QUANT, BLOCK, INTERPRET)
+                         H, eps, HAS_RES, HAS_OUT, QUANT, BLOCK, INTERPRET, w_pre, LATE_PDL)
 
 
 @triton.jit
 def _add_rms_norm_values(m, x, offs, ok, res_ptr, w_ptr, out_ptr, res_out_ptr, xq_ptr, sx_ptr,
                          H, eps, HAS_RES: tl.constexpr, HAS_OUT: tl.constexpr,
-                         QUANT: tl.constexpr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr):
+                         QUANT: tl.constexpr, BLOCK: tl.constexpr, INTERPRET: tl.constexpr,
+                         w_pre=None, LATE_PDL: tl.constexpr = False):
     """``_add_rms_norm_row`` of row m's input already summed (fp32 x [BLOCK], offs its
-    columns, ok those < H)."""
+    columns, ok those < H). w_pre: the norm's weight at offs, already loaded (else loaded
+    here). LATE_PDL: let the next kernel launch once rstd is known (the wait came before)."""
     s = x.to(tl.bfloat16).to(tl.float32)
     if HAS_RES:
         s += tl.load(res_ptr + m * H + offs, mask=ok, other=0.0).to(tl.float32)
     tl.store(res_out_ptr + m * H + offs, s.to(res_out_ptr.dtype.element_ty), mask=ok)
     rstd = 1.0 / tl.sqrt(tl.sum(s * s, axis=0) / H + eps)
-    w = tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+    if LATE_PDL:
+        launch_dependents_after(rstd, True)
+    if w_pre is None:
+        w = tl.load(w_ptr + offs, mask=ok, other=0.0).to(tl.float32)
+    else:
+        w = w_pre
     y = (s * rstd * w).to(tl.bfloat16)
     if HAS_OUT:
         tl.store(out_ptr + m * H + offs, y, mask=ok)
@@ -60,15 +78,25 @@ def _add_rms_norm_values(m, x, offs, ok, res_ptr, w_ptr, out_ptr, res_out_ptr, x
 def _add_rms_norm_kernel(x_ptr, x_split: tl.constexpr, res_ptr, w_ptr, out_ptr, res_out_ptr, xq_ptr, sx_ptr,
                          M, H, eps, table_ptr, n_regions, HAS_RES: tl.constexpr,
                          HAS_OUT: tl.constexpr, QUANT: tl.constexpr, BLOCK: tl.constexpr,
-                         INTERPRET: tl.constexpr, PDL: tl.constexpr, PF_TABLE: tl.constexpr):
+                         INTERPRET: tl.constexpr, PDL: tl.constexpr, PF_TABLE: tl.constexpr,
+                         W_EARLY: tl.constexpr = False, LATE: tl.constexpr = False):
+    """W_EARLY: the weight loaded before the wait (W_EARLY_MAX_ROWS). LATE (only with PDL): the
+    next kernel launches once the row's rstd is known (LATE_DEPENDENTS_MAX_ROWS)."""
     if PF_TABLE:  # weights of later stages (overlap.region_table): read-only, so before the wait
         prefetch_table(table_ptr, n_regions, tl.program_id(0), tl.num_programs(0), PDL,
                        PF_TABLE)
     if tl.program_id(0) < M:  # programs past the rows only prefetch
-        stage_begin(PDL)
+        w_pre = None
+        if W_EARLY:
+            offs = tl.arange(0, BLOCK)
+            w_pre = tl.load(w_ptr + offs, mask=offs < H, other=0.0).to(tl.float32)
+        if LATE:
+            stage_wait(PDL)
+        else:
+            stage_begin(PDL)
         _add_rms_norm_row(tl.program_id(0), x_ptr, x_split, res_ptr, w_ptr, out_ptr,
                           res_out_ptr, xq_ptr, sx_ptr, M, H, eps, HAS_RES, HAS_OUT, QUANT, BLOCK,
-                          INTERPRET)
+                          INTERPRET, w_pre, LATE)
 
 
 def add_rms_norm(x: torch.Tensor, residual: Optional[torch.Tensor], weight: torch.Tensor,
@@ -94,6 +122,7 @@ def add_rms_norm(x: torch.Tensor, residual: Optional[torch.Tensor], weight: torc
         HAS_OUT=out is not None, QUANT=out_q is not None, BLOCK=triton.next_power_of_2(h),
         INTERPRET=interpreting(), PDL=pdl,
         PF_TABLE=0 if prefetch is None else 32 * NUM_WARPS, num_warps=NUM_WARPS,
+        W_EARLY=m <= W_EARLY_MAX_ROWS, LATE=pdl and m <= LATE_DEPENDENTS_MAX_ROWS,
         **overlap.launch_kw())
 
 

@@ -220,6 +220,25 @@ def launch_dependents(PDL: tl.constexpr):
 
 
 @triton.jit
+def launch_dependents_after(v, PDL: tl.constexpr):
+    """Let the next kernel launch once v (an fp32 scalar this program computed) is ready, so
+    the loads it was derived from have completed before the next kernel's early traffic (its
+    weight stream before its wait) competes with them. Only after ``gdc_wait``."""
+    if PDL:
+        tl.inline_asm_elementwise("griddepcontrol.launch_dependents;\n mov.b32 $0, $1;",
+                                  "=r,r", [v.to(tl.int32, bitcast=True)], dtype=tl.int32,
+                                  is_pure=False, pack=1)
+
+
+@triton.jit
+def stage_wait(PDL: tl.constexpr):
+    """Wait until the previous kernel of the stream has finished (its writes visible), without
+    letting the next one launch (``launch_dependents`` or ``launch_dependents_after`` does)."""
+    if PDL:
+        gdc_wait()
+
+
+@triton.jit
 def stage_begin(PDL: tl.constexpr):
     """Wait until the previous kernel of the stream has finished (its writes visible), then
     allow the next one to launch."""

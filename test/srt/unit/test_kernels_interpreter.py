@@ -45,6 +45,36 @@ def _rel(a, b):
     return float((a.float() - b.float()).abs().max() / b.float().abs().max())
 
 
+@pytest.mark.parametrize("split", [1, 3])
+def test_norm_weight_before_the_wait_is_bitwise_the_plain_norm(split, monkeypatch):
+    """norm.W_EARLY_MAX_ROWS: the weight comes in before the wait, the arithmetic is the same
+    (its other form, the next kernel launched after rstd, exists only with the overlap: GPU)."""
+    from sgl_kernel_ext.triton import norm
+
+    g = torch.Generator().manual_seed(5)
+    m, h = 3, 384
+    x = torch.randn(split, m, h, generator=g)
+    res = torch.randn(m, h, generator=g).to(torch.bfloat16)
+    w = (1 + 0.1 * torch.randn(h, generator=g)).to(torch.bfloat16)
+    outs = []
+    for early in (0, 16):
+        monkeypatch.setattr(norm, "W_EARLY_MAX_ROWS", early)
+        out = torch.full((m, h), float("nan"), dtype=torch.bfloat16)
+        res_out = torch.full((m, h), float("nan"), dtype=torch.bfloat16)
+        xq = torch.full((m, h), float("nan")).to(torch.float8_e4m3fn)
+        xs = torch.full((m, h // 128), float("nan"))
+        norm.add_rms_norm(x if split > 1 else x[0].to(torch.bfloat16), res, w, 1e-5, out,
+                          res_out, xq, xs)
+        outs.append((out, res_out, xq, xs))
+    for a, b in zip(*outs):
+        assert torch.isfinite(a.float()).all()
+        assert torch.equal(a.view(torch.uint8) if a.dtype == torch.float8_e4m3fn else a,
+                           b.view(torch.uint8) if b.dtype == torch.float8_e4m3fn else b)
+    s = x.sum(0).to(torch.bfloat16).float() + res.float()
+    y = s * torch.rsqrt(s.pow(2).mean(-1, keepdim=True) + 1e-5) * w.float()
+    assert _rel(outs[0][0], y) <= 4 * BF16_ULP
+
+
 @pytest.mark.parametrize("rows, split, gemv", [(1, 1, False), (3, 2, False), (16, 3, False),
                                                (1, 2, True), (2, 3, True)])
 def test_fp8_linear_split_k_two_matrices_one_launch(rows, split, gemv, monkeypatch):
