@@ -131,12 +131,14 @@ VARIANTS = {
     "gate_up_no_split_k": {("moe", "gate_up_tiling"): "no_split_k"},
     "norm_8_warps": {("norm", "NUM_WARPS"): 8},
     "norm_16_warps": {("norm", "NUM_WARPS"): 16},
-    # the norm's weight before its wait; the next kernel launched once the row's rstd is known;
-    # both (norm.W_EARLY_MAX_ROWS, LATE_DEPENDENTS_MAX_ROWS)
+    # the norm's weight before its wait, the latent kernel's norms' weights before its wait,
+    # the next kernel launched once the norm's rstd is known, all three (norm.W_EARLY_MAX_ROWS,
+    # mla.LATENT_W_EARLY_MAX_ROWS, norm.LATE_DEPENDENTS_MAX_ROWS)
     "norm_w_early": {("norm", "W_EARLY_MAX_ROWS"): 16},
+    "latent_w_early": {("mla", "LATENT_W_EARLY_MAX_ROWS"): 16},
     "norm_late_deps": {("norm", "LATE_DEPENDENTS_MAX_ROWS"): 16},
-    "norm_w_early_late": {("norm", "W_EARLY_MAX_ROWS"): 16,
-                          ("norm", "LATE_DEPENDENTS_MAX_ROWS"): 16},
+    "w_early_late": {("norm", "W_EARLY_MAX_ROWS"): 16, ("mla", "LATENT_W_EARLY_MAX_ROWS"): 16,
+                     ("norm", "LATE_DEPENDENTS_MAX_ROWS"): 16},
     "latent_4_warps": {("mla", "LATENT_WARPS"): 4},
     # the latent kernel at every row count (the default), or q_b norming c_q itself up to 1,
     # 2 (the default to 3f039dc) or 4 rows

@@ -52,6 +52,10 @@ LATENT_WARPS = 16
 # H200 within noise (-0.1..+0.6 us a layer at 1-16 rows, tiling_probe_20261203T080322Z:
 # kv_slot_late): those programs are not the launches' last to finish
 KV_SLOT_EARLY = True
+# steps of at most this many rows: the latent kernel's programs also load their norm's weight
+# (c_q's or c_kv's) before the wait, with the slot (KV_SLOT_EARLY), rather than after the
+# row's reduction (a second round trip on c_q's path to q_b; norm.W_EARLY_MAX_ROWS says why)
+LATENT_W_EARLY_MAX_ROWS = 0
 # Tried: a layer attending a top-k it did not compute prefetching the attention's KV-cache
 # rows into L2 after its latent launch's wait (8 or 16 more programs a row from 3 rows; at 1-2
 # rows q_b_normed's idle K-chunk siblings), so HBM would stream them during latent, q_b and
@@ -353,13 +357,18 @@ def _latent_row(m, part, qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_
 def _latent_row_at(m, part, pos, slot, qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr,
                    kvn_w_ptr, cq_q_ptr, cq_s_ptr, kv_cache_ptr, inv_freq_ptr, eps, Q, C, R,
                    BLOCK_Q: tl.constexpr, BLOCK_C: tl.constexpr, HALF_R: tl.constexpr,
-                   INTERPRET: tl.constexpr):
-    """``_latent_row`` given the row's (position, slot), ``_kv_slot``'s."""
+                   INTERPRET: tl.constexpr, w_pre=None):
+    """``_latent_row`` given the row's (position, slot), ``_kv_slot``'s. w_pre: the two
+    norms' weights (fp32 [BLOCK_Q], [BLOCK_C]; the part's own, the other's masked off),
+    already loaded (``_latent_weights``), else loaded here."""
     if part == 0:
         oq = tl.arange(0, BLOCK_Q)
         q = sum_parts(qa_ptr, SPLIT, M * Q, m * Q + oq, oq < Q).to(tl.bfloat16).to(tl.float32)
         q = q / tl.sqrt(tl.sum(q * q, axis=0) / Q + eps)
-        wq = tl.load(qn_w_ptr + oq, mask=oq < Q, other=0.0).to(tl.float32)
+        if w_pre is None:
+            wq = tl.load(qn_w_ptr + oq, mask=oq < Q, other=0.0).to(tl.float32)
+        else:
+            wq = w_pre[0]
         cq = (q * wq).to(tl.bfloat16).to(tl.float32)
         store_row_groups(cq, oq, Q, cq_q_ptr + m * Q, cq_s_ptr + m * tl.cdiv(Q, 128), BLOCK_Q,
                          INTERPRET)
@@ -372,11 +381,26 @@ def _latent_row_at(m, part, pos, slot, qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, 
         c = sum_parts(kva_ptr, SPLIT, M * kv_w, m * kv_w + oc, oc < C)
         x1 = sum_parts(kva_ptr, SPLIT, M * kv_w, base, i < HALF_R).to(tl.bfloat16).to(tl.float32)
         x2 = sum_parts(kva_ptr, SPLIT, M * kv_w, base + 1, i < HALF_R).to(tl.bfloat16).to(tl.float32)
-        wc = tl.load(kvn_w_ptr + oc, mask=oc < C, other=0.0).to(tl.float32)
+        if w_pre is None:
+            wc = tl.load(kvn_w_ptr + oc, mask=oc < C, other=0.0).to(tl.float32)
+        else:
+            wc = w_pre[1]
         inv_freq = tl.load(inv_freq_ptr + i)
         c = c.to(tl.bfloat16).to(tl.float32)
         c = c / tl.sqrt(tl.sum(c * c, axis=0) / C + eps)
         _store_kv_row(kv_cache_ptr + slot * kv_w, c, wc, x1, x2, pos, inv_freq, oc, i, C)
+
+
+@triton.jit
+def _latent_weights(part, qn_w_ptr, kvn_w_ptr, Q, C, BLOCK_Q: tl.constexpr,
+                    BLOCK_C: tl.constexpr):
+    """Part 0's c_q norm weight or part 1's c_kv norm weight (the other masked off: nothing
+    loaded), as ``_latent_row_at``'s w_pre: weights, so before the wait (LATENT_W_EARLY)."""
+    oq = tl.arange(0, BLOCK_Q)
+    oc = tl.arange(0, BLOCK_C)
+    wq = tl.load(qn_w_ptr + oq, mask=(oq < Q) & (part == 0), other=0.0).to(tl.float32)
+    wc = tl.load(kvn_w_ptr + oc, mask=(oc < C) & (part == 1), other=0.0).to(tl.float32)
+    return wq, wc
 
 
 @triton.jit
@@ -388,11 +412,12 @@ def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr,
                    INTERPRET: tl.constexpr, PDL: tl.constexpr, KW: tl.constexpr,
                    KW_BLOCK_M: tl.constexpr, KW_BLOCK_N: tl.constexpr,
                    KW_BLOCK_K: tl.constexpr, KW_GEMV: tl.constexpr, ROWS: tl.constexpr,
-                   SLOT_EARLY: tl.constexpr = False):
+                   SLOT_EARLY: tl.constexpr = False, W_EARLY: tl.constexpr = False):
     """Programs (row, 0 | 1): ``_latent_row``. With KW, programs (tile, 2 + split): the
     indexer's bf16 [wk; weights_proj] split-K GEMM (bf16_linear's task), run before the
     wait: its x is the layer's normed row, two kernels back (overlap's rule). SLOT_EARLY: the
-    row's position and cache slot are read before the wait (KV_SLOT_EARLY)."""
+    row's position and cache slot are read before the wait (KV_SLOT_EARLY). W_EARLY: so is
+    the part's norm weight (LATENT_W_EARLY_MAX_ROWS)."""
     i = tl.program_id(0)
     j = tl.program_id(1)
     if KW and j >= 2:
@@ -404,10 +429,13 @@ def _latent_kernel(qa_ptr, kva_ptr, SPLIT: tl.constexpr, M, qn_w_ptr, kvn_w_ptr,
     elif SLOT_EARLY:
         if i < M:
             pos, slot = _kv_slot(i, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr, ROWS)
+            w_pre = None
+            if W_EARLY:
+                w_pre = _latent_weights(j, qn_w_ptr, kvn_w_ptr, Q, C, BLOCK_Q, BLOCK_C)
             stage_begin(PDL)
             _latent_row_at(i, j, pos, slot, qa_ptr, kva_ptr, SPLIT, M, qn_w_ptr, kvn_w_ptr,
                            cq_q_ptr, cq_s_ptr, kv_cache_ptr, inv_freq_ptr, eps, Q, C, R, BLOCK_Q,
-                           BLOCK_C, HALF_R, INTERPRET)
+                           BLOCK_C, HALF_R, INTERPRET, w_pre)
         else:
             stage_begin(PDL)
     else:
@@ -1077,6 +1105,7 @@ def latent(qa_parts, kva_parts, q_a_norm, kv_a_norm, eps, positions, token_slots
                          BLOCK_C=triton.next_power_of_2(kv_lora), HALF_R=rope // 2,
                          INTERPRET=interpreting(), PDL=overlap.enabled(), KW=kw is not None,
                          **kw_meta, ROWS=rows, SLOT_EARLY=KV_SLOT_EARLY, num_warps=LATENT_WARPS,
+                         W_EARLY=KV_SLOT_EARLY and m <= LATENT_W_EARLY_MAX_ROWS,
                          **overlap.launch_kw())
 
 

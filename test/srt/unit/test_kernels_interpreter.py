@@ -1181,6 +1181,32 @@ def test_absorb_lets_the_attention_launch_early_only_where_its_early_reads_are_d
     assert not early(16, False, True)  # the bound at 0: never
 
 
+@pytest.mark.parametrize("layer_id", [0, 2])
+def test_norm_weights_before_the_wait_are_bitwise_in_the_layer(layer_id, monkeypatch):
+    """norm.W_EARLY_MAX_ROWS and mla.LATENT_W_EARLY_MAX_ROWS in a whole layer (the first norm,
+    the latent kernel's two norms and the post-attention norm): every output, the KV cache
+    and the index cache bitwise the forms loading the weights after the reductions."""
+    from sgl_kernel_ext.triton import mla, norm
+
+    case = make_case(CFG, layer_id, [30, 0, 40], seed=7 + layer_id, tp_size=2)
+    runs = []
+    for early in (0, 16):
+        monkeypatch.setattr(norm, "W_EARLY_MAX_ROWS", early)
+        monkeypatch.setattr(mla, "LATENT_W_EARLY_MAX_ROWS", early)
+        caches = clone_caches(case.caches)
+        layer = FusedLayer(CFG, case.lw, caches, 3, case.batch.token_slots.shape[1],
+                           persistent_launch=False)
+        outs = [t.clone() for t in layer(case.hidden, case.residual, case.batch,
+                                         case.topk_prev)]
+        runs.append((outs, caches))
+    (a, ca), (b, cb) = runs
+    assert torch.isfinite(a[0].float()).all()
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert torch.equal(ca.kv[layer_id].view(torch.int16), cb.kv[layer_id].view(torch.int16))
+    if layer_id in ca.index:
+        assert torch.equal(ca.index[layer_id], cb.index[layer_id])
+
+
 def test_persistent_layer_refuses_a_tp_all_reduce():
     case = make_case(CFG, 2, [30, 12], seed=2, tp_size=2)
     layer = FusedLayer(CFG, case.lw, case.caches, 2, case.batch.token_slots.shape[1],
