@@ -68,17 +68,27 @@ _FIXED_ONE: tl.constexpr = tl.constexpr(2.0 ** 56)  # weights < 1: a top-k's sum
 
 
 @triton.jit
+def _route_consts(bias_ptr, pos_ptr, E, offs_m, m_ok, BLOCK_E: tl.constexpr):
+    """What routing reads besides the router's output: the experts' bias (a weight) and the
+    rows' positions (the step's input), so loadable before the wait (ROUTE_CONSTS_EARLY)."""
+    offs_e = tl.arange(0, BLOCK_E)
+    bias = tl.load(bias_ptr + offs_e, mask=offs_e < E, other=0.0)
+    return bias, tl.load(pos_ptr + offs_m, mask=m_ok, other=-1)
+
+
+@triton.jit
 def _route_rows(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr, scale, offs_m, m_ok,
                 BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
                 SORT: tl.constexpr = False, ss_ptr=None, SS_SPLIT: tl.constexpr = 0, H=1,
-                eps=0.0, FIXED: tl.constexpr = False):
+                eps=0.0, FIXED: tl.constexpr = False, consts=None):
     """(chosen int32, weight fp32), [rows, BLOCK_E], of the rows offs_m where m_ok: the router
     partials summed, sigmoid, top-k of score + bias (ties to the lower expert; SORT: as one
     bitonic top-k, ``_top_by_sort``, else TOPK argmax passes), weights renormalized and
     scaled; nothing chosen by a pad row. SS_SPLIT: the partials are of the un-normed row
     (``norm_router``), so the summed logits are first multiplied by each row's rstd from its
     SS_SPLIT sums of squares ss [SS_SPLIT, M] (of H columns, the norm's eps). FIXED: parts
-    are int64 [M, E] sums in 2^-32 units (``norm_router.fixed``), read and left at zero."""
+    are int64 [M, E] sums in 2^-32 units (``norm_router.fixed``), read and left at zero.
+    consts: (bias, positions) already loaded (``_route_consts``), else loaded here."""
     offs_e = tl.arange(0, BLOCK_E)
     e_ok = offs_e < E
     mask = m_ok[:, None] & e_ok[None, :]
@@ -91,8 +101,10 @@ def _route_rows(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr, scale, 
     if SS_SPLIT > 0:
         logits = logits * rstd_rows(ss_ptr, SS_SPLIT, M, H, eps, offs_m, m_ok)[:, None]
     score = 1.0 / (1.0 + tl.exp(-logits))
-    bias = tl.load(bias_ptr + offs_e, mask=e_ok, other=0.0)
-    valid = m_ok & (tl.load(pos_ptr + offs_m, mask=m_ok, other=-1) >= 0)
+    if consts is None:
+        consts = _route_consts(bias_ptr, pos_ptr, E, offs_m, m_ok, BLOCK_E)
+    bias = consts[0]
+    valid = m_ok & (consts[1] >= 0)
     choice = tl.where(valid[:, None] & e_ok[None, :], score + bias[None, :], float("-inf"))
     if SORT:
         chosen = _top_by_sort(choice, offs_e, BLOCK_E, TOPK, _pow2_at_least(TOPK))
@@ -146,11 +158,12 @@ def _route_task(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
                 slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, scale,
                 BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
                 RENORM: tl.constexpr, SORT: tl.constexpr = False, ss_ptr=None,
-                SS_SPLIT: tl.constexpr = 0, H=1, eps=0.0):
+                SS_SPLIT: tl.constexpr = 0, H=1, eps=0.0, consts=None):
     offs_m = tl.arange(0, BLOCK_M)
     m_ok = offs_m < M
     chosen, w = _route_rows(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, scale, offs_m, m_ok,
-                            BLOCK_E, TOPK, RENORM, SORT, ss_ptr, SS_SPLIT, H, eps)
+                            BLOCK_E, TOPK, RENORM, SORT, ss_ptr, SS_SPLIT, H, eps, False,
+                            consts)
     _route_slots(chosen, w, offs_m, m_ok, M, slot_expert_ptr, slot_weight_ptr, slot_rank_ptr,
                  num_slots_ptr, E, BLOCK_E)
 
@@ -159,13 +172,15 @@ def _route_task(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
 def _routed_slot(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr, scale, slot,
                  R_BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
                  RENORM: tl.constexpr, SORT: tl.constexpr, ss_ptr=None,
-                 SS_SPLIT: tl.constexpr = 0, H=1, eps=0.0):
+                 SS_SPLIT: tl.constexpr = 0, H=1, eps=0.0, consts=None):
     """Route every row from the router's partials, in this program (ROUTE_IN_GATE_UP_MAX_ROWS):
     (n slots, the slot's expert, chosen, weight [R_BLOCK_M, BLOCK_E]) as route's slot list
-    would hold them (slot 0 the shared expert E, then the chosen experts ascending)."""
+    would hold them (slot 0 the shared expert E, then the chosen experts ascending).
+    consts: ``_route_rows``'."""
     offs_m = tl.arange(0, R_BLOCK_M)
     chosen, w = _route_rows(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, scale, offs_m,
-                            offs_m < M, BLOCK_E, TOPK, RENORM, SORT, ss_ptr, SS_SPLIT, H, eps)
+                            offs_m < M, BLOCK_E, TOPK, RENORM, SORT, ss_ptr, SS_SPLIT, H, eps,
+                            False, consts)
     offs_e = tl.arange(0, BLOCK_E)
     used = tl.max(chosen, axis=0)
     place = tl.cumsum(used, axis=0)
@@ -178,11 +193,15 @@ def _route_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_ptr,
                   slot_expert_ptr, slot_weight_ptr, slot_rank_ptr, num_slots_ptr, scale,
                   BLOCK_M: tl.constexpr, BLOCK_E: tl.constexpr, TOPK: tl.constexpr,
                   RENORM: tl.constexpr, PDL: tl.constexpr, SORT: tl.constexpr, ss_ptr=None,
-                  SS_SPLIT: tl.constexpr = 0, H=1, eps=0.0):
+                  SS_SPLIT: tl.constexpr = 0, H=1, eps=0.0, CONSTS_EARLY: tl.constexpr = False):
+    consts = None
+    if CONSTS_EARLY:
+        offs_m = tl.arange(0, BLOCK_M)
+        consts = _route_consts(bias_ptr, pos_ptr, E, offs_m, offs_m < M, BLOCK_E)
     stage_begin(PDL)
     _route_task(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, slot_expert_ptr, slot_weight_ptr,
                 slot_rank_ptr, num_slots_ptr, scale, BLOCK_M, BLOCK_E, TOPK, RENORM, SORT,
-                ss_ptr, SS_SPLIT, H, eps)
+                ss_ptr, SS_SPLIT, H, eps, consts)
 
 
 @triton.jit
@@ -192,16 +211,21 @@ def _route_per_row_kernel(parts_ptr, SPLIT: tl.constexpr, M, E, bias_ptr, pos_pt
                           BLOCK_E: tl.constexpr, TOPK: tl.constexpr, RENORM: tl.constexpr,
                           PDL: tl.constexpr, SORT: tl.constexpr, R_ROWS: tl.constexpr = 2,
                           ss_ptr=None, SS_SPLIT: tl.constexpr = 0, H=1, eps=0.0,
-                          FIXED: tl.constexpr = False):
+                          FIXED: tl.constexpr = False, CONSTS_EARLY: tl.constexpr = False):
     """Program r: row r's top-k into the [M, E] chosen / weight scratch; the last row to
     finish builds the slot list from every row's. R_ROWS: the rows of its tiles, row r then
-    masked-off ones (ROUTE_ROW_TILE_MIN). FIXED: as ``_route_rows``'s."""
+    masked-off ones (ROUTE_ROW_TILE_MIN). FIXED: as ``_route_rows``'s. CONSTS_EARLY: the bias
+    and positions loaded before the wait (ROUTE_CONSTS_EARLY)."""
     r = tl.program_id(0)
-    stage_begin(PDL)
     offs_r = r + tl.arange(0, R_ROWS)
     r_ok = offs_r == r
+    consts = None
+    if CONSTS_EARLY:
+        consts = _route_consts(bias_ptr, pos_ptr, E, offs_r, r_ok, BLOCK_E)
+    stage_begin(PDL)
     chosen, w = _route_rows(parts_ptr, SPLIT, M, E, bias_ptr, pos_ptr, scale, offs_r, r_ok,
-                            BLOCK_E, TOPK, RENORM, SORT, ss_ptr, SS_SPLIT, H, eps, FIXED)
+                            BLOCK_E, TOPK, RENORM, SORT, ss_ptr, SS_SPLIT, H, eps, FIXED,
+                            consts)
     offs_e = tl.arange(0, BLOCK_E)
     at = offs_r[:, None] * E + offs_e[None, :]
     ok = r_ok[:, None] & (offs_e[None, :] < E)
@@ -508,11 +532,13 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
                     R_BLOCK_M: tl.constexpr = 2, BLOCK_E: tl.constexpr = 2,
                     TOPK: tl.constexpr = 1, RENORM: tl.constexpr = False,
                     SORT: tl.constexpr = False, ready_ptr=None, READY: tl.constexpr = False,
-                    ss_ptr=None, SS_SPLIT: tl.constexpr = 0, eps=0.0):
+                    ss_ptr=None, SS_SPLIT: tl.constexpr = 0, eps=0.0,
+                    CONSTS_EARLY: tl.constexpr = False):
     """PREFETCH: the shared expert's programs prefetch their tile into L2 before their wait
     (overlap.PREFETCH_OFF). ROUTE: the routed programs route every row themselves from the
     router's partials (r_*, ``_routed_slot``) instead of reading route's slot table, and
-    program (0, 1, 0) writes that table (for down's table form and the host's reads).
+    program (0, 1, 0) writes that table (for down's table form and the host's reads);
+    CONSTS_EARLY: with the bias and positions loaded before the wait (ROUTE_CONSTS_EARLY).
     READY (not with ROUTE): each (tile, slot) of the slot list counts on ready[slot] once its
     activations are stored (the program itself, or its last K chunk's tail), for down's slot
     waits (DOWN_SLOT_WAIT_FROM_ROWS)."""
@@ -532,11 +558,15 @@ def _gate_up_kernel(xq_ptr, sx_ptr, M, K, I, E, slot_expert_ptr, num_slots_ptr,
     else:
         _gate_up_prefetch(tile, slot, split, K, I, sgq_ptr, suq_ptr, k_chunk, BLOCK_N,
                           PDL and PREFETCH)
+        consts = None
+        if ROUTE and CONSTS_EARLY:
+            offs_c = tl.arange(0, R_BLOCK_M)
+            consts = _route_consts(r_bias_ptr, r_pos_ptr, E, offs_c, offs_c < M, BLOCK_E)
         stage_begin(PDL)
         if ROUTE:
             n, e, chosen, w = _routed_slot(r_parts_ptr, R_SPLIT, M, E, r_bias_ptr, r_pos_ptr,
                                            r_scale, slot, R_BLOCK_M, BLOCK_E, TOPK, RENORM,
-                                           SORT, ss_ptr, SS_SPLIT, K, eps)
+                                           SORT, ss_ptr, SS_SPLIT, K, eps, consts)
             if (tile == 0) & (slot == 1) & (split == 0):
                 offs_r = tl.arange(0, R_BLOCK_M)
                 _route_slots(chosen, w, offs_r, offs_r < M, M, slot_expert_ptr, slot_weight_ptr,
@@ -801,6 +831,10 @@ ROUTE_TAIL_MAX_ROWS = 2
 # tail routing up to 16 rows (one launch fewer from 3 rows) is 3.7-9.2 us slower at 8-16
 # rows, the same at 1-4 (tiling_probe_20261202T033306Z: route_sort*, route_tail_16)
 ROUTE_SORT = True
+# whether routing (route's launches, and gate/up's routed programs where they route) loads
+# the experts' bias and the rows' positions before its wait, beside the router's partials
+# after it (a weight and the step's input; norm.W_EARLY_MAX_ROWS says why that may pay)
+ROUTE_CONSTS_EARLY = False
 # warps of the route kernel (0: 4 up to 4 rows, 16 above). On an H200 fewer warps are within
 # noise at 1-2 rows and much slower with more rows (4 warps at 16 rows: +22 us of a MoE layer;
 # tiling_probe_20261130T145619Z): its top-k is eight argmax reductions over [rows, experts].
@@ -924,7 +958,7 @@ def route(router_parts: torch.Tensor, bias: torch.Tensor, positions: torch.Tenso
                   PDL=overlap.enabled(), SORT=ROUTE_SORT,
                   ss_ptr=router_parts if ss is None else ss,
                   SS_SPLIT=0 if ss is None else ss.shape[0], H=int(hidden), eps=float(eps),
-                  **overlap.launch_kw())
+                  CONSTS_EARLY=ROUTE_CONSTS_EARLY, **overlap.launch_kw())
     if scratch is not None and m >= ROUTE_PER_ROW_MIN_ROWS:
         chosen, weight, arrival = scratch
         assert chosen.numel() >= m * e and weight.numel() >= m * e
@@ -1328,7 +1362,8 @@ def _routing_args(route, m: int, num_experts: int, slots: int, dummy: torch.Tens
                 slot_rank_ptr=route.slot_rank, ROUTE=True, R_SPLIT=split,
                 R_BLOCK_M=max(ROUTE_ROW_TILE_MIN, triton.next_power_of_2(m)),
                 BLOCK_E=triton.next_power_of_2(e),
-                TOPK=route.topk, RENORM=route.renorm, SORT=ROUTE_SORT)
+                TOPK=route.topk, RENORM=route.renorm, SORT=ROUTE_SORT,
+                CONSTS_EARLY=ROUTE_CONSTS_EARLY)
 
 
 @overlap.wide_launcher(lambda xq, sx, num_experts, *_, **__:

@@ -1181,20 +1181,24 @@ def test_absorb_lets_the_attention_launch_early_only_where_its_early_reads_are_d
     assert not early(16, False, True)  # the bound at 0: never
 
 
-@pytest.mark.parametrize("layer_id", [0, 2])
-def test_norm_weights_before_the_wait_are_bitwise_in_the_layer(layer_id, monkeypatch):
+@pytest.mark.parametrize("layer_id, contexts", [(0, [30, 0, 40]), (2, [30, 0, 40]),
+                                                (2, [25, 40])])
+def test_norm_weights_before_the_wait_are_bitwise_in_the_layer(layer_id, contexts, monkeypatch):
     """norm.W_EARLY_MAX_ROWS and mla.LATENT_W_EARLY_MAX_ROWS in a whole layer (the first norm,
-    the latent kernel's two norms and the post-attention norm): every output, the KV cache
-    and the index cache bitwise the forms loading the weights after the reductions."""
-    from sgl_kernel_ext.triton import mla, norm
+    the latent kernel's two norms and the post-attention norm), and moe.ROUTE_CONSTS_EARLY
+    (route's launch at 3 rows, gate/up routing at 2): every output, the KV cache and the
+    index cache bitwise the forms loading them after the wait or the reductions."""
+    from sgl_kernel_ext.triton import mla, moe, norm
 
-    case = make_case(CFG, layer_id, [30, 0, 40], seed=7 + layer_id, tp_size=2)
+    case = make_case(CFG, layer_id, contexts, seed=7 + layer_id, tp_size=2)
+    rows = len(contexts)
     runs = []
     for early in (0, 16):
         monkeypatch.setattr(norm, "W_EARLY_MAX_ROWS", early)
         monkeypatch.setattr(mla, "LATENT_W_EARLY_MAX_ROWS", early)
+        monkeypatch.setattr(moe, "ROUTE_CONSTS_EARLY", early > 0)
         caches = clone_caches(case.caches)
-        layer = FusedLayer(CFG, case.lw, caches, 3, case.batch.token_slots.shape[1],
+        layer = FusedLayer(CFG, case.lw, caches, rows, case.batch.token_slots.shape[1],
                            persistent_launch=False)
         outs = [t.clone() for t in layer(case.hidden, case.residual, case.batch,
                                          case.topk_prev)]
