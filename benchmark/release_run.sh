@@ -299,10 +299,10 @@ run_nf() {
 }
 # the norms' weights and routing's bias before their wait, and the next kernel launched once
 # the norm's rstd is known (norm.W_EARLY_MAX_ROWS, mla.LATENT_W_EARLY_MAX_ROWS,
-# moe.ROUTE_CONSTS_EARLY, norm.LATE_DEPENDENTS_MAX_ROWS):
+# moe.ROUTE_CONSTS_EARLY, indexer.PREPARE_EARLY, norm.LATE_DEPENDENTS_MAX_ROWS):
 # their GPU test (bitwise the plain forms),
 # then the forms against the baseline, each twice, at NORM_MS rows of every kind (~4 minutes)
-NORM="${NORM:-norm_w_early,latent_w_early,norm_late_deps,route_consts_early,w_early_late}"
+NORM="${NORM:-norm_w_early,latent_w_early,norm_late_deps,route_consts_early,prepare_early,w_early_late}"
 run_norm() {
   tested_probe norm norm_forms_are_bitwise "$NORM" moe,moe_idx,dense 2 "${NORM_MS:-1,2,4,16}" \
     "${NORM_S:-240}"

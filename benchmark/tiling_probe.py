@@ -137,10 +137,13 @@ VARIANTS = {
     "norm_w_early": {("norm", "W_EARLY_MAX_ROWS"): 16},
     "latent_w_early": {("mla", "LATENT_W_EARLY_MAX_ROWS"): 16},
     "norm_late_deps": {("norm", "LATE_DEPENDENTS_MAX_ROWS"): 16},
-    # routing's bias and positions before its wait (moe.ROUTE_CONSTS_EARLY)
+    # routing's bias and positions, the indexer prepare's inputs, before their wait
+    # (moe.ROUTE_CONSTS_EARLY, indexer.PREPARE_EARLY)
     "route_consts_early": {("moe", "ROUTE_CONSTS_EARLY"): True},
+    "prepare_early": {("indexer", "PREPARE_EARLY"): True},
     "w_early_late": {("norm", "W_EARLY_MAX_ROWS"): 16, ("mla", "LATENT_W_EARLY_MAX_ROWS"): 16,
-                     ("norm", "LATE_DEPENDENTS_MAX_ROWS"): 16, ("moe", "ROUTE_CONSTS_EARLY"): True},
+                     ("norm", "LATE_DEPENDENTS_MAX_ROWS"): 16, ("moe", "ROUTE_CONSTS_EARLY"): True,
+                     ("indexer", "PREPARE_EARLY"): True},
     "latent_4_warps": {("mla", "LATENT_WARPS"): 4},
     # the latent kernel at every row count (the default), or q_b norming c_q itself up to 1,
     # 2 (the default to 3f039dc) or 4 rows

@@ -88,6 +88,10 @@ SCORE_LOOP_MAXNREG = 64
 # a program saves 6-7 us per indexer layer at 1-16 rows; 2 and 8 are within 1 us of it
 # (results/tiling_probe_20261130T173431Z).
 PREPARE_HEADS = 4
+# whether prepare's programs load what is not the previous kernels' output before their wait
+# (the row's position and cache slot, the key norm's weight and bias, rope's frequencies),
+# rather than after the reductions that first use them (norm.W_EARLY_MAX_ROWS says why)
+PREPARE_EARLY = False
 
 
 @triton.jit
@@ -95,11 +99,15 @@ def _prepare_row(m, kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: t
                  ln_w_ptr, ln_b_ptr, ln_eps, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr,
                  inv_freq_ptr, cache_ptr, q8_ptr, head_w_ptr, head_scale, NH: tl.constexpr,
                  D: tl.constexpr, HALF_R: tl.constexpr, INTERPRET: tl.constexpr, hb=0,
-                 HB: tl.constexpr = 0, ROWS: tl.constexpr = False):
+                 HB: tl.constexpr = 0, ROWS: tl.constexpr = False, pre=None):
     """Row m's index key (by head block 0) and its query heads [hb * HB, (hb + 1) * HB), or
     every head with HB = 0. Each head's numbers are its own, so any split gives the same
-    bits. slots_ptr, stride_slots, slot_rows_ptr, ROWS: ``mla.slot_row``'s."""
-    pos = tl.load(pos_ptr + m)
+    bits. slots_ptr, stride_slots, slot_rows_ptr, ROWS: ``mla.slot_row``'s. pre: what
+    ``_prepare_inputs`` loaded (before the wait), else loaded here."""
+    if pre is None:
+        pos = tl.load(pos_ptr + m)
+    else:
+        pos = pre[0]
     rpos = tl.maximum(pos, 0)
     row = m * NKW
     if hb == 0:
@@ -113,11 +121,17 @@ def _prepare_row(m, kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: t
         ke -= mean
         ko -= mean
         rstd = 1.0 / tl.sqrt((tl.sum(ke * ke, axis=0) + tl.sum(ko * ko, axis=0)) / D + ln_eps)
-        ke = ke * rstd * tl.load(ln_w_ptr + 2 * i).to(tl.float32) \
-            + tl.load(ln_b_ptr + 2 * i).to(tl.float32)
-        ko = ko * rstd * tl.load(ln_w_ptr + 2 * i + 1).to(tl.float32) \
-            + tl.load(ln_b_ptr + 2 * i + 1).to(tl.float32)
-        re, ro = _rope_pairs(ke, ko, rpos, tl.load(inv_freq_ptr + i, mask=i < HALF_R, other=0.0))
+        if pre is None:
+            ke = ke * rstd * tl.load(ln_w_ptr + 2 * i).to(tl.float32) \
+                + tl.load(ln_b_ptr + 2 * i).to(tl.float32)
+            ko = ko * rstd * tl.load(ln_w_ptr + 2 * i + 1).to(tl.float32) \
+                + tl.load(ln_b_ptr + 2 * i + 1).to(tl.float32)
+            re, ro = _rope_pairs(ke, ko, rpos,
+                                 tl.load(inv_freq_ptr + i, mask=i < HALF_R, other=0.0))
+        else:
+            ke = ke * rstd * pre[2] + pre[4]
+            ko = ko * rstd * pre[3] + pre[5]
+            re, ro = _rope_pairs(ke, ko, rpos, pre[6])
         ke = tl.where(i < HALF_R, re, ke)
         ko = tl.where(i < HALF_R, ro, ko)
         sk = tl.maximum(tl.maximum(tl.max(tl.abs(ke), axis=0), tl.max(tl.abs(ko), axis=0)),
@@ -125,7 +139,10 @@ def _prepare_row(m, kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: t
         ke8 = to_e4m3(tl.clamp(ke * (1.0 / sk), -448.0, 448.0), INTERPRET)
         ko8 = to_e4m3(tl.clamp(ko * (1.0 / sk), -448.0, 448.0), INTERPRET)
         if pos >= 0:
-            slot = tl.load(slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS) + pos)
+            if pre is None:
+                slot = tl.load(slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS) + pos)
+            else:
+                slot = pre[1]
             page = cache_ptr + (slot // 64) * (64 * 132)
             key = page + (slot % 64) * 128
             tl.store(key + 2 * i, ke8.to(tl.uint8, bitcast=True))
@@ -145,7 +162,10 @@ def _prepare_row(m, kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: t
     x2 = sum_parts(q_ptr, Q_SPLIT, stride_q, qrow + 2 * ih[None, :] + 1, ih[None, :] < HALF_R)
     x1 = x1.to(tl.bfloat16).to(tl.float32)
     x2 = x2.to(tl.bfloat16).to(tl.float32)
-    r1, r2 = _rope_pairs(x1, x2, rpos, tl.load(inv_freq_ptr + ih)[None, :])
+    if pre is None:
+        r1, r2 = _rope_pairs(x1, x2, rpos, tl.load(inv_freq_ptr + ih)[None, :])
+    else:
+        r1, r2 = _rope_pairs(x1, x2, rpos, pre[7][None, :])
     rest_d = tl.arange(0, D)
     q_all = sum_parts(q_ptr, Q_SPLIT, stride_q, qrow + rest_d[None, :], rest_d[None, :] < D)
     q_all = q_all.to(tl.bfloat16).to(tl.float32)
@@ -163,18 +183,40 @@ def _prepare_row(m, kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: t
 
 
 @triton.jit
+def _prepare_inputs(m, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr, ln_w_ptr, ln_b_ptr,
+                    inv_freq_ptr, D: tl.constexpr, HALF_R: tl.constexpr, ROWS: tl.constexpr):
+    """Row m's (position, cache slot, the key norm's weight and bias at even and odd dims,
+    rope's frequencies a key pair and a query pair): none of it is written by the kernels
+    before prepare."""
+    pos = tl.load(pos_ptr + m)
+    at = slot_row(slots_ptr, stride_slots, slot_rows_ptr, m, ROWS) + tl.maximum(pos, 0)
+    slot = tl.load(at, mask=pos >= 0, other=0)
+    i = tl.arange(0, D // 2)
+    ih = tl.arange(0, HALF_R)
+    return (pos, slot, tl.load(ln_w_ptr + 2 * i).to(tl.float32),
+            tl.load(ln_w_ptr + 2 * i + 1).to(tl.float32), tl.load(ln_b_ptr + 2 * i).to(tl.float32),
+            tl.load(ln_b_ptr + 2 * i + 1).to(tl.float32),
+            tl.load(inv_freq_ptr + i, mask=i < HALF_R, other=0.0), tl.load(inv_freq_ptr + ih))
+
+
+@triton.jit
 def _prepare_kernel(kw_parts_ptr, SPLIT: tl.constexpr, M, NKW, q_ptr, Q_SPLIT: tl.constexpr,
                     ln_w_ptr, ln_b_ptr, ln_eps,
                     pos_ptr, slots_ptr, stride_slots, slot_rows_ptr, inv_freq_ptr, cache_ptr,
                     q8_ptr, head_w_ptr, head_scale,
                     NH: tl.constexpr, D: tl.constexpr, HALF_R: tl.constexpr,
                     INTERPRET: tl.constexpr, PDL: tl.constexpr, HB: tl.constexpr,
-                    ROWS: tl.constexpr):
+                    ROWS: tl.constexpr, EARLY: tl.constexpr = False):
+    """EARLY: ``_prepare_inputs`` before the wait (PREPARE_EARLY)."""
+    pre = None
+    if EARLY:
+        pre = _prepare_inputs(tl.program_id(0), pos_ptr, slots_ptr, stride_slots, slot_rows_ptr,
+                              ln_w_ptr, ln_b_ptr, inv_freq_ptr, D, HALF_R, ROWS)
     stage_begin(PDL)
     _prepare_row(tl.program_id(0), kw_parts_ptr, SPLIT, M, NKW, q_ptr, Q_SPLIT, ln_w_ptr,
                  ln_b_ptr, ln_eps, pos_ptr, slots_ptr, stride_slots, slot_rows_ptr, inv_freq_ptr,
                  cache_ptr, q8_ptr, head_w_ptr, head_scale, NH, D, HALF_R, INTERPRET,
-                 tl.program_id(1), HB, ROWS)
+                 tl.program_id(1), HB, ROWS, pre)
 
 
 @triton.jit
@@ -267,7 +309,7 @@ def prepare(kw_parts, q_parts, ln_w, ln_b, ln_eps, positions, token_slots, inv_f
                                    index_cache, q8, head_w, float(nh ** -0.5 * d ** -0.5),
                                    NH=nh, D=d, HALF_R=rope_dim // 2, INTERPRET=interpreting(),
                                    PDL=overlap.enabled(), HB=hb, ROWS=rows, num_warps=4,
-                                   **overlap.launch_kw())
+                                   EARLY=PREPARE_EARLY, **overlap.launch_kw())
 
 
 def scores(q8, head_w, index_cache, positions, token_slots, out, block_l: int = 0,

@@ -1091,6 +1091,7 @@ def test_norm_free_router_matches_reference(kind, rows, form, monkeypatch):
 
 # the norms' weights loaded before their wait (norm.W_EARLY_MAX_ROWS, the latent kernel's:
 # mla.LATENT_W_EARLY_MAX_ROWS), routing's bias and positions too (moe.ROUTE_CONSTS_EARLY), and
+# the indexer's prepare inputs (indexer.PREPARE_EARLY, with routing's in the fifth form), and
 # the next kernel let launch only once the norm's rstd is known (norm.LATE_DEPENDENTS_MAX_ROWS):
 # the same arithmetic, so every output and cache row bitwise the plain forms'; 1-2 rows where
 # the MoE layer's first norm precedes attn_side (with CuTe DSL) or q_a|kv_a's linear and
@@ -1098,7 +1099,7 @@ def test_norm_free_router_matches_reference(kind, rows, form, monkeypatch):
 @pytest.mark.parametrize("rows", [1, 2, 16])
 @pytest.mark.parametrize("kind", ["moe_shared_topk", "moe_indexer", "dense_indexer"])
 def test_norm_forms_are_bitwise_the_plain_norm(kind, rows, monkeypatch):
-    from sgl_kernel_ext.triton import mla, moe, norm
+    from sgl_kernel_ext.triton import indexer, mla, moe, norm
 
     lid = KINDS[kind]
     case = make_case(CFG, lid, _contexts(rows, 3000, pad=rows > 1), seed=17, device="cuda",
@@ -1111,12 +1112,15 @@ def test_norm_forms_are_bitwise_the_plain_norm(kind, rows, monkeypatch):
         monkeypatch.setattr(mla, "LATENT_W_EARLY_MAX_ROWS", latent)
         monkeypatch.setattr(norm, "LATE_DEPENDENTS_MAX_ROWS", late)
         monkeypatch.setattr(moe, "ROUTE_CONSTS_EARLY", bool(route))
+        monkeypatch.setattr(indexer, "PREPARE_EARLY", bool(route))
         caches = clone_caches(case.caches)
         layer = FusedLayer(CFG, case.lw, caches, rows, 3000)
         outs = [t.clone() for t in layer(*args)]
-        runs.append((outs, caches.kv[lid].view(torch.int16).clone()))
-    (base, kv), rest = runs[0], runs[1:]
+        index = caches.index[lid].clone() if lid in caches.index else None
+        runs.append((outs, caches.kv[lid].view(torch.int16).clone(), index))
+    (base, kv, index), rest = runs[0], runs[1:]
     assert torch.isfinite(base[0].float()).all()
-    for i, (outs, kv_i) in enumerate(rest):
+    for i, (outs, kv_i, index_i) in enumerate(rest):
         assert all(torch.equal(a, b) for a, b in zip(base, outs)), i
         assert torch.equal(kv, kv_i), i
+        assert index is None or torch.equal(index, index_i), i

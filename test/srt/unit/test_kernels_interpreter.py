@@ -1185,10 +1185,11 @@ def test_absorb_lets_the_attention_launch_early_only_where_its_early_reads_are_d
                                                 (2, [25, 40])])
 def test_norm_weights_before_the_wait_are_bitwise_in_the_layer(layer_id, contexts, monkeypatch):
     """norm.W_EARLY_MAX_ROWS and mla.LATENT_W_EARLY_MAX_ROWS in a whole layer (the first norm,
-    the latent kernel's two norms and the post-attention norm), and moe.ROUTE_CONSTS_EARLY
-    (route's launch at 3 rows, gate/up routing at 2): every output, the KV cache and the
-    index cache bitwise the forms loading them after the wait or the reductions."""
-    from sgl_kernel_ext.triton import mla, moe, norm
+    the latent kernel's two norms and the post-attention norm), moe.ROUTE_CONSTS_EARLY
+    (route's launch at 3 rows, gate/up routing at 2) and indexer.PREPARE_EARLY: every output,
+    the KV cache and the index cache bitwise the forms loading them after the wait or the
+    reductions."""
+    from sgl_kernel_ext.triton import indexer, mla, moe, norm
 
     case = make_case(CFG, layer_id, contexts, seed=7 + layer_id, tp_size=2)
     rows = len(contexts)
@@ -1197,6 +1198,7 @@ def test_norm_weights_before_the_wait_are_bitwise_in_the_layer(layer_id, context
         monkeypatch.setattr(norm, "W_EARLY_MAX_ROWS", early)
         monkeypatch.setattr(mla, "LATENT_W_EARLY_MAX_ROWS", early)
         monkeypatch.setattr(moe, "ROUTE_CONSTS_EARLY", early > 0)
+        monkeypatch.setattr(indexer, "PREPARE_EARLY", early > 0)
         caches = clone_caches(case.caches)
         layer = FusedLayer(CFG, case.lw, caches, rows, case.batch.token_slots.shape[1],
                            persistent_launch=False)
