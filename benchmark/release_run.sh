@@ -301,7 +301,8 @@ run_nf() {
 # the norm's rstd is known (norm.W_EARLY_MAX_ROWS, mla.LATENT_W_EARLY_MAX_ROWS,
 # moe.ROUTE_CONSTS_EARLY, indexer.PREPARE_EARLY, norm.LATE_DEPENDENTS_MAX_ROWS):
 # their GPU test (bitwise the plain forms),
-# then the forms against the baseline, each twice, at NORM_MS rows of every kind (~4 minutes)
+# then the forms against the baseline, each twice, at NORM_MS rows of every kind (~4 minutes);
+# the release table with the four early forms on: AB="SGL_KERNEL_EXT_WEIGHTS_EARLY=1" bench_ab
 NORM="${NORM:-norm_w_early,latent_w_early,norm_late_deps,route_consts_early,prepare_early,w_early_late}"
 run_norm() {
   tested_probe norm norm_forms_are_bitwise "$NORM" moe,moe_idx,dense 2 "${NORM_MS:-1,2,4,16}" \

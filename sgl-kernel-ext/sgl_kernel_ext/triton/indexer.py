@@ -91,7 +91,7 @@ PREPARE_HEADS = 4
 # whether prepare's programs load what is not the previous kernels' output before their wait
 # (the row's position and cache slot, the key norm's weight and bias, rope's frequencies),
 # rather than after the reductions that first use them (norm.W_EARLY_MAX_ROWS says why)
-PREPARE_EARLY = False
+PREPARE_EARLY = overlap.WEIGHTS_EARLY
 
 
 @triton.jit

@@ -834,7 +834,7 @@ ROUTE_SORT = True
 # whether routing (route's launches, and gate/up's routed programs where they route) loads
 # the experts' bias and the rows' positions before its wait, beside the router's partials
 # after it (a weight and the step's input; norm.W_EARLY_MAX_ROWS says why that may pay)
-ROUTE_CONSTS_EARLY = False
+ROUTE_CONSTS_EARLY = overlap.WEIGHTS_EARLY
 # warps of the route kernel (0: 4 up to 4 rows, 16 above). On an H200 fewer warps are within
 # noise at 1-2 rows and much slower with more rows (4 warps at 16 rows: +22 us of a MoE layer;
 # tiling_probe_20261130T145619Z): its top-k is eight argmax reductions over [rows, experts].

@@ -25,7 +25,7 @@ from .quant import store_row_groups, sum_parts
 NUM_WARPS = 32
 # Steps of at most this many rows: the program loads the norm's weight before its wait (a
 # weight: nothing in flight writes it), rather than after the row's reduction.
-W_EARLY_MAX_ROWS = 0
+W_EARLY_MAX_ROWS = 16 if overlap.WEIGHTS_EARLY else 0
 # Steps of at most this many rows: the next kernel launches only once the program's row loads
 # have landed and its rstd is known (``launch_dependents_after``), not right after the wait.
 # Why it may pay: at 1-2 rows of a MoE layer the first norm adds ~4.2 us where it adds ~2.3

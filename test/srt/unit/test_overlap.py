@@ -84,3 +84,23 @@ def test_prefetch_off_by_kernel_name_and_unknown_names_refused(monkeypatch):
     monkeypatch.setattr(overlap, "PREFETCH_OFF", frozenset({"absorbv"}))
     with pytest.raises(ValueError, match="absorbv"):
         overlap.prefetches("absorb")
+
+
+@pytest.mark.parametrize("env, on", [(None, False), ("0", False), ("1", True)])
+def test_weights_early_env_sets_the_four_forms(env, on):
+    """SGL_KERNEL_EXT_WEIGHTS_EARLY: the defaults of the forms that load what their
+    predecessors do not write before the wait, read as their modules are imported."""
+    import os
+    import subprocess
+    import sys
+
+    code = ("from sgl_kernel_ext.triton import indexer, mla, moe, norm; "
+            "print(norm.W_EARLY_MAX_ROWS, mla.LATENT_W_EARLY_MAX_ROWS, "
+            "moe.ROUTE_CONSTS_EARLY, indexer.PREPARE_EARLY)")
+    environ = {k: v for k, v in os.environ.items() if k != overlap.WEIGHTS_EARLY_ENV}
+    if env is not None:
+        environ[overlap.WEIGHTS_EARLY_ENV] = env
+    environ["PYTHONPATH"] = os.pathsep.join(sys.path)
+    out = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True,
+                         text=True, check=True).stdout.split()
+    assert out == (["16", "16", "True", "True"] if on else ["0", "0", "False", "False"])
