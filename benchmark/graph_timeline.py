@@ -23,7 +23,7 @@ import time
 import torch
 
 from benchmark import roofline
-from benchmark.harness import experts_touched, git_commit, measure_bandwidth, pool_batch
+from benchmark.harness import experts_touched, measure_bandwidth, pool_batch, run_meta
 from sglang.srt.layers.fused_decode.layer import FusedLayer
 from sglang.srt.layers.fused_decode.reference.config import glm53_config
 from sglang.srt.layers.fused_decode.reference.weights import gen_layer
@@ -120,10 +120,8 @@ def run(kinds, rows_list, context, copies, replays, out_dir, pool_width=0, pool_
             torch.cuda.empty_cache()
         del weights
         torch.cuda.empty_cache()
-    meta = {"benchmark": "graph_timeline",
-            "commit": os.environ.get("BENCH_COMMIT") or git_commit(),
-            "date": time.strftime("%Y-%m-%d %H:%M:%S"), "gpu": torch.cuda.get_device_name(),
-            "torch": torch.__version__, "triton": __import__("triton").__version__,
+    # run_meta: the commit, the digest of the tree that ran (provenance.py), the GPU, versions
+    meta = {"benchmark": "graph_timeline", **run_meta(torch.cuda.current_device()),
             "copy_bandwidth_bytes_per_s": bw, "copies": copies, "replays": replays,
             "variant": variant}
     stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())

@@ -90,8 +90,10 @@ SCORE_LOOP_MAXNREG = 64
 PREPARE_HEADS = 4
 # whether prepare's programs load what is not the previous kernels' output before their wait
 # (the row's position and cache slot, the key norm's weight and bias, rope's frequencies),
-# rather than after the reductions that first use them (norm.W_EARLY_MAX_ROWS says why)
-PREPARE_EARLY = overlap.WEIGHTS_EARLY
+# rather than after the reductions that first use them (the slot's load, after the key's
+# math, a round trip of its own). On an H100 -0.2..-0.8 us a layer with the indexer at 1-16
+# rows in two probes (tiling_probe_20261207T132839Z, T133255Z)
+PREPARE_EARLY = overlap.weights_early(True)
 
 
 @triton.jit

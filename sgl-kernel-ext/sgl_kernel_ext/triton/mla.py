@@ -54,8 +54,10 @@ LATENT_WARPS = 16
 KV_SLOT_EARLY = True
 # steps of at most this many rows: the latent kernel's programs also load their norm's weight
 # (c_q's or c_kv's) before the wait, with the slot (KV_SLOT_EARLY), rather than after the
-# row's reduction (a second round trip on c_q's path to q_b; norm.W_EARLY_MAX_ROWS says why)
-LATENT_W_EARLY_MAX_ROWS = 16 if overlap.WEIGHTS_EARLY else 0
+# row's reduction (a second round trip on c_q's path to q_b). On an H100 -0.3..-0.7 us a
+# layer with the indexer at 1-2 rows and 16, level elsewhere (the MoE layer runs attn_side
+# there; tiling_probe_20261207T132839Z, T133255Z)
+LATENT_W_EARLY_MAX_ROWS = 16 if overlap.weights_early(True) else 0
 # Tried: a layer attending a top-k it did not compute prefetching the attention's KV-cache
 # rows into L2 after its latent launch's wait (8 or 16 more programs a row from 3 rows; at 1-2
 # rows q_b_normed's idle K-chunk siblings), so HBM would stream them during latent, q_b and

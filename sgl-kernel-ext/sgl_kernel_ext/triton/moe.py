@@ -833,8 +833,9 @@ ROUTE_TAIL_MAX_ROWS = 2
 ROUTE_SORT = True
 # whether routing (route's launches, and gate/up's routed programs where they route) loads
 # the experts' bias and the rows' positions before its wait, beside the router's partials
-# after it (a weight and the step's input; norm.W_EARLY_MAX_ROWS says why that may pay)
-ROUTE_CONSTS_EARLY = overlap.WEIGHTS_EARLY
+# after it (a weight and the step's input, the bias from HBM). On an H100 -0.1..-0.5 us a MoE
+# layer at 1-16 rows in two probes (tiling_probe_20261207T132839Z, T133255Z)
+ROUTE_CONSTS_EARLY = overlap.weights_early(True)
 # warps of the route kernel (0: 4 up to 4 rows, 16 above). On an H200 fewer warps are within
 # noise at 1-2 rows and much slower with more rows (4 warps at 16 rows: +22 us of a MoE layer;
 # tiling_probe_20261130T145619Z): its top-k is eight argmax reductions over [rows, experts].

@@ -24,14 +24,19 @@ from .quant import store_row_groups, sum_parts
 # dense one (tiling_probe_20261201T053337Z)
 NUM_WARPS = 32
 # Steps of at most this many rows: the program loads the norm's weight before its wait (a
-# weight: nothing in flight writes it), rather than after the row's reduction.
-W_EARLY_MAX_ROWS = 16 if overlap.WEIGHTS_EARLY else 0
+# weight: nothing in flight writes it), rather than after the row's reduction (in the default's
+# sm_90a SASS the weight's load follows the sum of squares' BAR.SYNC). Off: not faster on an
+# H100 (+0.1..+0.6 us a layer, every kind, tiling_probe_20261207T132839Z, T133255Z): the
+# layer's first norm at 1-2 rows is slow for another reason (LATE_DEPENDENTS_MAX_ROWS).
+W_EARLY_MAX_ROWS = 16 if overlap.weights_early(False) else 0
 # Steps of at most this many rows: the next kernel launches only once the program's row loads
 # have landed and its rstd is known (``launch_dependents_after``), not right after the wait.
-# Why it may pay: at 1-2 rows of a MoE layer the first norm adds ~4.2 us where it adds ~2.3
-# in every other place of the timelines (H100, graph_timeline_20261207T102350Z), and the
-# kernel after it there is attn_side, whose CTAs stream q_a|kv_a's 16 MB as soon as they
-# launch: the norm's loads then queue behind that stream.
+# At 1-2 rows of a MoE layer the first norm adds ~4.1-4.4 us where it adds ~2.2-2.6 in every
+# other place of the timelines, because the kernel after it there is attn_side, whose CTAs
+# stream q_a|kv_a's 16 MB before their wait: with this form the norm adds 2.2 and attn_side
+# 2.2 more (12.9 against 10.75 us; attn_side asking for none of its slots early, the same
+# shift: graph_timeline_20261207T133217Z, T133229Z, T133242Z on an H100), and a layer is
+# 0.4-1.0 us slower (tiling_probe_20261207T132839Z). So off: that overlap is worth its cost.
 LATE_DEPENDENTS_MAX_ROWS = 0
 
 

@@ -39,12 +39,19 @@ except ImportError:  # pragma: no cover - older Triton or another backend
     gdc_launch_dependents = gdc_wait = None
 
 ENV = "SGL_KERNEL_EXT_PDL"  # "0" turns the overlap off (for A/B timing and debugging)
-# "1": the stage kernels load what their predecessors do not write (norm weights, routing's
-# bias, positions and slots) before their wait: the defaults of norm.W_EARLY_MAX_ROWS,
-# mla.LATENT_W_EARLY_MAX_ROWS, moe.ROUTE_CONSTS_EARLY and indexer.PREPARE_EARLY, read when
-# those modules are imported ("0": the forms loading them after the wait)
+# The forms whose programs load what their predecessors do not write (norm weights, routing's
+# bias, positions and slots) before their wait: norm.W_EARLY_MAX_ROWS (off by default),
+# mla.LATENT_W_EARLY_MAX_ROWS, moe.ROUTE_CONSTS_EARLY and indexer.PREPARE_EARLY (on), read
+# as those modules are imported. This variable, where set, overrides all four: "1" on, "0" off.
 WEIGHTS_EARLY_ENV = "SGL_KERNEL_EXT_WEIGHTS_EARLY"
-WEIGHTS_EARLY = os.environ.get(WEIGHTS_EARLY_ENV, "0") == "1"
+
+
+def weights_early(default: bool) -> bool:
+    """An early-load form's setting: `default` unless WEIGHTS_EARLY_ENV says "1" or "0"."""
+    value = os.environ.get(WEIGHTS_EARLY_ENV, "")
+    if value not in ("", "0", "1"):
+        raise ValueError(f"{WEIGHTS_EARLY_ENV}={value!r}: expected 1 (on) or 0 (off)")
+    return default if value == "" else value == "1"
 # Whether a layer's first kernel also prefetches the weights of its later dense stages (q_a,
 # kv_a, q_b, kv_b, o_proj, the router, the shared expert) into L2, so HBM streams them while
 # the layer's latency-bound kernels run (``layer_regions``, ``prefetch_table``), and whether

@@ -86,10 +86,14 @@ def test_prefetch_off_by_kernel_name_and_unknown_names_refused(monkeypatch):
         overlap.prefetches("absorb")
 
 
-@pytest.mark.parametrize("env, on", [(None, False), ("0", False), ("1", True)])
-def test_weights_early_env_sets_the_four_forms(env, on):
-    """SGL_KERNEL_EXT_WEIGHTS_EARLY: the defaults of the forms that load what their
-    predecessors do not write before the wait, read as their modules are imported."""
+@pytest.mark.parametrize("env, expected", [(None, ["0", "16", "True", "True"]),
+                                           ("0", ["0", "0", "False", "False"]),
+                                           ("1", ["16", "16", "True", "True"]),
+                                           ("yes", None)])
+def test_weights_early_env_sets_the_four_forms(env, expected):
+    """SGL_KERNEL_EXT_WEIGHTS_EARLY: unset, the defaults of the forms that load what their
+    predecessors do not write before the wait (the norm's off, the rest on); "1" / "0" all on
+    / off; anything else refused, naming the variable."""
     import os
     import subprocess
     import sys
@@ -101,6 +105,11 @@ def test_weights_early_env_sets_the_four_forms(env, on):
     if env is not None:
         environ[overlap.WEIGHTS_EARLY_ENV] = env
     environ["PYTHONPATH"] = os.pathsep.join(sys.path)
-    out = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True,
-                         text=True, check=True).stdout.split()
-    assert out == (["16", "16", "True", "True"] if on else ["0", "0", "False", "False"])
+    done = subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True,
+                          text=True)
+    if expected is None:
+        assert done.returncode != 0
+        assert f"{overlap.WEIGHTS_EARLY_ENV}='yes': expected 1 (on) or 0 (off)" in done.stderr
+    else:
+        assert done.returncode == 0, done.stderr
+        assert done.stdout.split() == expected
