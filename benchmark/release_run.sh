@@ -45,9 +45,9 @@
 #                                         # COPIES_MS rows, 1,16; ~3 minutes)
 #   bash benchmark/release_run.sh resweep # the knobs' alternatives at 16 rows of the MoE
 #                                         # layer against today's defaults (RESWEEP; ~3-4 min)
-#   bash benchmark/release_run.sh norm    # the norm's weight before its wait, the next kernel
-#                                         # launched after its rstd: GPU test, then the forms
-#                                         # against the baseline at 1/2/4/16 rows (~4 minutes)
+#   bash benchmark/release_run.sh early   # loads moved before their wait (EARLY, the forms):
+#                                         # GPU test, then the forms against the baseline at
+#                                         # 1/2/4/16 rows of every kind (~2-4 minutes)
 #   bash benchmark/release_run.sh nf      # a MoE layer's router on the un-normed row (no
 #                                         # post-attention norm launch, norm_router): its GPU
 #                                         # test, then its forms against the baseline at 1-16
@@ -297,20 +297,22 @@ NF="${NF:-norm_router_off,norm_router_own_quant_tile,norm_router_no_prefetch,nor
 run_nf() {
   tested_probe nf norm_free_router "$NF" moe,moe_idx 2 "${NF_MS:-1,2,4,8,12,16}" "${NF_S:-240}"
 }
-# the norms' weights and routing's bias before their wait, and the next kernel launched once
-# the norm's rstd is known (norm.W_EARLY_MAX_ROWS, mla.LATENT_W_EARLY_MAX_ROWS,
-# moe.ROUTE_CONSTS_EARLY, indexer.PREPARE_EARLY, norm.LATE_DEPENDENTS_MAX_ROWS):
-# their GPU test (bitwise the plain forms),
-# then the forms against the baseline, each twice, at NORM_MS rows of every kind (~4 minutes);
-# the release table with the four early forms on: AB="SGL_KERNEL_EXT_WEIGHTS_EARLY=1" bench_ab
-NORM="${NORM:-norm_w_early,latent_w_early,norm_late_deps,route_consts_early,prepare_early,w_early_late}"
-run_norm() {
-  tested_probe norm norm_forms_are_bitwise "$NORM" moe,moe_idx,dense 2 "${NORM_MS:-1,2,4,16}" \
-    "${NORM_S:-240}"
+# loads moved before their wait, and the norm's late launch of its dependents
+# (norm.W_EARLY_MAX_ROWS, mla.LATENT_W_EARLY_MAX_ROWS, moe.ROUTE_CONSTS_EARLY,
+# indexer.PREPARE_EARLY, attn_out.SCALES_EARLY, norm.LATE_DEPENDENTS_MAX_ROWS): their GPU test
+# (bitwise the plain forms), then the forms against the baseline, each twice, at EARLY_MS rows
+# of every kind (EARLY, the forms; ~2-4 minutes). The forms timed at 92e7739 (H100,
+# tiling_probe_20261207T132839Z): norm_w_early, latent_w_early, norm_late_deps,
+# route_consts_early, prepare_early; the release table with the four load forms on:
+# AB="SGL_KERNEL_EXT_WEIGHTS_EARLY=1" bench_ab
+EARLY="${EARLY:-vo_scales_early,norm_w_early}"
+run_early() {
+  tested_probe early norm_forms_are_bitwise "$EARLY" moe,moe_idx,dense 2 "${EARLY_MS:-1,2,4,16}" \
+    "${EARLY_S:-200}"
 }
 case "${1:-}" in
   nf) run_nf ;;
-  norm) run_norm ;;
+  early) run_early ;;
   tests) run_tests ;;
   bench) run_bench ;;
   bench_ab) run_bench_ab ;;
@@ -325,7 +327,7 @@ case "${1:-}" in
   topk) run_topk ;;
   copies) run_copies ;;
   resweep) run_resweep ;;
-  *) echo "usage: release_run.sh tests|bench|bench_ab|all|long|pending|pending_long|vo|vo_bench VARIANT|variant_bench VARIANT|peer_norm|topk|copies|resweep|nf|norm" >&2
+  *) echo "usage: release_run.sh tests|bench|bench_ab|all|long|pending|pending_long|vo|vo_bench VARIANT|variant_bench VARIANT|peer_norm|topk|copies|resweep|nf|early" >&2
      exit 2 ;;
 esac
 tar czf "$OUT/logs.tgz" -C .cache logs

@@ -141,6 +141,8 @@ VARIANTS = {
     # (moe.ROUTE_CONSTS_EARLY, indexer.PREPARE_EARLY)
     "route_consts_early": {("moe", "ROUTE_CONSTS_EARLY"): True},
     "prepare_early": {("indexer", "PREPARE_EARLY"): True},
+    # o_proj's weight scales before the wait in absorb_v + o_proj's one launch (one row)
+    "vo_scales_early": {("attn_out", "SCALES_EARLY"): True},
     "w_early_late": {("norm", "W_EARLY_MAX_ROWS"): 16, ("mla", "LATENT_W_EARLY_MAX_ROWS"): 16,
                      ("norm", "LATE_DEPENDENTS_MAX_ROWS"): 16, ("moe", "ROUTE_CONSTS_EARLY"): True,
                      ("indexer", "PREPARE_EARLY"): True},

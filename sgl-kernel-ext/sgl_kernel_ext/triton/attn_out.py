@@ -69,6 +69,11 @@ MAX_LATENT_SLICES = 16
 # whether the weight tiles are loaded before the wait (sm_90a: staged into shared memory for
 # the MMAs) rather than prefetched into L2 there and loaded after it
 W_EARLY = True
+# whether o_proj's weight scales for the head's columns are loaded before the wait too (with
+# W_EARLY), rather than after the count wait and the sums' zeroing atomics, where sm_90a SASS
+# issues each group's scale load beside its wgmma, the second after the first's: one or two
+# round trips at the end of the launch's critical path
+SCALES_EARLY = False
 # rows up to which the launch merges the attention's chunks itself (its slice programs, every
 # row's chunks loaded at once), so no merge kernel runs before it
 MERGE_MAX_ROWS = 16
@@ -153,8 +158,9 @@ def _vo_kernel(olat_ptr, part_o_ptr, part_ml_ptr, NSP, kvb_ptr, wo_ptr, wos_ptr,
                BLOCK_S: tl.constexpr, MERGE: tl.constexpr, MERGE_ROWS: tl.constexpr,
                TAILS: tl.constexpr, ZERO: tl.constexpr,
                W_EARLY: tl.constexpr, PHASE: tl.constexpr, INTERPRET: tl.constexpr,
-               PDL: tl.constexpr, SPIN_LIMIT: tl.constexpr):
-    """Program (head h, column tile t): the module docstring's steps, PHASE 1 and/or 2."""
+               PDL: tl.constexpr, SPIN_LIMIT: tl.constexpr, S_EARLY: tl.constexpr = False):
+    """Program (head h, column tile t): the module docstring's steps, PHASE 1 and/or 2.
+    S_EARLY (with W_EARLY): o_proj's scales also loaded before the wait (SCALES_EARLY)."""
     h = tl.program_id(0)
     t = tl.program_id(1)
     tiles = tl.num_programs(1)
@@ -173,6 +179,10 @@ def _vo_kernel(olat_ptr, part_o_ptr, part_ml_ptr, NSP, kvb_ptr, wo_ptr, wos_ptr,
     if W_EARLY:
         w_vc = tl.load(w_vc_ptrs, mask=(t < LS) & (ov[:, None] < V), other=0.0)
         w_o, w_o2 = _wo_tiles(wo_ptr, on, n_ok, K, col0, V)
+        if S_EARLY:
+            s_at = wos_ptr + (on // 128) * (K // 128) + col0 // 128
+            sw = tl.load(s_at, mask=n_ok, other=0.0)
+            sw2 = tl.load(s_at + 1, mask=n_ok & (V > 128), other=0.0)
     else:
         if t < LS:
             prefetch_rows(kvb_ptr, vc_rows, V, NH * (NOPE + V), C * 2, (t % LS) * CL * 2,
@@ -216,10 +226,12 @@ def _vo_kernel(olat_ptr, part_o_ptr, part_ml_ptr, NSP, kvb_ptr, wo_ptr, wos_ptr,
             w_o, w_o2 = _wo_tiles(wo_ptr, on, n_ok, K, col0, V)
         kb = col0 // 128
         kblocks = K // 128
-        sw = tl.load(wos_ptr + (on // 128) * kblocks + kb, mask=n_ok, other=0.0)
+        if not (W_EARLY and S_EARLY):
+            sw = tl.load(wos_ptr + (on // 128) * kblocks + kb, mask=n_ok, other=0.0)
         acc = _scaled_dot(xq, sx, w_o, sw, INTERPRET, True)
         if V > 128:
-            sw2 = tl.load(wos_ptr + (on // 128) * kblocks + kb + 1, mask=n_ok, other=0.0)
+            if not (W_EARLY and S_EARLY):
+                sw2 = tl.load(wos_ptr + (on // 128) * kblocks + kb + 1, mask=n_ok, other=0.0)
             acc += _scaled_dot(xq2, sx2, w_o2, sw2, INTERPRET, True)
         acc = tl.trans(acc)
         ok = m_ok[:, None] & n_ok[None, :]
@@ -305,7 +317,8 @@ def absorb_v_o_proj(olat, attn_parts, merge: bool, kv_b, nope: int, v: int, wo, 
                   BLOCK_N=block_n, BLOCK_S=max(2, triton.next_power_of_2(nsp)), MERGE=merge,
                   MERGE_ROWS=triton.next_power_of_2(m) if merge else 1,
                   TAILS=tails is not None, ZERO=zero is not None, W_EARLY=W_EARLY,
-                  INTERPRET=interpret, SPIN_LIMIT=SPIN_LIMIT, num_warps=WARPS)
+                  INTERPRET=interpret, SPIN_LIMIT=SPIN_LIMIT, S_EARLY=W_EARLY and SCALES_EARLY,
+                  num_warps=WARPS)
     grid = (nh, tiles)
     if interpret:  # programs run one after another: every product, then the rest
         for phase in INTERPRETER_PHASES:

@@ -1091,7 +1091,8 @@ def test_norm_free_router_matches_reference(kind, rows, form, monkeypatch):
 
 # the norms' weights loaded before their wait (norm.W_EARLY_MAX_ROWS, the latent kernel's:
 # mla.LATENT_W_EARLY_MAX_ROWS), routing's bias and positions too (moe.ROUTE_CONSTS_EARLY), and
-# the indexer's prepare inputs (indexer.PREPARE_EARLY, with routing's in the fifth form), and
+# the indexer's prepare inputs (indexer.PREPARE_EARLY, with routing's in the fifth form),
+# o_proj's scales in absorb_v + o_proj's one launch at one row (attn_out.SCALES_EARLY), and
 # the next kernel let launch only once the norm's rstd is known (norm.LATE_DEPENDENTS_MAX_ROWS):
 # the same arithmetic, so every output and cache row bitwise the plain forms'; 1-2 rows where
 # the MoE layer's first norm precedes attn_side (with CuTe DSL) or q_a|kv_a's linear and
@@ -1099,20 +1100,23 @@ def test_norm_free_router_matches_reference(kind, rows, form, monkeypatch):
 @pytest.mark.parametrize("rows", [1, 2, 16])
 @pytest.mark.parametrize("kind", ["moe_shared_topk", "moe_indexer", "dense_indexer"])
 def test_norm_forms_are_bitwise_the_plain_norm(kind, rows, monkeypatch):
-    from sgl_kernel_ext.triton import indexer, mla, moe, norm
+    from sgl_kernel_ext.triton import attn_out, indexer, mla, moe, norm
 
     lid = KINDS[kind]
     case = make_case(CFG, lid, _contexts(rows, 3000, pad=rows > 1), seed=17, device="cuda",
                      lw=_weights(lid))
     args = (case.hidden, case.residual, case.batch, case.topk_prev)
     runs = []
-    for early, latent, late, route in ((0, 0, 0, 0), (16, 0, 0, 0), (0, 16, 0, 0), (0, 0, 16, 0),
-                                       (0, 0, 0, 1), (16, 16, 16, 1)):
+    for early, latent, late, route, scales in ((0, 0, 0, 0, 0), (16, 0, 0, 0, 0),
+                                               (0, 16, 0, 0, 0), (0, 0, 16, 0, 0),
+                                               (0, 0, 0, 1, 0), (0, 0, 0, 0, 1),
+                                               (16, 16, 16, 1, 1)):
         monkeypatch.setattr(norm, "W_EARLY_MAX_ROWS", early)
         monkeypatch.setattr(mla, "LATENT_W_EARLY_MAX_ROWS", latent)
         monkeypatch.setattr(norm, "LATE_DEPENDENTS_MAX_ROWS", late)
         monkeypatch.setattr(moe, "ROUTE_CONSTS_EARLY", bool(route))
         monkeypatch.setattr(indexer, "PREPARE_EARLY", bool(route))
+        monkeypatch.setattr(attn_out, "SCALES_EARLY", bool(scales))
         caches = clone_caches(case.caches)
         layer = FusedLayer(CFG, case.lw, caches, rows, 3000)
         outs = [t.clone() for t in layer(*args)]

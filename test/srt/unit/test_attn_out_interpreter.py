@@ -95,6 +95,21 @@ def test_one_launch_is_the_torch_product(m, block_n, w_early, slices, monkeypatc
     assert torch.equal(again, parts)
 
 
+@pytest.mark.parametrize("m, block_n", [(1, 64), (3, 128)])
+def test_scales_before_the_wait_are_bitwise_the_late_scales(m, block_n, monkeypatch):
+    """SCALES_EARLY (with W_EARLY): o_proj's weight scales loaded before the wait, the same
+    partials and rows bit for bit, every partial written."""
+    monkeypatch.setattr(attn_out, "BLOCK_N", block_n)
+    a, nope, v, nh, attn_parts, olat = _inputs(m, seed=20 + m)
+    runs = []
+    for early in (False, True):
+        monkeypatch.setattr(attn_out, "SCALES_EARLY", early)
+        runs.append(_run(a, nope, v, nh, attn_parts, olat, merge=False, tails=True))
+    (parts, rows), (parts_e, rows_e) = runs
+    assert not torch.isnan(parts_e).any() and bool(parts_e.abs().sum() > 0)
+    assert torch.equal(parts, parts_e) and torch.equal(rows, rows_e)
+
+
 @pytest.mark.parametrize("m", [1, 2, 5])
 def test_merging_the_attention_inside_is_the_merged_olat(m, monkeypatch):
     """With merge, the programs merge their latent columns from the attention's chunks (one
