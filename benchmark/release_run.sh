@@ -303,8 +303,8 @@ run_nf() {
 # (bitwise the plain forms), then the forms against the baseline, each twice, at EARLY_MS rows
 # of every kind (EARLY, the forms; ~2-4 minutes). The forms timed at 92e7739 (H100,
 # tiling_probe_20261207T132839Z): norm_w_early, latent_w_early, norm_late_deps,
-# route_consts_early, prepare_early; the release table with the four load forms on:
-# AB="SGL_KERNEL_EXT_WEIGHTS_EARLY=1" bench_ab
+# route_consts_early, prepare_early; at 7135ed2, vo_scales_early (tiling_probe_20261207T140746Z);
+# the release table with the four load forms on: AB="SGL_KERNEL_EXT_WEIGHTS_EARLY=1" bench_ab
 EARLY="${EARLY:-vo_scales_early,norm_w_early}"
 run_early() {
   tested_probe early norm_forms_are_bitwise "$EARLY" moe,moe_idx,dense 2 "${EARLY_MS:-1,2,4,16}" \

@@ -71,8 +71,9 @@ MAX_LATENT_SLICES = 16
 W_EARLY = True
 # whether o_proj's weight scales for the head's columns are loaded before the wait too (with
 # W_EARLY), rather than after the count wait and the sums' zeroing atomics, where sm_90a SASS
-# issues each group's scale load beside its wgmma, the second after the first's: one or two
-# round trips at the end of the launch's critical path
+# issues each group's scale load beside its wgmma, the second after the first's. Off: on an
+# H100 +0.0..+0.2 us a layer at 1-2 rows, every kind (tiling_probe_20261207T140746Z): those
+# loads hide behind the MMAs
 SCALES_EARLY = False
 # rows up to which the launch merges the attention's chunks itself (its slice programs, every
 # row's chunks loaded at once), so no merge kernel runs before it
