@@ -52,6 +52,8 @@ def weights_early(default: bool) -> bool:
     if value not in ("", "0", "1"):
         raise ValueError(f"{WEIGHTS_EARLY_ENV}={value!r}: expected 1 (on) or 0 (off)")
     return default if value == "" else value == "1"
+
+
 # Whether a layer's first kernel also prefetches the weights of its later dense stages (q_a,
 # kv_a, q_b, kv_b, o_proj, the router, the shared expert) into L2, so HBM streams them while
 # the layer's latency-bound kernels run (``layer_regions``, ``prefetch_table``), and whether
