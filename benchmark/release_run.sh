@@ -302,8 +302,9 @@ run_nf() {
 # indexer.PREPARE_EARLY, attn_out.SCALES_EARLY, norm.LATE_DEPENDENTS_MAX_ROWS): their GPU test
 # (bitwise the plain forms), then the forms against the baseline, each twice, at EARLY_MS rows
 # of every kind (EARLY, the forms; ~2-4 minutes). The forms timed at 92e7739 (H100,
-# tiling_probe_20261207T132839Z): norm_w_early, latent_w_early, norm_late_deps,
-# route_consts_early, prepare_early; at 7135ed2, vo_scales_early (tiling_probe_20261207T140746Z);
+# tiling_probe_20261207T132839Z): norm_w_early, norm_late_deps and the three now the default
+# (their variants today: latent_w_late, route_consts_late, prepare_late, loads_late); at
+# 7135ed2, vo_scales_early (tiling_probe_20261207T140746Z);
 # the release table with the four load forms on: AB="SGL_KERNEL_EXT_WEIGHTS_EARLY=1" bench_ab
 EARLY="${EARLY:-vo_scales_early,norm_w_early}"
 run_early() {

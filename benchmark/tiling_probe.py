@@ -131,21 +131,21 @@ VARIANTS = {
     "gate_up_no_split_k": {("moe", "gate_up_tiling"): "no_split_k"},
     "norm_8_warps": {("norm", "NUM_WARPS"): 8},
     "norm_16_warps": {("norm", "NUM_WARPS"): 16},
-    # the norm's weight before its wait, the latent kernel's norms' weights before its wait,
-    # the next kernel launched once the norm's rstd is known, all three (norm.W_EARLY_MAX_ROWS,
-    # mla.LATENT_W_EARLY_MAX_ROWS, norm.LATE_DEPENDENTS_MAX_ROWS)
+    # loads before the wait (timed at 92e7739 as norm_w_early, latent_w_early, route_consts_early,
+    # prepare_early, tiling_probe_20261207T132839Z): the norm's weight and its late launch of
+    # the next kernel, off by default (norm.W_EARLY_MAX_ROWS, LATE_DEPENDENTS_MAX_ROWS); the
+    # latent kernel's norm weights, routing's bias and positions and the indexer prepare's
+    # inputs after their wait again, against their defaults (mla.LATENT_W_EARLY_MAX_ROWS,
+    # moe.ROUTE_CONSTS_EARLY, indexer.PREPARE_EARLY)
     "norm_w_early": {("norm", "W_EARLY_MAX_ROWS"): 16},
-    "latent_w_early": {("mla", "LATENT_W_EARLY_MAX_ROWS"): 16},
     "norm_late_deps": {("norm", "LATE_DEPENDENTS_MAX_ROWS"): 16},
-    # routing's bias and positions, the indexer prepare's inputs, before their wait
-    # (moe.ROUTE_CONSTS_EARLY, indexer.PREPARE_EARLY)
-    "route_consts_early": {("moe", "ROUTE_CONSTS_EARLY"): True},
-    "prepare_early": {("indexer", "PREPARE_EARLY"): True},
+    "latent_w_late": {("mla", "LATENT_W_EARLY_MAX_ROWS"): 0},
+    "route_consts_late": {("moe", "ROUTE_CONSTS_EARLY"): False},
+    "prepare_late": {("indexer", "PREPARE_EARLY"): False},
+    "loads_late": {("mla", "LATENT_W_EARLY_MAX_ROWS"): 0, ("moe", "ROUTE_CONSTS_EARLY"): False,
+                   ("indexer", "PREPARE_EARLY"): False},
     # o_proj's weight scales before the wait in absorb_v + o_proj's one launch (one row)
     "vo_scales_early": {("attn_out", "SCALES_EARLY"): True},
-    "w_early_late": {("norm", "W_EARLY_MAX_ROWS"): 16, ("mla", "LATENT_W_EARLY_MAX_ROWS"): 16,
-                     ("norm", "LATE_DEPENDENTS_MAX_ROWS"): 16, ("moe", "ROUTE_CONSTS_EARLY"): True,
-                     ("indexer", "PREPARE_EARLY"): True},
     "latent_4_warps": {("mla", "LATENT_WARPS"): 4},
     # the latent kernel at every row count (the default), or q_b norming c_q itself up to 1,
     # 2 (the default to 3f039dc) or 4 rows
