@@ -7,6 +7,8 @@
 #   bash benchmark/release_run.sh bench   # the layer table (stock and fused), the 78-layer
 #                                         # step, each kernel's share of the layer's critical
 #                                         # path (graph_timeline)
+#   bash benchmark/release_run.sh table   # the layer table alone (~90 s on an H100: a short
+#                                         # budget's or a late machine's one call)
 #   AB="SGL_KERNEL_EXT_X=..." bash benchmark/release_run.sh bench_ab # bench, then bench
 #                                         # again under AB's environment (a form on and off)
 #   bash benchmark/release_run.sh long    # the layer table of the indexer layers at 8K and
@@ -85,11 +87,14 @@ run_tests() {
   for f in "$L"/pytest_*.log; do echo "$(basename "$f"): $(tail -1 "$f")"; done
   if [ "${SANITIZE_S:-90}" -gt 0 ]; then sanitize_fused_layer "${SANITIZE_S:-90}"; fi
 }
+run_table() {  # $1: the logs' prefix (bench_ab's second arm)
+  timeout 150 python3 -m benchmark.decode_layer --replays 10 --check --ls 2048 \
+    --ms 1,2,4,8,12,16 --arms stock,fused --out "$OUT" > "$L/${1:-}decode_layer.log" 2>&1
+  echo "decode_layer rc=$?"; grep -E "^\|" "$L/${1:-}decode_layer.log" | tail -20
+}
 run_bench() {  # $1: the logs' prefix (bench_ab's second arm)
   local t="${1:-}"
-  timeout 150 python3 -m benchmark.decode_layer --replays 10 --check --ls 2048 \
-    --ms 1,2,4,8,12,16 --arms stock,fused --out "$OUT" > "$L/${t}decode_layer.log" 2>&1
-  echo "decode_layer rc=$?"; grep -E "^\|" "$L/${t}decode_layer.log" | tail -20
+  run_table "$t"
   timeout 200 python3 -m benchmark.decode_step --out "$OUT" > "$L/${t}decode_step.log" 2>&1
   echo "decode_step rc=$?"; tail -14 "$L/${t}decode_step.log"
   timeout 90 python3 -m benchmark.graph_timeline --out "$OUT" --kinds moe dense --rows 1 16 \
@@ -316,6 +321,7 @@ case "${1:-}" in
   early) run_early ;;
   tests) run_tests ;;
   bench) run_bench ;;
+  table) run_table ;;
   bench_ab) run_bench_ab ;;
   all) run_tests; run_bench ;;
   long) run_long ;;
@@ -328,7 +334,7 @@ case "${1:-}" in
   topk) run_topk ;;
   copies) run_copies ;;
   resweep) run_resweep ;;
-  *) echo "usage: release_run.sh tests|bench|bench_ab|all|long|pending|pending_long|vo|vo_bench VARIANT|variant_bench VARIANT|peer_norm|topk|copies|resweep|nf|early" >&2
+  *) echo "usage: release_run.sh tests|bench|table|bench_ab|all|long|pending|pending_long|vo|vo_bench VARIANT|variant_bench VARIANT|peer_norm|topk|copies|resweep|nf|early" >&2
      exit 2 ;;
 esac
 tar czf "$OUT/logs.tgz" -C .cache logs
