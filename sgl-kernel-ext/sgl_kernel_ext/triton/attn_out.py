@@ -152,6 +152,13 @@ def _wo_tiles(wo_ptr, on, n_ok, K, col0, V: tl.constexpr):
 
 
 @triton.jit
+def _wo_scales_at(wos_ptr, on, K, col0):
+    """Addresses of o_proj's block scales for rows on and the head's first 128 of its K = NH *
+    V columns from col0 (the second group's at + 1)."""
+    return wos_ptr + (on // 128) * (K // 128) + col0 // 128
+
+
+@triton.jit
 def _vo_kernel(olat_ptr, part_o_ptr, part_ml_ptr, NSP, kvb_ptr, wo_ptr, wos_ptr, sums_ptr,
                counts_ptr, parts_ptr, arrivals_ptr, rows_ptr, zero_ptr, ZERO_N, M, N,
                NH: tl.constexpr, C: tl.constexpr, NOPE: tl.constexpr, V: tl.constexpr,
@@ -181,7 +188,7 @@ def _vo_kernel(olat_ptr, part_o_ptr, part_ml_ptr, NSP, kvb_ptr, wo_ptr, wos_ptr,
         w_vc = tl.load(w_vc_ptrs, mask=(t < LS) & (ov[:, None] < V), other=0.0)
         w_o, w_o2 = _wo_tiles(wo_ptr, on, n_ok, K, col0, V)
         if S_EARLY:
-            s_at = wos_ptr + (on // 128) * (K // 128) + col0 // 128
+            s_at = _wo_scales_at(wos_ptr, on, K, col0)
             sw = tl.load(s_at, mask=n_ok, other=0.0)
             sw2 = tl.load(s_at + 1, mask=n_ok & (V > 128), other=0.0)
     else:
@@ -225,14 +232,13 @@ def _vo_kernel(olat_ptr, part_o_ptr, part_ml_ptr, NSP, kvb_ptr, wo_ptr, wos_ptr,
             tl.atomic_xchg(counts_ptr + h, 0, sem="relaxed")
         if not W_EARLY:
             w_o, w_o2 = _wo_tiles(wo_ptr, on, n_ok, K, col0, V)
-        kb = col0 // 128
-        kblocks = K // 128
         if not (W_EARLY and S_EARLY):
-            sw = tl.load(wos_ptr + (on // 128) * kblocks + kb, mask=n_ok, other=0.0)
+            s_at = _wo_scales_at(wos_ptr, on, K, col0)
+            sw = tl.load(s_at, mask=n_ok, other=0.0)
         acc = _scaled_dot(xq, sx, w_o, sw, INTERPRET, True)
         if V > 128:
             if not (W_EARLY and S_EARLY):
-                sw2 = tl.load(wos_ptr + (on // 128) * kblocks + kb + 1, mask=n_ok, other=0.0)
+                sw2 = tl.load(s_at + 1, mask=n_ok, other=0.0)
             acc += _scaled_dot(xq2, sx2, w_o2, sw2, INTERPRET, True)
         acc = tl.trans(acc)
         ok = m_ok[:, None] & n_ok[None, :]
