@@ -54,6 +54,9 @@
 #                                         # post-attention norm launch, norm_router): its GPU
 #                                         # test, then its forms against the baseline at 1-16
 #                                         # rows of both MoE kinds (~4 minutes)
+#   bash benchmark/release_run.sh norm_in # attn_side taking the input norm: its kernel's and
+#                                         # layer's GPU tests, then its forms against the
+#                                         # baseline at 1-2 rows of the MoE layer (~4 minutes)
 #   bash benchmark/release_run.sh peer_norm # on nvidia-h200-x2: the fused all-reduce + norm's
 #                                         # two-GPU test, then its probe against torch's
 #                                         # symmetric-memory one-shot and NCCL (each + the norm)
@@ -316,7 +319,22 @@ run_early() {
   tested_probe early norm_forms_are_bitwise "$EARLY" moe,moe_idx,dense 2 "${EARLY_MS:-1,2,4,16}" \
     "${EARLY_S:-200}"
 }
+# attn_side taking the layer's input norm (sm90.ATTN_SIDE_NORM_IN_MAX_ROWS; CuTe DSL staged):
+# the kernel's GPU tests (test_sm90_attn_side -k norm_in), the layer's (within NUMERICS, graph
+# replays, a shared workspace's residual twin), then its forms against the baseline, each twice,
+# at 1-2 rows of the MoE layer (~4 minutes after the install)
+NORM_IN="${NORM_IN:-attn_side_norm_in,attn_side_norm_in_1}"
+run_norm_in() {
+  timeout 200 python3 -m pytest test/srt/kernels/test_sm90_attn_side.py -q -k norm_in \
+    > "$L/pytest_attn_side_norm_in.log" 2>&1
+  local rc=$?
+  echo "attn_side norm_in pytest rc=$rc"; tail -3 "$L/pytest_attn_side_norm_in.log"
+  [ "$rc" -eq 0 ] || return 1
+  tested_probe norm_in taking_the_input_norm "$NORM_IN" moe 2 "${NORM_IN_MS:-1,2}" \
+    "${NORM_IN_S:-200}"
+}
 case "${1:-}" in
+  norm_in) run_norm_in ;;
   nf) run_nf ;;
   early) run_early ;;
   tests) run_tests ;;
@@ -334,7 +352,7 @@ case "${1:-}" in
   topk) run_topk ;;
   copies) run_copies ;;
   resweep) run_resweep ;;
-  *) echo "usage: release_run.sh tests|bench|table|bench_ab|all|long|pending|pending_long|vo|vo_bench VARIANT|variant_bench VARIANT|peer_norm|topk|copies|resweep|nf|early" >&2
+  *) echo "usage: release_run.sh tests|bench|table|bench_ab|all|long|pending|pending_long|vo|vo_bench VARIANT|variant_bench VARIANT|peer_norm|topk|copies|resweep|nf|early|norm_in" >&2
      exit 2 ;;
 esac
 tar czf "$OUT/logs.tgz" -C .cache logs

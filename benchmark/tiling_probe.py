@@ -622,6 +622,9 @@ VARIANTS = {
                                    ("attn_out", "EARLY_AFTER_COMBINE"): False},
     # the weight slots an attn_side worker asks for before its wait (default: its first lap)
     **{f"attn_side_early_{n}": {("sm90", "ATTN_SIDE_EARLY_SLOTS"): n} for n in (0, 2, 4)},
+    # attn_side taking the layer's input norm (no norm launch before it) at 1-2 rows, or 1
+    "attn_side_norm_in": {("sm90", "ATTN_SIDE_NORM_IN_MAX_ROWS"): 2},
+    "attn_side_norm_in_1": {("sm90", "ATTN_SIDE_NORM_IN_MAX_ROWS"): 1},
     # a MoE layer's router on the un-normed row, no post-attention norm launch, at every row
     # count, or but at 2 rows (where gate/up's shared programs then wait: norm_router.ROWS)
     "norm_router": {("norm_router", "ROWS"): frozenset(range(1, 17))},

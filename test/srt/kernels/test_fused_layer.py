@@ -607,6 +607,36 @@ def test_attn_side_launch_replays_and_reads_a_pool_table(rows, monkeypatch):
     assert any("gave up" in p for p in layer.health()), layer.health()
 
 
+@pytest.mark.parametrize("rows,pad", [(1, False), (2, True)])
+def test_attn_side_taking_the_input_norm_matches_reference(rows, pad, monkeypatch):
+    """attn_side with the layer's input norm folded in (sm90.ATTN_SIDE_NORM_IN_MAX_ROWS: no
+    norm launch, x made in the launch from hidden + residual): the layer within NUMERICS of the
+    reference and the fold taken; graph replay bitwise eager and 100 replays identical; a stack
+    of layers sharing one workspace (the new residual in the residual's twin, turn about)
+    bitwise each layer's own buffers."""
+    from sgl_kernel_ext.nvidia import sm90
+    from sgl_kernel_ext.nvidia.sm90 import attn_side
+
+    _attn_side_on(monkeypatch, 2)
+    monkeypatch.setattr(sm90, "ATTN_SIDE_NORM_IN_MAX_ROWS", 2)
+    folds, original = [], attn_side.attn_side
+    monkeypatch.setattr(attn_side, "attn_side",
+                        lambda *a, **k: folds.append(k.get("norm_in") is not None)
+                        or original(*a, **k))
+    assert_within_numerics(check("moe_shared_topk", rows, 3000, pad=pad), 3000)
+    assert folds == [True], folds
+    r = replay_checks("moe_shared_topk", rows)
+    assert r["graph_equals_eager"] and r["repeats_identical"], r
+    ctx = _contexts(rows, 3000)
+    cases = [make_case(CFG, lid, ctx, seed=rows, device="cuda", lw=_weights(lid))
+             for lid in (6, 4, 4, 4)]
+    (y0, r0, t0, c0), (y1, r1, t1, c1) = stack_with_and_without_workspace(cases)
+    assert not torch.isnan(y0.float()).any()
+    assert torch.equal(y0, y1) and torch.equal(r0, r1) and torch.equal(t0, t1)
+    for lid in c0.kv:
+        assert torch.equal(c0.kv[lid].view(torch.int16), c1.kv[lid].view(torch.int16))
+
+
 @pytest.mark.parametrize("rows", [3, 8, 16])
 def test_absorb_on_q_b_fixed_sums_matches_reference(rows, monkeypatch):
     """absorb reading q_b's fixed-point sums (mla.Q_FIXED_FROM_ROWS; a layer without the

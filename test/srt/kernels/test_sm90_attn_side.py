@@ -284,6 +284,129 @@ def test_fixed_small_shape_few_ctas():
           pad_last=True)
 
 
+def fold_inputs(m: int, k1: int, seed: int):
+    """The layer's input norm's inputs (hidden, residual, weight: bf16, a residual stream's
+    spread) and, emulated in torch as the kernel makes it, x of the un-normed row (bf16(s w)
+    quantized per 128 columns: e4m3 [M, K1] and scales [M, K1/128]) and each row's rstd."""
+    g = torch.Generator(device="cuda").manual_seed(seed + 2000)
+    hidden = (torch.randn(m, k1, device="cuda", generator=g) * 3).to(torch.bfloat16)
+    residual = (torch.randn(m, k1, device="cuda", generator=g) * 8).to(torch.bfloat16)
+    weight = (1 + 0.3 * torch.randn(k1, device="cuda", generator=g)).to(torch.bfloat16)
+    s = hidden.float() + residual.float()
+    y = (s * weight.float()).to(torch.bfloat16).float().view(m, -1, 128)
+    sc = y.abs().amax(-1, keepdim=True).clamp_min(1e-10) / 448.0
+    xq = (y * (1.0 / sc)).clamp(-448, 448).to(torch.float8_e4m3fn).view(m, k1)
+    rstd = torch.rsqrt(s.double().square().mean(-1) + EPS)
+    return hidden, residual, weight, xq, sc.view(m, -1), rstd
+
+
+def check_norm_in(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 20,
+                  pad_last: bool = False):
+    """The fixed form with the layer's input norm folded in (norm_in): its x never read (NaN),
+    made in the launch from hidden + residual; the new residual bitwise bf16(hidden +
+    residual), the residual read left as it was; c_q and the KV-cache rows against float64
+    x' W^T times the row's rstd (x' the un-normed row's own e4m3, emulated exactly); q_b's
+    operand and q_b as ``check`` checks them; repeated launches and a graph replay bitwise."""
+    side, _ = A.compiled(m, shape, eps=EPS, fixed=True, norm_in=True)
+    case = make_case(m, shape, seed)
+    case["xq"].view(torch.uint8).fill_(0x7F)  # NaN: the launch must not read x
+    case["sx"].fill_(float("nan"))
+    hidden, residual, weight, xq1, sx1, rstd = fold_inputs(m, shape.k1, seed)
+    kept = residual.clone()
+    res_out = torch.full_like(residual, float("nan"))
+    fold = (hidden, residual, weight, res_out)
+    outs = outputs(side, m, "cuda")
+    kv = make_kv(m, shape, seed, pad_last)
+    work = A.workspace(side, "cuda")
+    dump = torch.full((m, shape.nq), float("nan"), device="cuda")
+    _poison(*outs, work.q_parts, work.ss, work.ss_in)
+
+    def launch(dump=None):
+        A.attn_side(case["xq"], case["sx"], case["wq"], case["wsq"], case["wkv"], case["wskv"],
+                    case["gamma"], case["wb"], case["wsb"], *outs, work, eps=EPS, grid=grid,
+                    dump=dump, fixed=True, norm_in=fold, **kv)
+
+    launch(dump)
+    torch.cuda.synchronize()
+    A.check_sync(work)
+    _, q_rows, qb_parts = outs
+    assert torch.equal(_bits(residual), _bits(kept)), "the residual read was written"
+    want = (hidden.float() + residual.float()).to(torch.bfloat16)
+    assert torch.equal(_bits(res_out), _bits(want)), \
+        f"new residual: {int((_bits(res_out) != _bits(want)).sum())} elements off"
+    for name, t in (("q_rows", q_rows), ("qb_parts", qb_parts), ("dump", dump),
+                    ("ss_in", work.ss_in)):
+        assert not t.isnan().any(), f"{name}: {int(t.isnan().sum())} elements not written"
+    ss = (hidden.double() + residual.double()).square().view(m, side.split1, -1).sum(-1)
+    assert torch.allclose(work.ss_in.view(side.split1, m).double(), ss.T, rtol=1e-5), \
+        "the chunks' sums of squares"
+
+    x = xq1.double() * sx1.double().repeat_interleave(128, 1)
+    r = rstd[:, None]
+    ref_kv, sc_kv = _chunks(x, _deq(case["wkv"], case["wskv"]), 1)
+    check_kv_rows(kv, ref_kv[0] * r, sc_kv[0] * r, shape.nkv - A.ROPE)
+    ref_q, sc_q = _chunks(x, _deq(case["wq"], case["wsq"]), 1)
+    ref_q, sc_q = ref_q[0] * r, sc_q[0] * r
+    err = (q_rows.double() - ref_q).abs()
+    bound = TOL_MMA * sc_q + 2.0 ** -8 * ref_q.abs() + 1e-30
+    assert (err <= bound).all(), f"q_rows worst {(err / bound).max():.2f} of its bound"
+    xb = dump.double()
+    ref_x = normed_quant(q_rows, case["gamma"], shape.nq)
+    off = (xb - ref_x).abs() > 2.0 ** -20 * ref_x.abs()
+    assert off.double().mean() <= 1e-2, f"q_b's x: {int(off.sum())} of {off.numel()} differ"
+    ref_b, sc_b = _chunks(xb, _deq(case["wb"], case["wsb"]), side.split2)
+    err = (qb_parts.double() - ref_b).abs()
+    assert (err <= TOL_MMA * sc_b + 1e-30).all(), \
+        f"qb_parts worst {(err / (TOL_MMA * sc_b + 1e-30)).max():.1f}x TOL_MMA"
+
+    first = [t.clone() for t in (q_rows, qb_parts, kv["kv_cache"], res_out)]
+    mine = (q_rows, qb_parts, kv["kv_cache"], res_out)
+    for i in range(repeats):
+        _poison(q_rows, qb_parts, res_out, work.ss_in)
+        launch()
+        torch.cuda.synchronize()
+        for a, b in zip(mine, first):
+            assert torch.equal(_bits(a), _bits(b)), f"launch {i + 2} differs from the first"
+    g = torch.cuda.CUDAGraph()
+    st = torch.cuda.Stream()
+    st.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(st):
+        launch()
+    torch.cuda.current_stream().wait_stream(st)
+    with torch.cuda.graph(g):
+        launch()
+    for _ in range(3):
+        _poison(q_rows, qb_parts, res_out, work.ss_in)
+        g.replay()
+        torch.cuda.synchronize()
+        for a, b in zip(mine, first):
+            assert torch.equal(_bits(a), _bits(b)), "graph replay differs from the eager launch"
+    A.check_sync(work)
+
+
+@pytest.mark.parametrize("m,pad_last", [(1, False), (2, False), (2, True)])
+def test_norm_in_tp8_rank(m, pad_last):
+    check_norm_in(m, A.Shape(), seed=60 + m, pad_last=pad_last)
+
+
+def test_norm_in_small_shape_few_ctas():
+    check_norm_in(2, A.Shape(nq=512, nkv=192, k1=1024, nb=512), seed=63, grid=5, repeats=5)
+
+
+def test_norm_in_refusals():
+    with pytest.raises(ValueError, match="fixed form's"):
+        A.AttnSide(1, norm_in=True)
+    side, _ = A.compiled(1, eps=EPS, fixed=True, norm_in=True)
+    case = make_case(1, A.Shape(), 0)
+    hidden, residual, weight, *_ = fold_inputs(1, A.Shape().k1, 0)
+    work = A.workspace(side, "cuda")
+    kv = make_kv(1, A.Shape(), 0, False)
+    with pytest.raises(ValueError, match="overlaps the residual"):
+        A.attn_side(case["xq"], case["sx"], case["wq"], case["wsq"], case["wkv"], case["wskv"],
+                    case["gamma"], case["wb"], case["wsb"], *outputs(side, 1, "cuda"), work,
+                    eps=EPS, fixed=True, norm_in=(hidden, residual, weight, residual), **kv)
+
+
 @pytest.mark.parametrize("m", [1, 16])
 def test_few_ctas_many_units_each(m):
     check(m, A.Shape(), seed=20 + m, grid=6, repeats=3)

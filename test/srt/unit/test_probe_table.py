@@ -32,10 +32,10 @@ RELEASE_RUN = Path(tp.__file__).parent / "release_run.sh"
 
 
 def test_every_pending_variant_of_release_run_exists():
-    """release_run.sh pending's, pending_long's, vo's and nf's variants are tiling_probe's (a typo
-    would cost a device call)."""
+    """release_run.sh pending's, pending_long's, vo's, nf's and norm_in's variants are
+    tiling_probe's (a typo would cost a device call)."""
     script = RELEASE_RUN.read_text()
-    for var in ("PENDING", "PENDING_LONG", "VO", "NF"):
+    for var in ("PENDING", "PENDING_LONG", "VO", "NF", "NORM_IN"):
         # VAR="a,b" or VAR="${VAR:-a,b}" (a default the environment may replace)
         names = [n for line in re.findall(rf'^{var}="(?:\${{{var}:-)?([^"}}]*)}}?"$', script,
                                           re.M)

@@ -124,3 +124,39 @@ def test_fixed_form_stands_in_for_kv_parts_and_only_it_takes_slot_rows():
     a["kv_parts"] = torch.zeros(8, 2, 192)
     with pytest.raises(ValueError, match="slot_rows is the fixed form's"):
         A.attn_side(**a, slot_rows=torch.zeros(2, dtype=torch.int64))
+
+
+def test_norm_in_sizes_and_refusals():
+    """The input norm folded in (norm_in): the fixed form's only; its B buffer holds a
+    q_a|kv_a unit's 8 groups beside the same ring; hidden, residual, the weight and the new
+    residual checked by name, the new residual refused where it overlaps the residual read."""
+    side = A.AttnSide(2, fixed=True, norm_in=True)
+    assert (side.xg, A.AttnSide(2, fixed=True).xg) == (side.chunk1, side.chunk2) == (8, 2)
+    xbuf = side.groups * side.xg * side.nx * A.BLOCK_K
+    assert side.per >= side.chunk1 and side.stages * side.slot_bytes + xbuf < A.SMEM_BYTES
+    with pytest.raises(ValueError, match="fixed form's"):
+        A.AttnSide(2, norm_in=True)
+    fixed = A.AttnSide(2, SMALL, fixed=True)
+    a = _args(q_rows=torch.zeros(2, 512, dtype=torch.bfloat16), sx=torch.zeros(2, 8),
+              kv_parts=None, qb_parts=torch.zeros(4, 2, 512), work=A.workspace(fixed, "cpu"))
+    assert a["work"].ss_in.shape == (fixed.split1 * 2,)
+    kv = dict(kv_norm=torch.zeros(128, dtype=torch.bfloat16),
+              positions=torch.zeros(2, dtype=torch.int64),
+              token_slots=torch.zeros(2, 8, dtype=torch.int32), inv_freq=torch.zeros(32),
+              kv_cache=torch.zeros(16, 192, dtype=torch.bfloat16))
+    bf = dict(dtype=torch.bfloat16)
+    hidden, residual, out = (torch.zeros(2, 1024, **bf) for _ in range(3))
+    weight = torch.zeros(1024, **bf)
+    both = torch.zeros(3, 1024, **bf)
+    for fold, message in (
+            ((hidden.float(), residual, weight, out), "hidden must be"),
+            ((hidden, residual[:1], weight, out), "residual must be"),
+            ((hidden, residual, weight[:512], out), "norm weight must be"),
+            ((hidden, residual, weight, out.t()), "residual_out must be"),
+            ((hidden, residual, weight, residual), "overlaps the residual"),
+            ((hidden, both[:2], weight, both[1:]), "overlaps the residual")):
+        with pytest.raises(ValueError, match=message):
+            A.attn_side(**a, fixed=True, **kv, norm_in=fold)
+    a["work"] = a["work"]._replace(ss_in=None)
+    with pytest.raises(ValueError, match="workspace of the fixed form"):
+        A.attn_side(**a, fixed=True, **kv, norm_in=(hidden, residual, weight, out))

@@ -63,14 +63,17 @@ for m, shape, kw in {forms!r}:
 # the test's dump and the probe's trace), plainly launched with q_b's weights asked for
 # beside q_a|kv_a's, a small shape whose sums of squares fill fewer lanes than a row's, and
 # the fixed form (c_q's chunks added as 64-bit integers: ATOMG.E.ADD.64 in its SASS), also
-# as the layer launches it (a pool's int64 table read through slot_rows)
+# as the layer launches it (a pool's int64 table read through slot_rows), and with the input
+# norm folded in (norm_in, its x made in the units)
 ATTN_SIDE_FORMS = [(1, (2048, 576, 6144, 2048), {"dump": True}),
                    (16, (2048, 576, 6144, 2048), {"trace": True}),
                    (9, (2048, 576, 6144, 2048), {"pdl": False, "late_q_b": False}),
                    (3, (512, 192, 1024, 512), {}),
                    (2, (2048, 576, 6144, 2048), {"fixed": True, "dump": True}),
                    (1, (2048, 576, 6144, 2048), {"fixed": True, "by_rows": True,
-                                                 "table_bits": 64})]
+                                                 "table_bits": 64}),
+                   (2, (2048, 576, 6144, 2048), {"fixed": True, "by_rows": True,
+                                                 "table_bits": 64, "norm_in": True})]
 
 
 ATTN_SCRIPT = """

@@ -98,6 +98,17 @@ ATTN_SIDE_ABSORB_W_EARLY = True
 # the weight slots each attn_side worker asks for before its programmatic wait (None: its
 # ring's whole first lap, all of q_a|kv_a at a TP8 rank's shapes)
 ATTN_SIDE_EARLY_SLOTS = None
+# rows up to which attn_side also takes the layer's input add + RMSNorm (``AttnSide.norm_in``:
+# each q_a|kv_a unit makes its x chunk from hidden + residual times the norm's weight, e4m3
+# per 128 columns; c_q's and the KV row's consumers multiply by the row's rstd from the
+# chunks' sums of squares, as norm_router does for the router), so the norm's launch is gone
+# from the layer's one-row chain. The premise (H100 timeline at one row,
+# graph_timeline_20261207T161253Z): the first norm adds 4.19 us there, attn_side 10.53, where
+# attn_side alone takes ~10.3 on an H200. Off (0) until timed on a GPU: built 2026-12-07 and
+# compiled for sm_90a on CPU (the default forms' SASS opcode for opcode unchanged), never run.
+# The environment's ATTN_SIDE_NORM_IN_ENV ("0".."2") replaces it.
+ATTN_SIDE_NORM_IN_ENV = "SGL_KERNEL_EXT_SM90_ATTN_SIDE_NORM_IN_ROWS"
+ATTN_SIDE_NORM_IN_MAX_ROWS = int(os.environ.get(ATTN_SIDE_NORM_IN_ENV, "0") or 0)
 # The indexer's top-k of rows wider than triton.topk.SPLIT_MIN_WIDTH as cluster_topk's one
 # launch (a thread block cluster a row, its CTAs meeting in distributed shared memory between
 # the radix passes) instead of the Triton split's six launches, in a table of any width (a

@@ -153,12 +153,15 @@ class AttnSide:
                  eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True,
                  first_only: bool = False, dump: bool = False, trace: bool = False,
                  late_q_b: bool = True, fixed: bool = False, by_rows: bool = False,
-                 early_dependents: bool = True, early_slots=None):
+                 early_dependents: bool = True, early_slots=None, norm_in: bool = False):
         if not 1 <= m <= MAX_ROWS:
             raise ValueError(f"attn_side takes 1..{MAX_ROWS} rows, got {m}")
         if fixed and m > FIXED_MAX_ROWS:
             raise ValueError(f"attn_side: the fixed form takes 1..{FIXED_MAX_ROWS} rows (each q_b "
                              f"unit reads c_q's rows whole), got {m}")
+        if norm_in and not fixed:
+            raise ValueError("attn_side: norm_in (the layer's input norm folded in) is the fixed "
+                             "form's: its c_q and KV-row consumers apply the row's rstd")
         if not 1 <= groups <= 4:
             raise ValueError("attn_side: 1-4 workers a CTA (one producer warp each)")
         nq, nkv, k1, nb = shape
@@ -177,6 +180,15 @@ class AttnSide:
             if kg % s:
                 raise ValueError(f"attn_side: {name} must divide {kg}, got {s}")
         self.chunk1, self.chunk2 = self.kg1 // self.split1, self.kg2 // self.split2
+        # the layer's input norm folded in (fixed form): each q_a|kv_a unit makes its own x
+        # chunk from the un-normed row (hidden + residual, times the norm's weight, e4m3 per
+        # 128 columns) in the worker's B buffer, as q_b's units do theirs; c_q's and the KV
+        # row's consumers multiply by the row's rstd from the chunks' sums of squares that
+        # tile 0's units write, with the new residual (``_make_x1``)
+        self.norm_in = norm_in
+        # 128-column groups of the worker's B buffer (and its scales): q_b's chunk, or with
+        # norm_in also q_a|kv_a's
+        self.xg = max(self.chunk1, self.chunk2) if norm_in else self.chunk2
         self.units1 = self.tiles1 * self.split1
         self.units = self.units1 + self.tiles2 * self.split2
         # launched programmatically dependent: the producers stream their first lap of weight
@@ -216,7 +228,7 @@ class AttnSide:
         if fixed:  # every thread of the warpgroup on each row, a column of each group
             self.lanes, self.cols = 128, 1
         self.lane_bits = self.lanes.bit_length() - 1
-        xbuf = groups * self.chunk2 * self.nx * BLOCK_K
+        xbuf = groups * self.xg * self.nx * BLOCK_K
         self.per = (SMEM_BYTES - 4096 - xbuf) // self.slot_bytes // groups
         self.stages = self.per * groups
         # launched dependent: the slots a worker asks for before the wait (its first lap)
@@ -232,11 +244,12 @@ class AttnSide:
                  arrivals: cute.Tensor, sync: cute.Tensor, acc: cute.Tensor, dump: cute.Tensor,
                  trace: cute.Tensor, kvn: cute.Pointer, positions: cute.Pointer,
                  slots: cute.Pointer, inv_freq: cute.Pointer, cache: cute.Pointer,
-                 rows: cute.Pointer, stride_slots: cutlass.Int32, grid: cutlass.Int32,
-                 stream):
+                 rows: cute.Pointer, hin: cute.Pointer, rin: cute.Pointer, gin: cute.Pointer,
+                 rout: cute.Pointer, ssin: cute.Pointer, stride_slots: cutlass.Int32,
+                 grid: cutlass.Int32, stream):
         e4m3 = cutlass.Float8E4M3FN
         tiled_mma, a_layout, b_layout = ring.mma_and_layouts(self.nx, self.stages, self.stages)
-        x2_layout = ring.mma_and_layouts(self.nx, 1, self.groups * self.chunk2)[2]
+        x2_layout = ring.mma_and_layouts(self.nx, 1, self.groups * self.xg)[2]
         tile_a = cute.slice_(a_layout, (None, None, 0))
         atoms = [cpasync.make_tiled_tma_atom(cpasync.CopyBulkTensorTileG2SOp(), w, tile_a,
                                              (BLOCK_M, BLOCK_K)) for w in (wq, wkv, wb)]
@@ -250,18 +263,19 @@ class AttnSide:
             sa: cute.struct.Align[cute.struct.MemRange[e4m3, cute.cosize(a_layout)], 1024]
             sb: cute.struct.Align[cute.struct.MemRange[e4m3, cute.cosize(b_layout)], 1024]
             sx2: cute.struct.Align[cute.struct.MemRange[e4m3, cute.cosize(x2_layout)], 1024]
-            scales: cute.struct.MemRange[cutlass.Float32, MAX_ROWS * self.chunk2 * self.groups]
+            scales: cute.struct.MemRange[cutlass.Float32, MAX_ROWS * self.xg * self.groups]
             last: cute.struct.MemRange[cutlass.Int32, self.groups]
-            # the fixed form's cross-warp sums and maxima: (row, 1 + chunk2, warp, worker)
+            # the fixed form's cross-warp sums and maxima: (row, 1 + xg, warp, worker)
             red: cute.struct.MemRange[cutlass.Float32,
-                                      FIXED_MAX_ROWS * (1 + self.chunk2) * 4 * self.groups]
+                                      FIXED_MAX_ROWS * (1 + self.xg) * 4 * self.groups]
 
         self.storage = Storage
         self.kernel(atoms[0][0], atoms[0][1], atoms[1][0], atoms[1][1], atoms[2][0],
                     atoms[2][1], tma_x, g_x, tiled_mma, a_layout, b_layout, x2_layout, sx, wsq,
                     wskv, gamma, wsb, kv_parts, q_parts, q_rows, qb_parts, ss, arrivals,
-                    sync, acc, dump, trace, kvn, positions, slots, inv_freq, cache, rows,
-                    stride_slots).launch(grid=[grid, 1, 1], block=[self.threads, 1, 1],
+                    sync, acc, dump, trace, kvn, positions, slots, inv_freq, cache, rows, hin,
+                    rin, gin, rout, ssin, stride_slots).launch(
+                        grid=[grid, 1, 1], block=[self.threads, 1, 1],
                                  smem=Storage.size_in_bytes(), stream=stream,
                                  use_pdl=self.pdl)
 
@@ -281,7 +295,8 @@ class AttnSide:
                  tma_x, t_gx, t_sb, mode: cutlass.Constexpr):
         """Worker w's producer warp: every unit's weight tiles in order into its part of the
         ring; x's tile beside each q_a|kv_a tile (beside a q_b tile a stand-in x tile, so
-        that every slot carries the same bytes: q_b's B operand is made in shared memory).
+        that every slot carries the same bytes: q_b's B operand is made in shared memory, and
+        with norm_in q_a|kv_a's too).
         mode "all": every slot; launched dependent, "w0": the first lap's weight tiles (before
         the previous kernel is waited for), "x0": its x tiles (after), "rest": the slots
         after the first lap (with late_q_b, "w0" and "x0" take q_a|kv_a's slots only)."""
@@ -320,9 +335,10 @@ class AttnSide:
                         cute.copy(tma_b, t_gb[(None, tile, c * self.chunk2 + s)],
                                   t_sa[(None, put.index)], tma_bar_ptr=bar)
                 if do_x:
-                    group = 0
-                    if first:
-                        group = c * self.chunk1 + s
+                    group = 0  # a stand-in where the consumers make the B operand
+                    if cutlass.const_expr(not self.norm_in):
+                        if first:
+                            group = c * self.chunk1 + s
                     cute.copy(tma_x, t_gx[(None, 0, group)], t_sb[(None, put.index)],
                               tma_bar_ptr=bar)
                 own = own + 1
@@ -469,13 +485,14 @@ class AttnSide:
     @cute.jit
     def _make_x2_fixed(self, c, t, grp, p, mAcc: cute.Tensor, mRows: cute.Tensor,
                        gam: cute.Tensor, s_x2: cute.Tensor, scales: cute.Tensor,
-                       red: cute.Tensor, mDump: cute.Tensor, first):
+                       red: cute.Tensor, mDump: cute.Tensor, first, rstd_in: cute.Tensor):
         """``_make_x2`` from the fixed sums: thread t reads column t of every 128-column group
         of each row (the whole row: its sum of squares) and of the unit's groups (loaded apart,
         so no register array is indexed by the unit's chunk), all before any use; c_q rounded
         to bf16 from the sums; the row's sums and each group's amax reduced across the
         warpgroup's four warps through shared memory. The first tile's units (first) also
-        write their columns of c_q's bf16 rows (and the dump)."""
+        write their columns of c_q's bf16 rows (and the dump). norm_in: the sums are of the
+        un-normed input row, so each is times its row's rstd_in before rounding."""
         nq = self.shape.nq
         ng = nq // BLOCK_K
         lane, wi = t % 32, t // 32
@@ -493,7 +510,10 @@ class AttnSide:
         for r in cutlass.range_constexpr(self.m):
             sq = cutlass.Float32(0.0)
             for i in cutlass.range_constexpr(ng):
-                v = (whole[r * ng + i].to(cutlass.Float32) * unit).to(cutlass.BFloat16)
+                v = whole[r * ng + i].to(cutlass.Float32) * unit
+                if cutlass.const_expr(self.norm_in):
+                    v = v * rstd_in[r]
+                v = v.to(cutlass.BFloat16)
                 sq = sq + v.to(cutlass.Float32) * v.to(cutlass.Float32)
             for x in cutlass.range_constexpr(5):
                 sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=16 >> x)
@@ -506,7 +526,10 @@ class AttnSide:
             rstd = cute.math.rsqrt(total / nq + self.eps)
             for g in cutlass.range_constexpr(self.chunk2):
                 col = (c * self.chunk2 + g) * BLOCK_K + t
-                v = (own[r * self.chunk2 + g].to(cutlass.Float32) * unit).to(cutlass.BFloat16)
+                v = own[r * self.chunk2 + g].to(cutlass.Float32) * unit
+                if cutlass.const_expr(self.norm_in):
+                    v = v * rstd_in[r]
+                v = v.to(cutlass.BFloat16)
                 if first:
                     mRows[r, col] = v
                 y = (v.to(cutlass.Float32) * rstd * gam[g]).to(cutlass.BFloat16)
@@ -527,7 +550,7 @@ class AttnSide:
                 q = cute.arch.fmax(cute.arch.fmin(ys[r * self.chunk2 + g] * inv, FP8_MAX),
                                    -FP8_MAX)
                 q8 = q.to(cutlass.Float8E4M3FN)
-                s_x2[r, t, grp * self.chunk2 + g] = q8
+                s_x2[r, t, grp * self.xg + g] = q8
                 if cutlass.const_expr(self.dump):
                     if first:
                         mDump[r, (c * self.chunk2 + g) * BLOCK_K + t] = q8.to(cutlass.Float32) * s
@@ -535,6 +558,88 @@ class AttnSide:
                     scales[r, g, grp] = s
         cute.arch.fence_view_async_shared()
         cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+
+    @cute.jit
+    def _make_x1(self, c, t, grp, hin: cute.Pointer, rin: cute.Pointer, gin: cute.Pointer,
+                 rout: cute.Pointer, ssin: cute.Pointer, s_x2: cute.Tensor,
+                 scales: cute.Tensor, red: cute.Tensor, first):
+        """norm_in: q_a|kv_a unit chunk c's B operand from the un-normed rows, as
+        ``norm_router`` makes gate/up's: s = hidden + residual in fp32, bf16(s * weight) as
+        e4m3 with one scale per row and 128 columns (the row's rstd left out: its consumers
+        multiply by it), into the worker's B buffer (rows past M stay zero). Thread t takes
+        column t of each of the chunk's groups, every load issued before any use. The first
+        tile's units (first) also write the chunk's new residual bf16(s) into rout (never the
+        residual read: other units read it) and its sum of squares of s, a row's into
+        ssin[c * M + row]."""
+        k1 = self.shape.k1
+        lane, wi = t % 32, t // 32
+        hv = cute.make_tensor(hin, cute.make_layout(self.m * k1))
+        rv = cute.make_tensor(rin, cute.make_layout(self.m * k1))
+        gv = cute.make_tensor(gin, cute.make_layout(k1))
+        ov = cute.make_tensor(rout, cute.make_layout(self.m * k1))
+        hb = cute.make_rmem_tensor((self.m * self.chunk1,), cutlass.BFloat16)
+        rb = cute.make_rmem_tensor((self.m * self.chunk1,), cutlass.BFloat16)
+        gb = cute.make_rmem_tensor((self.chunk1,), cutlass.BFloat16)
+        for g in cutlass.range_constexpr(self.chunk1):
+            col = (c * self.chunk1 + g) * BLOCK_K + t
+            gb[g] = gv[col]
+            for r in cutlass.range_constexpr(self.m):
+                hb[r * self.chunk1 + g] = hv[r * k1 + col]
+                rb[r * self.chunk1 + g] = rv[r * k1 + col]
+        cute.arch.fence_acq_rel_cta()  # every load in flight before any use (_make_x2_fixed)
+        ys = cute.make_rmem_tensor((self.m * self.chunk1,), cutlass.Float32)
+        for r in cutlass.range_constexpr(self.m):
+            sq = cutlass.Float32(0.0)
+            for g in cutlass.range_constexpr(self.chunk1):
+                v = hb[r * self.chunk1 + g].to(cutlass.Float32) + \
+                    rb[r * self.chunk1 + g].to(cutlass.Float32)
+                if first:
+                    ov[r * k1 + (c * self.chunk1 + g) * BLOCK_K + t] = v.to(cutlass.BFloat16)
+                sq = sq + v * v
+                y = (v * gb[g].to(cutlass.Float32)).to(cutlass.BFloat16).to(cutlass.Float32)
+                ys[r * self.chunk1 + g] = y
+                amax = cute.arch.fmax(y, -y)
+                for x in cutlass.range_constexpr(5):
+                    amax = cute.arch.fmax(amax, cute.arch.shuffle_sync_bfly(amax,
+                                                                             offset=16 >> x))
+                if lane == 0:
+                    red[r, 1 + g, wi, grp] = amax
+            if first:
+                for x in cutlass.range_constexpr(5):
+                    sq = sq + cute.arch.shuffle_sync_bfly(sq, offset=16 >> x)
+                if lane == 0:
+                    red[r, 0, wi, grp] = sq
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+        ssv = cute.make_tensor(ssin, cute.make_layout(self.split1 * self.m))
+        for r in cutlass.range_constexpr(self.m):
+            if first and t == 0:
+                ssv[c * self.m + r] = (red[r, 0, 0, grp] + red[r, 0, 1, grp] + red[r, 0, 2, grp]
+                                       + red[r, 0, 3, grp])
+            for g in cutlass.range_constexpr(self.chunk1):
+                amax = cute.arch.fmax(cute.arch.fmax(red[r, 1 + g, 0, grp], red[r, 1 + g, 1, grp]),
+                                      cute.arch.fmax(red[r, 1 + g, 2, grp], red[r, 1 + g, 3, grp]))
+                sc = cute.arch.fmax(amax, ACT_EPS) / FP8_MAX
+                inv = 1.0 / sc
+                q = cute.arch.fmax(cute.arch.fmin(ys[r * self.chunk1 + g] * inv, FP8_MAX),
+                                   -FP8_MAX)
+                s_x2[r, t, grp * self.xg + g] = q.to(cutlass.Float8E4M3FN)
+                if t == 0:
+                    scales[r, g, grp] = sc
+        cute.arch.fence_view_async_shared()
+        cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
+
+    @cute.jit
+    def _rstd_in(self, ssin: cute.Pointer, r):
+        """norm_in: row r's rstd of the un-normed input row from the chunks' sums of squares
+        (``_make_x1``), added in chunk order."""
+        ssv = cute.make_tensor(ssin, cute.make_layout(self.split1 * self.m))
+        raw = cute.make_rmem_tensor((self.split1,), cutlass.Float32)
+        for c in cutlass.range_constexpr(self.split1):
+            raw[c] = ssv[c * self.m + r]
+        total = raw[0]
+        for c in cutlass.range_constexpr(1, self.split1):
+            total = total + raw[c]
+        return cute.math.rsqrt(total / self.shape.k1 + self.eps)
 
     @cute.jit
     def _gamma(self, c, t, gam: cute.Tensor, mGamma: cute.Tensor):
@@ -551,9 +656,9 @@ class AttnSide:
         """x rows M..nx-1 of the worker's B tiles, zero once: the MMA reads them, no output
         keeps their columns, and _make_x2 writes real rows only."""
         pad = (self.nx - self.m) * BLOCK_K
-        for g in cutlass.range_constexpr(self.chunk2):
+        for g in cutlass.range_constexpr(self.xg):
             for i in cutlass.range(t, pad, 128, unroll=1):
-                s_x2[self.m + i // BLOCK_K, i % BLOCK_K, grp * self.chunk2 + g] = \
+                s_x2[self.m + i // BLOCK_K, i % BLOCK_K, grp * self.xg + g] = \
                     cutlass.Float32(0.0).to(cutlass.Float8E4M3FN)
 
     @cute.jit
@@ -602,7 +707,7 @@ class AttnSide:
                     q = cute.arch.fmax(cute.arch.fmin(vals[g * cols + i] * inv, FP8_MAX),
                                        -FP8_MAX)
                     q8 = q.to(cutlass.Float8E4M3FN)
-                    s_x2[row, j * cols + i, grp * self.chunk2 + g] = q8
+                    s_x2[row, j * cols + i, grp * self.xg + g] = q8
                     if cutlass.const_expr(self.dump):
                         if dump:
                             mDump[row, col0 + i] = q8.to(cutlass.Float32) * s
@@ -615,13 +720,15 @@ class AttnSide:
     def _kv_row(self, r, t, grp, p, mAcc: cute.Tensor, mArrivals: cute.Tensor,
                 mSync: cute.Tensor, kvn: cute.Pointer, positions: cute.Pointer,
                 slots: cute.Pointer, rows: cute.Pointer, stride_slots, inv_freq: cute.Pointer,
-                cache: cute.Pointer, red: cute.Tensor):
+                cache: cute.Pointer, red: cute.Tensor, ssin: cute.Pointer):
         """Row r's KV-cache row (the latent kernel's, ``mla._latent_row`` part 1), once kv_a's
         tiles are counted in: c_kv rounded to bf16 from the sums, divided by its rms, times
         the norm weight, k_pe's interleaved pairs rotated by the row's position; into the slot
         the row's table row (``by_rows``: the pool table's row rows[r]) holds at its position.
         A pad row (position -1) writes nothing. Thread t
-        takes column t of each 128 of c_kv and (t < ROPE / 2) k_pe's pair t."""
+        takes column t of each 128 of c_kv and (t < ROPE / 2) k_pe's pair t. norm_in: the sums
+        are of the un-normed input row, times its rstd (c_q tile 0's count seen too) before
+        rounding."""
         nq, c_cols = self.shape.nq, self.kv_c
         width = c_cols + ROPE
         lane, wi = t % 32, t // 32
@@ -643,6 +750,10 @@ class AttnSide:
         freq = cute.make_tensor(inv_freq, cute.make_layout(ROPE // 2))[half]
         self._wait_q(t, mArrivals.iterator + p * self.tiles1 + self.tq, self.tkv, self.split1,
                      mSync, grp)
+        rs = cutlass.Float32(1.0)
+        if cutlass.const_expr(self.norm_in):
+            self._wait_q(t, mArrivals.iterator + p * self.tiles1, 1, self.split1, mSync, grp)
+            rs = self._rstd_in(ssin, r)
         raw = cute.make_rmem_tensor((c_cols // 128 + 2,), cutlass.Int64)
         for j in cutlass.range_constexpr(c_cols // 128):
             raw[j] = mAcc[p, r, nq + j * 128 + t]
@@ -651,6 +762,8 @@ class AttnSide:
         cute.arch.fence_acq_rel_cta()  # every load in flight before any use (_make_x2_fixed)
         sq = cutlass.Float32(0.0)
         cv = cute.make_rmem_tensor((c_cols // 128,), cutlass.Float32)
+        if cutlass.const_expr(self.norm_in):
+            unit = unit * rs
         for j in cutlass.range_constexpr(c_cols // 128):
             v = (raw[j].to(cutlass.Float32) * unit).to(cutlass.BFloat16).to(cutlass.Float32)
             cv[j] = v
@@ -696,7 +809,8 @@ class AttnSide:
                mSync: cute.Tensor, mAcc: cute.Tensor, mDump: cute.Tensor, mTrace: cute.Tensor,
                kvn: cute.Pointer, positions: cute.Pointer, slots: cute.Pointer,
                inv_freq: cute.Pointer, cache: cute.Pointer, rows: cute.Pointer,
-               stride_slots: cutlass.Int32):
+               hin: cute.Pointer, rin: cute.Pointer, gin: cute.Pointer, rout: cute.Pointer,
+               ssin: cute.Pointer, stride_slots: cutlass.Int32):
         groups = self.groups
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
@@ -714,7 +828,7 @@ class AttnSide:
         s_a = storage.sa.get_tensor(a_layout.outer, swizzle=a_layout.inner)
         s_b = storage.sb.get_tensor(b_layout.outer, swizzle=b_layout.inner)
         s_x2 = storage.sx2.get_tensor(x2_layout.outer, swizzle=x2_layout.inner)
-        scales = storage.scales.get_tensor(cute.make_layout((MAX_ROWS, self.chunk2, groups)))
+        scales = storage.scales.get_tensor(cute.make_layout((MAX_ROWS, self.xg, groups)))
         pipe = ring.make_pipe(storage.bars.data_ptr(), self.stages, self.slot_bytes)
 
         def part_tma(atom, mat, smem, shape):
@@ -757,11 +871,12 @@ class AttnSide:
             scale = cute.make_rmem_tensor(coords.shape, cutlass.Float32)
             last = storage.last.get_tensor(cute.make_layout(groups))
             gam = cute.make_rmem_tensor((self.chunk2 * self.cols,), cutlass.Float32)
-            wsc = cute.make_rmem_tensor((self.chunk2,), cutlass.Float32)
+            wsc = cute.make_rmem_tensor((self.xg,), cutlass.Float32)
+            rstd_in = cute.make_rmem_tensor((FIXED_MAX_ROWS,), cutlass.Float32)
             own = cutlass.Int32(0)
             if cutlass.const_expr(self.nx > self.m):
                 self._zero_pad_rows(t, grp, s_x2)
-            red = storage.red.get_tensor(cute.make_layout((FIXED_MAX_ROWS, 1 + self.chunk2, 4,
+            red = storage.red.get_tensor(cute.make_layout((FIXED_MAX_ROWS, 1 + self.xg, 4,
                                                            groups)))
             p = epoch % 2  # the fixed form's parity: this launch's sums and counts
             if cutlass.const_expr(self.fixed):
@@ -771,14 +886,25 @@ class AttnSide:
                     if cutlass.const_expr(self.fixed):
                         self._kv_row(u - self.units, t, grp, p, mAcc, mArrivals, mSync, kvn,
                                      positions, slots, rows, stride_slots, inv_freq, cache,
-                                     red)
+                                     red, ssin)
                 elif u < self.units1:
                     tile, c = self._stage1(u)
                     g0 = c * self.chunk1
                     if tile < self.tq:
-                        tiled_mma = self._mma_steps(pipe, grp, own, self.chunk1, tiled_mma, acc,
-                                                    part, scale, coords, t_ra, t_rb, 0, True,
-                                                    mWsq, tile // 2, g0, mSx, scales, wsc)
+                        if cutlass.const_expr(self.norm_in):
+                            for s in cutlass.range_constexpr(self.chunk1):
+                                wsc[s] = mWsq[tile // 2, g0 + s]
+                            self._make_x1(c, t, grp, hin, rin, gin, rout, ssin, s_x2, scales,
+                                          red, tile == 0)
+                            tiled_mma = self._mma_steps(pipe, grp, own, self.chunk1, tiled_mma,
+                                                        acc, part, scale, coords, t_ra, t_rx2,
+                                                        grp * self.xg, False, mWsq, tile // 2,
+                                                        g0, mSx, scales, wsc)
+                        else:
+                            tiled_mma = self._mma_steps(pipe, grp, own, self.chunk1, tiled_mma,
+                                                        acc, part, scale, coords, t_ra, t_rb, 0,
+                                                        True, mWsq, tile // 2, g0, mSx, scales,
+                                                        wsc)
                         self._mark(mTrace, w, t, 1)
                         if cutlass.const_expr(self.fixed):
                             self._chunk_add(acc, coords, mAcc, mArrivals, p, tile, t, grp)
@@ -793,9 +919,20 @@ class AttnSide:
                                 self._mark(mTrace, w, t, 3)
                     else:
                         kt = tile - self.tq
-                        tiled_mma = self._mma_steps(pipe, grp, own, self.chunk1, tiled_mma, acc,
-                                                    part, scale, coords, t_ra, t_rb, 0, True,
-                                                    mWskv, kt // 2, g0, mSx, scales, wsc)
+                        if cutlass.const_expr(self.norm_in):
+                            for s in cutlass.range_constexpr(self.chunk1):
+                                wsc[s] = mWskv[kt // 2, g0 + s]
+                            self._make_x1(c, t, grp, hin, rin, gin, rout, ssin, s_x2, scales,
+                                          red, False)
+                            tiled_mma = self._mma_steps(pipe, grp, own, self.chunk1, tiled_mma,
+                                                        acc, part, scale, coords, t_ra, t_rx2,
+                                                        grp * self.xg, False, mWskv, kt // 2,
+                                                        g0, mSx, scales, wsc)
+                        else:
+                            tiled_mma = self._mma_steps(pipe, grp, own, self.chunk1, tiled_mma,
+                                                        acc, part, scale, coords, t_ra, t_rb, 0,
+                                                        True, mWskv, kt // 2, g0, mSx, scales,
+                                                        wsc)
                         self._mark(mTrace, w, t, 1)
                         if cutlass.const_expr(self.fixed):
                             self._chunk_add(acc, coords, mAcc, mArrivals, p, tile, t, grp)
@@ -812,8 +949,11 @@ class AttnSide:
                         self._wait_q(t, mArrivals.iterator + p * self.tiles1, self.tq,
                                      self.split1, mSync, grp)
                         self._mark(mTrace, w, t, 4)
+                        if cutlass.const_expr(self.norm_in):
+                            for r in cutlass.range_constexpr(self.m):
+                                rstd_in[r] = self._rstd_in(ssin, r)
                         self._make_x2_fixed(c, t, grp, p, mAcc, mRows, gam, s_x2, scales, red,
-                                            mDump, tile == 0)
+                                            mDump, tile == 0, rstd_in)
                     else:
                         self._wait_q(t, mSync.iterator + FLAGS, self.tq, epoch, mSync, grp)
                         self._mark(mTrace, w, t, 4)
@@ -821,7 +961,7 @@ class AttnSide:
                                       tile == 0)
                     self._mark(mTrace, w, t, 5)
                     tiled_mma = self._mma_steps(pipe, grp, own, self.chunk2, tiled_mma, acc, part,
-                                                scale, coords, t_ra, t_rx2, grp * self.chunk2,
+                                                scale, coords, t_ra, t_rx2, grp * self.xg,
                                                 False, mWsb, tile // 2, c * self.chunk2, mSx,
                                                 scales, wsc)
                     self._store(acc, coords, mQbParts, c, tile)
@@ -854,6 +994,9 @@ class Work(NamedTuple):
     # the fixed form: fp32 [S1, M, NKV], the kv_parts argument it never writes (a caller may
     # pass None for kv_parts); otherwise None
     kv_stub: "object" = None
+    # the fixed form: fp32 [S1 * M], norm_in's sums of squares of the input row by K chunk
+    # (written by tile 0's units each launch before they count in); otherwise None
+    ss_in: "object" = None
 
 
 def workspace(side: AttnSide, device) -> Work:
@@ -862,10 +1005,11 @@ def workspace(side: AttnSide, device) -> Work:
     sync[EPOCH] = 1
     stub = (torch.empty(side.split1, side.m, side.shape.nkv, device=device) if side.fixed
             else None)
+    ss_in = torch.empty(side.split1 * side.m, device=device) if side.fixed else None
     return Work(torch.empty(side.split1, side.m, side.shape.nq, device=device),
                 torch.empty(2 * side.tq, side.m, device=device),
                 torch.zeros(_counts(side), dtype=torch.int32, device=device), sync,
-                torch.zeros(_acc_shape(side), dtype=torch.int64, device=device), stub)
+                torch.zeros(_acc_shape(side), dtype=torch.int64, device=device), stub, ss_in)
 
 
 def _acc_shape(side: AttnSide) -> tuple:
@@ -889,7 +1033,7 @@ def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
              eps: float = 1e-5, groups: int = GROUPS, pdl: bool = True, first_only: bool = False,
              dump: bool = False, trace: bool = False, late_q_b: bool = True,
              fixed: bool = False, by_rows: bool = False, table_bits: int = 32,
-             early_dependents: bool = True, early_slots=None):
+             early_dependents: bool = True, early_slots=None, norm_in: bool = False):
     """(the AttnSide, its compiled launch) for one row count and shape (table_bits: the
     slot table's integer width, 32 or 64)."""
     import cuda.bindings.driver as cuda
@@ -897,7 +1041,7 @@ def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
     from cutlass.cute.runtime import from_dlpack, make_ptr
 
     side = AttnSide(m, shape, split1, split2, eps, groups, pdl, first_only, dump, trace,
-                    late_q_b, fixed, by_rows, early_dependents, early_slots)
+                    late_q_b, fixed, by_rows, early_dependents, early_slots, norm_in)
     e4m3 = torch.float8_e4m3fn
     nq, nkv, k1, nb = shape
     dummy = (torch.empty(side.nx, k1, dtype=e4m3), torch.empty(m, k1 // 128),
@@ -914,7 +1058,7 @@ def compiled(m: int, shape: Shape = Shape(), split1: int = 0, split2: int = 0,
              torch.empty(TRACE_WORKERS, len(TRACE_POINTS), dtype=torch.int64))
     fn = cute.compile(side, *(from_dlpack(t, assumed_align=16) for t in dummy),
                       *(make_ptr(dt, 16, cute.AddressSpace.gmem, align)
-                        for dt, align in _kv_ptrs(table_bits)),
+                        for dt, align in _kv_ptrs(table_bits) + _NORM_IN_PTRS),
                       1, 1, cuda.CUstream(0))
     return side, fn
 
@@ -928,6 +1072,11 @@ def _kv_ptrs(table_bits: int) -> tuple:
             (cutlass.BFloat16, 2), (cutlass.Int64, 8))
 
 
+# norm_in's pointers (hidden, residual, the norm's weight, the new residual: bf16; the sums
+# of squares: fp32) with their alignments in bytes
+_NORM_IN_PTRS = ((cutlass.BFloat16, 2),) * 4 + ((cutlass.Float32, 4),)
+
+
 def _check(name: str, t, shape: tuple, dtype) -> None:
     if tuple(t.shape) != tuple(shape) or t.dtype != dtype or not t.is_contiguous():
         raise ValueError(f"attn_side: {name} must be a contiguous {dtype} {tuple(shape)}, got "
@@ -939,7 +1088,7 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
               first_only: bool = False, dump=None, trace=None, late_q_b: bool = True,
               fixed: bool = False, kv_norm=None, positions=None, token_slots=None,
               inv_freq=None, kv_cache=None, slot_rows=None,
-              early_dependents: bool = True, early_slots=None) -> None:
+              early_dependents: bool = True, early_slots=None, norm_in=None) -> None:
     """q_a|kv_a then q_b in one launch on the current torch stream (the module docstring);
     graph-capturable. Shapes: xq e4m3 [>= x_rows(M), K1], sx fp32 [M, K1/128]; wq e4m3
     [NQ, K1], wkv [NKV, K1], wb [NB, NQ] with fp32 block scales; gamma bf16 [NQ]; outputs
@@ -960,7 +1109,12 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     req_to_token, read in place) whose row slot_rows[m] is row m's. kv_parts may be None
     there (work.kv_stub stands in). early_dependents: with pdl, the next kernel may launch as
     this one starts (AttnSide.early_dependents). early_slots: with pdl, the weight slots each
-    worker asks for before its wait (None: its ring's first lap; AttnSide.lap)."""
+    worker asks for before its wait (None: its ring's first lap; AttnSide.lap).
+    norm_in: the fixed form with the layer's input add + RMSNorm folded in
+    (AttnSide.norm_in): (hidden, residual, weight, residual_out), bf16 [M, K1], [M, K1],
+    [K1], [M, K1]; x is made from hidden + residual in the launch (xq and sx are then never
+    read: any e4m3 [>= x_rows(M), K1] and fp32 [M, K1/128] stand in), residual_out gets
+    bf16(hidden + residual) and must not overlap residual (other units still read it)."""
     import cuda.bindings.driver as cuda
     import torch
     from cutlass.cute.runtime import from_dlpack, make_ptr
@@ -979,9 +1133,9 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
     # the form's derived sizes (and its refusals) before anything is compiled
     options = (kv_parts.shape[0], qb_parts.shape[0], eps, GROUPS, pdl, first_only,
                dump is not None, trace is not None, late_q_b, fixed, slot_rows is not None,
-               table_bits, early_dependents, early_slots)
-    side = AttnSide(m, shape, *options[:-3], early_dependents=early_dependents,
-                    early_slots=early_slots)
+               table_bits, early_dependents, early_slots, norm_in is not None)
+    side = AttnSide(m, shape, *options[:-4], early_dependents=early_dependents,
+                    early_slots=early_slots, norm_in=norm_in is not None)
     nx, (_, nkv, k1, nb) = side.nx, shape
     if xq.shape[0] < nx:
         raise ValueError(f"attn_side: xq needs at least {nx} rows for {m}, got {xq.shape[0]}")
@@ -1028,6 +1182,23 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
         kv = (gamma, sx, sx, sx, gamma)  # never read: stand-ins for the pointers
     # the pool table's rows (never read without slot_rows: positions stands in)
     kv = kv + (slot_rows if slot_rows is not None else kv[1],)
+    if norm_in is not None:
+        hidden, residual, weight, residual_out = norm_in
+        bf16 = torch.bfloat16
+        for name, t, shp in (("hidden", hidden, (m, k1)), ("residual", residual, (m, k1)),
+                             ("norm weight", weight, (k1,)),
+                             ("residual_out", residual_out, (m, k1))):
+            _check(name, t, shp, bf16)
+        lo, hi = residual.data_ptr(), residual.data_ptr() + residual.numel() * 2
+        out = residual_out.data_ptr()
+        if out < hi and lo < out + residual_out.numel() * 2:
+            raise ValueError("attn_side: norm_in's residual_out overlaps the residual it reads "
+                             "(other units still read it as tile 0's write it)")
+        if work.ss_in is None or tuple(work.ss_in.shape) != (side.split1 * m,):
+            raise ValueError("attn_side: norm_in needs a workspace of the fixed form (ss_in)")
+        fold = (hidden, residual, weight, residual_out, work.ss_in)
+    else:
+        fold = (gamma,) * 4 + (sx,)  # never read: stand-ins for the pointers
     if dump is not None:
         _check("dump", dump, (m, nq), f32)
     if trace is not None:
@@ -1047,7 +1218,7 @@ def attn_side(xq, sx, wq, wsq, wkv, wskv, gamma, wb, wsb, kv_parts, q_rows, qb_p
         work.ss, work.arrivals, work.sync, acc, dump if dump is not None else work.q_parts[0],
         trace)),
        *(make_ptr(dt, t.data_ptr(), gmem, align)
-         for (dt, align), t in zip(_kv_ptrs(table_bits), kv)),
+         for (dt, align), t in zip(_kv_ptrs(table_bits) + _NORM_IN_PTRS, kv + fold)),
        token_slots.stride(0) if fixed else 1, grid, stream)
 
 

@@ -212,6 +212,9 @@ class FusedLayer:
         specs["q_sums"] = workspace_mod.Spec((m, a.q_b.q.shape[0]), torch.int64, zeroed=True)
         self.buf["o_arrivals"] = arrival.counters(-(-h // self.tile_o[0]), dev)
         self.buf["vc_arrivals"] = arrival.counters(self.heads * (cfg.v_head_dim // 128), dev)
+        # the residual's twin, where attn_side takes the input norm (_residual_apart)
+        if self.attn_side_work and sm90.ATTN_SIDE_NORM_IN_MAX_ROWS > 0:
+            specs["residual_b"] = e(m, h)
         # absorb_v and o_proj as one launch (attn_out.MAX_ROWS): the heads' partials of y, the
         # absorbed values' int64 sums and their counters (both left at zero)
         specs["vo_parts"] = e(self.heads, m, h, dt=f32)
@@ -392,8 +395,26 @@ class FusedLayer:
         return side_mod, {r: _SideWork(f.split2, side_mod.workspace(f, dev))
                           for r, f in forms.items()}
 
-    def _run_attn_side(self, m: int, pos, slots, rows) -> torch.Tensor:
-        """q_a|kv_a, the latent step (the KV-cache rows) and q_b as attn_side's one launch;
+    def _norm_in_applies(self, hidden, residual, m: int) -> bool:
+        """Whether attn_side takes this step's input norm (sm90.ATTN_SIDE_NORM_IN_MAX_ROWS): a
+        bf16 [m, H] hidden and residual, both contiguous (the first layer's residual is None:
+        the norm kernel's)."""
+        if m > sm90.ATTN_SIDE_NORM_IN_MAX_ROWS or residual is None or "residual_b" not in self.buf:
+            return False
+        shape = (m, self.cfg.hidden_size)
+        return all(t.dtype == torch.bfloat16 and tuple(t.shape) == shape and t.is_contiguous()
+                   for t in (hidden, residual))
+
+    def _residual_apart(self, residual, m: int) -> torch.Tensor:
+        """The residual buffer that is not `residual` (attn_side's norm_in writes the new
+        residual while its other units still read the old one): the layers' shared residual
+        and its twin take turns."""
+        a, b = self._view("residual", m), self._view("residual_b", m)
+        return b if residual.data_ptr() == a.data_ptr() else a
+
+    def _run_attn_side(self, m: int, pos, slots, rows, norm_in=None) -> torch.Tensor:
+        """q_a|kv_a, the latent step (the KV-cache rows) and q_b as attn_side's one launch
+        (norm_in: the input norm's (hidden, residual, weight, new residual), taken inside it);
         returns q_b's split-K partials [split2, m, N] for absorb."""
         a, v = self.lw.attn, (lambda name: self._view(name, m))
         sw = self.attn_side_work[m]
@@ -405,7 +426,7 @@ class FusedLayer:
             kv_norm=a.kv_a_norm, positions=pos, token_slots=slots, inv_freq=self.inv_freq,
             kv_cache=self.kv_cache, slot_rows=rows,
             early_dependents=sm90.ATTN_SIDE_EARLY_DEPENDENTS,
-            early_slots=sm90.ATTN_SIDE_EARLY_SLOTS)
+            early_slots=sm90.ATTN_SIDE_EARLY_SLOTS, norm_in=norm_in)
         return q_parts
 
     def _tails(self, n: int) -> int:
@@ -484,17 +505,21 @@ class FusedLayer:
         res = v("residual")
         # the indexer's bf16 [wk; weights_proj] GEMM also reads the normed row unquantized
         x = v("x") if self.runs_indexer else None
-        if hidden_is_partial:
+        side = m in self.attn_side_work  # q_a|kv_a + latent + q_b: one attn_side launch
+        norm_in = None  # the input norm inside attn_side's launch (sm90.ATTN_SIDE_NORM_IN_MAX_ROWS)
+        if side and not hidden_is_partial and self._norm_in_applies(hidden, residual, m):
+            res = self._residual_apart(residual, m)
+            norm_in = (hidden, residual, lw.input_norm, res)
+        elif hidden_is_partial:
             reduce.add_rms_norm(hidden, residual, lw.input_norm, eps, x, res, v("xq"), v("xs"))
         else:
             norm.add_rms_norm(hidden, residual, lw.input_norm, eps, x, res, v("xq"), v("xs"),
                               self.prefetch_regions if overlap.LAYER_PREFETCH else None)
-        side = m in self.attn_side_work  # q_a|kv_a + latent + q_b: one attn_side launch
         fused_latent = not side and self._latent_in_q_b(m)
         tails = (self.buf["qkv_arrivals"], v("rows_q"), v("ss_q"), v("rows_kv"), v("ss_kv"))
         q_side = None
         if side:
-            q_side = self._run_attn_side(m, pos, slots, rows)
+            q_side = self._run_attn_side(m, pos, slots, rows, norm_in)
         elif self.sm90_qkv and not fused_latent:
             self.sm90.fp8_mma(self.buf["xq"][:self.sm90.x_rows(m)], v("xs"), a.q_a.q, a.q_a.s,
                               v("qa"), stages=sm90.RING_SLOTS, pdl=overlap.enabled(),
