@@ -381,6 +381,28 @@ class AttnSide:
         return tiled_mma
 
     @cute.jit
+    def _mma1(self, pipe, grp, own, tiled_mma, acc, part, scale, coords, mWs: cute.Tensor,
+              ws_row, c, t, mSx: cute.Tensor, first, x1):
+        """A q_a|kv_a unit's chunk c into acc: on the ring's x tiles, or with norm_in on the B
+        operand it makes first (``_make_x1``; first: tile 0's unit), its weight scales read
+        into wsc beforehand. x1: (t_ra, t_rb, t_rx2, s_x2, scales, red, wsc, hin, rin, gin,
+        rout, ssin)."""
+        t_ra, t_rb, t_rx2, s_x2, scales, red, wsc, hin, rin, gin, rout, ssin = x1
+        g0 = c * self.chunk1
+        if cutlass.const_expr(self.norm_in):
+            for s in cutlass.range_constexpr(self.chunk1):
+                wsc[s] = mWs[ws_row, g0 + s]
+            self._make_x1(c, t, grp, hin, rin, gin, rout, ssin, s_x2, scales, red, first)
+            tiled_mma = self._mma_steps(pipe, grp, own, self.chunk1, tiled_mma, acc, part, scale,
+                                        coords, t_ra, t_rx2, grp * self.xg, False, mWs, ws_row,
+                                        g0, mSx, scales, wsc)
+        else:
+            tiled_mma = self._mma_steps(pipe, grp, own, self.chunk1, tiled_mma, acc, part, scale,
+                                        coords, t_ra, t_rb, 0, True, mWs, ws_row, g0, mSx,
+                                        scales, wsc)
+        return tiled_mma
+
+    @cute.jit
     def _store(self, acc, coords, mOut: cute.Tensor, c, tile):
         for e in cutlass.range_constexpr(cute.size(acc)):
             if coords[e][1] < self.m:
@@ -889,22 +911,10 @@ class AttnSide:
                                      red, ssin)
                 elif u < self.units1:
                     tile, c = self._stage1(u)
-                    g0 = c * self.chunk1
+                    x1 = (t_ra, t_rb, t_rx2, s_x2, scales, red, wsc, hin, rin, gin, rout, ssin)
                     if tile < self.tq:
-                        if cutlass.const_expr(self.norm_in):
-                            for s in cutlass.range_constexpr(self.chunk1):
-                                wsc[s] = mWsq[tile // 2, g0 + s]
-                            self._make_x1(c, t, grp, hin, rin, gin, rout, ssin, s_x2, scales,
-                                          red, tile == 0)
-                            tiled_mma = self._mma_steps(pipe, grp, own, self.chunk1, tiled_mma,
-                                                        acc, part, scale, coords, t_ra, t_rx2,
-                                                        grp * self.xg, False, mWsq, tile // 2,
-                                                        g0, mSx, scales, wsc)
-                        else:
-                            tiled_mma = self._mma_steps(pipe, grp, own, self.chunk1, tiled_mma,
-                                                        acc, part, scale, coords, t_ra, t_rb, 0,
-                                                        True, mWsq, tile // 2, g0, mSx, scales,
-                                                        wsc)
+                        tiled_mma = self._mma1(pipe, grp, own, tiled_mma, acc, part, scale,
+                                               coords, mWsq, tile // 2, c, t, mSx, tile == 0, x1)
                         self._mark(mTrace, w, t, 1)
                         if cutlass.const_expr(self.fixed):
                             self._chunk_add(acc, coords, mAcc, mArrivals, p, tile, t, grp)
@@ -919,20 +929,8 @@ class AttnSide:
                                 self._mark(mTrace, w, t, 3)
                     else:
                         kt = tile - self.tq
-                        if cutlass.const_expr(self.norm_in):
-                            for s in cutlass.range_constexpr(self.chunk1):
-                                wsc[s] = mWskv[kt // 2, g0 + s]
-                            self._make_x1(c, t, grp, hin, rin, gin, rout, ssin, s_x2, scales,
-                                          red, False)
-                            tiled_mma = self._mma_steps(pipe, grp, own, self.chunk1, tiled_mma,
-                                                        acc, part, scale, coords, t_ra, t_rx2,
-                                                        grp * self.xg, False, mWskv, kt // 2,
-                                                        g0, mSx, scales, wsc)
-                        else:
-                            tiled_mma = self._mma_steps(pipe, grp, own, self.chunk1, tiled_mma,
-                                                        acc, part, scale, coords, t_ra, t_rb, 0,
-                                                        True, mWskv, kt // 2, g0, mSx, scales,
-                                                        wsc)
+                        tiled_mma = self._mma1(pipe, grp, own, tiled_mma, acc, part, scale,
+                                               coords, mWskv, kt // 2, c, t, mSx, False, x1)
                         self._mark(mTrace, w, t, 1)
                         if cutlass.const_expr(self.fixed):
                             self._chunk_add(acc, coords, mAcc, mArrivals, p, tile, t, grp)
