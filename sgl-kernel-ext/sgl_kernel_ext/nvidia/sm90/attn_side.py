@@ -505,6 +505,16 @@ class AttnSide:
                                  sem="release", scope="gpu")
 
     @cute.jit
+    def _group_e4m3(self, y, red: cute.Tensor, r, g, grp):
+        """(y as e4m3, its scale): the scale max(amax, 1e-10) / 448 of row r's 128-column
+        group g, whose amax the warpgroup's four warps left in red[r, 1 + g, :, grp]."""
+        amax = cute.arch.fmax(cute.arch.fmax(red[r, 1 + g, 0, grp], red[r, 1 + g, 1, grp]),
+                              cute.arch.fmax(red[r, 1 + g, 2, grp], red[r, 1 + g, 3, grp]))
+        s = cute.arch.fmax(amax, ACT_EPS) / FP8_MAX
+        q = cute.arch.fmax(cute.arch.fmin(y * (1.0 / s), FP8_MAX), -FP8_MAX)
+        return q.to(cutlass.Float8E4M3FN), s
+
+    @cute.jit
     def _make_x2_fixed(self, c, t, grp, p, mAcc: cute.Tensor, mRows: cute.Tensor,
                        gam: cute.Tensor, s_x2: cute.Tensor, scales: cute.Tensor,
                        red: cute.Tensor, mDump: cute.Tensor, first, rstd_in: cute.Tensor):
@@ -565,13 +575,7 @@ class AttnSide:
         cute.arch.barrier(barrier_id=1 + grp, number_of_threads=128)
         for r in cutlass.range_constexpr(self.m):
             for g in cutlass.range_constexpr(self.chunk2):
-                amax = cute.arch.fmax(cute.arch.fmax(red[r, 1 + g, 0, grp], red[r, 1 + g, 1, grp]),
-                                      cute.arch.fmax(red[r, 1 + g, 2, grp], red[r, 1 + g, 3, grp]))
-                s = cute.arch.fmax(amax, ACT_EPS) / FP8_MAX
-                inv = 1.0 / s
-                q = cute.arch.fmax(cute.arch.fmin(ys[r * self.chunk2 + g] * inv, FP8_MAX),
-                                   -FP8_MAX)
-                q8 = q.to(cutlass.Float8E4M3FN)
+                q8, s = self._group_e4m3(ys[r * self.chunk2 + g], red, r, g, grp)
                 s_x2[r, t, grp * self.xg + g] = q8
                 if cutlass.const_expr(self.dump):
                     if first:
@@ -638,13 +642,8 @@ class AttnSide:
                 ssv[c * self.m + r] = (red[r, 0, 0, grp] + red[r, 0, 1, grp] + red[r, 0, 2, grp]
                                        + red[r, 0, 3, grp])
             for g in cutlass.range_constexpr(self.chunk1):
-                amax = cute.arch.fmax(cute.arch.fmax(red[r, 1 + g, 0, grp], red[r, 1 + g, 1, grp]),
-                                      cute.arch.fmax(red[r, 1 + g, 2, grp], red[r, 1 + g, 3, grp]))
-                sc = cute.arch.fmax(amax, ACT_EPS) / FP8_MAX
-                inv = 1.0 / sc
-                q = cute.arch.fmax(cute.arch.fmin(ys[r * self.chunk1 + g] * inv, FP8_MAX),
-                                   -FP8_MAX)
-                s_x2[r, t, grp * self.xg + g] = q.to(cutlass.Float8E4M3FN)
+                q8, sc = self._group_e4m3(ys[r * self.chunk1 + g], red, r, g, grp)
+                s_x2[r, t, grp * self.xg + g] = q8
                 if t == 0:
                     scales[r, g, grp] = sc
         cute.arch.fence_view_async_shared()
