@@ -320,11 +320,15 @@ run_early() {
     "${EARLY_S:-200}"
 }
 # attn_side taking the layer's input norm (sm90.ATTN_SIDE_NORM_IN_MAX_ROWS; CuTe DSL staged):
-# the kernel's GPU tests (test_sm90_attn_side -k norm_in), the layer's (within NUMERICS, graph
-# replays, a shared workspace's residual twin), then its forms against the baseline, each twice,
-# at 1-2 rows of the MoE layer (~4 minutes after the install)
+# norm_in_check's diagnostic, the kernel's GPU tests (test_sm90_attn_side -k norm_in), the
+# layer's (within NUMERICS, graph replays, a shared workspace's residual twin), then its forms
+# against the baseline, each twice, at 1-2 rows of the MoE layer (~5 minutes after the install)
 NORM_IN="${NORM_IN:-attn_side_norm_in,attn_side_norm_in_1}"
 run_norm_in() {
+  # the diagnostic first (it asserts nothing): where the fold's c_q departs from the plain
+  # form's on the emulated x, and its x read back through one-hot weights
+  timeout 150 python3 benchmark/norm_in_check.py > "$L/norm_in_check.log" 2>&1
+  echo "norm_in_check rc=$?"; cut -c1-600 "$L/norm_in_check.log" | tail -40
   timeout 200 python3 -m pytest test/srt/kernels/test_sm90_attn_side.py -q -k norm_in \
     > "$L/pytest_attn_side_norm_in.log" 2>&1
   local rc=$?
