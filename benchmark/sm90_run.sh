@@ -131,14 +131,8 @@ if [ "$mode" = attn_side ]; then  # attn_side's GPU tests (ATTN_SIDE_K: a -k), t
   timeout 240 python3 -m benchmark.attn_side_probe --out "$OUT" "$@" 2>&1 | grep -v Warn |
     tee "$L/attn_side_probe_${BENCH_COMMIT:-x}.log"
   if [ "${ATTN_SIDE_SANITIZE:-0}" = 1 ]; then  # memcheck and racecheck on the small shape
-    san="compute-sanitizer --report-api-errors no --error-exitcode 9"
-    for tool in memcheck racecheck; do
-      timeout 150 $san --tool $tool python3 -m pytest -q -x -p no:warnings \
-        test/srt/kernels/test_sm90_attn_side.py -k small \
-        > "$L/sanitizer_attn_side_${tool}_${BENCH_COMMIT:-x}.log" 2>&1
-      echo "compute-sanitizer $tool (attn_side, small shape) rc=$?"
-      grep -v "^$" "$L/sanitizer_attn_side_${tool}_${BENCH_COMMIT:-x}.log" | tail -2
-    done
+    sanitize 150 "attn_side_${BENCH_COMMIT:-x}" -m pytest -q -x -p no:warnings \
+      test/srt/kernels/test_sm90_attn_side.py -k small
   fi
 fi
 if [ "$mode" = verify ]; then  # the layer's opt-in tests and fp8_moe's cross-checks, quickly
