@@ -104,8 +104,10 @@ ATTN_SIDE_EARLY_SLOTS = None
 # chunks' sums of squares, as norm_router does for the router), so the norm's launch is gone
 # from the layer's one-row chain. The premise (H100 timeline at one row,
 # graph_timeline_20261207T161253Z): the first norm adds 4.19 us there, attn_side 10.53, where
-# attn_side alone takes ~10.3 on an H200. Off (0) until timed on a GPU: built 2026-12-07 and
-# compiled for sm_90a on CPU (the default forms' SASS opcode for opcode unchanged), never run.
+# attn_side alone takes ~10.3 on an H200. Off (0) until timed on a GPU: built 2026-12-07; its
+# kernel tests passed at one TP8 rank's shapes (the small shape's failure was the test's
+# emulation of x, fixed, not yet re-run; STATUS), its layer test failed on an H100 at 83d11c5
+# (cause not yet seen).
 # The environment's ATTN_SIDE_NORM_IN_ENV ("0".."2") replaces it.
 ATTN_SIDE_NORM_IN_ENV = "SGL_KERNEL_EXT_SM90_ATTN_SIDE_NORM_IN_ROWS"
 ATTN_SIDE_NORM_IN_MAX_ROWS = int(os.environ.get(ATTN_SIDE_NORM_IN_ENV, "0") or 0)
