@@ -73,8 +73,9 @@ run_tests() {
     > "$L/pytest_reference.log" 2>&1 &
   local tp="sums_its_attention or shard_attention_rows"
   local slow="persistent or graph_replay or overlap"  # the persistent kernel's compiles
-  # opt-in forms: pending_long and vo run them
+  # opt-in forms: pending_long, vo and norm_in run them
   local optin="scores_histogram or swapped_index_scores or absorb_v_and_o_proj or norm_free_router"
+  optin="$optin or taking_the_input_norm"
   timeout 330 python3 -m pytest $k/test_fused_layer.py -q \
     -k "not test_matches_reference and not sanitize and not ($tp) and not ($slow) and not ($optin)" \
     > "$L/pytest_other.log" 2>&1 &
