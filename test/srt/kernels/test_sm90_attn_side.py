@@ -119,15 +119,25 @@ def _chunks(x, w, split):
             torch.einsum("msk,nsk->smn", xc.abs(), wc.abs()))
 
 
+def quant_128(y):
+    """y [M, G, 128] (fp32) as e4m3 with one scale a row and group, as the launch quantizes:
+    (e4m3 [M, G, 128], fp32 scales [M, G, 1]). The scale is amax / 448 correctly rounded, the
+    launch's div.rn: torch's x / scalar on CUDA is x * fl(1/448), a last bit above it at
+    times, which flips e4m3 ties (one step, ~0.1% of the elements; a K = 1024 row's c_q was
+    once 2.86x over fp8_mma's bound for it)."""
+    amax = y.abs().amax(-1, keepdim=True).clamp_min(1e-10)
+    s = amax / torch.full_like(amax, 448.0)
+    return (y * (1.0 / s)).clamp(-448, 448).to(torch.float8_e4m3fn), s
+
+
 def normed_quant(q_rows, gamma, nq):
-    """c_q (the kernel's bf16 rows) normed, rounded to bf16 and quantized per 128 columns as
-    the reference's rms_norm and quant_act do it in fp32 (the kernel's own arithmetic, but
-    for the order of the sum of squares): the dequantized x [M, NQ], float64."""
+    """c_q (the kernel's bf16 rows) normed, rounded to bf16 and quantized per 128 columns in
+    fp32 as the kernel does it, but for the order of the sum of squares: the dequantized
+    x [M, NQ], float64."""
     q = q_rows.float()
     rstd = torch.rsqrt((q * q).sum(-1, keepdim=True) / nq + EPS)
     y = ((q * rstd) * gamma.float()).to(torch.bfloat16).float().view(q.shape[0], -1, 128)
-    s = y.abs().amax(-1, keepdim=True).clamp_min(1e-10) / 448.0
-    xq = (y * (1.0 / s)).clamp(-448, 448).to(torch.float8_e4m3fn)
+    xq, s = quant_128(y)
     return (xq.double() * s.double()).view(q.shape[0], nq)
 
 
@@ -294,14 +304,9 @@ def fold_inputs(m: int, k1: int, seed: int):
     weight = (1 + 0.3 * torch.randn(k1, device="cuda", generator=g)).to(torch.bfloat16)
     s = hidden.float() + residual.float()
     y = (s * weight.float()).to(torch.bfloat16).float().view(m, -1, 128)
-    # amax / 448 correctly rounded, as the launch's div.rn: torch's x / scalar on CUDA is
-    # x * fl(1 / 448), a last bit above it at times, which flips e4m3 ties (one step, ~0.1% of
-    # the elements; a K = 1024 row's c_q then 2.86x over fp8_mma's bound)
-    amax = y.abs().amax(-1, keepdim=True).clamp_min(1e-10)
-    sc = amax / torch.full_like(amax, 448.0)
-    xq = (y * (1.0 / sc)).clamp(-448, 448).to(torch.float8_e4m3fn).view(m, k1)
+    xq, sc = quant_128(y)
     rstd = torch.rsqrt(s.double().square().mean(-1) + EPS)
-    return hidden, residual, weight, xq, sc.view(m, -1), rstd
+    return hidden, residual, weight, xq.view(m, k1), sc.view(m, -1), rstd
 
 
 def check_norm_in(m: int, shape: A.Shape, seed: int, grid: int = 0, repeats: int = 20,
