@@ -21,6 +21,7 @@ if not torch.cuda.is_available():
 from sglang.srt.layers.fused_decode.layer import FusedLayer  # noqa: E402
 from sglang.srt.layers.fused_decode.reference.config import glm53_config  # noqa: E402
 from sglang.srt.layers.fused_decode.reference.weights import gen_layer  # noqa: E402
+from sglang.srt.layers.fused_decode.reference.quant import FOLDED_INPUT_NORM, SGLANG  # noqa: E402
 from sglang.srt.layers.fused_decode.spec import NUMERICS  # noqa: E402
 from sglang.srt.layers.fused_decode.testing import (  # noqa: E402
     clone_caches,
@@ -52,8 +53,9 @@ def _contexts(rows, context, pad=False):
     return ctx
 
 
-def check(kind, rows, context, pad=False, built_rows=None):
-    """Compare with the reference; built_rows: build the layer for more rows than it runs."""
+def check(kind, rows, context, pad=False, built_rows=None, num=SGLANG):
+    """Compare with the reference (in `num`'s numerics); built_rows: build the layer for more
+    rows than it runs."""
     lid = KINDS[kind]
     case = make_case(CFG, lid, _contexts(rows, context, pad), seed=rows * 7 + context,
                      device="cuda", lw=_weights(lid))
@@ -61,7 +63,7 @@ def check(kind, rows, context, pad=False, built_rows=None):
     def build(cfg, lw, caches, n, width):
         return FusedLayer(cfg, lw, caches, built_rows or n, width)
 
-    return compare_with_reference(case, build)
+    return compare_with_reference(case, build, num)
 
 
 def assert_within_numerics(r, context):
@@ -623,7 +625,13 @@ def test_attn_side_taking_the_input_norm_matches_reference(rows, pad, monkeypatc
     monkeypatch.setattr(attn_side, "attn_side",
                         lambda *a, **k: folds.append(k.get("norm_in") is not None)
                         or original(*a, **k))
-    assert_within_numerics(check("moe_shared_topk", rows, 3000, pad=pad), 3000)
+    # the reference takes the input norm as the fold does (FOLDED_INPUT_NORM: rstd out of the
+    # operand's quantization); against SGLang's rounding of it the KV rows differ by up to
+    # ~2x kv_written_rel (0.0092, 0.0163 on an H100 at 5502bd2), a few percent of the
+    # operand's elements one e4m3 step apart, each as close to the exact operand
+    # (test_reference_quant)
+    assert_within_numerics(check("moe_shared_topk", rows, 3000, pad=pad, num=FOLDED_INPUT_NORM),
+                           3000)
     assert folds == [True], folds
     r = replay_checks("moe_shared_topk", rows)
     assert r["graph_equals_eager"] and r["repeats_identical"], r

@@ -76,3 +76,70 @@ def test_matches_upstream_block_quant_dequant():
     fw = Q.quant_block(torch.randn(2, 200, 300, generator=g))
     up = fp8_utils.block_quant_dequant(fw.q, fw.s, [128, 128], torch.float32)
     assert torch.equal(up, fw.dequant())
+
+
+def _norm_inputs(m: int, k: int, seed: int):
+    """A residual stream's row (hidden + residual, bf16) and an input norm's weight."""
+    g = torch.Generator().manual_seed(seed)
+    hidden = (torch.randn(m, k, generator=g) * 3).bfloat16()
+    residual = (torch.randn(m, k, generator=g) * 8).bfloat16()
+    weight = (1 + 0.3 * torch.randn(k, generator=g)).bfloat16()
+    return hidden, residual, weight
+
+
+def test_folded_norm_quant_is_as_accurate_as_sglangs_operand():
+    """attn_side's norm_in operand (rstd out of the per-128 quantization) against SGLang's
+    (e4m3 of the bf16 normed row): each within one e4m3 step of the exact s rstd w at every
+    element; they differ by one step at a few percent of the elements, never more; and the
+    fold's squared error over the exact one is SGLang's within 5%."""
+    hidden, residual, weight = _norm_inputs(16, 6144, 7)
+    eps = 1e-5
+    folded = Q.folded_norm_quant(hidden, residual, weight, eps)
+    s = hidden.double() + residual.double()
+    exact = s * torch.rsqrt(s.square().mean(-1, keepdim=True) + eps) * weight.double()
+    x = (exact.float()).bfloat16()
+    sglang = Q.dequant_act(*Q.quant_act(x)).double()
+    step = exact.unflatten(-1, (-1, 128)).abs().amax(-1, keepdim=True) / 448 * 32  # 2^-4 of amax
+    step = step.expand(-1, -1, 128).flatten(-2)
+    for got in (folded.double(), sglang):
+        assert ((got - exact).abs() <= step).all()
+    # one e4m3 step apart (>= 2^-4 of the value above the subnormals), not the scales' last
+    # bits (each side's scale comes from its own bf16 row's amax)
+    differ = (folded.double() - sglang).abs() > 2**-6 * sglang.abs()
+    frac = differ.float().mean().item()
+    assert 0.002 < frac < 0.08, frac  # rounding boundaries, not a wrong scale
+    ratio = ((folded.double() - exact).square().sum() / (sglang - exact).square().sum()).item()
+    assert 0.95 < ratio < 1.05, ratio
+    # a fold that dropped rstd is not within those bounds
+    wrong = Q.dequant_act(*Q.quant_act((s.float() * weight.float()).bfloat16()))
+    assert not ((wrong.double() - exact).abs() <= step).all()
+
+
+def test_reference_layer_with_the_folded_input_norm():
+    """FOLDED_INPUT_NORM moves only q_a|kv_a's operand of a layer without the indexer: y, the
+    residual and the KV rows close to SGLang's numerics; a layer with the indexer, or one
+    without an input residual, bitwise SGLang's."""
+    from sglang.srt.layers.fused_decode.reference.config import tiny_config
+    from sglang.srt.layers.fused_decode.testing import clone_caches, make_case
+    from sglang.srt.layers.fused_decode.reference.model import layer_forward
+
+    cfg, seen = tiny_config(), []
+    for lid in range(cfg.num_hidden_layers):
+        case = make_case(cfg, lid, [40, 70], seed=3, tp_size=1)
+        outs = {}
+        for name, num in (("sglang", Q.SGLANG), ("fold", Q.FOLDED_INPUT_NORM)):
+            caches = clone_caches(case.caches)
+            y, res, _ = layer_forward(cfg, [case.lw], case.hidden, case.residual, case.batch,
+                                      caches, case.topk_prev, num)
+            outs[name] = (y, res, caches.kv[lid][case.batch.out_slots])
+        (y0, r0, kv0), (y1, r1, kv1) = outs["sglang"], outs["fold"]
+        folds = case.residual is not None and not cfg.runs_indexer(lid)
+        if not folds:
+            assert torch.equal(y0, y1) and torch.equal(kv0, kv1) and torch.equal(r0, r1)
+            continue
+        seen.append(lid)
+        assert (r1.float() - r0.float()).abs().max() <= 0.05 * r0.float().abs().max()
+        assert not torch.equal(kv0, kv1)
+        assert (kv1.float() - kv0.float()).abs().max() <= 0.05 * kv0.float().abs().max()
+        assert (y1.float() - y0.float()).abs().max() <= 0.1 * y0.float().abs().max()
+    assert seen, "no layer of the tiny model folds its input norm"

@@ -22,7 +22,7 @@ from .reference.indexer import topk_positions
 from .reference import model as ref_model
 from .reference.model import layer_forward
 from .reference.moe import RENORM_EPS
-from .reference.quant import bf16_linear, quant_index_vec
+from .reference.quant import SGLANG, Numerics, bf16_linear, quant_index_vec
 from .reference.weights import LayerWeights, gen_layer
 
 
@@ -114,11 +114,12 @@ def forced_routing(experts: torch.Tensor, flips: List[int]):
         ref_model.router = own_router
 
 
-def compare_with_reference(case: LayerCase, fused_layer_cls) -> Dict[str, float]:
+def compare_with_reference(case: LayerCase, fused_layer_cls, num: Numerics = SGLANG
+                           ) -> Dict[str, float]:
     """Run a fused layer (built by fused_layer_cls(cfg, lw, caches, rows, context)) and the
-    reference on the same inputs and cache copies, the reference routed to the experts the
-    fused layer chose (DESIGN: discrete choices forced from one side); return the errors,
-    the number of rows whose routing differed, and the cache checks."""
+    reference (in `num`'s numerics) on the same inputs and cache copies, the reference routed
+    to the experts the fused layer chose (DESIGN: discrete choices forced from one side);
+    return the errors, the number of rows whose routing differed, and the cache checks."""
     cfg, lid, b = case.cfg, case.lw.layer_id, case.batch
     ref_caches, fused_caches = clone_caches(case.caches), clone_caches(case.caches)
     fused = fused_layer_cls(cfg, case.lw, fused_caches, b.num_rows, b.token_slots.shape[1])
@@ -127,10 +128,10 @@ def compare_with_reference(case: LayerCase, fused_layer_cls) -> Dict[str, float]
     if case.lw.is_moe:
         with forced_routing(fused.routed_experts(b.num_rows), flips):
             y_ref, res_ref, topk_ref = layer_forward(cfg, [case.lw], case.hidden, case.residual,
-                                                     b, ref_caches, case.topk_prev)
+                                                     b, ref_caches, case.topk_prev, num)
     else:
         y_ref, res_ref, topk_ref = layer_forward(cfg, [case.lw], case.hidden, case.residual, b,
-                                                 ref_caches, case.topk_prev)
+                                                 ref_caches, case.topk_prev, num)
     v = b.valid
     written = b.out_slots[v]
     untouched = torch.ones(case.caches.kv[lid].shape[0], dtype=torch.bool, device=written.device)

@@ -24,7 +24,7 @@ from .config import Glm5Config
 from .indexer import indexer_topk
 from .moe import dense_mlp, moe_partial, router
 from .ops import add_rms_norm
-from .quant import SGLANG, Numerics, bf16_linear
+from .quant import SGLANG, Numerics, bf16_linear, folded_norm_quant
 from .weights import LayerWeights, ModelWeights
 
 Reduce = Callable[[List[torch.Tensor]], torch.Tensor]
@@ -63,9 +63,12 @@ def layer_forward(
     attention all-reduced)."""
     lw = shards[0]
     lid, eps = lw.layer_id, cfg.rms_norm_eps
+    x_qkv = None  # q_a|kv_a's operand where it is not the norm's bf16 x
+    if num.fold_input_norm and residual is not None and not cfg.runs_indexer(lid):
+        x_qkv = folded_norm_quant(hidden, residual, lw.input_norm, eps)
     x, residual = add_rms_norm(hidden, residual, lw.input_norm, eps, num.act_dtype)
     kv_cache = caches.kv[lid]
-    c_q = latent_qkv(cfg, lw.attn, x, batch, kv_cache, num)
+    c_q = latent_qkv(cfg, lw.attn, x if x_qkv is None else x_qkv, batch, kv_cache, num)
     if cfg.runs_indexer(lid) and not reuse_topk:
         topk = indexer_topk(cfg, lw.attn.indexer, x, c_q, batch, caches.index[lid], num)
     else:

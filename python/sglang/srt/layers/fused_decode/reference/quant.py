@@ -9,7 +9,9 @@
 
 `Numerics` switches between SGLang's mixed precision (bf16 activations, FP8 activations into
 FP8 GEMMs) and an all-fp32 mode (no activation quantization, no bf16 rounding points) used to
-separate algorithmic from rounding differences.
+separate algorithmic from rounding differences. `FOLDED_INPUT_NORM` is SGLang's numerics but
+for the rounding of a layer's input norm into q_a|kv_a's FP8 operand, taken as the fused path's
+attn_side launch takes it (its norm_in form): rstd factored out of the per-128 quantization.
 """
 
 from __future__ import annotations
@@ -28,6 +30,10 @@ INDEX_EPS = 1e-4
 class Numerics:
     act_dtype: torch.dtype = torch.bfloat16  # residual stream and every activation rounding point
     act_fp8: bool = True  # quantize activations per 128-group before FP8 GEMMs
+    # q_a|kv_a's operand on a layer without the indexer quantized before the input norm's rstd
+    # (`folded_norm_quant`), as attn_side's norm_in form makes it; the residual and the norm's
+    # bf16 output stay SGLang's
+    fold_input_norm: bool = False
 
     def round(self, x: torch.Tensor) -> torch.Tensor:
         """Round to the activation dtype (the result keeps that dtype)."""
@@ -36,6 +42,7 @@ class Numerics:
 
 SGLANG = Numerics()
 FP32 = Numerics(act_dtype=torch.float32, act_fp8=False)
+FOLDED_INPUT_NORM = Numerics(fold_input_norm=True)
 
 
 @dataclass
@@ -90,6 +97,23 @@ def quant_act(x: torch.Tensor, group: int = 128):
     s = g.abs().amax(dim=-1).clamp_min(ACT_EPS) / FP8_MAX
     q = (g * (1.0 / s).unsqueeze(-1)).clamp(-FP8_MAX, FP8_MAX).to(FP8)
     return q.flatten(-2), s
+
+
+def folded_norm_quant(hidden: torch.Tensor, residual: torch.Tensor, weight: torch.Tensor,
+                      eps: float) -> torch.Tensor:
+    """The input norm's FP8 operand with rstd factored out of its quantization (attn_side's
+    norm_in: a unit quantizes its own columns of the row before the row's sum of squares is
+    complete): y = bf16((hidden + residual) w), quantized per 128 columns as `quant_act`, its
+    scales times the row's rstd of the fp32 sum. Returns the dequantized fp32 [M, K].
+
+    SGLang's operand is e4m3(bf16(s rstd w) / s'): the two differ by one e4m3 step where the
+    bf16 roundings of s w and s rstd w fall on two sides of an e4m3 rounding boundary (a few
+    percent of the elements), each as close to the exact s rstd w as the other
+    (test_reference_quant measures both)."""
+    s = hidden.to(torch.float32) + residual.to(torch.float32)
+    rstd = torch.rsqrt(s.pow(2).mean(dim=-1, keepdim=True) + eps)
+    q, sc = quant_act((s * weight.to(torch.float32)).to(torch.bfloat16))
+    return dequant_act(q, sc * rstd)
 
 
 def dequant_act(q: torch.Tensor, s: torch.Tensor, group: int = 128) -> torch.Tensor:
