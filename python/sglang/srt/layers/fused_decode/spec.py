@@ -51,6 +51,9 @@ NUMERICS = {
     # swap) the 36 reference cases measured kv 0.0053, y 0.033, residual 0.0043; untransposed
     # 0.0035, 0.039, 0.0043; transposed with fp32 adds every 32 K elements 0.0067: a rounding
     # lottery, not accumulation precision (results/numerics_probe_*_20261201T1731*.json).
+    # A form that rounds differently from SGLang by design is held to these bounds against a
+    # reference that rounds as it does (attn_side's norm_in: reference.quant.FOLDED_INPUT_NORM,
+    # its own distance from SGLang's rounding measured in test_reference_quant).
     "fused_layer": {
         "y_rel": 0.05,
         "residual_rel": 0.008,
