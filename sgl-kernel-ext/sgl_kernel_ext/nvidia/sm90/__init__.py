@@ -105,9 +105,9 @@ ATTN_SIDE_EARLY_SLOTS = None
 # from the layer's one-row chain. The premise (H100 timeline at one row,
 # graph_timeline_20261207T161253Z): the first norm adds 4.19 us there, attn_side 10.53, where
 # attn_side alone takes ~10.3 on an H200. Off (0) until timed on a GPU: built 2026-12-07; its
-# kernel tests passed at one TP8 rank's shapes (the small shape's failure was the test's
-# emulation of x, fixed, not yet re-run; STATUS), its layer test failed on an H100 at 83d11c5
-# (cause not yet seen).
+# kernel tests pass (an H100 at 5502bd2); it rounds x as reference.quant.FOLDED_INPUT_NORM
+# does, not as SGLang (rstd out of the quantization), and its layer test holds it to
+# NUMERICS against that (STATUS).
 # The environment's ATTN_SIDE_NORM_IN_ENV ("0".."2") replaces it.
 ATTN_SIDE_NORM_IN_ENV = "SGL_KERNEL_EXT_SM90_ATTN_SIDE_NORM_IN_ROWS"
 ATTN_SIDE_NORM_IN_MAX_ROWS = int(os.environ.get(ATTN_SIDE_NORM_IN_ENV, "0") or 0)
