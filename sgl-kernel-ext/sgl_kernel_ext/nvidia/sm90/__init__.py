@@ -104,10 +104,10 @@ ATTN_SIDE_EARLY_SLOTS = None
 # chunks' sums of squares, as norm_router does for the router), so the norm's launch is gone
 # from the layer's one-row chain. The premise (H100 timeline at one row,
 # graph_timeline_20261207T161253Z): the first norm adds 4.19 us there, attn_side 10.53, where
-# attn_side alone takes ~10.3 on an H200. Off (0) until timed on a GPU: built 2026-12-07; its
-# kernel tests pass (an H100 at 5502bd2); it rounds x as reference.quant.FOLDED_INPUT_NORM
-# does, not as SGLang (rstd out of the quantization), and its layer test holds it to
-# NUMERICS against that (STATUS).
+# attn_side alone takes ~10.3 on an H200. Off (0): correct (its kernel and layer tests pass
+# on an H100 at ed40016; it rounds x as reference.quant.FOLDED_INPUT_NORM does, rstd out of
+# the quantization) but slower, +1.4..+2.0 us a MoE layer at one row and +6.6 at two
+# (tiling_probe_20261208T003124Z): attn_side grows 6.4 us for the norm's 4.2 (STATUS).
 # The environment's ATTN_SIDE_NORM_IN_ENV ("0".."2") replaces it.
 ATTN_SIDE_NORM_IN_ENV = "SGL_KERNEL_EXT_SM90_ATTN_SIDE_NORM_IN_ROWS"
 ATTN_SIDE_NORM_IN_MAX_ROWS = int(os.environ.get(ATTN_SIDE_NORM_IN_ENV, "0") or 0)
